@@ -1,0 +1,5 @@
+"""``python -m costctl`` runs the CLI."""
+
+from .cli.main import run
+
+run()

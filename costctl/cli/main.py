@@ -1,0 +1,75 @@
+"""Entry point of the ``costctl`` console script.
+
+Each command group lives in its own module exposing ``register(app)``. :func:`main` turns
+costctl's own errors (:class:`~costctl.errors.CostctlError`) into one line on stderr and a
+non-zero exit; an unexpected exception also gets one line, and its traceback goes to a log
+file whose path that line names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import traceback
+from datetime import datetime, timezone
+
+import typer
+
+from ..errors import CostctlError
+from ..paths import crash_log_dir
+
+COMMAND_MODULES = ("init", "watch", "bill", "db", "gpus", "instances", "analyze")
+
+app = typer.Typer(
+    name="costctl",
+    help="Stop wasting money on rented GPUs: watch a job, autostop idle instances, cap budgets, report spend.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(f"{__package__}.{_name}").register(app)
+
+
+def _crash(exc: BaseException) -> int:
+    try:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        path = crash_log_dir() / f"crash-{stamp}.log"
+        path.write_text("".join(traceback.format_exception(exc)))
+        where = f" (traceback in {path})"
+    except OSError:
+        where = ""
+        traceback.print_exception(exc)
+    print(f"costctl: internal error: {type(exc).__name__}: {exc}{where}", file=sys.stderr)
+    return 70
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns (and, as a script, exits with) the process exit status."""
+    try:
+        app(args=argv, prog_name="costctl")  # standalone: usage errors print and SystemExit
+    except SystemExit as exc:
+        code = exc.code
+        if code is None:
+            return 0
+        return code if isinstance(code, int) else 1
+    except CostctlError as exc:
+        print(f"costctl: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("costctl: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the one place that catches everything
+        return _crash(exc)
+    return 0
+
+
+def run() -> None:  # pragma: no cover - console script shim
+    """Console-script entry: exit with :func:`main`'s status."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    run()

@@ -1,0 +1,371 @@
+"""Configuration: ``costctl.toml`` plus ``COSTCTL_*`` environment variables (pydantic-settings).
+
+Precedence, highest first: explicit overrides (CLI flags) > environment > TOML file > defaults.
+Nested keys in the environment use ``__``: ``COSTCTL_POLICIES__IDLE__TIME_WINDOW=10m``.
+
+Durations are written ``90s``, ``30m``, ``2h``, ``1h30m`` or a number of seconds; windows also
+accept ``off`` (disabled; never zero). Money is a string or number, held as Decimal.
+Unknown keys and sections are errors. :func:`load_settings` turns every problem into one
+:class:`~costctl.errors.ConfigError` line naming the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from .errors import ConfigError
+from .money import parse_decimal
+
+CONFIG_FILE_NAME = "costctl.toml"
+ENV_PREFIX = "COSTCTL_"
+
+_DURATION_RE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m)?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$")
+DURATION_ALLOWED = "a duration like 90s, 30m, 2h, 1h30m or a number of seconds (at least 1s)"
+WINDOW_ALLOWED = DURATION_ALLOWED + ", or off"
+
+
+def parse_duration(value: Any) -> timedelta:
+    """Parse ``90s``, ``30m``, ``2h``, ``1h30m``, a bare number of seconds, or a timedelta.
+
+    Returns:
+        a positive timedelta (>= 1 s).
+
+    Raises:
+        ValueError: for anything else, including zero, negatives and ``off``.
+    """
+    if isinstance(value, timedelta):
+        td = value
+    elif isinstance(value, bool):
+        raise ValueError(f"expected {DURATION_ALLOWED}")
+    elif isinstance(value, (int, float, Decimal)):
+        td = timedelta(seconds=float(value))
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        try:
+            td = timedelta(seconds=float(text))
+        except ValueError:
+            m = _DURATION_RE.match(text)
+            if not text or not m or not any(m.groups()):
+                raise ValueError(f"expected {DURATION_ALLOWED}") from None
+            h, mi, s = (float(g) if g else 0.0 for g in m.groups())
+            td = timedelta(hours=h, minutes=mi, seconds=s)
+    else:
+        raise ValueError(f"expected {DURATION_ALLOWED}")
+    if td < timedelta(seconds=1):
+        raise ValueError(f"expected {DURATION_ALLOWED}")
+    return td
+
+
+def parse_window(value: Any) -> timedelta | None:
+    """Like :func:`parse_duration`, but ``off`` (or ``false``) disables the window: returns None."""
+    if value is None or value is False:
+        return None
+    if isinstance(value, str) and value.strip().lower() in {"off", "false", "none", "disabled"}:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError:
+        raise ValueError(f"expected {WINDOW_ALLOWED}") from None
+
+
+def _format_duration(td: timedelta | None) -> str:
+    if td is None:
+        return "off"
+    secs = td.total_seconds()
+    if secs % 3600 == 0:
+        return f"{int(secs // 3600)}h"
+    if secs % 60 == 0:
+        return f"{int(secs // 60)}m"
+    return f"{secs:g}s"
+
+
+def _money(value: Any) -> Decimal:
+    try:
+        amount = parse_decimal(value)
+    except ConfigError:
+        raise ValueError("expected an amount of money like 2.5 or \"2.50\"") from None
+    if amount < 0:
+        raise ValueError("expected an amount of money >= 0")
+    return amount
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration), PlainSerializer(_format_duration)]
+Window = Annotated[timedelta | None, BeforeValidator(parse_window), PlainSerializer(_format_duration)]
+MoneyAmount = Annotated[Decimal, BeforeValidator(_money), PlainSerializer(str)]
+Percent = Annotated[float, Field(ge=0, le=100)]
+Action = Literal["advise", "stop"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class InstanceConfig(_Section):
+    """``[instance]``: what is being paid for.
+
+    ``price_per_hour`` is per instance-hour (all GPUs together) in ``currency``; when the
+    provider reports a price, that one is charged and this is the fallback.
+    """
+
+    provider: str = "sim"
+    id: str | None = None
+    gpu: str | None = None
+    gpu_count: int = Field(default=1, ge=1, le=64)
+    price_per_hour: MoneyAmount | None = None
+    currency: str = Field(default="USD", pattern=r"^[A-Za-z]{3}$")
+    billing: Literal["on-demand", "spot", "prepaid"] = "on-demand"
+
+    @field_validator("currency")
+    @classmethod
+    def _upper(cls, v: str) -> str:
+        return v.upper()
+
+
+class WatchConfig(_Section):
+    """``[watch]``: the sampling loop.
+
+    ``sample_interval`` is how often telemetry is read and policies evaluated; ``grace_period``
+    is how long a child gets between SIGTERM and SIGKILL; ``timezone`` (IANA name) decides
+    where a day starts for daily caps and ``bill --by day``.
+    """
+
+    sample_interval: Duration = timedelta(seconds=5)
+    grace_period: Duration = timedelta(seconds=10)
+    timezone: str = "UTC"
+    on_exit: Literal["guard", "stop", "leave"] = "guard"
+    total_steps: int | None = Field(default=None, ge=1)
+    status_line: bool = True
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, v: str) -> str:
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError("expected an IANA time zone name such as UTC or Asia/Shanghai") from None
+        return v
+
+    @property
+    def tz(self) -> ZoneInfo:
+        """The configured zone as a ZoneInfo."""
+        return ZoneInfo(self.timezone)
+
+
+class IdleConfig(_Section):
+    """``[policies.idle]``: autostop when every present signal stayed idle for ``time_window``.
+
+    Names follow dstack's ``utilization_policy`` (``min_gpu_utilization``, ``time_window``),
+    but costctl requires ALL GPUs to be idle (dstack stops when ANY GPU is).
+    ``min_cpu_utilization`` is percent of one core, summed over the watched process tree.
+    """
+
+    action: Action = "stop"
+    time_window: Window = timedelta(minutes=30)
+    min_gpu_utilization: Percent = 5.0
+    min_cpu_utilization: float = Field(default=10.0, ge=0)
+    count_ssh_sessions: bool = False
+
+
+class StallConfig(_Section):
+    """``[policies.stall]``: the job is alive but reported no progress for ``stall_window``."""
+
+    action: Action = "advise"
+    stall_window: Window = timedelta(minutes=30)
+
+
+class BudgetConfig(_Section):
+    """``[policies.budget]``: caps in the instance's currency.
+
+    ``total`` caps the instance's whole recorded spend, ``daily`` the spend of the current day
+    in ``[watch] timezone``. A warning is raised at ``warn_at`` (fraction, default 0.8) of a
+    cap and the action at 1.0.
+    """
+
+    action: Action = "stop"
+    total: MoneyAmount | None = None
+    daily: MoneyAmount | None = None
+    warn_at: float = Field(default=0.8, gt=0, le=1)
+
+
+class PlateauConfig(_Section):
+    """``[policies.plateau]``: PyTorch ``ReduceLROnPlateau``'s rule, applied to the loss.
+
+    ``mode`` min|max, ``threshold``, ``threshold_mode`` rel|abs, ``patience`` (bad progress
+    points tolerated), ``cooldown`` (points ignored after firing), as in
+    ``torch.optim.lr_scheduler.ReduceLROnPlateau``. ``smoothing`` in [0, 1) is TensorBoard's
+    debiased EMA weight (0 = off). ``monitor`` picks the train or the eval loss.
+    """
+
+    action: Literal["advise", "stop", "downsize"] = "advise"
+    mode: Literal["min", "max"] = "min"
+    threshold: float = Field(default=1e-4, ge=0)
+    threshold_mode: Literal["rel", "abs"] = "rel"
+    patience: int = Field(default=10, ge=0)
+    cooldown: int = Field(default=0, ge=0)
+    smoothing: float = Field(default=0.0, ge=0, lt=1)
+    monitor: Literal["train", "eval"] = "train"
+
+
+class DivergenceConfig(_Section):
+    """``[policies.divergence]``: a NaN or infinite loss."""
+
+    action: Action = "advise"
+
+
+class PoliciesConfig(_Section):
+    """``[policies.*]`` sections."""
+
+    idle: IdleConfig = IdleConfig()
+    stall: StallConfig = StallConfig()
+    budget: BudgetConfig = BudgetConfig()
+    plateau: PlateauConfig = PlateauConfig()
+    divergence: DivergenceConfig = DivergenceConfig()
+
+
+class HooksConfig(_Section):
+    """``[hooks]``: ``before_stop`` is a shell command run (with ``before_stop_timeout``) before
+    costctl stops an instance, e.g. to sync outputs; its failure is recorded, not fatal."""
+
+    before_stop: str | None = None
+    before_stop_timeout: Duration = timedelta(seconds=60)
+
+
+class Settings(BaseSettings):
+    """The whole configuration. Build it with :func:`load_settings`, not directly.
+
+    ``providers`` holds one free-form table per provider (``[providers.autodl]``); each
+    adapter validates its own table. ``database_url`` is any SQLAlchemy URL (default: a
+    SQLite file in the user data dir).
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
+        case_sensitive=False,
+    )
+
+    database_url: str | None = None
+    data_dir: Path | None = None
+    instance: InstanceConfig = InstanceConfig()
+    watch: WatchConfig = WatchConfig()
+    policies: PoliciesConfig = PoliciesConfig()
+    hooks: HooksConfig = HooksConfig()
+    providers: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    _toml_path: Path | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if cls._toml_path is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=cls._toml_path))
+        return tuple(sources)
+
+
+# Environment variables that belong to costctl but are not settings keys.
+_NON_SETTING_ENV = {"COSTCTL_CONFIG", "COSTCTL_CHECKPOINT_REQUEST", "COSTCTL_RESUME_FROM",
+                    "COSTCTL_BATCH_SIZE", "COSTCTL_ACCUM_STEPS", "COSTCTL_RUN_ID"}
+
+
+def _describe(value: Any) -> str:
+    text = repr(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _one_line(err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"] if not isinstance(p, int) or True)
+    typ = first["type"]
+    if typ == "extra_forbidden":
+        return f"unknown key '{loc}' (check the spelling; `costctl init` writes every key)"
+    msg = first["msg"]
+    msg = msg.removeprefix("Value error, ")
+    allowed = msg
+    if typ == "literal_error":
+        allowed = msg.replace("Input should be", "expected")
+    value = first.get("input")
+    more = f" (and {len(err.errors()) - 1} more problem(s))" if len(err.errors()) > 1 else ""
+    return f"{loc} = {_describe(value)}: {allowed}{more}"
+
+
+def find_config_file(explicit: Path | None, cwd: Path | None = None) -> Path | None:
+    """The config file to read: ``explicit``, else ``$COSTCTL_CONFIG``, else ./costctl.toml if present.
+
+    Raises:
+        ConfigError: if an explicitly named file does not exist.
+    """
+    if explicit is None and os.environ.get("COSTCTL_CONFIG"):
+        explicit = Path(os.environ["COSTCTL_CONFIG"])
+    if explicit is not None:
+        if not explicit.is_file():
+            raise ConfigError(f"config file {explicit} does not exist (or is not a file)")
+        return explicit
+    candidate = (cwd or Path.cwd()) / CONFIG_FILE_NAME
+    return candidate if candidate.is_file() else None
+
+
+def load_settings(config: Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:
+    """Load and validate settings.
+
+    Args:
+        config: a TOML file (``--config``); default: ``$COSTCTL_CONFIG`` or ./costctl.toml.
+        overrides: nested dict from CLI flags, highest precedence.
+
+    Raises:
+        ConfigError: unreadable/invalid TOML, unknown key or section, or a bad value — one line.
+    """
+    path = find_config_file(config)
+    if path is not None:
+        try:
+            with path.open("rb") as fh:
+                tomllib.load(fh)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    for key in os.environ:
+        upper = key.upper()
+        if upper.startswith(ENV_PREFIX) and upper not in _NON_SETTING_ENV:
+            top = upper[len(ENV_PREFIX):].split("__", 1)[0].lower()
+            if top not in Settings.model_fields:
+                raise ConfigError(f"unknown environment variable {key} (no key '{top}' in the config)")
+    Settings._toml_path = path
+    try:
+        return Settings(**(overrides or {}))
+    except ValidationError as exc:
+        where = f"{path}: " if path else ""
+        raise ConfigError(f"{where}{_one_line(exc)}") from None
+    finally:
+        Settings._toml_path = None

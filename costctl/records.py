@@ -1,0 +1,138 @@
+"""Plain records that flow between the samplers, parsers, policies and the ledger.
+
+Everything here is immutable and carries aware-UTC times. Units are in the field names:
+``*_bytes`` are bytes, utilization and CPU figures are percent, ``power_w`` is watts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Any, Literal
+
+
+class SignalStatus(str, Enum):
+    """How a signal read on one tick.
+
+    * ``OK``: read; the value decides idle/busy.
+    * ``UNKNOWN``: present but not readable yet (e.g. psutil's meaningless first
+      ``cpu_percent``); counts as busy.
+    * ``ERROR``: should be there but failed to read (NVML error, permission denied); counts
+      as busy — a metric we cannot read never counts as idle.
+    * ``ABSENT``: this machine or replay has no such source; it takes no part in decisions.
+    """
+
+    OK = "ok"
+    UNKNOWN = "unknown"
+    ERROR = "error"
+    ABSENT = "absent"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """One GPU at one instant.
+
+    Attributes:
+        index: NVML / nvidia-smi device index.
+        name: product name as the driver reports it (e.g. ``"NVIDIA GeForce RTX 4090"``).
+        uuid: device UUID when known.
+        utilization: percent of the sample period a kernel ran (0-100); None = unknown.
+        memory_used_bytes / memory_total_bytes: bytes; None = unknown (never 0 for unknown).
+        power_w: board power draw in watts; None = unknown/unsupported.
+        processes: host PIDs of compute processes on this GPU; None = unknown.
+        error: why the utilization could not be read, if it could not (counts as busy).
+    """
+
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    utilization: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    power_w: float | None = None
+    processes: tuple[int, ...] | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetrySample:
+    """Everything the sampler read on one tick.
+
+    Attributes:
+        time: aware UTC.
+        gpus: one reading per GPU; never averaged together.
+        gpu_status: ABSENT when the machine has no NVIDIA GPU (the CPU stands in), ERROR when
+            the GPU source failed as a whole, OK otherwise.
+        cpu_percent: CPU of the watched process tree (or of all user processes when guarding
+            the machine), in percent of one core (200 = two cores busy); None = unknown.
+        cpu_status: status of the CPU signal.
+        ssh_sessions: number of open SSH sessions; None unless counted.
+        ssh_status: ABSENT unless ``count_ssh_sessions`` is on.
+        source: where the sample came from (``"nvml"``, ``"nvidia-smi"``, ``"cpu"``,
+            ``"replay"``...), for reports.
+    """
+
+    time: datetime
+    gpus: tuple[GpuReading, ...] = ()
+    gpu_status: SignalStatus = SignalStatus.ABSENT
+    cpu_percent: float | None = None
+    cpu_status: SignalStatus = SignalStatus.ABSENT
+    ssh_sessions: int | None = None
+    ssh_status: SignalStatus = SignalStatus.ABSENT
+    source: str = ""
+
+
+ProgressKind = Literal["train", "eval"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressPoint:
+    """One loss value reported by the training job.
+
+    Attributes:
+        time: when costctl saw it (aware UTC); None for file records without timestamps.
+        value: the loss (may be NaN or +/-inf: a divergence, not a parse error).
+        kind: ``"train"`` or ``"eval"``; the two are never mixed.
+        name: the metric's name in the source (``"loss"``, ``"eval_loss"``, ``"val_loss"``).
+        step: global step / iteration when the source gives one.
+        epoch: epoch (may be fractional, as Hugging Face reports it).
+        total: the run's length in the unit of ``step`` when the source says it (tqdm total,
+            max_steps), for "cost of the rest of the run".
+    """
+
+    time: datetime | None
+    value: float
+    kind: ProgressKind = "train"
+    name: str = "loss"
+    step: int | None = None
+    epoch: float | None = None
+    total: int | None = None
+
+    @property
+    def finite(self) -> bool:
+        """False for NaN and +/-inf."""
+        return math.isfinite(self.value)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a policy concluded, with why.
+
+    Attributes:
+        time: aware UTC (the evaluation time on the policy's clock).
+        policy: ``"idle"``, ``"stall"``, ``"budget"``, ``"plateau"``, ``"divergence"``...
+        action: ``"advise"``, ``"warn"`` or ``"stop"`` (what the executor should do).
+        reason: one human sentence.
+        evidence: JSON-serialisable facts behind it (window, readings, values, money as str).
+        key: identifies the event, so the engine records and acts on it once
+            (e.g. ``"idle:2026-01-01T03:03:37Z"``).
+    """
+
+    time: datetime
+    policy: str
+    action: str
+    reason: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    key: str = ""
