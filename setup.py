@@ -23,5 +23,5 @@ setup(
         "costctl_providers": "providers",
         "costctl_alembic": "alembic",
     },
-    package_data={"costctl": ["py.typed", "data/*"], "costctl_alembic": ["script.py.mako"]},
+    package_data={"costctl": ["py.typed", "data/*", "catalog/data/*"], "costctl_alembic": ["script.py.mako"]},
 )

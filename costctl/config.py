@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from datetime import timedelta
+from datetime import date, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
@@ -253,6 +253,46 @@ class HooksConfig(_Section):
     before_stop_timeout: Duration = timedelta(seconds=60)
 
 
+#: An ISO 4217 code, upper-cased ("cny" -> "CNY").
+Currency = Annotated[
+    str, Field(pattern=r"^[A-Za-z]{3}$"), BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v)
+]
+
+
+class PriceOverrideConfig(_Section):
+    """One ``[[catalog.prices]]`` row: a price per GPU-hour that wins over shipped and imported ones.
+
+    ``gpu`` is any spelling the catalog knows (or a new name); ``billing`` on-demand|spot;
+    ``seen`` is the date the price was seen (YYYY-MM-DD).
+    """
+
+    provider: str = Field(min_length=1)
+    gpu: str = Field(min_length=1)
+    billing: Literal["on-demand", "spot"] = "on-demand"
+    price_per_gpu_hour: MoneyAmount
+    currency: Currency
+    seen: date
+    source: str | None = None
+
+
+class ExchangeRateConfig(_Section):
+    """One ``[[catalog.exchange_rates]]`` row: ``1 base = rate quote`` as seen on ``as_of``."""
+
+    base: Currency
+    quote: Currency
+    rate: Annotated[Decimal, Field(gt=0)]
+    as_of: date
+
+
+class CatalogConfig(_Section):
+    """``[catalog]``: price overrides, exchange rates (prices in different currencies are ranked
+    together only through one of these), and the ``currency`` to rank in when rates allow."""
+
+    prices: list[PriceOverrideConfig] = Field(default_factory=list)
+    exchange_rates: list[ExchangeRateConfig] = Field(default_factory=list)
+    currency: Currency | None = None
+
+
 class Settings(BaseSettings):
     """The whole configuration. Build it with :func:`load_settings`, not directly.
 
@@ -275,9 +315,10 @@ class Settings(BaseSettings):
     watch: WatchConfig = WatchConfig()
     policies: PoliciesConfig = PoliciesConfig()
     hooks: HooksConfig = HooksConfig()
+    catalog: CatalogConfig = CatalogConfig()
     providers: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
-    _toml_path: Path | None = None
+    _toml_path: ClassVar[Path | None] = None
 
     @classmethod
     def settings_customise_sources(
@@ -296,7 +337,8 @@ class Settings(BaseSettings):
 
 # Environment variables that belong to costctl but are not settings keys.
 _NON_SETTING_ENV = {"COSTCTL_CONFIG", "COSTCTL_CHECKPOINT_REQUEST", "COSTCTL_RESUME_FROM",
-                    "COSTCTL_BATCH_SIZE", "COSTCTL_ACCUM_STEPS", "COSTCTL_RUN_ID"}
+                    "COSTCTL_BATCH_SIZE", "COSTCTL_ACCUM_STEPS", "COSTCTL_RUN_ID",
+                    "COSTCTL_TEST_POSTGRES_URL"}
 
 
 def _describe(value: Any) -> str:

@@ -72,6 +72,9 @@ class TelemetrySample:
         ssh_status: ABSENT unless ``count_ssh_sessions`` is on.
         source: where the sample came from (``"nvml"``, ``"nvidia-smi"``, ``"cpu"``,
             ``"replay"``...), for reports.
+        reasons: why a signal is not OK, one line each, prefixed with the signal
+            (``"gpu: nvmlDeviceGetCount failed: ..."``, ``"cpu: first reading of PID 42"``);
+            evidence for decisions and logs.
     """
 
     time: datetime
@@ -82,6 +85,7 @@ class TelemetrySample:
     ssh_sessions: int | None = None
     ssh_status: SignalStatus = SignalStatus.ABSENT
     source: str = ""
+    reasons: tuple[str, ...] = ()
 
 
 ProgressKind = Literal["train", "eval"]

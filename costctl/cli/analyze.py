@@ -1,7 +1,140 @@
-"""Placeholder: the `analyze` command group is being built (replaced before this lands)."""
+"""``costctl analyze``: replay the configured policies over recorded GPU and training logs.
+
+Reads the logs with :mod:`costctl.replay` (format from content), replays the same policy engine
+``costctl watch`` runs on a simulated clock (no waiting), and reports the idle stretches, each
+decision with the money it would have saved, the oracle's saving and, with ``--compare``, the
+peers' rules (SkyPilot autostop, dstack utilization_policy).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
+from ..config import parse_duration
+from ..errors import UsageError
+from ..replay.analysis import AnalyzeOptions, analyze as run_analysis, to_dict
+from ..replay.pricing import resolve_price
+from ..replay.readers import read_gpu_log, read_train_log
+from ..replay.render import render
+from ..replay.timeline import place_progress
+from .common import ConfigOption, out_console, print_json, settings_from
+
+TIME_ALLOWED = "expected an ISO-8601 date-time such as 2026-02-02T01:07:37 (no offset = the logs' own clock, read as UTC)"
+
+
+class AnalyzeFormat(str, Enum):
+    """Output formats of ``costctl analyze``."""
+
+    table = "table"
+    json = "json"
+
+
+def parse_start_time(text: str) -> datetime:
+    """``--start-time``: ISO 8601 or nvidia-smi's ``YYYY/MM/DD HH:MM:SS``; naive = UTC (as the logs).
+
+    Raises:
+        UsageError: anything else.
+    """
+    value = text.strip()
+    for candidate in (value, value.replace("/", "-")):
+        try:
+            parsed = datetime.fromisoformat(candidate)
+        except ValueError:
+            continue
+        return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed.astimezone(timezone.utc)
+    raise UsageError(f"--start-time {text!r}: {TIME_ALLOWED}")
+
+
+def _duration(text: str | None, option: str) -> timedelta | None:
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise UsageError(f"{option} {text!r}: {exc}") from None
+
+
+def analyze(
+    gpu_log: Annotated[Path | None, typer.Option("--gpu-log", help="nvidia-smi --query-gpu CSV, looped nvidia-smi table, or wandb system-metrics JSONL.")] = None,
+    train_log: Annotated[Path | None, typer.Option("--train-log", help="trainer_state.json, metrics.csv, CSVLogger, results.csv, metrics.json, scalars JSON or a console log.")] = None,
+    price: Annotated[str | None, typer.Option("--price", help="Price per instance-hour (all GPUs), e.g. 2.5.")] = None,
+    currency: Annotated[str | None, typer.Option("--currency", help="ISO 4217 code of --price (default: [instance] currency).")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="GPU model for a catalog price, e.g. 'RTX 4090' (with --provider).")] = None,
+    provider: Annotated[str | None, typer.Option("--provider", help="Provider for a catalog price, e.g. runpod (with --gpu).")] = None,
+    config: ConfigOption = None,
+    compare: Annotated[bool, typer.Option("--compare", help="Also replay SkyPilot autostop and dstack utilization_policy.")] = False,
+    fmt: Annotated[AnalyzeFormat, typer.Option("--format", "-f", help="table or json.")] = AnalyzeFormat.table,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG with utilization, loss, decisions and spend (needs matplotlib).")] = None,
+    start_time: Annotated[str | None, typer.Option("--start-time", help="Wall time of the training log's first point (with --step-rate), or of an elapsed-seconds GPU log's start.")] = None,
+    step_rate: Annotated[float | None, typer.Option("--step-rate", help="Training steps (or epochs, for per-epoch logs) per second, to place the training log in time.")] = None,
+    time_window: Annotated[str | None, typer.Option("--time-window", help="Override [policies.idle] time_window (e.g. 10m, or off).")] = None,
+    min_gpu_utilization: Annotated[float | None, typer.Option("--min-gpu-utilization", help="Override [policies.idle] min_gpu_utilization (percent).")] = None,
+    sample_interval: Annotated[str | None, typer.Option("--sample-interval", help="The GPU log's sampling period (default: its median gap).")] = None,
+    min_stretch: Annotated[str, typer.Option("--min-stretch", help="List idle stretches at least this long.")] = "5m",
+    gpu_log_columns: Annotated[str | None, typer.Option("--gpu-log-columns", help="--query-gpu fields in order, for a headerless nvidia-smi CSV without units.")] = None,
+    loss_regex: Annotated[str | None, typer.Option("--loss-regex", help="Regex with a (?P<loss>...) group for an unusual console log.")] = None,
+    sky_idle_minutes: Annotated[float, typer.Option("--sky-idle-minutes", help="sky autostop -i MINUTES for --compare.")] = 5.0,
+) -> None:
+    """Replay the configured policies over recorded logs and show what they would have saved.
+
+    Stretch spend = price x duration; a stop saves price x (end of log - stop time); the
+    oracle stops at the first sample of the final idle stretch (or a configured plateau's
+    onset). Times are shown as the logs recorded them.
+    """
+    overrides: dict[str, Any] = {}
+    idle: dict[str, Any] = {}
+    if time_window is not None:
+        idle["time_window"] = time_window
+    if min_gpu_utilization is not None:
+        idle["min_gpu_utilization"] = min_gpu_utilization
+    if idle:
+        overrides["policies"] = {"idle": idle}
+    settings = settings_from(config, **overrides)
+    if gpu_log is None and train_log is None:
+        raise UsageError("nothing to analyze: give --gpu-log FILE and/or --train-log FILE")
+    if sky_idle_minutes <= 0:
+        raise UsageError(f"--sky-idle-minutes {sky_idle_minutes:g}: expected a positive number of minutes")
+    start = parse_start_time(start_time) if start_time else None
+    columns = [c.strip() for c in gpu_log_columns.split(",") if c.strip()] if gpu_log_columns else None
+    options = AnalyzeOptions(
+        compare=compare,
+        min_stretch=_duration(min_stretch, "--min-stretch") or timedelta(minutes=5),
+        sample_interval=_duration(sample_interval, "--sample-interval"),
+        skypilot_idle_minutes=sky_idle_minutes,
+    )
+    glog = read_gpu_log(gpu_log, columns=columns, start=start) if gpu_log is not None else None
+    tlog = read_train_log(train_log, loss_regex=loss_regex) if train_log is not None else None
+    progress, placement = (None, None)
+    if tlog is not None:
+        gpu_only_start = start is not None and step_rate is None and glog is not None and glog.relative
+        progress, placement = place_progress(
+            tlog, start=None if gpu_only_start else start, step_rate=step_rate
+        )
+    elif step_rate is not None:
+        raise UsageError("--step-rate places a training log in time: give --train-log too")
+    gpu_count = len(glog.gpu_indices) if glog is not None else None
+    rate, price_source = resolve_price(settings, price=price, currency=currency, gpu=gpu, provider=provider,
+                                       gpu_count=gpu_count)
+    result = run_analysis(settings, gpu_log=glog, train_log=tlog, progress=progress, placement=placement,
+                          rate=rate, options=options)
+    if rate is not None:
+        result.notes.append(f"price from {price_source}")
+    if plot is not None:
+        from ..replay.plot import plot_analysis
+
+        plot_analysis(result, plot, progress)
+        result.notes.append(f"plot written to {plot}")
+    if fmt is AnalyzeFormat.json:
+        print_json(to_dict(result))
+    else:
+        render(result, out_console)
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to `app`."""
+    """Add ``costctl analyze`` to ``app``."""
+    app.command("analyze")(analyze)

@@ -1,7 +1,118 @@
-"""Placeholder: the `bill` command group is being built (replaced before this lands)."""
+"""``costctl bill``: spend from the ledger per run, instance, day or GPU type.
+
+Reads the ledger (``--db``, else ``database_url`` from the settings / ``COSTCTL_DATABASE_URL``,
+else the SQLite file in the data dir); queries live in :mod:`costctl.ledger.queries`,
+rendering in :mod:`costctl.report`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from datetime import datetime
+from enum import Enum
+from typing import Annotated, Any
+from collections.abc import Sequence
+from zoneinfo import ZoneInfo
 
 import typer
 
+from ..clock import ensure_utc
+from ..errors import UsageError
+from ..ledger import Ledger, queries
+from ..ledger.engine import configured_url
+from ..report import render_csv, render_json, render_table
+from .common import ConfigOption, DbOption, FormatOption, OutputFormat, out_console, settings_from
+
+WHEN_ALLOWED = (
+    "expected a date (2026-01-31) or an ISO-8601 date-time (2026-01-31T08:00, 2026-01-31T08:00:00Z, "
+    "2026-01-31T08:00+08:00); without an offset it is read in [watch] timezone"
+)
+
+
+class GroupBy(str, Enum):
+    """Row grouping of the bill."""
+
+    run = "run"
+    instance = "instance"
+    day = "day"
+    gpu = "gpu"
+
+
+#: The row dataclass of each grouping (its fields are the JSON keys and CSV columns).
+ROW_TYPES = {
+    GroupBy.run: queries.RunBill,
+    GroupBy.instance: queries.InstanceBill,
+    GroupBy.day: queries.DayBill,
+    GroupBy.gpu: queries.GpuBill,
+}
+
+
+def parse_when(text: str, tz: ZoneInfo, option: str) -> datetime:
+    """Parse a ``--since``/``--until`` value into aware UTC.
+
+    A date means its midnight in ``tz``; a date-time without an offset is read in ``tz``.
+
+    Raises:
+        UsageError: one line naming the option, the value and what is allowed.
+    """
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise UsageError(f"{option} {text!r}: {WHEN_ALLOWED}") from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=tz)
+    return ensure_utc(value)
+
+
+ByOption = Annotated[
+    GroupBy, typer.Option("--by", help="Group rows by run, instance, day (in [watch] timezone) or gpu (GPU type).")
+]
+SinceOption = Annotated[str | None, typer.Option("--since", help="Only spend from this date/date-time on (inclusive).")]
+UntilOption = Annotated[str | None, typer.Option("--until", help="Only spend before this date/date-time (exclusive).")]
+
+
+def bill(
+    by: ByOption = GroupBy.run,
+    since: SinceOption = None,
+    until: UntilOption = None,
+    fmt: FormatOption = OutputFormat.table,
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Show recorded spend. Totals are per currency (never added across currencies).
+
+    Charges are clipped to [--since, --until); a run's duration_s is its time inside that
+    window. JSON: {"rows": [...], "totals": {"USD": "1.234567"}} with money as decimal strings
+    and times as ISO-8601 UTC; CSV: the rows only.
+    """
+    settings = settings_from(config, db)
+    tz = settings.watch.tz
+    start = parse_when(since, tz, "--since") if since else None
+    end = parse_when(until, tz, "--until") if until else None
+    if start and end and start >= end:
+        raise UsageError(f"--since {since!r} is not before --until {until!r}")
+
+    with Ledger.open(configured_url(settings.database_url, settings.data_dir)) as ledger:
+        with ledger.session() as session:
+            if by is GroupBy.run:
+                rows: Sequence[Any] = queries.bill_by_run(session, start, end)
+            elif by is GroupBy.instance:
+                rows = queries.bill_by_instance(session, start, end)
+            elif by is GroupBy.day:
+                rows = queries.bill_by_day(session, tz, start, end)
+            else:
+                rows = queries.bill_by_gpu(session, start, end)
+    totals = queries.sum_by_currency([(r.currency, r.spend) for r in rows])
+
+    if fmt is OutputFormat.json:
+        sys.stdout.write(render_json(by.value, rows, totals, start, end))
+    elif fmt is OutputFormat.csv:
+        sys.stdout.write(render_csv(rows, [f.name for f in dataclasses.fields(ROW_TYPES[by])]))
+    else:
+        render_table(out_console, by.value, rows, totals, tz, start, end)
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to `app`."""
+    """Add ``costctl bill`` to ``app``."""
+    app.command("bill")(bill)

@@ -1,7 +1,391 @@
-"""Placeholder: the `gpus` command group is being built (replaced before this lands)."""
+"""``costctl gpus`` (the catalog with prices; ``--import`` a SkyPilot catalog CSV) and
+``costctl recommend`` (memory estimate, fitting cards ranked by job cost, advice for the rest)."""
+
+from __future__ import annotations
+
+from datetime import date
+from decimal import Decimal
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..catalog.gpus import GpuModel, get_gpu, load_catalog
+from ..catalog.measure import measure_factory
+from ..catalog.memory import OPTIMIZERS, PRECISIONS, MemoryBreakdown, Setup
+from ..catalog.models import ModelSpec, TransformerShape, preset, shape_from_hf_config, shape_from_params
+from ..catalog.prices import (
+    PriceEntry,
+    load_price_table,
+    prices_from_offers,
+    rank_groups,
+    rates_used,
+    save_imported_prices,
+)
+from ..catalog.recommend import (
+    DEFAULT_HEADROOM,
+    DEFAULT_MFU,
+    Recommendation,
+    Reference,
+    recommend,
+    work_from_steps,
+)
+from ..catalog.skypilot import import_skypilot_csv
+from ..errors import UsageError
+from ..money import Money
+from .common import ConfigOption, err_console, print_json, settings_from
+
+GIB = 1024**3
+
+
+class TableOrJson(str, Enum):
+    """Output formats of these commands."""
+
+    table = "table"
+    json = "json"
+
+
+class GpuSort(str, Enum):
+    """``costctl gpus --sort`` keys."""
+
+    price = "price"
+    memory = "memory"
+    tflops = "tflops"
+    value = "value"
+
+
+class BillingChoice(str, Enum):
+    """Billing filter: on-demand, spot (interruptible) or any."""
+
+    on_demand = "on-demand"
+    spot = "spot"
+    any = "any"
+
+
+PrecisionChoice = Enum("PrecisionChoice", {p.replace("-", "_"): p for p in PRECISIONS}, type=str)  # type: ignore[misc]
+OptimizerChoice = Enum("OptimizerChoice", {o.replace("-", "_"): o for o in OPTIMIZERS}, type=str)  # type: ignore[misc]
+
+FormatOpt = Annotated[TableOrJson, typer.Option("--format", "-f", help="table or json.")]
+ProviderOpt = Annotated[str | None, typer.Option("--provider", "-p", help="Only prices from this provider (runpod, vastai, autodl, aws...).")]
+
+
+def _console() -> Console:
+    return Console(highlight=False, markup=False, soft_wrap=False)
+
+
+def _gib(n: int | float) -> str:
+    return f"{n / GIB:,.2f}"
+
+
+def _tensor(gpu: GpuModel) -> float:
+    return gpu.bf16_tensor_tflops or gpu.fp16_tensor_tflops
+
+
+def _billing(choice: BillingChoice) -> str | None:
+    return None if choice is BillingChoice.any else choice.value
+
+
+# --- costctl gpus -----------------------------------------------------------------------------------
+
+
+def _gpu_rows(table_prices: list[PriceEntry], provider: str | None, billing: str | None,
+              min_memory: float | None) -> list[tuple[GpuModel | None, PriceEntry | None]]:
+    catalog = load_catalog()
+    rows: list[tuple[GpuModel | None, PriceEntry | None]] = []
+    by_gpu: dict[str, list[PriceEntry]] = {}
+    for e in table_prices:
+        if (provider is None or e.provider == provider.lower()) and (billing is None or e.billing == billing):
+            by_gpu.setdefault(e.gpu, []).append(e)
+    for gpu in catalog.models:
+        if min_memory is not None and gpu.memory_gb < min_memory:
+            continue
+        entries = by_gpu.pop(gpu.name, [])
+        if entries:
+            rows.extend((gpu, e) for e in entries)
+        elif provider is None:
+            rows.append((gpu, None))
+    if min_memory is None:  # GPUs the catalog does not know: shown, flagged, specs unknown
+        for entries in by_gpu.values():
+            rows.extend((None, e) for e in entries)
+    return rows
+
+
+def _sort_rows(rows: list[tuple[GpuModel | None, PriceEntry | None]], sort: GpuSort, rates: Any,
+               currency: str | None) -> list[tuple[str | None, list[tuple[GpuModel | None, PriceEntry | None]]]]:
+    def price_money(r: tuple[GpuModel | None, PriceEntry | None]) -> Money | None:
+        return r[1].price if r[1] else None
+
+    if sort is GpuSort.price:
+        return rank_groups(rows, price_money, rates, currency)
+    if sort is GpuSort.value:
+        def per_tflops(r: tuple[GpuModel | None, PriceEntry | None]) -> Money | None:
+            gpu, e = r
+            if gpu is None or e is None:
+                return None
+            return Money(e.price_per_gpu_hour / Decimal(str(_tensor(gpu))), e.currency)
+        return rank_groups(rows, per_tflops, rates, currency)
+    if sort is GpuSort.tflops:
+        key = lambda r: (-(_tensor(r[0]) if r[0] else -1), r[1].price_per_gpu_hour if r[1] else Decimal(10**9))  # noqa: E731
+    else:
+        key = lambda r: (-(r[0].memory_gb if r[0] else -1), r[1].price_per_gpu_hour if r[1] else Decimal(10**9))  # noqa: E731
+    return [(None, sorted(rows, key=key))]
+
+
+def _gpus_table(groups: list[tuple[str | None, list[tuple[GpuModel | None, PriceEntry | None]]]], sort: GpuSort,
+                rates: Any = ()) -> None:
+    console = _console()
+    table = Table(title="GPU catalog (tensor TFLOPS are dense, FP32 accumulate)", show_lines=False)
+    for col, just in (("GPU", "left"), ("Mem GiB", "right"), ("BW GB/s", "right"), ("FP32", "right"),
+                      ("FP16 tensor", "right"), ("BF16 tensor", "right"), ("CC", "right"), ("TDP W", "right"),
+                      ("Provider", "left"), ("Billing", "left"), ("Price/GPU-h", "right"), ("Seen", "left")):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    if sort is GpuSort.value:
+        table.add_column("TFLOPS per 1/h", justify="right")
+    for _, rows in groups:
+        for gpu, e in rows:
+            cells = [gpu.name if gpu else f"{e.gpu} (not in catalog)" if e else "?"]
+            if gpu:
+                cells += [f"{gpu.memory_gb:g}", f"{gpu.memory_bandwidth_gbs:,.0f}", f"{gpu.fp32_tflops:g}",
+                          f"{gpu.fp16_tensor_tflops:g}",
+                          f"{gpu.bf16_tensor_tflops:g}" if gpu.bf16 else "no BF16",
+                          gpu.compute_capability, str(gpu.tdp_w)]
+            else:
+                cells += ["?"] * 7
+            if e:
+                cells += [e.provider, e.billing, f"{e.price_per_gpu_hour} {e.currency}", e.seen.isoformat()]
+            else:
+                cells += ["-", "-", "-", "-"]
+            if sort is GpuSort.value:
+                cells.append(f"{Decimal(str(_tensor(gpu))) / e.price_per_gpu_hour:,.0f}" if gpu and e and e.price_per_gpu_hour else "-")
+            table.add_row(*cells)
+    console.print(table)
+    for line in rates_used(groups, lambda r: r[1].currency if r[1] else None, rates):
+        err_console.print(f"note: ranked converting at {line}")
+    currencies = [c for c, _ in groups if c is not None]
+    if len(currencies) > 1:
+        err_console.print(f"note: prices in {', '.join(currencies)} are ranked separately; set "
+                          "[[catalog.exchange_rates]] in costctl.toml to rank them together")
+
+
+def _refresh(settings: Any, name: str, seen: date) -> list[PriceEntry]:
+    """Current offers of provider ``name`` as price rows (through the provider registry)."""
+    from ..cloud import open_provider  # imports the providers package only when asked
+
+    adapter = open_provider(settings, name)
+    if not adapter.capabilities.offers:
+        raise UsageError(f"provider {name!r} publishes no prices through its API; "
+                         "add them as [[catalog.prices]] in costctl.toml")
+    entries = prices_from_offers(adapter.list_offers(), seen=seen)
+    if not entries:
+        raise UsageError(f"provider {name!r} listed no on-demand or spot offers")
+    return entries
+
+
+def gpus(
+    provider: ProviderOpt = None,
+    min_memory: Annotated[float | None, typer.Option("--min-memory", help="Only cards with at least this much memory (GB).", min=0)] = None,
+    sort: Annotated[GpuSort, typer.Option("--sort", help="price, memory, tflops (dense 16-bit tensor) or value (TFLOPS per price).")] = GpuSort.memory,
+    billing: Annotated[BillingChoice, typer.Option("--billing", help="on-demand, spot or any.")] = BillingChoice.any,
+    currency: Annotated[str | None, typer.Option("--currency", help="Rank prices in this currency (needs [[catalog.exchange_rates]]).")] = None,
+    import_csv: Annotated[Path | None, typer.Option("--import", help="Import a SkyPilot catalog vms.csv into the price table (kept in the data dir).")] = None,
+    refresh: Annotated[str | None, typer.Option("--refresh", help="Fetch current prices from this provider's adapter (one that lists offers) into the price table.")] = None,
+    seen: Annotated[str | None, typer.Option("--seen", help="Date the imported prices were seen, YYYY-MM-DD (default today).")] = None,
+    fmt: FormatOpt = TableOrJson.table,
+    config: ConfigOption = None,
+) -> None:
+    """List the GPU catalog with prices per GPU-hour; import prices from a SkyPilot catalog CSV
+    (--import) or a provider's offers (--refresh)."""
+    settings = settings_from(config)
+    if import_csv is not None and refresh is not None:
+        raise UsageError("give --import or --refresh, not both")
+    if import_csv is not None or refresh is not None:
+        try:
+            when = date.fromisoformat(seen) if seen else date.today()
+        except ValueError:
+            raise UsageError(f"--seen {seen!r} is not a date like 2026-07-01") from None
+        source = import_csv if import_csv is not None else f"provider {refresh}"
+        if import_csv is not None:
+            entries = import_skypilot_csv(import_csv, provider=provider, seen=when)
+        else:
+            entries = _refresh(settings, str(refresh), when)
+        path = save_imported_prices(entries, settings.data_dir)
+        unknown = sorted({e.gpu for e in entries if not e.known})
+        if fmt is TableOrJson.json:
+            print_json({"imported": [e.to_dict() for e in entries], "file": str(path), "unknown_gpus": unknown})
+        else:
+            err_console.print(f"imported {len(entries)} price(s) for {entries[0].provider} from {source} into {path}")
+            if unknown:
+                err_console.print(f"not in the catalog (kept, flagged): {', '.join(unknown)}")
+        return
+    if seen is not None:
+        raise UsageError("--seen only applies with --import or --refresh")
+    prices = load_price_table(settings)
+    rows = _gpu_rows(list(prices.entries), provider, _billing(billing), min_memory)
+    if provider and not rows:
+        raise UsageError(f"no prices for provider {provider!r}; known: {', '.join(prices.providers()) or 'none'}")
+    groups = _sort_rows(rows, sort, prices.rates, currency or settings.catalog.currency)
+    if fmt is TableOrJson.json:
+        print_json([
+            {
+                "gpu": gpu.to_dict() if gpu else {"name": e.gpu if e else None, "known": False},
+                "price": e.to_dict() if e else None,
+                "rank_currency": cur,
+            }
+            for cur, group in groups for gpu, e in group
+        ])
+        return
+    _gpus_table(groups, sort, prices.rates)
+
+
+# --- costctl recommend ------------------------------------------------------------------------------
+
+
+def _model_from_options(params: float | None, model: str | None, config_json: Path | None,
+                        torch_model: str | None) -> ModelSpec:
+    given = [n for n, v in (("--params", params), ("--model", model), ("--config-json", config_json),
+                            ("--torch-model", torch_model)) if v is not None]
+    if len(given) != 1:
+        raise UsageError("give exactly one of --params (e.g. 7e9), --model (a preset), --config-json "
+                         f"(a Hugging Face config.json) or --torch-model FILE.py:FUNC; got {', '.join(given) or 'none'}")
+    if params is not None:
+        return shape_from_params(params)
+    if model is not None:
+        return preset(model)
+    if config_json is not None:
+        return shape_from_hf_config(config_json)
+    assert torch_model is not None
+    return measure_factory(torch_model)
+
+
+def _breakdown_table(console: Console, b: MemoryBreakdown) -> None:
+    s = b.setup
+    seq = f" x seq {b.seq_len}" if b.seq_len else ""
+    extras = [x for x, on in (("activation checkpointing", s.grad_checkpointing), ("flash attention", s.flash_attention),
+                              (f"ZeRO-{s.zero_stage}", s.zero_stage), ("offload", s.offload),
+                              (f"LoRA r={s.lora_rank}", s.lora_rank), ("4-bit base", s.base_weight_bits == 4)) if on]
+    title = (f"Memory per GPU: {b.model} ({b.params / 1e9:.3g} B params"
+             f"{f', {b.trainable_params / 1e6:.3g} M trainable' if b.trainable_params != b.params else ''}), "
+             f"batch {s.batch_size}{seq}, {s.precision}, {s.optimizer}, {s.gpus} GPU(s)"
+             + (f", {', '.join(extras)}" if extras else ""))
+    console.print(title)
+    table = Table()
+    table.add_column("Term")
+    table.add_column("GiB", justify="right")
+    table.add_column("Share", justify="right")
+    total = b.total or 1
+    for name, value in b.terms.items():
+        table.add_row(name.replace("_", " "), _gib(value), f"{value / total:.0%}")
+    table.add_row("total", _gib(b.total), "100%")
+    console.print(table)
+    if b.cpu_bytes:
+        console.print(f"CPU RAM for offloaded state: {_gib(b.cpu_bytes)} GiB")
+
+
+def _recommend_tables(console: Console, rec: Recommendation) -> None:
+    _breakdown_table(console, rec.breakdown)
+    fits = rec.fits
+    if fits:
+        for cur, opts in rec.groups:
+            label = f"in {cur}" if cur else "without a price in the table"
+            table = Table(title=f"Cards that fit, cheapest job first ({label})")
+            for col, just in (("#", "right"), ("GPU", "left"), ("GPUs", "right"), ("Need/usable GiB", "right"),
+                              ("Dtype", "left"), ("Provider", "left"), ("Billing", "left"),
+                              ("Price/GPU-h", "right"), ("Hours", "right"), ("Job cost", "right")):
+                table.add_column(col, justify=just)  # type: ignore[arg-type]
+            for i, o in enumerate(opts, 1):
+                p = o.price
+                table.add_row(
+                    str(i), o.gpu.name, str(o.gpus), f"{_gib(o.required_bytes)} / {_gib(o.usable_bytes)}", o.dtype,
+                    p.provider if p else "-", p.billing if p else "-",
+                    f"{p.price_per_gpu_hour} {p.currency}" if p else "-",
+                    f"{o.hours:,.3g}" if o.hours is not None else "-",
+                    f"{o.cost.rounded(2 if o.cost.amount >= 1 else 4)} {o.cost.currency}" if o.cost else "-",
+                )
+            console.print(table)
+    elif not rec.fitting_gpus:
+        biggest = max((a.gpu for a in rec.no_fit), key=lambda g: g.memory_gb, default=None)
+        console.print(f"No single card fits {_gib(rec.breakdown.total)} GiB per GPU"
+                      + (f" (largest in the catalog: {biggest.name}, {biggest.memory_gb:g} GiB)." if biggest else "."))
+    if rec.no_fit:
+        table = Table(title="Cards that do not fit, and what would make them fit")
+        table.add_column("GPU")
+        table.add_column("Need/usable GiB", justify="right")
+        table.add_column("Would fit with")
+        for a in rec.no_fit:
+            advice = "; ".join(f"{s.change} ({_gib(s.required_bytes)} GiB)" for s in a.suggestions)
+            table.add_row(a.gpu.name, f"{_gib(a.required_bytes)} / {_gib(a.usable_bytes)}", advice or "-")
+        console.print(table)
+    for gpu, reason in rec.excluded:
+        console.print(f"{gpu}: skipped, {reason}")
+    for note in rec.notes:
+        console.print(f"note: {note}")
+
+
+def recommend_cmd(
+    params: Annotated[float | None, typer.Option("--params", help="Parameter count, e.g. 7e9 (GPT-3-family shape for activations).")] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Preset: bert-base, bert-large, gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-2-7b, llama-2-13b, llama-3-8b, mistral-7b, vit-base, resnet50.")] = None,
+    config_json: Annotated[Path | None, typer.Option("--config-json", help="A Hugging Face config.json.")] = None,
+    torch_model: Annotated[str | None, typer.Option("--torch-model", help="FILE.py:FUNC returning (model, make_batch): measure activations on the CPU (needs torch).")] = None,
+    batch: Annotated[int, typer.Option("--batch", "-b", help="Micro-batch per GPU.", min=1)] = 8,
+    seq_len: Annotated[int | None, typer.Option("--seq-len", "-s", help="Tokens per sample (default: the model's).", min=1)] = None,
+    precision: Annotated[PrecisionChoice, typer.Option("--precision", help="fp32, fp16 or bf16 (pure 16-bit: weights, grads, optimizer), or mixed (autocast with fp32 master weights).")] = PrecisionChoice("mixed"),
+    optimizer: Annotated[OptimizerChoice, typer.Option("--optimizer", help="none = inference (weights, KV cache).")] = OptimizerChoice("adamw"),
+    gpus: Annotated[int, typer.Option("--gpus", help="Data-parallel GPUs.", min=1)] = 1,
+    zero: Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3.", min=0, max=3)] = 0,
+    offload: Annotated[bool, typer.Option("--offload", help="Optimizer state and fp32 master weights in CPU RAM.")] = False,
+    grad_checkpointing: Annotated[bool, typer.Option("--grad-checkpointing", help="Full activation checkpointing.")] = False,
+    flash_attention: Annotated[bool, typer.Option("--flash-attention", help="Flash attention (no s x s scores kept).")] = False,
+    lora_rank: Annotated[int | None, typer.Option("--lora-rank", help="Train LoRA adapters of this rank (q,v).", min=1)] = None,
+    qlora: Annotated[bool, typer.Option("--qlora", help="4-bit base under the LoRA adapters.")] = False,
+    tokens: Annotated[float | None, typer.Option("--tokens", help="Tokens (samples for CNNs) the job processes, e.g. 2e9.", min=1)] = None,
+    steps: Annotated[int | None, typer.Option("--steps", help="Optimizer steps (batch x GPUs samples each).", min=1)] = None,
+    mfu: Annotated[float, typer.Option("--mfu", help="Model FLOPs utilization for the time estimate.")] = DEFAULT_MFU,
+    reference_gpu: Annotated[str | None, typer.Option("--reference-gpu", help="Card the job was timed on.")] = None,
+    reference_hours: Annotated[float | None, typer.Option("--reference-hours", help="Hours the job took on --reference-gpu.")] = None,
+    provider: ProviderOpt = None,
+    billing: Annotated[BillingChoice, typer.Option("--billing", help="on-demand, spot or any.")] = BillingChoice.on_demand,
+    headroom: Annotated[float, typer.Option("--headroom", help="Fraction of card memory kept free.")] = DEFAULT_HEADROOM,
+    currency: Annotated[str | None, typer.Option("--currency", help="Rank costs in this currency (needs [[catalog.exchange_rates]]).")] = None,
+    fmt: FormatOpt = TableOrJson.table,
+    config: ConfigOption = None,
+) -> None:
+    """Estimate GPU memory for a training job and rank the cards that fit by estimated cost."""
+    if tokens is not None and steps is not None:
+        raise UsageError("give --tokens or --steps, not both")
+    if (reference_gpu is None) != (reference_hours is None):
+        raise UsageError("--reference-gpu and --reference-hours go together")
+    settings = settings_from(config)
+    spec = _model_from_options(params, model, config_json, torch_model)
+    setup = Setup(
+        batch_size=batch, seq_len=seq_len, precision=precision.value, optimizer=optimizer.value, gpus=gpus, zero_stage=zero,
+        offload=offload, grad_checkpointing=grad_checkpointing, flash_attention=flash_attention,
+        lora_rank=lora_rank if lora_rank or not qlora else 16, base_weight_bits=4 if qlora else None,
+    )
+    reference = None
+    if reference_gpu is not None:
+        ref = get_gpu(reference_gpu)
+        if ref is None:
+            raise UsageError(f"--reference-gpu {reference_gpu!r} is not in the catalog; see `costctl gpus`")
+        if not reference_hours or reference_hours <= 0:
+            raise UsageError("--reference-hours must be > 0")
+        reference = Reference(ref, reference_hours)
+    seq = (spec.fixed_seq_len or seq_len or spec.default_seq_len) if isinstance(spec, TransformerShape) else None
+    work = tokens if tokens is not None else (work_from_steps(spec, setup, steps, seq) if steps else None)
+    rec = recommend(
+        spec, setup, load_catalog(), load_price_table(settings), headroom=headroom, provider=provider,
+        billing=_billing(billing), work=work, mfu=mfu, reference=reference,
+        currency=currency or settings.catalog.currency,
+    )
+    if fmt is TableOrJson.json:
+        print_json(rec.to_dict())
+        return
+    _recommend_tables(_console(), rec)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to `app`."""
+    """Add ``gpus`` and ``recommend`` to ``app``."""
+    app.command("gpus")(gpus)
+    app.command("recommend")(recommend_cmd)

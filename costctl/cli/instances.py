@@ -1,7 +1,400 @@
-"""Placeholder: the `instances` command group is being built (replaced before this lands)."""
+"""``costctl instances | start | stop | release | offers``: instances and prices through the providers.
+
+The provider comes from ``--provider`` or ``[instance] provider``; its config table is
+``[providers.<name>]``. ``costctl instances`` and ``costctl offers`` without ``--provider`` go
+across every configured provider (``[instance] provider`` plus each ``[providers.*]`` table);
+a provider that fails there is reported on stderr and the others are still shown.
+
+Running time and spend shown by ``instances`` are those of the current (or last) session since
+the provider last started the instance: spend = price per instance-hour × running time / 3600,
+computed unrounded and rounded only for display. Stopped instances may still bill storage,
+which is not included.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import sys
+from datetime import datetime
+from decimal import Decimal
+from enum import Enum
+from typing import Annotated, Any
 
 import typer
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+
+from costctl_providers.base import Instance, Offer, Provider, Status
+from costctl_providers.registry import get_provider
+
+from ..clock import Clock, RealClock, ensure_utc
+from ..config import Settings
+from ..errors import CostctlError, ProviderError, UsageError
+from ..cloud import open_provider, provider_config  # noqa: F401 - provider_config re-exported
+from ..money import cost_of
+from ..paths import data_dir
+from .common import ConfigOption, FormatOption, OutputFormat, err_console, out_console, print_json, settings_from
+
+log = logging.getLogger("costctl.cli.instances")
+
+ProviderOption = Annotated[
+    str | None,
+    typer.Option("--provider", "-p", help="Provider name (default: [instance] provider; for listings, all configured)."),
+]
+
+#: Statuses in which an instance is billed for its GPU (running time keeps growing).
+_BILLED = frozenset({Status.STARTING, Status.RUNNING, Status.STOPPING})
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def configured_providers(settings: Settings) -> list[str]:
+    """``[instance] provider`` first, then each ``[providers.*]`` table, without repeats."""
+    names = [settings.instance.provider]
+    for name in settings.providers:
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def running_seconds(inst: Instance, now: datetime) -> Decimal | None:
+    """Seconds the instance has run since it was last started: until ``now`` while it is
+    billed (starting, running, stopping), until ``stopped_at`` otherwise. None when unknown."""
+    if inst.started_at is None:
+        return Decimal(0) if inst.status not in _BILLED else None
+    start = ensure_utc(inst.started_at)
+    if inst.status in _BILLED:
+        end = ensure_utc(now)
+    elif inst.stopped_at is not None:
+        end = ensure_utc(inst.stopped_at)
+    else:
+        return None
+    delta = end - start
+    secs = Decimal(delta.days * 86400 + delta.seconds) + Decimal(delta.microseconds) / Decimal(1_000_000)
+    return max(Decimal(0), secs)
+
+
+def spend_so_far(inst: Instance, now: datetime) -> Decimal | None:
+    """price_per_hour × running time (unrounded, in ``inst.currency``), or None when unknown."""
+    secs = running_seconds(inst, now)
+    if secs is None or inst.price_per_hour is None:
+        return None
+    return cost_of(inst.price_per_hour, secs)
+
+
+def fmt_amount(amount: Decimal | None, places: int = 2) -> str:
+    """Display rounding only: ``places`` decimals, up to 4 when the amount needs them (0.125)."""
+    if amount is None:
+        return "-"
+    q = amount.quantize(Decimal(1).scaleb(-4))
+    text = format(q.normalize(), "f")
+    whole, _, frac = text.partition(".")
+    return f"{whole}.{frac.ljust(places, '0')}"
+
+
+def fmt_duration(secs: Decimal | None) -> str:
+    """``1h02m``, ``5m03s``, ``12s`` or ``-``."""
+    if secs is None:
+        return "-"
+    s = int(secs)
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    if h:
+        return f"{h}h{m:02d}m"
+    if m:
+        return f"{m}m{s:02d}s"
+    return f"{s}s"
+
+
+def _instance_row(inst: Instance, now: datetime) -> dict[str, Any]:
+    secs = running_seconds(inst, now)
+    spend = spend_so_far(inst, now)
+    return {
+        "provider": inst.provider,
+        "id": inst.id,
+        "gpu": inst.gpu,
+        "gpu_count": inst.gpu_count,
+        "status": inst.status.value,
+        "status_raw": inst.status_raw,
+        "preempted": inst.preempted,
+        "billing": inst.billing.value,
+        "price_per_hour": str(inst.price_per_hour) if inst.price_per_hour is not None else None,
+        "bid_per_hour": str(inst.bid_per_hour) if inst.bid_per_hour is not None else None,
+        "currency": inst.currency,
+        "started_at": ensure_utc(inst.started_at).isoformat() if inst.started_at else None,
+        "stopped_at": ensure_utc(inst.stopped_at).isoformat() if inst.stopped_at else None,
+        "running_s": str(secs) if secs is not None else None,
+        "spend": str(spend) if spend is not None else None,
+        "region": inst.region,
+    }
+
+
+def _write_csv(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    sys.stdout.write(buf.getvalue())
+
+
+def _table(columns: tuple[tuple[str, str], ...]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for col, justify in columns:
+        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    return table
+
+
+def _print_table(table: Table) -> None:
+    """On a terminal, fit the screen; into a pipe or file, never fold a row."""
+    if out_console.is_terminal:
+        out_console.print(table)
+    else:
+        natural = Measurement.get(out_console, out_console.options.update(max_width=10_000), table).maximum
+        Console(width=max(out_console.width, natural), highlight=False, markup=False).print(table)
+
+
+def _describe(inst: Instance) -> str:
+    price = f", {fmt_amount(inst.price_per_hour)} {inst.currency}/h" if inst.price_per_hour is not None else ""
+    return f"{inst.id} on {inst.provider} ({inst.gpu_count}× {inst.gpu or '?'}, {inst.status.value}{price})"
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def instances(
+    provider: ProviderOption = None,
+    fmt: FormatOption = OutputFormat.table,
+    config: ConfigOption = None,
+) -> None:
+    """List instances: id, GPU, status, billing mode, price per hour, running time, spend so far."""
+    settings = settings_from(config)
+    names = [provider] if provider else configured_providers(settings)
+    now = RealClock().now()
+    rows: list[dict[str, Any]] = []
+    failures: list[str] = []
+    for name in names:
+        try:
+            found = open_provider(settings, name).list_instances()
+        except CostctlError as exc:
+            if provider:  # asked for this one: its error is the answer
+                raise
+            failures.append(exc.message)
+            err_console.print(f"costctl: {name}: {exc.message}", soft_wrap=True)
+            continue
+        rows.extend(_instance_row(i, now) for i in found)
+    if failures and not rows and len(failures) == len(names):
+        raise ProviderError(f"no provider could be read ({len(failures)} failed; see above)")
+    if fmt == OutputFormat.json:
+        print_json(rows)
+    elif fmt == OutputFormat.csv:
+        _write_csv(rows)
+    else:
+        table = _table((("PROVIDER", "left"), ("ID", "left"), ("GPU", "left"), ("STATUS", "left"),
+                        ("BILLING", "left"), ("PRICE/H", "right"), ("RUNNING", "right"), ("SPEND", "right")))
+        for r in rows:
+            status = r["status"] + (" (preempted)" if r["preempted"] else "")
+            price = Decimal(r["price_per_hour"]) if r["price_per_hour"] else None
+            spend = Decimal(r["spend"]) if r["spend"] else None
+            running = Decimal(r["running_s"]) if r["running_s"] else None
+            table.add_row(
+                r["provider"], r["id"], f"{r['gpu_count']}× {r['gpu'] or '?'}", status, r["billing"],
+                f"{fmt_amount(price)} {r['currency']}" if price is not None else "-",
+                fmt_duration(running),
+                f"{fmt_amount(spend)} {r['currency']}" if spend is not None else "-",
+            )
+        if rows:
+            _print_table(table)
+        else:
+            out_console.print("no instances", soft_wrap=True)
+    if failures:
+        raise typer.Exit(1)
+
+
+def start(
+    instance_id: Annotated[str, typer.Argument(metavar="ID", help="Instance id.")],
+    provider: ProviderOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Start (power on / resume) an instance; nothing happens if it is already running."""
+    settings = settings_from(config)
+    prov = open_provider(settings, provider)
+    if not prov.capabilities.start:
+        raise UsageError(f"provider {prov.name} cannot start instances")
+    inst = prov.start_instance(instance_id)
+    log.info("start %s on %s: requested on the command line; now %s", instance_id, prov.name, inst.status.value)
+    out_console.print(f"{_describe(inst)}", soft_wrap=True)
+
+
+def stop(
+    instance_id: Annotated[str, typer.Argument(metavar="ID", help="Instance id.")],
+    provider: ProviderOption = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would happen; change nothing.")] = False,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until the provider reports it stopped.")] = True,
+    config: ConfigOption = None,
+) -> None:
+    """Stop (power off) an instance; nothing happens if it is already stopped."""
+    settings = settings_from(config)
+    prov = open_provider(settings, provider)
+    if not prov.capabilities.stop:
+        raise UsageError(f"provider {prov.name} cannot stop instances")
+    before = prov.get_instance(instance_id)
+    if dry_run:
+        if before.status in (Status.STOPPED, Status.STOPPING, Status.TERMINATED):
+            out_console.print(f"dry run: {_describe(before)} is already {before.status.value}; nothing to stop", soft_wrap=True)
+        else:
+            out_console.print(f"dry run: would stop {_describe(before)}; nothing changed", soft_wrap=True)
+        return
+    log.info("stop %s on %s: requested on the command line; was %s", instance_id, prov.name, before.status.value)
+    inst = prov.stop_instance(instance_id, wait=wait)
+    if before.status in (Status.STOPPED, Status.TERMINATED):
+        out_console.print(f"{_describe(inst)}: already {before.status.value}, nothing done", soft_wrap=True)
+    else:
+        out_console.print(f"stopped {_describe(inst)}", soft_wrap=True)
+
+
+def release(
+    instance_id: Annotated[str, typer.Argument(metavar="ID", help="Instance id.")],
+    provider: ProviderOption = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would happen; change nothing.")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Release (terminate / destroy) an instance AND ITS DATA. Asks for confirmation unless --yes."""
+    settings = settings_from(config)
+    prov = open_provider(settings, provider)
+    if not prov.capabilities.release:
+        raise UsageError(f"provider {prov.name} cannot release instances")
+    before = prov.get_instance(instance_id)
+    if before.status == Status.TERMINATED:
+        out_console.print(f"{_describe(before)}: already released, nothing done", soft_wrap=True)
+        return
+    if dry_run:
+        out_console.print(f"dry run: would release {_describe(before)} and delete its data; nothing changed", soft_wrap=True)
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(
+                f"release deletes instance {instance_id} and its data; pass --yes to confirm "
+                "(there is no terminal to ask on)"
+            )
+        if not typer.confirm(f"Release {_describe(before)}? Its data will be deleted", default=False):
+            err_console.print("costctl: not released")
+            raise typer.Exit(1)
+    log.info("release %s on %s: requested on the command line; was %s", instance_id, prov.name, before.status.value)
+    inst = prov.release_instance(instance_id)
+    out_console.print(f"released {_describe(inst)}", soft_wrap=True)
+
+
+class SortBy(str, Enum):
+    """Sort key of ``offers`` within each currency."""
+
+    gpu_hour = "gpu-hour"
+    instance_hour = "instance-hour"
+
+
+def _offer_row(o: Offer) -> dict[str, Any]:
+    return {
+        "provider": o.provider,
+        "id": o.id,
+        "gpu": o.gpu,
+        "gpu_count": o.gpu_count,
+        "billing": o.billing.value,
+        "price_per_hour": str(o.price_per_hour),
+        "price_per_gpu_hour": str(o.price_per_gpu_hour),
+        "currency": o.currency,
+        "gpu_memory_bytes": o.gpu_memory_bytes,
+        "region": o.region,
+        "reliability": o.reliability,
+        "available": o.available,
+    }
+
+
+def sort_offers(offers: list[Offer], by: SortBy = SortBy.gpu_hour) -> list[Offer]:
+    """Group by currency (alphabetical; currencies are never compared), cheapest first within
+    each by price per GPU-hour (or per instance-hour), ties by the other price then provider."""
+    def key(o: Offer) -> tuple[Any, ...]:
+        first, second = (o.price_per_gpu_hour, o.price_per_hour) if by == SortBy.gpu_hour else (
+            o.price_per_hour, o.price_per_gpu_hour)
+        return (o.currency, first, second, o.provider, o.id)
+
+    return sorted(offers, key=key)
+
+
+def offers(
+    gpu: Annotated[str, typer.Argument(help="GPU model, e.g. 4090, A100, \"RTX 3090\".")],
+    provider: ProviderOption = None,
+    billing: Annotated[str | None, typer.Option("--billing", help="on-demand or spot (default: both).")] = None,
+    sort: Annotated[SortBy, typer.Option("--sort", help="gpu-hour or instance-hour.")] = SortBy.gpu_hour,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="At most this many rows per currency.")] = None,
+    fmt: FormatOption = OutputFormat.table,
+    config: ConfigOption = None,
+) -> None:
+    """Current prices for a GPU type: cheapest first within each currency, per instance-hour and per GPU-hour."""
+    if billing is not None and billing not in ("on-demand", "spot"):
+        raise UsageError(f"--billing {billing!r}: expected on-demand or spot")
+    settings = settings_from(config)
+    names = [provider] if provider else configured_providers(settings)
+    found: list[Offer] = []
+    failures = 0
+    for name in names:
+        try:
+            prov = open_provider(settings, name)
+            if not prov.capabilities.offers:
+                if provider:
+                    raise UsageError(f"provider {name} cannot list offers")
+                continue
+            found.extend(prov.list_offers(gpu))
+        except UsageError:
+            raise
+        except CostctlError as exc:
+            if provider:
+                raise
+            failures += 1
+            err_console.print(f"costctl: {name}: {exc.message}", soft_wrap=True)
+    if billing is not None:
+        found = [o for o in found if o.billing.value == billing]
+    ordered = sort_offers(found, sort)
+    if limit is not None:
+        kept: list[Offer] = []
+        per: dict[str, int] = {}
+        for o in ordered:
+            per[o.currency] = per.get(o.currency, 0) + 1
+            if per[o.currency] <= limit:
+                kept.append(o)
+        ordered = kept
+    rows = [_offer_row(o) for o in ordered]
+    if fmt == OutputFormat.json:
+        print_json(rows)
+    elif fmt == OutputFormat.csv:
+        _write_csv(rows)
+    else:
+        if not rows:
+            out_console.print(f"no offers for {gpu!r}", soft_wrap=True)
+        else:
+            table = _table((("PROVIDER", "left"), ("GPU", "left"), ("BILLING", "left"), ("PRICE/H", "right"),
+                            ("PER GPU-H", "right"), ("REGION", "left"), ("ID", "left")))
+            for o in ordered:
+                table.add_row(
+                    o.provider, f"{o.gpu_count}× {o.gpu or o.gpu_raw or '?'}", o.billing.value,
+                    f"{fmt_amount(o.price_per_hour)} {o.currency}", f"{fmt_amount(o.price_per_gpu_hour)} {o.currency}",
+                    o.region or "-", o.id,
+                )
+            _print_table(table)
+    if failures:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to `app`."""
+    """Add ``instances``, ``start``, ``stop``, ``release`` and ``offers`` to ``app``."""
+    app.command("instances")(instances)
+    app.command("start")(start)
+    app.command("stop")(stop)
+    app.command("release")(release)
+    app.command("offers")(offers)

@@ -1,0 +1,208 @@
+"""Measured activation memory: count the bytes of the tensors autograd saves for backward.
+
+For models the analytic formulas do not cover (CNNs, anything custom), run one training step
+on the CPU at batch 1 and batch 2 under :class:`torch.autograd.graph.saved_tensors_hooks`,
+add up the distinct storages the pack hook sees (parameters excluded: they are counted as
+weights), and fit ``M(b) = M0 + b*m1``. What autograd saves depends on the operators, not on
+the device, so the fit made on a machine without a GPU predicts the activation memory on one.
+
+torch is optional: :func:`measure_activations` raises :class:`~costctl.errors.CostctlError`
+with an install hint when it is missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import runpy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..errors import CostctlError, UsageError
+from .models import MeasuredProfile
+
+
+def torch_available() -> bool:
+    """Whether torch can be imported."""
+    return importlib.util.find_spec("torch") is not None
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise CostctlError("the measured route needs PyTorch: pip install torch (the CPU build is enough)") from None
+    return torch
+
+
+@dataclass(frozen=True)
+class ActivationFit:
+    """``M(b) = fixed_bytes + b * per_sample_bytes``, fitted from measured points.
+
+    Attributes:
+        fixed_bytes: M0, batch-independent saved bytes (may be slightly negative from noise; clamped at 0 in use).
+        per_sample_bytes: m1, saved bytes per sample.
+        points: ``(batch, saved bytes)`` measured.
+        params: parameter count of the model.
+        dtype_bytes: bytes per element of the floating-point activations measured (4 for fp32).
+    """
+
+    fixed_bytes: int
+    per_sample_bytes: int
+    points: tuple[tuple[int, int], ...]
+    params: int
+    dtype_bytes: int = 4
+
+    def predict(self, batch: int) -> int:
+        """Saved bytes at ``batch``."""
+        return max(0, self.fixed_bytes) + batch * self.per_sample_bytes
+
+    def profile(self, name: str, *, forward_flops_per_sample: float | None = None, blocks: int = 1) -> MeasuredProfile:
+        """A :class:`~costctl.catalog.models.MeasuredProfile` for the estimator."""
+        return MeasuredProfile(
+            name=name, params=self.params, per_sample_bytes=self.per_sample_bytes,
+            fixed_bytes=max(0, self.fixed_bytes), measured_dtype_bytes=self.dtype_bytes,
+            forward_flops_per_sample=forward_flops_per_sample, blocks=blocks,
+            source=f"measured with saved_tensors_hooks at batch {', '.join(str(b) for b, _ in self.points)}",
+        )
+
+
+def _default_loss(output: Any) -> Any:
+    if hasattr(output, "loss") and output.loss is not None:
+        return output.loss
+    if isinstance(output, (tuple, list)):
+        output = output[0]
+    if hasattr(output, "logits"):
+        output = output.logits
+    return output.float().sum()
+
+
+def _storage_key(t: Any) -> int:
+    """Identity of a tensor's storage: the StorageImpl address (works on the meta device, where
+    every data pointer is 0), else the data pointer."""
+    storage = t.untyped_storage()
+    key = getattr(storage, "_cdata", None)
+    return int(key) if key else int(storage.data_ptr())
+
+
+def saved_tensor_bytes(model: Any, inputs: Any, loss_fn: Callable[[Any], Any] | None = None) -> int:
+    """Bytes of the distinct storages autograd saves for backward during one forward pass of
+    ``model(*inputs)`` (parameters excluded), then runs backward to free them.
+
+    Works on any device, including ``meta`` (shapes only, no arithmetic: fast, and no memory
+    for the weights), since what autograd saves does not depend on the values.
+
+    Args:
+        model: a ``torch.nn.Module`` (put in train mode).
+        inputs: a tensor or a tuple of positional arguments.
+        loss_fn: output -> scalar loss (default: ``.loss`` if present, else ``sum()`` of the output).
+
+    Returns:
+        bytes (storages counted once even when several saved tensors view them).
+    """
+    torch = _torch()
+    params = {_storage_key(p) for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t: Any) -> Any:
+        key = _storage_key(t)
+        if key and key not in params:
+            seen[key] = t.untyped_storage().nbytes()
+        return t
+
+    args = inputs if isinstance(inputs, tuple) else (inputs,)
+    model.train()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        output = model(*args)
+        loss = (loss_fn or _default_loss)(output)
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+    return sum(seen.values())
+
+
+def measure_activations(model: Any, make_batch: Callable[[int], Any], *, batches: Sequence[int] = (1, 2),
+                        loss_fn: Callable[[Any], Any] | None = None) -> ActivationFit:
+    """Fit ``M(b) = M0 + b*m1`` from saved-tensor bytes at ``batches`` (default 1 and 2).
+
+    Args:
+        model: a ``torch.nn.Module`` on the CPU or the ``meta`` device (with inputs to match).
+        make_batch: batch size -> the model's positional input(s) for that batch.
+        batches: at least two distinct batch sizes; with more, a least-squares line.
+        loss_fn: see :func:`saved_tensor_bytes`.
+
+    Raises:
+        CostctlError: torch missing. UsageError: fewer than two distinct batch sizes.
+    """
+    sizes = sorted(set(int(b) for b in batches))
+    if len(sizes) < 2 or sizes[0] < 1:
+        raise UsageError("measure_activations needs at least two distinct batch sizes >= 1")
+    torch = _torch()
+    points = tuple((b, saved_tensor_bytes(model, make_batch(b), loss_fn)) for b in sizes)
+    n = len(points)
+    mean_b = sum(b for b, _ in points) / n
+    mean_m = sum(m for _, m in points) / n
+    var = sum((b - mean_b) ** 2 for b, _ in points)
+    slope = sum((b - mean_b) * (m - mean_m) for b, m in points) / var
+    intercept = mean_m - slope * mean_b
+    dtype_bytes = 4
+    for p in model.parameters():
+        if p.is_floating_point():
+            dtype_bytes = torch.finfo(p.dtype).bits // 8
+            break
+    params = sum(p.numel() for p in model.parameters())
+    return ActivationFit(int(round(intercept)), int(round(slope)), points, params, dtype_bytes)
+
+
+def load_factory(spec: str) -> Callable[[], Any]:
+    """Load ``path/to/file.py:function`` (or ``package.module:function``) for ``--torch-model``.
+
+    The function takes no arguments and returns ``(model, make_batch)``, optionally
+    ``(model, make_batch, loss_fn)``.
+
+    Raises:
+        UsageError: malformed spec, missing file or function.
+    """
+    target, sep, func = spec.rpartition(":")
+    if not sep or not target or not func:
+        raise UsageError(f"--torch-model {spec!r}: expected FILE.py:FUNCTION or MODULE:FUNCTION")
+    if target.endswith(".py"):
+        path = Path(target)
+        if not path.is_file():
+            raise UsageError(f"--torch-model: {path} does not exist")
+        try:
+            namespace = runpy.run_path(str(path))
+        except Exception as exc:  # noqa: BLE001 - the user's file: report it in one line
+            raise UsageError(f"--torch-model: running {path} failed: {type(exc).__name__}: {exc}") from None
+    else:
+        try:
+            namespace = vars(importlib.import_module(target))
+        except Exception as exc:  # noqa: BLE001
+            raise UsageError(f"--torch-model: cannot import {target}: {type(exc).__name__}: {exc}") from None
+    factory = namespace.get(func)
+    if not callable(factory):
+        raise UsageError(f"--torch-model: {target} has no function {func!r}")
+    return factory
+
+
+def measure_factory(spec: str, name: str | None = None) -> MeasuredProfile:
+    """Measure the model a ``--torch-model`` factory builds and return its profile.
+
+    Raises:
+        UsageError: the factory does not return ``(model, make_batch[, loss_fn])``.
+    """
+    factory = load_factory(spec)
+    try:
+        built = factory()
+    except Exception as exc:  # noqa: BLE001 - the user's factory: report it in one line
+        raise UsageError(f"--torch-model {spec}: the function raised {type(exc).__name__}: {exc}") from None
+    if not isinstance(built, tuple) or len(built) not in (2, 3):
+        raise UsageError(f"--torch-model {spec}: the function must return (model, make_batch[, loss_fn])")
+    model, make_batch = built[0], built[1]
+    loss_fn = built[2] if len(built) == 3 else None
+    fit = measure_activations(model, make_batch, loss_fn=loss_fn)
+    return fit.profile(name or spec.rpartition(":")[2])
+
+
+__all__ = ["ActivationFit", "load_factory", "measure_activations", "measure_factory", "saved_tensor_bytes",
+           "torch_available"]

@@ -1,0 +1,412 @@
+"""The price table: what one GPU-hour costs, per provider and billing mode.
+
+Sources, lowest precedence first (a later one replaces an earlier row with the same
+provider, GPU and billing mode):
+
+1. the seed table shipped in the package (``data/prices.csv``), each row with date and source;
+2. prices imported with ``costctl gpus --import`` (SkyPilot CSV) or ``--refresh PROVIDER``
+   (the adapter's offers), kept in a CSV file in the data dir (:func:`imported_prices_path`);
+3. ``[[catalog.prices]]`` in ``costctl.toml``.
+
+Prices are Decimal per GPU-hour in the row's currency. Amounts in different currencies are
+compared only through an :class:`~costctl.money.ExchangeRate` from ``[[catalog.exchange_rates]]``
+(with its date); otherwise each currency is ranked on its own (:func:`rank_groups`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import tempfile
+from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence, TypeVar
+
+from ..errors import ConfigError, CurrencyMismatchError
+from ..money import ExchangeRate, Money, parse_decimal
+from ..paths import data_dir
+from .gpus import normalize_gpu_name
+
+if TYPE_CHECKING:
+    from ..config import Settings
+
+Billing = Literal["on-demand", "spot"]
+BILLING_MODES: tuple[str, ...] = ("on-demand", "spot")
+PRICE_COLUMNS = ("provider", "gpu", "billing", "price_per_gpu_hour", "currency", "seen", "source")
+IMPORTED_PRICES_FILE = "imported_prices.csv"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class PriceEntry:
+    """One price: a GPU-hour of ``gpu`` at ``provider`` under ``billing``.
+
+    Attributes:
+        provider: provider name (``"runpod"``, ``"vastai"``, ``"autodl"``, ``"aws"``...), lower case.
+        gpu: catalog name when known (see :func:`~costctl.catalog.gpus.normalize_gpu_name`), else the raw name.
+        gpu_raw: the name as the source spelled it.
+        known: whether ``gpu`` is a catalog model.
+        billing: ``"on-demand"`` or ``"spot"`` (interruptible; for spot the price is the going or minimum bid).
+        price_per_gpu_hour: Decimal, currency units per GPU-hour.
+        currency: ISO 4217 code.
+        seen: the date the price was seen.
+        source: URL, file or ``"config"``.
+    """
+
+    provider: str
+    gpu: str
+    gpu_raw: str
+    known: bool
+    billing: Billing
+    price_per_gpu_hour: Decimal
+    currency: str
+    seen: date
+    source: str
+
+    @property
+    def price(self) -> Money:
+        """The price per GPU-hour as :class:`~costctl.money.Money`."""
+        return Money(self.price_per_gpu_hour, self.currency)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """(provider, gpu, billing): rows with the same key replace each other."""
+        return (self.provider, self.gpu, self.billing)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready dict (price as a string, date ISO)."""
+        return {
+            "provider": self.provider,
+            "gpu": self.gpu,
+            "gpu_raw": self.gpu_raw,
+            "known": self.known,
+            "billing": self.billing,
+            "price_per_gpu_hour": str(self.price_per_gpu_hour),
+            "currency": self.currency,
+            "seen": self.seen.isoformat(),
+            "source": self.source,
+        }
+
+
+def make_entry(
+    provider: str,
+    gpu: str,
+    billing: str,
+    price_per_gpu_hour: object,
+    currency: str,
+    seen: date | str,
+    source: str,
+    *,
+    memory_gb: float | None = None,
+) -> PriceEntry:
+    """Validate and build a :class:`PriceEntry`, normalizing the GPU name.
+
+    Raises:
+        ConfigError: empty provider or GPU, billing not on-demand|spot, a price that is not a
+            number >= 0, a currency that is not three letters, or a date not ``YYYY-MM-DD``.
+    """
+    provider = (provider or "").strip().lower()
+    if not provider:
+        raise ConfigError("price: provider is empty")
+    raw = (gpu or "").strip()
+    if not raw:
+        raise ConfigError(f"price for {provider}: gpu is empty")
+    billing = (billing or "").strip().lower()
+    if billing not in BILLING_MODES:
+        raise ConfigError(f"price for {provider} {raw}: billing {billing!r} is not one of on-demand, spot")
+    amount = parse_decimal(price_per_gpu_hour, what=f"price for {provider} {raw}")
+    if amount < 0:
+        raise ConfigError(f"price for {provider} {raw}: {amount} is negative")
+    cur = (currency or "").strip().upper()
+    if len(cur) != 3 or not cur.isalpha():
+        raise ConfigError(f"price for {provider} {raw}: currency {currency!r} is not a 3-letter ISO code")
+    if isinstance(seen, str):
+        try:
+            seen = date.fromisoformat(seen.strip())
+        except ValueError:
+            raise ConfigError(f"price for {provider} {raw}: date {seen!r} is not YYYY-MM-DD") from None
+    name, known = normalize_gpu_name(raw, memory_gb=memory_gb)
+    return PriceEntry(provider, name, raw, known, billing, amount, cur, seen, (source or "").strip())  # type: ignore[arg-type]
+
+
+def parse_price_csv(text: str, *, origin: str) -> list[PriceEntry]:
+    """Read a price CSV with the header ``provider,gpu,billing,price_per_gpu_hour,currency,seen,source``
+    (columns by name, any order; lines starting with ``#`` are comments).
+
+    Raises:
+        ConfigError: a missing column or a bad row (naming ``origin`` and the line).
+    """
+    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("#")]
+    reader = csv.DictReader(io.StringIO("\n".join(lines)))
+    missing = [c for c in PRICE_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise ConfigError(f"{origin}: missing column(s) {', '.join(missing)}; expected {','.join(PRICE_COLUMNS)}")
+    out = []
+    for n, row in enumerate(reader, start=2):
+        try:
+            out.append(make_entry(*(row[c] or "" for c in PRICE_COLUMNS)))
+        except ConfigError as exc:
+            raise ConfigError(f"{origin} row {n}: {exc}") from None
+    return out
+
+
+def shipped_prices() -> list[PriceEntry]:
+    """The seed price table shipped in the package."""
+    text = resources.files("costctl.catalog").joinpath("data/prices.csv").read_text(encoding="utf-8")
+    return parse_price_csv(text, origin="costctl/catalog/data/prices.csv")
+
+
+def imported_prices_path(configured_data_dir: Path | None = None) -> Path:
+    """Where ``costctl gpus --import`` keeps imported prices: ``<data dir>/imported_prices.csv``."""
+    return data_dir(configured_data_dir) / IMPORTED_PRICES_FILE
+
+
+def load_imported_prices(configured_data_dir: Path | None = None) -> list[PriceEntry]:
+    """Prices imported earlier (empty if none)."""
+    path = imported_prices_path(configured_data_dir)
+    if not path.is_file():
+        return []
+    return parse_price_csv(path.read_text(encoding="utf-8"), origin=str(path))
+
+
+def save_imported_prices(entries: Sequence[PriceEntry], configured_data_dir: Path | None = None) -> Path:
+    """Merge ``entries`` into the imported-prices file and write it atomically.
+
+    Every earlier imported row of a provider present in ``entries`` is dropped first, so
+    re-importing a provider's catalog replaces it (idempotent). Returns the file's path.
+    """
+    path = imported_prices_path(configured_data_dir)
+    providers = {e.provider for e in entries}
+    kept = [e for e in load_imported_prices(configured_data_dir) if e.provider not in providers]
+    rows = merge_prices(kept, entries)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(PRICE_COLUMNS)
+    for e in rows:
+        # The catalog name, not the raw one: a family name resolved by memory ("A100" with
+        # 80 GB) must not fall back to its default variant when read back.
+        writer.writerow([e.provider, e.gpu if e.known else e.gpu_raw, e.billing, e.price_per_gpu_hour, e.currency, e.seen.isoformat(), e.source])
+    fd, tmp = tempfile.mkstemp(prefix=".imported_prices.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(buf.getvalue())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def prices_from_offers(offers: Iterable[Any], *, seen: date) -> list[PriceEntry]:
+    """Price rows from a provider adapter's offers (``costctl_providers.base.Offer``): the
+    cheapest per-GPU-hour price per (GPU, billing) mode; prepaid offers are skipped.
+
+    Offers are read by attribute (provider, gpu_raw/gpu, gpu_count, billing, price_per_hour,
+    currency, gpu_memory_bytes, region), so this module does not import the providers package.
+    """
+    best: dict[tuple[str, str, str], PriceEntry] = {}
+    for offer in offers:
+        billing = str(getattr(offer.billing, "value", offer.billing))
+        if billing not in BILLING_MODES or not offer.gpu_count:
+            continue
+        raw = offer.gpu_raw or offer.gpu or ""
+        memory = getattr(offer, "gpu_memory_bytes", None)
+        entry = make_entry(
+            offer.provider, raw, billing, Decimal(offer.price_per_hour) / Decimal(offer.gpu_count),
+            offer.currency, seen, f"{offer.provider} offers{f' ({offer.region})' if offer.region else ''}",
+            memory_gb=memory / 2**30 if memory else None,
+        )
+        current = best.get(entry.key)
+        if current is None or entry.price_per_gpu_hour < current.price_per_gpu_hour:
+            best[entry.key] = entry
+    return list(best.values())
+
+
+def merge_prices(*layers: Iterable[PriceEntry]) -> list[PriceEntry]:
+    """Merge layers lowest precedence first: a later row replaces an earlier one with the
+    same (provider, gpu, billing). Order of first appearance is kept."""
+    merged: dict[tuple[str, str, str], PriceEntry] = {}
+    for layer in layers:
+        for entry in layer:
+            merged[entry.key] = entry
+    return list(merged.values())
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    """All known prices plus the exchange rates allowed for comparing currencies.
+
+    Attributes:
+        entries: merged price rows (see module docstring for precedence).
+        rates: exchange rates from the config, each with its ``as_of`` date.
+    """
+
+    entries: tuple[PriceEntry, ...]
+    rates: tuple[ExchangeRate, ...] = ()
+
+    def lookup(
+        self, gpu: str | None = None, *, provider: str | None = None, billing: str | None = None
+    ) -> list[PriceEntry]:
+        """Rows for a GPU (any spelling), provider and/or billing mode; None matches all.
+        Sorted by provider, then billing, then price."""
+        name = normalize_gpu_name(gpu)[0] if gpu is not None else None
+        prov = provider.lower() if provider else None
+        rows = [
+            e for e in self.entries
+            if (name is None or e.gpu == name)
+            and (prov is None or e.provider == prov)
+            and (billing is None or e.billing == billing)
+        ]
+        return sorted(rows, key=lambda e: (e.provider, e.billing, e.currency, e.price_per_gpu_hour))
+
+    def providers(self) -> list[str]:
+        """Provider names present, sorted."""
+        return sorted({e.provider for e in self.entries})
+
+    def convert(self, money: Money, currency: str) -> Money | None:
+        """``money`` in ``currency`` through one configured rate (either direction); itself
+        if already in it; None when no rate links the two."""
+        return convert(money, currency, self.rates)
+
+    def cheapest(
+        self, gpu: str, *, billing: str = "on-demand", provider: str | None = None, currency: str | None = None
+    ) -> PriceEntry | None:
+        """The cheapest row for ``gpu``. With ``currency``, rows in other currencies count only
+        through a configured rate; without it, only when all rows share one currency
+        (otherwise :class:`~costctl.errors.CurrencyMismatchError`)."""
+        rows = self.lookup(gpu, provider=provider, billing=billing)
+        if not rows:
+            return None
+        if currency is None:
+            currencies = {r.currency for r in rows}
+            if len(currencies) > 1:
+                raise CurrencyMismatchError(
+                    f"prices for {gpu} are in {', '.join(sorted(currencies))}; set [[catalog.exchange_rates]] "
+                    "and a currency to compare them"
+                )
+            return min(rows, key=lambda r: r.price_per_gpu_hour)
+        scored = [(self.convert(r.price, currency), r) for r in rows]
+        usable = [(m.amount, r) for m, r in scored if m is not None]
+        return min(usable, key=lambda t: t[0])[1] if usable else None
+
+
+def convert(money: Money, currency: str, rates: Sequence[ExchangeRate]) -> Money | None:
+    """Convert through one rate that links ``money.currency`` and ``currency`` (either
+    direction); ``money`` itself when the currencies match; None when no rate links them."""
+    target = currency.upper()
+    if money.currency == target:
+        return money
+    for rate in rates:
+        pair = {rate.base.upper(), rate.quote.upper()}
+        if pair == {money.currency, target}:
+            return rate.convert(money)
+    return None
+
+
+def rank_groups(
+    items: Sequence[T],
+    money_of: Callable[[T], Money | None],
+    rates: Sequence[ExchangeRate] = (),
+    currency: str | None = None,
+) -> list[tuple[str | None, list[T]]]:
+    """Rank items by money, never mixing currencies without a rate.
+
+    Items whose amount converts to ``currency`` (directly, or by one configured rate) form one
+    group ranked together; each remaining currency forms its own group; items without a price
+    (``money_of`` returns None) come last in a group keyed None. With ``currency`` None, the
+    target is the currency most items are in when ``rates`` can convert others into it.
+
+    Returns:
+        ``[(currency, items sorted cheapest first), ...]``, the target currency's group first.
+    """
+    priced = [(money_of(i), i) for i in items]
+    unpriced = [i for m, i in priced if m is None]
+    with_price = [(m, i) for m, i in priced if m is not None]
+    if currency is None and rates and with_price:
+        counts: dict[str, int] = {}
+        for m, _ in with_price:
+            counts[m.currency] = counts.get(m.currency, 0) + 1
+        currency = max(sorted(counts), key=lambda c: counts[c])
+    groups: dict[str, list[tuple[Decimal, T]]] = {}
+    for m, i in with_price:
+        conv = convert(m, currency, rates) if currency else None
+        if conv is not None:
+            groups.setdefault(conv.currency, []).append((conv.amount, i))
+        else:
+            groups.setdefault(m.currency, []).append((m.amount, i))
+    order = sorted(groups, key=lambda c: (c != (currency or "").upper(), c))
+    out: list[tuple[str | None, list[T]]] = [
+        (c, [i for _, i in sorted(groups[c], key=lambda t: t[0])]) for c in order
+    ]
+    if unpriced:
+        out.append((None, unpriced))
+    return out
+
+
+def rates_used(groups: Sequence[tuple[str | None, Sequence[T]]], currency_of: Callable[[T], str | None],
+               rates: Sequence[ExchangeRate]) -> list[str]:
+    """Human lines for the rates a :func:`rank_groups` result relied on: ``"1 USD = 7.10 CNY
+    (as of 2026-07-01)"`` for each rate linking a group's currency to an item's currency."""
+    pairs = {(g, c) for g, items in groups if g for c in (currency_of(i) for i in items) if c and c != g}
+    lines = []
+    for rate in rates:
+        if any({rate.base.upper(), rate.quote.upper()} == {a, b} for a, b in pairs):
+            lines.append(f"1 {rate.base} = {rate.rate} {rate.quote} (as of {rate.as_of.isoformat()})")
+    return lines
+
+
+def rates_from_settings(settings: "Settings | None") -> tuple[ExchangeRate, ...]:
+    """Exchange rates configured in ``[[catalog.exchange_rates]]``."""
+    if settings is None:
+        return ()
+    return tuple(
+        ExchangeRate(base=r.base, quote=r.quote, rate=r.rate, as_of=r.as_of) for r in settings.catalog.exchange_rates
+    )
+
+
+def config_prices(settings: "Settings | None") -> list[PriceEntry]:
+    """Prices from ``[[catalog.prices]]`` (source ``"config"`` unless given)."""
+    if settings is None:
+        return []
+    return [
+        make_entry(p.provider, p.gpu, p.billing, p.price_per_gpu_hour, p.currency, p.seen, p.source or "config")
+        for p in settings.catalog.prices
+    ]
+
+
+def load_price_table(settings: "Settings | None" = None, *, include_imported: bool = True) -> PriceTable:
+    """The merged price table: shipped seed < imported (data dir) < config overrides.
+
+    Raises:
+        ConfigError: a malformed shipped, imported or configured price.
+    """
+    configured_dir = settings.data_dir if settings is not None else None
+    layers: list[list[PriceEntry]] = [shipped_prices()]
+    if include_imported:
+        layers.append(load_imported_prices(configured_dir))
+    layers.append(config_prices(settings))
+    return PriceTable(entries=tuple(merge_prices(*layers)), rates=rates_from_settings(settings))
+
+
+__all__ = [
+    "BILLING_MODES",
+    "PriceEntry",
+    "PriceTable",
+    "convert",
+    "imported_prices_path",
+    "load_imported_prices",
+    "load_price_table",
+    "make_entry",
+    "merge_prices",
+    "parse_price_csv",
+    "prices_from_offers",
+    "rank_groups",
+    "rates_used",
+    "save_imported_prices",
+    "shipped_prices",
+]

@@ -1,0 +1,487 @@
+"""Which card to rent: every catalog card that fits the estimate with headroom, ranked by the
+estimated cost of the job, and for the cards that do not fit, what would make them fit.
+
+Time of a job on a card, in hours, comes from one of two models:
+
+* FLOPs: training FLOPs / (GPUs x dense peak x MFU). Training FLOPs per token are
+  ``6*N + 6*L*s*h`` (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", sec. 2.1:
+  forward ``2N + 2*n_layer*n_ctx*d_attn``, backward twice that); full activation checkpointing
+  adds one forward (x 4/3); LoRA skips weight gradients (x 2/3). Measured profiles use
+  3 x forward FLOPs per sample. The peak is the card's dense tensor rate for 16-bit compute
+  (BF16 where the card has it, else FP16) or its FP32 rate; MFU defaults to 0.35.
+* Reference: a time the user measured on another card, scaled by
+  ``share x peak_ref/peak_card + (1 - share) x bandwidth_ref/bandwidth_card`` (share of the
+  step bound by compute, default 0.5: a two-term roofline blend).
+
+Cost = price per GPU-hour x GPUs x hours, in the price's currency. Prices in different
+currencies are ranked together only through a configured exchange rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Sequence
+
+from ..errors import UsageError
+from ..money import Money
+from .gpus import Catalog, GpuModel
+from .memory import DEFAULT_LORA_RANK, MemoryBreakdown, Setup, estimate_memory
+from .models import MeasuredProfile, ModelSpec, TransformerShape
+from .prices import PriceEntry, PriceTable, rank_groups, rates_used
+
+DEFAULT_HEADROOM = 0.10
+DEFAULT_MFU = 0.35
+DEFAULT_COMPUTE_SHARE = 0.5
+ZERO_GPU_COUNTS = (2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A measured run time on a reference card.
+
+    Attributes:
+        gpu: the reference card.
+        hours: wall-clock hours the job took there (with the same GPU count).
+        compute_share: fraction of the step bound by compute (rest by memory bandwidth).
+    """
+
+    gpu: GpuModel
+    hours: float
+    compute_share: float = DEFAULT_COMPUTE_SHARE
+
+
+def compute_dtype(gpu: GpuModel, precision: str) -> str | None:
+    """The dtype the card computes in for ``precision``: fp32 -> fp32; mixed -> bf16 where the
+    card has BF16, else fp16; fp16/bf16 as given. None when the card cannot (bf16 on a T4)."""
+    if precision == "fp32":
+        return "fp32"
+    if precision == "mixed":
+        return "bf16" if gpu.bf16 else "fp16"
+    if precision == "bf16" and not gpu.bf16:
+        return None
+    return precision
+
+
+def training_flops(model: ModelSpec, setup: Setup, work: float, seq_len: int | None) -> float:
+    """FLOPs to train on ``work`` tokens (transformers) or samples (measured profiles); see module docstring.
+
+    Raises:
+        UsageError: a measured profile without forward FLOPs.
+    """
+    if isinstance(model, TransformerShape):
+        seq = seq_len or model.default_seq_len
+        per_token = 6 * model.param_count() + 6 * model.n_layers * seq * model.hidden_size
+    else:
+        if not model.forward_flops_per_sample:
+            raise UsageError(f"{model.name}: no FLOPs per sample known; give --reference-gpu/--reference-hours")
+        per_token = 3 * model.forward_flops_per_sample
+    if setup.grad_checkpointing:
+        per_token *= 4 / 3
+    if setup.lora_rank:
+        per_token *= 2 / 3
+    return per_token * work
+
+
+def job_hours_from_flops(flops: float, gpu: GpuModel, dtype: str, gpus: int, mfu: float) -> float:
+    """Hours for ``flops`` on ``gpus`` cards at ``mfu`` of the dense peak for ``dtype``."""
+    peak = gpu.peak_tflops(dtype)
+    if not peak:
+        raise UsageError(f"{gpu.name} has no {dtype} rate")
+    return flops / (gpus * peak * 1e12 * mfu) / 3600
+
+
+def job_hours_from_reference(ref: Reference, gpu: GpuModel, dtype: str, ref_dtype: str) -> float:
+    """Reference hours scaled by the compute-share blend of peak and bandwidth ratios."""
+    ref_peak = ref.gpu.peak_tflops(ref_dtype) or ref.gpu.fp32_tflops
+    peak = gpu.peak_tflops(dtype) or gpu.fp32_tflops
+    scale = ref.compute_share * ref_peak / peak + (1 - ref.compute_share) * (
+        ref.gpu.memory_bandwidth_gbs / gpu.memory_bandwidth_gbs
+    )
+    return ref.hours * scale
+
+
+@dataclass(frozen=True)
+class CardOption:
+    """A card (and a price for it) that fits.
+
+    Attributes:
+        gpu: the catalog row; gpus: how many.
+        required_bytes / usable_bytes: estimate vs memory x (1 - headroom), per GPU.
+        dtype: compute dtype on this card.
+        price: the price row used (None when the table has none for this card).
+        hours: estimated job hours (None without --tokens/--steps or a reference).
+        cost: price x gpus x hours (None when either is unknown).
+        hourly: price x gpus.
+    """
+
+    gpu: GpuModel
+    gpus: int
+    required_bytes: int
+    usable_bytes: int
+    dtype: str
+    price: PriceEntry | None
+    hours: float | None
+    cost: Money | None
+    hourly: Money | None
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready dict."""
+        return {
+            "gpu": self.gpu.name,
+            "gpus": self.gpus,
+            "memory_gb": self.gpu.memory_gb,
+            "required_bytes": self.required_bytes,
+            "usable_bytes": self.usable_bytes,
+            "compute_dtype": self.dtype,
+            "provider": self.price.provider if self.price else None,
+            "billing": self.price.billing if self.price else None,
+            "price_per_gpu_hour": str(self.price.price_per_gpu_hour) if self.price else None,
+            "currency": self.price.currency if self.price else None,
+            "price_seen": self.price.seen.isoformat() if self.price else None,
+            "hours": self.hours,
+            "cost": str(self.cost.amount.quantize(Decimal("0.01"))) if self.cost else None,
+            "cost_per_hour": str(self.hourly.amount) if self.hourly else None,
+        }
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """One change that would make a card fit (or a plan of several).
+
+    Attributes:
+        change: what to do, in words.
+        setup: the changed setup; required_bytes: its per-GPU estimate; fits: whether it fits.
+        gpus: cards needed with this change.
+    """
+
+    change: str
+    setup: Setup
+    required_bytes: int
+    fits: bool
+    gpus: int = 1
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready dict."""
+        return {"change": self.change, "required_bytes": self.required_bytes, "fits": self.fits, "gpus": self.gpus}
+
+
+@dataclass(frozen=True)
+class CardAdvice:
+    """A card that does not fit, and what would make it fit.
+
+    Attributes:
+        gpu: the catalog row; required_bytes / usable_bytes per GPU;
+        suggestions: changes that fit, least intrusive first (a combined plan when no single change does).
+    """
+
+    gpu: GpuModel
+    required_bytes: int
+    usable_bytes: int
+    suggestions: tuple[Suggestion, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready dict."""
+        return {
+            "gpu": self.gpu.name,
+            "memory_gb": self.gpu.memory_gb,
+            "required_bytes": self.required_bytes,
+            "usable_bytes": self.usable_bytes,
+            "suggestions": [s.to_dict() for s in self.suggestions],
+        }
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The answer of :func:`recommend`.
+
+    Attributes:
+        breakdown: the memory estimate for the setup asked.
+        groups: fitting options ranked cheapest first, one group per currency (all in one
+            group when exchange rates allow); a group keyed None holds cards without a price.
+        no_fit: cards that do not fit, with suggestions.
+        fitting_gpus: every card whose memory fits, priced or not (the provider filter may
+            leave some of them out of ``groups``).
+        excluded: ``(card, reason)`` for cards that cannot run the precision at all.
+        notes: assumptions (MFU, time basis, currencies).
+    """
+
+    breakdown: MemoryBreakdown
+    groups: tuple[tuple[str | None, tuple[CardOption, ...]], ...]
+    no_fit: tuple[CardAdvice, ...]
+    excluded: tuple[tuple[str, str], ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    fitting_gpus: tuple[GpuModel, ...] = ()
+
+    @property
+    def fits(self) -> list[CardOption]:
+        """All fitting options, group by group."""
+        return [o for _, opts in self.groups for o in opts]
+
+    @property
+    def fits_single_card(self) -> bool:
+        """Whether any card fits with the GPU count asked (priced or not)."""
+        return bool(self.fitting_gpus)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready dict: the breakdown (total and every term, bytes), ranked options, advice."""
+        return {
+            "memory": self.breakdown.to_dict(),
+            "fits": [
+                {"currency": cur, "ranked": [o.to_dict() for o in opts]} for cur, opts in self.groups
+            ],
+            "does_not_fit": [a.to_dict() for a in self.no_fit],
+            "fitting_gpus": [g.name for g in self.fitting_gpus],
+            "excluded": [{"gpu": g, "reason": r} for g, r in self.excluded],
+            "notes": list(self.notes),
+        }
+
+
+def usable_bytes(gpu: GpuModel, headroom: float) -> int:
+    """Memory a job may plan to use: ``memory x (1 - headroom)``."""
+    return int(gpu.memory_bytes * (1 - headroom))
+
+
+def _largest_fitting_micro_batch(model: ModelSpec, setup: Setup, limit: int) -> int | None:
+    for b in sorted((d for d in range(1, setup.batch_size) if setup.batch_size % d == 0), reverse=True):
+        if estimate_memory(model, setup.but(batch_size=b)).total <= limit:
+            return b
+    return None
+
+
+def suggestions_for(model: ModelSpec, setup: Setup, gpu: GpuModel, headroom: float) -> tuple[Suggestion, ...]:
+    """Changes that make ``model`` fit ``gpu``: each single change that fits, least intrusive
+    first (smaller micro-batch + gradient accumulation keeping the effective batch, mixed
+    precision, activation checkpointing, flash attention, 8-bit optimizer, ZeRO-3 over more
+    cards, offload, LoRA, QLoRA); when none fits alone, one cumulative plan."""
+    limit = usable_bytes(gpu, headroom)
+    is_transformer = isinstance(model, TransformerShape)
+    out: list[Suggestion] = []
+
+    def attempt(change: str, new: Setup, gpus: int | None = None) -> Suggestion:
+        need = estimate_memory(model, new).total
+        return Suggestion(change, new, need, need <= limit, gpus or new.gpus)
+
+    b = _largest_fitting_micro_batch(model, setup, limit)
+    if b is not None:
+        steps = setup.batch_size // b
+        out.append(attempt(f"micro-batch {b} x {steps} gradient-accumulation steps (effective batch "
+                           f"{setup.batch_size} kept)", setup.but(batch_size=b)))
+    singles: list[tuple[str, Setup]] = []
+    if setup.precision == "fp32":
+        singles.append((f"mixed precision ({'bf16' if gpu.bf16 else 'fp16'} autocast)", setup.but(precision="mixed")))
+    if setup.training and not setup.grad_checkpointing:
+        singles.append(("activation checkpointing", setup.but(grad_checkpointing=True)))
+    if is_transformer and not setup.flash_attention:
+        singles.append(("flash attention (no s x s scores kept)", setup.but(flash_attention=True)))
+    if setup.optimizer in ("adam", "adamw"):
+        singles.append(("8-bit AdamW (bitsandbytes)", setup.but(optimizer="adam-8bit")))
+    for change, new in singles:
+        out.append(attempt(change, new))
+    if setup.training:
+        for n in ZERO_GPU_COUNTS:
+            if n <= setup.gpus:
+                continue
+            s = attempt(f"ZeRO-3 / FSDP full sharding over {n} x {gpu.name}", setup.but(gpus=n, zero_stage=3), n)
+            if s.fits:
+                out.append(s)
+                break
+        if not setup.offload:
+            out.append(attempt("ZeRO-Offload: optimizer state and fp32 master weights in CPU RAM",
+                               setup.but(offload=True, zero_stage=max(setup.zero_stage, 2))))
+        if setup.lora_rank is None:
+            lora = setup.but(lora_rank=DEFAULT_LORA_RANK, precision="mixed" if setup.precision == "fp32" else setup.precision)
+            out.append(attempt(f"LoRA r={DEFAULT_LORA_RANK} on q,v (16-bit frozen base)", lora))
+            out.append(attempt(f"QLoRA r={DEFAULT_LORA_RANK} (4-bit NF4 base)", lora.but(base_weight_bits=4)))
+    fitting = [s for s in out if s.fits]
+    if fitting:
+        return tuple(fitting)
+    # No single change is enough: try combined plans, least intrusive first.
+    base: dict[str, object] = {"batch_size": 1}
+    base_words = ["micro-batch 1 with gradient accumulation"]
+    if setup.training:
+        base["grad_checkpointing"] = True
+        base_words.append("activation checkpointing")
+    if is_transformer:
+        base["flash_attention"] = True
+        base_words.append("flash attention")
+    if setup.precision == "fp32":
+        base["precision"] = "mixed"
+        base_words.append("mixed precision")
+    plans: list[tuple[list[str], dict[str, object]]] = [(base_words, base)]
+    if setup.training:
+        eight = {"optimizer": "adam-8bit"} if setup.optimizer in ("adam", "adamw") else {}
+        offload = {"offload": True, "zero_stage": max(setup.zero_stage, 2)}
+        if eight:
+            plans.append((base_words + ["8-bit AdamW"], {**base, **eight}))
+        plans.append((base_words + ["ZeRO-Offload"], {**base, **offload}))
+        if eight:
+            plans.append((base_words + ["8-bit AdamW", "ZeRO-Offload"], {**base, **eight, **offload}))
+        if setup.lora_rank is None:
+            lora = {"lora_rank": DEFAULT_LORA_RANK}
+            plans.append(([f"LoRA r={DEFAULT_LORA_RANK}"] + base_words, {**base, **lora}))
+            plans.append(([f"QLoRA r={DEFAULT_LORA_RANK} (4-bit base)"] + base_words,
+                          {**base, **lora, "base_weight_bits": 4}))
+    last: Suggestion | None = None
+    for words, delta in plans:
+        last = attempt(" + ".join(words), setup.but(**delta))
+        if last.fits:
+            return (last,)
+    assert last is not None
+    return (Suggestion(last.change + " (still too large)", last.setup, last.required_bytes, False, last.gpus),)
+
+
+def recommend(
+    model: ModelSpec,
+    setup: Setup,
+    catalog: Catalog,
+    prices: PriceTable,
+    *,
+    headroom: float = DEFAULT_HEADROOM,
+    provider: str | None = None,
+    billing: str | None = "on-demand",
+    work: float | None = None,
+    mfu: float = DEFAULT_MFU,
+    reference: Reference | None = None,
+    currency: str | None = None,
+    gpus: Sequence[GpuModel] | None = None,
+) -> Recommendation:
+    """Rank the cards that fit ``model`` under ``setup`` by estimated job cost.
+
+    Args:
+        model, setup: what to estimate (see :func:`~costctl.catalog.memory.estimate_memory`).
+        catalog: GPU rows; prices: the price table (with exchange rates).
+        headroom: fraction of card memory kept free (default 0.10).
+        provider / billing: filter prices (billing None = both on-demand and spot).
+        work: tokens (transformers) or samples (measured profiles) the job processes, for time and cost.
+        mfu: model FLOPs utilization for the FLOPs time model.
+        reference: a measured time on another card (wins over the FLOPs model).
+        currency: rank in this currency when exchange rates allow.
+        gpus: restrict to these catalog rows.
+
+    Raises:
+        UsageError: headroom outside [0, 1), mfu outside (0, 1], or unknown billing.
+    """
+    if not 0 <= headroom < 1:
+        raise UsageError(f"headroom {headroom} must be in [0, 1)")
+    if not 0 < mfu <= 1:
+        raise UsageError(f"MFU {mfu} must be in (0, 1]")
+    if billing not in (None, "on-demand", "spot"):
+        raise UsageError(f"billing {billing!r} is not one of on-demand, spot, any")
+    breakdown = estimate_memory(model, setup)
+    need = breakdown.total
+    notes = list(breakdown.notes)
+    flops = training_flops(model, setup, work, breakdown.seq_len) if work and reference is None else None
+    if reference is not None:
+        notes.append(f"time scaled from {reference.hours:g} h on {reference.gpu.name} "
+                     f"({reference.compute_share:.0%} compute-bound, rest bandwidth-bound)")
+    elif flops is not None:
+        notes.append(f"time from {flops:.3g} training FLOPs at {mfu:.0%} MFU of each card's dense peak")
+    else:
+        notes.append("no --tokens/--steps or reference time: ranked by price per hour")
+    ref_dtype = compute_dtype(reference.gpu, setup.precision) if reference else None
+
+    options: list[CardOption] = []
+    fitting: list[GpuModel] = []
+    no_fit: list[CardAdvice] = []
+    excluded: list[tuple[str, str]] = []
+    for gpu in gpus if gpus is not None else catalog.models:
+        dtype = compute_dtype(gpu, setup.precision)
+        if dtype is None:
+            excluded.append((gpu.name, "no BF16 support (use --precision mixed or fp16)"))
+            continue
+        limit = usable_bytes(gpu, headroom)
+        if need > limit:
+            no_fit.append(CardAdvice(gpu, need, limit, suggestions_for(model, setup, gpu, headroom)))
+            continue
+        fitting.append(gpu)
+        if reference is not None:
+            hours: float | None = job_hours_from_reference(reference, gpu, dtype, ref_dtype or "fp32")
+        elif flops is not None:
+            hours = job_hours_from_flops(flops, gpu, dtype, setup.gpus, mfu)
+        else:
+            hours = None
+        rows = prices.lookup(gpu.name, provider=provider, billing=billing)
+        if not rows and provider is None:
+            options.append(CardOption(gpu, setup.gpus, need, limit, dtype, None, hours, None, None))
+        for row in rows:
+            hourly = row.price * setup.gpus
+            cost = Money(hourly.amount * Decimal(repr(hours)), hourly.currency) if hours is not None else None
+            options.append(CardOption(gpu, setup.gpus, need, limit, dtype, row, hours, cost, hourly))
+
+    if fitting and not options:
+        notes.append(f"{len(fitting)} card(s) fit, but the price table has no "
+                     f"{billing or 'on-demand or spot'} price for them from {provider}: "
+                     + ", ".join(g.name for g in fitting))
+    if not fitting and no_fit and setup.training:
+        by_memory: dict[float, GpuModel] = {}
+        for a in no_fit:
+            if a.gpu.memory_gb >= 80:
+                by_memory.setdefault(a.gpu.memory_gb, a.gpu)
+        big = [by_memory[m] for m in sorted(by_memory)]
+        plans = []
+        for gpu in big:
+            n = min_cards(model, setup, gpu, headroom)
+            if n:
+                plans.append(f"{n} x {gpu.name}")
+        if plans:
+            notes.append("no single card fits; with ZeRO-3 data parallel it takes " + ", or ".join(plans)
+                         + " (see each card's alternatives: offload, LoRA)")
+    groups = rank_groups(options, lambda o: o.cost if o.cost is not None else o.hourly, prices.rates, currency)
+    for line in rates_used(groups, lambda o: o.price.currency if o.price else None, prices.rates):
+        notes.append(f"prices converted at {line}")
+    if len([c for c, _ in groups if c is not None]) > 1:
+        notes.append("prices in several currencies are ranked separately: set [[catalog.exchange_rates]] "
+                     "in costctl.toml to rank them together")
+    return Recommendation(
+        breakdown=breakdown,
+        groups=tuple((c, tuple(opts)) for c, opts in groups),
+        no_fit=tuple(no_fit),
+        excluded=tuple(excluded),
+        notes=tuple(notes),
+        fitting_gpus=tuple(fitting),
+    )
+
+
+def work_from_steps(model: ModelSpec, setup: Setup, steps: int, seq_len: int | None) -> float:
+    """Tokens (or samples for measured profiles) processed by ``steps`` optimizer steps of
+    ``batch_size x gpus`` samples."""
+    samples = steps * setup.batch_size * setup.gpus
+    if isinstance(model, MeasuredProfile):
+        return float(samples)
+    return float(samples * (seq_len or model.default_seq_len))
+
+
+def largest_card(catalog: Catalog) -> GpuModel:
+    """The catalog row with the most memory."""
+    return max(catalog.models, key=lambda g: g.memory_gb)
+
+
+def min_cards(model: ModelSpec, setup: Setup, gpu: GpuModel, headroom: float) -> int | None:
+    """Fewest cards of ``gpu`` that fit with ZeRO-3 (None if even 64 do not)."""
+    for n in (1, *ZERO_GPU_COUNTS):
+        s = setup.but(gpus=n, zero_stage=3 if n > 1 else setup.zero_stage)
+        if estimate_memory(model, s).total <= usable_bytes(gpu, headroom):
+            return n
+    return None
+
+
+__all__ = [
+    "CardAdvice",
+    "CardOption",
+    "DEFAULT_HEADROOM",
+    "DEFAULT_MFU",
+    "Recommendation",
+    "Reference",
+    "Suggestion",
+    "compute_dtype",
+    "job_hours_from_flops",
+    "job_hours_from_reference",
+    "largest_card",
+    "min_cards",
+    "recommend",
+    "suggestions_for",
+    "training_flops",
+    "usable_bytes",
+    "work_from_steps",
+]

@@ -1,0 +1,11 @@
+"""The ledger: instances, runs, telemetry, progress, charges and decisions (SQLAlchemy 2).
+
+* :mod:`.schema` — tables; :mod:`.types` — exact money / aware-UTC column types;
+* :mod:`.engine` — engines (SQLite WAL, one-line errors); :mod:`.migrate` — Alembic, in code;
+* :mod:`.accrual` — the no-second-twice charging rule; :mod:`.queries` — spend and bill rows;
+* :mod:`.db` — :class:`Ledger`, the API the watch loop writes through (sessions, writes, spend).
+"""
+
+from .db import Ledger
+
+__all__ = ["Ledger"]

@@ -1,0 +1,325 @@
+"""The :class:`Ledger`: the one object the watch loop writes through.
+
+Every method is its own short transaction, committed before it returns, so a process killed
+at any moment leaves the ledger as of its last completed call. Write transactions start with
+``BEGIN IMMEDIATE`` on SQLite (see :mod:`costctl.ledger.engine`). Driver errors become one-line
+:class:`~costctl.errors.LedgerError` messages.
+"""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import contextmanager
+from datetime import datetime
+from decimal import Decimal
+from collections.abc import Iterator, Sequence
+
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from ..clock import ensure_utc, utcnow
+from ..errors import LedgerError
+from ..records import Decision, ProgressPoint, TelemetrySample
+from . import accrual
+from . import migrate as migrations
+from .engine import make_engine, parse_url, redact, translate_errors
+from .queries import charge_slices, sum_by_currency
+from .schema import DecisionRow, Instance, Progress, Run, Sample
+
+
+def _aware(value: datetime, what: str) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError(f"{what} must be an aware datetime (costctl times are UTC)")
+    return ensure_utc(value)
+
+
+class Ledger:
+    """Spend, telemetry, progress and decisions, in any SQLAlchemy database.
+
+    Build it with :meth:`open`; use it as a context manager or call :meth:`close`.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        """Wrap an engine made by :func:`costctl.ledger.engine.make_engine` (tables must exist)."""
+        self.engine = engine
+        self.url = redact(engine.url)
+        self._read = sessionmaker(engine, expire_on_commit=False)
+        self._write_sessions = sessionmaker(engine.execution_options(immediate=True), expire_on_commit=False)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def open(cls, url: str, *, migrate: bool = True) -> Ledger:
+        """Open the ledger at ``url`` (any SQLAlchemy URL) and migrate it to the newest schema.
+
+        A SQLite file's directory is created; SQLite runs in WAL mode with a busy timeout.
+
+        Raises:
+            LedgerError: one line for a bad URL, a missing driver, an unwritable path, an
+                unreachable server or a failed migration (password redacted).
+        """
+        engine = make_engine(parse_url(url))
+        try:
+            with translate_errors("open the database", engine.url):
+                with engine.connect() as conn:
+                    conn.exec_driver_sql("SELECT 1")
+            if migrate:
+                migrations.upgrade(engine, "head")
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine)
+
+    def close(self) -> None:
+        """Release the database connections. Safe to call twice."""
+        self.engine.dispose()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A read session (for queries such as :mod:`costctl.ledger.queries`); rolled back at exit."""
+        with translate_errors("read the ledger", self.engine.url), self._read() as s:
+            yield s
+
+    @contextmanager
+    def _write(self, doing: str) -> Iterator[Session]:
+        with translate_errors(doing, self.engine.url), self._write_sessions() as s, s.begin():
+            yield s
+
+    # ------------------------------------------------------------------ writes
+
+    def ensure_instance(
+        self,
+        provider: str,
+        provider_instance_id: str,
+        *,
+        gpu: str | None,
+        gpu_count: int,
+        billing: str,
+        price_per_hour: Decimal | None,
+        currency: str,
+        region: str | None = None,
+    ) -> int:
+        """The primary key of the instance ``(provider, provider_instance_id)``, created if new.
+
+        An existing row takes the given gpu, gpu_count, billing, price (per instance-hour),
+        currency and (when given) region: the latest facts win; past charges keep their own
+        rates.
+
+        Raises:
+            LedgerError: the database cannot be written.
+        """
+        for attempt in (1, 2):
+            try:
+                with self._write("record the instance") as s:
+                    inst = s.scalars(
+                        select(Instance).where(
+                            Instance.provider == provider,
+                            Instance.provider_instance_id == provider_instance_id,
+                        )
+                    ).first()
+                    if inst is None:
+                        inst = Instance(
+                            provider=provider,
+                            provider_instance_id=provider_instance_id,
+                            created_at=utcnow(),
+                        )
+                        s.add(inst)
+                    inst.gpu = gpu
+                    inst.gpu_count = gpu_count
+                    inst.billing = billing
+                    inst.price_per_hour = price_per_hour
+                    inst.currency = currency.upper()
+                    if region is not None:
+                        inst.region = region
+                    s.flush()
+                    return inst.id
+            except LedgerError as err:
+                # Two processes created the same instance at once: the loser reads the winner's.
+                if attempt == 1 and isinstance(err.__cause__, IntegrityError):
+                    continue
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def start_run(
+        self,
+        instance_pk: int,
+        *,
+        started_at: datetime,
+        command: list[str] | None,
+        log_path: str | None,
+        host: str | None,
+    ) -> str:
+        """Record a new run (status ``running``) and return its id (uuid4 hex, 32 chars).
+
+        Raises:
+            LedgerError: no such instance, or the database cannot be written.
+        """
+        started_at = _aware(started_at, "started_at")
+        run_id = uuid.uuid4().hex
+        with self._write("record the run") as s:
+            if s.get(Instance, instance_pk) is None:
+                raise LedgerError(f"no instance with key {instance_pk} in the ledger")
+            s.add(
+                Run(
+                    id=run_id,
+                    instance_pk=instance_pk,
+                    command=list(command) if command is not None else None,
+                    host=host,
+                    log_path=log_path,
+                    started_at=started_at,
+                    last_seen_at=started_at,
+                    status="running",
+                )
+            )
+        return run_id
+
+    def record_samples(self, run_id: str, samples: Sequence[TelemetrySample]) -> None:
+        """Store telemetry: per sample one row per GPU reading plus one CPU row (gpu_index NULL,
+        utilization = CPU percent of one core). A GPU reading with an ``error`` is stored with
+        status ``error``.
+
+        Raises:
+            LedgerError: the database cannot be written.
+        """
+        rows: list[Sample] = []
+        for sample in samples:
+            when = _aware(sample.time, "sample time")
+            for gpu in sample.gpus:
+                rows.append(
+                    Sample(
+                        run_id=run_id,
+                        time=when,
+                        gpu_index=gpu.index,
+                        utilization=gpu.utilization,
+                        memory_used_bytes=gpu.memory_used_bytes,
+                        memory_total_bytes=gpu.memory_total_bytes,
+                        power_w=gpu.power_w,
+                        status="error" if gpu.error else sample.gpu_status.value,
+                        source=sample.source,
+                        error=gpu.error,
+                    )
+                )
+            rows.append(
+                Sample(
+                    run_id=run_id,
+                    time=when,
+                    gpu_index=None,
+                    utilization=sample.cpu_percent,
+                    status=sample.cpu_status.value,
+                    source=sample.source,
+                )
+            )
+        if rows:
+            with self._write("record telemetry") as s:
+                s.add_all(rows)
+
+    def record_progress(self, run_id: str, points: Sequence[ProgressPoint]) -> None:
+        """Store loss values (NaN and +/-inf kept exactly).
+
+        Raises:
+            LedgerError: the database cannot be written.
+        """
+        rows = []
+        for p in points:
+            row = Progress(
+                run_id=run_id,
+                time=_aware(p.time, "progress time") if p.time is not None else None,
+                step=p.step,
+                epoch=p.epoch,
+                total=p.total,
+                kind=p.kind,
+                name=p.name,
+            )
+            row.value = p.value
+            rows.append(row)
+        if rows:
+            with self._write("record progress") as s:
+                s.add_all(rows)
+
+    def record_decision(
+        self, run_id: str, decision: Decision, *, outcome: str | None = None, dry_run: bool = False
+    ) -> int:
+        """Store a policy decision with its evidence and what was done (``outcome``); returns its id.
+
+        Raises:
+            LedgerError: the database cannot be written.
+        """
+        row = DecisionRow(
+            run_id=run_id,
+            time=_aware(decision.time, "decision time"),
+            policy=decision.policy,
+            action=decision.action,
+            reason=decision.reason,
+            evidence=decision.evidence,
+            outcome=outcome,
+            dry_run=dry_run,
+            key=decision.key or None,
+        )
+        with self._write("record a decision") as s:
+            s.add(row)
+            s.flush()
+            return row.id
+
+    def accrue(self, run_id: str, until: datetime, rate_per_hour: Decimal, currency: str) -> Decimal:
+        """Charge the run's instance up to ``until`` at ``rate_per_hour`` (per instance-hour,
+        in ``currency``); see :func:`costctl.ledger.accrual.accrue` for the rule that no second
+        is charged twice. Returns the newly charged amount (unrounded Decimal).
+
+        Raises:
+            LedgerError: no such run, or the database cannot be written.
+        """
+        with self._write("record spend") as s:
+            return accrual.accrue(s, run_id, until, rate_per_hour, currency)
+
+    def finish_run(self, run_id: str, *, ended_at: datetime, exit_code: int | None, status: str) -> None:
+        """Mark the run ended (accrue up to ``ended_at`` first: this method charges nothing).
+
+        Raises:
+            LedgerError: no such run, or the database cannot be written.
+        """
+        ended_at = _aware(ended_at, "ended_at")
+        with self._write("record the end of the run") as s:
+            run = s.get(Run, run_id)
+            if run is None:
+                raise LedgerError(f"no run {run_id!r} in the ledger")
+            run.ended_at = ended_at
+            run.exit_code = exit_code
+            run.status = status
+            if ended_at > run.last_seen_at:
+                run.last_seen_at = ended_at
+
+    # ------------------------------------------------------------------ reads
+
+    def spend(
+        self,
+        *,
+        instance_pk: int | None = None,
+        run_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> dict[str, Decimal]:
+        """Recorded spend per currency (``{"USD": Decimal(...)}``, unrounded), of one instance
+        and/or run or of everything, with charges clipped to ``[since, until)``. Empty when
+        nothing was charged.
+
+        Raises:
+            LedgerError: the database cannot be read.
+        """
+        with self.session() as s:
+            slices = charge_slices(s, instance_pk=instance_pk, run_id=run_id, since=since, until=until)
+        return sum_by_currency([(c.currency, c.amount) for c in slices])
+
+    def revision(self) -> str | None:
+        """The schema revision the database is at (None before the first migration)."""
+        return migrations.current_revision(self.engine)
+
+
+__all__ = ["Ledger"]

@@ -1,0 +1,164 @@
+"""Engines for the ledger: URL checks, SQLite set-up, and one-line errors.
+
+SQLite files get their parent directory created, WAL journalling (readers do not block the
+writer), a 30 s busy timeout and foreign keys on. SQLAlchemy, not the ``sqlite3`` module,
+emits ``BEGIN`` (the recipe in SQLAlchemy's SQLite dialect docs), so transactions and
+transactional DDL behave; a connection with the execution option ``immediate=True`` starts
+with ``BEGIN IMMEDIATE``, taking SQLite's write lock before its first read — that is how
+accruals on one instance are serialised on SQLite.
+
+``postgresql://`` URLs use psycopg 3 when psycopg2 is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from collections.abc import Iterator
+
+import sqlalchemy as sa
+from sqlalchemy import event, exc
+from sqlalchemy.engine import URL, Engine
+
+from ..errors import LedgerError
+
+#: Seconds a SQLite writer waits for another writer's lock before failing.
+SQLITE_BUSY_TIMEOUT_S = 30
+#: Seconds to wait for a PostgreSQL server before giving up.
+PG_CONNECT_TIMEOUT_S = 10
+
+URL_EXAMPLES = "sqlite:///path/to/costctl.db or postgresql+psycopg://user@host:5432/dbname"
+
+
+def redact(url: URL | str) -> str:
+    """The URL as text with any password replaced by ``***``."""
+    if isinstance(url, URL):
+        return url.render_as_string(hide_password=True)
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except exc.ArgumentError:
+        return url
+
+
+def first_line(error: BaseException) -> str:
+    """The first non-empty line of a driver error (psycopg's messages span lines)."""
+    orig = getattr(error, "orig", None) or error
+    for line in str(orig).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(orig).__name__
+
+
+def parse_url(url: str) -> URL:
+    """Parse and normalise a database URL.
+
+    ``~`` in a SQLite path is expanded; ``postgresql://`` gets the ``psycopg`` driver when
+    psycopg2 is not installed.
+
+    Raises:
+        LedgerError: the text is not a SQLAlchemy URL.
+    """
+    try:
+        parsed = sa.make_url(url)
+    except exc.ArgumentError:
+        raise LedgerError(f"database URL {url!r} is not valid (expected {URL_EXAMPLES})") from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
+        if not parsed.database.startswith("file:"):
+            parsed = parsed.set(database=str(Path(parsed.database).expanduser()))
+    if parsed.drivername == "postgresql" and importlib.util.find_spec("psycopg2") is None:
+        if importlib.util.find_spec("psycopg") is not None:
+            parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def sqlite_file(url: URL) -> Path | None:
+    """The database file of a SQLite URL, or None (in-memory, other backends)."""
+    if url.get_backend_name() != "sqlite":
+        return None
+    db = url.database
+    if not db or db == ":memory:" or db.startswith("file:"):
+        return None
+    return Path(db)
+
+
+def configured_url(database_url: str | None, data_dir: Path | None = None) -> str:
+    """The ledger URL to use: ``database_url`` (``--db``, ``COSTCTL_DATABASE_URL`` or the config's
+    ``database_url``, already merged by the settings), else the SQLite file in the data dir."""
+    from ..paths import default_database_url
+
+    return database_url or default_database_url(data_dir)
+
+
+def make_engine(url: str | URL) -> Engine:
+    """Create an engine for ``url`` (no connection is made yet).
+
+    Raises:
+        LedgerError: invalid URL, unknown dialect, missing driver, or a SQLite file whose
+            directory cannot be created — one line, password redacted.
+    """
+    parsed = parse_url(url) if isinstance(url, str) else url
+    shown = redact(parsed)
+    path = sqlite_file(parsed)
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise LedgerError(
+                f"cannot create the directory of database {path}: a file is in the way (not a directory)"
+            ) from None
+        except OSError as err:
+            raise LedgerError(
+                f"cannot create the directory of database {path}: {err.strerror or err}"
+            ) from None
+    kwargs: dict[str, Any] = {}
+    if parsed.get_backend_name() == "sqlite":
+        kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
+    elif parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+        kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
+    try:
+        engine = sa.create_engine(parsed, **kwargs)
+    except exc.NoSuchModuleError:
+        raise LedgerError(
+            f"database URL {shown}: unknown database kind {parsed.drivername!r} (expected {URL_EXAMPLES})"
+        ) from None
+    except ImportError as err:
+        raise LedgerError(
+            f"database URL {shown}: its driver is not installed ({err}); "
+            "for PostgreSQL install costctl[postgres] and use postgresql+psycopg://"
+        ) from None
+    if engine.dialect.name == "sqlite":
+        _configure_sqlite(engine)
+    return engine
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN itself
+        cur = dbapi_connection.cursor()
+        try:
+            cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_S * 1000}")
+            cur.execute("PRAGMA foreign_keys = ON")
+            cur.execute("PRAGMA journal_mode = WAL")
+        finally:
+            cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        immediate = conn.get_execution_options().get("immediate", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+@contextmanager
+def translate_errors(doing: str, url: URL | str) -> Iterator[None]:
+    """Turn SQLAlchemy/driver errors raised inside the block into one :class:`LedgerError` line:
+    ``cannot <doing> (<url, redacted>): <first line of the driver's message>``."""
+    try:
+        yield
+    except exc.SQLAlchemyError as err:
+        raise LedgerError(f"cannot {doing} ({redact(url)}): {first_line(err)}") from err
+
+
+__all__ = ["configured_url", "make_engine", "parse_url", "redact", "first_line", "sqlite_file", "translate_errors"]

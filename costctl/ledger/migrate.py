@@ -1,0 +1,112 @@
+"""Alembic migrations, configured programmatically (no alembic.ini needed).
+
+The migration scripts live in the repository's ``alembic/`` folder, installed as the
+package ``costctl_alembic`` (never as ``alembic``, which would shadow the Alembic library).
+Each command runs on one connection inside one transaction that costctl opens and commits:
+on SQLite that transaction starts with ``BEGIN IMMEDIATE`` and on PostgreSQL ``env.py`` takes
+an advisory lock, so two processes migrating the same database at once run one after the
+other.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy.engine import Engine
+
+from ..errors import LedgerError
+from .engine import redact, translate_errors
+
+MIGRATIONS_PACKAGE = "costctl_alembic"
+
+# Alembic's command API keeps its context in module globals: one command at a time per process.
+_alembic_lock = threading.RLock()
+
+
+def script_location() -> str:
+    """Directory of the installed migration scripts (the one holding ``env.py``).
+
+    Raises:
+        LedgerError: the ``costctl_alembic`` package is not installed.
+    """
+    spec = importlib.util.find_spec(MIGRATIONS_PACKAGE)
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(location) / "env.py").is_file():
+            return str(location)
+    raise LedgerError(f"costctl's migration scripts ({MIGRATIONS_PACKAGE}) are not installed; reinstall costctl")
+
+
+def alembic_config(engine: Engine | None = None) -> Config:
+    """An Alembic :class:`Config` pointing at costctl's scripts.
+
+    ``sqlalchemy.url`` is set from ``engine`` (password included: env.py may need to
+    connect when no connection is passed in ``config.attributes["connection"]``).
+    """
+    cfg = Config()
+    cfg.set_main_option("script_location", script_location())
+    if engine is not None:
+        url = engine.url.render_as_string(hide_password=False)
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def head_revision() -> str:
+    """The newest revision id among costctl's migration scripts."""
+    with _alembic_lock:
+        head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, "costctl_alembic has no migrations"
+    return head
+
+
+def _run(engine: Engine, doing: str, fn: str, revision: str) -> None:
+    cfg = alembic_config(engine)
+    with _alembic_lock, translate_errors(doing, engine.url):
+        with engine.execution_options(immediate=True).begin() as connection:
+            cfg.attributes["connection"] = connection
+            try:
+                getattr(command, fn)(cfg, revision)
+            except CommandError as err:
+                raise LedgerError(f"cannot {doing} ({redact(engine.url)}): {err}") from None
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Migrate the database up to ``revision`` (default: the newest).
+
+    A database already at the newest revision is left alone without taking a write lock.
+
+    Raises:
+        LedgerError: unknown revision, unreachable database, or a failed migration — one line.
+    """
+    if revision == "head" and current_revision(engine) == head_revision():
+        return
+    _run(engine, f"upgrade the database to {revision}", "upgrade", revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    """Migrate the database down to ``revision`` (``base`` drops every table).
+
+    Raises:
+        LedgerError: unknown revision, unreachable database, or a failed migration — one line.
+    """
+    _run(engine, f"downgrade the database to {revision}", "downgrade", revision)
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision the database is at, or None for a database without costctl's tables.
+
+    Raises:
+        LedgerError: the database cannot be reached.
+    """
+    with translate_errors("read the database revision", engine.url):
+        with engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+
+
+__all__ = ["script_location", "alembic_config", "head_revision", "upgrade", "downgrade", "current_revision"]

@@ -1,0 +1,217 @@
+"""The ledger's tables (SQLAlchemy 2 declarative, ``Mapped``).
+
+Everything that costs or saves money leaves a row here:
+
+* ``instances`` — what is paid for: one row per (provider, provider's instance id).
+* ``runs`` — one ``costctl watch`` session on an instance (id: uuid4 hex).
+* ``samples`` — telemetry: one row per GPU per tick, plus one row per tick with
+  ``gpu_index`` NULL for the CPU of the watched process tree (percent of one core).
+* ``progress`` — loss values parsed from the job. Non-finite losses (NaN, +/-inf) are kept
+  exactly: ``value`` is NULL and ``value_special`` holds ``"nan"``, ``"inf"`` or ``"-inf"``
+  (SQLite turns a NaN REAL into NULL, so a plain float column would lose them).
+* ``charges`` — spend intervals ``[start_at, end_at)`` at ``rate_per_hour`` (currency units
+  per instance-hour) in ``currency``. The amount is never stored: it is
+  ``rate_per_hour * seconds / 3600`` (:func:`costctl.money.cost_of`), exact and unrounded.
+  Intervals of one instance never overlap (see :mod:`costctl.ledger.accrual`).
+* ``decisions`` — what a policy concluded and what the executor did, with evidence (JSON).
+
+Money columns are :class:`~costctl.ledger.types.DecimalText`; times are
+:class:`~costctl.ledger.types.UTCDateTime` (aware UTC). The Alembic migrations in
+``alembic/versions`` create exactly these tables; a test checks they match.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from ..money import cost_of
+from .types import DecimalText, JSONText, UTCDateTime
+
+#: Constraint names are fixed so that Alembic's batch mode on SQLite can find them.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+#: Surrogate keys of the high-volume tables: BIGINT on PostgreSQL, INTEGER (rowid) on SQLite.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    """Declarative base of the ledger; ``Base.metadata`` is Alembic's target metadata."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Instance(Base):
+    """A rented machine. ``price_per_hour`` is per instance-hour (all GPUs), in ``currency``;
+    ``billing`` is ``on-demand``, ``spot`` or ``prepaid``."""
+
+    __tablename__ = "instances"
+    __table_args__ = (UniqueConstraint("provider", "provider_instance_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    provider: Mapped[str] = mapped_column(String(32))
+    provider_instance_id: Mapped[str] = mapped_column(String(128))
+    gpu: Mapped[str | None] = mapped_column(String(64))
+    gpu_count: Mapped[int] = mapped_column(Integer, default=1)
+    billing: Mapped[str] = mapped_column(String(16))
+    price_per_hour: Mapped[Decimal | None] = mapped_column(DecimalText())
+    currency: Mapped[str] = mapped_column(String(3))
+    region: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    runs: Mapped[list[Run]] = relationship(back_populates="instance")
+
+
+class Run(Base):
+    """One watch session. ``status`` is free text set by the watcher (``running`` until
+    :meth:`Ledger.finish_run`); ``last_seen_at`` moves with every accrual, so a run whose
+    watch was killed still shows how far it got."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    instance_pk: Mapped[int] = mapped_column(ForeignKey("instances.id"), index=True)
+    command: Mapped[list[str] | None] = mapped_column(JSONText())
+    host: Mapped[str | None] = mapped_column(String(255))
+    log_path: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+
+    instance: Mapped[Instance] = relationship(back_populates="runs")
+
+
+class Sample(Base):
+    """One telemetry reading. ``gpu_index`` NULL is the CPU row (``utilization`` then is the
+    watched process tree's CPU in percent of one core, so it may exceed 100). ``status`` is a
+    :class:`costctl.records.SignalStatus` value; ``error`` says why a GPU could not be read."""
+
+    __tablename__ = "samples"
+    __table_args__ = (Index("ix_samples_run_id_time", "run_id", "time"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    time: Mapped[datetime] = mapped_column(UTCDateTime())
+    gpu_index: Mapped[int | None] = mapped_column(Integer)
+    utilization: Mapped[float | None] = mapped_column(Float)
+    memory_used_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    memory_total_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    power_w: Mapped[float | None] = mapped_column(Float)
+    status: Mapped[str] = mapped_column(String(16))
+    source: Mapped[str] = mapped_column(String(32))
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+_SPECIAL_FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+class Progress(Base):
+    """One loss value. Read and write it through :attr:`value` (a float, NaN/inf included);
+    the columns are ``value`` (finite floats) and ``value_special`` (non-finite ones)."""
+
+    __tablename__ = "progress"
+    __table_args__ = (
+        Index("ix_progress_run_id_time", "run_id", "time"),
+        CheckConstraint("(value IS NULL) <> (value_special IS NULL)", name="one_value"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    time: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    step: Mapped[int | None] = mapped_column(BigInteger)
+    epoch: Mapped[float | None] = mapped_column(Float)
+    total: Mapped[int | None] = mapped_column(BigInteger)
+    kind: Mapped[str] = mapped_column(String(8))
+    name: Mapped[str] = mapped_column(String(64))
+    value_finite: Mapped[float | None] = mapped_column("value", Float)
+    value_special: Mapped[str | None] = mapped_column(String(8))
+
+    @property
+    def value(self) -> float:
+        """The loss as a float (NaN and +/-inf round-trip)."""
+        if self.value_special is not None:
+            return _SPECIAL_FLOATS[self.value_special]
+        assert self.value_finite is not None
+        return self.value_finite
+
+    @value.setter
+    def value(self, number: float) -> None:
+        number = float(number)
+        if math.isfinite(number):
+            self.value_finite, self.value_special = number, None
+        else:
+            self.value_finite = None
+            self.value_special = "nan" if math.isnan(number) else ("inf" if number > 0 else "-inf")
+
+
+class Charge(Base):
+    """Spend over ``[start_at, end_at)`` at ``rate_per_hour`` (per instance-hour) in
+    ``currency``. Use :attr:`amount` for the money (unrounded)."""
+
+    __tablename__ = "charges"
+    __table_args__ = (
+        Index("ix_charges_instance_pk_end_at", "instance_pk", "end_at"),
+        Index("ix_charges_run_id_end_at", "run_id", "end_at"),
+        CheckConstraint("end_at > start_at", name="positive_interval"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    instance_pk: Mapped[int] = mapped_column(ForeignKey("instances.id"))
+    start_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    end_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    rate_per_hour: Mapped[Decimal] = mapped_column(DecimalText())
+    currency: Mapped[str] = mapped_column(String(3))
+
+    @property
+    def amount(self) -> Decimal:
+        """``rate_per_hour * (end_at - start_at) / 3600``, unrounded, in :attr:`currency`."""
+        return cost_of(self.rate_per_hour, self.end_at - self.start_at)
+
+
+class DecisionRow(Base):
+    """A policy decision (:class:`costctl.records.Decision`) and its ``outcome`` (what the
+    executor did, e.g. ``"stopped"``, ``"hook failed: ..."``); ``dry_run`` marks decisions
+    that were only simulated. ``key`` identifies the event (``Decision.key``)."""
+
+    __tablename__ = "decisions"
+    __table_args__ = (Index("ix_decisions_run_id_time", "run_id", "time"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    time: Mapped[datetime] = mapped_column(UTCDateTime())
+    policy: Mapped[str] = mapped_column(String(32))
+    action: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text)
+    evidence: Mapped[dict[str, Any]] = mapped_column(JSONText())
+    outcome: Mapped[str | None] = mapped_column(Text)
+    dry_run: Mapped[bool] = mapped_column(Boolean, default=False)
+    key: Mapped[str | None] = mapped_column(String(128))
+
+
+__all__ = ["Base", "Instance", "Run", "Sample", "Progress", "Charge", "DecisionRow", "NAMING_CONVENTION"]

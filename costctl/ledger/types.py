@@ -1,0 +1,94 @@
+"""Column types that keep money exact and times aware-UTC on every backend.
+
+* :class:`UTCDateTime` — ``TIMESTAMP WITH TIME ZONE`` on PostgreSQL; on SQLite (which has no
+  zone) the UTC wall time is stored and the zone re-attached on load. Values are always
+  returned as aware UTC ``datetime`` objects; naive values are refused on the way in.
+* :class:`DecimalText` — a :class:`~decimal.Decimal` stored as its exact decimal string.
+  SQLite's NUMERIC affinity would turn money into a binary float; text keeps every digit on
+  both backends. Sums are done in Python, never in SQL (a text column does not add).
+* :class:`JSONText` — a JSON document stored as text (``json.dumps(..., default=str)``, so
+  Decimals and datetimes become strings).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import DateTime, String, Text
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware-UTC datetimes on every backend (microsecond precision).
+
+    Raises:
+        ValueError: when binding a naive datetime (times in costctl are always aware).
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: costctl stores aware UTC times only")
+        value = value.astimezone(timezone.utc)
+        if dialect.name == "sqlite":
+            # SQLite keeps a fixed-width 'YYYY-MM-DD HH:MM:SS.ffffff' string: drop the zone so
+            # every stored value is UTC wall time and string order equals time order.
+            return value.replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+class DecimalText(TypeDecorator[Decimal]):
+    """An exact Decimal stored as text (``str(Decimal)``); up to 64 characters.
+
+    Raises:
+        TypeError: when binding a float (money is never a float) or anything not Decimal/int.
+    """
+
+    impl = String(64)
+    cache_ok = True
+
+    def process_bind_param(self, value: Decimal | int | None, dialect: Dialect) -> str | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (Decimal, int)):
+            raise TypeError(f"{value!r}: money columns take Decimal (or int), never float")
+        value = Decimal(value)
+        if not value.is_finite():
+            raise ValueError(f"{value!r}: money must be finite")
+        return str(value)
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> Decimal | None:
+        return None if value is None else Decimal(value)
+
+
+class JSONText(TypeDecorator[Any]):
+    """Any JSON-serialisable value stored as text; Decimals and datetimes become strings."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        if value is None:
+            return None
+        return json.dumps(value, default=str, sort_keys=True, ensure_ascii=False)
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> Any:
+        return None if value is None else json.loads(value)
+
+
+__all__ = ["UTCDateTime", "DecimalText", "JSONText"]

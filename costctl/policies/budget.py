@@ -1,0 +1,120 @@
+"""The budget policy: ``total`` and ``daily`` caps in the instance's currency.
+
+``total`` is compared with ``History.spend_total`` (everything recorded for the instance),
+``daily`` with ``History.spend_today`` (the spend of the current day in ``[watch] timezone``;
+the watch computes it). For each cap, the level reached is:
+
+* ``warn`` when ``spend >= warn_at * cap`` (action ``"warn"``);
+* ``act`` when ``spend >= cap`` (the configured action, ``"stop"`` by default).
+
+Only the highest level reached is reported, so a spend that jumps past the cap gives one
+``act`` decision and no stale warning. Keys: ``budget:total:<level>`` (once per run) and
+``budget:daily:<level>:<YYYY-MM-DD>`` (once per day and level), with the day in the configured
+time zone.
+
+A spend in another currency than the caps' is an error (:class:`~costctl.errors.PolicyError`):
+two currencies are never compared without an explicit exchange rate.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from zoneinfo import ZoneInfo
+
+from ..clock import ensure_utc
+from ..config import BudgetConfig, Settings
+from ..errors import PolicyError
+from ..money import Money
+from ..records import Decision
+from .base import Policy, register
+from .history import History
+
+
+@register
+class BudgetPolicy(Policy):
+    """Warn at ``warn_at`` of a cap and act at the cap (``[policies.budget]``).
+
+    Args:
+        config: the ``[policies.budget]`` section (caps as Decimal).
+        currency: ISO code the caps are stated in (``[instance] currency``).
+        tz: where a day starts for the ``daily`` cap (``[watch] timezone``).
+    """
+
+    name = "budget"
+
+    def __init__(self, config: BudgetConfig, currency: str, tz: ZoneInfo | None = None) -> None:
+        self.config = config
+        self.action = config.action
+        self.currency = currency.upper()
+        self.tz = tz or ZoneInfo("UTC")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> BudgetPolicy | None:
+        """None when neither ``total`` nor ``daily`` is set."""
+        cfg = settings.policies.budget
+        if cfg.total is None and cfg.daily is None:
+            return None
+        return cls(cfg, settings.instance.currency, settings.watch.tz)
+
+    def decisions(self, history: History, now: datetime) -> list[Decision]:
+        """One decision per cap that has reached its warn or act level (highest level only)."""
+        now = ensure_utc(now)
+        day = now.astimezone(self.tz).date().isoformat()
+        found = []
+        for cap_name, cap, spend in (("total", self.config.total, history.spend_total),
+                                     ("daily", self.config.daily, history.spend_today)):
+            if cap is None or spend is None:
+                continue
+            decision = self._check(cap_name, cap, spend, history, now, day)
+            if decision is not None:
+                found.append(decision)
+        return found
+
+    def evaluate(self, history: History, now: datetime) -> Decision | None:
+        """The most severe decision of :meth:`decisions` (an ``act`` before a ``warn``)."""
+        found = self.decisions(history, now)
+        found.sort(key=lambda d: d.evidence["level"] != "act")
+        return found[0] if found else None
+
+    def _check(self, cap_name: str, cap: Decimal, spend: Money, history: History, now: datetime,
+               day: str) -> Decision | None:
+        if spend.currency != self.currency:
+            raise PolicyError(
+                f"budget caps are in {self.currency} ([instance] currency) but the {cap_name} spend is in "
+                f"{spend.currency}; set [instance] currency to {spend.currency} or convert the caps"
+            )
+        warn_level = cap * Decimal(repr(self.config.warn_at))
+        if spend.amount >= cap:
+            level, action = "act", self.action
+        elif spend.amount >= warn_level:
+            level, action = "warn", "warn"
+        else:
+            return None
+        fraction = spend.amount / cap if cap > 0 else None
+        key = f"budget:{cap_name}:{level}" + (f":{day}" if cap_name == "daily" else "")
+        evidence = {
+            "cap": cap_name,
+            "level": level,
+            "cap_amount": str(cap),
+            "spend": str(spend.amount),
+            "currency": self.currency,
+            "warn_at": self.config.warn_at,
+            "fraction": str(fraction.quantize(Decimal("0.0001"))) if fraction is not None else None,
+            "day": day if cap_name == "daily" else None,
+            "timezone": str(self.tz),
+            "rate_per_hour": str(history.rate.amount) if history.rate is not None else None,
+        }
+        which = "daily" if cap_name == "daily" else "total"
+        cap_text = f"{Money(cap, self.currency)}"
+        if level == "act":
+            reason = f"{which} spend {spend} reached the {which} budget of {cap_text}"
+        else:
+            reason = (f"{which} spend {spend} passed {self.config.warn_at:.0%} of the {which} budget "
+                      f"of {cap_text}")
+        if cap_name == "daily":
+            reason += f" on {day} ({self.tz})"
+        return Decision(time=now, policy=self.name, action=action, reason=reason, evidence=evidence, key=key)
+
+
+__all__ = ["BudgetPolicy"]

@@ -1,0 +1,80 @@
+"""The divergence policy: the loss became NaN or infinite.
+
+Reads each new progress point once (train and eval alike, kept apart). A run of consecutive
+non-finite values of one kind is one *streak*; each streak gives one decision, keyed
+``divergence:<kind>:<n>`` with ``n`` the 0-based index (among that kind's points) of the
+streak's first non-finite value. A finite value ends the streak, so a later NaN is reported
+again. (Lightning's ``EarlyStopping(check_finite=True)`` stops on the first non-finite value.)
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+from ..clock import ensure_utc
+from ..config import DivergenceConfig, Settings
+from ..records import Decision, ProgressPoint
+from .base import Policy, iso, register
+from .history import History, finite_or_text
+
+
+@register
+class DivergencePolicy(Policy):
+    """Advise (or stop) when the loss turns NaN/inf (``[policies.divergence]``).
+
+    Args:
+        config: the ``[policies.divergence]`` section.
+    """
+
+    name = "divergence"
+
+    def __init__(self, config: DivergenceConfig) -> None:
+        self.config = config
+        self.action = config.action
+        self._seen = 0
+        self._count: dict[str, int] = {}
+        self._in_streak: dict[str, bool] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DivergencePolicy:
+        """Always enabled (it only advises by default)."""
+        return cls(settings.policies.divergence)
+
+    def decisions(self, history: History, now: datetime) -> list[Decision]:
+        """One decision per non-finite streak that began among the points added since the last call."""
+        now = ensure_utc(now)
+        points, missed = history.new_progress(self._seen)
+        self._seen += missed + len(points)
+        found = []
+        for point in points:
+            index = self._count.get(point.kind, 0)
+            self._count[point.kind] = index + 1
+            if point.finite:
+                self._in_streak[point.kind] = False
+                continue
+            if self._in_streak.get(point.kind):
+                continue
+            self._in_streak[point.kind] = True
+            found.append(self._decision(now, point, index))
+        return found
+
+    def _decision(self, now: datetime, point: ProgressPoint, index: int) -> Decision:
+        text = "NaN" if math.isnan(point.value) else ("+inf" if point.value > 0 else "-inf")
+        where = f"step {point.step}" if point.step is not None else (
+            f"epoch {point.epoch:g}" if point.epoch is not None else f"point {index}")
+        evidence = {
+            "kind": point.kind,
+            "metric": point.name,
+            "index": index,
+            "value": finite_or_text(point.value),
+            "step": point.step,
+            "epoch": point.epoch,
+            "point_time": iso(point.time) if point.time is not None else None,
+        }
+        reason = f"{point.kind} {point.name} is {text} at {where}: the run diverged"
+        return Decision(time=now, policy=self.name, action=self.action, reason=reason,
+                        evidence=evidence, key=f"divergence:{point.kind}:{index}")
+
+
+__all__ = ["DivergencePolicy"]

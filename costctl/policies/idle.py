@@ -1,0 +1,261 @@
+"""The idle policy (autostop): every present signal stayed idle over a whole ``time_window``.
+
+Signals (DESIGN.md "Standard terms"; names from dstack's ``utilization_policy``):
+
+* ``gpu`` — present unless ``gpu_status`` is ABSENT. Idle only when EVERY GPU's utilization
+  is below ``min_gpu_utilization`` (unlike dstack, where ANY idle GPU stops the run). A GPU
+  reading with ``utilization`` None or an ``error``, a status UNKNOWN/ERROR, or an OK status
+  with no readings counts as busy: a metric we cannot read never counts as idle.
+* ``cpu`` — present unless ``cpu_status`` is ABSENT; idle when ``cpu_percent`` (percent of one
+  core, summed over the watched tree) is below ``min_cpu_utilization``; None/UNKNOWN/ERROR = busy.
+* ``ssh`` — present unless ``ssh_status`` is ABSENT; idle when ``ssh_sessions == 0``.
+* ``progress`` — a signal only when ``History.progress_source`` is True; a progress point (train
+  or eval) whose time lies in the window makes the window busy. Points without a time take no
+  part. After the child exits its tree reads idle and it sends no progress, so the instance
+  can still be autostopped (``--on-exit guard``).
+
+With no present signal at all, idle never fires: a sample that carries no present signal
+counts as busy unless progress is a signal.
+
+Window coverage rule (exact). At evaluation time ``now`` with window ``W`` and nominal sample
+interval ``i``, looking only at samples with ``time <= now``, the window ``[now - W, now]`` is
+idle when all of these hold:
+
+1. there is an *anchor*: a sample with ``time <= now - W`` (so monitoring began at least W ago);
+2. the anchor and every later sample are idle (per the signals above);
+3. consecutive samples from the anchor on are at most ``2 * i`` apart;
+4. the newest sample is at most ``2 * i`` older than ``now``;
+5. when progress is a signal, no progress point has ``now - W <= time <= now``.
+
+Equivalently: an *idle stretch* starts at its first idle sample (after a busy sample, a gap
+over ``2 * i``, or the start) — or at the last progress point when that is later — and the
+policy fires at the first evaluation at which the stretch has lasted ``W``. The decision key is
+``idle:<stretch start>``, so one stretch fires once however often it is evaluated.
+
+The policy reads samples incrementally (O(1) work per new sample) and rescans the held window
+only when it fires, to gather the evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ..clock import ensure_utc
+from ..config import IdleConfig, Settings
+from ..records import Decision, SignalStatus, TelemetrySample
+from .base import Policy, iso, register
+from .history import History
+
+
+@dataclass(frozen=True, slots=True)
+class SampleVerdict:
+    """How one telemetry sample reads for the idle policy.
+
+    Attributes:
+        idle: True when every present signal is idle, False when one is busy, None when the
+            sample carries no present signal at all.
+        signals: the present signals, from ``("gpu", "cpu", "ssh")``.
+        busy: which present signals were busy (``"gpu0"``... per GPU, ``"gpu"`` for the
+            source as a whole, ``"cpu"``, ``"ssh"``).
+    """
+
+    idle: bool | None
+    signals: tuple[str, ...]
+    busy: tuple[str, ...]
+
+
+def classify_sample(sample: TelemetrySample, *, min_gpu_utilization: float,
+                    min_cpu_utilization: float) -> SampleVerdict:
+    """Classify one sample's present signals as idle or busy (see the module docstring).
+
+    Args:
+        min_gpu_utilization: percent (0-100); a GPU is idle when strictly below it.
+        min_cpu_utilization: percent of one core; the CPU is idle when strictly below it.
+    """
+    signals: list[str] = []
+    busy: list[str] = []
+    if sample.gpu_status is not SignalStatus.ABSENT:
+        signals.append("gpu")
+        if sample.gpu_status is not SignalStatus.OK or not sample.gpus:
+            busy.append("gpu")
+        else:
+            for gpu in sample.gpus:
+                if gpu.error is not None or gpu.utilization is None or gpu.utilization >= min_gpu_utilization:
+                    busy.append(f"gpu{gpu.index}")
+    if sample.cpu_status is not SignalStatus.ABSENT:
+        signals.append("cpu")
+        if (sample.cpu_status is not SignalStatus.OK or sample.cpu_percent is None
+                or sample.cpu_percent >= min_cpu_utilization):
+            busy.append("cpu")
+    if sample.ssh_status is not SignalStatus.ABSENT:
+        signals.append("ssh")
+        if sample.ssh_status is not SignalStatus.OK or sample.ssh_sessions is None or sample.ssh_sessions != 0:
+            busy.append("ssh")
+    idle = None if not signals else not busy
+    return SampleVerdict(idle=idle, signals=tuple(signals), busy=tuple(busy))
+
+
+def fmt_duration(td: timedelta) -> str:
+    """``1h30m``-style text for a duration (whole seconds)."""
+    secs = int(td.total_seconds())
+    h, rest = divmod(secs, 3600)
+    m, s = divmod(rest, 60)
+    parts = [f"{h}h"] if h else []
+    if m:
+        parts.append(f"{m}m")
+    if s or not parts:
+        parts.append(f"{s}s")
+    return "".join(parts)
+
+
+@register
+class IdlePolicy(Policy):
+    """Autostop when every present signal stayed idle for ``time_window`` (``[policies.idle]``).
+
+    Args:
+        config: the ``[policies.idle]`` section; ``time_window=None`` ("off") never fires.
+
+    Example::
+
+        policy = IdlePolicy(IdleConfig(time_window="30m", min_gpu_utilization=5))
+        decision = policy.evaluate(history, now)   # Decision(policy="idle", action="stop", ...)
+    """
+
+    name = "idle"
+
+    def __init__(self, config: IdleConfig) -> None:
+        self.config = config
+        self.action = config.action
+        self._seen = 0
+        self._run_start: datetime | None = None
+        self._last_time: datetime | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> IdlePolicy | None:
+        """None when ``time_window`` is off."""
+        cfg = settings.policies.idle
+        return cls(cfg) if cfg.time_window is not None else None
+
+    def retention(self, sample_interval: timedelta) -> timedelta:
+        """The window plus four sample intervals (the anchor lies at most 2 intervals before it)."""
+        window = self.config.time_window
+        return window + 4 * sample_interval if window is not None else timedelta(0)
+
+    # -- incremental state --------------------------------------------------------------
+    def _consume(self, history: History, now: datetime) -> None:
+        new, missed = history.new_samples(self._seen)
+        if missed:
+            # Samples were trimmed before we read them: continuity cannot be vouched for.
+            self._seen += missed
+            self._run_start = None
+            self._last_time = None
+        limit = 2 * history.sample_interval
+        for sample in new:
+            if sample.time > now:
+                break
+            self._seen += 1
+            verdict = classify_sample(sample, min_gpu_utilization=self.config.min_gpu_utilization,
+                                      min_cpu_utilization=self.config.min_cpu_utilization)
+            idle = verdict.idle is True or (verdict.idle is None and history.progress_source)
+            if not idle:
+                self._run_start = None
+            elif self._run_start is None or self._last_time is None or sample.time - self._last_time > limit:
+                self._run_start = sample.time
+            self._last_time = sample.time
+
+    def idle_since(self, history: History, now: datetime) -> datetime | None:
+        """Start of the current idle stretch at ``now`` (None when the newest state is busy,
+        stale or uncovered), whether or not it has lasted a whole window yet."""
+        now = ensure_utc(now)
+        self._consume(history, now)
+        if self._run_start is None or self._last_time is None:
+            return None
+        if now - self._last_time > 2 * history.sample_interval:
+            return None
+        start = self._run_start
+        if history.progress_source and history.last_progress_at is not None:
+            if history.last_progress_at > now:
+                return None
+            if history.last_progress_at > start:
+                start = history.last_progress_at
+        return start
+
+    def evaluate(self, history: History, now: datetime) -> Decision | None:
+        """A ``stop`` (or ``advise``) decision when the window ``[now - W, now]`` is idle."""
+        now = ensure_utc(now)
+        since = self.idle_since(history, now)
+        window = self.config.time_window
+        if since is None or window is None:
+            return None
+        window_start = now - window
+        assert self._run_start is not None
+        if self._run_start > window_start:
+            return None  # no idle anchor at or before the window's start
+        last_progress = history.last_progress_at if history.progress_source else None
+        if last_progress is not None and last_progress >= window_start:
+            return None  # progress inside the window
+        return self._decision(history, now, since, window)
+
+    def _decision(self, history: History, now: datetime, since: datetime, window: timedelta) -> Decision:
+        window_start = now - window
+        anchor = history.last_sample_at_or_before(window_start)
+        first = anchor.time if anchor is not None else window_start
+        used = history.samples_between(first, now)
+        signals: set[str] = set()
+        max_gpu: dict[str, float] = {}
+        max_cpu: float | None = None
+        max_ssh: int | None = None
+        for sample in used:
+            if sample.gpu_status is not SignalStatus.ABSENT:
+                signals.add("gpu")
+                for gpu in sample.gpus:
+                    if gpu.utilization is not None:
+                        key = str(gpu.index)
+                        max_gpu[key] = max(max_gpu.get(key, gpu.utilization), gpu.utilization)
+            if sample.cpu_status is not SignalStatus.ABSENT:
+                signals.add("cpu")
+                if sample.cpu_percent is not None:
+                    max_cpu = sample.cpu_percent if max_cpu is None else max(max_cpu, sample.cpu_percent)
+            if sample.ssh_status is not SignalStatus.ABSENT:
+                signals.add("ssh")
+                if sample.ssh_sessions is not None:
+                    max_ssh = sample.ssh_sessions if max_ssh is None else max(max_ssh, sample.ssh_sessions)
+        if history.progress_source:
+            signals.add("progress")
+        order = ["gpu", "cpu", "ssh", "progress"]
+        signal_list = [s for s in order if s in signals]
+        evidence = {
+            "idle_since": iso(since),
+            "window_start": iso(window_start),
+            "window_end": iso(now),
+            "time_window_s": window.total_seconds(),
+            "sample_interval_s": history.sample_interval.total_seconds(),
+            "anchor_sample": iso(anchor.time) if anchor is not None else None,
+            "samples": len(used),
+            "signals": signal_list,
+            "min_gpu_utilization": self.config.min_gpu_utilization,
+            "min_cpu_utilization": self.config.min_cpu_utilization,
+            "max_gpu_utilization": dict(sorted(max_gpu.items(), key=lambda kv: int(kv[0]))),
+            "max_cpu_percent": max_cpu,
+            "max_ssh_sessions": max_ssh,
+            "last_progress_at": iso(history.last_progress_at) if history.last_progress_at else None,
+            "child_running": history.child_running,
+        }
+        parts = []
+        if max_gpu:
+            parts.append(f"max GPU utilization {max(max_gpu.values()):g} % (< {self.config.min_gpu_utilization:g} %)")
+        if max_cpu is not None:
+            parts.append(f"max CPU {max_cpu:g} % (< {self.config.min_cpu_utilization:g} %)")
+        if max_ssh is not None:
+            parts.append("no SSH session")
+        if "progress" in signals:
+            parts.append("no new progress")
+        detail = "; ".join(parts)
+        reason = (f"idle for {fmt_duration(window)} since {iso(since)}: every present signal "
+                  f"({', '.join(signal_list)}) stayed idle" + (f" — {detail}" if detail else ""))
+        return Decision(time=now, policy=self.name, action=self.action, reason=reason,
+                        evidence=evidence, key=f"idle:{iso(since)}")
+
+
+__all__ = ["IdlePolicy", "SampleVerdict", "classify_sample", "fmt_duration"]

@@ -1,0 +1,262 @@
+"""The plateau policy: PyTorch's ``ReduceLROnPlateau`` rule, applied to the training loss.
+
+:class:`PlateauTracker` reproduces ``torch.optim.lr_scheduler.ReduceLROnPlateau.step`` (torch
+2.x source) step for step, without torch:
+
+* ``best`` starts at ``inf`` (mode ``min``) or ``-inf`` (mode ``max``);
+* ``is_better(a, best)``: min/rel ``a < best * (1 - threshold)``; min/abs ``a < best - threshold``;
+  max/rel ``a > best * (threshold + 1)``; max/abs ``a > best + threshold``. A NaN is never
+  better, so it is a bad step (as in PyTorch);
+* better: ``best = a``, ``num_bad_epochs = 0``; else ``num_bad_epochs += 1``;
+* in cooldown (``cooldown_counter > 0``): ``cooldown_counter -= 1`` and ``num_bad_epochs = 0``;
+* when ``num_bad_epochs > patience`` the rule *fires* (PyTorch reduces the LR there), then
+  ``cooldown_counter = cooldown`` and ``num_bad_epochs = 0`` — so it can fire again.
+
+It is O(1) per value and deterministic for a given sequence. Optional smoothing is
+TensorBoard's debiased EMA (``vz_line_chart2`` smoothing): ``last = w*last + (1-w)*y``,
+``n += 1``, ``out = last / (1 - w**n)`` with ``last = 0`` and ``n = 0`` initially; a non-finite
+``y`` passes through unsmoothed and leaves ``last``/``n`` untouched, as TensorBoard does.
+
+:class:`PlateauPolicy` feeds the tracker once per new progress point of the monitored kind
+(``monitor = "train"`` or ``"eval"``), never per tick, and turns each fire into a decision that
+names the point and the money at stake:
+
+* when the run's length is known (``ProgressPoint.total``, else ``History.total_steps``) and the
+  point's position (its ``step``, else its ``epoch``) and time are known, the *cost of the rest
+  of the run*: ``remaining_seconds = elapsed * (total - position) / position`` with ``elapsed =
+  point.time - History.started_at`` — a linear extrapolation that assumes the remaining steps
+  take as long each as the steps so far — times ``History.rate`` per hour;
+* otherwise the spend per hour (``History.rate``).
+
+Action ``"downsize"`` is not implemented yet: it is reported as ``"advise"`` (the configured
+action is kept in the evidence).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+from ..clock import ensure_utc
+from ..config import PlateauConfig, Settings
+from ..money import Money, cost_of
+from ..records import Decision, ProgressPoint
+from .base import Policy, iso, register
+from .history import History, finite_or_text
+
+
+class PlateauTracker:
+    """Incremental ``ReduceLROnPlateau`` rule (see the module docstring for the exact steps).
+
+    Args:
+        mode: ``"min"`` (a loss) or ``"max"``.
+        threshold: significance threshold (PyTorch default 1e-4).
+        threshold_mode: ``"rel"`` or ``"abs"`` (``rel`` misbehaves for negative values; use ``abs``).
+        patience: bad values tolerated; the rule fires on the ``patience + 1``-th in a row.
+        cooldown: values after a fire during which bad values are not counted.
+        smoothing: TensorBoard EMA weight ``w`` in ``[0, 1)``; 0 = raw values.
+
+    Attributes (after each :meth:`step`, named as in PyTorch):
+        best, num_bad_epochs, cooldown_counter, last_epoch (values seen), last_value (the
+        value the rule saw, smoothed if smoothing is on), fires (indices, 0-based, that fired).
+
+    Raises:
+        ValueError: for an unknown mode/threshold_mode, a negative patience/cooldown/threshold,
+            or a smoothing weight outside ``[0, 1)``.
+    """
+
+    def __init__(self, mode: Literal["min", "max"] = "min", threshold: float = 1e-4,
+                 threshold_mode: Literal["rel", "abs"] = "rel", patience: int = 10, cooldown: int = 0,
+                 smoothing: float = 0.0) -> None:
+        if mode not in ("min", "max"):
+            raise ValueError(f"mode {mode!r}: expected min or max")
+        if threshold_mode not in ("rel", "abs"):
+            raise ValueError(f"threshold_mode {threshold_mode!r}: expected rel or abs")
+        if patience < 0 or cooldown < 0 or threshold < 0:
+            raise ValueError("patience, cooldown and threshold must be >= 0")
+        if not 0.0 <= smoothing < 1.0:
+            raise ValueError(f"smoothing {smoothing!r}: expected a weight in [0, 1)")
+        self.mode = mode
+        self.threshold = threshold
+        self.threshold_mode = threshold_mode
+        self.patience = patience
+        self.cooldown = cooldown
+        self.smoothing = smoothing
+        self.best = math.inf if mode == "min" else -math.inf
+        self.num_bad_epochs = 0
+        self.cooldown_counter = 0
+        self.last_epoch = 0
+        self.last_value: float | None = None
+        self.fires: list[int] = []
+        self._ema_last = 0.0
+        self._ema_n = 0
+
+    @classmethod
+    def from_config(cls, config: PlateauConfig) -> PlateauTracker:
+        """A tracker with the settings of a ``[policies.plateau]`` section."""
+        return cls(mode=config.mode, threshold=config.threshold, threshold_mode=config.threshold_mode,
+                   patience=config.patience, cooldown=config.cooldown, smoothing=config.smoothing)
+
+    def is_better(self, a: float, best: float) -> bool:
+        """PyTorch's ``_is_better`` (same float operations, so the same answers)."""
+        if self.mode == "min" and self.threshold_mode == "rel":
+            rel_epsilon = 1.0 - self.threshold
+            return a < best * rel_epsilon
+        if self.mode == "min" and self.threshold_mode == "abs":
+            return a < best - self.threshold
+        if self.mode == "max" and self.threshold_mode == "rel":
+            rel_epsilon = self.threshold + 1.0
+            return a > best * rel_epsilon
+        return a > best + self.threshold
+
+    def smooth(self, value: float) -> float:
+        """The value the rule sees: ``value`` itself, or TensorBoard's debiased EMA of the values."""
+        if self.smoothing == 0.0 or not math.isfinite(value):
+            return value
+        w = self.smoothing
+        self._ema_last = self._ema_last * w + (1 - w) * value
+        self._ema_n += 1
+        return self._ema_last / (1 - w ** self._ema_n)
+
+    def step(self, value: float) -> bool:
+        """Feed the next value (NaN allowed: a bad step); True when the rule fires on it."""
+        current = self.smooth(float(value))
+        self.last_value = current
+        index = self.last_epoch
+        self.last_epoch += 1
+        if self.is_better(current, self.best):
+            self.best = current
+            self.num_bad_epochs = 0
+        else:
+            self.num_bad_epochs += 1
+        if self.cooldown_counter > 0:
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0
+        if self.num_bad_epochs > self.patience:
+            self.cooldown_counter = self.cooldown
+            self.num_bad_epochs = 0
+            self.fires.append(index)
+            return True
+        return False
+
+
+def plateau_fires(values: list[float], **kwargs: Any) -> list[int]:
+    """0-based indices at which the ReduceLROnPlateau rule fires on ``values`` (kwargs as
+    :class:`PlateauTracker`)."""
+    tracker = PlateauTracker(**kwargs)
+    for value in values:
+        tracker.step(value)
+    return list(tracker.fires)
+
+
+def rest_of_run_cost(history: History, point: ProgressPoint) -> dict[str, Any] | None:
+    """Estimate what the rest of the run costs at the current rate (see the module docstring).
+
+    Returns:
+        ``{"total", "position", "elapsed_s", "remaining_s", "cost", "currency"}`` (money and
+        seconds as decimal strings), or None when the length, position, times or rate are unknown.
+    """
+    total = point.total if point.total is not None else history.total_steps
+    position = point.step if point.step is not None else point.epoch
+    if (total is None or position is None or point.time is None or history.started_at is None
+            or history.rate is None or position <= 0):
+        return None
+    elapsed = ensure_utc(point.time) - history.started_at
+    if elapsed.total_seconds() <= 0:
+        return None
+    pos = Decimal(position) if isinstance(position, int) else Decimal(repr(position))
+    remaining_units = max(Decimal(total) - pos, Decimal(0))
+    elapsed_s = Decimal(elapsed.days * 86400 + elapsed.seconds) + Decimal(elapsed.microseconds) / Decimal(10**6)
+    remaining_s = elapsed_s * remaining_units / pos
+    cost = cost_of(history.rate.amount, remaining_s)
+    return {"total": total, "position": finite_or_text(float(position)), "elapsed_s": str(elapsed_s),
+            "remaining_s": str(remaining_s), "cost": str(cost), "currency": history.rate.currency}
+
+
+@register
+class PlateauPolicy(Policy):
+    """Advise when the monitored loss stopped improving, by ReduceLROnPlateau's rule.
+
+    Args:
+        config: the ``[policies.plateau]`` section.
+
+    Keys are ``plateau:<monitor>:<index>`` with ``index`` the 0-based position of the point
+    among the monitored points, so each fire is reported once.
+    """
+
+    name = "plateau"
+
+    def __init__(self, config: PlateauConfig) -> None:
+        self.config = config
+        self.action = "advise" if config.action == "downsize" else config.action
+        self.tracker = PlateauTracker.from_config(config)
+        self._seen = 0
+        self.missed = 0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> PlateauPolicy:
+        """Always enabled (it only advises by default)."""
+        return cls(settings.policies.plateau)
+
+    def decisions(self, history: History, now: datetime) -> list[Decision]:
+        """One decision per fire among the progress points added since the last call."""
+        now = ensure_utc(now)
+        points, missed = history.new_progress(self._seen)
+        self._seen += missed + len(points)
+        self.missed += missed
+        found = []
+        for point in points:
+            if point.kind != self.config.monitor:
+                continue
+            index = self.tracker.last_epoch
+            if self.tracker.step(point.value):
+                found.append(self._decision(history, now, point, index))
+        return found
+
+    def _decision(self, history: History, now: datetime, point: ProgressPoint, index: int) -> Decision:
+        t = self.tracker
+        cfg = self.config
+        rest = rest_of_run_cost(history, point)
+        evidence: dict[str, Any] = {
+            "monitor": cfg.monitor,
+            "metric": point.name,
+            "index": index,
+            "step": point.step,
+            "epoch": point.epoch,
+            "point_time": iso(point.time) if point.time is not None else None,
+            "value": finite_or_text(point.value),
+            "monitored_value": finite_or_text(t.last_value),
+            "best": finite_or_text(t.best),
+            "bad_points": cfg.patience + 1,
+            "mode": cfg.mode,
+            "threshold": cfg.threshold,
+            "threshold_mode": cfg.threshold_mode,
+            "patience": cfg.patience,
+            "cooldown": cfg.cooldown,
+            "smoothing": cfg.smoothing,
+            "configured_action": cfg.action,
+            "rest_of_run": rest,
+            "spend_per_hour": str(history.rate.amount) if history.rate is not None else None,
+            "currency": history.rate.currency if history.rate is not None else None,
+        }
+        where = f"step {point.step}" if point.step is not None else (
+            f"epoch {point.epoch:g}" if point.epoch is not None else f"point {index}")
+        reason = (f"{cfg.monitor} loss plateaued at {where}: no improvement on best "
+                  f"{_fmt(t.best)} for {cfg.patience + 1} points (ReduceLROnPlateau patience {cfg.patience}, "
+                  f"threshold {cfg.threshold:g} {cfg.threshold_mode})")
+        if rest is not None:
+            rest_money = Money(Decimal(rest["cost"]), rest["currency"])
+            reason += f"; the rest of the run would cost about {rest_money} at the current rate"
+        elif history.rate is not None:
+            reason += f"; it costs {history.rate}/h while it runs"
+        return Decision(time=now, policy=self.name, action=self.action, reason=reason,
+                        evidence=evidence, key=f"plateau:{cfg.monitor}:{index}")
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.6g}" if math.isfinite(value) else str(finite_or_text(value))
+
+
+__all__ = ["PlateauTracker", "PlateauPolicy", "plateau_fires", "rest_of_run_cost"]

@@ -1,0 +1,412 @@
+"""``costctl analyze``'s model: replay the configured policies over recorded logs and cost it out.
+
+:func:`analyze` takes a GPU log and/or a training log, replays the policy engine on a
+simulated clock (:mod:`.engine`), and returns an :class:`Analysis` with
+
+* the idle stretches (machine, under costctl's all-GPUs rule; and per GPU when there are
+  several) and the money spent in each (``price x duration``);
+* every decision with its time and action; a ``stop`` saves ``price x (end of log - stop
+  time)``; an ``advise`` would have saved the same if followed (``saving_if_followed``);
+  decisions after the first stop could not have happened (``after_stop``); a stop with work
+  after it would have cut the run short (``work_after``);
+* the oracle's stop and saving (:mod:`.oracle`), and with ``compare`` the peers' rules
+  (:mod:`.peers`);
+* which signals took part and what was assumed.
+
+Money is ``Decimal`` in the price's currency (never float); a log without a price reports
+durations only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..config import Settings
+from ..money import Money, cost_of
+from ..policies import classify_sample
+from ..records import Decision, ProgressPoint, TelemetrySample
+from .engine import ReplayRun, replay_loss, replay_timeline
+from .gpu_log import GpuLog
+from .oracle import OracleStop, oracle_stop
+from .peers import SKYPILOT_DEFAULT_IDLE_MINUTES, PeerResult, dstack_utilization_policy, skypilot_autostop
+from .stats import GpuStats, all_gpu_stats
+from .stretches import Stretch, gpu_stretches, machine_stretches
+from .timeline import nominal_interval
+from .train_log import TrainLog
+
+
+@dataclass(frozen=True, slots=True)
+class AnalyzeOptions:
+    """Knobs of an analysis.
+
+    Attributes:
+        compare: also replay SkyPilot's autostop and dstack's utilization_policy.
+        min_stretch: idle stretches shorter than this are counted in totals but not listed.
+        sample_interval: the log's nominal sampling period (default: median positive gap).
+        skypilot_idle_minutes: ``sky autostop -i`` minutes for the comparison.
+    """
+
+    compare: bool = False
+    min_stretch: timedelta = timedelta(minutes=5)
+    sample_interval: timedelta | None = None
+    skypilot_idle_minutes: float = SKYPILOT_DEFAULT_IDLE_MINUTES
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionReport:
+    """One policy decision on the replayed timeline.
+
+    Attributes:
+        decision: the engine's decision (``time`` is simulated and meaningless on the loss's own axis).
+        on_time_axis: False for decisions of the loss-only replay (no wall times).
+        at: where it fired on the loss's own axis (``"step 181000"``), else None.
+        saving: for a ``stop`` on the time axis that could happen: ``price x (end - time)``.
+        saving_if_followed: the same figure for an ``advise``/``warn`` (if the user had acted).
+        after_stop: True when an earlier stop had already ended the instance.
+        work_after: True when work (a busy sample or progress) follows the decision time.
+    """
+
+    decision: Decision
+    on_time_axis: bool
+    at: str | None = None
+    saving: Money | None = None
+    saving_if_followed: Money | None = None
+    after_stop: bool = False
+    work_after: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StretchReport:
+    """An idle stretch with its cost and what the idle policy did in it."""
+
+    stretch: Stretch
+    spend: Money | None
+    stopped_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class PeerReport:
+    """A peer rule's result with its money figure."""
+
+    result: PeerResult
+    saving: Money | None
+    work_after: bool
+
+
+@dataclass(slots=True)
+class Analysis:
+    """Everything ``costctl analyze`` reports (see the module docstring)."""
+
+    start: datetime | None
+    end: datetime | None
+    rate: Money | None
+    gpu_log: GpuLog | None
+    gpu_stats: list[GpuStats]
+    train_log: TrainLog | None
+    progress_placement: str | None
+    sample_interval: timedelta
+    signals_used: list[str]
+    signals_absent: list[str]
+    policies: list[str]
+    stretches: list[StretchReport]
+    gpu_idle_stretches: dict[int, list[StretchReport]]
+    idle_total: timedelta
+    decisions: list[DecisionReport]
+    oracle: OracleStop
+    oracle_saving: Money | None
+    peers: list[PeerReport]
+    assumptions: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_spend(self) -> Money | None:
+        """``price x (end - start)`` of the whole timeline."""
+        if self.rate is None or self.start is None or self.end is None:
+            return None
+        return _money(self.rate, self.end - self.start)
+
+    @property
+    def first_stop(self) -> DecisionReport | None:
+        """The first ``stop`` decision on the time axis (the one that would have ended the instance)."""
+        return next((d for d in self.decisions if d.on_time_axis and d.decision.action == "stop"), None)
+
+    @property
+    def idle_spend(self) -> Money | None:
+        """``price x`` the time spent in all machine idle stretches (listed or not)."""
+        return _money(self.rate, self.idle_total) if self.rate is not None else None
+
+
+def _money(rate: Money, duration: timedelta) -> Money:
+    return Money(cost_of(rate.amount, duration), rate.currency)
+
+
+def _saving(rate: Money | None, end: datetime | None, when: datetime | None) -> Money | None:
+    if rate is None or end is None or when is None:
+        return None
+    return _money(rate, max(end - when, timedelta(0)))
+
+
+def _where(decision: Decision) -> str | None:
+    ev = decision.evidence
+    if ev.get("step") is not None:
+        return f"step {ev['step']}"
+    if ev.get("epoch") is not None:
+        return f"epoch {ev['epoch']:g}"
+    if ev.get("index") is not None:
+        return f"point {ev['index']}"
+    return None
+
+
+def _work_times(samples: list[TelemetrySample], progress: list[ProgressPoint], settings: Settings) -> list[datetime]:
+    cfg = settings.policies.idle
+    busy = [
+        s.time for s in samples
+        if classify_sample(s, min_gpu_utilization=cfg.min_gpu_utilization,
+                           min_cpu_utilization=cfg.min_cpu_utilization).idle is not True
+    ]
+    return sorted(busy + [p.time for p in progress if p.time is not None])
+
+
+def _signals(samples: list[TelemetrySample], timed: list[ProgressPoint], train: TrainLog | None) -> tuple[list[str], list[str]]:
+    from ..records import SignalStatus
+
+    used, absent = [], []
+    if samples:
+        n = len({g.index for s in samples for g in s.gpus})
+        (used if any(s.gpu_status is not SignalStatus.ABSENT for s in samples) else absent).append(
+            f"gpu utilization ({n} GPU{'s' if n != 1 else ''})"
+        )
+        (used if any(s.cpu_status is not SignalStatus.ABSENT for s in samples) else absent).append("cpu (not recorded)")
+        (used if any(s.ssh_status is not SignalStatus.ABSENT for s in samples) else absent).append("ssh sessions (not recorded)")
+    else:
+        absent.append("gpu utilization (no GPU log)")
+    if timed:
+        used.append("training progress (on the time axis)")
+    elif train is not None:
+        absent.append("training progress (not on the time axis: its own axis for the loss policies)")
+    else:
+        absent.append("training progress (no training log)")
+    used = [u.replace(" (not recorded)", "") for u in used]
+    return used, absent
+
+
+def analyze(
+    settings: Settings,
+    *,
+    gpu_log: GpuLog | None = None,
+    train_log: TrainLog | None = None,
+    progress: list[ProgressPoint] | None = None,
+    placement: str | None = None,
+    rate: Money | None = None,
+    options: AnalyzeOptions = AnalyzeOptions(),
+) -> Analysis:
+    """Replay ``settings``' policies over the logs and cost the result out.
+
+    Args:
+        settings: configuration; ``[policies.*]`` are replayed as configured.
+        gpu_log: recorded telemetry.
+        train_log: recorded training progress.
+        progress: ``train_log``'s points placed on the time axis (from
+            :func:`costctl.replay.timeline.place_progress`); None/untimed: the loss policies run
+            on the loss's own axis.
+        placement: how ``progress`` was placed (for the report).
+        rate: price per instance-hour.
+        options: see :class:`AnalyzeOptions`.
+
+    Raises:
+        UsageError: neither log given.
+        PolicyError: from the policies (e.g. budget caps in another currency than ``rate``).
+    """
+    from ..errors import UsageError
+
+    if gpu_log is None and train_log is None:
+        raise UsageError("nothing to analyze: give --gpu-log FILE and/or --train-log FILE")
+    recorded = gpu_log.samples if gpu_log is not None else []
+    interval = nominal_interval(recorded, options.sample_interval)
+    samples = list(recorded)  # as recorded; the replay itself spreads equal times (timeline.strictly_increasing)
+    points = progress if progress is not None else (train_log.points if train_log else [])
+    timed = sorted((p for p in points if p.time is not None), key=lambda p: p.time)  # type: ignore[arg-type,return-value]
+    times = [s.time for s in samples] + [p.time for p in timed]  # type: ignore[misc]
+    start = min(times) if times else None
+    end = max(times) if times else None
+    idle_cfg = settings.policies.idle
+    assumptions: list[str] = []
+    notes: list[str] = []
+    if gpu_log is not None:
+        notes.append("nvidia-smi and dashboard times carry no zone; they are shown as recorded (read as UTC)")
+        if gpu_log.relative:
+            notes.append("the GPU log records only elapsed seconds: times count from --start-time (default 1970-01-01)")
+
+    run: ReplayRun = replay_timeline(settings, samples, timed, rate=rate, sample_interval=interval) if times else \
+        ReplayRun([], [], interval, False)
+    assumptions.extend(run.assumptions)
+    loss_run: ReplayRun | None = None
+    if train_log is not None and not timed:
+        loss_run = replay_loss(settings, train_log.points)
+        notes.append("the training log has no wall times: its loss analysis stands on its own axis "
+                     "(give --start-time and --step-rate to place it on the GPU log's time axis)")
+
+    work = _work_times(samples, timed, settings)
+    decisions: list[DecisionReport] = []
+    stopped: datetime | None = None
+    for d in run.decisions:
+        after_stop = stopped is not None and d.time > stopped
+        is_stop = d.action == "stop"
+        later_work = any(w > d.time for w in work)
+        decisions.append(DecisionReport(
+            d, True,
+            saving=_saving(rate, end, d.time) if is_stop and not after_stop else None,
+            saving_if_followed=_saving(rate, end, d.time) if not is_stop and not after_stop else None,
+            after_stop=after_stop, work_after=later_work,
+        ))
+        if is_stop and stopped is None:
+            stopped = d.time
+    if loss_run is not None:
+        for d in loss_run.decisions:
+            decisions.append(DecisionReport(d, False, at=_where(d)))
+
+    raw_stretches = machine_stretches(
+        samples, min_gpu_utilization=idle_cfg.min_gpu_utilization,
+        min_cpu_utilization=idle_cfg.min_cpu_utilization, sample_interval=interval,
+        progress_times=[p.time for p in timed],  # type: ignore[misc]
+    ) if samples else []
+    idle_stops = [d.decision.time for d in decisions if d.on_time_axis and d.decision.policy == "idle"]
+
+    def report(s: Stretch) -> StretchReport:
+        fired = next((t for t in idle_stops if s.start <= t <= s.end), None)
+        return StretchReport(s, _money(rate, s.duration) if rate is not None else None, fired)
+
+    listed = [report(s) for s in raw_stretches if s.duration >= options.min_stretch or s.final]
+    idle_total = sum((s.duration for s in raw_stretches), timedelta(0))
+    per_gpu: dict[int, list[StretchReport]] = {}
+    if gpu_log is not None and len(gpu_log.gpu_indices) > 1:
+        for index in gpu_log.gpu_indices:
+            found = gpu_stretches(samples, index, min_gpu_utilization=idle_cfg.min_gpu_utilization,
+                                  sample_interval=interval)
+            per_gpu[index] = [
+                StretchReport(s, _money(rate, s.duration) if rate is not None else None, None)
+                for s in found if s.duration >= options.min_stretch or s.final
+            ]
+
+    plateau_cfg = settings.policies.plateau if "plateau" in settings.policies.model_fields_set else None
+    if times:
+        oracle = oracle_stop(raw_stretches, timed_progress=timed, plateau=plateau_cfg)
+    else:
+        oracle = OracleStop(None, "no time axis (no GPU log, training log not placed in time): no stop to cost")
+
+    peers: list[PeerReport] = []
+    if options.compare and samples:
+        span = (timed[0].time, timed[-1].time) if timed else None
+        sky = skypilot_autostop(samples, idle_minutes=options.skypilot_idle_minutes,
+                                min_gpu_utilization=idle_cfg.min_gpu_utilization, job_span=span)  # type: ignore[arg-type]
+        window = idle_cfg.time_window or timedelta(minutes=30)
+        dstack = dstack_utilization_policy(samples, min_gpu_utilization=idle_cfg.min_gpu_utilization,
+                                           time_window=window)
+        for peer in (sky, dstack):
+            later = peer.stop_time is not None and any(w > peer.stop_time for w in work)
+            peers.append(PeerReport(peer, _saving(rate, end, peer.stop_time), later))
+        if idle_cfg.time_window is None:
+            notes.append("[policies.idle] time_window is off: dstack's rule is replayed with a 30 min window")
+
+    used, absent = _signals(samples, timed, train_log)
+    policies = list(run.policies) + [p for p in (loss_run.policies if loss_run else []) if p not in run.policies]
+    return Analysis(
+        start=start, end=end, rate=rate, gpu_log=gpu_log,
+        gpu_stats=all_gpu_stats(gpu_log) if gpu_log is not None else [],
+        train_log=train_log, progress_placement=placement, sample_interval=interval,
+        signals_used=used, signals_absent=absent, policies=policies,
+        stretches=listed, gpu_idle_stretches=per_gpu, idle_total=idle_total,
+        decisions=decisions, oracle=oracle, oracle_saving=_saving(rate, end, oracle.time),
+        peers=peers, assumptions=assumptions, notes=notes,
+    )
+
+
+def _iso(when: datetime | None) -> str | None:
+    return when.isoformat().replace("+00:00", "Z") if when is not None else None
+
+
+def _m(value: Money | None) -> dict[str, str] | None:
+    return {"amount": str(value.rounded(2)), "exact": str(value.amount), "currency": value.currency} if value else None
+
+
+def to_dict(a: Analysis) -> dict[str, Any]:
+    """The analysis as JSON-ready data (times ISO 8601 with ``Z``, money as decimal strings)."""
+
+    def stretch(r: StretchReport) -> dict[str, Any]:
+        s = r.stretch
+        return {
+            "start": _iso(s.start), "end": _iso(s.end), "duration_s": s.duration.total_seconds(),
+            "samples": s.samples, "final": s.final, "work_followed": not s.final,
+            "spend": _m(r.spend), "stopped_at": _iso(r.stopped_at),
+        }
+
+    return {
+        "start": _iso(a.start),
+        "end": _iso(a.end),
+        "duration_s": (a.end - a.start).total_seconds() if a.start and a.end else None,
+        "price_per_hour": _m(a.rate),
+        "total_spend": _m(a.total_spend),
+        "gpu_log": None if a.gpu_log is None else {
+            "path": str(a.gpu_log.path) if a.gpu_log.path else None,
+            "format": a.gpu_log.format,
+            "samples": len(a.gpu_log.samples),
+            "skipped": a.gpu_log.skipped,
+            "fields": list(a.gpu_log.fields),
+            "gpus": [
+                {
+                    "index": st.index, "samples": st.samples, "interval_s": st.interval_s,
+                    "mean_utilization": st.mean_utilization, "zero_samples": st.zero_samples,
+                    "longest_zero_run": None if st.longest_zero_run is None else {
+                        "samples": st.longest_zero_run.count, "start": _iso(st.longest_zero_run.start),
+                        "end": _iso(st.longest_zero_run.end), "seconds": st.longest_zero_run.seconds,
+                    },
+                    "memory_used_max_bytes": st.memory_used_max,
+                }
+                for st in a.gpu_stats
+            ],
+        },
+        "train_log": None if a.train_log is None else {
+            "path": str(a.train_log.path) if a.train_log.path else None,
+            "format": a.train_log.format,
+            "train_points": len(a.train_log.train),
+            "eval_points": len(a.train_log.eval),
+            "x_axis": a.train_log.x_axis,
+            "placed_on_time_axis": a.progress_placement,
+            "oom_errors": len(a.train_log.oom),
+        },
+        "sample_interval_s": a.sample_interval.total_seconds(),
+        "signals_used": a.signals_used,
+        "signals_absent": a.signals_absent,
+        "policies": a.policies,
+        "idle_stretches": [stretch(r) for r in a.stretches],
+        "idle_total_s": a.idle_total.total_seconds(),
+        "idle_spend": _m(a.idle_spend),
+        "gpu_idle_stretches": {str(k): [stretch(r) for r in v] for k, v in a.gpu_idle_stretches.items()},
+        "decisions": [
+            {
+                "policy": d.decision.policy, "action": d.decision.action,
+                "time": _iso(d.decision.time) if d.on_time_axis else None,
+                "at": d.at, "on_time_axis": d.on_time_axis, "reason": d.decision.reason, "key": d.decision.key,
+                "saving": _m(d.saving), "saving_if_followed": _m(d.saving_if_followed),
+                "after_stop": d.after_stop, "work_after": d.work_after, "evidence": d.decision.evidence,
+            }
+            for d in a.decisions
+        ],
+        "oracle": {
+            "stop": _iso(a.oracle.time), "reason": a.oracle.reason,
+            "idle_start": _iso(a.oracle.idle_start), "plateau_onset": _iso(a.oracle.plateau_onset),
+            "saving": _m(a.oracle_saving),
+        },
+        "compare": [
+            {
+                "name": p.result.name, "rule": p.result.rule, "assumption": p.result.assumption,
+                "stop": _iso(p.result.stop_time), "reason": p.result.reason, "gpu": p.result.gpu,
+                "saving": _m(p.saving), "work_after": p.work_after,
+            }
+            for p in a.peers
+        ],
+        "assumptions": a.assumptions,
+        "notes": a.notes,
+    }

@@ -1,0 +1,139 @@
+"""Replaying recorded records through the live policy engine on a simulated clock.
+
+This is the same :class:`~costctl.policies.PolicyEngine` and :class:`~costctl.policies.History`
+that ``costctl watch`` drives; only the sources (recorded samples and progress points instead
+of NVML and the child's pipe) and the clock (:class:`~costctl.clock.SimClock`, moved to each
+recorded time, never sleeping) differ.
+
+Facts the live watch knows and a recording does not, and what the replay assumes instead:
+
+* spend so far (for the budget policy): ``rate x (now - first record)``; the daily spend
+  counts from the start of the day in ``[watch] timezone``;
+* whether the job is still running (for the stall policy): when progress is on the time axis,
+  the job is taken to run from its first to its last recorded progress point; with no timed
+  progress there is no job, and the stall policy cannot fire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Iterable
+
+from ..clock import SimClock
+from ..config import Settings
+from ..money import Money, cost_of
+from ..policies import History, PolicyEngine
+from ..records import Decision, ProgressPoint, TelemetrySample
+from .gpu_log import RELATIVE_EPOCH
+from .timeline import nominal_interval, strictly_increasing
+
+#: policies that read the loss alone (the ones a replay on the loss's own axis can run).
+LOSS_POLICIES = ("plateau", "divergence")
+
+
+@dataclass(slots=True)
+class ReplayRun:
+    """What the policies concluded over a recorded timeline.
+
+    Attributes:
+        decisions: every new decision, in the order the engine reported them.
+        policies: names of the enabled policies.
+        sample_interval: the History's nominal sample interval.
+        progress_on_axis: True when timed progress points took part (progress was a signal).
+        evaluations: how many times the engine was evaluated.
+    """
+
+    decisions: list[Decision]
+    policies: list[str]
+    sample_interval: timedelta
+    progress_on_axis: bool
+    evaluations: int = 0
+    assumptions: list[str] = field(default_factory=list)
+
+
+def _spend(rate: Money, start: datetime, now: datetime, tz) -> tuple[Money, Money]:
+    total = Money(cost_of(rate.amount, now - start), rate.currency)
+    local = now.astimezone(tz)
+    day_start = local.replace(hour=0, minute=0, second=0, microsecond=0)
+    since = max(start, day_start)
+    return total, Money(cost_of(rate.amount, now - since), rate.currency)
+
+
+def replay_timeline(
+    settings: Settings,
+    samples: list[TelemetrySample],
+    progress: Iterable[ProgressPoint] = (),
+    *,
+    rate: Money | None = None,
+    sample_interval: timedelta | None = None,
+    only: Iterable[str] | None = None,
+) -> ReplayRun:
+    """Drive the policy engine over recorded samples and timed progress points.
+
+    The clock is set to every distinct record time in order; at each, the records up to that
+    time are added to the History and the engine is evaluated once.
+
+    Args:
+        settings: configuration (``[policies.*]``, ``[watch] timezone``).
+        samples: telemetry in time order (equal times are spread by 1 microsecond).
+        progress: progress points; those with ``time`` None are ignored here (see
+            :func:`replay_loss`).
+        rate: price per instance-hour; enables spend for the budget policy and money in evidence.
+        sample_interval: nominal sampling period (default: the median positive gap).
+        only: restrict to these policy names.
+
+    Raises:
+        PolicyError: from a policy (e.g. budget caps in another currency than ``rate``).
+    """
+    interval = nominal_interval(list(samples), sample_interval)
+    samples = strictly_increasing(list(samples))
+    timed = sorted((p for p in progress if p.time is not None), key=lambda p: p.time)  # type: ignore[arg-type, return-value]
+    times = sorted({s.time for s in samples} | {p.time for p in timed})  # type: ignore[misc]
+    engine = PolicyEngine(settings, only=only)
+    run = ReplayRun([], engine.names, interval, bool(timed))
+    if not times:
+        return run
+    start = times[0]
+    history = History(sample_interval=interval, started_at=start, progress_source=bool(timed), rate=rate)
+    first_progress = timed[0].time if timed else None
+    last_progress = timed[-1].time if timed else None
+    if timed:
+        run.assumptions.append("the job is taken to run from its first to its last recorded progress point")
+    clock = SimClock(start)
+    tz = settings.watch.tz
+    i = j = 0
+    for t in times:
+        clock.set(t)
+        while i < len(samples) and samples[i].time <= t:
+            history.add_sample(samples[i])
+            i += 1
+        while j < len(timed) and timed[j].time <= t:  # type: ignore[operator]
+            history.add_progress(timed[j])
+            j += 1
+        if last_progress is not None and first_progress is not None:
+            history.child_running = first_progress <= t <= last_progress
+            history.child_exited_at = last_progress if t > last_progress else None
+        if rate is not None:
+            history.spend_total, history.spend_today = _spend(rate, start, t, tz)
+        run.decisions.extend(engine.evaluate(history, clock.now()))
+        run.evaluations += 1
+    return run
+
+
+def replay_loss(settings: Settings, points: Iterable[ProgressPoint]) -> ReplayRun:
+    """Run the loss policies (plateau, divergence) over points that have no wall time.
+
+    The clock advances one simulated second per point from 1970-01-01 so that decisions are
+    ordered; those times mean nothing — report a decision by its evidence's ``step``/``epoch``.
+    """
+    engine = PolicyEngine(settings, only=LOSS_POLICIES)
+    history = History(progress_source=False)
+    clock = SimClock(RELATIVE_EPOCH)
+    run = ReplayRun([], engine.names, history.sample_interval, False)
+    for point in points:
+        clock.advance(1)
+        history.add_progress(point)
+        run.decisions.extend(engine.evaluate(history, clock.now()))
+        run.evaluations += 1
+    return run

@@ -1,0 +1,324 @@
+"""Readers for GPU logs written as CSV: ``nvidia-smi --query-gpu=... --format=csv`` logs and
+custom loggers with their own column names (``elapsed_sec,gpu_util_pct,mem_used_mb,...``).
+
+The nvidia-smi cells (units, ``[N/A]``, ``[Not Supported]``, repeated headers) are parsed by
+:mod:`costctl.telemetry.smi_parse`, the same code the live nvidia-smi source uses.
+
+Several GPUs interleaved (``0, 1, 0, 1`` rows at the same timestamp +/- 1 ms) are grouped into
+one sample per snapshot: a new sample starts when a GPU already in the current group appears
+again. The GPU is identified by ``index``, else ``uuid``, else ``pci.bus_id``; a log with none
+of them is single-GPU, unless several rows share a timestamp (within :data:`SAME_SNAPSHOT_S`),
+which are then numbered 0, 1, ... in file order. Times are the recorder's local time without
+a zone and are taken as UTC.
+
+Headerless logs (``--format=csv,noheader``) keep their units in the cells, which identifies
+``%`` (first = ``utilization.gpu``), ``MiB`` (a single one = ``memory.used``) and ``W``
+(``power.draw``). A headerless log without units (``noheader,nounits``) cannot be read without
+being told its columns (``columns=``, the CLI's ``--gpu-log-columns``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..errors import UsageError
+from ..records import GpuReading, TelemetrySample
+from ..telemetry import smi_parse
+from ..telemetry.smi_parse import Column, SmiParseError, SmiRow
+from .gpu_log import MIB, GpuLog, make_sample, recorded_fields, relative_time
+from .textio import open_text
+
+#: rows without a GPU identity whose timestamps are this close belong to one snapshot (seconds).
+SAME_SNAPSHOT_S = 0.05
+
+_SMI_TIMESTAMP = re.compile(r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?$")
+_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
+
+#: nvidia-smi query fields that mark a CSV header as nvidia-smi's.
+SMI_FIELDS = frozenset(
+    {
+        "timestamp", "index", "name", "uuid", "pci.bus_id", "utilization.gpu", "utilization.memory",
+        "memory.used", "memory.total", "memory.free", "memory.reserved", "power.draw",
+        "power.draw.instant", "power.draw.average", "power.limit", "temperature.gpu", "fan.speed",
+        "pstate", "clocks.sm", "clocks.mem", "clocks.gr", "driver_version", "compute_mode",
+    }
+)
+
+
+def looks_like_smi_csv(first_line: str) -> bool:
+    """True if ``first_line`` is an nvidia-smi query header or an nvidia-smi data row."""
+    cells = [c.strip() for c in first_line.split(",")]
+    if not cells:
+        return False
+    if smi_parse.is_header(cells):
+        return any(smi_parse.parse_column(c).field in SMI_FIELDS for c in cells)
+    return bool(_SMI_TIMESTAMP.match(cells[0]))
+
+
+# -- headerless logs ---------------------------------------------------------------------------
+def infer_columns(cells: Sequence[str]) -> tuple[Column, ...]:
+    """Columns of a headerless nvidia-smi row, from the units in its cells.
+
+    Raises:
+        UsageError: a cell cannot be identified (``nounits``): name the columns instead.
+    """
+    out: list[Column] = []
+    percents = mib = 0
+    for i, cell in enumerate(cells):
+        text = cell.strip()
+        if _SMI_TIMESTAMP.match(text):
+            out.append(Column("timestamp"))
+        elif _BUS_ID.match(text):
+            out.append(Column("pci.bus_id"))
+        elif text.startswith("GPU-"):
+            out.append(Column("uuid"))
+        elif text.endswith("%"):
+            out.append(Column("utilization.gpu" if percents == 0 else f"utilization.other{percents}", "%"))
+            percents += 1
+        elif text.endswith("MiB"):
+            out.append(Column(f"memory.col{mib}", "MiB"))
+            mib += 1
+        elif text.endswith(" W"):
+            out.append(Column("power.draw", "W"))
+        elif text.isdigit() and i <= 2 and not any(c.field == "index" for c in out):
+            out.append(Column("index"))
+        elif smi_parse.is_missing(text):
+            out.append(Column(f"unknown{i}"))
+        elif any(ch.isalpha() for ch in text) and not any(c.field == "name" for c in out):
+            out.append(Column("name"))
+        else:
+            raise UsageError(
+                f"headerless nvidia-smi CSV: cannot tell what column {i + 1} ({text!r}) is; "
+                "pass --gpu-log-columns with the --query-gpu fields in order "
+                "(e.g. timestamp,utilization.gpu,memory.used)"
+            )
+    if mib == 1:
+        out = [Column("memory.used", "MiB") if c.field == "memory.col0" else c for c in out]
+    if percents == 0:
+        raise UsageError(
+            "headerless nvidia-smi CSV without a utilization.gpu [%] column; pass --gpu-log-columns "
+            "with the --query-gpu fields in order"
+        )
+    return tuple(out)
+
+
+# -- grouping rows into snapshots --------------------------------------------------------------
+def _identity(row: SmiRow) -> str | None:
+    for field in ("index", "uuid", "pci.bus_id"):
+        cell = row.get(field)
+        if cell is not None and not smi_parse.is_missing(cell):
+            return f"{field}={cell}"
+    return None
+
+
+class _Grouper:
+    """Collects rows into one sample per snapshot (see the module docstring)."""
+
+    def __init__(self, source: str) -> None:
+        self.samples: list[TelemetrySample] = []
+        self.source = source
+        self._time: datetime | None = None
+        self._readings: list[GpuReading] = []
+        self._seen: set[str] = set()
+        self._index_by_id: dict[str, int] = {}
+
+    def add(self, when: datetime, identity: str | None, reading: GpuReading, *, has_index: bool) -> None:
+        """Add one GPU's row read at ``when``; ``identity`` names the GPU (None: not in the log)."""
+        if identity is None:
+            close = self._time is not None and abs((when - self._time).total_seconds()) <= SAME_SNAPSHOT_S
+            if not close:
+                self.flush()
+            key = f"#{len(self._readings)}"
+            reading = replace(reading, index=len(self._readings))
+        else:
+            key = identity
+            if key in self._seen:
+                self.flush()
+            if not has_index:
+                reading = replace(reading, index=self._index_by_id.setdefault(key, len(self._index_by_id)))
+        if not self._readings:
+            self._time = when
+        self._seen.add(key)
+        self._readings.append(reading)
+
+    def flush(self) -> None:
+        """Close the current snapshot (if any) into a sample."""
+        if self._readings and self._time is not None:
+            self.samples.append(make_sample(self._time, self._readings, self.source))
+        self._readings, self._seen, self._time = [], set(), None
+
+
+def _row_time(row: SmiRow) -> datetime:
+    cell = row.get("timestamp")
+    naive = smi_parse.parse_timestamp(cell)
+    if naive is None:
+        raise SmiParseError(f"line {row.line_no}: timestamp is {cell}")
+    return naive.replace(tzinfo=timezone.utc)
+
+
+def parse_smi_lines(
+    lines: Iterable[str], *, columns: Sequence[str] | None = None
+) -> tuple[list[TelemetrySample], int]:
+    """Samples from the lines of an nvidia-smi query CSV log, and the count of skipped rows.
+
+    Args:
+        lines: the decoded lines (line ends may be kept).
+        columns: the ``--query-gpu`` field names in order, for a log without a header.
+
+    Raises:
+        UsageError: the log has no timestamp column, or its headerless columns cannot be told.
+    """
+    given = smi_parse.columns_for(columns) if columns else None
+    grouper = _Grouper("nvidia-smi-csv")
+    skipped = 0
+    inferred: tuple[Column, ...] | None = None
+    for row in smi_parse.iter_rows(lines, given):
+        if not row.columns:
+            if inferred is None:
+                inferred = infer_columns(row.cells)
+            row = SmiRow(row.line_no, inferred, row.cells)
+        if not any(c.field == "timestamp" for c in row.columns):
+            raise UsageError(
+                "nvidia-smi CSV without a timestamp column: the log cannot be placed in time "
+                "(record it with --query-gpu=timestamp,...)"
+            )
+        try:
+            when = _row_time(row)
+            reading = smi_parse.reading_from_row(row)
+        except SmiParseError:
+            skipped += 1
+            continue
+        grouper.add(when, _identity(row), reading, has_index=row.get("index") is not None)
+    grouper.flush()
+    return grouper.samples, skipped
+
+
+def read_smi_csv(path: Path, *, columns: Sequence[str] | None = None) -> GpuLog:
+    """Read an ``nvidia-smi --query-gpu=... --format=csv`` log (any encoding, see :mod:`.textio`).
+
+    Raises:
+        UsageError: unreadable file, no timestamp column, or unidentifiable headerless columns.
+    """
+    with open_text(path) as fh:
+        samples, skipped = parse_smi_lines(fh, columns=columns)
+    return GpuLog("nvidia-smi-csv", samples, path=path, fields=recorded_fields(samples), skipped=skipped)
+
+
+# -- custom CSV loggers --------------------------------------------------------------------------
+_TIME_ABS = ("timestamp", "time", "datetime", "date")
+_TIME_REL = re.compile(r"^(elapsed\w*|seconds|secs|t|t_s|runtime|_runtime|time_s|time_sec\w*|relative_time\w*)$")
+_UTIL = re.compile(r"^(gpu_?util\w*|util\w*gpu\w*|gpu_utilization\w*|utilization\w*|gpu_?load\w*|gpu_?%|gpu_pct|gpu_percent)$")
+_MEM_USED = re.compile(r"^(mem\w*used\w*|gpu_?mem\w*used\w*|used_?mem\w*|memory_?used\w*)$")
+_MEM_TOTAL = re.compile(r"^(mem\w*total\w*|gpu_?mem\w*total\w*|total_?mem\w*|memory_?total\w*)$")
+_POWER = re.compile(r"^(power\w*|pwr\w*)$")
+_INDEX = re.compile(r"^(index|gpu|gpu_?id|gpu_?index|device)$")
+
+
+def looks_like_custom_gpu_csv(header: Sequence[str]) -> bool:
+    """True for a CSV header with a GPU-utilization column and no loss column."""
+    names = [h.strip().lower() for h in header]
+    return any(_UTIL.match(n) for n in names) and not any("loss" in n for n in names)
+
+
+def _memory_factor(name: str) -> int:
+    if name.endswith(("_gb", "_gib")):
+        return 2**30
+    if name.endswith(("_bytes", "_b")):
+        return 1
+    if name.endswith(("_kb", "_kib")):
+        return 2**10
+    return MIB  # "_mb"/"_mib"/none: scripts print nvidia-smi's / NVML's MiB
+
+
+def _cell_float(cell: str | None) -> float | None:
+    if cell is None:
+        return None
+    text = "".join(cell.split())  # a quoted value broken over two lines ("26.11\n0")
+    if smi_parse.is_missing(text):
+        return None
+    try:
+        return float(text.rstrip("%WMiB"))
+    except ValueError:
+        return None
+
+
+def read_custom_gpu_csv(path: Path, *, start: datetime | None = None) -> GpuLog:
+    """Read a GPU log written by a custom script, by its column names.
+
+    Recognized columns: time (``timestamp``/``time``: absolute; ``elapsed_sec``, ``seconds``,
+    ``runtime``: offsets from ``start``), utilization (``gpu_util_pct``, ``utilization``...),
+    memory used/total (``mem_used_mb``...; ``_mb`` means MiB as NVML and nvidia-smi report it,
+    ``_gb`` GiB, ``_bytes`` bytes), power (``power_w``) and GPU index (``gpu``, ``gpu_id``,
+    ``index``). Quoted values broken over two lines are joined.
+
+    Raises:
+        UsageError: unreadable file or no time column.
+    """
+    with open_text(path) as fh:
+        rows = list(smi_parse.iter_rows(fh))
+    if not rows:
+        return GpuLog("gpu-csv", [], path=path)
+    names = [c.field for c in rows[0].columns]
+
+    def pick(pattern: re.Pattern[str] | tuple[str, ...]) -> str | None:
+        for n in names:
+            if (n in pattern) if isinstance(pattern, tuple) else pattern.match(n):
+                return n
+        return None
+
+    t_abs, t_rel = pick(_TIME_ABS), pick(_TIME_REL)
+    if t_abs is None and t_rel is None:
+        raise UsageError(f"{path}: GPU CSV without a time column (expected timestamp or elapsed_sec)")
+    util, used, total = pick(_UTIL), pick(_MEM_USED), pick(_MEM_TOTAL)
+    power, index = pick(_POWER), pick(_INDEX)
+    grouper = _Grouper("gpu-csv")
+    skipped = 0
+    for row in rows:
+        try:
+            if t_abs is not None:
+                when = _parse_abs_time(row.get(t_abs))
+            else:
+                secs = _cell_float(row.get(t_rel))
+                if secs is None:
+                    raise ValueError("no time")
+                when = relative_time(secs, start)
+        except ValueError:
+            skipped += 1
+            continue
+        u = _cell_float(row.get(util)) if util else None
+        mu = _cell_float(row.get(used)) if used else None
+        mt = _cell_float(row.get(total)) if total else None
+        idx_cell = _cell_float(row.get(index)) if index else None
+        reading = GpuReading(
+            index=int(idx_cell) if idx_cell is not None else 0,
+            utilization=u,
+            memory_used_bytes=int(round(mu * _memory_factor(used))) if mu is not None and used else None,
+            memory_total_bytes=int(round(mt * _memory_factor(total))) if mt is not None and total else None,
+            power_w=_cell_float(row.get(power)) if power else None,
+            error=None if u is not None or not util else f"{util} unreadable",
+        )
+        ident = f"index={int(idx_cell)}" if idx_cell is not None else None
+        grouper.add(when, ident, reading, has_index=True)
+    grouper.flush()
+    samples = grouper.samples
+    return GpuLog(
+        "gpu-csv", samples, path=path, relative=t_abs is None, fields=recorded_fields(samples), skipped=skipped
+    )
+
+
+def _parse_abs_time(cell: str | None) -> datetime:
+    if cell is None:
+        raise ValueError("no time")
+    text = cell.strip()
+    try:
+        naive = smi_parse.parse_timestamp(text)
+        if naive is not None:
+            return naive.replace(tzinfo=timezone.utc)
+    except SmiParseError:
+        pass
+    parsed = datetime.fromisoformat(text)
+    return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed.astimezone(timezone.utc)

@@ -1,0 +1,147 @@
+"""Reader for the plain ``nvidia-smi`` dashboard printed in a loop (``while true; do nvidia-smi;
+sleep 60; done > gpu_usage.log`` or ``nvidia-smi -l``).
+
+Each snapshot starts with nvidia-smi's date line (``Tue Oct 29 19:00:23 2024``, local time
+without a zone; taken as UTC). Per GPU, two table rows are read::
+
+    |   0  NVIDIA L40S                    On  |   00000000:4A:00.0 Off |                    0 |
+    | N/A   53C    P0            305W /  350W |   11948MiB /  46068MiB |     93%      Default |
+
+giving index, name, power draw (W), memory used/total (MiB -> bytes) and GPU-Util (%). The
+"Processes" table, when printed, gives each GPU's PIDs (``No running processes found`` -> none).
+``N/A`` in a cell is unknown (None). Snapshots printed within the same second keep the same
+(1 s resolution) time and remain separate samples.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..errors import UsageError
+from ..records import GpuReading, TelemetrySample
+from .gpu_log import MIB, GpuLog, make_sample, recorded_fields
+from .textio import open_text
+
+_DATE = re.compile(
+    r"^\s*((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\s+(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+    r"\s+\d{1,2}\s+\d{2}:\d{2}:\d{2}\s+\d{4})\s*$"
+)
+_GPU_ROW = re.compile(r"^\|\s*(\d+)\s+(.*?)\s+(?:On|Off|N/A)\s*\|")
+_PAIR = re.compile(r"(\S+)\s*/\s*(\S+)\s*$")
+_MEM_PAIR = re.compile(r"(\S+?)\s*/\s*(\S+)")
+_PROC_ROW = re.compile(r"^\|\s+(\d+)\s+(?:\S+\s+\S+\s+)?(\d+)\s+(?:C|G|C\+G|M|M\+C)\s")
+_UNIT_NUMBER = re.compile(r"^(\d+(?:\.\d+)?)\s*([A-Za-z%]*)$")
+
+SNIFF_MARKERS = ("NVIDIA-SMI", "GPU-Util")
+
+
+def looks_like_table(head: str) -> bool:
+    """True if ``head`` contains nvidia-smi's dashboard (banner and the GPU-Util column)."""
+    return all(m in head for m in SNIFF_MARKERS)
+
+
+def _number(cell: str, unit: str) -> float | None:
+    m = _UNIT_NUMBER.match(cell.strip())
+    if not m or (m.group(2) and m.group(2) != unit):
+        return None
+    return float(m.group(1))
+
+
+def _parse_date(text: str) -> datetime:
+    return datetime.strptime(" ".join(text.split()), "%a %b %d %H:%M:%S %Y").replace(tzinfo=timezone.utc)
+
+
+class _Snapshot:
+    __slots__ = ("time", "gpus", "procs", "saw_process_table")
+
+    def __init__(self, time: datetime) -> None:
+        self.time = time
+        self.gpus: list[dict] = []
+        self.procs: dict[int, list[int]] = {}
+        self.saw_process_table = False
+
+    def sample(self) -> TelemetrySample:
+        readings = []
+        for g in self.gpus:
+            procs = tuple(self.procs.get(g["index"], ())) if self.saw_process_table else None
+            readings.append(GpuReading(processes=procs, **g))
+        return make_sample(self.time, readings, "nvidia-smi-table")
+
+
+def parse_table_lines(lines: Iterable[str]) -> tuple[list[TelemetrySample], int]:
+    """Samples from the dashboard's lines, and the number of snapshots that had no readable GPU row.
+
+    A snapshot with no date line before it cannot be placed in time and is counted as skipped.
+    """
+    samples: list[TelemetrySample] = []
+    skipped = 0
+    snap: _Snapshot | None = None
+    pending: dict | None = None
+    undated = False
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        m = _DATE.match(line)
+        if m:
+            if snap is not None:
+                if snap.gpus:
+                    samples.append(snap.sample())
+                else:
+                    skipped += 1
+            snap = _Snapshot(_parse_date(m.group(1)))
+            pending = None
+            continue
+        if snap is None:
+            undated = undated or bool(_GPU_ROW.match(line))
+            continue
+        if pending is not None:
+            cells = line.split("|")
+            pending_row, pending = pending, None
+            if len(cells) >= 4:
+                power = _PAIR.search(cells[1].strip())
+                mem = _MEM_PAIR.search(cells[2])
+                util_tok = cells[3].split()
+                pending_row["power_w"] = _number(power.group(1), "W") if power else None
+                if mem:
+                    used = _number(mem.group(1), "MiB")
+                    total = _number(mem.group(2), "MiB")
+                    pending_row["memory_used_bytes"] = int(used * MIB) if used is not None else None
+                    pending_row["memory_total_bytes"] = int(total * MIB) if total is not None else None
+                pending_row["utilization"] = _number(util_tok[0], "%") if util_tok else None
+                snap.gpus.append(pending_row)
+            continue
+        gm = _GPU_ROW.match(line)
+        if gm and not snap.saw_process_table:
+            pending = {"index": int(gm.group(1)), "name": gm.group(2).strip() or None}
+            continue
+        if "Processes:" in line:
+            snap.saw_process_table = True
+            continue
+        if snap.saw_process_table:
+            pm = _PROC_ROW.match(line)
+            if pm:
+                snap.procs.setdefault(int(pm.group(1)), []).append(int(pm.group(2)))
+    if snap is not None:
+        if snap.gpus:
+            samples.append(snap.sample())
+        else:
+            skipped += 1
+    if not samples and undated:
+        raise UsageError(
+            "nvidia-smi table without date lines: cannot place snapshots in time "
+            "(print them with plain `nvidia-smi`, which starts each with the date)"
+        )
+    return samples, skipped
+
+
+def read_smi_table(path: Path) -> GpuLog:
+    """Read a looped ``nvidia-smi`` dashboard log.
+
+    Raises:
+        UsageError: unreadable file, or snapshots without date lines.
+    """
+    with open_text(path) as fh:
+        samples, skipped = parse_table_lines(fh)
+    return GpuLog("nvidia-smi-table", samples, path=path, fields=recorded_fields(samples), skipped=skipped)

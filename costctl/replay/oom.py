@@ -1,0 +1,126 @@
+"""Recognize GPU out-of-memory errors in a job's output and read the sizes they report.
+
+Shapes recognized (all seen in real issue threads, see ``corpus/oom_messages_from_issues.txt``):
+
+* PyTorch <= 2.0: ``RuntimeError: CUDA out of memory. Tried to allocate 12.50 MiB (GPU 0;
+  10.92 GiB total capacity; 8.57 MiB already allocated; 9.28 GiB free; ...)``, also without the
+  space after ``RuntimeError:``, with ``torch.cuda.OutOfMemoryError:`` as the name, or as a
+  fragment that starts at ``Tried to allocate``;
+* PyTorch >= 2.1: ``... Tried to allocate 1.70 GiB. GPU 0 has a total capacty of 6.00 GiB of which
+  0 bytes is free. ...`` (``capacty`` is PyTorch's own typo until 2.2, ``capacity`` after),
+  named ``torch.cuda.OutOfMemoryError`` or (2.5+) ``torch.OutOfMemoryError``, with or without a
+  log prefix (vLLM: ``ERROR 04-01 23:46:56 [engine.py:160] ...``) or any exception name;
+* the CUDA runtime's own ``CUDA error: out of memory``, TensorFlow's
+  ``ResourceExhaustedError: OOM when allocating tensor`` and XLA/JAX's
+  ``RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes``.
+
+Sizes are converted to bytes with binary units (PyTorch's ``MiB``/``GiB`` are 2**20/2**30; see
+``torch/cuda/memory.py`` ``_format_size``); a value is rounded to the nearest byte.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+
+_UNITS = {
+    "b": 1,
+    "byte": 1,
+    "bytes": 1,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+}
+_SIZE = r"(\d+(?:\.\d+)?)\s*(bytes|byte|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)\b"
+
+_RECOGNIZERS = (
+    re.compile(r"CUDA out of memory", re.IGNORECASE),
+    re.compile(r"\bOutOfMemoryError\b"),
+    re.compile(r"CUDA error: out of memory", re.IGNORECASE),
+    re.compile(r"Tried to allocate " + _SIZE + r"\s*\(GPU \d+;"),
+    re.compile(r"Tried to allocate " + _SIZE + r"\.\s*GPU \d+ has a total capac"),
+    re.compile(r"ResourceExhaustedError\b.*\bOOM when allocating"),
+    re.compile(r"RESOURCE_EXHAUSTED: Out of memory"),
+)
+_REQUESTED = re.compile(r"(?:Tried to allocate|trying to allocate)\s+" + _SIZE, re.IGNORECASE)
+_TOTAL_OLD = re.compile(_SIZE + r"\s+total capacity")
+_TOTAL_NEW = re.compile(r"has a total capac(?:i)?ty of\s+" + _SIZE)
+_FREE_OLD = re.compile(r"already allocated;\s*" + _SIZE + r"\s+free")
+_FREE_NEW = re.compile(r"of which\s+" + _SIZE + r"\s+is free")
+_GPU = re.compile(r"\bGPU (\d+)(?:;| has)")
+_NAME = re.compile(r"((?:[\w.]+\.)?(?:OutOfMemoryError|RuntimeError|ResourceExhaustedError))\s*:")
+
+
+def size_to_bytes(number: str, unit: str) -> int:
+    """``("12.50", "MiB")`` -> 13107200. Binary units for ``KiB/MiB/GiB/TiB``, decimal for ``KB/MB/GB``.
+
+    Raises:
+        KeyError: an unknown unit.
+    """
+    return int((Decimal(number) * _UNITS[unit.lower()]).to_integral_value())
+
+
+@dataclass(frozen=True, slots=True)
+class OomEvent:
+    """One out-of-memory error found in a log.
+
+    Attributes:
+        line_number: 1-based line in the scanned text (None when matching a single string).
+        message: the line as found (stripped).
+        exception: the exception name when the line has one (``torch.OutOfMemoryError``...).
+        gpu_index: ``GPU N`` from the message, when given.
+        requested_bytes: the allocation that failed ("Tried to allocate"), bytes.
+        total_bytes: the device's total capacity as the message states it, bytes.
+        free_bytes: free memory on the device at the time, bytes.
+    """
+
+    line_number: int | None
+    message: str
+    exception: str | None = None
+    gpu_index: int | None = None
+    requested_bytes: int | None = None
+    total_bytes: int | None = None
+    free_bytes: int | None = None
+
+
+def _size(pattern: re.Pattern[str], text: str) -> int | None:
+    m = pattern.search(text)
+    return size_to_bytes(m.group(1), m.group(2)) if m else None
+
+
+def match_oom(line: str, line_number: int | None = None) -> OomEvent | None:
+    """An :class:`OomEvent` if ``line`` reports an out-of-memory error, else None.
+
+    Lines that only mention the words (a traceback's source line, ``During handling of the
+    above exception``) are not OOM events.
+    """
+    if not any(p.search(line) for p in _RECOGNIZERS):
+        return None
+    name = _NAME.search(line)
+    gpu = _GPU.search(line)
+    return OomEvent(
+        line_number=line_number,
+        message=line.strip(),
+        exception=name.group(1) if name else None,
+        gpu_index=int(gpu.group(1)) if gpu else None,
+        requested_bytes=_size(_REQUESTED, line),
+        total_bytes=_size(_TOTAL_NEW, line) or _size(_TOTAL_OLD, line),
+        free_bytes=_size(_FREE_NEW, line) if _FREE_NEW.search(line) else _size(_FREE_OLD, line),
+    )
+
+
+def find_oom(lines: Iterable[str]) -> list[OomEvent]:
+    """Every OOM event in ``lines`` (1-based line numbers), in order."""
+    events = []
+    for number, line in enumerate(lines, start=1):
+        event = match_oom(line, number)
+        if event is not None:
+            events.append(event)
+    return events

@@ -1,0 +1,104 @@
+"""``--plot FILE.png``: utilization, loss, decisions and cumulative spend on one time axis.
+
+Needs matplotlib (the optional extra ``costctl[plot]``); without it :func:`plot_analysis` raises
+a one-line :class:`~costctl.errors.UsageError`. Uses the non-interactive Agg backend.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ..errors import UsageError
+from ..money import cost_of
+from ..records import ProgressPoint
+from .analysis import Analysis
+
+_COLOURS = {"stop": "tab:red", "advise": "tab:orange", "warn": "tab:olive"}
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("--plot needs matplotlib, which is not installed: pip install 'costctl[plot]'") from None
+    return plt
+
+
+def plot_analysis(a: Analysis, path: Path, progress: list[ProgressPoint] | None = None) -> Path:
+    """Draw the analysis to ``path`` (PNG) and return it.
+
+    Panels, sharing the time axis: GPU utilization per GPU (%) with the machine's idle stretches
+    shaded; the train/eval loss when it is on the time axis (else on its own x-axis); cumulative
+    spend (``price x elapsed``, when a price is known). Decisions are vertical lines (red = stop,
+    orange = advise), the oracle's stop a dashed black line.
+
+    Raises:
+        UsageError: matplotlib missing, or the file cannot be written.
+    """
+    plt = _pyplot()
+    timed = [p for p in (progress or []) if p.time is not None]
+    own_axis = a.train_log is not None and not timed
+    panels = ["util"] if a.gpu_log is not None else []
+    if timed or own_axis:
+        panels.append("loss")
+    if a.rate is not None and a.start is not None:
+        panels.append("spend")
+    if not panels:
+        raise UsageError("--plot: nothing to draw (no GPU log, no loss, no price)")
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 2.8 * len(panels)), sharex=not own_axis, squeeze=False)
+    axes = [row[0] for row in axes]
+    by_name = dict(zip(panels, axes))
+    if "util" in by_name:
+        ax = by_name["util"]
+        for index in a.gpu_log.gpu_indices:  # type: ignore[union-attr]
+            series = a.gpu_log.readings(index)  # type: ignore[union-attr]
+            ax.plot([t for t, _ in series], [g.utilization if g.utilization is not None else math.nan for _, g in series],
+                    linewidth=0.8, label=f"GPU {index}")
+        for r in a.stretches:
+            ax.axvspan(r.stretch.start, r.stretch.end, color="grey", alpha=0.2)
+        ax.set_ylabel("GPU util %")
+        ax.set_ylim(-2, 102)
+        ax.legend(loc="upper right", fontsize="small")
+    if "loss" in by_name:
+        ax = by_name["loss"]
+        log = a.train_log
+        for kind, style in (("train", "-"), ("eval", "o-")):
+            pts = [p for p in (timed if timed else (log.points if log else [])) if p.kind == kind]
+            if not pts:
+                continue
+            xs = [p.time for p in pts] if timed else [log.x(p) for p in pts]  # type: ignore[union-attr]
+            ax.plot(xs, [p.value for p in pts], style, linewidth=0.8, markersize=3, label=f"{kind} loss")
+        ax.set_ylabel("loss")
+        if own_axis and log is not None:
+            ax.set_xlabel(f"{log.x_axis} (not on the time axis)")
+        ax.legend(loc="upper right", fontsize="small")
+    if "spend" in by_name and a.start is not None and a.end is not None and a.rate is not None:
+        ax = by_name["spend"]
+        times = [s.time for s in a.gpu_log.samples] if a.gpu_log else [p.time for p in timed]  # type: ignore[misc]
+        ax.plot(times, [float(cost_of(a.rate.amount, t - a.start)) for t in times], color="tab:green")
+        ax.set_ylabel(f"spend ({a.rate.currency})")
+    for d in a.decisions:
+        if not d.on_time_axis:
+            continue
+        for name, ax in by_name.items():
+            if name == "loss" and own_axis:
+                continue
+            ax.axvline(d.decision.time, color=_COLOURS.get(d.decision.action, "tab:purple"), linewidth=1)
+    if a.oracle.time is not None:
+        for name, ax in by_name.items():
+            if not (name == "loss" and own_axis):
+                ax.axvline(a.oracle.time, color="black", linestyle="--", linewidth=1)
+    axes[0].set_title("costctl analyze: red = stop, orange = advise, dashed = oracle stop, grey = idle stretch")
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=100)
+    except OSError as exc:
+        raise UsageError(f"--plot {path}: cannot write: {exc.strerror}") from None
+    finally:
+        plt.close(fig)
+    return path

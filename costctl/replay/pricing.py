@@ -1,0 +1,87 @@
+"""The instance price an analysis uses, and where it came from.
+
+Precedence: ``--price`` (per instance-hour, in ``--currency`` or ``[instance] currency``) >
+``--gpu``/``--provider`` from the catalog's price table (per GPU-hour x number of GPUs) >
+``[instance] price_per_hour`` > none (durations only).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from ..config import Settings
+from ..errors import ConfigError, UsageError
+from ..money import Money, parse_decimal
+
+
+def resolve_price(
+    settings: Settings,
+    *,
+    price: str | None = None,
+    currency: str | None = None,
+    gpu: str | None = None,
+    provider: str | None = None,
+    gpu_count: int | None = None,
+) -> tuple[Money | None, str]:
+    """``(rate per instance-hour or None, where it came from)``.
+
+    Args:
+        price: ``--price`` text (a decimal number, per instance-hour).
+        currency: ``--currency`` (ISO 4217); default ``[instance] currency``.
+        gpu / provider: look the price up in the catalog (``costctl gpus`` table); billing mode
+            from ``[instance] billing`` (prepaid looks up on-demand).
+        gpu_count: GPUs in the instance (default ``[instance] gpu_count``); catalog prices are per GPU-hour.
+
+    Raises:
+        UsageError: ``--price`` together with ``--gpu``/``--provider``, a bad price or currency,
+            only one of ``--gpu``/``--provider``, or no catalog price for them.
+    """
+    if price is not None and (gpu or provider):
+        raise UsageError("give either --price or --gpu/--provider, not both")
+    cur = (currency or settings.instance.currency).upper()
+    if currency is not None and (len(currency) != 3 or not currency.isalpha()):
+        raise UsageError(f"--currency {currency!r}: expected an ISO 4217 code such as USD or CNY")
+    if price is not None:
+        try:
+            amount = parse_decimal(price, what="--price")
+        except ConfigError as exc:
+            raise UsageError(f"{exc.message}; expected a price per instance-hour such as 2.5") from None
+        if amount <= 0:
+            raise UsageError(f"--price {price}: expected a positive price per instance-hour")
+        return Money(amount, cur), "--price"
+    if gpu or provider:
+        if not (gpu and provider):
+            raise UsageError("--gpu and --provider go together (the catalog prices a GPU at a provider)")
+        return _catalog_price(settings, gpu, provider, cur if currency else None,
+                              gpu_count or settings.instance.gpu_count)
+    if settings.instance.price_per_hour is not None:
+        return Money(settings.instance.price_per_hour, settings.instance.currency), "[instance] price_per_hour"
+    return None, "none"
+
+
+def _catalog_price(settings: Settings, gpu: str, provider: str, currency: str | None,
+                   count: int) -> tuple[Money, str]:
+    try:
+        from ..catalog.prices import load_price_table
+    except ImportError:  # pragma: no cover - the catalog ships with costctl
+        raise UsageError("no price catalog in this build: pass --price") from None
+    billing = "spot" if settings.instance.billing == "spot" else "on-demand"
+    table = load_price_table(settings)
+    entry = table.cheapest(gpu, billing=billing, provider=provider, currency=currency)
+    if entry is None:
+        known = sorted({e.provider for e in table.lookup(gpu, billing=billing)})
+        hint = f"; it has {gpu} at: {', '.join(known)}" if known else ""
+        raise UsageError(
+            f"no {billing} price for {gpu!r} at {provider!r} in the price table{hint}; pass --price "
+            "(AutoDL publishes no price list) or add [[catalog.prices]] to the config"
+        )
+    per_gpu = entry.price
+    if currency and per_gpu.currency != currency:
+        converted = table.convert(per_gpu, currency)
+        if converted is None:
+            raise UsageError(f"the catalog prices {gpu} at {provider} in {per_gpu.currency}, not {currency}, "
+                             "and no [[catalog.exchange_rates]] links them")
+        per_gpu = converted
+    rate = Money(per_gpu.amount * Decimal(count), per_gpu.currency)
+    return rate, (f"catalog: {entry.provider} {entry.gpu} {entry.billing} {entry.price} per GPU-hour "
+                  f"x {count} GPU(s), seen {entry.seen.isoformat()} ({entry.source})")

@@ -1,0 +1,72 @@
+"""Entry points: read any recorded GPU log or training file, picking the reader from the content.
+
+>>> log = read_gpu_log(Path("gpu_usage.csv"))          # doctest: +SKIP
+>>> run = read_train_log(Path("trainer_state.json"))    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+from ..errors import UsageError
+from .formats import GPU_FORMATS, detect_file
+from .gpu_log import GpuLog
+from .gpu_smi_csv import read_custom_gpu_csv, read_smi_csv
+from .gpu_smi_table import read_smi_table
+from .gpu_wandb import read_wandb_system
+from .train_log import TrainLog, read_console, read_metrics
+
+
+def read_gpu_log(
+    path: Path, *, columns: Sequence[str] | None = None, start: datetime | None = None
+) -> GpuLog:
+    """Read a recorded GPU log of any supported format (see :mod:`costctl.replay.formats`).
+
+    Args:
+        path: the log.
+        columns: ``--query-gpu`` field names, for a headerless nvidia-smi CSV without units.
+        start: wall time of the first record, for logs that only record elapsed seconds.
+
+    Raises:
+        UsageError: unreadable file; a training file given as a GPU log; no usable sample.
+    """
+    fmt = detect_file(path)
+    if columns and fmt not in ("nvidia-smi-csv",):
+        fmt = "nvidia-smi-csv"
+    if fmt == "nvidia-smi-csv":
+        log = read_smi_csv(path, columns=columns)
+    elif fmt == "nvidia-smi-table":
+        log = read_smi_table(path)
+    elif fmt == "wandb-system":
+        log = read_wandb_system(path)
+    elif fmt == "gpu-csv":
+        log = read_custom_gpu_csv(path, start=start)
+    else:
+        raise UsageError(
+            f"{path}: looks like a training log ({fmt}), not a GPU log; pass it with --train-log "
+            f"(GPU logs: nvidia-smi --query-gpu CSV, the nvidia-smi table, wandb system metrics)"
+        )
+    if not log.samples:
+        raise UsageError(f"{path}: no GPU sample could be read ({log.format}, {log.skipped} unreadable records)")
+    return log
+
+
+def read_train_log(path: Path, *, loss_regex: str | None = None) -> TrainLog:
+    """Read a recorded training file or console log (format from content).
+
+    Args:
+        path: the file.
+        loss_regex: the user's ``--loss-regex`` for console logs (see
+            :func:`costctl.progress.compile_loss_regex`); forces the console reader.
+
+    Raises:
+        UsageError: unreadable file, a GPU log given as a training log, or an invalid regex.
+    """
+    fmt = "console" if loss_regex else detect_file(path)
+    if fmt in GPU_FORMATS:
+        raise UsageError(f"{path}: looks like a GPU log ({fmt}), not a training log; pass it with --gpu-log")
+    if fmt == "console":
+        return read_console(path, loss_regex=loss_regex)
+    return read_metrics(path, fmt)

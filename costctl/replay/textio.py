@@ -1,0 +1,84 @@
+"""Opening recorded logs as text whatever their encoding: UTF-8 (with or without BOM) or UTF-16.
+
+Windows PowerShell redirects (``nvidia-smi ... > gpu_log.csv``) write UTF-16LE with a BOM and
+CRLF line ends; a reader that assumes UTF-8 sees a NUL byte between every character. The
+encoding is picked from the first bytes (BOM, else the position of NUL bytes), never from the
+file name. Line ends are left untouched (``newline=""``) so that tqdm's carriage returns
+reach the console parser and quoted multi-line CSV fields reach :mod:`csv` intact.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+from pathlib import Path
+
+from ..errors import UsageError
+
+#: bytes read to sniff the encoding and the format.
+SNIFF_BYTES = 64 * 1024
+
+
+def detect_encoding(head: bytes) -> str:
+    """The Python codec name for a file whose first bytes are ``head``.
+
+    Rules: a UTF-16/UTF-8 BOM wins (``utf-16`` / ``utf-8-sig``); otherwise NUL bytes in the
+    odd (even) positions of the first 4 KiB mean UTF-16LE (BE) without a BOM; otherwise
+    ``utf-8``. Undecodable bytes are later replaced, not fatal.
+    """
+    if head.startswith(codecs.BOM_UTF16_LE) or head.startswith(codecs.BOM_UTF16_BE):
+        return "utf-16"
+    if head.startswith(codecs.BOM_UTF8):
+        return "utf-8-sig"
+    sample = head[:4096]
+    if len(sample) >= 4 and sample.count(0) * 4 >= len(sample):
+        odd_nuls = sample[1::2].count(0)
+        even_nuls = sample[0::2].count(0)
+        return "utf-16-le" if odd_nuls >= even_nuls else "utf-16-be"
+    return "utf-8"
+
+
+def open_text(path: Path) -> io.TextIOWrapper:
+    """Open ``path`` for reading as text with its detected encoding and no newline translation.
+
+    Raises:
+        UsageError: the file does not exist or cannot be read (one line naming it).
+    """
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+        return open(path, encoding=detect_encoding(head), errors="replace", newline="")  # noqa: SIM115
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a directory, expected a log file") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def read_head(path: Path, chars: int = SNIFF_BYTES // 2) -> str:
+    """The first ``chars`` characters of ``path``, decoded (for format sniffing).
+
+    Raises:
+        UsageError: as :func:`open_text`.
+    """
+    with open_text(path) as fh:
+        return fh.read(chars)
+
+
+def read_all(path: Path) -> str:
+    """The whole file decoded, line ends kept as they are.
+
+    Raises:
+        UsageError: as :func:`open_text`.
+    """
+    with open_text(path) as fh:
+        return fh.read()
+
+
+def split_lines(text: str) -> list[str]:
+    """Physical lines without their ``\\n`` / ``\\r\\n`` ends (a lone ``\\r`` is kept: tqdm)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]

@@ -1,0 +1,323 @@
+"""Recorded training progress as :class:`~costctl.records.ProgressPoint` lists, train and eval apart.
+
+The loss itself is read by the same code ``costctl watch`` runs live:
+:func:`costctl.progress.read_metrics_file` for metrics files (HF ``trainer_state.json``,
+Lightning / Keras / YOLO CSV, detectron2 / MMEngine JSON lines) and
+:class:`costctl.progress.LineParser` for console output (tqdm ``\\r``, ANSI colours, HF dict
+lines, Keras, nanoGPT). This module adds what a replay needs on top: which format it was, the
+x-axis the file uses (step / iteration or epoch), every other numeric column as a named series
+(learning rate, ``eta_seconds``, ``coco/bbox_mAP``, ``train/obj_loss``...), the summary facts
+(HF's final ``train_loss``, ``global_step``), and OOM errors found in console output.
+
+Which value is "the loss" per format:
+
+* HF / TRL ``trainer_state.json``: ``loss`` (train) and ``eval_loss`` (eval); ``predict_*``
+  entries (no ``step``) are neither and stay in :attr:`TrainLog.series`; the final summary entry
+  (``train_runtime``, ``train_loss``) is not a point but :attr:`TrainLog.summary`.
+* Lightning ``metrics.csv``: ``train_loss_step`` > ``train_loss`` > ``loss`` (> ``*_epoch``),
+  eval ``val_loss``.
+* Keras ``CSVLogger``: ``loss`` / ``val_loss`` per epoch.
+* YOLOv5 / Ultralytics ``results.csv``: ``train/box_loss`` / ``val/box_loss`` per epoch
+  (the box-regression loss both versions log first; ``obj``/``cls``/``dfl`` losses are series).
+* detectron2 ``metrics.json``: ``total_loss`` per ``iteration``.
+* MMEngine scalars: ``loss`` per ``step`` (validation rows carry metrics, no loss).
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import io
+import json
+import math
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import UsageError
+from ..progress import LineParser, read_metrics_file
+from ..progress.lines import MAX_LINE_CHARS
+from ..records import ProgressPoint
+from .oom import OomEvent, match_oom
+from .textio import SNIFF_BYTES, detect_encoding, open_text, read_all
+
+#: ``(x, value)``: x is the record's step (or epoch where the file has no step), None if neither.
+SeriesPoint = tuple[float | None, float]
+
+_LOSS_KEYS = {"yolo-csv": ("train/box_loss", "val/box_loss")}
+_STEP_KEYS = ("step", "global_step", "iteration", "iter")
+_READ_CHUNK = 1 << 20
+
+
+@dataclass(slots=True)
+class TrainLog:
+    """The progress read from one training file.
+
+    Attributes:
+        format: one of :data:`costctl.replay.formats.TRAIN_FORMATS`.
+        train: train-loss points in file order (``time`` None unless placed on a time axis).
+        eval: eval-loss points in file order.
+        x_axis: ``"step"`` when every train point has a step (iteration), else ``"epoch"``.
+        series: every other numeric field by name -> ``(x, value)`` per record that has it.
+        summary: end-of-run facts (HF's ``train_loss``, ``train_runtime``; ``global_step``,
+            ``epoch``, ``best_metric``, ``max_steps`` from a trainer state).
+        oom: out-of-memory errors found in console output.
+        path: the file.
+    """
+
+    format: str
+    train: list[ProgressPoint]
+    eval: list[ProgressPoint]
+    x_axis: str = "step"
+    series: dict[str, list[SeriesPoint]] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    oom: list[OomEvent] = field(default_factory=list)
+    path: Path | None = None
+
+    def x(self, point: ProgressPoint) -> float | None:
+        """The point's position on :attr:`x_axis`."""
+        return float(point.step) if self.x_axis == "step" and point.step is not None else point.epoch
+
+    @property
+    def points(self) -> list[ProgressPoint]:
+        """Train and eval points together, train first (for feeding a History)."""
+        return self.train + self.eval
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        try:
+            return float(text)
+        except ValueError:
+            return None
+    return None
+
+
+def _record_x(record: dict[str, Any]) -> float | None:
+    for key in _STEP_KEYS:
+        value = _number(record.get(key))
+        if value is not None:
+            return value
+    return _number(record.get("epoch"))
+
+
+def _add_series(series: dict[str, list[SeriesPoint]], record: dict[str, Any], skip: set[str]) -> None:
+    x = _record_x(record)
+    for key, raw in record.items():
+        if key in skip:
+            continue
+        value = _number(raw)
+        if value is not None:
+            series.setdefault(key, []).append((x, value))
+
+
+def _split(points: list[ProgressPoint]) -> tuple[list[ProgressPoint], list[ProgressPoint]]:
+    return [p for p in points if p.kind == "train"], [p for p in points if p.kind == "eval"]
+
+
+def _x_axis(train: list[ProgressPoint]) -> str:
+    return "step" if train and all(p.step is not None for p in train) else "epoch"
+
+
+# -- metrics files -----------------------------------------------------------------------------
+def _read_csv_series(text: str) -> dict[str, list[SeriesPoint]]:
+    series: dict[str, list[SeriesPoint]] = {}
+    reader = csv.reader(io.StringIO(text))
+    header: list[str] | None = None
+    for cells in reader:
+        if not cells or all(not c.strip() for c in cells):
+            continue
+        stripped = [c.strip() for c in cells]
+        if header is None or stripped == header:
+            header = stripped
+            continue
+        if len(stripped) == len(header):
+            _add_series(series, dict(zip(header, stripped)), set())
+    return series
+
+
+def _read_jsonl_series(text: str) -> dict[str, list[SeriesPoint]]:
+    series: dict[str, list[SeriesPoint]] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            _add_series(series, record, set())
+    return series
+
+
+def _read_trainer_state(path: Path, text: str) -> tuple[dict[str, list[SeriesPoint]], dict[str, Any]]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("log_history"), list):
+        raise UsageError(f"{path}: a JSON document without log_history (expected a trainer_state.json)")
+    summary = {k: doc[k] for k in ("global_step", "epoch", "best_metric", "max_steps") if k in doc}
+    series: dict[str, list[SeriesPoint]] = {}
+    for entry in doc["log_history"]:
+        if not isinstance(entry, dict):
+            continue
+        if "train_runtime" in entry:
+            summary.update({k: v for k, v in entry.items() if k != "epoch"})
+            continue
+        _add_series(series, entry, set())
+    return series, summary
+
+
+def read_metrics(path: Path, fmt: str) -> TrainLog:
+    """Read a metrics file of format ``fmt`` (a file format of :mod:`.formats`, not ``console``).
+
+    Raises:
+        UsageError: unreadable file, or a JSON document that is not a trainer state.
+    """
+    text = read_all(path)
+    loss_key, eval_key = _LOSS_KEYS.get(fmt, (None, None))
+    summary: dict[str, Any] = {}
+    if fmt == "hf-trainer-state":
+        series, summary = _read_trainer_state(path, text)
+    elif fmt.endswith("-csv"):
+        series = _read_csv_series(text)
+    else:
+        series = _read_jsonl_series(text)
+    points = _read_points(path, text, loss_key, eval_key)
+    train, evals = _split(points)
+    names = {p.name for p in points}
+    for name in names:
+        series.pop(name, None)
+    return TrainLog(fmt, train, evals, _x_axis(train), series, summary, path=path)
+
+
+def _read_points(path: Path, text: str, loss_key: str | None, eval_key: str | None) -> list[ProgressPoint]:
+    """Points via the live metrics-file reader (UTF-8 only); other encodings go through a UTF-8 copy."""
+    with path.open("rb") as fh:
+        encoding = detect_encoding(fh.read(SNIFF_BYTES))
+    if encoding in ("utf-8", "utf-8-sig"):
+        return read_metrics_file(path, loss_key=loss_key, eval_key=eval_key)
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / path.name
+        copy.write_text(text, encoding="utf-8", newline="")
+        return read_metrics_file(copy, loss_key=loss_key, eval_key=eval_key)
+
+
+# -- console output ----------------------------------------------------------------------------
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def _summary_dict(line: str) -> dict[str, Any]:
+    """The Hugging Face end-of-training dict printed on ``line`` (``{'train_runtime': ..., 'train_loss': ...}``),
+    or {} when it does not parse."""
+    start, end = line.find("{"), line.rfind("}")
+    if start < 0 or end <= start:
+        return {}
+    try:
+        value = ast.literal_eval(line[start : end + 1])
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _may_hold_oom(text: str) -> bool:
+    return "emory" in text or "allocate" in text or "OOM" in text
+
+
+def iter_console(
+    path: Path,
+    *,
+    loss_regex: str | None = None,
+    oom: list[OomEvent] | None = None,
+    summary: dict[str, Any] | None = None,
+) -> Iterator[ProgressPoint]:
+    """Stream the progress points of a console log, parsed by :class:`~costctl.progress.LineParser`.
+
+    Lines end at ``\n``, ``\r\n`` or a lone ``\r`` (tqdm redraws), as the live parser splits
+    them; a line longer than :data:`~costctl.progress.lines.MAX_LINE_CHARS` is skipped. Points
+    have ``time=None`` (a console log records no times). Memory stays bounded by the read
+    chunk whatever the file size.
+
+    Args:
+        oom: when given, out-of-memory errors found are appended (numbered by ``\n`` lines).
+        summary: when given, Hugging Face's end-of-training dict (``train_runtime``,
+            ``train_loss``...) is merged into it.
+
+    Raises:
+        UsageError: unreadable file, or an invalid ``loss_regex``.
+    """
+    parser = LineParser(loss_regex)
+    line_no = 0
+
+    def scan(complete: str) -> list[ProgressPoint]:
+        nonlocal line_no
+        found: list[ProgressPoint] = []
+        for line in _LINE_END.split(complete)[:-1]:
+            if len(line) <= MAX_LINE_CHARS:
+                found.extend(parser.parse(line, None))
+        if summary is not None and "train_runtime" in complete:
+            for line in complete.split("\n"):
+                if "train_runtime" in line:
+                    summary.update(_summary_dict(line))
+        if oom is not None and _may_hold_oom(complete):
+            for line in complete.split("\n")[:-1]:
+                line_no += 1
+                event = match_oom(line, line_no)
+                if event is not None:
+                    oom.append(event)
+        else:
+            line_no += complete.count("\n")
+        return found
+
+    tail = ""
+    discarding = False  # inside a line longer than MAX_LINE_CHARS
+    with open_text(path) as fh:
+        while chunk := fh.read(_READ_CHUNK):
+            text = tail + chunk
+            if discarding:
+                m = _LINE_END.search(text)
+                if m is None:
+                    tail = ""
+                    continue
+                line_no += text.count("\n", 0, m.end())
+                text, discarding = text[m.end():], False
+            stop = len(text) - 1 if text.endswith("\r") else len(text)  # "\r" may be half of "\r\n"
+            cut = max(text.rfind("\n", 0, stop), text.rfind("\r", 0, stop)) + 1
+            complete, tail = text[:cut], text[cut:]
+            if len(tail) > MAX_LINE_CHARS:
+                tail, discarding = "", True
+            if complete:
+                yield from scan(complete)
+    if tail:
+        yield from scan(tail + "\n")
+
+
+def read_console(path: Path, *, loss_regex: str | None = None) -> TrainLog:
+    """Read a whole console log (see :func:`iter_console`): points, OOM errors and HF summary.
+
+    Raises:
+        UsageError: unreadable file, or an invalid ``loss_regex``.
+    """
+    oom: list[OomEvent] = []
+    summary: dict[str, Any] = {}
+    train, evals = _split(list(iter_console(path, loss_regex=loss_regex, oom=oom, summary=summary)))
+    return TrainLog("console", train, evals, _x_axis(train), summary=summary, oom=oom, path=path)
+
+
+def finite(points: list[ProgressPoint]) -> list[ProgressPoint]:
+    """The points whose value is finite (drops NaN / inf)."""
+    return [p for p in points if math.isfinite(p.value)]

@@ -1,0 +1,209 @@
+"""Rendering of ``costctl bill``: a rich table, JSON or CSV.
+
+Rows come from :mod:`costctl.ledger.queries` (dataclasses, Decimal money, aware-UTC times).
+Rounding happens here only:
+
+* JSON and CSV: spend as decimal strings with :data:`EXPORT_MONEY_PLACES` places (half-even),
+  prices exactly as recorded,
+  times as ISO-8601 UTC, days as ``YYYY-MM-DD``, durations as seconds (numbers);
+* table: money with 2 places (``<0.01`` for a non-zero amount that would show as 0.00),
+  times in the report's time zone, durations as ``H:MM:SS``.
+
+Totals are per currency and never added across currencies.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from zoneinfo import ZoneInfo
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+GroupBy = Literal["run", "instance", "day", "gpu"]
+
+#: Decimal places of money in JSON and CSV (micro-units: a 1 s charge at 0.10/h is 0.000028).
+EXPORT_MONEY_PLACES = 6
+#: Decimal places of money in the table.
+TABLE_MONEY_PLACES = 2
+
+
+def money_text(amount: Decimal | None, places: int = EXPORT_MONEY_PLACES) -> str | None:
+    """``amount`` rounded half-even to ``places`` decimals, as a string (None stays None)."""
+    if amount is None:
+        return None
+    return str(amount.quantize(Decimal(1).scaleb(-places)))
+
+
+def iso_utc(value: datetime | None) -> str | None:
+    """ISO-8601 in UTC with an explicit ``+00:00`` offset (None stays None)."""
+    return None if value is None else value.astimezone(timezone.utc).isoformat()
+
+
+def _export_value(name: str, value: Any) -> Any:
+    if isinstance(value, Decimal):
+        # Spend is computed (rate x seconds / 3600): rounded. Prices are stored exactly: as is.
+        return money_text(value) if name == "spend" else str(value)
+    if isinstance(value, datetime):
+        return iso_utc(value)
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, float):
+        return round(value, 6)
+    return value
+
+
+def records(rows: Sequence[Any]) -> list[dict[str, Any]]:
+    """Bill rows (dataclasses) as JSON-ready dicts, fields in declaration order."""
+    return [{f.name: _export_value(f.name, getattr(r, f.name)) for f in dataclasses.fields(r)} for r in rows]
+
+
+def render_json(by: GroupBy, rows: Sequence[Any], totals: dict[str, Decimal],
+                since: datetime | None, until: datetime | None) -> str:
+    """``{"by", "since", "until", "rows": [...], "totals": {"USD": "1.230000"}}`` as indented JSON."""
+    doc = {
+        "by": by,
+        "since": iso_utc(since),
+        "until": iso_utc(until),
+        "rows": records(rows),
+        "totals": {cur: money_text(amount) for cur, amount in totals.items()},
+    }
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def render_csv(rows: Sequence[Any], columns: Sequence[str]) -> str:
+    """Rows as CSV with a header (``columns``: the row dataclass's field names). No totals row,
+    so every line has the same shape; use JSON for totals."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(records(rows))
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- table
+
+
+def money_cell(amount: Decimal | None, currency: str | None = None) -> str:
+    """Money for the table: 2 places, ``<0.01`` for tiny non-zero amounts, currency appended."""
+    if amount is None:
+        return "-"
+    text = money_text(amount, TABLE_MONEY_PLACES) or "-"
+    if amount != 0 and Decimal(text) == 0:
+        text = "<0.01" if amount > 0 else ">-0.01"
+    return f"{text} {currency}" if currency else text
+
+
+def duration_cell(seconds: float) -> str:
+    """``H:MM:SS`` (hours unbounded)."""
+    total = int(round(seconds))
+    h, rem = divmod(total, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}"
+
+
+def _time_cell(tz: ZoneInfo) -> Callable[[datetime | None], str]:
+    def cell(value: datetime | None) -> str:
+        return "-" if value is None else value.astimezone(tz).strftime("%Y-%m-%d %H:%M:%S")
+
+    return cell
+
+
+def _gpu_cell(gpu: str | None, count: int | None = None) -> str:
+    name = gpu or "-"
+    return f"{count}x {name}" if count and count > 1 else name
+
+
+Column = tuple[str, Callable[[Any], str], str]  # header, cell text, justify
+
+
+def _columns(by: GroupBy, tz: ZoneInfo) -> list[Column]:
+    t = _time_cell(tz)
+    if by == "run":
+        return [
+            ("RUN", lambda r: r.run_id[:12], "left"),
+            ("INSTANCE", lambda r: f"{r.provider}:{r.instance_id}", "left"),
+            ("GPU", lambda r: _gpu_cell(r.gpu, r.gpu_count), "left"),
+            ("STARTED", lambda r: t(r.started_at), "left"),
+            ("DURATION", lambda r: duration_cell(r.duration_s), "right"),
+            ("STATUS", lambda r: r.status if r.exit_code is None else f"{r.status} ({r.exit_code})", "left"),
+            ("PRICE/h", lambda r: money_cell(r.price_per_hour), "right"),
+            ("SPEND", lambda r: money_cell(r.spend, r.currency), "right"),
+        ]
+    if by == "instance":
+        return [
+            ("INSTANCE", lambda r: f"{r.provider}:{r.instance_id}", "left"),
+            ("GPU", lambda r: _gpu_cell(r.gpu, r.gpu_count), "left"),
+            ("BILLING", lambda r: r.billing, "left"),
+            ("RUNS", lambda r: str(r.runs), "right"),
+            ("FIRST CHARGE", lambda r: t(r.first_charge_at), "left"),
+            ("LAST CHARGE", lambda r: t(r.last_charge_at), "left"),
+            ("CHARGED", lambda r: duration_cell(r.duration_s), "right"),
+            ("PRICE/h", lambda r: money_cell(r.price_per_hour), "right"),
+            ("SPEND", lambda r: money_cell(r.spend, r.currency), "right"),
+        ]
+    if by == "day":
+        return [
+            ("DAY", lambda r: r.day.isoformat(), "left"),
+            ("RUNS", lambda r: str(r.runs), "right"),
+            ("INSTANCES", lambda r: str(r.instances), "right"),
+            ("CHARGED", lambda r: duration_cell(r.duration_s), "right"),
+            ("SPEND", lambda r: money_cell(r.spend, r.currency), "right"),
+        ]
+    return [
+        ("GPU", lambda r: r.gpu or "-", "left"),
+        ("RUNS", lambda r: str(r.runs), "right"),
+        ("INSTANCES", lambda r: str(r.instances), "right"),
+        ("CHARGED", lambda r: duration_cell(r.duration_s), "right"),
+        ("GPU-HOURS", lambda r: f"{r.gpu_hours:.2f}", "right"),
+        ("SPEND", lambda r: money_cell(r.spend, r.currency), "right"),
+    ]
+
+
+def render_table(console: Console, by: GroupBy, rows: Sequence[Any], totals: dict[str, Decimal],
+                 tz: ZoneInfo, since: datetime | None = None, until: datetime | None = None) -> None:
+    """Print the bill as a rich table (no markup is interpreted in cells) with per-currency
+    totals in the footer; times shown in ``tz``."""
+    window = ""
+    if since or until:
+        cell = _time_cell(tz)
+        window = f" from {cell(since) if since else 'the start'} to {cell(until) if until else 'now'}"
+    if not rows:
+        console.print(Text(f"No charges recorded{window}."))
+        return
+    table = Table(title=Text(f"Spend by {by}{window} ({tz.key})"), show_footer=True, title_justify="left")
+    columns = _columns(by, tz)
+    total_text = "\n".join(money_cell(amount, cur) for cur, amount in totals.items()) or "-"
+    for i, (header, _, justify) in enumerate(columns):
+        footer = "TOTAL" if i == 0 else (total_text if i == len(columns) - 1 else "")
+        table.add_column(header, justify=justify, footer=Text(footer), no_wrap=header in {"RUN", "SPEND"})  # type: ignore[arg-type]
+    for row in rows:
+        table.add_row(*(Text(cell(row)) for _, cell, _ in columns))
+    # On a terminal rich fits the table to the window; piped or redirected, rows are not wrapped.
+    if not console.is_terminal:
+        natural = console.measure(table, options=console.options.update(max_width=10_000)).maximum
+        if natural > console.width:
+            console = Console(file=console.file, width=natural, markup=False, highlight=False)
+    console.print(table)
+
+
+__all__ = [
+    "GroupBy",
+    "EXPORT_MONEY_PLACES",
+    "money_text",
+    "iso_utc",
+    "records",
+    "render_json",
+    "render_csv",
+    "render_table",
+    "money_cell",
+    "duration_cell",
+]

@@ -1,0 +1,88 @@
+"""The live status line: one line at the bottom of the terminal, never mixed into the child's lines.
+
+Shown only when costctl's stderr is a terminal. Before the child's bytes reach the terminal
+the line is erased; it is redrawn only after a chunk that ends a line, so it never splits a
+line the child is still writing (a tqdm bar redrawing itself with ``\\r`` keeps its line).
+Rendering uses rich.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+from rich.console import Console
+from rich.text import Text
+
+_ERASE = "\r\x1b[2K"
+
+
+class StatusLine:
+    """A redrawable status line on a terminal stderr.
+
+    Args:
+        enabled: draw at all (False when stderr is not a TTY or the user turned it off).
+    """
+
+    def __init__(self, enabled: bool | None = None) -> None:
+        if enabled is None:
+            enabled = sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
+        self.enabled = enabled
+        self._text = ""
+        self._shown = False
+        self._line_open = False  # the child left a partial line on stderr
+        self.lock = threading.RLock()
+        self._console = Console(stderr=True, highlight=False, markup=False, soft_wrap=False)
+
+    def _draw(self) -> None:
+        if not self.enabled or not self._text or self._line_open:
+            return
+        width = max(20, self._console.size.width - 1)
+        text = Text(self._text[:width], style="reverse")
+        with self._console.capture() as cap:
+            self._console.print(text, end="")
+        sys.stderr.write(_ERASE + cap.get())
+        sys.stderr.flush()
+        self._shown = True
+
+    def clear(self) -> None:
+        """Erase the line if it is shown (called before child bytes are written)."""
+        with self.lock:
+            if self.enabled and self._shown:
+                sys.stderr.write(_ERASE)
+                sys.stderr.flush()
+                self._shown = False
+
+    def after_child_write(self, stream: str, data: bytes) -> None:
+        """Note where the child's output ended and redraw when it ended a line."""
+        with self.lock:
+            if data and (stream == "stderr" or self.enabled):
+                self._line_open = not data.endswith(b"\n")
+            self._draw()
+
+    def update(self, text: str) -> None:
+        """Replace the status text and redraw."""
+        with self.lock:
+            self._text = text
+            if self._shown:
+                sys.stderr.write(_ERASE)
+                self._shown = False
+            self._draw()
+
+    def message(self, text: str) -> None:
+        """Print a message of costctl's own on its own line (stderr), keeping the status line."""
+        with self.lock:
+            self.clear()
+            if self._line_open:
+                sys.stderr.write("\n")
+                self._line_open = False
+            sys.stderr.write(text.rstrip("\n") + "\n")
+            sys.stderr.flush()
+            self._draw()
+
+    def close(self) -> None:
+        """Erase the line for good."""
+        with self.lock:
+            self.clear()
+            self.enabled = False

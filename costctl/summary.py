@@ -1,0 +1,120 @@
+"""The end-of-watch summary: duration, spend, loss first/best/last, plateau point, decisions."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.table import Table
+
+from .money import Money
+from .records import Decision, ProgressPoint, TelemetrySample
+
+
+@dataclass
+class RunSummary:
+    """Running figures of one watch, kept small (no full history).
+
+    Attributes:
+        first_loss / best_loss / last_loss: train loss values (best = lowest finite);
+            ``best_at`` the progress point (step or epoch) of the best.
+        loss_points: number of train-loss points seen; eval points are counted apart.
+        plateau_at: the first plateau decision's evidence (progress point), if one fired.
+        spend: the run's spend so far (Money); duration: wall time of the run.
+        peak_gpu_memory_bytes: highest memory used on any one GPU.
+    """
+
+    first_loss: float | None = None
+    best_loss: float | None = None
+    best_at: Any = None
+    last_loss: float | None = None
+    loss_points: int = 0
+    eval_points: int = 0
+    plateau_at: dict[str, Any] | None = None
+    decisions: list[Decision] = field(default_factory=list)
+    spend: Money | None = None
+    duration: timedelta | None = None
+    peak_gpu_memory_bytes: int | None = None
+    max_gpu_utilization: float | None = None
+
+    def add_progress(self, points: list[ProgressPoint]) -> None:
+        """Fold new progress points in."""
+        for p in points:
+            if p.kind != "train":
+                self.eval_points += 1
+                continue
+            self.loss_points += 1
+            if self.first_loss is None:
+                self.first_loss = p.value
+            self.last_loss = p.value
+            if math.isfinite(p.value) and (self.best_loss is None or p.value < self.best_loss):
+                self.best_loss = p.value
+                self.best_at = p.step if p.step is not None else p.epoch
+
+    def add_decision(self, decision: Decision) -> None:
+        """Remember a decision (the first plateau's progress point is kept apart)."""
+        self.decisions.append(decision)
+        if decision.policy == "plateau" and self.plateau_at is None:
+            self.plateau_at = dict(decision.evidence)
+
+    def add_sample(self, sample: TelemetrySample) -> None:
+        """Track peak GPU memory and utilization."""
+        for g in sample.gpus:
+            if g.memory_used_bytes is not None:
+                self.peak_gpu_memory_bytes = max(self.peak_gpu_memory_bytes or 0, g.memory_used_bytes)
+            if g.utilization is not None:
+                self.max_gpu_utilization = max(self.max_gpu_utilization or 0.0, g.utilization)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly form (money as a decimal string)."""
+        return {
+            "duration_s": self.duration.total_seconds() if self.duration else None,
+            "spend": str(self.spend.amount) if self.spend else None,
+            "currency": self.spend.currency if self.spend else None,
+            "loss_first": self.first_loss,
+            "loss_best": self.best_loss,
+            "loss_best_at": self.best_at,
+            "loss_last": self.last_loss,
+            "loss_points": self.loss_points,
+            "plateau_at": self.plateau_at,
+            "decisions": [
+                {"time": d.time.isoformat(), "policy": d.policy, "action": d.action, "reason": d.reason}
+                for d in self.decisions
+            ],
+        }
+
+    def print(self, run_id: str, currency: str, file: TextIO) -> None:
+        """Render the summary as a small rich table on ``file`` (costctl's stderr)."""
+        console = Console(file=file, highlight=False, markup=False, soft_wrap=True)
+        table = Table(title=f"costctl run {run_id[:8]}", show_header=False, title_justify="left")
+        table.add_column("what")
+        table.add_column("value")
+        dur = str(self.duration).split(".")[0] if self.duration else "-"
+        table.add_row("duration", dur)
+        table.add_row("spend", f"{self.spend.rounded(4)} {self.spend.currency}" if self.spend else f"0 {currency}")
+
+        def fmt(v: float | None) -> str:
+            return "-" if v is None else f"{v:.6g}"
+
+        table.add_row(
+            "loss first / best / last",
+            f"{fmt(self.first_loss)} / {fmt(self.best_loss)}"
+            + (f" (at {self.best_at})" if self.best_at is not None else "")
+            + f" / {fmt(self.last_loss)}  [{self.loss_points} points]",
+        )
+        if self.plateau_at:
+            where = {k: self.plateau_at.get(k) for k in ("index", "step", "epoch", "value") if self.plateau_at.get(k) is not None}
+            table.add_row("plateau detected at", ", ".join(f"{k} {v}" for k, v in where.items()) or "yes")
+        else:
+            table.add_row("plateau detected at", "-")
+        if self.peak_gpu_memory_bytes is not None:
+            table.add_row("peak GPU memory", f"{self.peak_gpu_memory_bytes / 2**20:.0f} MiB")
+        if self.decisions:
+            for d in self.decisions:
+                table.add_row(f"decision {d.policy}", f"{d.action}: {d.reason}")
+        else:
+            table.add_row("decisions", "none")
+        console.print(table)

@@ -1,0 +1,99 @@
+"""Count open SSH sessions (SkyPilot's autostop treats an open SSH session as "not idle").
+
+Two heuristics, because neither sees every session:
+
+1. **utmp** (``psutil.users()``): interactive logins with a remote ``host``. Misses sessions
+   without a terminal (``ssh host cmd``, VS Code Remote, port forwards) and anything in a
+   container that keeps no utmp (most rented GPU containers). Entries whose host is an X
+   display (``:0``) or a terminal multiplexer (``tmux(1234).%0``, ``screen``) are not remote
+   logins and are ignored.
+2. **sshd session processes**: OpenSSH renames the per-connection process it runs as the
+   logged-in user to ``sshd: USER@pts/N`` (terminal) or ``sshd: USER@notty`` (no terminal);
+   OpenSSH 9.8+ runs it as ``sshd-session: USER@...``. One such process = one authenticated
+   connection. Pre-authentication and privilege-separation helpers (``sshd: USER [priv]``,
+   ``[net]``, ``[listener]``, ``[accepted]``) are not counted. Under ``hidepid`` mounts other
+   users' processes are invisible.
+
+The count is the larger of the two (they overlap on terminal logins), i.e. a lower bound of
+the true number; what matters to the idle policy is whether it is zero.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any, Callable
+
+import psutil
+
+from costctl.records import SignalStatus
+
+_SESSION_RE = re.compile(r"^sshd(?:-session)?:\s+(?P<user>[^\s@\[\]]+)@(?P<tty>\S+)")
+_LOCAL_HOST_RE = re.compile(r"^(?::\d|(?:tmux|screen)\b)")
+
+
+def is_ssh_session_cmdline(cmdline: Sequence[str] | None) -> bool:
+    """True for an sshd per-connection process title: ``sshd: alice@pts/0``,
+    ``sshd: alice@notty``, ``sshd-session: alice@pts/3``; False for the listener,
+    ``[priv]`` / ``[net]`` helpers and anything else."""
+    if not cmdline:
+        return False
+    return bool(_SESSION_RE.match(" ".join(part for part in cmdline if part).strip()))
+
+
+def ssh_session_pids(processes: Iterable[Any] | None = None) -> list[int]:
+    """PIDs of sshd per-connection processes (heuristic 2).
+
+    Args:
+        processes: psutil.Process-like objects with ``.pid`` and ``.cmdline()``; default: every
+            process psutil lists. Processes we may not read are skipped.
+    """
+    if processes is None:
+        processes = psutil.process_iter()
+    pids = []
+    for proc in processes:
+        try:
+            if is_ssh_session_cmdline(proc.cmdline()):
+                pids.append(proc.pid)
+        except psutil.Error:
+            continue
+    return pids
+
+
+def remote_logins(users: Iterable[Any] | None = None) -> list[Any]:
+    """utmp entries that are remote logins (heuristic 1).
+
+    Args:
+        users: entries shaped like ``psutil.users()`` (``.name``, ``.terminal``, ``.host``...);
+            default ``psutil.users()``. Entries with an empty host, an X display (``:0``) or
+            tmux/screen are left out; a loopback host stays (SSH through a tunnel).
+    """
+    if users is None:
+        users = psutil.users()
+    return [u for u in users if (u.host or "").strip() and not _LOCAL_HOST_RE.match(u.host.strip())]
+
+
+def count_ssh_sessions(
+    *,
+    users: Callable[[], Iterable[Any]] = psutil.users,
+    processes: Callable[[], Iterable[Any]] = psutil.process_iter,
+) -> tuple[SignalStatus, int | None, str | None]:
+    """Number of open SSH sessions as ``(status, count, error)``.
+
+    OK with the larger of the two heuristics' counts when at least one could be read; ERROR
+    (count None, counts as busy) when both failed. ``users`` / ``processes`` are injectable
+    for tests.
+    """
+    errors = []
+    counts = []
+    try:
+        counts.append(len(remote_logins(users())))
+    except Exception as exc:  # noqa: BLE001 - utmp unreadable: the other heuristic may work
+        errors.append(f"utmp: {exc}")
+    try:
+        counts.append(len(ssh_session_pids(processes())))
+    except Exception as exc:  # noqa: BLE001
+        errors.append(f"processes: {exc}")
+    if not counts:
+        return SignalStatus.ERROR, None, "cannot count SSH sessions (" + "; ".join(errors) + ")"
+    return SignalStatus.OK, max(counts), None

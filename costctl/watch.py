@@ -1,0 +1,449 @@
+"""The Watcher: runs a training job (or guards the whole machine) and acts on what it sees.
+
+Data flow per tick (APScheduler interval job in real time; :meth:`Watcher.tick` directly
+under a simulated clock): sample telemetry → take the progress points the output parser
+found since the last tick → accrue spend from stored timestamps (so a skipped tick loses
+nothing) → evaluate the policies → carry out new decisions → record everything in the ledger.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from . import paths
+from .child import Child, OutputMux
+from .clock import Clock, RealClock
+from .cloud import open_provider
+from .config import Settings
+from .errors import ConfigError, CostctlError, LedgerError
+from .executor import Executor
+from .ledger.db import Ledger
+from .money import Money
+from .policies.engine import PolicyEngine
+from .policies.history import History
+from .progress.lines import LineParser
+from .progress.metrics_file import MetricsFileFollower
+from .records import Decision, ProgressPoint
+from .statusline import StatusLine
+from .summary import RunSummary
+from .telemetry.cpu import MachineCpu, ProcessTreeCpu
+from .telemetry.sampler import Sampler, detect_gpu_source
+
+from costctl_providers.base import Instance, Provider
+
+
+@dataclass
+class WatchOptions:
+    """Command-line choices for one watch.
+
+    Attributes:
+        command: argv of the training job; None guards the whole machine.
+        on_exit: when the command exits: ``guard`` (keep guarding with the idle policy),
+            ``stop`` (stop the instance at once) or ``leave`` (end the watch, leave it running).
+        loss_regex: overrides the built-in loss formats (named group ``loss``).
+        metrics_file: read progress from this JSONL/CSV file instead of the output.
+        dry_run: record decisions, stop nothing.
+        quiet: no messages of costctl's own on stderr except errors (the child's bytes still pass).
+        status_line: None = on when stderr is a terminal.
+    """
+
+    command: list[str] | None = None
+    on_exit: str = "guard"
+    loss_regex: str | None = None
+    metrics_file: Path | None = None
+    dry_run: bool = False
+    quiet: bool = False
+    status_line: bool | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+class Watcher:
+    """One ``costctl watch``.
+
+    Args:
+        settings: validated configuration.
+        options: command-line choices.
+        clock: time source (RealClock live; SimClock in tests).
+        sampler: telemetry sampler; built from the machine (NVML → nvidia-smi → CPU) when None.
+        say: prints one of costctl's own lines (default: the status line's message channel).
+
+    Raises:
+        ConfigError, LedgerError, ProviderError, UsageError: at :meth:`start`, one line each,
+            before anything is recorded or any process is started.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        options: WatchOptions,
+        *,
+        clock: Clock | None = None,
+        sampler: Sampler | None = None,
+        provider: Provider | None = None,
+        stdout_fd: int = 1,
+        stderr_fd: int = 2,
+    ) -> None:
+        self.settings = settings
+        self.options = options
+        self.clock = clock or RealClock()
+        self.status = StatusLine(False if options.quiet else options.status_line)
+        self._sampler = sampler
+        self._provider = provider
+        self._fds = (stdout_fd, stderr_fd)
+        self._progress_q: queue.SimpleQueue[ProgressPoint] = queue.SimpleQueue()
+        self._lock = threading.RLock()
+        self._done = threading.Event()
+        self._signal: int | None = None
+        self._stopped_at: datetime | None = None
+        self.child: Child | None = None
+        self.child_status: int | None = None
+        self.ledger: Ledger | None = None
+        self.run_id: str | None = None
+        self.summary = RunSummary()
+        self._tick_error_reported = False
+        self._log_fh = None
+
+    # ------------------------------------------------------------------ setup
+    def say(self, text: str) -> None:
+        """Print one of costctl's own lines (suppressed by --quiet)."""
+        if not self.options.quiet:
+            self.status.message(text)
+
+    def start(self) -> None:
+        """Open the ledger, resolve the instance and its price, start the run and the child."""
+        s = self.settings
+        data_dir = paths.data_dir(s.data_dir)
+        url = s.database_url or paths.default_database_url(s.data_dir)
+        if self.options.metrics_file is not None and self.options.command is None:
+            pass  # a metrics file can be followed while guarding the machine
+        # Resolve the provider and price before touching the ledger: a bad config changes nothing.
+        provider = self._provider or open_provider(s, clock=self.clock)
+        self.provider = provider
+        instance_id = s.instance.id or provider.detect_self()
+        if not instance_id:
+            raise ConfigError(
+                f"instance.id is not set and provider '{provider.name}' cannot tell which instance "
+                "this is: set [instance] id (or COSTCTL_INSTANCE__ID)"
+            )
+        self.instance_id = instance_id
+        try:
+            inst: Instance | None = provider.get_instance(instance_id)
+        except CostctlError as exc:
+            if s.instance.price_per_hour is None:
+                raise
+            self.say(f"costctl: cannot read instance {instance_id} from {provider.name} ({exc.message}); "
+                     f"using the configured price")
+            inst = None
+        self.instance = inst
+        if inst is not None and inst.price_per_hour is not None:
+            self.rate = Money(inst.price_per_hour, inst.currency)
+        elif s.instance.price_per_hour is not None:
+            self.rate = Money(s.instance.price_per_hour, s.instance.currency)
+        else:
+            raise ConfigError(
+                f"no price for instance {instance_id}: {provider.name} did not report one; "
+                "set [instance] price_per_hour and currency"
+            )
+        if self.rate.currency != s.instance.currency:
+            # Budget caps are in the instance's currency: the one the provider bills in.
+            budget = s.policies.budget
+            if budget.total is not None or budget.daily is not None:
+                self.say(
+                    f"costctl: {provider.name} bills in {self.rate.currency}, not {s.instance.currency}: "
+                    f"budget caps are read as {self.rate.currency}"
+                )
+            s = s.model_copy(update={"instance": s.instance.model_copy(update={"currency": self.rate.currency})})
+            self.settings = s
+        self.gpu_name = (inst.gpu if inst else None) or s.instance.gpu
+        billing = inst.billing.value if inst else s.instance.billing
+        gpu_count = inst.gpu_count if inst else s.instance.gpu_count
+
+        self.ledger = Ledger.open(url)
+        self.instance_pk = self.ledger.ensure_instance(
+            provider.name, instance_id, gpu=self.gpu_name, gpu_count=gpu_count, billing=billing,
+            price_per_hour=self.rate.amount, currency=self.rate.currency,
+            region=inst.region if inst else None,
+        )
+        self.started_at = self.clock.now()
+        stem = f"{self.started_at.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        self.log_path = paths.runs_dir(s.data_dir) / f"{stem}.log"
+        self.checkpoint_request = paths.runs_dir(s.data_dir) / f"{stem}.checkpoint-request"
+        self.run_id = self.ledger.start_run(
+            self.instance_pk, started_at=self.started_at, command=self.options.command,
+            log_path=str(self.log_path), host=socket.gethostname(),
+        )
+
+        self.engine = PolicyEngine(s)
+        self.history = History(
+            sample_interval=s.watch.sample_interval,
+            started_at=self.started_at,
+            child_running=None,
+            progress_source=bool(self.options.command or self.options.metrics_file),
+            total_steps=s.watch.total_steps,
+        )
+        self.executor = Executor(
+            ledger=self.ledger, run_id=self.run_id, clock=self.clock, hooks=s.hooks,
+            stop_child=self._stop_child, stop_instance=self._stop_instance, say=self.say,
+            dry_run=self.options.dry_run, log_path=str(self.log_path),
+        )
+        self._metrics = MetricsFileFollower(self.options.metrics_file) if self.options.metrics_file else None
+        self._parsers = {
+            "stdout": LineParser(self.options.loss_regex),
+            "stderr": LineParser(self.options.loss_regex),
+        }
+        if self.options.command:
+            self._log_fh = open(self.log_path, "ab")
+            mux = OutputMux(
+                self._log_fh, self._on_text if not self._metrics else None,
+                stdout_fd=self._fds[0], stderr_fd=self._fds[1],
+                before_write=self.status.clear, after_write=self.status.after_child_write,
+                lock=self.status.lock,
+            )
+            env = {
+                "PYTHONUNBUFFERED": "1",
+                "COSTCTL_RUN_ID": self.run_id,
+                "COSTCTL_CHECKPOINT_REQUEST": str(self.checkpoint_request),
+                **self.options.extra_env,
+            }
+            try:
+                self.child = Child(self.options.command, mux, env=env)
+            except CostctlError:
+                self._log_fh.close()
+                self.ledger.finish_run(self.run_id, ended_at=self.clock.now(), exit_code=None, status="failed-to-start")
+                self.ledger.close()
+                raise
+            self.history.child_running = True
+        if self._sampler is None:
+            stand_in = "the watched process tree" if self.child else "all user processes"
+            gpu = detect_gpu_source(log=self.say, stand_in=stand_in)
+            cpu = ProcessTreeCpu(self.child.pid) if self.child else MachineCpu()
+            self._sampler = Sampler(gpu, cpu, count_ssh=s.policies.idle.count_ssh_sessions)
+        mode = f"running {' '.join(self.options.command)}" if self.options.command else "guarding this machine"
+        self.say(
+            f"costctl: run {self.run_id[:8]} {mode} on {provider.name} instance {instance_id} "
+            f"({self.gpu_name or 'unknown GPU'}, {self.rate.amount} {self.rate.currency}/h); log {self.log_path}"
+        )
+
+    # ------------------------------------------------------------------ progress
+    def _on_text(self, stream: str, text: str) -> None:
+        points = self._parsers[stream].feed(text, self.clock.now())
+        for p in points:
+            self._progress_q.put(p)
+
+    def _drain_progress(self, now: datetime) -> list[ProgressPoint]:
+        points: list[ProgressPoint] = []
+        while True:
+            try:
+                points.append(self._progress_q.get_nowait())
+            except queue.Empty:
+                break
+        if self._metrics is not None:
+            try:
+                points.extend(self._metrics.poll(now))
+            except CostctlError as exc:
+                self.say(f"costctl: metrics file: {exc.message}")
+        return points
+
+    # ------------------------------------------------------------------ tick
+    def tick(self, now: datetime | None = None) -> list[Decision]:
+        """One evaluation: sample, accrue, evaluate policies, act. Returns the new decisions."""
+        with self._lock:
+            now = now or self.clock.now()
+            if self._stopped_at is not None:
+                return []
+            assert self.ledger is not None and self.run_id is not None and self._sampler is not None
+            if self.child is not None:
+                self.history.child_running = self.child.running
+            sample = self._sampler.sample(now)
+            self.history.add_sample(sample)
+            points = self._drain_progress(now)
+            for point in points:
+                self.history.add_progress(point)
+            self.summary.add_progress(points)
+            self.ledger.record_samples(self.run_id, [sample])
+            if points:
+                self.ledger.record_progress(self.run_id, points)
+            self.ledger.accrue(self.run_id, now, self.rate.amount, self.rate.currency)
+            self._update_spend(now)
+            decisions = self.engine.evaluate(self.history, now)
+            for decision in decisions:
+                self.executor.handle(decision)
+                self.summary.add_decision(decision)
+            if self.executor.stop is not None:
+                self._stopped_at = self.executor.stop.time
+                self._done.set()
+            self.summary.add_sample(sample)
+            self._status(now, sample)
+            return decisions
+
+    def _update_spend(self, now: datetime) -> None:
+        assert self.ledger is not None
+        tz = self.settings.watch.tz
+        local = now.astimezone(tz)
+        day_start = local.replace(hour=0, minute=0, second=0, microsecond=0).astimezone(timezone.utc)
+        cur = self.rate.currency
+        total = self.ledger.spend(instance_pk=self.instance_pk).get(cur, Decimal(0))
+        today = self.ledger.spend(instance_pk=self.instance_pk, since=day_start).get(cur, Decimal(0))
+        run = self.ledger.spend(run_id=self.run_id).get(cur, Decimal(0))
+        self.history.spend_total = Money(total, cur)
+        self.history.spend_today = Money(today, cur)
+        self.history.rate = self.rate
+        self.summary.spend = Money(run, cur)
+
+    def _status(self, now: datetime, sample: Any) -> None:
+        if not self.status.enabled:
+            return
+        elapsed = now - self.started_at
+        util = ", ".join(
+            f"GPU{g.index} {g.utilization:.0f}%" if g.utilization is not None else f"GPU{g.index} ?"
+            for g in sample.gpus
+        ) or (f"CPU {sample.cpu_percent:.0f}%" if sample.cpu_percent is not None else "CPU ?")
+        loss = self.summary.last_loss
+        loss_txt = f"loss {loss:.4g}" if loss is not None else "no loss yet"
+        spend = self.summary.spend
+        self.status.update(
+            f" costctl | {str(elapsed).split('.')[0]} | {spend.rounded(4) if spend else 0} {self.rate.currency} "
+            f"| {util} | {loss_txt} "
+        )
+
+    def _safe_tick(self) -> None:
+        try:
+            self.tick()
+        except Exception as exc:  # noqa: BLE001 - keep guarding; the traceback goes to a log file
+            if not self._tick_error_reported:
+                self._tick_error_reported = True
+                path = paths.crash_log_dir() / f"tick-{self.run_id}.log"
+                try:
+                    path.write_text("".join(traceback.format_exception(exc)))
+                except OSError:
+                    pass
+                self.say(f"costctl: error during a tick: {type(exc).__name__}: {exc} (traceback in {path})")
+
+    # ------------------------------------------------------------------ actions
+    def _stop_child(self) -> int | None:
+        if self.child is None or not self.child.running:
+            return None
+        grace = self.settings.watch.grace_period.total_seconds()
+        self.child_status = self.child.terminate(grace)
+        return self.child_status
+
+    def _stop_instance(self) -> str:
+        inst = self.provider.stop_instance(self.instance_id)
+        return f"instance {self.instance_id} on {self.provider.name} is {inst.status.value}"
+
+    # ------------------------------------------------------------------ loop
+    def _handle_signal(self, signum: int, frame: Any) -> None:
+        self._signal = signum
+        self._done.set()
+
+    def run(self) -> int:
+        """Start everything, loop in real time until done, clean up; returns the exit status."""
+        self.start()
+        interval = self.settings.watch.sample_interval.total_seconds()
+        scheduler = BackgroundScheduler(timezone=timezone.utc)
+        scheduler.add_job(
+            self._safe_tick, "interval", seconds=interval, next_run_time=datetime.now(timezone.utc),
+            max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)), id="tick",
+        )
+        old = {s: signal.signal(s, self._handle_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        scheduler.start()
+        exit_code = 0
+        status = "running"
+        try:
+            exit_code, status = self._loop()
+        finally:
+            scheduler.shutdown(wait=True)
+            for s, h in old.items():
+                signal.signal(s, h)
+            exit_code, status = self._finish(exit_code, status)
+        return exit_code
+
+    def _loop(self) -> tuple[int, str]:
+        child_done = self.child is None
+        while True:
+            self._done.wait(0.1)
+            if self._signal is not None:
+                return self._on_signal()
+            if self._stopped_at is not None:
+                if self.child is not None and self.child_status is None:
+                    self.child_status = self.child.terminate(self.settings.watch.grace_period.total_seconds())
+                code = self.child_status if self.child_status is not None else 0
+                return code, "stopped"
+            if not child_done and self.child is not None and not self.child.running:
+                child_done = True
+                self.child_status = self.child.wait()
+                with self._lock:
+                    self.history.child_running = False
+                    self.history.child_exited_at = self.clock.now()
+                self.tick()  # record the last output and spend up to the exit
+                if self._stopped_at is not None:
+                    continue
+                on_exit = self.options.on_exit
+                if on_exit == "leave":
+                    return self.child_status, "completed" if self.child_status == 0 else "failed"
+                if on_exit == "stop":
+                    with self._lock:
+                        decision = Decision(
+                            time=self.clock.now(), policy="on-exit", action="stop",
+                            reason=f"the command exited with status {self.child_status} and --on-exit stop is set",
+                            evidence={"exit_status": self.child_status}, key="on-exit",
+                        )
+                        self.executor.handle(decision)
+                        self.summary.add_decision(decision)
+                        if self.executor.stop is not None:
+                            self._stopped_at = self.executor.stop.time
+                    if self._stopped_at is None:  # dry run
+                        return self.child_status, "completed" if self.child_status == 0 else "failed"
+                    continue
+                self.say(
+                    f"costctl: the command exited with status {self.child_status}; guarding the instance "
+                    "until the idle policy stops it (Ctrl-C leaves it running)"
+                )
+
+    def _on_signal(self) -> tuple[int, str]:
+        sig = self._signal or signal.SIGTERM
+        if self.child is not None and self.child.running:
+            self.say(f"costctl: {signal.Signals(sig).name}: passing it to the job")
+            self.child_status = self.child.terminate(self.settings.watch.grace_period.total_seconds(), sig)
+            return self.child_status, "interrupted"
+        self.say("costctl: interrupted; the instance is left running")
+        return (self.child_status if self.child_status is not None else 128 + sig), "interrupted"
+
+    def _finish(self, exit_code: int, status: str) -> tuple[int, str]:
+        if self.ledger is None or self.run_id is None:
+            return exit_code, status
+        end = self._stopped_at or self.clock.now()
+        try:
+            if self._stopped_at is None:
+                self.tick(end)
+            with self._lock:
+                self.ledger.accrue(self.run_id, end, self.rate.amount, self.rate.currency)
+                self._update_spend(end)
+                if status == "running":
+                    status = "completed"
+                self.ledger.finish_run(self.run_id, ended_at=end, exit_code=self.child_status, status=status)
+        except LedgerError as exc:
+            self.say(f"costctl: could not close the run in the ledger: {exc.message}")
+        finally:
+            self.status.close()
+            if self._log_fh is not None:
+                self._log_fh.close()
+        self.summary.duration = end - self.started_at
+        if not self.options.quiet:
+            self.summary.print(self.run_id, self.rate.currency, sys.stderr)
+        self.ledger.close()
+        return exit_code, status

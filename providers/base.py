@@ -1,0 +1,186 @@
+"""The provider interface and the normalized records every adapter returns.
+
+Money: ``price_per_hour`` is per instance-hour (all GPUs of the instance together), a Decimal
+in ``currency`` (ISO 4217, e.g. ``"CNY"`` for AutoDL, ``"USD"`` for Vast.ai and RunPod).
+Times are aware UTC. Each adapter maps its provider's states onto :class:`Status` in one table;
+an unknown provider state maps to ``Status.UNKNOWN`` and never raises.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from enum import Enum
+from typing import Any, ClassVar
+
+
+class Status(str, Enum):
+    """Normalized instance status."""
+
+    PROVISIONING = "provisioning"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    TERMINATED = "terminated"
+    ERROR = "error"
+    UNKNOWN = "unknown"
+
+
+class BillingMode(str, Enum):
+    """How an instance is billed: on-demand (pay-as-you-go), spot/interruptible (bid), prepaid."""
+
+    ON_DEMAND = "on-demand"
+    SPOT = "spot"
+    PREPAID = "prepaid"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a provider's API can do; the core asks these instead of catching errors.
+
+    Attributes:
+        stop / start / release: instance lifecycle calls exist.
+        spot: interruptible/spot instances with a bid exist.
+        change_gpu: the card of an existing instance can be changed (or a new one created).
+        offers: current prices can be listed.
+        balance / billing_records: account balance and invoices can be read.
+        preemption_notice: the provider warns inside the guest before taking a spot instance.
+    """
+
+    stop: bool = True
+    start: bool = True
+    release: bool = True
+    spot: bool = False
+    change_gpu: bool = False
+    offers: bool = False
+    balance: bool = False
+    billing_records: bool = False
+    preemption_notice: bool = False
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One rented instance, normalized.
+
+    Attributes:
+        provider: adapter name (``"sim"``, ``"autodl"``, ``"vastai"``, ``"runpod"``).
+        id: the provider's instance id.
+        gpu: normalized GPU model name (catalog name when known, else as the provider names it).
+        gpu_raw: the GPU name exactly as the provider reports it.
+        gpu_count: GPUs in the instance.
+        billing: billing mode.
+        price_per_hour: Decimal per instance-hour in ``currency``; None if the provider did not say.
+        currency: ISO 4217 code.
+        bid_per_hour: for spot, the bid per instance-hour (RunPod bids per GPU: × gpu_count).
+        status: normalized status; ``status_raw`` keeps the provider's word.
+        created_at / started_at / stopped_at: aware UTC, when known.
+        region: provider region or data centre.
+        raw: the provider's payload (secrets never included).
+        preempted: True when the provider stopped an interruptible instance itself (outbid or
+            reclaimed), seen after the fact (e.g. Vast: intended running, actual stopped).
+    """
+
+    provider: str
+    id: str
+    gpu: str | None
+    gpu_raw: str | None
+    gpu_count: int
+    billing: BillingMode
+    price_per_hour: Decimal | None
+    currency: str
+    status: Status
+    status_raw: str | None = None
+    bid_per_hour: Decimal | None = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    stopped_at: datetime | None = None
+    region: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    preempted: bool = False
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A rentable configuration and its current price.
+
+    Attributes:
+        provider, id: where and what (offer / machine / GPU-type id).
+        gpu, gpu_raw, gpu_count: as in :class:`Instance`.
+        billing: on-demand or spot (for spot, ``price_per_hour`` is the minimum bid).
+        price_per_hour: Decimal per instance-hour; ``price_per_gpu_hour`` = price / gpu_count.
+        currency: ISO 4217.
+        gpu_memory_bytes: per GPU, when known.
+        region, reliability (0..1), available (count in stock), raw.
+    """
+
+    provider: str
+    id: str
+    gpu: str | None
+    gpu_raw: str | None
+    gpu_count: int
+    billing: BillingMode
+    price_per_hour: Decimal
+    currency: str
+    gpu_memory_bytes: int | None = None
+    region: str | None = None
+    reliability: float | None = None
+    available: int | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def price_per_gpu_hour(self) -> Decimal:
+        """Price per GPU-hour (instance price / gpu_count)."""
+        return self.price_per_hour / Decimal(self.gpu_count)
+
+
+class Provider(ABC):
+    """A GPU rental provider. Adapters subclass this and register under :attr:`name`.
+
+    Constructed by :func:`costctl_providers.registry.get_provider` with the provider's config
+    table (a dict; each adapter validates its own keys and raises
+    :class:`costctl.errors.ConfigError` for a bad or unknown one) and costctl's data dir.
+
+    Methods that the provider cannot do raise :class:`costctl.errors.ProviderError`; check
+    :attr:`capabilities` first.
+    """
+
+    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    @abstractmethod
+    def list_instances(self) -> list[Instance]:
+        """All instances of the account."""
+
+    @abstractmethod
+    def get_instance(self, instance_id: str) -> Instance:
+        """One instance. Raises ProviderError if it does not exist."""
+
+    @abstractmethod
+    def start_instance(self, instance_id: str) -> Instance:
+        """Start (power on / resume) an instance; idempotent on a running one."""
+
+    @abstractmethod
+    def stop_instance(self, instance_id: str, *, wait: bool = True) -> Instance:
+        """Stop (power off) an instance; idempotent on a stopped one.
+
+        With ``wait``, poll until the provider reports it stopped (or says it could not).
+        """
+
+    def release_instance(self, instance_id: str) -> Instance:
+        """Release / terminate / destroy an instance and its data."""
+        from costctl.errors import ProviderError
+
+        raise ProviderError(f"{self.name}: releasing instances is not supported")
+
+    def list_offers(self, gpu: str | None = None) -> list[Offer]:
+        """Current prices, optionally for one GPU type."""
+        from costctl.errors import ProviderError
+
+        raise ProviderError(f"{self.name}: listing offers is not supported")
+
+    def detect_self(self) -> str | None:
+        """The id of the instance this process runs on, when the provider can tell; else None."""
+        return None

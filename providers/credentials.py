@@ -1,0 +1,168 @@
+"""Provider credentials: the provider's usual environment variable, or a credentials file.
+
+Lookup for one provider, first hit wins:
+
+1. the environment variable (``VAST_API_KEY`` for vastai, ``RUNPOD_API_KEY`` for runpod,
+   ``AUTODL_TOKEN`` for autodl — the names the providers' own CLIs and docs use);
+2. the credentials file: ``credentials_file`` in the provider's config table, else
+   ``<data dir>/credentials.toml``. It is TOML with one table per provider::
+
+       [vastai]
+       api_key = "..."
+
+       [autodl]
+       token = "..."
+       console_token = "..."   # opt-in web console JWT (see the autodl adapter)
+
+   The file must not be readable or writable by group or others (``chmod 600``); otherwise it
+   is refused with a :class:`~costctl.errors.ConfigError` naming the chmod to run.
+
+A :class:`Credential` never shows its value in ``repr``/``str``; its :attr:`Credential.name` says
+where it came from, for messages such as ``VAST_API_KEY was rejected (401)``.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from costctl.errors import ConfigError
+
+#: Config-table key naming a credentials file (each adapter must accept it in its table).
+CREDENTIALS_FILE_KEY = "credentials_file"
+#: Default file name in costctl's data dir.
+CREDENTIALS_FILE_NAME = "credentials.toml"
+
+#: The providers' usual environment variables.
+DEFAULT_ENV_VARS: dict[str, str] = {
+    "vastai": "VAST_API_KEY",
+    "runpod": "RUNPOD_API_KEY",
+    "autodl": "AUTODL_TOKEN",
+}
+
+#: Keys accepted in a provider's table of the credentials file, in order of preference.
+DEFAULT_FILE_KEYS: tuple[str, ...] = ("api_key", "token")
+
+
+@dataclass(frozen=True)
+class Credential:
+    """A secret and where it came from.
+
+    Attributes:
+        provider: adapter name.
+        name: the source, safe to print: ``"VAST_API_KEY"`` or
+            ``"credentials file /path/credentials.toml [vastai] api_key"``.
+        secret: the value. Never printed: excluded from ``repr``.
+    """
+
+    provider: str
+    name: str
+    secret: str = field(repr=False)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def check_file_mode(path: Path) -> None:
+    """Refuse a credentials file that group or others can read or write.
+
+    Raises:
+        ConfigError: with the ``chmod 600`` command to run.
+    """
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise ConfigError(f"credentials file {path}: cannot read: {exc.strerror}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(
+            f"credentials file {path} is accessible by group or others (mode {stat.S_IMODE(mode):04o}); "
+            f"it must be 0600: run `chmod 600 {path}`"
+        )
+
+
+def credentials_path(config: Mapping[str, Any], data_dir: Path) -> tuple[Path, bool]:
+    """The credentials file to read and whether it was named explicitly in ``config``."""
+    configured = config.get(CREDENTIALS_FILE_KEY)
+    if configured:
+        return Path(str(configured)).expanduser(), True
+    return Path(data_dir) / CREDENTIALS_FILE_NAME, False
+
+
+def read_credentials_file(path: Path) -> dict[str, Any]:
+    """Parse the credentials file after checking its mode.
+
+    Raises:
+        ConfigError: bad mode, unreadable, or not valid TOML (the message never quotes the file).
+    """
+    check_file_mode(path)
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError:
+        # The decoder's message can quote the offending line, which may hold a token.
+        raise ConfigError(f"credentials file {path} is not valid TOML") from None
+    except OSError as exc:
+        raise ConfigError(f"credentials file {path}: cannot read: {exc.strerror}") from None
+
+
+def load_credential(
+    provider: str,
+    config: Mapping[str, Any],
+    *,
+    data_dir: Path,
+    env_var: str | None = None,
+    keys: tuple[str, ...] = DEFAULT_FILE_KEYS,
+    required: bool = True,
+    env: Mapping[str, str] | None = None,
+) -> Credential | None:
+    """Find ``provider``'s credential.
+
+    Args:
+        provider: adapter name; also the table name in the credentials file.
+        config: the provider's config table (may name ``credentials_file``).
+        data_dir: costctl's data dir (default file location).
+        env_var: environment variable to read first (default: :data:`DEFAULT_ENV_VARS`;
+            pass ``""`` for none).
+        keys: keys accepted in the file's ``[provider]`` table, first present wins.
+        required: raise when nothing is found (else return None).
+        env: environment mapping (default ``os.environ``).
+
+    Returns:
+        the :class:`Credential`, or None when not ``required`` and none is configured.
+
+    Raises:
+        ConfigError: nothing found (when required; the message says how to provide it), an
+            explicitly named file missing, or a file with a bad mode / bad TOML / wrong shape.
+    """
+    env = os.environ if env is None else env
+    var = DEFAULT_ENV_VARS.get(provider) if env_var is None else env_var
+    if var:
+        value = env.get(var, "").strip()
+        if value:
+            return Credential(provider, var, value)
+    path, explicit = credentials_path(config, data_dir)
+    if path.exists():
+        data = read_credentials_file(path)
+        table = data.get(provider)
+        if table is not None and not isinstance(table, dict):
+            raise ConfigError(f"credentials file {path}: [{provider}] must be a table")
+        for key in keys:
+            value = (table or {}).get(key)
+            if value is None:
+                continue
+            if not isinstance(value, str) or not value.strip():
+                raise ConfigError(f"credentials file {path}: [{provider}] {key} must be a non-empty string")
+            return Credential(provider, f"credentials file {path} [{provider}] {key}", value.strip())
+    elif explicit:
+        raise ConfigError(f"credentials file {path} (credentials_file of [providers.{provider}]) does not exist")
+    if not required:
+        return None
+    how = f"set {var} or " if var else ""
+    raise ConfigError(
+        f"no credential for {provider}: {how}add [{provider}] {keys[0]} = \"...\" to {path} (chmod 600)"
+    )

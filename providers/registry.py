@@ -1,0 +1,147 @@
+"""Find provider adapters by name; the core never imports an adapter module by name.
+
+Lookup order for ``name``:
+
+1. providers registered in this process with :func:`register_provider` (tests, plugins);
+2. entry points in the ``costctl.providers`` group (declared in pyproject.toml; a third-party
+   distribution adds a provider the same way);
+3. for an uninstalled checkout, the module ``costctl_providers.<name>``: its one concrete
+   :class:`~costctl_providers.base.Provider` subclass.
+
+Adapter constructor convention (what :func:`get_provider` calls)::
+
+    ProviderClass(config: dict, *, data_dir: pathlib.Path, clock: Clock | None = None)
+
+``config`` is the provider's table from costctl.toml (``[providers.<name>]``, may be empty);
+the adapter validates its own keys and raises :class:`costctl.errors.ConfigError` for a bad or
+unknown one. ``data_dir`` is costctl's data directory (credentials file, sim state).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import pkgutil
+from collections.abc import Callable, Mapping
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from costctl.clock import Clock
+from costctl.errors import ConfigError
+
+from .base import Provider
+
+log = logging.getLogger("costctl_providers.registry")
+
+ENTRY_POINT_GROUP = "costctl.providers"
+
+#: Modules of this package that are infrastructure, not adapters.
+_NOT_ADAPTERS = frozenset({"base", "registry", "credentials", "notices"})
+
+_registered: dict[str, Callable[..., Provider]] = {}
+
+
+def register_provider(name: str, factory: Callable[..., Provider]) -> None:
+    """Register ``factory`` (a Provider subclass or a callable with the constructor convention
+    above) under ``name`` for this process; it takes precedence over entry points."""
+    _registered[name.lower()] = factory
+
+
+def unregister_provider(name: str) -> None:
+    """Undo :func:`register_provider` (no error if absent)."""
+    _registered.pop(name.lower(), None)
+
+
+def _entry_points() -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name.lower(), ep)
+    return found
+
+
+def _package_modules() -> list[str]:
+    package = importlib.import_module(__package__ or "costctl_providers")
+    names = []
+    for info in pkgutil.iter_modules(package.__path__):
+        if not info.name.startswith("_") and info.name not in _NOT_ADAPTERS:
+            names.append(info.name)
+    return names
+
+
+def available_providers() -> list[str]:
+    """Names of the providers that can be asked for, sorted (nothing is imported to list them)."""
+    names = set(_registered) | set(_entry_points()) | set(_package_modules())
+    return sorted(names)
+
+
+def _provider_class_in(module: Any) -> type[Provider] | None:
+    candidates = [
+        obj
+        for obj in vars(module).values()
+        if inspect.isclass(obj)
+        and issubclass(obj, Provider)
+        and obj is not Provider
+        and not inspect.isabstract(obj)
+        and obj.__module__.startswith(module.__name__)
+    ]
+    if len(candidates) == 1:
+        return candidates[0]
+    named = [c for c in candidates if getattr(c, "name", None) == module.__name__.rsplit(".", 1)[-1]]
+    return named[0] if len(named) == 1 else None
+
+
+def provider_class(name: str) -> Callable[..., Provider]:
+    """The class (or factory) for provider ``name``.
+
+    Raises:
+        ConfigError: unknown name (the message lists the available ones), or the adapter fails
+            to import.
+    """
+    key = name.strip().lower()
+    if key in _registered:
+        return _registered[key]
+    available = ", ".join(available_providers()) or "none"
+    eps = _entry_points()
+    if key in eps:
+        try:
+            return eps[key].load()
+        except Exception as exc:  # noqa: BLE001 - an installed-but-broken adapter
+            log.debug("entry point %s failed to load: %r; trying the package module", key, exc)
+    if key and key.isidentifier() and key not in _NOT_ADAPTERS and not key.startswith("_"):
+        try:
+            module = importlib.import_module(f"{__package__}.{key}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__package__}.{key}":
+                raise ConfigError(f"provider {name!r} cannot be loaded: {exc}") from None
+        except ImportError as exc:
+            raise ConfigError(f"provider {name!r} cannot be loaded: {exc}") from None
+        else:
+            cls = _provider_class_in(module)
+            if cls is not None:
+                return cls
+            raise ConfigError(f"provider {name!r}: module {module.__name__} defines no Provider class")
+    raise ConfigError(f"unknown provider {name!r}; available: {available}")
+
+
+def get_provider(
+    name: str,
+    config: Mapping[str, Any] | None = None,
+    *,
+    data_dir: Path,
+    clock: Clock | None = None,
+) -> Provider:
+    """Construct provider ``name`` with its config table.
+
+    Args:
+        name: e.g. ``"sim"``, ``"autodl"``, ``"vastai"``, ``"runpod"`` (case-insensitive).
+        config: the ``[providers.<name>]`` table (default empty).
+        data_dir: costctl's data directory.
+        clock: time source for the adapter (default: real time).
+
+    Raises:
+        ConfigError: unknown provider (lists the available ones) or a bad config table.
+    """
+    factory = provider_class(name)
+    return factory(dict(config or {}), data_dir=Path(data_dir), clock=clock)

@@ -1,0 +1,335 @@
+"""The RunPod adapter (USD): GraphQL ``POST https://api.runpod.io/graphql``.
+
+Authentication: ``Authorization: Bearer <RUNPOD_API_KEY>`` — the GraphQL Spec 1.1.0
+(https://graphql-spec.runpod.io/) lists "Headers: Authorization: Bearer <RUNPOD_API_KEY>", and
+runpod-python sends it; the older "Manage Pods" examples put the key in ``?api_key=``, which
+would leak it into URLs and logs, so it is not used.
+
+Operations (Manage Pods, https://docs.runpod.io/sdks/graphql/manage-pods, and the spec):
+``myself { pods { ... } }`` (list), ``pod(input: {podId})``, ``podStop``, ``podResume(input:
+{podId, gpuCount})``, ``podBidResume(input: {podId, bidPerGpu, gpuCount})`` (start a spot pod),
+``podTerminate``, ``podRentInterruptable(input: {bidPerGpu, ...})`` (create spot; never
+retried), ``podFindAndDeployOnDemand`` (create on-demand; never retried), ``gpuTypes`` prices,
+``myself { clientBalance }``. Arguments travel as GraphQL variables, never spliced into the
+query text. A response with an ``errors`` array becomes a typed error carrying the message.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from costctl.clock import Clock, RealClock
+from costctl.errors import ProviderError
+from costctl.money import Money
+
+from costctl_providers._http import AuthError, HttpClient, NotFoundError, ProviderResponseError, wait_for_status
+from costctl_providers.base import BillingMode, Capabilities, Instance, Offer, Provider, Status
+from costctl_providers.credentials import Credential, load_credential
+
+from .config import RunPodConfig, load_config
+from .normalize import (
+    CURRENCY,
+    PROVIDER,
+    bid_per_instance_hour,
+    dollars,
+    instance_from_pod,
+    offers_from_gpu_type,
+)
+
+POD_FIELDS = """
+      id name desiredStatus costPerHr gpuCount podType uptimeSeconds lastStatusChange machineId
+      machine { gpuDisplayName }
+      runtime { uptimeInSeconds }
+"""
+
+Q_PODS = "query Pods { myself { pods {" + POD_FIELDS + "} } }"
+Q_POD = "query Pod($podId: String!) { pod(input: {podId: $podId}) {" + POD_FIELDS + "} }"
+M_STOP = "mutation Stop($podId: String!) { podStop(input: {podId: $podId}) { id desiredStatus } }"
+M_RESUME = (
+    "mutation Resume($podId: String!, $gpuCount: Int!) "
+    "{ podResume(input: {podId: $podId, gpuCount: $gpuCount}) { id desiredStatus costPerHr } }"
+)
+M_BID_RESUME = (
+    "mutation BidResume($podId: String!, $bidPerGpu: Float!, $gpuCount: Int!) "
+    "{ podBidResume(input: {podId: $podId, bidPerGpu: $bidPerGpu, gpuCount: $gpuCount}) { id desiredStatus costPerHr } }"
+)
+M_TERMINATE = "mutation Terminate($podId: String!) { podTerminate(input: {podId: $podId}) }"
+M_RENT_SPOT = (
+    "mutation RentSpot($bidPerGpu: Float!, $gpuCount: Int!, $gpuTypeId: String!, $imageName: String!, "
+    "$name: String!, $volumeInGb: Int!, $containerDiskInGb: Int!) { podRentInterruptable(input: {"
+    "bidPerGpu: $bidPerGpu, cloudType: %s, gpuCount: $gpuCount, gpuTypeId: $gpuTypeId, imageName: $imageName, "
+    "name: $name, volumeInGb: $volumeInGb, containerDiskInGb: $containerDiskInGb}) {" + POD_FIELDS + "} }"
+)
+M_DEPLOY = (
+    "mutation Deploy($gpuCount: Int!, $gpuTypeId: String!, $imageName: String!, $name: String!, "
+    "$volumeInGb: Int!, $containerDiskInGb: Int!) { podFindAndDeployOnDemand(input: {cloudType: %s, "
+    "gpuCount: $gpuCount, gpuTypeId: $gpuTypeId, imageName: $imageName, name: $name, volumeInGb: $volumeInGb, "
+    "containerDiskInGb: $containerDiskInGb}) {" + POD_FIELDS + "} }"
+)
+Q_GPU_TYPES = (
+    "query GpuTypes { gpuTypes { id displayName memoryInGb securePrice communityPrice secureSpotPrice "
+    "communitySpotPrice lowestPrice(input: {gpuCount: 1}) { minimumBidPrice uninterruptablePrice } } }"
+)
+Q_BALANCE = "query Balance { myself { clientBalance currentSpendPerHr } }"
+
+CloudType = Literal["ALL", "SECURE", "COMMUNITY"]
+
+_NOT_FOUND = re.compile(r"not found|does not exist|no pod|unknown pod", re.I)
+_AUTH = re.compile(r"unauthori[sz]ed|forbidden|api key|permission", re.I)
+
+
+class RunPodProvider(Provider):
+    """RunPod (USD). Constructed as ``RunPodProvider(config, data_dir=..., clock=...)``.
+
+    Args:
+        config: the ``[providers.runpod]`` table (:class:`~.config.RunPodConfig`).
+        data_dir: costctl's data dir (credentials file location).
+        clock: time source for waits and ``started_at`` (a clock with ``advance`` is advanced
+            instead of sleeping).
+        env: environment mapping for ``RUNPOD_API_KEY`` (default ``os.environ``).
+        sleep: replaces ``time.sleep`` between retries and status polls.
+    """
+
+    name: ClassVar[str] = PROVIDER
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        stop=True, start=True, release=True, spot=True, change_gpu=True, offers=True,
+        balance=True, billing_records=False, preemption_notice=False,
+    )
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | None = None,
+        *,
+        data_dir: Path,
+        clock: Clock | None = None,
+        env: Mapping[str, str] | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        self._table = dict(config or {})
+        self.config: RunPodConfig = load_config(self._table)
+        self.data_dir = Path(data_dir)
+        self.clock = clock or RealClock()
+        self._env = env
+        advance = getattr(self.clock, "advance", None)
+        self._sleep = sleep or (advance if callable(advance) else time.sleep)
+        self._client: HttpClient | None = None
+        self._cred: Credential | None = None
+
+    @property
+    def http(self) -> HttpClient:
+        """The HTTP client (reads the API key on first use; ConfigError when there is none)."""
+        if self._client is None:
+            cred = load_credential(PROVIDER, self._table, data_dir=self.data_dir, keys=("api_key", "token"),
+                                   env=self._env)
+            assert cred is not None
+            self._cred = cred
+            self._client = HttpClient(
+                self.config.base_url,
+                auth_header=("Authorization", f"Bearer {cred.secret}"),
+                provider=PROVIDER,
+                credential_name=cred.name,
+                timeout=self.config.timeout,
+                retries=self.config.retries,
+                backoff=self.config.backoff,
+                sleep=self._sleep,
+                headers={"Content-Type": "application/json"},
+            )
+        return self._client
+
+    def graphql(self, query: str, variables: dict[str, Any] | None = None, *, idempotent: bool) -> dict[str, Any]:
+        """Run one GraphQL operation and return its ``data``.
+
+        Raises:
+            AuthError: HTTP 401/403, or a GraphQL error about the key (names the credential).
+            NotFoundError: a GraphQL error saying the pod does not exist.
+            ProviderResponseError: any other GraphQL ``errors`` entry (its ``message``), or no ``data``.
+        """
+        body: dict[str, Any] = {"query": query}
+        if variables:
+            body["variables"] = variables
+        answer = self.http.json("POST", "/graphql", json=body, idempotent=idempotent)
+        if not isinstance(answer, dict):
+            raise self.http.response_error("GraphQL answer is not an object")
+        errors = answer.get("errors")
+        if errors:
+            first = errors[0] if isinstance(errors, list) and errors else {}
+            message = str(first.get("message") if isinstance(first, Mapping) else first) or "unknown GraphQL error"
+            if _AUTH.search(message):
+                who = self._cred.name if self._cred else "the API key"
+                raise AuthError(self.http.redact(f"runpod: {who} was rejected: {message}"))
+            if _NOT_FOUND.search(message):
+                raise NotFoundError(self.http.redact(f"runpod: {message}"))
+            raise self.http.response_error(f"GraphQL error: {message}")
+        data = answer.get("data")
+        if not isinstance(data, dict):
+            raise self.http.response_error("GraphQL answer has no data")
+        return data
+
+    # -- reading --------------------------------------------------------------------------
+
+    def list_instances(self) -> list[Instance]:
+        """All pods (``myself { pods }``), USD per pod-hour."""
+        data = self.graphql(Q_PODS, idempotent=True)
+        pods = (data.get("myself") or {}).get("pods") or []
+        now = self.clock.now()
+        return [instance_from_pod(p, now=now) for p in pods if isinstance(p, Mapping)]
+
+    def get_instance(self, instance_id: str) -> Instance:
+        """One pod (``pod(input: {podId})``). Raises NotFoundError when RunPod returns null."""
+        data = self.graphql(Q_POD, {"podId": instance_id}, idempotent=True)
+        pod = data.get("pod")
+        if not isinstance(pod, Mapping):
+            raise NotFoundError(f"runpod: no pod {instance_id!r} in this account")
+        return instance_from_pod(pod, now=self.clock.now())
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _wait(self, instance_id: str, want: set[Status]) -> Instance:
+        return wait_for_status(
+            lambda: self.get_instance(instance_id), want,
+            timeout_s=self.config.stop_timeout, poll_s=self.config.poll_interval,
+            clock=self.clock, sleep=self._sleep,
+        )
+
+    def stop_instance(self, instance_id: str, *, wait: bool = True) -> Instance:
+        """``podStop``; a no-op on a stopped pod. GPU billing ends, volume storage still bills.
+        With ``wait``, polls until the pod is EXITED with no runtime.
+
+        Raises:
+            StatusWaitError: not stopped within ``stop_timeout``.
+        """
+        current = self.get_instance(instance_id)
+        if current.status in (Status.STOPPED, Status.TERMINATED):
+            return current
+        if current.status is not Status.STOPPING:
+            self.graphql(M_STOP, {"podId": instance_id}, idempotent=True)
+        if not wait:
+            return self.get_instance(instance_id)
+        return self._wait(instance_id, {Status.STOPPED, Status.TERMINATED})
+
+    def start_instance(self, instance_id: str) -> Instance:
+        """``podResume(input: {podId, gpuCount})`` for an on-demand pod; for a spot pod,
+        ``podBidResume`` with its last per-GPU price as the bid (see :meth:`start_spot`). A no-op
+        on a running or starting pod."""
+        current = self.get_instance(instance_id)
+        if current.status in (Status.RUNNING, Status.STARTING, Status.PROVISIONING):
+            return current
+        if current.status is Status.TERMINATED:
+            raise ProviderError(f"runpod: pod {instance_id} was terminated; it cannot be started")
+        if current.billing is BillingMode.SPOT:
+            if not current.price_per_hour or current.gpu_count < 1:
+                raise ProviderError(f"runpod: pod {instance_id} is a spot pod with no known price; use start_spot() with a bid")
+            return self.start_spot(instance_id, current.price_per_hour / current.gpu_count, gpu_count=current.gpu_count)
+        self.graphql(M_RESUME, {"podId": instance_id, "gpuCount": max(1, current.gpu_count)}, idempotent=True)
+        return self.get_instance(instance_id)
+
+    def start_spot(self, instance_id: str, bid_per_gpu: Decimal, *, gpu_count: int) -> Instance:
+        """Resume a spot pod with ``podBidResume``; ``bid_per_gpu`` is USD per GPU-hour (the pod
+        then bids ``bid_per_gpu × gpu_count`` per hour)."""
+        self.graphql(M_BID_RESUME, {"podId": instance_id, "bidPerGpu": float(bid_per_gpu), "gpuCount": gpu_count},
+                     idempotent=True)
+        inst = self.get_instance(instance_id)
+        return replace(inst, bid_per_hour=bid_per_instance_hour(bid_per_gpu, gpu_count))
+
+    def release_instance(self, instance_id: str) -> Instance:
+        """``podTerminate``: the pod and its volume are deleted (irreversible). A pod already gone
+        counts as terminated."""
+        try:
+            last: Instance | None = self.get_instance(instance_id)
+        except NotFoundError:
+            last = None
+        try:
+            self.graphql(M_TERMINATE, {"podId": instance_id}, idempotent=True)
+        except NotFoundError:
+            pass
+        if last is None:
+            raise NotFoundError(f"runpod: no pod {instance_id!r} in this account")
+        return replace(last, status=Status.TERMINATED, status_raw="TERMINATED")
+
+    def create_spot(
+        self,
+        *,
+        gpu_type_id: str,
+        bid_per_gpu: Decimal,
+        gpu_count: int = 1,
+        image_name: str,
+        name: str = "costctl",
+        cloud_type: CloudType = "ALL",
+        volume_gb: int = 40,
+        container_disk_gb: int = 40,
+    ) -> Instance:
+        """Rent an interruptible pod (``podRentInterruptable``), bidding ``bid_per_gpu`` USD per
+        GPU-hour. Sent exactly once (never retried). The returned Instance's ``bid_per_hour`` is
+        ``bid_per_gpu × gpu_count``; ``price_per_hour`` is RunPod's ``costPerHr`` when given, else
+        that same product."""
+        query = M_RENT_SPOT % _cloud(cloud_type)
+        variables = {"bidPerGpu": float(bid_per_gpu), "gpuCount": gpu_count, "gpuTypeId": gpu_type_id,
+                     "imageName": image_name, "name": name, "volumeInGb": volume_gb,
+                     "containerDiskInGb": container_disk_gb}
+        data = self.graphql(query, variables, idempotent=False)
+        pod = data.get("podRentInterruptable")
+        if not isinstance(pod, Mapping):
+            raise ProviderResponseError("runpod: podRentInterruptable returned no pod")
+        bid = bid_per_instance_hour(bid_per_gpu, gpu_count)
+        inst = instance_from_pod({"gpuCount": gpu_count, "podType": "INTERRUPTABLE", **pod}, now=self.clock.now())
+        return replace(inst, billing=BillingMode.SPOT, bid_per_hour=bid,
+                       price_per_hour=inst.price_per_hour if inst.price_per_hour else bid)
+
+    def create_on_demand(
+        self,
+        *,
+        gpu_type_id: str,
+        gpu_count: int = 1,
+        image_name: str,
+        name: str = "costctl",
+        cloud_type: CloudType = "ALL",
+        volume_gb: int = 40,
+        container_disk_gb: int = 40,
+    ) -> Instance:
+        """Rent an on-demand pod (``podFindAndDeployOnDemand``). Sent exactly once (never retried)."""
+        query = M_DEPLOY % _cloud(cloud_type)
+        variables = {"gpuCount": gpu_count, "gpuTypeId": gpu_type_id, "imageName": image_name, "name": name,
+                     "volumeInGb": volume_gb, "containerDiskInGb": container_disk_gb}
+        data = self.graphql(query, variables, idempotent=False)
+        pod = data.get("podFindAndDeployOnDemand")
+        if not isinstance(pod, Mapping):
+            raise ProviderResponseError("runpod: podFindAndDeployOnDemand returned no pod")
+        return instance_from_pod({"gpuCount": gpu_count, **pod}, now=self.clock.now())
+
+    # -- prices and account ----------------------------------------------------------------------
+
+    def list_offers(self, gpu: str | None = None) -> list[Offer]:
+        """On-demand and spot prices per GPU type (``gpuTypes``), for one GPU, USD per hour.
+        ``gpu`` matches the GPU type id or display name (case-insensitive substring)."""
+        data = self.graphql(Q_GPU_TYPES, idempotent=True)
+        offers: list[Offer] = []
+        needle = gpu.lower() if gpu else None
+        for gpu_type in data.get("gpuTypes") or []:
+            if not isinstance(gpu_type, Mapping):
+                continue
+            if needle and needle not in str(gpu_type.get("id", "")).lower() \
+                    and needle not in str(gpu_type.get("displayName", "")).lower():
+                continue
+            offers.extend(offers_from_gpu_type(gpu_type))
+        return offers
+
+    def balance(self) -> Money:
+        """``myself { clientBalance }`` in USD."""
+        data = self.graphql(Q_BALANCE, idempotent=True)
+        amount = dollars((data.get("myself") or {}).get("clientBalance"))
+        if amount is None:
+            raise ProviderResponseError("runpod: myself answered without clientBalance")
+        return Money(amount, CURRENCY)
+
+
+def _cloud(cloud_type: str) -> str:
+    value = str(cloud_type).upper()
+    if value not in ("ALL", "SECURE", "COMMUNITY"):
+        raise ProviderError(f"runpod: cloud_type {cloud_type!r} is not one of ALL, SECURE, COMMUNITY")
+    return value

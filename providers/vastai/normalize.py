@@ -1,0 +1,176 @@
+"""Vast.ai payloads -> normalized :class:`Instance` / :class:`Offer` records (pure functions).
+
+Sources (docs.vast.ai; the fake in ``tests/fakes/vastai.py`` quotes the payloads):
+
+* "show instances" (https://docs.vast.ai/api-reference/instances/show-instances and the CLI
+  page https://docs.vast.ai/cli/reference/show-instances): ``actual_status`` is the container
+  state — ``null`` "being provisioned", ``loading``, ``running`` "GPU charges apply",
+  ``stopped`` "Disk charges continue; no GPU charges", ``frozen`` "paused with memory
+  preserved. GPU charges apply", ``exited``, ``rebooting``, ``unknown``, ``offline``;
+  ``intended_status`` is "user's desired target state: running, stopped, or frozen".
+  Prices: ``dph_total`` is dollars per hour for the whole instance (all its GPUs).
+* "search offers" (``POST /api/v0/bundles/``): ``dph_total`` $/h, ``min_bid`` $/h (the lowest
+  accepted bid for the machine), ``gpu_ram`` "GPU memory in MB" (per GPU), ``num_gpus``,
+  ``reliability`` 0..1, ``geolocation``.
+* "change bid" (https://docs.vast.ai/cli/reference/change-bid): ``--price`` is the "per machine
+  bid price in $/hour", so a Vast bid is already per instance-hour.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from decimal import Decimal, InvalidOperation
+from typing import Any, Mapping
+
+from costctl_providers.base import BillingMode, Instance, Offer, Status
+
+PROVIDER = "vastai"
+CURRENCY = "USD"
+MIB = 1024 * 1024
+
+ACTUAL_STATUS_TABLE: dict[str | None, Status] = {
+    None: Status.PROVISIONING,
+    "created": Status.PROVISIONING,
+    "scheduling": Status.STARTING,
+    "loading": Status.STARTING,
+    "rebooting": Status.STARTING,
+    "running": Status.RUNNING,
+    "frozen": Status.RUNNING,
+    "stopped": Status.STOPPED,
+    "exited": Status.ERROR,
+    "unknown": Status.UNKNOWN,
+    "offline": Status.UNKNOWN,
+}
+"""Vast ``actual_status`` -> :class:`Status`. ``frozen`` maps to RUNNING on purpose: the docs say
+"GPU charges apply", and costctl's statuses are about what is billed. Unlisted values map to
+UNKNOWN. :func:`map_status` then applies ``intended_status`` (see there)."""
+
+_SECRET_KEY = re.compile(r"password|passwd|token|secret|api_key|credential|extra_env|onstart", re.I)
+
+
+def map_status(actual: Any, intended: Any = None, *, is_bid: bool = False) -> tuple[Status, bool]:
+    """Normalized status of a Vast instance, and whether it was preempted.
+
+    Rules, in order:
+
+    1. ``actual_status`` through :data:`ACTUAL_STATUS_TABLE` (unknown words -> UNKNOWN).
+    2. Asked to stop but still running (``intended stopped``, actual running/loading) -> STOPPING;
+       asked to stop and its container ``exited`` -> STOPPED.
+    3. Asked to run but stopped: an interruptible (``is_bid``) instance was outbid ->
+       STOPPED and ``preempted`` True (its storage keeps billing); an on-demand one is waiting
+       to be scheduled -> STARTING.
+
+    Returns:
+        ``(status, preempted)``.
+    """
+    key = actual.strip().lower() if isinstance(actual, str) else None
+    if isinstance(actual, str) and key not in ACTUAL_STATUS_TABLE:
+        return Status.UNKNOWN, False
+    status = ACTUAL_STATUS_TABLE[key]
+    want = intended.strip().lower() if isinstance(intended, str) else None
+    if want == "stopped" and status in (Status.RUNNING, Status.STARTING):
+        return Status.STOPPING, False
+    if want == "stopped" and status is Status.ERROR:
+        return Status.STOPPED, False
+    if want == "running" and status is Status.STOPPED:
+        if is_bid:
+            return Status.STOPPED, True
+        return Status.STARTING, False
+    return status, False
+
+
+def dollars(value: Any) -> Decimal | None:
+    """A JSON number of dollars -> Decimal via its shortest repr (``0.234567`` stays exact);
+    None for missing, boolean or non-finite values."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        amount = Decimal(repr(value)) if isinstance(value, float) else Decimal(str(value))
+    except InvalidOperation:
+        return None
+    return amount if amount.is_finite() else None
+
+
+def from_unix(value: Any) -> datetime | None:
+    """Unix seconds (int or float) -> aware UTC datetime; None for missing or invalid."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return datetime.fromtimestamp(float(value), tz=timezone.utc)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
+
+
+def strip_secrets(payload: Any) -> Any:
+    """A copy of ``payload`` without credential-like keys (``jupyter_token``, ``extra_env``...)."""
+    if isinstance(payload, Mapping):
+        return {k: strip_secrets(v) for k, v in payload.items() if not _SECRET_KEY.search(str(k))}
+    if isinstance(payload, list):
+        return [strip_secrets(v) for v in payload]
+    return payload
+
+
+def instance_from_payload(item: Mapping[str, Any]) -> Instance:
+    """One element of ``GET /instances/`` (or the object of ``GET /instances/{id}/``) as an
+    :class:`Instance`.
+
+    ``price_per_hour`` is ``dph_total`` in USD per instance-hour; for an interruptible
+    (``is_bid``) instance the bid is that same per-machine rate, so ``bid_per_hour`` equals it.
+    A preempted instance has ``raw["preempted"]`` True as well as ``Instance.preempted``.
+    """
+    is_bid = bool(item.get("is_bid"))
+    status, preempted = map_status(item.get("actual_status"), item.get("intended_status"), is_bid=is_bid)
+    price = dollars(item.get("dph_total"))
+    raw = strip_secrets(dict(item))
+    raw["preempted"] = preempted
+    gpu_raw = item.get("gpu_name")
+    count = item.get("num_gpus")
+    return Instance(
+        provider=PROVIDER,
+        id=str(item.get("id")),
+        gpu=gpu_raw,
+        gpu_raw=gpu_raw,
+        gpu_count=int(count) if isinstance(count, (int, float)) and not isinstance(count, bool) else 1,
+        billing=BillingMode.SPOT if is_bid else BillingMode.ON_DEMAND,
+        price_per_hour=price,
+        currency=CURRENCY,
+        status=status,
+        status_raw=item.get("actual_status") if isinstance(item.get("actual_status"), str) else None,
+        bid_per_hour=price if is_bid else None,
+        created_at=None,
+        started_at=from_unix(item.get("start_date")),
+        stopped_at=None,
+        region=item.get("geolocation"),
+        raw=raw,
+        preempted=preempted,
+    )
+
+
+def offer_from_payload(item: Mapping[str, Any], *, bid: bool) -> Offer | None:
+    """One element of ``POST /bundles/``'s ``offers`` as an :class:`Offer`, or None without a price.
+
+    On-demand: ``price_per_hour`` = ``dph_total``. Bid (interruptible): the minimum bid,
+    ``min_bid``, per machine-hour. ``gpu_memory_bytes`` = ``gpu_ram`` MiB × 2**20.
+    """
+    price = dollars(item.get("min_bid") if bid else item.get("dph_total"))
+    if price is None:
+        return None
+    count = item.get("num_gpus")
+    ram = item.get("gpu_ram")
+    reliability = item.get("reliability", item.get("reliability2"))
+    return Offer(
+        provider=PROVIDER,
+        id=str(item.get("id") or item.get("ask_contract_id")),
+        gpu=item.get("gpu_name"),
+        gpu_raw=item.get("gpu_name"),
+        gpu_count=int(count) if isinstance(count, (int, float)) and count else 1,
+        billing=BillingMode.SPOT if bid else BillingMode.ON_DEMAND,
+        price_per_hour=price,
+        currency=CURRENCY,
+        gpu_memory_bytes=int(ram * MIB) if isinstance(ram, (int, float)) and not isinstance(ram, bool) else None,
+        region=item.get("geolocation"),
+        reliability=float(reliability) if isinstance(reliability, (int, float)) else None,
+        available=1,
+        raw=strip_secrets(dict(item)),
+    )

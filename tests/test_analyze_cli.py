@@ -1,0 +1,177 @@
+"""``costctl analyze`` end to end: the real CLI on real logs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from costctl.cli.main import main
+from costctl.money import cost_of
+
+from helpers import costctl_env
+from replay_support import corpus_file
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in [k for k in __import__("os").environ if k.startswith("COSTCTL_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("COSTCTL_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)  # no stray ./costctl.toml
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["analyze", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    code, out, err = _run(capsys, *args, "--format", "json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def _time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_forgotten_instance_json(capsys: pytest.CaptureFixture[str]) -> None:
+    d = _json(capsys, "--gpu-log", str(corpus_file("gpu_query_forgotten_idle.csv")), "--price", "2.5", "--currency", "CNY")
+    final = d["idle_stretches"][-1]
+    assert final["start"] == "2026-02-02T02:33:37.502000Z" and final["final"]
+    [stop] = [x for x in d["decisions"] if x["action"] == "stop"]
+    assert stop["policy"] == "idle"
+    minutes_in = (_time(stop["time"]) - _time(final["start"])).total_seconds() / 60
+    assert 30 <= minutes_in < 30.3
+    saving = cost_of(Decimal("2.5"), _time(d["end"]) - _time(stop["time"]))
+    assert Decimal(stop["saving"]["exact"]) == saving
+    assert stop["saving"] == {"amount": str(saving.quantize(Decimal("0.01"))), "exact": str(saving), "currency": "CNY"}
+    assert stop["saving"]["amount"] == "12.23"
+    pause = d["idle_stretches"][0]
+    assert pause["start"].startswith("2026-02-02T01:39:22") and pause["work_followed"] and pause["stopped_at"] is None
+    assert d["oracle"]["stop"] == final["start"] and d["oracle"]["saving"]["amount"] == "13.48"
+    assert d["signals_used"] == ["gpu utilization (1 GPU)"]
+
+
+def test_forgotten_instance_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, "--gpu-log", str(corpus_file("gpu_query_forgotten_idle.csv")),
+                          "--price", "2.5", "--currency", "CNY")
+    assert code == 0, err
+    rows = [ln for ln in out.splitlines() if ln.startswith("│")]
+    assert any("02:33:37.502" in r and "5h23m31s" in r and "end of log" in r and "stop 03:03:37.575" in r
+               and "13.48 CNY" in r for r in rows)  # the final stretch, its spend, and the stop ~30 min into it
+    assert any("01:39:22.203" in r and "work resumed" in r and "not stopped" in r for r in rows)  # the pause
+    assert any("idle" in r and "stop" in r and "12.23 CNY" in r for r in rows)  # the decision and its saving
+    text = " ".join(out.split())
+    assert "saving 13.48 CNY" in text  # the oracle
+    assert "signals absent (take no part): cpu (not recorded)" in text
+
+
+def test_two_gpu_compare(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ("--gpu-log", str(corpus_file("gpu_query_2gpu_a6000.csv")), "--price", "2.5", "--currency", "CNY",
+            "--compare", "--time-window", "5m")
+    d = _json(capsys, *args)
+    assert d["idle_stretches"] == [] and d["decisions"] == []  # machine busy: costctl never stops
+    assert d["gpu_idle_stretches"]["1"][0]["final"] and d["gpu_idle_stretches"]["0"] == []
+    dstack = next(c for c in d["compare"] if c["name"] == "dstack-utilization-policy")
+    assert dstack["stop"] is not None and dstack["gpu"] == 1 and dstack["work_after"]
+    code, out, _ = _run(capsys, *args)
+    text = " ".join(out.split())
+    assert "GPU 1 idle to the end, but the machine is busy under costctl's rule" in text
+    rows = [ln for ln in out.splitlines() if ln.startswith("│")]
+    assert any("costctl idle" in r and "never" in r for r in rows)
+    assert any("dstack-utilization-policy" in r and "12:27:30.601" in r and "cuts the run" in r for r in rows)
+
+
+def test_config_file_is_used(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[instance]\nprice_per_hour = "2.5"\ncurrency = "CNY"\n[policies.idle]\ntime_window = "20m"\n')
+    d = _json(capsys, "--gpu-log", str(corpus_file("gpu_query_forgotten_idle.csv")), "--config", str(cfg))
+    stops = [x for x in d["decisions"] if x["action"] == "stop"]
+    assert len(stops) == 2 and stops[0]["work_after"] and stops[1]["after_stop"]
+    assert d["price_per_hour"]["currency"] == "CNY"
+
+
+def test_catalog_price(capsys: pytest.CaptureFixture[str]) -> None:
+    d = _json(capsys, "--gpu-log", str(corpus_file("gpu_query_2gpu_a6000.csv")), "--gpu", "RTX 4090", "--provider", "runpod")
+    price = Decimal(d["price_per_hour"]["exact"])
+    assert d["price_per_hour"]["currency"] == "USD" and price > 0
+    assert any("per GPU-hour x 2 GPU(s)" in n for n in d["notes"])  # two GPUs in the log
+
+
+def test_train_log_placed_in_time(capsys: pytest.CaptureFixture[str]) -> None:
+    d = _json(capsys, "--gpu-log", str(corpus_file("gpu_nvsmi_table_slurm_l40s.log")),
+              "--train-log", str(corpus_file("hf_stdout_slurm_bert_sst2.log")),
+              "--start-time", "2024-10-29T19:01:00", "--step-rate", "0.016", "--time-window", "5m")
+    assert d["train_log"]["placed_on_time_axis"] == "start+rate" and d["train_log"]["train_points"] == 47
+    assert "training progress (on the time axis)" in d["signals_used"]
+
+
+def test_train_log_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    d = _json(capsys, "--train-log", str(corpus_file("nanogpt_nan_termux.log")))
+    div = [x for x in d["decisions"] if x["policy"] == "divergence"]
+    assert div and div[0]["at"] == "step 425" and div[0]["time"] is None
+
+
+def test_plot_written(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "out.png"
+    code, _, err = _run(capsys, "--gpu-log", str(corpus_file("gpu_query_forgotten_idle.csv")), "--price", "2.5",
+                        "--plot", str(png))
+    assert code == 0, err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_plot_without_matplotlib_is_one_line(tmp_path: Path) -> None:
+    code = ("import sys; sys.modules['matplotlib'] = None\n"
+            "from costctl.cli.main import main\n"
+            "sys.exit(main(sys.argv[1:]))")
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "analyze", "--gpu-log", str(corpus_file("gpu_query_forgotten_idle.csv")),
+         "--plot", str(tmp_path / "x.png")],
+        env=costctl_env(tmp_path / "data"), cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "costctl: --plot needs matplotlib, which is not installed: pip install 'costctl[plot]'"]
+    assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "nothing to analyze"),
+        (("--price", "abc"), "--price"),
+        (("--price", "-1"), "positive"),
+        (("--price", "2", "--gpu", "RTX 4090", "--provider", "runpod"), "not both"),
+        (("--gpu", "RTX 4090"), "go together"),
+        (("--gpu", "RTX 4090", "--provider", "autodl"), "AutoDL publishes no price list"),
+        (("--currency", "yuan", "--price", "2"), "ISO 4217"),
+        (("--start-time", "yesterday"), "--start-time"),
+        (("--min-stretch", "soon"), "--min-stretch"),
+        (("--time-window", "0"), "time_window"),
+    ],
+)
+def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], args: tuple[str, ...], message: str) -> None:
+    gpu = () if not args else ("--gpu-log", str(corpus_file("gpu_query_repeated_header.csv")))
+    code, out, err = _run(capsys, *gpu, *args)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("costctl: ") and message in lines[0], err
+    assert "Traceback" not in err and out == ""
+
+
+def test_wrong_kind_of_file_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = _run(capsys, "--gpu-log", str(corpus_file("keras_csvlogger_brats.csv")))
+    assert code == 2 and "looks like a training log (keras-csv)" in err and len(err.strip().splitlines()) == 1
+    code, _, err = _run(capsys, "--train-log", str(corpus_file("gpu_query_forgotten_idle.csv")))
+    assert code == 2 and "--gpu-log" in err
+    code, _, err = _run(capsys, "--gpu-log", str(tmp_path / "missing.csv"))
+    assert code == 2 and "no such file" in err

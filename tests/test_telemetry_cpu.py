@@ -1,0 +1,269 @@
+"""CPU sources with real child processes (busy loops, sleepers, grandchildren, orphans)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from costctl.errors import UsageError
+from costctl.records import SignalStatus
+from costctl.telemetry.base import CpuRead
+from costctl.telemetry.cpu import MachineCpu, ProcessTreeCpu
+
+TICK = 0.4  # seconds between reads: enough for psutil to measure a busy loop
+
+BUSY = "import time\nwhile True: pass\n"
+SLEEP = "import time\ntime.sleep(60)\n"
+# Starts a busy grandchild, prints its PID, then sleeps (the child itself is idle).
+BUSY_GRANDCHILD = (
+    "import subprocess, sys, time\n"
+    f"g = subprocess.Popen([sys.executable, '-c', {BUSY!r}])\n"
+    "print(g.pid, flush=True)\n"
+    "time.sleep(60)\n"
+)
+# Starts a busy grandchild in its own session, prints its PID and exits (the grandchild is orphaned).
+ORPHAN = (
+    "import subprocess, sys\n"
+    f"g = subprocess.Popen([sys.executable, '-c', {BUSY!r}], start_new_session=True)\n"
+    "print(g.pid, flush=True)\n"
+)
+# Idle until a line arrives on stdin, then starts a busy child.
+SPAWN_ON_INPUT = (
+    "import subprocess, sys, time\n"
+    "sys.stdin.readline()\n"
+    f"g = subprocess.Popen([sys.executable, '-c', {BUSY!r}])\n"
+    "print(g.pid, flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+@pytest.fixture
+def spawn():
+    """Start ``python -c CODE`` children; kill them (and any PIDs registered) at the end."""
+    procs: list[subprocess.Popen] = []
+    extra: list[int] = []
+
+    def start(code: str, **kw) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, **kw
+        )
+        procs.append(proc)
+        return proc
+
+    start.extra = extra  # type: ignore[attr-defined]
+    yield start
+    for pid in extra:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for proc in procs:
+        for child in _children(proc.pid):
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
+        proc.kill()
+        proc.wait()
+
+
+def _children(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def read_twice(source):
+    first = source.read()
+    time.sleep(TICK)
+    return first, source.read()
+
+
+class CpuClock:
+    """Independent measure of what ``pids`` used, from their cumulative CPU times (percent of a core)."""
+
+    def __init__(self, *pids: int) -> None:
+        self.procs = [psutil.Process(p) for p in pids]
+        self.start = self._total()
+
+    def _total(self) -> tuple[float, float]:
+        cpu = sum(sum(p.cpu_times()[:2]) for p in self.procs)
+        return cpu, time.monotonic()
+
+    def percent(self) -> float:
+        cpu, wall = self._total()
+        return (cpu - self.start[0]) / (wall - self.start[1]) * 100.0
+
+
+def assert_busy(read, clock: CpuClock) -> None:
+    """A busy loop reads busy: above 50 % of a core on a free CPU. On an oversubscribed test
+    machine the loop gets less, so the reading must then match the loop's own CPU time (within
+    15 points) and still be far above the default idle threshold (10 %)."""
+    assert read.status is SignalStatus.OK, read
+    expected = clock.percent()
+    assert read.percent > 50.0 or (
+        read.percent == pytest.approx(expected, abs=15.0) and read.percent > 25.0
+    ), (read.percent, expected)
+
+
+def test_first_reading_is_unknown_then_a_busy_child_reads_busy(spawn):
+    proc = spawn(BUSY)
+    source = ProcessTreeCpu(proc.pid)
+    first = source.read()
+    clock = CpuClock(proc.pid)
+    assert first.status is SignalStatus.UNKNOWN and first.percent is None
+    assert str(proc.pid) in (first.error or "")
+    time.sleep(TICK)
+    assert_busy(source.read(), clock)
+
+
+def test_a_sleeping_child_reads_near_zero(spawn):
+    proc = spawn(SLEEP)
+    time.sleep(0.2)  # let the interpreter finish starting up
+    first, second = read_twice(ProcessTreeCpu(proc.pid))
+    assert first.status is SignalStatus.UNKNOWN
+    assert second.status is SignalStatus.OK and second.percent < 5.0
+
+
+def test_a_busy_grandchild_counts(spawn):
+    proc = spawn(BUSY_GRANDCHILD)
+    grandchild = int(proc.stdout.readline())
+    source = ProcessTreeCpu(proc.pid)
+    first = source.read()
+    clock = CpuClock(proc.pid, grandchild)
+    assert first.status is SignalStatus.UNKNOWN
+    assert str(grandchild) in (first.error or "")
+    time.sleep(TICK)
+    assert_busy(source.read(), clock)
+    # Rebuilding the tree every tick must not lose the measurement (the psutil pitfall).
+    clock = CpuClock(proc.pid, grandchild)
+    time.sleep(TICK)
+    assert_busy(source.read(), clock)
+
+
+def test_a_new_process_in_the_tree_makes_the_read_unknown(spawn):
+    proc = spawn(SPAWN_ON_INPUT, stdin=subprocess.PIPE)
+    time.sleep(0.2)
+    source = ProcessTreeCpu(proc.pid)
+    _, idle = read_twice(source)
+    assert idle.status is SignalStatus.OK and idle.percent < 5.0
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    worker = int(proc.stdout.readline())
+    appeared = source.read()
+    clock = CpuClock(worker)
+    assert appeared.status is SignalStatus.UNKNOWN  # never a fake idle while a worker starts
+    assert appeared.percent is not None and str(worker) in (appeared.error or "")
+    time.sleep(TICK)
+    assert_busy(source.read(), clock)
+
+
+def test_after_the_root_exits_the_tree_reads_idle(spawn):
+    proc = spawn(BUSY)
+    source = ProcessTreeCpu(proc.pid)
+    source.read()
+    clock = CpuClock(proc.pid)
+    time.sleep(TICK)
+    assert_busy(source.read(), clock)
+    proc.kill()
+    time.sleep(0.1)  # killed, not reaped yet: a zombie uses no CPU
+    zombie = source.read()
+    assert zombie.status is SignalStatus.OK and zombie.percent == 0.0
+    proc.wait()
+    gone = source.read()
+    assert gone.status is SignalStatus.OK and gone.percent == 0.0
+
+
+def test_an_orphaned_busy_grandchild_still_counts_after_the_root_exits(spawn):
+    proc = spawn(
+        "import subprocess, sys, time\n"
+        f"g = subprocess.Popen([sys.executable, '-c', {BUSY!r}])\n"
+        "print(g.pid, flush=True)\n"
+        "sys.stdin.readline()\n",
+        stdin=subprocess.PIPE,
+    )
+    grandchild = int(proc.stdout.readline())
+    spawn.extra.append(grandchild)
+    source = ProcessTreeCpu(proc.pid)
+    source.read()
+    clock = CpuClock(grandchild)
+    time.sleep(TICK)
+    assert_busy(source.read(), clock)
+    proc.stdin.write("exit\n")
+    proc.stdin.flush()
+    proc.wait()  # the root is gone; its busy child now belongs to init
+    source.read()
+    clock = CpuClock(grandchild)
+    time.sleep(TICK)
+    assert_busy(source.read(), clock)
+    os.kill(grandchild, signal.SIGKILL)
+    time.sleep(0.1)
+    assert source.read() == CpuRead(SignalStatus.OK, 0.0)  # nothing of the job is left
+
+
+def test_access_denied_skips_a_member_but_an_unreadable_root_is_error(spawn, monkeypatch):
+    proc = spawn(BUSY_GRANDCHILD)
+    grandchild = int(proc.stdout.readline())
+    source = ProcessTreeCpu(proc.pid)
+    source.read()
+    time.sleep(TICK)
+
+    real = psutil.Process.cpu_percent
+    denied = {grandchild}
+
+    def cpu_percent(self, interval=None):
+        if self.pid in denied:
+            raise psutil.AccessDenied(self.pid)
+        return real(self, interval)
+
+    monkeypatch.setattr(psutil.Process, "cpu_percent", cpu_percent)
+    skipped = source.read()
+    assert skipped.status is SignalStatus.OK and skipped.percent < 5.0  # only the sleeper
+    denied.add(proc.pid)
+    root_denied = source.read()
+    assert root_denied.status is SignalStatus.ERROR
+    assert f"PID {proc.pid}" in (root_denied.error or "")
+
+
+def test_unknown_pid_is_a_usage_error():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    with pytest.raises(UsageError, match=f"no process with PID {proc.pid}"):
+        ProcessTreeCpu(proc.pid)
+
+
+def test_machine_cpu_first_read_unknown_then_counts_a_busy_process(spawn):
+    # A busy process that is not our descendant (MachineCpu leaves costctl's own tree out).
+    proc = spawn(ORPHAN)
+    orphan = int(proc.stdout.readline())
+    spawn.extra.append(orphan)
+    proc.wait()
+    source = MachineCpu()
+    first = source.read()
+    assert first.status is SignalStatus.UNKNOWN
+    # Other processes may start on a shared test machine (UNKNOWN again): wait for an OK read.
+    for _ in range(15):
+        clock = CpuClock(orphan)
+        time.sleep(TICK)
+        read = source.read()
+        if read.status is SignalStatus.OK:
+            break
+    # The whole machine reads at least what the busy process alone used.
+    assert read.status is SignalStatus.OK
+    assert read.percent > 50.0 or read.percent >= clock.percent() - 15.0
+    assert read.percent > 25.0
+
+
+def test_machine_cpu_leaves_out_costctls_own_children(spawn):
+    proc = spawn(SLEEP)
+    source = MachineCpu()
+    source.read()
+    assert proc.pid not in {key[0] for key in source._tracker.procs}
+    assert os.getpid() not in {key[0] for key in source._tracker.procs}
