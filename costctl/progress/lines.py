@@ -311,6 +311,8 @@ class LineParser:
         self._after_cr = False  # the previous chunk ended in "\r" (a "\n" next completes CRLF)
         self._epoch: int | None = None  # from the last "Epoch k/N" header line
         self._epochs_total: int | None = None
+        #: Complete lines seen so far (every line end, CRLF once; empty lines included).
+        self.lines_seen = 0
 
     def feed(self, chunk: str, now: datetime) -> list[ProgressPoint]:
         """Take the next piece of output; return the points of the lines it completed.
@@ -335,6 +337,8 @@ class LineParser:
 
     def flush(self, now: datetime) -> list[ProgressPoint]:
         """Parse a final line that never got its line end (call when the stream closes)."""
+        if not self._pending and not self._discarding:
+            return []
         points = self._finish_line(now)
         self._after_cr = False
         return points
@@ -351,6 +355,7 @@ class LineParser:
             self._pending.append(piece)
 
     def _finish_line(self, now: datetime) -> list[ProgressPoint]:
+        self.lines_seen += 1
         line = "".join(self._pending)
         self._pending.clear()
         self._pending_len = 0
