@@ -23,11 +23,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import (
     BaseModel,
     BeforeValidator,
+    ByteSize,
     ConfigDict,
     Field,
     PlainSerializer,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic_settings import (
     BaseSettings,
@@ -245,6 +247,112 @@ class PoliciesConfig(_Section):
     divergence: DivergenceConfig = DivergenceConfig()
 
 
+def _signal_name(value: Any) -> str | None:
+    """``"off"``/None -> None; ``"SIGUSR1"``, ``"usr1"``, ``10`` -> ``"SIGUSR1"`` (a signal a
+    process can handle: never SIGKILL or SIGSTOP)."""
+    import signal as _signal
+
+    if value is None or value is False:
+        return None
+    if isinstance(value, str) and value.strip().lower() in {"off", "none", "false", ""}:
+        return None
+    allowed = "off, or a signal name such as SIGUSR1 or SIGUSR2 (never SIGKILL/SIGSTOP)"
+    try:
+        if isinstance(value, int) and not isinstance(value, bool):
+            sig = _signal.Signals(value)
+        elif isinstance(value, str):
+            name = value.strip().upper()
+            sig = _signal.Signals[name if name.startswith("SIG") else "SIG" + name]
+        else:
+            raise ValueError
+    except (KeyError, ValueError):
+        raise ValueError(f"expected {allowed}") from None
+    if sig in (_signal.SIGKILL, _signal.SIGSTOP):
+        raise ValueError(f"expected {allowed}")
+    return sig.name
+
+
+SignalName = Annotated[str | None, BeforeValidator(_signal_name)]
+
+
+class CheckpointConfig(_Section):
+    """``[checkpoint]``: how costctl asks the job for a checkpoint and where it looks for one.
+
+    costctl asks by creating the file named in the job's ``$COSTCTL_CHECKPOINT_REQUEST``
+    (see :mod:`costctl.job`); only when ``signal`` is set does it also send that signal, to the
+    worker processes (the ranks a launcher such as torchrun started, never the launcher
+    itself). ``path`` is a file, a directory or a glob (``checkpoints/*.pt``, ``out/**/*.ckpt``)
+    where the job writes checkpoints; the newest match by modification time is the one to
+    resume from. ``deadline`` is how long a request may take. Periodic requests (``periodic``:
+    ``auto`` = on spot/interruptible instances) follow Young/Daly's interval from the measured
+    save time (``save_time`` until one is measured) and the mean time between preemptions
+    (``mtbf`` until the ledger has observed some), clamped to ``[min_interval, max_interval]``.
+    """
+
+    path: str | None = None
+    deadline: Duration = timedelta(minutes=10)
+    signal: SignalName = None
+    periodic: Literal["auto", "on", "off"] = "auto"
+    min_interval: Duration = timedelta(minutes=10)
+    max_interval: Duration = timedelta(hours=4)
+    save_time: Duration = timedelta(seconds=60)
+    mtbf: Duration = timedelta(hours=6)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "CheckpointConfig":
+        if self.min_interval > self.max_interval:
+            raise ValueError(
+                f"min_interval ({_format_duration(self.min_interval)}) must not exceed "
+                f"max_interval ({_format_duration(self.max_interval)})"
+            )
+        return self
+
+
+class PreemptionConfig(_Section):
+    """``[preemption]``: preemption notices on spot/interruptible instances.
+
+    The notice source (the sim provider, or the AWS/GCP/Azure metadata service) is polled every
+    ``poll_interval`` (AWS recommends 5 s). On a notice costctl requests a checkpoint at once and
+    ends the job and stops the instance ``margin`` plus ``[watch] grace_period`` before the
+    deadline. The ``*_base_url`` keys point the metadata clients elsewhere (tests, proxies).
+    """
+
+    poll_interval: Duration = timedelta(seconds=5)
+    margin: Duration = timedelta(seconds=10)
+    aws_base_url: str | None = None
+    gcp_base_url: str | None = None
+    azure_base_url: str | None = None
+
+
+class DownsizeConfig(_Section):
+    """``[downsize]``: moving a plateaued run to a cheaper card, and underutilization advice.
+
+    A card fits when its memory is at least the peak GPU memory times ``1 + headroom``. The peak
+    comes from GPU telemetry; on a machine without it, from ``peak_memory`` (bytes, e.g.
+    ``"6GiB"``). A move happens only when it saves at least ``min_saving_per_hour`` (instance
+    currency, per hour of the current card's work). Speed differences are estimated from the
+    catalog's dense ``compute_dtype`` peak, weighted by the measured GPU utilization. Runs whose
+    peak memory stayed under ``underutilized_memory_fraction`` of the card with a mean GPU
+    utilization under ``underutilized_gpu_utilization`` percent get the cheaper-card advice.
+    """
+
+    min_saving_per_hour: MoneyAmount = Decimal("0.10")
+    headroom: float = Field(default=0.2, ge=0, le=4)
+    peak_memory: ByteSize | None = None
+    compute_dtype: Literal["fp16", "bf16", "fp32"] = "fp16"
+    underutilized_memory_fraction: float = Field(default=0.5, gt=0, le=1)
+    underutilized_gpu_utilization: Percent = 50.0
+
+
+class OomConfig(_Section):
+    """``[oom]``: CUDA out-of-memory recovery. ``action = "retry"`` (or ``--on-oom retry``)
+    restarts the job with the batch halved and gradient accumulation doubled, down to
+    ``min_batch``; ``"advise"`` prints those numbers."""
+
+    action: Literal["advise", "retry"] = "advise"
+    min_batch: int = Field(default=1, ge=1)
+
+
 class HooksConfig(_Section):
     """``[hooks]``: ``before_stop`` is a shell command run (with ``before_stop_timeout``) before
     costctl stops an instance, e.g. to sync outputs; its failure is recorded, not fatal."""
@@ -315,6 +423,10 @@ class Settings(BaseSettings):
     watch: WatchConfig = WatchConfig()
     policies: PoliciesConfig = PoliciesConfig()
     hooks: HooksConfig = HooksConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    preemption: PreemptionConfig = PreemptionConfig()
+    downsize: DownsizeConfig = DownsizeConfig()
+    oom: OomConfig = OomConfig()
     catalog: CatalogConfig = CatalogConfig()
     providers: dict[str, dict[str, Any]] = Field(default_factory=dict)
 

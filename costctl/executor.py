@@ -1,10 +1,15 @@
-"""Carries out policy decisions: advise, warn, stop.
+"""Carries out policy decisions: advise, warn, stop, downsize.
 
 Stops are deliberate: each one runs the ``before_stop`` hook (its failure is recorded and
 does not prevent the stop), ends the watched child (SIGTERM to its process group, SIGKILL after
 the grace period), stops the instance through the provider adapter, and records the decision
 with its reason, evidence and outcome. A second stop is a recorded no-op (idempotent). In
 dry-run mode nothing is stopped: the decision is recorded as what would have happened.
+
+``downsize`` (the plateau policy's action when configured) is handed to the lifecycle
+controller (:meth:`costctl.lifecycle.controller.Lifecycle.downsize`), which sizes the cheaper
+card and either starts the move (checkpoint, end the job, resume elsewhere) or advises; the
+decision is recorded with the plan in its evidence and what was done as its outcome.
 """
 
 from __future__ import annotations
@@ -56,6 +61,9 @@ class Executor:
             raises CostctlError when the provider refused.
         say: prints one of costctl's own lines for the user.
         dry_run: record what would happen, stop nothing.
+        log_path: the run's log file (the before_stop hook's output is appended to it).
+        downsize: acts on a ``downsize`` decision; returns the decision to record (extended with
+            the plan) and its outcome. Without it, a downsize decision is only advice.
     """
 
     def __init__(
@@ -70,6 +78,7 @@ class Executor:
         say: Callable[[str], None],
         dry_run: bool = False,
         log_path: str | None = None,
+        downsize: Callable[[Decision], tuple[Decision, str]] | None = None,
     ) -> None:
         self.ledger = ledger
         self.run_id = run_id
@@ -80,6 +89,7 @@ class Executor:
         self.say = say
         self.dry_run = dry_run
         self.log_path = log_path
+        self._downsize = downsize
         self.stop: StopResult | None = None
         self.decisions: list[tuple[Decision, str]] = []
 
@@ -87,6 +97,10 @@ class Executor:
         """Carry out ``decision`` and record it; returns the outcome text."""
         if decision.action == "stop":
             outcome = self._handle_stop(decision)
+        elif decision.action == "downsize" and self._downsize is not None:
+            decision, outcome = self._downsize(decision)
+            self.say(f"costctl {decision.policy}: {decision.reason} -> {outcome}")
+            self.ledger.record_decision(self.run_id, decision, outcome=outcome, dry_run=self.dry_run)
         else:
             label = "warning" if decision.action == "warn" else "advice"
             self.say(f"costctl {decision.policy} {label}: {decision.reason}")

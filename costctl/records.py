@@ -103,7 +103,8 @@ class ProgressPoint:
         step: global step / iteration when the source gives one.
         epoch: epoch (may be fractional, as Hugging Face reports it).
         total: the run's length in the unit of ``step`` when the source says it (tqdm total,
-            max_steps), for "cost of the rest of the run".
+            max_steps), or in epochs when ``step`` is None (``epoch 3/80``), for "cost of the
+            rest of the run".
     """
 
     time: datetime | None

@@ -32,6 +32,8 @@ GroupBy = Literal["run", "instance", "day", "gpu"]
 
 #: Decimal places of money in JSON and CSV (micro-units: a 1 s charge at 0.10/h is 0.000028).
 EXPORT_MONEY_PLACES = 6
+#: Fields holding computed money (rounded on export); other Decimals are exact prices.
+COMPUTED_MONEY = frozenset({"spend", "waste"})
 #: Decimal places of money in the table.
 TABLE_MONEY_PLACES = 2
 
@@ -50,8 +52,8 @@ def iso_utc(value: datetime | None) -> str | None:
 
 def _export_value(name: str, value: Any) -> Any:
     if isinstance(value, Decimal):
-        # Spend is computed (rate x seconds / 3600): rounded. Prices are stored exactly: as is.
-        return money_text(value) if name == "spend" else str(value)
+        # Spend and waste are computed (rate x seconds / 3600): rounded. Prices are stored exactly: as is.
+        return money_text(value) if name in COMPUTED_MONEY else str(value)
     if isinstance(value, datetime):
         return iso_utc(value)
     if isinstance(value, date):
@@ -67,15 +69,19 @@ def records(rows: Sequence[Any]) -> list[dict[str, Any]]:
 
 
 def render_json(by: GroupBy, rows: Sequence[Any], totals: dict[str, Decimal],
-                since: datetime | None, until: datetime | None) -> str:
-    """``{"by", "since", "until", "rows": [...], "totals": {"USD": "1.230000"}}`` as indented JSON."""
-    doc = {
+                since: datetime | None, until: datetime | None,
+                advice: Sequence[dict[str, Any]] = ()) -> str:
+    """``{"by", "since", "until", "rows": [...], "totals": {"USD": "1.230000"}}`` as indented JSON,
+    plus ``"advice": [...]`` (underutilization advice per run) when there is any."""
+    doc: dict[str, Any] = {
         "by": by,
         "since": iso_utc(since),
         "until": iso_utc(until),
         "rows": records(rows),
         "totals": {cur: money_text(amount) for cur, amount in totals.items()},
     }
+    if advice:
+        doc["advice"] = list(advice)
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -135,7 +141,8 @@ def _columns(by: GroupBy, tz: ZoneInfo) -> list[Column]:
             ("STARTED", lambda r: t(r.started_at), "left"),
             ("DURATION", lambda r: duration_cell(r.duration_s), "right"),
             ("STATUS", lambda r: r.status if r.exit_code is None else f"{r.status} ({r.exit_code})", "left"),
-            ("PRICE/h", lambda r: money_cell(r.price_per_hour), "right"),
+            ("PRICE/h", lambda r: money_cell(r.price_per_hour) + (" spot" if r.billing == "spot" else ""), "right"),
+            ("WASTE", lambda r: money_cell(r.waste) if r.waste else "-", "right"),
             ("SPEND", lambda r: money_cell(r.spend, r.currency), "right"),
         ]
     if by == "instance":

@@ -23,8 +23,13 @@ class RunSummary:
             ``best_at`` the progress point (step or epoch) of the best.
         loss_points: number of train-loss points seen; eval points are counted apart.
         plateau_at: the first plateau decision's evidence (progress point), if one fired.
-        spend: the run's spend so far (Money); duration: wall time of the run.
-        peak_gpu_memory_bytes: highest memory used on any one GPU.
+        spend: the watch's spend so far (Money; all its runs); duration: wall time of the watch.
+        peak_gpu_memory_bytes: highest memory used on any one GPU; ``gpu_memory_total_bytes``
+            that GPU model's total.
+        mean_gpu_utilization: mean utilization (percent) over every readable GPU reading.
+        waste / waste_s: paid time whose work was lost (preemption after the last checkpoint).
+        run_ids: the ledger runs of this watch (a move to another card starts a new one).
+        advice: end-of-run advice lines (e.g. a cheaper card would have done it).
     """
 
     first_loss: float | None = None
@@ -38,7 +43,24 @@ class RunSummary:
     spend: Money | None = None
     duration: timedelta | None = None
     peak_gpu_memory_bytes: int | None = None
+    gpu_memory_total_bytes: int | None = None
     max_gpu_utilization: float | None = None
+    waste: Money | None = None
+    waste_s: float = 0.0
+    run_ids: list[str] = field(default_factory=list)
+    advice: list[str] = field(default_factory=list)
+    _util_sum: float = field(default=0.0, repr=False)
+    _util_n: int = field(default=0, repr=False)
+
+    @property
+    def mean_gpu_utilization(self) -> float | None:
+        """Mean GPU utilization in percent over every readable reading (None without GPU telemetry)."""
+        return self._util_sum / self._util_n if self._util_n else None
+
+    def add_waste(self, money: Money, seconds: float) -> None:
+        """Add paid-but-lost time (one currency per watch)."""
+        self.waste = money if self.waste is None else Money(self.waste.amount + money.amount, money.currency)
+        self.waste_s += seconds
 
     def add_progress(self, points: list[ProgressPoint]) -> None:
         """Fold new progress points in."""
@@ -63,10 +85,13 @@ class RunSummary:
     def add_sample(self, sample: TelemetrySample) -> None:
         """Track peak GPU memory and utilization."""
         for g in sample.gpus:
-            if g.memory_used_bytes is not None:
-                self.peak_gpu_memory_bytes = max(self.peak_gpu_memory_bytes or 0, g.memory_used_bytes)
-            if g.utilization is not None:
+            if g.memory_used_bytes is not None and g.memory_used_bytes >= (self.peak_gpu_memory_bytes or 0):
+                self.peak_gpu_memory_bytes = g.memory_used_bytes
+                self.gpu_memory_total_bytes = g.memory_total_bytes or self.gpu_memory_total_bytes
+            if g.utilization is not None and g.error is None:
                 self.max_gpu_utilization = max(self.max_gpu_utilization or 0.0, g.utilization)
+                self._util_sum += g.utilization
+                self._util_n += 1
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form (money as a decimal string)."""
@@ -80,6 +105,10 @@ class RunSummary:
             "loss_last": self.last_loss,
             "loss_points": self.loss_points,
             "plateau_at": self.plateau_at,
+            "waste": str(self.waste.amount) if self.waste else None,
+            "waste_s": self.waste_s,
+            "run_ids": list(self.run_ids),
+            "advice": list(self.advice),
             "decisions": [
                 {"time": d.time.isoformat(), "policy": d.policy, "action": d.action, "reason": d.reason}
                 for d in self.decisions
@@ -112,9 +141,18 @@ class RunSummary:
             table.add_row("plateau detected at", "-")
         if self.peak_gpu_memory_bytes is not None:
             table.add_row("peak GPU memory", f"{self.peak_gpu_memory_bytes / 2**20:.0f} MiB")
+        if self.mean_gpu_utilization is not None:
+            table.add_row("mean GPU utilization", f"{self.mean_gpu_utilization:.0f}%")
+        if self.waste is not None:
+            table.add_row("waste (lost work)", f"{self.waste.rounded(4)} {self.waste.currency} "
+                          f"({self.waste_s:.0f}s since the last checkpoint)")
+        if len(self.run_ids) > 1:
+            table.add_row("ledger runs", ", ".join(r[:8] for r in self.run_ids))
         if self.decisions:
             for d in self.decisions:
                 table.add_row(f"decision {d.policy}", f"{d.action}: {d.reason}")
         else:
             table.add_row("decisions", "none")
+        for line in self.advice:
+            table.add_row("advice", line)
         console.print(table)

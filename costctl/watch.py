@@ -4,6 +4,12 @@ Data flow per tick (APScheduler interval job in real time; :meth:`Watcher.tick` 
 under a simulated clock): sample telemetry → take the progress points the output parser
 found since the last tick → accrue spend from stored timestamps (so a skipped tick loses
 nothing) → evaluate the policies → carry out new decisions → record everything in the ledger.
+
+Lifecycle actions (:mod:`costctl.lifecycle`): checkpoint requests are followed on the main
+loop (every 0.1 s, :meth:`Watcher.step`); on spot instances the preemption-notice source is
+polled every ``[preemption] poll_interval`` (:meth:`Watcher.poll_notices`). A job that dies of
+CUDA OOM can be restarted with a halved batch, and a plateaued run moved to a cheaper card, in
+the same watch: the child is replaced, and a move to another instance starts a new ledger run.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,13 +32,18 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from . import paths
+from .checkpoint import ephemeral_storage_warning, newest_checkpoint, resolve_pattern
 from .child import Child, OutputMux
 from .clock import Clock, RealClock
 from .cloud import open_provider
 from .config import Settings
-from .errors import ConfigError, CostctlError, LedgerError
+from .errors import ConfigError, CostctlError, LedgerError, UsageError
 from .executor import Executor
 from .ledger.db import Ledger
+from .ledger.lifecycle import spot_exposure
+from .lifecycle.controller import Lifecycle
+from .lifecycle.oom_retry import CHECKPOINT, BatchPlan, render_command, uses
+from .lifecycle.underuse import underuse_advice
 from .money import Money
 from .policies.engine import PolicyEngine
 from .policies.history import History
@@ -43,7 +55,8 @@ from .summary import RunSummary
 from .telemetry.cpu import MachineCpu, ProcessTreeCpu
 from .telemetry.sampler import Sampler, detect_gpu_source
 
-from costctl_providers.base import Instance, Provider
+from costctl_providers.base import Instance, Provider, Status
+from costctl_providers.notices import Notice, NoticePoller, detect_cloud
 
 
 @dataclass
@@ -59,6 +72,12 @@ class WatchOptions:
         dry_run: record decisions, stop nothing.
         quiet: no messages of costctl's own on stderr except errors (the child's bytes still pass).
         status_line: None = on when stderr is a terminal.
+        resume: restart the command from the newest checkpoint under ``[checkpoint] path``
+            (``{checkpoint}`` in the command and ``$COSTCTL_RESUME_FROM``).
+        on_oom: ``retry`` (halve the batch, double accumulation, restart) or ``advise``.
+        batch_size / accum_steps: the job's batch size and gradient-accumulation steps, for
+            ``{batch_size}``/``{accum_steps}`` and ``$COSTCTL_BATCH_SIZE``/``$COSTCTL_ACCUM_STEPS``
+            (default: those variables in costctl's own environment, accumulation 1).
     """
 
     command: list[str] | None = None
@@ -69,6 +88,10 @@ class WatchOptions:
     quiet: bool = False
     status_line: bool | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    resume: bool = False
+    on_oom: str = "advise"
+    batch_size: int | None = None
+    accum_steps: int | None = None
 
 
 class Watcher:
@@ -116,6 +139,16 @@ class Watcher:
         self.summary = RunSummary()
         self._tick_error_reported = False
         self._log_fh = None
+        self._mux: OutputMux | None = None
+        self._child_done = True
+        self._spend_before = Decimal(0)
+        self.batch: BatchPlan | None = None
+        self.resume_from: str | None = None
+        self.lifecycle: Lifecycle | None = None
+        self.executor: Executor | None = None  # type: ignore[assignment]
+        self.notice_poller: NoticePoller | None = None
+        self._own_cpu = False
+        self._pending_records: list[tuple[Decision, str]] = []
 
     # ------------------------------------------------------------------ setup
     def say(self, text: str) -> None:
@@ -171,6 +204,18 @@ class Watcher:
         self.gpu_name = (inst.gpu if inst else None) or s.instance.gpu
         billing = inst.billing.value if inst else s.instance.billing
         gpu_count = inst.gpu_count if inst else s.instance.gpu_count
+        self.billing = billing
+        self.gpu_count = gpu_count
+        self._prepare_command()
+        if self.options.resume and inst is not None and inst.status in (Status.STOPPED, Status.STOPPING) \
+                and provider.capabilities.start:
+            started = provider.start_instance(instance_id)
+            self._pending_records.append((Decision(
+                time=self.clock.now(), policy="resume", action="start",
+                reason=f"--resume: instance {instance_id} was {inst.status.value}"
+                       f"{' (preempted)' if inst.preempted else ''}; started it to resume the job",
+                evidence={"status_before": inst.status.value, "preempted": inst.preempted},
+                key="resume-start"), f"instance {instance_id} is {started.status.value}"))
 
         self.ledger = Ledger.open(url)
         self.instance_pk = self.ledger.ensure_instance(
@@ -179,6 +224,8 @@ class Watcher:
             region=inst.region if inst else None,
         )
         self.started_at = self.clock.now()
+        self.run_started_at = self.started_at
+        self.started_wall = time.time()
         stem = f"{self.started_at.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
         self.log_path = paths.runs_dir(s.data_dir) / f"{stem}.log"
         self.checkpoint_request = paths.runs_dir(s.data_dir) / f"{stem}.checkpoint-request"
@@ -186,6 +233,7 @@ class Watcher:
             self.instance_pk, started_at=self.started_at, command=self.options.command,
             log_path=str(self.log_path), host=socket.gethostname(),
         )
+        self.summary.run_ids.append(self.run_id)
 
         self.engine = PolicyEngine(s)
         self.history = History(
@@ -199,47 +247,258 @@ class Watcher:
             ledger=self.ledger, run_id=self.run_id, clock=self.clock, hooks=s.hooks,
             stop_child=self._stop_child, stop_instance=self._stop_instance, say=self.say,
             dry_run=self.options.dry_run, log_path=str(self.log_path),
+            downsize=lambda d: self.lifecycle.downsize(d),  # type: ignore[union-attr]
         )
+        mtbf_s, mtbf_source = self._mtbf()
+        self.lifecycle = Lifecycle(self, self.checkpoint_request, on_oom=self.options.on_oom,
+                                   mtbf_s=mtbf_s, mtbf_source=mtbf_source)
+        for decision, outcome in self._pending_records:
+            self.record(decision, outcome)
+        self._pending_records.clear()
         self._metrics = MetricsFileFollower(self.options.metrics_file) if self.options.metrics_file else None
         self._parsers = {
             "stdout": LineParser(self.options.loss_regex),
             "stderr": LineParser(self.options.loss_regex),
         }
+        if s.checkpoint.path:
+            warning = ephemeral_storage_warning(resolve_pattern(s.checkpoint.path))
+            if warning:
+                self.record(Decision(time=self.started_at, policy="checkpoint", action="warn",
+                                     reason=warning, evidence={"path": s.checkpoint.path},
+                                     key="checkpoint-storage"), "warned")
         if self.options.command:
             self._log_fh = open(self.log_path, "ab")
-            mux = OutputMux(
-                self._log_fh, self._on_text if not self._metrics else None,
+            self._mux = OutputMux(
+                self._log_fh, self._on_text,
                 stdout_fd=self._fds[0], stderr_fd=self._fds[1],
                 before_write=self.status.clear, after_write=self.status.after_child_write,
                 lock=self.status.lock,
             )
-            env = {
-                "PYTHONUNBUFFERED": "1",
-                "COSTCTL_RUN_ID": self.run_id,
-                "COSTCTL_CHECKPOINT_REQUEST": str(self.checkpoint_request),
-                **self.options.extra_env,
-            }
             try:
-                self.child = Child(self.options.command, mux, env=env)
+                self._spawn()
             except CostctlError:
                 self._log_fh.close()
                 self.ledger.finish_run(self.run_id, ended_at=self.clock.now(), exit_code=None, status="failed-to-start")
                 self.ledger.close()
                 raise
-            self.history.child_running = True
         if self._sampler is None:
             stand_in = "the watched process tree" if self.child else "all user processes"
             gpu = detect_gpu_source(log=self.say, stand_in=stand_in)
             cpu = ProcessTreeCpu(self.child.pid) if self.child else MachineCpu()
             self._sampler = Sampler(gpu, cpu, count_ssh=s.policies.idle.count_ssh_sessions)
+            self._own_cpu = self.child is not None
         mode = f"running {' '.join(self.options.command)}" if self.options.command else "guarding this machine"
         self.say(
             f"costctl: run {self.run_id[:8]} {mode} on {provider.name} instance {instance_id} "
-            f"({self.gpu_name or 'unknown GPU'}, {self.rate.amount} {self.rate.currency}/h); log {self.log_path}"
+            f"({self.gpu_name or 'unknown GPU'}, {self.rate.amount} {self.rate.currency}/h"
+            f"{', ' + billing if billing == 'spot' else ''}); log {self.log_path}"
         )
+        if self.resume_from:
+            self.say(f"costctl: resuming from {self.resume_from}")
+        if billing == "spot":
+            self._start_notice_source()
+
+    # ------------------------------------------------------------------ command, child, lifecycle
+    def _prepare_command(self) -> None:
+        """Batch size, accumulation and the resume checkpoint; validates the placeholders.
+
+        Raises:
+            UsageError: a bad ``$COSTCTL_BATCH_SIZE``, ``{batch_size}`` without a known batch size,
+                or ``--resume`` with no checkpoint to resume from.
+        """
+        opts, s = self.options, self.settings
+
+        def env_int(name: str) -> int | None:
+            raw = os.environ.get(name, "").strip()
+            if not raw:
+                return None
+            if not raw.isdigit() or int(raw) < 1:
+                raise UsageError(f"{name}={raw!r}: expected a positive integer")
+            return int(raw)
+
+        batch = opts.batch_size or env_int("COSTCTL_BATCH_SIZE")
+        accum = opts.accum_steps or env_int("COSTCTL_ACCUM_STEPS") or 1
+        self.batch = BatchPlan(batch, accum) if batch else None
+        if opts.resume:
+            if not s.checkpoint.path:
+                raise UsageError("--resume needs [checkpoint] path (where the job writes its checkpoints)")
+            newest = newest_checkpoint(resolve_pattern(s.checkpoint.path))
+            if newest is None:
+                raise UsageError(f"--resume: no checkpoint matches [checkpoint] path {s.checkpoint.path!r}")
+            self.resume_from = str(newest.path)
+        elif opts.command and uses(opts.command, CHECKPOINT):
+            self.resume_from = None
+        if opts.command:
+            render_command(opts.command, batch_size=self.batch.batch_size if self.batch else None,
+                           accum_steps=accum, checkpoint=self.resume_from)
+
+    def _spawn(self) -> None:
+        """Start (or restart) the command with the current batch plan and resume checkpoint."""
+        assert self._mux is not None and self.options.command and self.run_id is not None
+        batch = self.batch
+        argv = render_command(self.options.command, batch_size=batch.batch_size if batch else None,
+                              accum_steps=batch.accum_steps if batch else 1, checkpoint=self.resume_from)
+        env = {
+            "PYTHONUNBUFFERED": "1",
+            "COSTCTL_RUN_ID": self.run_id,
+            "COSTCTL_CHECKPOINT_REQUEST": str(self.checkpoint_request),
+            **self.options.extra_env,
+        }
+        if batch is not None:
+            env["COSTCTL_BATCH_SIZE"] = str(batch.batch_size)
+            env["COSTCTL_ACCUM_STEPS"] = str(batch.accum_steps)
+        if self.resume_from:
+            env["COSTCTL_RESUME_FROM"] = self.resume_from
+        self.child = Child(argv, self._mux, env=env)
+        self.child_status = None
+        self._child_done = False
+        self.history.child_running = True
+        self.history.child_exited_at = None
+        if self._own_cpu and self._sampler is not None:
+            self._sampler.cpu = ProcessTreeCpu(self.child.pid)
+
+    def _mtbf(self) -> tuple[float | None, str]:
+        """Mean time between preemptions for the periodic interval (see the lifecycle docs)."""
+        configured = self.settings.checkpoint.mtbf.total_seconds()
+        assert self.ledger is not None
+        try:
+            with self.ledger.session() as session:
+                seen = spot_exposure(session)
+        except LedgerError:
+            return configured, "configured"
+        if seen.charged_s <= 0:
+            return configured, "configured"
+        blended = (configured + seen.charged_s) / (1 + seen.preemptions)
+        return blended, (f"observed: {seen.preemptions} preemption(s) in {seen.charged_s / 3600:.1f} spot hours, "
+                         f"with the configured {configured / 3600:g} h as one prior observation")
+
+    def _start_notice_source(self) -> None:
+        """Find the preemption-notice source (sim provider at once; cloud metadata in the background)."""
+        cfg = self.settings.preemption
+
+        def detect() -> None:
+            found = detect_cloud(
+                provider=self.provider, instance_id=self.instance_id, clock=self.clock,
+                aws_base_url=cfg.aws_base_url, gcp_base_url=cfg.gcp_base_url, azure_base_url=cfg.azure_base_url,
+            )
+            if found.source is not None:
+                self.notice_poller = NoticePoller(found.source, cfg.poll_interval.total_seconds(),
+                                                  on_notice=self._on_notice)
+                self.say(f"costctl: watching {found.platform} for preemption notices every "
+                         f"{cfg.poll_interval.total_seconds():g}s")
+
+        if getattr(self.provider.capabilities, "preemption_notice", False):
+            detect()
+        else:
+            threading.Thread(target=detect, name="costctl-detect-cloud", daemon=True).start()
+
+    def _on_notice(self, notice: Notice) -> None:
+        with self._lock:
+            assert self.lifecycle is not None
+            self.lifecycle.on_notice(notice)
+
+    def poll_notices(self, now: datetime | None = None) -> None:
+        """Poll the preemption-notice source once (and, on the sim provider, whether the spot
+        instance was already taken without notice). Called by a scheduler job every
+        ``[preemption] poll_interval``; tests call it on a simulated clock."""
+        poller = self.notice_poller
+        if poller is None or self._stopped_at is not None:
+            return
+        poller.poll_once()
+        if getattr(self.provider.capabilities, "preemption_notice", False):
+            with self._lock:
+                assert self.lifecycle is not None
+                self.lifecycle.check_preempted()
+
+    def _safe_poll_notices(self) -> None:
+        try:
+            self.poll_notices()
+        except Exception as exc:  # noqa: BLE001 - a broken notice source must not end the watch
+            self.say(f"costctl: preemption notice poll failed: {type(exc).__name__}: {exc}")
+
+    # ------------------------------------------------------------------ host interface for the lifecycle
+    @property
+    def stopped_at(self) -> datetime | None:
+        """When a stop decision ended the watch (None while it runs)."""
+        return self._stopped_at
+
+    @property
+    def job_running(self) -> bool:
+        """True while the watched command runs."""
+        return self.child is not None and self.child.running
+
+    def job_pid(self) -> int | None:
+        """The pid of the command's root process (None when there is none)."""
+        return self.child.pid if self.child is not None else None
+
+    def record(self, decision: Decision, outcome: str, *, say: bool = True) -> None:
+        """Record a lifecycle decision in the ledger and the summary (and print it)."""
+        assert self.ledger is not None and self.run_id is not None
+        self.ledger.record_decision(self.run_id, decision, outcome=outcome)
+        self.summary.add_decision(decision)
+        if self.executor is not None:
+            self.executor.decisions.append((decision, outcome))
+        if say:
+            self.say(f"costctl {decision.policy}: {decision.reason}")
+
+    def mark_stopped(self, when: datetime) -> None:
+        """A lifecycle stop ended the watch at ``when``."""
+        self._stopped_at = when
+        self._done.set()
+
+    def add_waste(self, money: Money, seconds: float) -> None:
+        """Add to the summary's waste (paid time whose work was lost)."""
+        self.summary.add_waste(money, seconds)
+
+    def end_job(self) -> int | None:
+        """End the command (SIGTERM to its group, SIGKILL after the grace period) without
+        ending the watch; returns its exit status."""
+        if self.child is None:
+            return None
+        status = self.child.terminate(self.settings.watch.grace_period.total_seconds())
+        self.child_status = status
+        return status
+
+    def restart_job(self, *, batch: BatchPlan | None = None, resume_from: str | None = None) -> None:
+        """Start the command again (after an OOM or a move), with a new batch plan and/or checkpoint."""
+        if batch is not None:
+            self.batch = batch
+        if resume_from is not None:
+            self.resume_from = resume_from
+        self._spawn()
+
+    def move_to(self, inst: Instance) -> None:
+        """The job moves to instance ``inst``: close this ledger run (status ``downsized``) and
+        start a new one there, charged at ``inst``'s price."""
+        assert self.ledger is not None and self.run_id is not None
+        now = self.clock.now()
+        self.ledger.accrue(self.run_id, now, self.rate.amount, self.rate.currency)
+        spent = self.ledger.spend(run_id=self.run_id).get(self.rate.currency, Decimal(0))
+        self.ledger.finish_run(self.run_id, ended_at=now, exit_code=self.child_status, status="downsized")
+        if inst.price_per_hour is None:
+            raise ConfigError(f"{self.provider.name} reported no price for instance {inst.id}")
+        if inst.currency == self.rate.currency:
+            self._spend_before += spent
+        self.instance, self.instance_id = inst, inst.id
+        self.rate = Money(inst.price_per_hour, inst.currency)
+        self.gpu_name, self.gpu_count, self.billing = inst.gpu, inst.gpu_count, inst.billing.value
+        self.instance_pk = self.ledger.ensure_instance(
+            self.provider.name, inst.id, gpu=inst.gpu, gpu_count=inst.gpu_count, billing=inst.billing.value,
+            price_per_hour=inst.price_per_hour, currency=inst.currency, region=inst.region,
+        )
+        self.run_id = self.ledger.start_run(self.instance_pk, started_at=now, command=self.options.command,
+                                            log_path=str(self.log_path), host=socket.gethostname())
+        self.run_started_at = now
+        self.executor.run_id = self.run_id
+        self.history.rate = self.rate
+        self.summary.run_ids.append(self.run_id)
 
     # ------------------------------------------------------------------ progress
     def _on_text(self, stream: str, text: str) -> None:
+        if self.lifecycle is not None:
+            self.lifecycle.on_text(stream, text)
+        if self._metrics is not None:
+            return
         points = self._parsers[stream].feed(text, self.clock.now())
         for p in points:
             self._progress_q.put(p)
@@ -260,7 +519,10 @@ class Watcher:
 
     # ------------------------------------------------------------------ tick
     def tick(self, now: datetime | None = None) -> list[Decision]:
-        """One evaluation: sample, accrue, evaluate policies, act. Returns the new decisions."""
+        """One evaluation: sample, accrue, evaluate policies, act. Returns the new decisions.
+
+        A second tick at the same instant (a simulated clock that did not move) takes no new
+        sample; it still drains progress, accrues and evaluates."""
         with self._lock:
             now = now or self.clock.now()
             if self._stopped_at is not None:
@@ -268,13 +530,16 @@ class Watcher:
             assert self.ledger is not None and self.run_id is not None and self._sampler is not None
             if self.child is not None:
                 self.history.child_running = self.child.running
-            sample = self._sampler.sample(now)
-            self.history.add_sample(sample)
+            sample = None
+            if not self.history.samples or now > self.history.samples[-1].time:
+                sample = self._sampler.sample(now)
+                self.history.add_sample(sample)
             points = self._drain_progress(now)
             for point in points:
                 self.history.add_progress(point)
             self.summary.add_progress(points)
-            self.ledger.record_samples(self.run_id, [sample])
+            if sample is not None:
+                self.ledger.record_samples(self.run_id, [sample])
             if points:
                 self.ledger.record_progress(self.run_id, points)
             self.ledger.accrue(self.run_id, now, self.rate.amount, self.rate.currency)
@@ -282,12 +547,13 @@ class Watcher:
             decisions = self.engine.evaluate(self.history, now)
             for decision in decisions:
                 self.executor.handle(decision)
-                self.summary.add_decision(decision)
+                self.summary.add_decision(self.executor.decisions[-1][0])
             if self.executor.stop is not None:
                 self._stopped_at = self.executor.stop.time
                 self._done.set()
-            self.summary.add_sample(sample)
-            self._status(now, sample)
+            if sample is not None:
+                self.summary.add_sample(sample)
+                self._status(now, sample)
             return decisions
 
     def _update_spend(self, now: datetime) -> None:
@@ -302,7 +568,7 @@ class Watcher:
         self.history.spend_total = Money(total, cur)
         self.history.spend_today = Money(today, cur)
         self.history.rate = self.rate
-        self.summary.spend = Money(run, cur)
+        self.summary.spend = Money(run + self._spend_before, cur)
 
     def _status(self, now: datetime, sample: Any) -> None:
         if not self.status.enabled:
@@ -352,14 +618,27 @@ class Watcher:
 
     def run(self) -> int:
         """Start everything, loop in real time until done, clean up; returns the exit status."""
-        self.start()
+        # SIGINT/SIGTERM are ours from before the child starts: one arriving while start() is
+        # still running is passed to the job by the loop instead of killing costctl unrecorded.
+        old = {s: signal.signal(s, self._handle_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self.start()
+        except BaseException:
+            for s, h in old.items():
+                signal.signal(s, h)
+            raise
         interval = self.settings.watch.sample_interval.total_seconds()
         scheduler = BackgroundScheduler(timezone=timezone.utc)
         scheduler.add_job(
             self._safe_tick, "interval", seconds=interval, next_run_time=datetime.now(timezone.utc),
             max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)), id="tick",
         )
-        old = {s: signal.signal(s, self._handle_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        if self.billing == "spot":
+            poll = self.settings.preemption.poll_interval.total_seconds()
+            scheduler.add_job(
+                self._safe_poll_notices, "interval", seconds=poll, next_run_time=datetime.now(timezone.utc),
+                max_instances=1, coalesce=True, misfire_grace_time=max(1, int(poll)), id="notices",
+            )
         scheduler.start()
         exit_code = 0
         status = "running"
@@ -373,46 +652,67 @@ class Watcher:
         return exit_code
 
     def _loop(self) -> tuple[int, str]:
-        child_done = self.child is None
         while True:
             self._done.wait(0.1)
-            if self._signal is not None:
-                return self._on_signal()
+            result = self.step()
+            if result is not None:
+                return result
+
+    def step(self) -> tuple[int, str] | None:
+        """One turn of the main loop: signals, stops, lifecycle, the command's exit.
+
+        Returns ``(exit status, run status)`` when the watch should end, else None. The real
+        loop calls it every 0.1 s; a simulated-clock driver calls it between clock advances.
+        """
+        if self._signal is not None:
+            return self._on_signal()
+        if self._stopped_at is None and self.lifecycle is not None:
+            with self._lock:
+                self.lifecycle.poll()
+        if self._stopped_at is not None:
+            if self.child is not None and self.child_status is None:
+                self.child_status = self.child.terminate(self.settings.watch.grace_period.total_seconds())
+            code = self.child_status if self.child_status is not None else 0
+            return code, "preempted" if self.lifecycle is not None and self.lifecycle.preempted else "stopped"
+        if not self._child_done and self.child is not None and not self.child.running:
+            self._child_done = True
+            self.child_status = self.child.wait()
+            with self._lock:
+                self.history.child_running = False
+                self.history.child_exited_at = self.clock.now()
+            self.tick()  # record the last output and spend up to the exit
             if self._stopped_at is not None:
-                if self.child is not None and self.child_status is None:
-                    self.child_status = self.child.terminate(self.settings.watch.grace_period.total_seconds())
-                code = self.child_status if self.child_status is not None else 0
-                return code, "stopped"
-            if not child_done and self.child is not None and not self.child.running:
-                child_done = True
-                self.child_status = self.child.wait()
-                with self._lock:
-                    self.history.child_running = False
-                    self.history.child_exited_at = self.clock.now()
-                self.tick()  # record the last output and spend up to the exit
+                return None
+            with self._lock:
+                assert self.lifecycle is not None
+                if self.lifecycle.requester.pending is not None:
+                    self.lifecycle.poll()  # the job exited during a checkpoint request
                 if self._stopped_at is not None:
-                    continue
-                on_exit = self.options.on_exit
-                if on_exit == "leave":
+                    return None
+                if self.lifecycle.child_exited(self.child_status):
+                    return None  # restarted (OOM retry)
+            on_exit = self.options.on_exit
+            if on_exit == "leave":
+                return self.child_status, "completed" if self.child_status == 0 else "failed"
+            if on_exit == "stop":
+                with self._lock:
+                    decision = Decision(
+                        time=self.clock.now(), policy="on-exit", action="stop",
+                        reason=f"the command exited with status {self.child_status} and --on-exit stop is set",
+                        evidence={"exit_status": self.child_status}, key="on-exit",
+                    )
+                    self.executor.handle(decision)
+                    self.summary.add_decision(decision)
+                    if self.executor.stop is not None:
+                        self._stopped_at = self.executor.stop.time
+                if self._stopped_at is None:  # dry run
                     return self.child_status, "completed" if self.child_status == 0 else "failed"
-                if on_exit == "stop":
-                    with self._lock:
-                        decision = Decision(
-                            time=self.clock.now(), policy="on-exit", action="stop",
-                            reason=f"the command exited with status {self.child_status} and --on-exit stop is set",
-                            evidence={"exit_status": self.child_status}, key="on-exit",
-                        )
-                        self.executor.handle(decision)
-                        self.summary.add_decision(decision)
-                        if self.executor.stop is not None:
-                            self._stopped_at = self.executor.stop.time
-                    if self._stopped_at is None:  # dry run
-                        return self.child_status, "completed" if self.child_status == 0 else "failed"
-                    continue
-                self.say(
-                    f"costctl: the command exited with status {self.child_status}; guarding the instance "
-                    "until the idle policy stops it (Ctrl-C leaves it running)"
-                )
+                return None
+            self.say(
+                f"costctl: the command exited with status {self.child_status}; guarding the instance "
+                "until the idle policy stops it (Ctrl-C leaves it running)"
+            )
+        return None
 
     def _on_signal(self) -> tuple[int, str]:
         sig = self._signal or signal.SIGTERM
@@ -423,6 +723,31 @@ class Watcher:
         self.say("costctl: interrupted; the instance is left running")
         return (self.child_status if self.child_status is not None else 128 + sig), "interrupted"
 
+    def finish(self, exit_code: int, status: str) -> tuple[int, str]:
+        """Close the run in the ledger, print the summary and release everything; returns
+        ``(exit status, run status)``. :meth:`run` calls it; simulated-clock drivers too."""
+        return self._finish(exit_code, status)
+
+    def _advise_underuse(self, end: datetime) -> None:
+        """End-of-run advice when a cheaper card would have done this run (GPU telemetry only)."""
+        summ = self.summary
+        if summ.peak_gpu_memory_bytes is None or summ.mean_gpu_utilization is None or self.lifecycle is None:
+            return
+        try:
+            options = self.lifecycle.price_options()
+        except CostctlError:
+            return
+        advice = underuse_advice(
+            run_id=self.run_id or "", gpu=self.gpu_name, rate=self.rate,
+            duration_s=(end - self.run_started_at).total_seconds(), peak_memory_bytes=summ.peak_gpu_memory_bytes,
+            card_memory_bytes=summ.gpu_memory_total_bytes, mean_utilization=summ.mean_gpu_utilization,
+            options=options, config=self.settings.downsize,
+        )
+        if advice is not None:
+            self.record(Decision(time=end, policy="underutilized", action="advise", reason=advice.text,
+                                 evidence=advice.to_dict(), key="underutilized"), "advised", say=False)
+            summ.advice.append(advice.text)
+
     def _finish(self, exit_code: int, status: str) -> tuple[int, str]:
         if self.ledger is None or self.run_id is None:
             return exit_code, status
@@ -431,6 +756,9 @@ class Watcher:
             if self._stopped_at is None:
                 self.tick(end)
             with self._lock:
+                if self.lifecycle is not None and self.lifecycle.requester.pending is not None:
+                    self.lifecycle.requester.withdraw()
+                self._advise_underuse(end)
                 self.ledger.accrue(self.run_id, end, self.rate.amount, self.rate.currency)
                 self._update_spend(end)
                 if status == "running":

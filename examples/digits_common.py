@@ -17,9 +17,15 @@ import numpy as np
 
 from costctl import job
 
-#: Printed once per epoch, e.g. ``epoch 7/120 loss: 0.123456`` and ``epoch 7/120 val_loss: 0.2345``.
+#: Printed once per epoch, e.g. ``epoch 7/150 loss: 0.123456`` and ``epoch 7/150 val_loss: 0.2345``.
 TRAIN_LINE = "epoch {epoch}/{epochs} loss: {loss:.6f}"
 EVAL_LINE = "epoch {epoch}/{epochs} val_loss: {loss:.6f}"
+
+
+def fail(message: str) -> None:
+    """Print one ``error: ...`` line on stderr and exit with status 2 (bad input, no traceback)."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def parse_hidden(text: str) -> tuple[int, ...]:
@@ -88,7 +94,7 @@ def finish_args(args: argparse.Namespace) -> argparse.Namespace:
         if args.accum_steps is None:
             args.accum_steps = job.accum_steps(default=1)
     except ValueError as exc:
-        sys.exit(f"error: {exc}")
+        fail(str(exc))
     if args.resume is None:
         args.resume = job.resume_path()
     return args
@@ -140,7 +146,7 @@ def resolve_resume(resume: str | None, suffix: str) -> Path | None:
     if path.is_dir():
         path = path / f"last{suffix}"
     if not path.is_file():
-        sys.exit(f"error: cannot resume: checkpoint {str(path)!r} does not exist")
+        fail(f"cannot resume: checkpoint {str(path)!r} does not exist")
     return path
 
 

@@ -3,8 +3,8 @@
 A real (CPU) training run for trying costctl: it prints one training-loss line and one
 validation-loss line per epoch::
 
-    epoch 7/120 loss: 0.702113
-    epoch 7/120 val_loss: 0.268054
+    epoch 7/150 loss: 0.767125
+    epoch 7/150 val_loss: 0.259118
 
 and keeps going a fixed number of epochs after its training loss has flattened, the waste
 costctl's plateau policy is there to point out. Data: ``sklearn.datasets.load_digits``
@@ -12,7 +12,7 @@ costctl's plateau policy is there to point out. Data: ``sklearn.datasets.load_di
 mini-batches; SGD with Nesterov momentum and a strong L2 penalty (``--alpha``), which sets a
 floor under the training loss: it falls for ~10 epochs, then stays within a couple of percent
 while PyTorch's ``ReduceLROnPlateau(patience=10, threshold=1e-4)`` fed these losses fires
-around epoch 50 of 120. The training loss printed is the mean over the epoch of
+at epoch 50 of 150. The training loss printed is the mean over the epoch of
 scikit-learn's ``loss_`` (log-loss plus its L2 term); the validation loss is the plain
 log-loss on a held-out 20 %. Runs ~20-30 s on a laptop CPU; ``--quick`` takes a few seconds.
 
@@ -31,7 +31,7 @@ which ``$COSTCTL_CHECKPOINT_REQUEST`` appears (the request file is then deleted)
 
 Usage::
 
-    python examples/train_digits.py                      # ~120 epochs, tens of seconds
+    python examples/train_digits.py                      # 150 epochs, ~20-30 s
     python examples/train_digits.py --quick              # 6 epochs, a few seconds
     costctl watch -- python examples/train_digits.py
 """
@@ -88,7 +88,7 @@ def save(args, clf: MLPClassifier, epoch: int, rng: np.random.Generator, history
 def main(argv: list[str] | None = None) -> int:
     parser = common.build_parser(
         "Train an MLP on scikit-learn's digits, printing one loss per epoch.",
-        epochs=120, hidden="256,256", batch_size=32, lr=0.05, alpha=0.5,
+        epochs=150, hidden="256,256", batch_size=32, lr=0.05, alpha=0.5,
         quick_epochs=6, quick_hidden="32",
     )
     args = common.finish_args(parser.parse_args(argv))
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(resume, "rb") as fh:
             state = pickle.load(fh)
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-            sys.exit(f"error: cannot resume: {str(resume)!r} is not a checkpoint of this script")
+            common.fail(f"cannot resume: {str(resume)!r} is not a checkpoint of this script")
         clf, start, history = state["model"], int(state["epoch"]), list(state["train_losses"])
         rng.bit_generator.state = state["rng_state"]
         args.hidden = tuple(state["hidden"])

@@ -305,7 +305,7 @@ def test_policy_monitors_only_the_configured_kind() -> None:
                                            name="eval_loss"))
     (decision,) = policy.decisions(history, T0 + timedelta(seconds=30))
     assert decision.key == "plateau:eval:2" and decision.evidence["metric"] == "eval_loss"
-    assert decision.action == "advise" and decision.evidence["configured_action"] == "downsize"
+    assert decision.action == "downsize" and decision.evidence["configured_action"] == "downsize"
 
 
 def test_tracker_rejects_bad_settings() -> None:

@@ -51,16 +51,20 @@ def _facts(points):
         # epoch k/N
         ("epoch 3/80 loss: 0.1234", [("train", "loss", 0.1234, None, 3.0, 80)]),
         ("Epoch [3/80], Step [100/600], Loss: 0.2500",
-         [("train", "Loss", 0.25, 100, 3.0, 600)]),
+         [("train", "Loss", 0.25, 1300, 3.0, 48000)]),  # per-epoch steps made global
         ("epoch 7/120 val_loss: 0.2345", [("eval", "val_loss", 0.2345, None, 7.0, 120)]),
         # tqdm postfix and description
         ("  5%|▌         | 50/1000 [00:10<03:10,  4.99it/s, loss=2.31]", [("train", "loss", 2.31, 50, None, 1000)]),
         ("Epoch 0:  50%|█████     | 25/50 [00:01<00:01, 20.00it/s, v_num=0, train_loss=0.345]",
-         [("train", "train_loss", 0.345, 25, 0.0, 50)]),
+         [("train", "train_loss", 0.345, None, 0.0, None)]),  # the bar counts within the epoch
         # detectron2 console
         ("eta: 0:10:00  iter: 19  total_loss: 2.725  loss_cls: 0.6  loss_box_reg: 0.1  lr: 0.0001",
          [("train", "total_loss", 2.725, 19, None, None)]),
         ("loss: tensor(0.6931, grad_fn=<NllLossBackward0>)", [("train", "loss", 0.6931, None, None, None)]),
+        ("Epoch 4 | running_loss: 0.41 | kl_loss: 0.02", [("train", "running_loss", 0.41, None, 4.0, None)]),
+        ("Validation Loss: 0.52", [("eval", "Validation Loss", 0.52, None, None, None)]),
+        ("{'train_loss': 0.3, 'val_loss': 0.4, 'epoch': 2}",
+         [("train", "train_loss", 0.3, None, 2.0, None), ("eval", "val_loss", 0.4, None, 2.0, None)]),
     ],
 )
 def test_shapes(line: str, expected: list) -> None:
@@ -104,6 +108,7 @@ def test_divergent_values_are_points(line: str, kind: str, name: str, sign: int)
         "loss: ",
         "losses: 0.3",
         "test_loss: 0.31",
+        "kl_loss: 0.02  recon_loss: 0.5",  # components, not the loss
         "{'predict_loss': 0.5, 'predict_runtime': 3.0}",
         "Training loss did not improve more than tol=0.000100 for two consecutive epochs. Stopping.",
         "Epoch 00001: val_loss improved from inf to 0.52652, saving model to weights.h5",

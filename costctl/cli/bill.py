@@ -18,9 +18,12 @@ from zoneinfo import ZoneInfo
 import typer
 
 from ..clock import ensure_utc
-from ..errors import UsageError
+from ..config import Settings
+from ..errors import CostctlError, UsageError
 from ..ledger import Ledger, queries
 from ..ledger.engine import configured_url
+from ..ledger.lifecycle import GpuUse, gpu_use_by_run
+from ..money import Money
 from ..report import render_csv, render_json, render_table
 from .common import ConfigOption, DbOption, FormatOption, OutputFormat, out_console, settings_from
 
@@ -72,6 +75,33 @@ SinceOption = Annotated[str | None, typer.Option("--since", help="Only spend fro
 UntilOption = Annotated[str | None, typer.Option("--until", help="Only spend before this date/date-time (exclusive).")]
 
 
+def underuse_advice_for(rows: Sequence[queries.RunBill], use: dict[str, GpuUse], settings: Settings) -> list[Any]:
+    """Underutilization advice (:mod:`costctl.lifecycle.underuse`) for bill rows by run that have
+    GPU telemetry, priced from the price table (no provider is contacted)."""
+    from ..catalog import load_price_table
+    from ..lifecycle.sizing import options_from_price_table
+    from ..lifecycle.underuse import underuse_advice
+
+    try:
+        table = load_price_table(settings)
+    except CostctlError:
+        return []
+    out = []
+    for r in rows:
+        u = use.get(r.run_id)
+        if u is None or r.price_per_hour is None:
+            continue
+        options = options_from_price_table(table, provider=r.provider, gpu_count=r.gpu_count,
+                                           billing="spot" if r.billing == "spot" else "on-demand", currency=r.currency)
+        advice = underuse_advice(run_id=r.run_id, gpu=r.gpu, rate=Money(r.price_per_hour, r.currency),
+                                 duration_s=r.duration_s, peak_memory_bytes=u.peak_memory_bytes,
+                                 card_memory_bytes=u.memory_total_bytes, mean_utilization=u.mean_utilization,
+                                 options=options, config=settings.downsize)
+        if advice is not None:
+            out.append(advice)
+    return out
+
+
 def bill(
     by: ByOption = GroupBy.run,
     since: SinceOption = None,
@@ -84,7 +114,9 @@ def bill(
 
     Charges are clipped to [--since, --until); a run's duration_s is its time inside that
     window. JSON: {"rows": [...], "totals": {"USD": "1.234567"}} with money as decimal strings
-    and times as ISO-8601 UTC; CSV: the rows only.
+    and times as ISO-8601 UTC; CSV: the rows only. Rows by run also carry billing and waste
+    (paid time whose work was lost, a share of the spend); runs whose GPU stayed underused get
+    advice naming a cheaper card and what it would have saved (JSON: "advice").
     """
     settings = settings_from(config, db)
     tz = settings.watch.tz
@@ -95,8 +127,10 @@ def bill(
 
     with Ledger.open(configured_url(settings.database_url, settings.data_dir)) as ledger:
         with ledger.session() as session:
+            use: dict[str, GpuUse] = {}
             if by is GroupBy.run:
                 rows: Sequence[Any] = queries.bill_by_run(session, start, end)
+                use = gpu_use_by_run(session)
             elif by is GroupBy.instance:
                 rows = queries.bill_by_instance(session, start, end)
             elif by is GroupBy.day:
@@ -104,13 +138,16 @@ def bill(
             else:
                 rows = queries.bill_by_gpu(session, start, end)
     totals = queries.sum_by_currency([(r.currency, r.spend) for r in rows])
+    advice = underuse_advice_for(rows, use, settings) if use else []
 
     if fmt is OutputFormat.json:
-        sys.stdout.write(render_json(by.value, rows, totals, start, end))
+        sys.stdout.write(render_json(by.value, rows, totals, start, end, [a.to_dict() for a in advice]))
     elif fmt is OutputFormat.csv:
         sys.stdout.write(render_csv(rows, [f.name for f in dataclasses.fields(ROW_TYPES[by])]))
     else:
         render_table(out_console, by.value, rows, totals, tz, start, end)
+        for a in advice:
+            out_console.print(f"advice: {a.text}")
 
 
 def register(app: typer.Typer) -> None:

@@ -19,6 +19,13 @@ class OnExit(str, Enum):
     leave = "leave"
 
 
+class OnOom(str, Enum):
+    """What happens when COMMAND dies of CUDA out of memory."""
+
+    advise = "advise"
+    retry = "retry"
+
+
 def watch(
     command: Annotated[
         list[str] | None,
@@ -46,11 +53,32 @@ def watch(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Record decisions; stop nothing.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No messages of costctl's own except errors.")] = False,
     no_status: Annotated[bool, typer.Option("--no-status", help="No live status line.")] = False,
+    resume: Annotated[
+        bool,
+        typer.Option("--resume", help="Restart COMMAND from the newest checkpoint under [checkpoint] path: "
+                     "{checkpoint} in COMMAND and $COSTCTL_RESUME_FROM name it."),
+    ] = False,
+    on_oom: Annotated[
+        OnOom | None,
+        typer.Option("--on-oom", help="When COMMAND dies of CUDA out of memory: retry (batch halved, gradient "
+                     "accumulation doubled, same effective batch) or advise. Default: [oom] action (advise)."),
+    ] = None,
+    batch_size: Annotated[
+        int | None,
+        typer.Option("--batch-size", min=1, help="COMMAND's per-device batch size: fills {batch_size} and "
+                     "$COSTCTL_BATCH_SIZE (default: $COSTCTL_BATCH_SIZE)."),
+    ] = None,
+    accum_steps: Annotated[
+        int | None,
+        typer.Option("--accum-steps", min=1, help="Gradient-accumulation steps: fills {accum_steps} and "
+                     "$COSTCTL_ACCUM_STEPS (default: $COSTCTL_ACCUM_STEPS or 1)."),
+    ] = None,
 ) -> None:
     """Run COMMAND under watch: sample GPU use, parse the loss, accrue spend, apply the policies.
 
     The job's output passes through unchanged and is copied into a per-run log. Exits with the
-    job's exit status when the watch ends with the job.
+    job's exit status when the watch ends with the job. COMMAND may contain the placeholders
+    {batch_size}, {accum_steps} and {checkpoint} (see --batch-size, --accum-steps, --resume).
     """
     from ..watch import Watcher, WatchOptions  # heavy (ledger, scheduler): only when watching
 
@@ -66,6 +94,10 @@ def watch(
         dry_run=dry_run,
         quiet=quiet,
         status_line=False if (no_status or not settings.watch.status_line) else None,
+        resume=resume,
+        on_oom=on_oom.value if on_oom else settings.oom.action,
+        batch_size=batch_size,
+        accum_steps=accum_steps,
     )
     code = Watcher(settings, options).run()
     raise typer.Exit(code)

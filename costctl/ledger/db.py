@@ -26,7 +26,7 @@ from . import accrual
 from . import migrate as migrations
 from .engine import make_engine, parse_url, redact, translate_errors
 from .queries import charge_slices, sum_by_currency
-from .schema import DecisionRow, Instance, Progress, Run, Sample
+from .schema import CheckpointRow, DecisionRow, Instance, Progress, Run, Sample, WasteRow
 
 
 def _aware(value: datetime, what: str) -> datetime:
@@ -295,6 +295,88 @@ class Ledger:
             run.status = status
             if ended_at > run.last_seen_at:
                 run.last_seen_at = ended_at
+
+    def record_checkpoint_request(
+        self, run_id: str, *, reason: str, requested_at: datetime, deadline: datetime, signal: str | None = None
+    ) -> int:
+        """Store a pending checkpoint request (outcome NULL); returns its id for
+        :meth:`complete_checkpoint`.
+
+        Raises:
+            LedgerError: the database cannot be written.
+        """
+        row = CheckpointRow(run_id=run_id, reason=reason, requested_at=_aware(requested_at, "requested_at"),
+                            deadline=_aware(deadline, "deadline"), signal=signal)
+        with self._write("record a checkpoint request") as s:
+            s.add(row)
+            s.flush()
+            return row.id
+
+    def complete_checkpoint(
+        self,
+        checkpoint_id: int,
+        *,
+        outcome: str,
+        completed_at: datetime,
+        reason: str | None = None,
+        deadline: datetime | None = None,
+        saved_at: datetime | None = None,
+        save_s: float | None = None,
+        path: str | None = None,
+        size_bytes: int | None = None,
+    ) -> None:
+        """Record how a checkpoint request ended (``saved``, ``acknowledged``, ``timed-out``,
+        ``job-exited``), with the checkpoint's time, path and size and the save duration
+        (seconds). ``reason``/``deadline`` update a request that was merged with a later one.
+
+        Raises:
+            LedgerError: no such request, or the database cannot be written.
+        """
+        with self._write("record a checkpoint outcome") as s:
+            row = s.get(CheckpointRow, checkpoint_id)
+            if row is None:
+                raise LedgerError(f"no checkpoint request {checkpoint_id} in the ledger")
+            row.outcome = outcome
+            row.completed_at = _aware(completed_at, "completed_at")
+            if reason is not None:
+                row.reason = reason
+            if deadline is not None:
+                row.deadline = _aware(deadline, "deadline")
+            row.saved_at = _aware(saved_at, "saved_at") if saved_at is not None else None
+            row.save_s = save_s
+            row.path = path
+            row.size_bytes = size_bytes
+
+    def record_waste(
+        self,
+        run_id: str,
+        *,
+        start_at: datetime,
+        end_at: datetime,
+        rate_per_hour: Decimal,
+        currency: str,
+        reason: str,
+        detail: str | None = None,
+    ) -> int:
+        """Store paid time whose work was lost, ``[start_at, end_at)`` of the run's instance at
+        ``rate_per_hour`` (per instance-hour) in ``currency``; returns its id.
+
+        Raises:
+            LedgerError: no such run, an interval that ends before it starts, or the database
+                cannot be written.
+        """
+        start_at, end_at = _aware(start_at, "start_at"), _aware(end_at, "end_at")
+        if end_at < start_at:
+            raise LedgerError(f"waste interval ends ({end_at.isoformat()}) before it starts ({start_at.isoformat()})")
+        with self._write("record waste") as s:
+            run = s.get(Run, run_id)
+            if run is None:
+                raise LedgerError(f"no run {run_id!r} in the ledger")
+            row = WasteRow(run_id=run_id, instance_pk=run.instance_pk, start_at=start_at, end_at=end_at,
+                           rate_per_hour=rate_per_hour, currency=currency.upper(), reason=reason, detail=detail)
+            s.add(row)
+            s.flush()
+            return row.id
 
     # ------------------------------------------------------------------ reads
 

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from ..clock import ensure_utc
 from ..money import cost_of
+from .lifecycle import waste_by_run
 from .schema import Charge, Instance, Run
 
 
@@ -103,7 +104,9 @@ class RunBill:
     window: from ``started_at`` to ``ended_at`` — or, for a run whose end was never recorded
     (its watch was killed), to its last charge end (else its last accrual) — extended to the
     last charge when charging went on after ``ended_at``. ``price_per_hour`` is the rate of its
-    newest charge (else the instance's price). ``spend`` covers the window only."""
+    newest charge (else the instance's price). ``spend`` covers the window only. ``billing`` is
+    the instance's (on-demand | spot | prepaid); ``waste_s``/``waste`` the paid seconds and
+    money whose work was lost (e.g. last checkpoint → preemption), a share of ``spend``."""
 
     run_id: str
     instance_id: str
@@ -119,6 +122,9 @@ class RunBill:
     status: str
     exit_code: int | None
     host: str | None
+    billing: str = "on-demand"
+    waste_s: float = 0.0
+    waste: Decimal = Decimal(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +187,7 @@ def bill_by_run(session: Session, since: datetime | None = None, until: datetime
     all_charges: dict[str, list[Charge]] = defaultdict(list)
     for c in session.scalars(select(Charge).order_by(Charge.start_at)):
         all_charges[c.run_id].append(c)
+    wasted = waste_by_run(session, since, until)
     rows: list[RunBill] = []
     for run in runs:
         charges = all_charges.get(run.id, [])
@@ -215,6 +222,9 @@ def bill_by_run(session: Session, since: datetime | None = None, until: datetime
                     status=run.status,
                     exit_code=run.exit_code,
                     host=run.host,
+                    billing=inst.billing,
+                    waste_s=wasted[(run.id, currency)].seconds if (run.id, currency) in wasted else 0.0,
+                    waste=wasted[(run.id, currency)].amount if (run.id, currency) in wasted else Decimal(0),
                 )
             )
     return rows

@@ -14,6 +14,9 @@ Everything that costs or saves money leaves a row here:
   ``rate_per_hour * seconds / 3600`` (:func:`costctl.money.cost_of`), exact and unrounded.
   Intervals of one instance never overlap (see :mod:`costctl.ledger.accrual`).
 * ``decisions`` — what a policy concluded and what the executor did, with evidence (JSON).
+* ``checkpoints`` — checkpoint requests and their outcomes (saved, timed out, job exited).
+* ``waste`` — paid intervals whose work was lost (last checkpoint → preemption); a share of
+  the charges, never added to them.
 
 Money columns are :class:`~costctl.ledger.types.DecimalText`; times are
 :class:`~costctl.ledger.types.UTCDateTime` (aware UTC). The Alembic migrations in
@@ -214,4 +217,59 @@ class DecisionRow(Base):
     key: Mapped[str | None] = mapped_column(String(128))
 
 
-__all__ = ["Base", "Instance", "Run", "Sample", "Progress", "Charge", "DecisionRow", "NAMING_CONVENTION"]
+class CheckpointRow(Base):
+    """A checkpoint request and its outcome (:class:`costctl.checkpoint.CheckpointAttempt`).
+
+    ``reason`` says why it was asked for (``preemption``, ``periodic``, ``downsize``...);
+    ``outcome`` is NULL while pending, then ``saved``, ``acknowledged``, ``timed-out`` or
+    ``job-exited``; ``saved_at`` is the checkpoint file's time, ``save_s`` seconds from the
+    request to it; ``path``/``size_bytes`` the checkpoint found."""
+
+    __tablename__ = "checkpoints"
+    __table_args__ = (Index("ix_checkpoints_run_id_requested_at", "run_id", "requested_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    reason: Mapped[str] = mapped_column(String(64))
+    requested_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    deadline: Mapped[datetime] = mapped_column(UTCDateTime())
+    signal: Mapped[str | None] = mapped_column(String(16))
+    outcome: Mapped[str | None] = mapped_column(String(16))
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    saved_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    save_s: Mapped[float | None] = mapped_column(Float)
+    path: Mapped[str | None] = mapped_column(Text)
+    size_bytes: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class WasteRow(Base):
+    """Money paid for work that was lost: ``[start_at, end_at)`` of an instance at
+    ``rate_per_hour`` in ``currency`` (e.g. from the last checkpoint to a preemption).
+    ``reason`` is ``preemption`` (notice), ``preempted`` (no notice) or another event name.
+    These seconds are also in ``charges``: waste is a share of the spend, never added to it.
+    Use :attr:`amount` for the money (unrounded)."""
+
+    __tablename__ = "waste"
+    __table_args__ = (
+        Index("ix_waste_run_id", "run_id"),
+        CheckConstraint("end_at >= start_at", name="ordered_interval"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    instance_pk: Mapped[int] = mapped_column(ForeignKey("instances.id"))
+    start_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    end_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    rate_per_hour: Mapped[Decimal] = mapped_column(DecimalText())
+    currency: Mapped[str] = mapped_column(String(3))
+    reason: Mapped[str] = mapped_column(String(32))
+    detail: Mapped[str | None] = mapped_column(Text)
+
+    @property
+    def amount(self) -> Decimal:
+        """``rate_per_hour * (end_at - start_at) / 3600``, unrounded, in :attr:`currency`."""
+        return cost_of(self.rate_per_hour, self.end_at - self.start_at)
+
+
+__all__ = ["Base", "Instance", "Run", "Sample", "Progress", "Charge", "DecisionRow", "CheckpointRow", "WasteRow",
+           "NAMING_CONVENTION"]

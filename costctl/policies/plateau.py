@@ -28,8 +28,9 @@ names the point and the money at stake:
   take as long each as the steps so far — times ``History.rate`` per hour;
 * otherwise the spend per hour (``History.rate``).
 
-Action ``"downsize"`` is not implemented yet: it is reported as ``"advise"`` (the configured
-action is kept in the evidence).
+With action ``"downsize"`` the decision's action is ``"downsize"``: the executor hands it to
+the lifecycle controller (:mod:`costctl.lifecycle.controller`), which moves the rest of the run
+to a cheaper card that fits or advises (the configured action is also kept in the evidence).
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ class PlateauPolicy(Policy):
 
     def __init__(self, config: PlateauConfig) -> None:
         self.config = config
-        self.action = "advise" if config.action == "downsize" else config.action
+        self.action = config.action
         self.tracker = PlateauTracker.from_config(config)
         self._seen = 0
         self.missed = 0

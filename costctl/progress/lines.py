@@ -16,6 +16,8 @@ Recognised shapes (case-insensitive names; values may be ``nan``, ``inf``, ``-in
     step 500: train loss 2.3, val loss 2.4                                       (nanoGPT eval)
     Iteration 5, loss = 0.42                                                     (scikit-learn)
     epoch 3/80 loss: 0.1234                                                      (epoch, total)
+    Epoch [3/80], Step [100/600], Loss: 0.25        (per-epoch step made global: 1300 of 48000)
+    Epoch 4 | running_loss: 0.41 | kl_loss: 0.02           (avg/mean/running/epoch/batch_loss)
       5%|▌    | 50/1000 [00:10<03:10, 5.0it/s, loss=2.31]                       (tqdm postfix)
 
 Not progress: the HF summary ``{'train_runtime': ..., 'train_loss': ...}`` and HF's
@@ -56,20 +58,21 @@ MAX_LINE_CHARS = 64 * 1024
 _NUMBER = r"(?>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z0-9_])"
 _VALUE = rf"(?:tensor\(\s*)?(?P<value>{_NUMBER})"
 
-_TRAIN_PREFIXES = {"", "train", "training", "total"}
+_TRAIN_PREFIXES = {"", "train", "training", "total", "avg", "average", "mean", "running", "epoch", "batch"}
 _EVAL_PREFIXES = {"val", "valid", "validation", "eval", "evaluation", "dev"}
 # test/predict losses are end-of-run reports, not progress: matched so they are not misread
 # as a bare "loss", then dropped.
 _LOSS_RE = re.compile(
     r"(?<![A-Za-z0-9_])"
-    r"(?P<name>(?:(?P<prefix>training|train|total|validation|valid|val|evaluation|eval|dev|test|predict)"
+    r"(?P<name>(?:(?P<prefix>training|train|total|average|avg|mean|running|epoch|batch"
+    r"|validation|valid|val|evaluation|eval|dev|test|predict)"
     r"[ _/.-]?)?loss)"
     r"(?![A-Za-z0-9_])"
     rf"\s*(?:[:=]\s*|\s+){_VALUE}",
     re.IGNORECASE,
 )
 _STEP_RE = re.compile(
-    r"(?<![A-Za-z0-9_])(?:global_step|step|iteration|iter)\s*(?:[:=#]\s*|\s+)?"
+    r"(?<![A-Za-z0-9_])(?:global_step|step|iteration|iter)\s*(?:[:=#]\s*|\s+)?\[?\s*"
     r"(?P<n>\d+)(?:\s*/\s*(?P<total>\d+))?(?![\d.])",
     re.IGNORECASE,
 )
@@ -100,7 +103,7 @@ _ANSI_RE = re.compile(
 # C0 controls other than tab (Keras writes \b runs; junk bytes decode to them).
 _CONTROL_TABLE = {c: None for c in range(32) if c != 9} | {127: None}
 
-_HF_TRAIN_KEYS = ("loss",)
+_HF_TRAIN_KEYS = ("loss", "train_loss", "total_loss")
 _HF_EVAL_KEYS = ("eval_loss", "val_loss", "validation_loss", "valid_loss", "eval/loss", "val/loss")
 _HF_STEP_KEYS = ("step", "global_step", "iteration", "iter")
 _LINE_END_RE = re.compile(r"\r\n|\r|\n")
@@ -131,23 +134,33 @@ def _maybe_loss(line: str) -> bool:
 
 
 def _step_epoch_total(line: str) -> tuple[int | None, float | None, int | None]:
-    """Step, epoch and run length (total) written on the same line, when present."""
-    step = total = None
+    """Step, epoch and run length (total) written on the same line, when present.
+
+    * ``Epoch [3/80], Step [100/600]`` counts steps within an epoch: the global step is
+      ``(3 - 1) * 600 + 100`` and the total ``80 * 600``.
+    * ``epoch 3/80`` with no step: ``total`` is 80, in epochs.
+    * a tqdm bar gives step and total only when the line names no epoch; with one (Lightning's
+      ``Epoch 0: 50%|...| 25/50``) the bar counts batches within the epoch, not the run.
+    """
+    step = step_total = epoch_total = None
     epoch = None
     m = _STEP_RE.search(line)
     if m:
         step = int(m["n"])
-        total = int(m["total"]) if m["total"] else None
+        step_total = int(m["total"]) if m["total"] else None
     m = _EPOCH_RE.search(line)
     if m:
         epoch = float(m["n"])
-        if m["total"] and step is None:
-            total = int(m["total"])  # in epochs, since there is no step
+        epoch_total = int(m["total"]) if m["total"] else None
     if step is None:
-        m = _TQDM_RE.search(line)
-        if m:
-            step, total = int(m["n"]), int(m["total"])
-    return step, epoch, total
+        if epoch is None:
+            m = _TQDM_RE.search(line)
+            if m:
+                return int(m["n"]), None, int(m["total"])
+        return None, epoch, epoch_total
+    if epoch is not None and epoch_total and step_total and epoch >= 1 and step <= step_total:
+        return int(epoch - 1) * step_total + step, epoch, epoch_total * step_total
+    return step, epoch, step_total
 
 
 def _parse_dict(line: str) -> list[ProgressPoint] | None:
@@ -255,12 +268,12 @@ def compile_loss_regex(pattern: str) -> re.Pattern[str]:
         compiled = re.compile(pattern)
     except re.error as exc:
         raise UsageError(
-            f"--loss-regex {pattern!r} is not a valid regular expression ({exc}); "
+            f"--loss-regex '{pattern}' is not a valid regular expression ({exc}); "
             "give one with a named group (?P<loss>...) or exactly one group"
         ) from None
     if "loss" not in compiled.groupindex and compiled.groups != 1:
         raise UsageError(
-            f"--loss-regex {pattern!r} has {compiled.groups} groups and no group named 'loss'; "
+            f"--loss-regex '{pattern}' has {compiled.groups} groups and no group named 'loss'; "
             "give a named group (?P<loss>...) (optionally step, epoch, eval_loss) or exactly one group"
         )
     return compiled

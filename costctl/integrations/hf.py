@@ -1,0 +1,73 @@
+"""Hugging Face ``Trainer`` callback: save a checkpoint when costctl asks for one.
+
+Usage::
+
+    from costctl.integrations.hf import CostctlCheckpointCallback
+
+    trainer = Trainer(model=model, args=args, ..., callbacks=[CostctlCheckpointCallback()])
+    trainer.train(resume_from_checkpoint=os.environ.get("COSTCTL_RESUME_FROM") or None)
+
+and in ``costctl.toml``: ``[checkpoint] path = "<output_dir>/checkpoint-*"`` (the Trainer saves
+``checkpoint-<step>/`` directories; costctl takes the newest by modification time).
+
+After each ``check_every_n_steps``-th optimizer step the callback checks for costctl's request
+(:func:`costctl.job.checkpoint_requested`: one ``stat`` call), OR-s the answer over all ranks
+(one tiny all-reduce under ``torch.distributed``) and sets ``control.should_save`` on every
+rank, so they all enter the Trainer's save together. When the save is done (``on_save``) the
+request is acknowledged (:func:`costctl.job.acknowledge_checkpoint`). ``transformers`` is
+imported only when the class is first used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import job
+from ._dist import any_rank
+
+__all__ = ["CostctlCheckpointCallback"]
+
+
+def _build() -> type:
+    try:
+        from transformers import TrainerCallback
+    except ImportError as exc:  # pragma: no cover - exercised only without transformers
+        raise ImportError("costctl.integrations.hf needs transformers: pip install transformers") from exc
+
+    class CostctlCheckpointCallback(TrainerCallback):  # type: ignore[misc, valid-type]
+        """Sets ``control.should_save`` on every rank when costctl requests a checkpoint.
+
+        Args:
+            check_every_n_steps: look for a request every N optimizer steps (default 1; raise
+                it when steps take milliseconds).
+        """
+
+        def __init__(self, check_every_n_steps: int = 1) -> None:
+            if check_every_n_steps < 1:
+                raise ValueError("check_every_n_steps must be >= 1")
+            self.check_every_n_steps = check_every_n_steps
+            self.requested = False
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if state.global_step % self.check_every_n_steps:
+                return control
+            if any_rank(job.checkpoint_requested(), getattr(args, "device", None)):
+                control.should_save = True
+                self.requested = True
+            return control
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if self.requested:
+                job.acknowledge_checkpoint()
+                self.requested = False
+            return control
+
+    return CostctlCheckpointCallback
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CostctlCheckpointCallback":
+        cls = _build()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

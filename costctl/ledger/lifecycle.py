@@ -1,0 +1,106 @@
+"""Read-side queries for lifecycle actions: waste per run, spot exposure, GPU use per run.
+
+Money is Decimal per currency, never added across currencies; intervals are clipped to the
+half-open window ``[since, until)`` like the charges in :mod:`.queries`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from ..clock import ensure_utc
+from ..money import cost_of
+from .schema import Charge, Instance, Sample, WasteRow
+
+#: Waste reasons that count as a preemption (with notice / seen after the fact).
+PREEMPTION_REASONS = ("preemption", "preempted")
+
+
+@dataclass(frozen=True, slots=True)
+class Waste:
+    """Waste of one run in one currency: ``seconds`` of paid time lost and its ``amount``."""
+
+    seconds: float
+    amount: Decimal
+
+
+def waste_by_run(session: Session, since: datetime | None = None,
+                 until: datetime | None = None) -> dict[tuple[str, str], Waste]:
+    """``{(run_id, currency): Waste}`` for waste rows clipped to ``[since, until)``."""
+    since = ensure_utc(since) if since else None
+    until = ensure_utc(until) if until else None
+    seconds: dict[tuple[str, str], float] = defaultdict(float)
+    amounts: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+    for w in session.scalars(select(WasteRow)):
+        if w.end_at == w.start_at:  # an instant: counted where it happened
+            if (since is not None and w.start_at < since) or (until is not None and w.start_at >= until):
+                continue
+            lo = hi = w.start_at
+        else:
+            lo = max(w.start_at, since) if since else w.start_at
+            hi = min(w.end_at, until) if until else w.end_at
+            if hi <= lo:
+                continue
+        key = (w.run_id, w.currency)
+        seconds[key] += (hi - lo).total_seconds()
+        amounts[key] += cost_of(w.rate_per_hour, hi - lo)
+    return {k: Waste(seconds[k], amounts[k]) for k in seconds}
+
+
+@dataclass(frozen=True, slots=True)
+class SpotExposure:
+    """Charged seconds on spot instances and the preemptions recorded on them."""
+
+    charged_s: float
+    preemptions: int
+
+    @property
+    def mtbf_s(self) -> float | None:
+        """Observed mean time between preemptions, seconds (None before the first one)."""
+        return self.charged_s / self.preemptions if self.preemptions else None
+
+
+def spot_exposure(session: Session) -> SpotExposure:
+    """Everything the ledger has seen on spot instances (for the observed preemption rate)."""
+    spot = select(Instance.id).where(Instance.billing == "spot")
+    charged = sum(((c.end_at - c.start_at).total_seconds()
+                   for c in session.scalars(select(Charge).where(Charge.instance_pk.in_(spot)))), 0.0)
+    count = session.scalar(select(func.count(WasteRow.id)).where(
+        WasteRow.instance_pk.in_(spot), WasteRow.reason.in_(PREEMPTION_REASONS))) or 0
+    return SpotExposure(charged, int(count))
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUse:
+    """GPU telemetry of one run: peak memory used on any one GPU and that GPU model's total
+    (bytes), mean utilization (percent) over all readable GPU samples, and how many there were."""
+
+    peak_memory_bytes: int | None
+    memory_total_bytes: int | None
+    mean_utilization: float | None
+    samples: int
+
+
+def gpu_use_by_run(session: Session) -> dict[str, GpuUse]:
+    """:class:`GpuUse` per run that has readable GPU samples (status ``ok``)."""
+    stmt = (
+        select(Sample.run_id, func.max(Sample.memory_used_bytes), func.max(Sample.memory_total_bytes),
+               func.avg(Sample.utilization), func.count(Sample.id))
+        .where(Sample.gpu_index.is_not(None), Sample.status == "ok")
+        .group_by(Sample.run_id)
+    )
+    out = {}
+    for run_id, peak, total, mean, count in session.execute(stmt):
+        out[run_id] = GpuUse(int(peak) if peak is not None else None, int(total) if total is not None else None,
+                             float(mean) if mean is not None else None, int(count))
+    return out
+
+
+__all__ = ["GpuUse", "PREEMPTION_REASONS", "SpotExposure", "Waste", "gpu_use_by_run", "spot_exposure",
+           "waste_by_run"]

@@ -1,0 +1,451 @@
+"""The lifecycle controller: checkpoint requests, preemption, periodic checkpoints, downsizing
+and OOM retries for one watch.
+
+The :class:`~costctl.watch.Watcher` owns the child process, the ledger run and the executor;
+:class:`Lifecycle` decides and sequences the multi-step actions, each step a recorded decision:
+
+* **Preemption notice** (:meth:`Lifecycle.on_notice`): request a checkpoint at once with a
+  deadline ``[preemption] margin + [watch] grace_period`` before the notice's; when it is saved
+  (or the request times out, or the job exits) end the job and stop the instance through the
+  executor — before the provider's deadline — and record as *waste* the paid time from the
+  last checkpoint (or the run's start) to the stop. A spot instance taken without notice
+  (:meth:`Lifecycle.check_preempted`, the provider reports it after the fact) ends the same
+  way, its waste running to the provider's preemption time.
+* **Periodic checkpoints** on spot/interruptible instances (``[checkpoint] periodic``): a
+  request every Young/Daly interval (:mod:`.periodic`) after the last checkpoint. The MTBF is
+  ``(configured mtbf + spot seconds charged in the ledger) / (1 + preemptions recorded)``: the
+  configured figure counts as one prior observation, so a first preemption does not swing it.
+* **Downsize** (plateau decision with action ``downsize``, via the executor): size the cards
+  (:mod:`.sizing`); if the best fitting one saves at least ``[downsize] min_saving_per_hour``,
+  on the simulated provider request a checkpoint, end the job, rent the target, stop this
+  instance and resume the command there from the checkpoint (a new ledger run on the new
+  instance); on real providers — where the job cannot be moved to another machine from
+  here — advise with the saving per hour and the resume command.
+* **OOM** (:meth:`Lifecycle.child_exited`): a job that died of CUDA out of memory is restarted
+  with the batch halved and accumulation doubled (``--on-oom retry``), else the advice with
+  the numbers is printed and recorded.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from ..checkpoint import CheckpointAttempt, CheckpointRequester, Outcome, newest_checkpoint, resolve_pattern
+from ..errors import CostctlError
+from ..money import Money
+from ..records import Decision
+from .oom_retry import BatchPlan, OomScanner, advice
+from .periodic import PeriodicSchedule
+from .sizing import CardOption, PriceOption, best_fit, options_from_offers, options_from_price_table, rank_cards
+
+if TYPE_CHECKING:
+    from costctl_providers.notices import Notice
+
+    from ..watch import Watcher
+
+#: Providers whose instances are simulated: the job runs on this machine whichever instance
+#: is "rented", so costctl can move it to another card by itself. On real providers the job
+#: would have to be copied to another machine, which costctl does not do: it advises.
+MOVABLE_PROVIDERS = frozenset({"sim"})
+_CENT = Decimal("0.0001")
+
+
+def _money(amount: Decimal | None, currency: str) -> str:
+    return "?" if amount is None else f"{amount.quantize(_CENT)} {currency}"
+
+
+class Lifecycle:
+    """Lifecycle actions of one watch (see the module docstring).
+
+    Args:
+        host: the watcher (child, ledger run, executor, provider, clock, settings).
+        request_path: the job's ``$COSTCTL_CHECKPOINT_REQUEST`` file.
+        on_oom: ``"retry"`` or ``"advise"``.
+        mtbf_s / mtbf_source: mean time between preemptions for the periodic interval.
+    """
+
+    def __init__(self, host: Watcher, request_path: Any, *, on_oom: str = "advise",
+                 mtbf_s: float | None = None, mtbf_source: str = "configured") -> None:
+        self.host = host
+        s = host.settings
+        self.settings = s
+        self.clock = host.clock
+        self.pattern = resolve_pattern(s.checkpoint.path) if s.checkpoint.path else None
+        self.requester = CheckpointRequester(request_path, self.pattern, host.clock, signal=s.checkpoint.signal,
+                                             job_pid=host.job_pid)
+        self.on_oom = on_oom
+        self.oom = OomScanner()
+        self.oom_retries = 0
+        self._then: list[Callable[[CheckpointAttempt], None]] = []
+        self.last_checkpoint_at: datetime | None = None
+        self.checkpoints: list[CheckpointAttempt] = []
+        self.preempted = False
+        self._notice_keys: set[str] = set()
+        self.periodic: PeriodicSchedule | None = None
+        periodic = s.checkpoint.periodic
+        if periodic == "on" or (periodic == "auto" and host.billing == "spot"):
+            self.periodic = PeriodicSchedule(
+                save_time_s=s.checkpoint.save_time.total_seconds(),
+                mtbf_s=mtbf_s or s.checkpoint.mtbf.total_seconds(),
+                min_s=s.checkpoint.min_interval.total_seconds(),
+                max_s=s.checkpoint.max_interval.total_seconds(),
+                mtbf_source=mtbf_source,
+            )
+
+    # ------------------------------------------------------------------ checkpoints
+    def request_checkpoint(self, reason: str, deadline: datetime,
+                           then: Callable[[CheckpointAttempt], None] | None = None) -> CheckpointAttempt | None:
+        """Ask the job for a checkpoint by ``deadline``; ``then(attempt)`` runs when it ends.
+        Returns None (and records why) when the request file cannot be written."""
+        host = self.host
+        merged = self.requester.pending is not None
+        try:
+            attempt = self.requester.request(reason, deadline)
+        except OSError as exc:
+            host.record(Decision(time=self.clock.now(), policy="checkpoint", action="advise",
+                                 reason=f"cannot write the checkpoint request {self.requester.request_path}: "
+                                        f"{exc.strerror or exc}", key=f"checkpoint-error:{reason}:{deadline}"),
+                        "request not written")
+            if then is not None:
+                then(CheckpointAttempt(reason=reason, requested_at=self.clock.now(), deadline=deadline,
+                                       outcome=Outcome.TIMED_OUT, completed_at=self.clock.now()))
+            return None
+        if merged:
+            if then is not None:
+                self._then.append(then)
+            host.say(f"costctl: checkpoint request now due by {attempt.deadline.isoformat()} ({attempt.reason})")
+            return attempt
+        self._then = [then] if then is not None else []
+        attempt.ledger_id = host.ledger.record_checkpoint_request(
+            host.run_id, reason=reason, requested_at=attempt.requested_at, deadline=attempt.deadline,
+            signal=attempt.signal)
+        left = (attempt.deadline - attempt.requested_at).total_seconds()
+        via = f" and {attempt.signal} to pid {', '.join(map(str, attempt.signalled_pids)) or 'none'}" \
+            if attempt.signal else ""
+        host.say(f"costctl: checkpoint requested ({reason}) through {self.requester.request_path.name}{via}; "
+                 f"waiting up to {left:.0f}s")
+        return attempt
+
+    def poll(self) -> None:
+        """Follow a pending checkpoint request and start periodic ones when due."""
+        host = self.host
+        done = self.requester.poll(job_running=host.job_running)
+        if done is not None:
+            self._finish_attempt(done)
+        if self.periodic is not None and self.requester.pending is None and host.job_running \
+                and not self.preempted and host.stopped_at is None:
+            now = self.clock.now()
+            since = max(self.last_checkpoint_at or host.run_started_at, host.run_started_at)
+            if now >= self.periodic.due_at(since):
+                deadline = now + self.settings.checkpoint.deadline
+                attempt = self.request_checkpoint("periodic", deadline, then=self._after_periodic)
+                if attempt is not None:
+                    host.record(Decision(
+                        time=now, policy="checkpoint", action="checkpoint",
+                        reason=(f"periodic checkpoint on a {host.billing} instance: Young/Daly interval "
+                                f"{self.periodic.interval_s:.0f}s since {since.isoformat()}"),
+                        evidence=self.periodic.evidence(), key=f"checkpoint-periodic:{now.isoformat()}"),
+                        "requested", say=False)
+
+    def _finish_attempt(self, attempt: CheckpointAttempt) -> None:
+        host = self.host
+        self.checkpoints.append(attempt)
+        if attempt.outcome is Outcome.SAVED and attempt.saved_at is not None:
+            self.last_checkpoint_at = max(attempt.saved_at, self.last_checkpoint_at or attempt.saved_at)
+            if self.periodic is not None:
+                self.periodic.note_save(attempt.save_s)
+        if attempt.ledger_id is not None:
+            cp = attempt.checkpoint
+            host.ledger.complete_checkpoint(
+                attempt.ledger_id, outcome=attempt.outcome.value if attempt.outcome else "unknown",
+                completed_at=attempt.completed_at or self.clock.now(), reason=attempt.reason,
+                deadline=attempt.deadline, saved_at=attempt.saved_at, save_s=attempt.save_s,
+                path=str(cp.path) if cp else None, size_bytes=cp.size if cp else None)
+        outcome = attempt.outcome.value if attempt.outcome else "unknown"
+        took = f" in {attempt.save_s:.1f}s" if attempt.save_s is not None else ""
+        where = f": {attempt.checkpoint.path}" if attempt.checkpoint else ""
+        host.record(Decision(
+            time=attempt.completed_at or self.clock.now(), policy="checkpoint", action="checkpoint",
+            reason=f"checkpoint request ({attempt.reason}) {outcome}{took}{where}",
+            evidence=attempt.evidence(), key=f"checkpoint:{attempt.requested_at.isoformat()}"), outcome)
+        callbacks, self._then = self._then, []
+        for then in callbacks:
+            then(attempt)
+
+    def _after_periodic(self, attempt: CheckpointAttempt) -> None:
+        """Nothing more to do: the outcome is recorded and the schedule moves on."""
+
+    def resume_point(self) -> str | None:
+        """The newest checkpoint under ``[checkpoint] path`` written since this watch started, or None."""
+        if not self.pattern:
+            return None
+        newest = newest_checkpoint(self.pattern)
+        if newest is None or newest.mtime_ns / 1e9 < self.host.started_wall:
+            return None
+        return str(newest.path)
+
+    # ------------------------------------------------------------------ preemption
+    def on_notice(self, notice: Notice) -> None:
+        """A preemption notice arrived: request a checkpoint and stop before the deadline."""
+        host = self.host
+        key = f"preemption:{notice.deadline.isoformat()}"
+        if key in self._notice_keys or host.stopped_at is not None:
+            return
+        self._notice_keys.add(key)
+        now = self.clock.now()
+        stop_by = notice.deadline - self.settings.watch.grace_period - self.settings.preemption.margin
+        left = notice.seconds_left(now)
+        evidence = {"source": notice.source, "action": notice.action, "deadline": notice.deadline.isoformat(),
+                    "seconds_left": round(left, 3), "stop_by": stop_by.isoformat(), "raw": notice.raw}
+        job = host.job_running
+        reason = (f"{notice.source} preemption notice: {notice.action} at {notice.deadline.isoformat()} "
+                  f"({left:.0f}s from now); ")
+        reason += (f"requesting a checkpoint, the job ends by {stop_by.isoformat()}" if job
+                   else "no job to checkpoint; stopping the instance now")
+        host.record(Decision(time=now, policy="preemption", action="checkpoint" if job else "stop",
+                             reason=reason, evidence=evidence, key=key), "notice received")
+        if job:
+            attempt = self.request_checkpoint("preemption", max(now, stop_by),
+                                              then=lambda a: self._stop_for_preemption(notice, a))
+            if attempt is not None:
+                return
+        self._stop_for_preemption(notice, None)
+
+    def _stop_for_preemption(self, notice: Notice | None, attempt: CheckpointAttempt | None,
+                             preempted_at: datetime | None = None) -> None:
+        host = self.host
+        if host.stopped_at is not None:
+            return
+        self.preempted = True
+        now = self.clock.now()
+        if notice is not None:
+            why = f"preemption at {notice.deadline.isoformat()}"
+            key = f"preemption-stop:{notice.deadline.isoformat()}"
+        else:
+            why = f"the provider took the spot instance at {(preempted_at or now).isoformat()} without notice"
+            key = f"preempted:{(preempted_at or now).isoformat()}"
+        cp = f"checkpoint {attempt.outcome.value}" if attempt and attempt.outcome else "no checkpoint"
+        decision = Decision(
+            time=now, policy="preemption", action="stop",
+            reason=f"{why}: {cp}; ending the job and stopping the instance",
+            evidence={"notice_deadline": notice.deadline.isoformat() if notice else None,
+                      "preempted_at": preempted_at.isoformat() if preempted_at else None,
+                      "checkpoint": attempt.evidence() if attempt else None,
+                      "last_checkpoint_at": self.last_checkpoint_at.isoformat() if self.last_checkpoint_at else None},
+            key=key)
+        host.executor.handle(decision)
+        host.summary.add_decision(decision)
+        stop = host.executor.stop
+        end = preempted_at or (stop.time if stop is not None else (notice.deadline if notice else now))
+        start = max(self.last_checkpoint_at or host.run_started_at, host.run_started_at)
+        start = min(start, end)
+        reason = "preemption" if notice is not None else "preempted"
+        detail = (f"work since {'the last checkpoint' if self.last_checkpoint_at else 'the start of the run'} "
+                  f"({start.isoformat()}) lost at the {'stop' if stop is not None else 'preemption'} ({end.isoformat()})")
+        host.ledger.record_waste(host.run_id, start_at=start, end_at=end, rate_per_hour=host.rate.amount,
+                                 currency=host.rate.currency, reason=reason, detail=detail)
+        host.add_waste(Money(host.rate.amount * Decimal(repr((end - start).total_seconds())) / 3600,
+                             host.rate.currency), (end - start).total_seconds())
+        if stop is not None:
+            host.mark_stopped(stop.time)
+
+    def check_preempted(self) -> None:
+        """Ask the provider whether it took the (spot) instance already; if so, end like a notice."""
+        host = self.host
+        if host.stopped_at is not None or self.preempted:
+            return
+        try:
+            inst = host.provider.get_instance(host.instance_id)
+        except CostctlError:
+            return
+        if inst.preempted:
+            self._stop_for_preemption(None, None, preempted_at=inst.stopped_at or self.clock.now())
+
+    # ------------------------------------------------------------------ downsize
+    def price_options(self) -> list[PriceOption]:
+        """Cards one could rent instead, same GPU count, billing mode and currency: the
+        provider's live offers when it lists them, else the price table."""
+        host = self.host
+        count = host.gpu_count
+        billing = "spot" if host.billing == "spot" else "on-demand"
+        if host.provider.capabilities.offers:
+            try:
+                return options_from_offers(host.provider.list_offers(), gpu_count=count, billing=billing,
+                                           currency=host.rate.currency)
+            except CostctlError as exc:
+                host.say(f"costctl: cannot list {host.provider.name} offers ({exc.message}); using the price table")
+        from ..catalog import load_price_table
+
+        return options_from_price_table(load_price_table(self.settings), provider=host.provider.name,
+                                        gpu_count=count, billing=billing, currency=host.rate.currency)
+
+    def peak_memory(self) -> tuple[int | None, str]:
+        """Peak GPU memory (bytes, on any one GPU) and where it came from."""
+        peak = self.host.summary.peak_gpu_memory_bytes
+        if peak:
+            return peak, "GPU telemetry"
+        configured = self.settings.downsize.peak_memory
+        if configured:
+            return int(configured), "[downsize] peak_memory (no GPU telemetry on this machine)"
+        return None, "unknown"
+
+    def plan(self, remaining_s: Decimal | None) -> tuple[CardOption | None, list[CardOption], dict[str, Any]]:
+        """``(target, candidates, evidence)`` for moving the rest of the run to a cheaper card."""
+        host = self.host
+        cfg = self.settings.downsize
+        peak, source = self.peak_memory()
+        evidence: dict[str, Any] = {
+            "current_gpu": host.gpu_name, "current_price_per_hour": str(host.rate.amount),
+            "currency": host.rate.currency, "gpu_count": host.gpu_count, "billing": host.billing,
+            "peak_memory_bytes": peak, "peak_memory_source": source, "headroom": cfg.headroom,
+            "mean_gpu_utilization": host.summary.mean_gpu_utilization,
+            "remaining_s": str(remaining_s) if remaining_s is not None else None,
+            "min_saving_per_hour": str(cfg.min_saving_per_hour),
+        }
+        if peak is None:
+            return None, [], evidence
+        util = host.summary.mean_gpu_utilization
+        cards = rank_cards(current_gpu=host.gpu_name, current_rate=host.rate, peak_bytes=peak, headroom=cfg.headroom,
+                           options=self.price_options(), utilization=util / 100 if util is not None else None,
+                           remaining_s=remaining_s, compute_dtype=cfg.compute_dtype)
+        target = best_fit(cards)
+        evidence["candidates"] = [c.to_dict() for c in cards]
+        evidence["target"] = target.to_dict() if target else None
+        return target, cards, evidence
+
+    def downsize(self, decision: Decision) -> tuple[Decision, str]:
+        """Act on a plateau decision whose action is ``downsize``; returns the decision to record
+        (reason and evidence extended with the plan) and its outcome."""
+        host = self.host
+        cfg = self.settings.downsize
+        rest = decision.evidence.get("rest_of_run") or {}
+        remaining = Decimal(rest["remaining_s"]) if rest.get("remaining_s") else None
+        target, _cards, plan = self.plan(remaining)
+        cur = host.rate.currency
+        evidence = {**decision.evidence, "downsize": plan}
+        if target is None:
+            why = ("no GPU memory reading: set [downsize] peak_memory to size a cheaper card"
+                   if plan["peak_memory_bytes"] is None else "no cheaper card fits the peak GPU memory with headroom")
+            return replace(decision, evidence=evidence, reason=f"{decision.reason}; downsize: {why}"), f"advised: {why}"
+        peak = plan["peak_memory_bytes"]
+        total = f", about {_money(target.rest_saving, cur)} over the rest of the run" \
+            if target.rest_saving is not None else ""
+        summary = (f"downsize to {target.option.gpu} at {target.option.price_per_hour} {cur}/h "
+                   f"({peak / 2**30:.1f} GiB peak + {cfg.headroom:.0%} headroom fits its "
+                   f"{(target.memory_bytes or 0) / 2**30:.0f} GiB): saves {_money(target.saving_per_hour, cur)}/h{total}")
+        recorded = replace(decision, evidence=evidence, reason=f"{decision.reason}; {summary}")
+        if target.saving_per_hour < cfg.min_saving_per_hour:
+            return recorded, (f"advised: saving {_money(target.saving_per_hour, cur)}/h is below "
+                              f"[downsize] min_saving_per_hour {cfg.min_saving_per_hour} {cur}")
+        command = shlex.join(host.options.command) if host.options.command else "COMMAND"
+        resume = f"costctl watch --resume -- {command}"
+        if host.provider.name not in MOVABLE_PROVIDERS or host.child is None:
+            return recorded, (f"advised: rent a {target.option.gpu} instance ({target.option.provider}, "
+                              f"{target.option.billing}), copy the checkpoints and run `{resume}` there")
+        if not self.pattern:
+            return recorded, f"advised: set [checkpoint] path so costctl can resume the job; then `{resume}`"
+        if host.options.dry_run:
+            return recorded, (f"dry-run: would checkpoint, end the job, move to {target.option.gpu} and resume")
+        now = self.clock.now()
+        attempt = self.request_checkpoint("downsize", now + self.settings.checkpoint.deadline,
+                                          then=lambda a: self._move(a, target))
+        if attempt is None:
+            return recorded, "advised: the checkpoint request could not be written"
+        return recorded, f"checkpoint requested to move to {target.option.gpu}"
+
+    def _move(self, attempt: CheckpointAttempt, target: CardOption) -> None:
+        host = self.host
+        now = self.clock.now()
+        cp = attempt.checkpoint.path if attempt.checkpoint else None
+        if cp is None and attempt.outcome is Outcome.ACKNOWLEDGED and self.pattern:
+            newest = newest_checkpoint(self.pattern)
+            cp = newest.path if newest else None
+        if cp is None or host.stopped_at is not None or self._notice_keys:
+            host.record(Decision(time=now, policy="downsize", action="advise",
+                                 reason=f"not moving to {target.option.gpu}: the checkpoint request "
+                                        f"{attempt.outcome.value if attempt.outcome else 'failed'}; the job goes on here",
+                                 evidence=attempt.evidence(), key=f"downsize-abandoned:{now.isoformat()}"),
+                        "stayed")
+            return
+        old_id, old_gpu = host.instance_id, host.gpu_name
+        status = host.end_job()
+        host.record(Decision(time=now, policy="downsize", action="stop",
+                             reason=f"checkpoint {cp} saved; ended the job (exit status {status}) to move from "
+                                    f"{old_gpu} to {target.option.gpu}",
+                             evidence=attempt.evidence(), key=f"downsize-stop:{now.isoformat()}"), "job ended")
+        try:
+            new = host.provider.create_instance(target.option.gpu, gpu_count=target.option.gpu_count,
+                                                billing=target.option.billing, currency=target.option.currency)
+        except CostctlError as exc:
+            host.record(Decision(time=now, policy="downsize", action="advise",
+                                 reason=f"could not rent a {target.option.gpu}: {exc.message}; resuming here from {cp}",
+                                 key=f"downsize-failed:{now.isoformat()}"), "resumed on the same instance")
+            host.restart_job(resume_from=str(cp))
+            return
+        try:
+            stopped = host.provider.stop_instance(old_id)
+            stop_text = f"instance {old_id} is {stopped.status.value}"
+        except CostctlError as exc:
+            stop_text = f"could not stop {old_id}: {exc.message}"
+        host.move_to(new)
+        host.record(Decision(time=now, policy="downsize", action="resume",
+                             reason=(f"moved from {old_gpu} ({old_id}) to {new.gpu} ({new.id}, {new.price_per_hour} "
+                                     f"{new.currency}/h); {stop_text}; resuming from {cp}"),
+                             evidence={"from_instance": old_id, "to_instance": new.id, "checkpoint": str(cp),
+                                       "target": target.to_dict()},
+                             key=f"downsize-resume:{now.isoformat()}"), "resumed")
+        host.restart_job(resume_from=str(cp))
+
+    # ------------------------------------------------------------------ OOM
+    def on_text(self, stream: str, text: str) -> None:
+        """Scan the job's output for out-of-memory errors."""
+        self.oom.feed(stream, text)
+
+    def child_exited(self, status: int) -> bool:
+        """The job exited with ``status``: on a CUDA OOM, retry with a halved batch (True when
+        restarted) or record the advice. Any other exit: False."""
+        host = self.host
+        event = self.oom.finish()
+        self.oom.reset()
+        if status == 0 or event is None:
+            return False
+        now = self.clock.now()
+        plan: BatchPlan | None = host.batch
+        min_batch = self.settings.oom.min_batch
+        nxt = plan.halved(min_batch) if plan else None
+        evidence: dict[str, Any] = {
+            "exit_status": status, "message": event.message[:500], "exception": event.exception,
+            "requested_bytes": event.requested_bytes, "total_bytes": event.total_bytes,
+            "batch_size": plan.batch_size if plan else None, "accum_steps": plan.accum_steps if plan else None,
+            "min_batch": min_batch, "retries_before": self.oom_retries,
+        }
+        if self.on_oom == "retry" and plan is not None and nxt is not None and not host.options.dry_run:
+            self.oom_retries += 1
+            resume = self.resume_point() or host.resume_from
+            evidence.update(new_batch_size=nxt.batch_size, new_accum_steps=nxt.accum_steps,
+                            effective_batch=nxt.effective, resume_from=resume)
+            note = "" if nxt.effective == plan.effective else \
+                f" (the odd batch changes the effective batch from {plan.effective} to {nxt.effective})"
+            host.record(Decision(
+                time=now, policy="oom", action="retry",
+                reason=(f"CUDA out of memory at batch {plan.batch_size} x accumulation {plan.accum_steps}: "
+                        f"retrying at batch {nxt.batch_size} x accumulation {nxt.accum_steps} "
+                        f"(effective batch {nxt.effective}){note}"
+                        + (f", resuming from {resume}" if resume else "")),
+                evidence=evidence, key=f"oom:{self.oom_retries}"), f"retry {self.oom_retries}")
+            host.restart_job(batch=nxt, resume_from=resume)
+            return True
+        text = advice(plan, event, min_batch)
+        if self.on_oom == "retry" and plan is None:
+            text += " (--on-oom retry needs the batch size: --batch-size N or COSTCTL_BATCH_SIZE)"
+        host.record(Decision(time=now, policy="oom", action="advise", reason=text, evidence=evidence,
+                             key=f"oom-advice:{self.oom_retries}"), "advised")
+        return False
+
+
+__all__ = ["Lifecycle", "MOVABLE_PROVIDERS"]

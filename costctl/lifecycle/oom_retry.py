@@ -1,0 +1,142 @@
+"""CUDA out-of-memory recovery: spot the error in the job's output, halve the batch, keep the
+effective batch, and fill the command's placeholders.
+
+The job learns its batch size and accumulation steps from ``{batch_size}`` / ``{accum_steps}``
+placeholders in the command, or from ``$COSTCTL_BATCH_SIZE`` / ``$COSTCTL_ACCUM_STEPS``
+(:func:`costctl.job.batch_size`). ``{checkpoint}`` becomes the checkpoint to resume from
+(empty when there is none). Placeholders are replaced as plain text inside each argument,
+so other braces (``python -c "print({})"``) are left alone.
+
+Every OOM shape in ``shared/corpus/oom_messages_from_issues.txt`` is recognized by
+:func:`costctl.replay.oom.match_oom`, reused here line by line on both streams.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import UsageError
+from ..replay.oom import OomEvent, match_oom
+
+BATCH = "{batch_size}"
+ACCUM = "{accum_steps}"
+CHECKPOINT = "{checkpoint}"
+#: Longest partial line kept while waiting for its end (characters).
+MAX_LINE_CHARS = 64 * 1024
+
+
+def uses(argv: Sequence[str] | None, placeholder: str) -> bool:
+    """Whether any argument of ``argv`` contains ``placeholder`` (e.g. ``"{batch_size}"``)."""
+    return bool(argv) and any(placeholder in arg for arg in argv)  # type: ignore[union-attr]
+
+
+def render_command(argv: Sequence[str], *, batch_size: int | None, accum_steps: int | None,
+                   checkpoint: str | None) -> list[str]:
+    """``argv`` with ``{batch_size}``, ``{accum_steps}`` and ``{checkpoint}`` filled in.
+
+    Raises:
+        UsageError: the command uses ``{batch_size}`` (or ``{accum_steps}``) but no value is
+            known (pass ``--batch-size`` / ``--accum-steps``).
+    """
+    if uses(argv, BATCH) and batch_size is None:
+        raise UsageError("the command uses {batch_size} but no batch size is known: pass --batch-size N "
+                         "(or set COSTCTL_BATCH_SIZE)")
+    values = {BATCH: str(batch_size) if batch_size is not None else "",
+              ACCUM: str(accum_steps if accum_steps is not None else 1),
+              CHECKPOINT: checkpoint or ""}
+    out = []
+    for arg in argv:
+        for key, value in values.items():
+            arg = arg.replace(key, value)
+        out.append(arg)
+    return out
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Per-device (micro-)batch size and gradient-accumulation steps.
+
+    ``effective = batch_size × accum_steps`` is the batch one optimizer step sees.
+    """
+
+    batch_size: int
+    accum_steps: int = 1
+
+    @property
+    def effective(self) -> int:
+        """Samples per optimizer step."""
+        return self.batch_size * self.accum_steps
+
+    def halved(self, min_batch: int = 1) -> BatchPlan | None:
+        """Batch halved (rounded down), accumulation doubled; None below ``min_batch``.
+        An odd batch cannot keep the effective batch exactly (it shrinks by ``accum_steps``)."""
+        half = self.batch_size // 2
+        if half < max(1, min_batch):
+            return None
+        return BatchPlan(half, self.accum_steps * 2)
+
+
+class OomScanner:
+    """Finds out-of-memory lines in the job's output as it streams.
+
+    :meth:`feed` takes decoded chunks per stream (``"stdout"``/``"stderr"``), re-assembles
+    lines (``\\n`` or ``\\r``) and keeps the last OOM event seen since :meth:`reset`.
+    """
+
+    def __init__(self) -> None:
+        self._tails = {"stdout": "", "stderr": ""}
+        self.event: OomEvent | None = None
+        self.stream: str | None = None
+
+    def feed(self, stream: str, text: str) -> OomEvent | None:
+        """Scan ``text``; returns the OOM event found in it, if any."""
+        data = self._tails.get(stream, "") + text
+        lines = data.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        tail = lines.pop()
+        self._tails[stream] = tail if len(tail) <= MAX_LINE_CHARS else ""
+        found = None
+        for line in lines:
+            if len(line) > MAX_LINE_CHARS:
+                continue
+            event = match_oom(line)
+            if event is not None:
+                found = event
+        if found is not None:
+            self.event, self.stream = found, stream
+        return found
+
+    def finish(self) -> OomEvent | None:
+        """Scan the unterminated last lines too (at the child's exit); returns the last event."""
+        for stream, tail in list(self._tails.items()):
+            if tail:
+                self._tails[stream] = ""
+                event = match_oom(tail)
+                if event is not None:
+                    self.event, self.stream = event, stream
+        return self.event
+
+    def reset(self) -> None:
+        """Forget everything (a new child starts)."""
+        self.__init__()
+
+
+def advice(plan: BatchPlan | None, event: OomEvent | None, min_batch: int) -> str:
+    """The one-line advice after an OOM crash, with the numbers when the batch is known."""
+    what = "the job ran out of GPU memory"
+    if event is not None and event.requested_bytes and event.total_bytes:
+        what += (f" (tried to allocate {event.requested_bytes / 2**30:.2f} GiB on a "
+                 f"{event.total_bytes / 2**30:.2f} GiB GPU)")
+    if plan is None:
+        return (f"{what}: halve the batch size and double gradient accumulation to keep the effective "
+                "batch; pass --batch-size N so costctl can name the numbers, and --on-oom retry to do it")
+    nxt = plan.halved(min_batch)
+    if nxt is None:
+        return (f"{what} at batch {plan.batch_size}: halving it would go below [oom] min_batch {min_batch}; "
+                "reduce memory another way (mixed precision, activation checkpointing, a larger card)")
+    return (f"{what} at batch {plan.batch_size} x accumulation {plan.accum_steps}: retry with batch "
+            f"{nxt.batch_size} x accumulation {nxt.accum_steps} (effective batch {nxt.effective}); "
+            "costctl watch --on-oom retry does this by itself")
+
+
+__all__ = ["ACCUM", "BATCH", "CHECKPOINT", "BatchPlan", "OomScanner", "advice", "render_command", "uses"]
