@@ -40,6 +40,7 @@ from pydantic_settings import (
 
 from .errors import ConfigError
 from .money import parse_decimal
+from .validation import one_line
 
 CONFIG_FILE_NAME = "costctl.toml"
 ENV_PREFIX = "COSTCTL_"
@@ -453,25 +454,8 @@ _NON_SETTING_ENV = {"COSTCTL_CONFIG", "COSTCTL_CHECKPOINT_REQUEST", "COSTCTL_RES
                     "COSTCTL_TEST_POSTGRES_URL"}
 
 
-def _describe(value: Any) -> str:
-    text = repr(value) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _one_line(err: ValidationError) -> str:
-    first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"] if not isinstance(p, int) or True)
-    typ = first["type"]
-    if typ == "extra_forbidden":
-        return f"unknown key '{loc}' (check the spelling; `costctl init` writes every key)"
-    msg = first["msg"]
-    msg = msg.removeprefix("Value error, ")
-    allowed = msg
-    if typ == "literal_error":
-        allowed = msg.replace("Input should be", "expected")
-    value = first.get("input")
-    more = f" (and {len(err.errors()) - 1} more problem(s))" if len(err.errors()) > 1 else ""
-    return f"{loc} = {_describe(value)}: {allowed}{more}"
+    return one_line(err, unknown_hint="(check the spelling; `costctl init` writes every key)")
 
 
 def find_config_file(explicit: Path | None, cwd: Path | None = None) -> Path | None:

@@ -42,7 +42,7 @@ from .executor import Executor
 from .ledger.db import Ledger
 from .ledger.lifecycle import spot_exposure
 from .lifecycle.controller import Lifecycle
-from .lifecycle.oom_retry import CHECKPOINT, BatchPlan, render_command, uses
+from .lifecycle.oom_retry import BatchPlan, render_command
 from .lifecycle.underuse import underuse_advice
 from .money import Money
 from .policies.engine import PolicyEngine
@@ -326,8 +326,6 @@ class Watcher:
             if newest is None:
                 raise UsageError(f"--resume: no checkpoint matches [checkpoint] path {s.checkpoint.path!r}")
             self.resume_from = str(newest.path)
-        elif opts.command and uses(opts.command, CHECKPOINT):
-            self.resume_from = None
         if opts.command:
             render_command(opts.command, batch_size=self.batch.batch_size if self.batch else None,
                            accum_steps=accum, checkpoint=self.resume_from)
@@ -668,7 +666,10 @@ class Watcher:
             return self._on_signal()
         if self._stopped_at is None and self.lifecycle is not None:
             with self._lock:
-                self.lifecycle.poll()
+                try:
+                    self.lifecycle.poll()
+                except CostctlError as exc:  # e.g. the ledger is unwritable: keep guarding
+                    self.say(f"costctl: lifecycle step failed: {exc.message}")
         if self._stopped_at is not None:
             if self.child is not None and self.child_status is None:
                 self.child_status = self.child.terminate(self.settings.watch.grace_period.total_seconds())
@@ -755,6 +756,12 @@ class Watcher:
         try:
             if self._stopped_at is None:
                 self.tick(end)
+            else:  # stopped between ticks (e.g. a preemption): keep the progress seen since the last one
+                with self._lock:
+                    points = self._drain_progress(end)
+                    if points:
+                        self.ledger.record_progress(self.run_id, points)
+                        self.summary.add_progress(points)
             with self._lock:
                 if self.lifecycle is not None and self.lifecycle.requester.pending is not None:
                     self.lifecycle.requester.withdraw()

@@ -27,6 +27,7 @@ GiB = 2**30
 
 def settings(tmp_path: Path, toml: str) -> Settings:
     """Settings from ``toml`` with the data dir in ``tmp_path/data``."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     cfg = tmp_path / "costctl.toml"
     cfg.write_text(f'data_dir = "{tmp_path / "data"}"\n' + toml)
     return load_settings(cfg)

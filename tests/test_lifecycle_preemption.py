@@ -12,7 +12,7 @@ from decimal import Decimal
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from costctl.ledger.schema import CheckpointRow, DecisionRow, Run, WasteRow
+from costctl.ledger.schema import CheckpointRow, DecisionRow, Progress, Run, WasteRow
 from helpers import costctl_env, run_costctl
 from lifecycle_support import EXAMPLE, PY, T0, SimClock, drive, log_text, settings, watcher
 
@@ -70,6 +70,9 @@ def test_notice_checkpoints_before_the_deadline_resume_continues_and_the_bill_sh
     assert waste.reason == "preemption" and waste.start_at == cp.saved_at and waste.end_at == stop.time
     saved_epoch = int(re.search(r"epoch-(\d+)\.pkl", cp.path).group(1))
     assert f"checkpoint saved (on request): {cp.path} (epoch {saved_epoch})" in log_text(w)
+    with _db(tmp_path) as db:  # the losses printed up to the stop are in the ledger
+        epochs = {p.epoch for p in db.scalars(select(Progress).where(Progress.run_id == run1.id, Progress.kind == "train"))}
+    assert set(range(1, saved_epoch + 1)) <= {int(e) for e in epochs}
 
     # --resume on the same (now stopped) sim instance, later on the simulated clock
     clock.advance(600)

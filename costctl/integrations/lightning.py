@@ -11,7 +11,8 @@ and in ``costctl.toml``: ``[checkpoint] path = "/root/autodl-tmp/ckpt/*.ckpt"``.
 
 After every ``check_every_n_steps``-th training batch the callback checks for costctl's request
 (:func:`costctl.job.checkpoint_requested`), lets every rank agree through the strategy
-(``reduce_boolean_decision(..., all=False)``: any rank that saw it), then calls
+(``reduce_boolean_decision(..., all=False)``: any rank that saw it; on Lightning versions
+without ``all``, one all-reduce through ``torch.distributed``), then calls
 ``trainer.save_checkpoint`` on all ranks (it is a collective in sharded strategies; rank 0
 writes) and acknowledges the request. Files are named from ``filename`` (``{epoch}`` and
 ``{step}`` filled in) in ``dirpath`` (default: the ModelCheckpoint callback's directory, else
@@ -25,6 +26,7 @@ import os
 from typing import Any
 
 from .. import job
+from ._dist import any_rank
 
 __all__ = ["CostctlCheckpoint"]
 
@@ -38,6 +40,16 @@ def _callback_base() -> type:
         except ImportError as exc:  # pragma: no cover - exercised only without Lightning
             raise ImportError("costctl.integrations.lightning needs lightning: pip install lightning") from exc
     return Callback
+
+
+def _any_rank(trainer: Any, flag: bool) -> bool:
+    """``flag`` OR-ed over the ranks through the strategy (current Lightning:
+    ``reduce_boolean_decision(..., all=False)``); older strategies, whose method only ANDs,
+    go through ``torch.distributed`` directly."""
+    try:
+        return bool(trainer.strategy.reduce_boolean_decision(flag, all=False))
+    except TypeError:
+        return any_rank(flag, getattr(trainer.strategy, "root_device", None))
 
 
 def _build() -> type:
@@ -74,7 +86,7 @@ def _build() -> type:
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             if trainer.global_step % self.check_every_n_steps:
                 return
-            if not trainer.strategy.reduce_boolean_decision(job.checkpoint_requested(), all=False):
+            if not _any_rank(trainer, job.checkpoint_requested()):
                 return
             path = self.checkpoint_path(trainer)
             trainer.save_checkpoint(path)

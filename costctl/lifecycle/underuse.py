@@ -4,7 +4,8 @@ A run is *underutilized* when its peak GPU memory (any one GPU) stayed under
 ``[downsize] underutilized_memory_fraction`` of the card's memory and its mean GPU utilization
 under ``underutilized_gpu_utilization`` percent. The advice names the fitting card with the
 largest saving (:func:`costctl.lifecycle.sizing.rank_cards`: memory with headroom, speed scaled
-by the measured utilization) and the money it would have saved over the run's duration.
+by the measured utilization) and the money it would have saved over the run's duration; a
+saving under ``[downsize] min_saving_per_hour`` is not worth the advice.
 Shown at the end of a watch and under ``costctl bill``.
 """
 
@@ -87,7 +88,8 @@ def underuse_advice(
     config: DownsizeConfig,
 ) -> UnderuseAdvice | None:
     """The advice for a run, or None when it was not underutilized, a reading is missing (no
-    GPU telemetry: never guessed), or no cheaper card fits.
+    GPU telemetry: never guessed), or no cheaper card fits and saves at least
+    ``min_saving_per_hour``.
 
     Args:
         rate: what the run's instance cost per hour.
@@ -111,7 +113,7 @@ def underuse_advice(
     cards = rank_cards(current_gpu=gpu, current_rate=rate, peak_bytes=peak_memory_bytes, headroom=config.headroom,
                        options=options, utilization=mean_utilization / 100.0, compute_dtype=config.compute_dtype)
     card = best_fit(cards)
-    if card is None:
+    if card is None or card.saving_per_hour < config.min_saving_per_hour:
         return None
     saved = card.saving_per_hour * Decimal(repr(duration_s)) / 3600
     return UnderuseAdvice(run_id=run_id, gpu=gpu, peak_memory_bytes=peak_memory_bytes, card_memory_bytes=total,

@@ -20,9 +20,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, Mapping
 
+from costctl_providers._normalize import decimal_from_json, strip_keys
 from costctl_providers.base import BillingMode, Instance, Status
 
 PROVIDER = "autodl"
@@ -76,13 +77,8 @@ def yuan_from_milli(value: Any) -> Decimal | None:
     >>> yuan_from_milli(1880)
     Decimal('1.88')
     """
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        amount = Decimal(str(value))
-    except InvalidOperation:
-        return None
-    if not amount.is_finite():
+    amount = decimal_from_json(value)
+    if amount is None:
         return None
     return (amount / MILLI_YUAN).normalize() if amount else Decimal(0)
 
@@ -113,11 +109,7 @@ def parse_time(value: Any) -> datetime | None:
 
 def strip_secrets(payload: Any) -> Any:
     """A copy of ``payload`` without keys that hold credentials (passwords, tokens, ssh commands)."""
-    if isinstance(payload, Mapping):
-        return {k: strip_secrets(v) for k, v in payload.items() if not _SECRET_KEY.search(str(k))}
-    if isinstance(payload, list):
-        return [strip_secrets(v) for v in payload]
-    return payload
+    return strip_keys(payload, _SECRET_KEY)
 
 
 def billing_mode(charge_type: Any) -> BillingMode:

@@ -29,27 +29,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from costctl.clock import Clock, RealClock
 from costctl.errors import ProviderError
 from costctl.money import Money
 
-from costctl_providers._http import (
-    HttpClient,
-    NotFoundError,
-    ProviderResponseError,
-    wait_for_status,
-)
-from costctl_providers.base import BillingMode, Capabilities, Instance, Provider, Status
-from costctl_providers.credentials import Credential, load_credential
+from costctl_providers._adapter import HttpProvider
+from costctl_providers._http import NotFoundError, ProviderResponseError
+from costctl_providers.base import BillingMode, Capabilities, Instance, Status
 
 from . import container
 from .api import EnvelopeClient
-from .config import AutoDLConfig, load_config
+from .config import AutoDLConfig
 from .normalize import (
     CURRENCY,
     PROVIDER,
@@ -69,21 +61,19 @@ _PRO = "/api/v1/dev/instance/pro"
 _CONSOLE = "/api/v1/instance"
 
 
-class AutoDLProvider(Provider):
-    """AutoDL (CNY). Constructed as ``AutoDLProvider(config, data_dir=..., clock=...)``.
+class AutoDLProvider(HttpProvider):
+    """AutoDL (CNY). Constructed as ``AutoDLProvider(config, data_dir=..., clock=..., env=...,
+    sleep=...)`` (see :class:`~costctl_providers._adapter.HttpProvider`); ``config`` is the
+    ``[providers.autodl]`` table (:class:`~.config.AutoDLConfig`).
 
-    Args:
-        config: the ``[providers.autodl]`` table (:class:`~.config.AutoDLConfig`).
-        data_dir: costctl's data dir (default credentials file location).
-        clock: time source for waits (a clock with ``advance`` is advanced instead of sleeping).
-        env: environment mapping for credentials (default ``os.environ``).
+    Args (besides ``HttpProvider``'s):
         hostname: returns this machine's hostname (tests inject one).
         run_command: runs the shutdown command and returns its exit status (tests inject a
             recorder; the real one is never run in tests).
-        sleep: replaces ``time.sleep`` between retries and status polls.
 
     The developer token (``AUTODL_TOKEN`` or the credentials file ``[autodl] token``) is read
-    lazily: without one, only :meth:`detect_self` and stopping this very container work.
+    lazily and sent as the bare ``Authorization`` value: without one, only :meth:`detect_self`
+    and stopping this very container work.
     """
 
     name: ClassVar[str] = PROVIDER
@@ -91,66 +81,36 @@ class AutoDLProvider(Provider):
         stop=True, start=True, release=True, spot=False, change_gpu=False, offers=False,
         balance=True, billing_records=False, preemption_notice=False,
     )
+    config_model = AutoDLConfig
+    config: AutoDLConfig
+    credential_keys = ("token", "api_key")
+    auth_scheme = ""
+    extra_headers = {"Content-Type": "application/json"}
 
     def __init__(
         self,
         config: Mapping[str, Any] | None = None,
         *,
-        data_dir: Path,
-        clock: Clock | None = None,
-        env: Mapping[str, str] | None = None,
         hostname: container.HostnameFn | None = None,
         run_command: container.CommandRunner | None = None,
-        sleep: Callable[[float], None] | None = None,
+        **kwargs: Any,
     ) -> None:
-        self._table = dict(config or {})
-        self.config: AutoDLConfig = load_config(self._table)
-        self.data_dir = Path(data_dir)
-        self.clock = clock or RealClock()
-        self._env = env
+        super().__init__(config, **kwargs)
         self._hostname = hostname or container.default_hostname
         self._run_command = run_command or container.run_command
-        advance = getattr(self.clock, "advance", None)
-        self._sleep = sleep or (advance if callable(advance) else time.sleep)
-        self._token: Credential | None = None
-        self._token_loaded = False
         self._pro_client: EnvelopeClient | None = None
         self._console_client: EnvelopeClient | None = None
         self._known: dict[str, Instance] = {}
 
     # -- clients ------------------------------------------------------------------------
 
-    def _credential(self, *, required: bool) -> Credential | None:
-        if not self._token_loaded:
-            self._token = load_credential(
-                PROVIDER, self._table, data_dir=self.data_dir, keys=("token", "api_key"),
-                required=False, env=self._env,
-            )
-            self._token_loaded = True
-        if self._token is None and required:
-            load_credential(PROVIDER, self._table, data_dir=self.data_dir, keys=("token",), env=self._env)
-        return self._token
-
-    def _http(self, base_url: str, credential: Credential) -> HttpClient:
-        return HttpClient(
-            base_url,
-            auth_header=("Authorization", credential.secret),
-            provider=PROVIDER,
-            credential_name=credential.name,
-            timeout=self.config.timeout,
-            retries=self.config.retries,
-            backoff=self.config.backoff,
-            sleep=self._sleep,
-            headers={"Content-Type": "application/json"},
-        )
-
     @property
     def pro(self) -> EnvelopeClient:
         """The developer-API client (raises ConfigError when no token is configured)."""
         if self._pro_client is None:
-            cred = self._credential(required=True)
+            cred = self.credential()
             assert cred is not None
-            self._pro_client = EnvelopeClient(self._http(self.config.base_url, cred), cred)
+            self._pro_client = EnvelopeClient(self.http, cred)
         return self._pro_client
 
     @property
@@ -162,12 +122,9 @@ class AutoDLProvider(Provider):
                 "set console_api = true in [providers.autodl] and provide AUTODL_CONSOLE_TOKEN"
             )
         if self._console_client is None:
-            cred = load_credential(
-                PROVIDER, self._table, data_dir=self.data_dir, env_var=CONSOLE_TOKEN_ENV,
-                keys=("console_token",), env=self._env,
-            )
+            cred = self.find_credential(("console_token",), env_var=CONSOLE_TOKEN_ENV)
             assert cred is not None
-            self._console_client = EnvelopeClient(self._http(self.config.console_url, cred), cred)
+            self._console_client = EnvelopeClient(self.new_client(self.config.console_url, cred), cred)
         return self._console_client
 
     # -- reading ----------------------------------------------------------------------------
@@ -256,13 +213,6 @@ class AutoDLProvider(Provider):
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def _wait(self, instance_id: str, want: set[Status]) -> Instance:
-        return wait_for_status(
-            lambda: self._poll(instance_id), want,
-            timeout_s=self.config.stop_timeout, poll_s=self.config.poll_interval,
-            clock=self.clock, sleep=self._sleep,
-        )
-
     def start_instance(self, instance_id: str) -> Instance:
         """Power on with the GPU (``payload: "gpu"``); a no-op on a starting or running instance.
 
@@ -306,7 +256,7 @@ class AutoDLProvider(Provider):
         Raises:
             StatusWaitError: the provider did not report ``shutdown`` in time.
         """
-        if self._credential(required=False) is None and instance_id == self.detect_self():
+        if self.credential(required=False) is None and instance_id == self.detect_self():
             return self._shutdown_self(instance_id)
         current = self._poll(instance_id)
         if current.status in (Status.STOPPED, Status.TERMINATED):

@@ -18,9 +18,10 @@ Sources (the fake in ``tests/fakes/runpod.py`` quotes the payloads):
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, Mapping
 
+from costctl_providers._normalize import decimal_from_json as dollars
 from costctl_providers.base import BillingMode, Instance, Offer, Status
 
 PROVIDER = "runpod"
@@ -57,17 +58,6 @@ def map_status(raw: Any, *, has_runtime: bool | None = None) -> Status:
     if has_runtime is True and status is Status.STOPPED:
         return Status.STOPPING
     return status
-
-
-def dollars(value: Any) -> Decimal | None:
-    """A JSON number of dollars -> Decimal through its shortest repr; None when absent/invalid."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        amount = Decimal(repr(value)) if isinstance(value, float) else Decimal(str(value))
-    except InvalidOperation:
-        return None
-    return amount if amount.is_finite() else None
 
 
 def bid_per_instance_hour(bid_per_gpu: Decimal, gpu_count: int) -> Decimal:

@@ -17,22 +17,19 @@ query text. A response with an ``errors`` array becomes a typed error carrying t
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from decimal import Decimal
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from costctl.clock import Clock, RealClock
 from costctl.errors import ProviderError
 from costctl.money import Money
 
-from costctl_providers._http import AuthError, HttpClient, NotFoundError, ProviderResponseError, wait_for_status
-from costctl_providers.base import BillingMode, Capabilities, Instance, Offer, Provider, Status
-from costctl_providers.credentials import Credential, load_credential
+from costctl_providers._adapter import HttpProvider
+from costctl_providers._http import AuthError, NotFoundError, ProviderResponseError
+from costctl_providers.base import BillingMode, Capabilities, Instance, Offer, Status
 
-from .config import RunPodConfig, load_config
+from .config import RunPodConfig
 from .normalize import (
     CURRENCY,
     PROVIDER,
@@ -84,16 +81,12 @@ _NOT_FOUND = re.compile(r"not found|does not exist|no pod|unknown pod", re.I)
 _AUTH = re.compile(r"unauthori[sz]ed|forbidden|api key|permission", re.I)
 
 
-class RunPodProvider(Provider):
-    """RunPod (USD). Constructed as ``RunPodProvider(config, data_dir=..., clock=...)``.
-
-    Args:
-        config: the ``[providers.runpod]`` table (:class:`~.config.RunPodConfig`).
-        data_dir: costctl's data dir (credentials file location).
-        clock: time source for waits and ``started_at`` (a clock with ``advance`` is advanced
-            instead of sleeping).
-        env: environment mapping for ``RUNPOD_API_KEY`` (default ``os.environ``).
-        sleep: replaces ``time.sleep`` between retries and status polls.
+class RunPodProvider(HttpProvider):
+    """RunPod (USD). Constructed as ``RunPodProvider(config, data_dir=..., clock=..., env=...,
+    sleep=...)`` (see :class:`~costctl_providers._adapter.HttpProvider`; the clock also dates
+    ``started_at``); ``config`` is the ``[providers.runpod]`` table (:class:`~.config.RunPodConfig`).
+    The API key (``RUNPOD_API_KEY`` or the credentials file's ``[runpod] api_key``) is sent as
+    ``Authorization: Bearer <key>``.
     """
 
     name: ClassVar[str] = PROVIDER
@@ -101,46 +94,9 @@ class RunPodProvider(Provider):
         stop=True, start=True, release=True, spot=True, change_gpu=True, offers=True,
         balance=True, billing_records=False, preemption_notice=False,
     )
-
-    def __init__(
-        self,
-        config: Mapping[str, Any] | None = None,
-        *,
-        data_dir: Path,
-        clock: Clock | None = None,
-        env: Mapping[str, str] | None = None,
-        sleep: Callable[[float], None] | None = None,
-    ) -> None:
-        self._table = dict(config or {})
-        self.config: RunPodConfig = load_config(self._table)
-        self.data_dir = Path(data_dir)
-        self.clock = clock or RealClock()
-        self._env = env
-        advance = getattr(self.clock, "advance", None)
-        self._sleep = sleep or (advance if callable(advance) else time.sleep)
-        self._client: HttpClient | None = None
-        self._cred: Credential | None = None
-
-    @property
-    def http(self) -> HttpClient:
-        """The HTTP client (reads the API key on first use; ConfigError when there is none)."""
-        if self._client is None:
-            cred = load_credential(PROVIDER, self._table, data_dir=self.data_dir, keys=("api_key", "token"),
-                                   env=self._env)
-            assert cred is not None
-            self._cred = cred
-            self._client = HttpClient(
-                self.config.base_url,
-                auth_header=("Authorization", f"Bearer {cred.secret}"),
-                provider=PROVIDER,
-                credential_name=cred.name,
-                timeout=self.config.timeout,
-                retries=self.config.retries,
-                backoff=self.config.backoff,
-                sleep=self._sleep,
-                headers={"Content-Type": "application/json"},
-            )
-        return self._client
+    config_model = RunPodConfig
+    config: RunPodConfig
+    extra_headers = {"Content-Type": "application/json"}
 
     def graphql(self, query: str, variables: dict[str, Any] | None = None, *, idempotent: bool) -> dict[str, Any]:
         """Run one GraphQL operation and return its ``data``.
@@ -189,13 +145,6 @@ class RunPodProvider(Provider):
         return instance_from_pod(pod, now=self.clock.now())
 
     # -- lifecycle ---------------------------------------------------------------------------
-
-    def _wait(self, instance_id: str, want: set[Status]) -> Instance:
-        return wait_for_status(
-            lambda: self.get_instance(instance_id), want,
-            timeout_s=self.config.stop_timeout, poll_s=self.config.poll_interval,
-            clock=self.clock, sleep=self._sleep,
-        )
 
     def stop_instance(self, instance_id: str, *, wait: bool = True) -> Instance:
         """``podStop``; a no-op on a stopped pod. GPU billing ends, volume storage still bills.

@@ -32,7 +32,6 @@ Unknown keys raise :class:`~costctl.errors.ConfigError`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -44,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from costctl.clock import Clock, RealClock, ensure_utc
 from costctl.errors import ConfigError, ProviderError
 
+from .._adapter import clock_sleep
 from .._http import NotFoundError, wait_for_status
 from ..base import BillingMode, Capabilities, Instance, Offer, Provider, Status
 from ..notices import Notice
@@ -118,8 +118,7 @@ class SimProvider(Provider):
         self.config = _parse_config(config or {})
         self.clock = clock or RealClock()
         self.store = SimStateStore(Path(data_dir))
-        advance = getattr(self.clock, "advance", None)
-        self._sleep = advance if callable(advance) else time.sleep
+        self._sleep = clock_sleep(self.clock)
 
     # -- records -------------------------------------------------------------------------
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
-from decimal import Decimal, InvalidOperation
 from typing import Any, Mapping
 
+from costctl_providers._normalize import decimal_from_json as dollars
+from costctl_providers._normalize import strip_keys
 from costctl_providers.base import BillingMode, Instance, Offer, Status
 
 PROVIDER = "vastai"
@@ -80,18 +81,6 @@ def map_status(actual: Any, intended: Any = None, *, is_bid: bool = False) -> tu
     return status, False
 
 
-def dollars(value: Any) -> Decimal | None:
-    """A JSON number of dollars -> Decimal via its shortest repr (``0.234567`` stays exact);
-    None for missing, boolean or non-finite values."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        amount = Decimal(repr(value)) if isinstance(value, float) else Decimal(str(value))
-    except InvalidOperation:
-        return None
-    return amount if amount.is_finite() else None
-
-
 def from_unix(value: Any) -> datetime | None:
     """Unix seconds (int or float) -> aware UTC datetime; None for missing or invalid."""
     if value is None or isinstance(value, bool):
@@ -104,11 +93,7 @@ def from_unix(value: Any) -> datetime | None:
 
 def strip_secrets(payload: Any) -> Any:
     """A copy of ``payload`` without credential-like keys (``jupyter_token``, ``extra_env``...)."""
-    if isinstance(payload, Mapping):
-        return {k: strip_secrets(v) for k, v in payload.items() if not _SECRET_KEY.search(str(k))}
-    if isinstance(payload, list):
-        return [strip_secrets(v) for v in payload]
-    return payload
+    return strip_keys(payload, _SECRET_KEY)
 
 
 def instance_from_payload(item: Mapping[str, Any]) -> Instance:

@@ -20,23 +20,20 @@ Vast's error body is ``{"success": false, "error": "...", "msg": "..."}``; a 200
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
-from pathlib import Path
 from typing import Any, ClassVar
 
-from costctl.clock import Clock, RealClock
 from costctl.errors import ProviderError
 from costctl.money import Money
 
-from costctl_providers._http import HttpClient, NotFoundError, ProviderResponseError, wait_for_status
-from costctl_providers.base import Capabilities, Instance, Offer, Provider, Status
-from costctl_providers.credentials import Credential, load_credential
+from costctl_providers._adapter import HttpProvider
+from costctl_providers._http import NotFoundError, ProviderResponseError
+from costctl_providers.base import Capabilities, Instance, Offer, Status
 
-from .config import VastAIConfig, load_config
+from .config import VastAIConfig
 from .normalize import CURRENCY, PROVIDER, dollars, from_unix, instance_from_payload, offer_from_payload
 
 
@@ -61,15 +58,11 @@ class Charge:
     amount: Money
 
 
-class VastAIProvider(Provider):
-    """Vast.ai (USD). Constructed as ``VastAIProvider(config, data_dir=..., clock=...)``.
-
-    Args:
-        config: the ``[providers.vastai]`` table (:class:`~.config.VastAIConfig`).
-        data_dir: costctl's data dir (credentials file location).
-        clock: time source for waits (a clock with ``advance`` is advanced instead of sleeping).
-        env: environment mapping for ``VAST_API_KEY`` (default ``os.environ``).
-        sleep: replaces ``time.sleep`` between retries and status polls.
+class VastAIProvider(HttpProvider):
+    """Vast.ai (USD). Constructed as ``VastAIProvider(config, data_dir=..., clock=..., env=...,
+    sleep=...)`` (see :class:`~costctl_providers._adapter.HttpProvider`); ``config`` is the
+    ``[providers.vastai]`` table (:class:`~.config.VastAIConfig`). The API key (``VAST_API_KEY``
+    or the credentials file's ``[vastai] api_key``) is sent as ``Authorization: Bearer <key>``.
     """
 
     name: ClassVar[str] = PROVIDER
@@ -77,44 +70,8 @@ class VastAIProvider(Provider):
         stop=True, start=True, release=True, spot=True, change_gpu=True, offers=True,
         balance=True, billing_records=True, preemption_notice=False,
     )
-
-    def __init__(
-        self,
-        config: Mapping[str, Any] | None = None,
-        *,
-        data_dir: Path,
-        clock: Clock | None = None,
-        env: Mapping[str, str] | None = None,
-        sleep: Callable[[float], None] | None = None,
-    ) -> None:
-        self._table = dict(config or {})
-        self.config: VastAIConfig = load_config(self._table)
-        self.data_dir = Path(data_dir)
-        self.clock = clock or RealClock()
-        self._env = env
-        advance = getattr(self.clock, "advance", None)
-        self._sleep = sleep or (advance if callable(advance) else time.sleep)
-        self._client: HttpClient | None = None
-
-    @property
-    def http(self) -> HttpClient:
-        """The HTTP client (reads the API key on first use; ConfigError when there is none)."""
-        if self._client is None:
-            cred: Credential | None = load_credential(
-                PROVIDER, self._table, data_dir=self.data_dir, keys=("api_key", "token"), env=self._env,
-            )
-            assert cred is not None
-            self._client = HttpClient(
-                self.config.base_url,
-                auth_header=("Authorization", f"Bearer {cred.secret}"),
-                provider=PROVIDER,
-                credential_name=cred.name,
-                timeout=self.config.timeout,
-                retries=self.config.retries,
-                backoff=self.config.backoff,
-                sleep=self._sleep,
-            )
-        return self._client
+    config_model = VastAIConfig
+    config: VastAIConfig
 
     def _call(self, method: str, path: str, *, idempotent: bool, **kwargs: Any) -> Any:
         body = self.http.json(method, path, idempotent=idempotent, **kwargs)
@@ -149,13 +106,6 @@ class VastAIProvider(Provider):
         return instance_from_payload(item)
 
     # -- lifecycle ---------------------------------------------------------------------------
-
-    def _wait(self, instance_id: str, want: set[Status]) -> Instance:
-        return wait_for_status(
-            lambda: self.get_instance(instance_id), want,
-            timeout_s=self.config.stop_timeout, poll_s=self.config.poll_interval,
-            clock=self.clock, sleep=self._sleep,
-        )
 
     def _set_state(self, instance_id: str, state: str) -> None:
         # Setting the intended state twice is harmless, so the call is retried like a read.

@@ -1,0 +1,141 @@
+"""Ready callbacks for the Hugging Face Trainer and PyTorch Lightning, on light stand-ins for the
+frameworks (not installed here), and the all-ranks agreement on a real 2-process gloo group."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _fresh(module_name: str, attr: str, monkeypatch):
+    module = importlib.import_module(module_name)
+    monkeypatch.delitem(module.__dict__, attr, raising=False)
+    return module
+
+
+def test_importing_the_integrations_imports_no_framework():
+    code = ("import sys, costctl.integrations.hf, costctl.integrations.lightning; "
+            "print(sorted(m for m in ('transformers', 'lightning', 'pytorch_lightning', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
+
+
+def test_hf_callback_sets_should_save_on_request_and_acknowledges_after_the_save(tmp_path, monkeypatch):
+    fake = types.ModuleType("transformers")
+
+    class TrainerCallback:  # the real base class only provides no-op hooks
+        pass
+
+    fake.TrainerCallback = TrainerCallback
+    monkeypatch.setitem(sys.modules, "transformers", fake)
+    hf = _fresh("costctl.integrations.hf", "CostctlCheckpointCallback", monkeypatch)
+    request = tmp_path / "request"
+    monkeypatch.setenv("COSTCTL_CHECKPOINT_REQUEST", str(request))
+    cb = hf.CostctlCheckpointCallback(check_every_n_steps=2)
+    assert isinstance(cb, TrainerCallback)
+    args, control = SimpleNamespace(device="cpu"), SimpleNamespace(should_save=False)
+    cb.on_step_end(args, SimpleNamespace(global_step=2), control)
+    assert control.should_save is False
+    request.write_text("{}")
+    cb.on_step_end(args, SimpleNamespace(global_step=3), control)
+    assert control.should_save is False  # checked every 2nd step only
+    cb.on_step_end(args, SimpleNamespace(global_step=4), control)
+    assert control.should_save is True and request.exists()
+    cb.on_save(args, SimpleNamespace(global_step=4), control)  # the Trainer saved: acknowledge
+    assert not request.exists()
+    with pytest.raises(ValueError):
+        hf.CostctlCheckpointCallback(check_every_n_steps=0)
+
+
+def test_lightning_callback_saves_on_every_rank_and_acknowledges(tmp_path, monkeypatch):
+    lightning = types.ModuleType("lightning")
+    pytorch = types.ModuleType("lightning.pytorch")
+    callbacks = types.ModuleType("lightning.pytorch.callbacks")
+
+    class Callback:
+        pass
+
+    callbacks.Callback = Callback
+    for name, mod in (("lightning", lightning), ("lightning.pytorch", pytorch),
+                      ("lightning.pytorch.callbacks", callbacks)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    lt = _fresh("costctl.integrations.lightning", "CostctlCheckpoint", monkeypatch)
+    request = tmp_path / "request"
+    monkeypatch.setenv("COSTCTL_CHECKPOINT_REQUEST", str(request))
+
+    class Strategy:
+        def __init__(self, others: bool) -> None:
+            self.others = others  # what the other ranks saw
+            self.calls = []
+
+        def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+            self.calls.append((decision, all))
+            return decision or self.others if not all else decision and self.others
+
+    saved = []
+    trainer = SimpleNamespace(global_step=10, current_epoch=2, default_root_dir=str(tmp_path / "root"),
+                              checkpoint_callback=None, strategy=Strategy(others=False),
+                              save_checkpoint=lambda path: saved.append(path))
+    cb = lt.CostctlCheckpoint()
+    assert isinstance(cb, Callback)
+    cb.on_train_batch_end(trainer, None, None, None, 0)
+    assert saved == [] and trainer.strategy.calls == [(False, False)]
+    # this rank did not see the file, another rank did: every rank saves
+    trainer.strategy = Strategy(others=True)
+    cb.on_train_batch_end(trainer, None, None, None, 0)
+    assert saved == [str(tmp_path / "root" / "checkpoints" / "costctl-epoch=2-step=10.ckpt")]
+    # with a ModelCheckpoint directory, that one is used; the request is acknowledged
+    request.write_text("{}")
+    trainer.checkpoint_callback = SimpleNamespace(dirpath=str(tmp_path / "mc"))
+    trainer.strategy = Strategy(others=False)
+    cb.on_train_batch_end(trainer, None, None, None, 0)
+    assert saved[-1] == str(tmp_path / "mc" / "costctl-epoch=2-step=10.ckpt") and not request.exists()
+
+    class OldStrategy:  # older Lightning: reduce_boolean_decision(decision) has no `all` (it ANDs)
+        root_device = "cpu"
+
+        def reduce_boolean_decision(self, decision: bool) -> bool:
+            return decision
+
+    trainer.strategy = OldStrategy()
+    trainer.global_step = 11
+    cb.on_train_batch_end(trainer, None, None, None, 0)
+    assert len(saved) == 2  # no request: nothing saved (no process group: the local answer)
+    request.write_text("{}")
+    cb.on_train_batch_end(trainer, None, None, None, 0)
+    assert saved[-1].endswith("costctl-epoch=2-step=11.ckpt") and not request.exists()
+
+
+RANK = textwrap.dedent("""
+    import os, sys
+    sys.path.insert(0, {repo!r})
+    import torch.distributed as dist
+    rank = int(sys.argv[1])
+    dist.init_process_group("gloo", init_method="file://" + {store!r}, rank=rank, world_size=2)
+    from costctl import job
+    from costctl.integrations._dist import any_rank
+    print(int(job.checkpoint_requested()), int(any_rank(job.checkpoint_requested())))
+    dist.destroy_process_group()
+""")
+
+
+def test_all_ranks_agree_when_only_one_sees_the_request(tmp_path):
+    pytest.importorskip("torch")
+    script = tmp_path / "rank.py"
+    script.write_text(RANK.format(repo=str(REPO), store=str(tmp_path / "store")))
+    (tmp_path / "request").write_text("{}")  # only rank 0 is pointed at an existing request file
+    procs = [subprocess.Popen([sys.executable, str(script), str(r)], stdout=subprocess.PIPE, text=True,
+                              env={"COSTCTL_CHECKPOINT_REQUEST": str(tmp_path / ("request" if r == 0 else "none")),
+                                   "PATH": "/usr/bin:/bin"}) for r in (0, 1)]
+    outs = [p.communicate(timeout=60)[0].split() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    assert outs == [["1", "1"], ["0", "1"]]  # rank 1 saw nothing itself but saves with rank 0
