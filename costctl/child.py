@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -220,6 +221,29 @@ class Child:
         self.send_signal(signal.SIGKILL)
         self.drain(timeout=2)
         return exit_status(self.proc.returncode)
+
+
+def check_command(argv: Sequence[str], cwd: Path | None = None) -> None:
+    """Fail early, before anything is recorded, when ``argv[0]`` cannot be run.
+
+    A name without a slash is looked up on ``$PATH`` (as ``execvp`` does); a path must exist
+    and be executable.
+
+    Raises:
+        UsageError: exit status 127 (not found) or 126 (not executable), as shells use.
+    """
+    if not argv:
+        raise UsageError("no command given after --")
+    name = argv[0]
+    if "/" not in name:
+        if shutil.which(name) is None:
+            raise UsageError(f"command not found: {name}", exit_code=127)
+        return
+    path = Path(cwd or ".") / name if not os.path.isabs(name) else Path(name)
+    if not path.exists():
+        raise UsageError(f"command not found: {name}", exit_code=127)
+    if path.is_dir() or not os.access(path, os.X_OK):
+        raise UsageError(f"command is not executable: {name}", exit_code=126)
 
 
 def exit_status(returncode: int) -> int:

@@ -27,6 +27,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -432,6 +433,12 @@ class Settings(BaseSettings):
     providers: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     _toml_path: ClassVar[Path | None] = None
+    _config_path: Path | None = PrivateAttr(default=None)
+
+    @property
+    def config_path(self) -> Path | None:
+        """The TOML file these settings were read from (None: defaults and environment only)."""
+        return self._config_path
 
     @classmethod
     def settings_customise_sources(
@@ -449,9 +456,11 @@ class Settings(BaseSettings):
 
 
 # Environment variables that belong to costctl but are not settings keys.
+# Environment variables that belong to costctl but are not settings keys: the job-side protocol
+# (costctl.job), the config file's location, and the test suite's (COSTCTL_TEST_*, COSTCTL_CORPUS).
 _NON_SETTING_ENV = {"COSTCTL_CONFIG", "COSTCTL_CHECKPOINT_REQUEST", "COSTCTL_RESUME_FROM",
-                    "COSTCTL_BATCH_SIZE", "COSTCTL_ACCUM_STEPS", "COSTCTL_RUN_ID",
-                    "COSTCTL_TEST_POSTGRES_URL"}
+                    "COSTCTL_BATCH_SIZE", "COSTCTL_ACCUM_STEPS", "COSTCTL_RUN_ID", "COSTCTL_CORPUS"}
+_NON_SETTING_ENV_PREFIXES = ("COSTCTL_TEST_",)
 
 
 def _one_line(err: ValidationError) -> str:
@@ -495,13 +504,16 @@ def load_settings(config: Path | None = None, overrides: dict[str, Any] | None =
             raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     for key in os.environ:
         upper = key.upper()
-        if upper.startswith(ENV_PREFIX) and upper not in _NON_SETTING_ENV:
+        if (upper.startswith(ENV_PREFIX) and upper not in _NON_SETTING_ENV
+                and not upper.startswith(_NON_SETTING_ENV_PREFIXES)):
             top = upper[len(ENV_PREFIX):].split("__", 1)[0].lower()
             if top not in Settings.model_fields:
                 raise ConfigError(f"unknown environment variable {key} (no key '{top}' in the config)")
     Settings._toml_path = path
     try:
-        return Settings(**(overrides or {}))
+        settings = Settings(**(overrides or {}))
+        settings._config_path = path
+        return settings
     except ValidationError as exc:
         where = f"{path}: " if path else ""
         raise ConfigError(f"{where}{_one_line(exc)}") from None

@@ -11,17 +11,40 @@ from pathlib import Path
 
 import platformdirs
 
+from .errors import ConfigError
+
 APP_NAME = "costctl"
 
 
-def data_dir(configured: Path | None = None) -> Path:
-    """The data directory (created if missing): configured, else ``$COSTCTL_DATA_DIR``, else the
-    platform's user data dir (``~/.local/share/costctl`` on Linux)."""
-    if configured is None and os.environ.get("COSTCTL_DATA_DIR"):
-        configured = Path(os.environ["COSTCTL_DATA_DIR"])
-    path = Path(configured) if configured else Path(platformdirs.user_data_dir(APP_NAME))
-    path.mkdir(parents=True, exist_ok=True)
+def _ensure_dir(path: Path, what: str) -> Path:
+    """Create ``path`` (and parents) if missing.
+
+    Raises:
+        ConfigError: one line when it cannot be a writable directory (a file in the way,
+            a read-only or virtual file system, no permission).
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(f"{what} {path} is not a directory (a file is in the way)") from None
+    except OSError as exc:
+        raise ConfigError(f"{what} {path} cannot be created: {exc.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what} {path} is not writable")
     return path
+
+
+def data_dir(configured: Path | None = None) -> Path:
+    """The data directory (created if missing): configured, else ``$COSTCTL_DATA_DIR`` (an empty
+    value counts as unset), else the platform's user data dir (``~/.local/share/costctl`` on Linux).
+
+    Raises:
+        ConfigError: the directory cannot be created or written.
+    """
+    if configured is None and os.environ.get("COSTCTL_DATA_DIR", "").strip():
+        configured = Path(os.environ["COSTCTL_DATA_DIR"])
+    path = Path(configured).expanduser() if configured else Path(platformdirs.user_data_dir(APP_NAME))
+    return _ensure_dir(path, "data dir")
 
 
 def default_database_url(configured_data_dir: Path | None = None) -> str:
@@ -31,16 +54,13 @@ def default_database_url(configured_data_dir: Path | None = None) -> str:
 
 def runs_dir(configured_data_dir: Path | None = None) -> Path:
     """Directory of per-run log files (created if missing)."""
-    path = data_dir(configured_data_dir) / "runs"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return _ensure_dir(data_dir(configured_data_dir) / "runs", "run log dir")
 
 
 def crash_log_dir() -> Path:
     """Directory for tracebacks of unexpected errors (user log dir, or data dir/logs)."""
-    if os.environ.get("COSTCTL_DATA_DIR"):
+    if os.environ.get("COSTCTL_DATA_DIR", "").strip():
         path = Path(os.environ["COSTCTL_DATA_DIR"]) / "logs"
     else:
         path = Path(platformdirs.user_log_dir(APP_NAME))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return _ensure_dir(path, "log dir")

@@ -28,6 +28,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .cli.common import print_table
+
 GroupBy = Literal["run", "instance", "day", "gpu"]
 
 #: Decimal places of money in JSON and CSV (micro-units: a 1 s charge at 0.10/h is 0.000028).
@@ -108,6 +110,15 @@ def money_cell(amount: Decimal | None, currency: str | None = None) -> str:
     return f"{text} {currency}" if currency else text
 
 
+def price_range_cell(low: Decimal | None, high: Decimal | None, currency: str) -> str:
+    """A rate, or a range of rates, in one currency: ``0.70 USD`` or ``0.70-0.80 USD``."""
+    if low is None or high is None:
+        return "-"
+    if money_cell(low) == money_cell(high):
+        return money_cell(high, currency)
+    return f"{money_cell(low)}-{money_cell(high, currency)}"
+
+
 def duration_cell(seconds: float) -> str:
     """``H:MM:SS`` (hours unbounded)."""
     total = int(round(seconds))
@@ -130,6 +141,12 @@ def _gpu_cell(gpu: str | None, count: int | None = None) -> str:
 
 Column = tuple[str, Callable[[Any], str], str]  # header, cell text, justify
 
+#: Columns hidden first, in this order, when the table does not fit a terminal.
+DROPPABLE: dict[str, tuple[str, ...]] = {
+    "run": ("STARTED", "WASTE", "INSTANCE"),
+    "instance": ("FIRST CHARGE", "LAST CHARGE", "RUNS", "BILLING"),
+}
+
 
 def _columns(by: GroupBy, tz: ZoneInfo) -> list[Column]:
     t = _time_cell(tz)
@@ -141,7 +158,8 @@ def _columns(by: GroupBy, tz: ZoneInfo) -> list[Column]:
             ("STARTED", lambda r: t(r.started_at), "left"),
             ("DURATION", lambda r: duration_cell(r.duration_s), "right"),
             ("STATUS", lambda r: r.status if r.exit_code is None else f"{r.status} ({r.exit_code})", "left"),
-            ("PRICE/h", lambda r: money_cell(r.price_per_hour) + (" spot" if r.billing == "spot" else ""), "right"),
+            ("PRICE/h", lambda r: money_cell(r.price_per_hour, r.currency) + (" spot" if r.billing == "spot" else ""),
+             "right"),
             ("WASTE", lambda r: money_cell(r.waste) if r.waste else "-", "right"),
             ("SPEND", lambda r: money_cell(r.spend, r.currency), "right"),
         ]
@@ -154,7 +172,7 @@ def _columns(by: GroupBy, tz: ZoneInfo) -> list[Column]:
             ("FIRST CHARGE", lambda r: t(r.first_charge_at), "left"),
             ("LAST CHARGE", lambda r: t(r.last_charge_at), "left"),
             ("CHARGED", lambda r: duration_cell(r.duration_s), "right"),
-            ("PRICE/h", lambda r: money_cell(r.price_per_hour), "right"),
+            ("PRICE/h", lambda r: price_range_cell(r.min_price_per_hour, r.max_price_per_hour, r.currency), "right"),
             ("SPEND", lambda r: money_cell(r.spend, r.currency), "right"),
         ]
     if by == "day":
@@ -194,12 +212,9 @@ def render_table(console: Console, by: GroupBy, rows: Sequence[Any], totals: dic
         table.add_column(header, justify=justify, footer=Text(footer), no_wrap=header in {"RUN", "SPEND"})  # type: ignore[arg-type]
     for row in rows:
         table.add_row(*(Text(cell(row)) for _, cell, _ in columns))
-    # On a terminal rich fits the table to the window; piped or redirected, rows are not wrapped.
-    if not console.is_terminal:
-        natural = console.measure(table, options=console.options.update(max_width=10_000)).maximum
-        if natural > console.width:
-            console = Console(file=console.file, width=natural, markup=False, highlight=False)
-    console.print(table)
+    # Piped or redirected, rows are never wrapped; on a narrow terminal the least useful
+    # columns are hidden first and nothing is cut short.
+    print_table(table, droppable=DROPPABLE.get(by, ()), console=console)
 
 
 __all__ = [
@@ -212,5 +227,6 @@ __all__ = [
     "render_csv",
     "render_table",
     "money_cell",
+    "price_range_cell",
     "duration_cell",
 ]

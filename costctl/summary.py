@@ -20,7 +20,7 @@ class RunSummary:
 
     Attributes:
         first_loss / best_loss / last_loss: train loss values (best = lowest finite);
-            ``best_at`` the progress point (step or epoch) of the best.
+            ``best_at`` where the best was seen (``"step 1200"`` or ``"epoch 7"``).
         loss_points: number of train-loss points seen; eval points are counted apart.
         plateau_at: the first plateau decision's evidence (progress point), if one fired.
         spend: the watch's spend so far (Money; all its runs); duration: wall time of the watch.
@@ -35,6 +35,7 @@ class RunSummary:
     first_loss: float | None = None
     best_loss: float | None = None
     best_at: Any = None
+    dry_run: bool = False
     last_loss: float | None = None
     loss_points: int = 0
     eval_points: int = 0
@@ -74,7 +75,8 @@ class RunSummary:
             self.last_loss = p.value
             if math.isfinite(p.value) and (self.best_loss is None or p.value < self.best_loss):
                 self.best_loss = p.value
-                self.best_at = p.step if p.step is not None else p.epoch
+                self.best_at = (f"step {p.step}" if p.step is not None
+                                else f"epoch {p.epoch:g}" if p.epoch is not None else None)
 
     def add_decision(self, decision: Decision) -> None:
         """Remember a decision (the first plateau's progress point is kept apart)."""
@@ -150,7 +152,8 @@ class RunSummary:
             table.add_row("ledger runs", ", ".join(r[:8] for r in self.run_ids))
         if self.decisions:
             for d in self.decisions:
-                table.add_row(f"decision {d.policy}", f"{d.action}: {d.reason}")
+                action = f"would {d.action} (dry run)" if self.dry_run and d.action in ("stop", "downsize") else d.action
+                table.add_row(f"decision {d.policy}", f"{action}: {d.reason}")
         else:
             table.add_row("decisions", "none")
         for line in self.advice:

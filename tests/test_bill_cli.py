@@ -186,6 +186,7 @@ def test_bill_table_shows_totals_per_currency(db_url, capsys):
 
 
 def test_bill_empty_ledger(db_url, capsys):
+    Ledger.open(db_url).close()  # an existing ledger with nothing charged (bill never creates one)
     assert bill_json(capsys, db_url) == {"by": "run", "since": None, "until": None, "rows": [], "totals": {}}
     code, out, _ = bill(capsys, "--db", db_url)
     assert code == 0 and "No charges recorded" in out
@@ -209,7 +210,7 @@ def test_bill_unwritable_database_path_is_one_line(capsys, tmp_path):
     (tmp_path / "blocker").write_text("")
     code, out, err = bill(capsys, "--db", f"sqlite:///{tmp_path / 'blocker' / 'costctl.db'}")
     assert code == 1 and out == ""
-    assert err.startswith("costctl: cannot create the directory of database") and err.count("\n") == 1
+    assert err.startswith("costctl: no ledger database at") and err.count("\n") == 1
 
 
 def test_console_script_uses_the_data_dir_database(tmp_path):
@@ -226,7 +227,15 @@ def test_console_script_uses_the_data_dir_database(tmp_path):
     doc = json.loads(result.stdout)
     assert {r["run_id"] for r in doc["rows"]} == set(runs.values())
     # COSTCTL_DATABASE_URL selects another database (empty here).
+    Ledger.open(f"sqlite:///{tmp_path / 'other.db'}").close()
     env["COSTCTL_DATABASE_URL"] = f"sqlite:///{tmp_path / 'other.db'}"
     result = subprocess.run([str(script), "bill", "--format", "json"], env=env, cwd=tmp_path,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and json.loads(result.stdout)["rows"] == []
+    # ... and one that does not exist is an error, not a new empty ledger.
+    env["COSTCTL_DATABASE_URL"] = f"sqlite:///{tmp_path / 'typo' / 'other.db'}"
+    result = subprocess.run([str(script), "bill", "--format", "json"], env=env, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == f"costctl: no ledger database at {tmp_path / 'typo' / 'other.db'}\n"
+    assert not (tmp_path / "typo").exists()

@@ -116,13 +116,16 @@ def test_unknown_revision_is_one_line(db_url):
 
 
 def test_db_cli(db_url, capsys):
+    engine = make_engine(db_url)  # an existing database without tables (a SQLite file is created)
+    engine.connect().close()
+    engine.dispose()
     assert main(["db", "current", "--db", db_url]) == 0
     assert capsys.readouterr().out.startswith("none")
     assert main(["db", "upgrade", "--db", db_url]) == 0
     assert main(["db", "current", "--db", db_url]) == 0
     head = migrate.head_revision()
     assert capsys.readouterr().out.splitlines()[-1] == f"{head} (head)"
-    assert main(["db", "downgrade", "base", "--db", db_url]) == 0
+    assert main(["db", "downgrade", "base", "--yes", "--db", db_url]) == 0
     assert main(["db", "current", "--db", db_url]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("none")
     assert main(["db", "downgrade", "--db", db_url]) == 2  # REV is required

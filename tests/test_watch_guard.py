@@ -94,5 +94,26 @@ def test_a_bad_invocation_leaves_the_ledger_as_it_was(tmp_path):
         assert b"Traceback" not in proc.stderr
     after = run_costctl("bill", "--format", "json", env=env).stdout
     rows_before = json.loads(before)["rows"]
-    rows_after = [r for r in json.loads(after)["rows"] if r["status"] != "failed-to-start"]
-    assert rows_after == rows_before
+    assert json.loads(after)["rows"] == json.loads(before)["rows"]
+
+
+def test_a_stopped_instance_this_watch_runs_on_is_started_and_recorded(tmp_path):
+    env = costctl_env(tmp_path)
+    assert run_costctl("stop", "sim-local", env=env).returncode == 0
+    proc = run_costctl("watch", "--on-exit", "leave", "--", sys.executable, "-c", "print('loss: 1')", env=env)
+    assert proc.returncode == 0, proc.stderr.decode()
+    state = json.loads((tmp_path / "sim" / "state.json").read_text())
+    assert state["instances"]["sim-local"]["status"] == "running"
+    assert b"started it, since this watch runs on it" in proc.stderr
+
+
+def test_signal_handler_only_sets_a_flag():
+    """The handler runs between two bytecodes of the main thread; taking any lock there can
+    deadlock (Event.set() while the main thread sits in Event.wait holding its Condition)."""
+    from costctl.config import load_settings
+    from costctl.watch import Watcher, WatchOptions
+
+    w = Watcher(load_settings(overrides={}), WatchOptions(command=None, quiet=True))
+    with w._done._cond:  # what Event.wait holds while it checks the flag
+        w._handle_signal(15, None)  # would block forever if the handler called Event.set()
+    assert w._signal == 15 and not w._done.is_set()

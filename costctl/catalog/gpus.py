@@ -12,6 +12,7 @@ catalog name. Provider adapters call it; its name and signature are stable.
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -40,7 +41,10 @@ class GpuModel:
     Attributes:
         name: catalog name, e.g. ``"RTX 4090"``, ``"A100-80GB"``.
         architecture: NVIDIA architecture name ("Ampere", "Hopper"...).
-        memory_gb: nominal memory in GiB (as nvidia-smi reports, before ECC reserve).
+        memory_gb: the vendor's nominal memory capacity, counted in GiB (2**30 bytes): the
+            "48 GB" of an L40S is 48 GiB of DRAM. NVML / nvidia-smi report less as the total
+            (46068 MiB = 45.0 GiB on an L40S; ECC and driver reservations), so planners keep
+            headroom (:func:`costctl.catalog.recommend.usable_bytes`).
         memory_bandwidth_gbs: memory bandwidth in GB/s (10**9 bytes/s).
         fp32_tflops: non-tensor FP32 peak, 10**12 FLOP/s.
         fp16_tensor_tflops: dense FP16 tensor-core peak with FP32 accumulate.
@@ -78,7 +82,7 @@ class GpuModel:
 
     @property
     def memory_bytes(self) -> int:
-        """Nominal memory in bytes (``memory_gb`` GiB)."""
+        """Nominal memory in bytes (``memory_gb`` GiB; more than NVML's usable total)."""
         return int(self.memory_gb * GIB)
 
     def peak_tflops(self, dtype: str) -> float | None:
@@ -153,6 +157,22 @@ class Catalog:
         if not known:
             return None
         return next(m for m in self.models if m.name == resolved)
+
+    def names_like(self, query: str, limit: int = 5) -> list[str]:
+        """Catalog names that ``query`` may mean, best first (at most ``limit``): models whose name
+        or alias contains it (``"4090"`` -> RTX 4090, RTX 4090 D), else close spellings
+        (:func:`difflib.get_close_matches`). Empty when nothing is near."""
+        key = _key(query or "")
+        if not key:
+            return []
+        containing: list[str] = []
+        for model in self.models:
+            if any(key in _key(spelling) for spelling in (model.name, *model.aliases)):
+                containing.append(model.name)
+        if containing:
+            return containing[:limit]
+        by_key = {_key(m.name): m.name for m in self.models}
+        return [by_key[k] for k in difflib.get_close_matches(key, list(by_key), n=limit, cutoff=0.6)]
 
     def normalize(self, raw: str, *, memory_gb: float | None = None) -> tuple[str, bool]:
         """See :func:`normalize_gpu_name`."""

@@ -212,10 +212,11 @@ def shape_from_params(params: float) -> TransformerShape:
     ``params`` exactly. No dropout (modern practice), vocabulary 50257, MLP 4h.
 
     Raises:
-        UsageError: params < 1e6.
+        UsageError: params not a finite number >= 1e6 (nan, inf, 0 and negatives included).
     """
-    if not params or params < 1e6:
-        raise UsageError(f"--params {params:g} is too small; give a parameter count like 7e9 or 124e6")
+    if not math.isfinite(params) or params < 1e6:
+        what = "is not a parameter count" if not math.isfinite(params) or params <= 0 else "is too small"
+        raise UsageError(f"--params {params:g} {what}; give a parameter count of at least 1e6, like 7e9 or 124e6")
     _, layers, hidden = min(_GPT3_SHAPES, key=lambda row: abs(math.log(row[0]) - math.log(params)))
     heads = hidden // 128 if hidden >= 2048 else hidden // 64
     return TransformerShape(

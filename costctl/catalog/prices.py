@@ -26,7 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence, TypeVar
 
-from ..errors import ConfigError, CurrencyMismatchError
+from ..errors import ConfigError, CostctlError, CurrencyMismatchError, UsageError
 from ..money import ExchangeRate, Money, parse_decimal
 from ..paths import data_dir
 from .gpus import normalize_gpu_name
@@ -348,6 +348,45 @@ def rank_groups(
     return out
 
 
+def check_rank_currency(
+    table: PriceTable, currency: str | None, *, source: str = "--currency",
+    error: type[CostctlError] = UsageError,
+) -> str | None:
+    """Validate the currency prices are to be ranked in; returns it upper-cased (None stays None).
+
+    Ranking in ``currency`` is possible when some price in ``table`` is in that currency (those
+    are ranked by their own amounts, others separately unless a rate converts them) or when a
+    ``[[catalog.exchange_rates]]`` row links it to a currency the table has prices in.
+    Anything else would silently rank in another currency, so it is an error.
+
+    Args:
+        source: how the user gave it, for the message (``"--currency"``, ``"[catalog] currency"``).
+        error: the exception class to raise (UsageError for an option, ConfigError for the config).
+
+    Raises:
+        error: not a 3-letter code, or no price in it and no rate to it — one line naming the
+            missing ``[[catalog.exchange_rates]]`` entry.
+    """
+    if currency is None:
+        return None
+    code = currency.strip().upper()
+    if len(code) != 3 or not code.isalpha():
+        raise error(f"{source} {currency!r} is not a 3-letter ISO 4217 code (USD, CNY, EUR...)")
+    have = sorted({e.currency for e in table.entries})
+    if not have or code in have:
+        return code
+    linked = {r.base.upper() for r in table.rates if r.quote.upper() == code} | {
+        r.quote.upper() for r in table.rates if r.base.upper() == code}
+    if linked & set(have):
+        return code
+    example = have[0]
+    raise error(
+        f"{source} {code}: no price is in {code} (prices are in {', '.join(have)}) and no "
+        f"[[catalog.exchange_rates]] entry converts {example} to {code}; add one to costctl.toml, e.g. "
+        f'[[catalog.exchange_rates]] base = "{example}" quote = "{code}" rate = "..." as_of = "YYYY-MM-DD"'
+    )
+
+
 def rates_used(groups: Sequence[tuple[str | None, Sequence[T]]], currency_of: Callable[[T], str | None],
                rates: Sequence[ExchangeRate]) -> list[str]:
     """Human lines for the rates a :func:`rank_groups` result relied on: ``"1 USD = 7.10 CNY
@@ -395,6 +434,7 @@ def load_price_table(settings: "Settings | None" = None, *, include_imported: bo
 
 __all__ = [
     "BILLING_MODES",
+    "check_rank_currency",
     "PriceEntry",
     "PriceTable",
     "convert",

@@ -238,7 +238,10 @@ class Recommendation:
 
 
 def usable_bytes(gpu: GpuModel, headroom: float) -> int:
-    """Memory a job may plan to use: ``memory x (1 - headroom)``."""
+    """Bytes a job may plan to use on ``gpu``: nominal memory (``memory_gb`` GiB, the vendor's
+    figure) x (1 - headroom). The headroom covers what the driver reserves below nominal
+    (NVML's total is 46068 MiB on a 48 GiB L40S, 81920 MiB on an 80 GiB A100); the estimate
+    compared against it already holds the CUDA context and fragmentation."""
     return int(gpu.memory_bytes * (1 - headroom))
 
 
@@ -379,6 +382,8 @@ def recommend(
         notes.append(f"time from {flops:.3g} training FLOPs at {mfu:.0%} MFU of each card's dense peak")
     else:
         notes.append("no --tokens/--steps or reference time: ranked by price per hour")
+    notes.append(f"usable memory = the vendor's nominal GiB x (1 - headroom {headroom:g}); the driver "
+                 "reports less than nominal (NVML: 46068 MiB of an L40S's 48 GiB), which the headroom covers")
     ref_dtype = compute_dtype(reference.gpu, setup.precision) if reference else None
 
     options: list[CardOption] = []

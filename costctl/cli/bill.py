@@ -2,7 +2,9 @@
 
 Reads the ledger (``--db``, else ``database_url`` from the settings / ``COSTCTL_DATABASE_URL``,
 else the SQLite file in the data dir); queries live in :mod:`costctl.ledger.queries`,
-rendering in :mod:`costctl.report`.
+rendering in :mod:`costctl.report`. It never creates a ledger: a configured SQLite file that
+does not exist is an error ("no ledger database at PATH", exit status 1); the default one,
+before ``costctl watch`` first wrote it, gives an empty bill.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import typer
 from ..clock import ensure_utc
 from ..config import Settings
 from ..errors import CostctlError, UsageError
-from ..ledger import Ledger, queries
+from ..ledger import Ledger, MissingLedgerError, queries
 from ..ledger.engine import configured_url
 from ..ledger.lifecycle import GpuUse, gpu_use_by_run
 from ..money import Money
@@ -125,18 +127,32 @@ def bill(
     if start and end and start >= end:
         raise UsageError(f"--since {since!r} is not before --until {until!r}")
 
-    with Ledger.open(configured_url(settings.database_url, settings.data_dir)) as ledger:
-        with ledger.session() as session:
-            use: dict[str, GpuUse] = {}
-            if by is GroupBy.run:
-                rows: Sequence[Any] = queries.bill_by_run(session, start, end)
-                use = gpu_use_by_run(session)
-            elif by is GroupBy.instance:
-                rows = queries.bill_by_instance(session, start, end)
-            elif by is GroupBy.day:
-                rows = queries.bill_by_day(session, tz, start, end)
-            else:
-                rows = queries.bill_by_gpu(session, start, end)
+    use: dict[str, GpuUse] = {}
+    rows: Sequence[Any] = []
+    try:
+        ledger = Ledger.open(configured_url(settings.database_url, settings.data_dir), create=False)
+    except MissingLedgerError as exc:
+        if settings.database_url is not None:  # --db, COSTCTL_DATABASE_URL or database_url: a typo?
+            raise
+        # The default ledger before anything was recorded: an empty bill, and nothing created.
+        if fmt is OutputFormat.json:
+            sys.stdout.write(render_json(by.value, rows, {}, start, end))
+        elif fmt is OutputFormat.csv:
+            sys.stdout.write(render_csv(rows, [f.name for f in dataclasses.fields(ROW_TYPES[by])]))
+        else:
+            out_console.print(f"Nothing recorded yet (no ledger database at {exc.path}; `costctl watch` creates it).",
+                              soft_wrap=True)
+        return
+    with ledger, ledger.session() as session:
+        if by is GroupBy.run:
+            rows = queries.bill_by_run(session, start, end)
+            use = gpu_use_by_run(session)
+        elif by is GroupBy.instance:
+            rows = queries.bill_by_instance(session, start, end)
+        elif by is GroupBy.day:
+            rows = queries.bill_by_day(session, tz, start, end)
+        else:
+            rows = queries.bill_by_gpu(session, start, end)
     totals = queries.sum_by_currency([(r.currency, r.spend) for r in rows])
     advice = underuse_advice_for(rows, use, settings) if use else []
 

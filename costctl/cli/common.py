@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
 
 from ..config import Settings, load_settings
 
@@ -53,3 +56,63 @@ def settings_from(config: Path | None, db: str | None = None, **overrides: Any) 
 def print_json(data: Any) -> None:
     """Write ``data`` as indented JSON to stdout (Decimals and datetimes as strings)."""
     sys.stdout.write(json.dumps(data, indent=2, default=str, ensure_ascii=False) + "\n")
+
+
+def print_line(text: str, *, console: Console | None = None) -> None:
+    """Print a line of text: word-wrapped to the window on a terminal, one unbroken line into a
+    pipe or file (so notes and messages stay greppable)."""
+    console = console or out_console
+    console.print(text, soft_wrap=not console.is_terminal)
+
+
+#: Widest table measured (characters); rows are never longer than this in practice.
+_MAX_TABLE_WIDTH = 10_000
+
+
+def natural_width(console: Console, table: Table) -> int:
+    """Characters ``table`` needs to show every cell on one line, unwrapped."""
+    return Measurement.get(console, console.options.update(max_width=_MAX_TABLE_WIDTH), table).maximum
+
+
+def print_table(table: Table, *, droppable: Sequence[str] = (), console: Console | None = None) -> list[str]:
+    """Print a rich table so that no cell is cut short ("A10…").
+
+    * Into a pipe or file (not a terminal): at its natural width, however wide, so each row is
+      one line that grep, awk or a wide pager can read.
+    * On a terminal: columns whose header is in ``droppable`` (least useful first) are removed
+      one by one until the table fits the window, and a note on stderr names them; what still
+      does not fit is wrapped (long words folded), never ellipsized.
+
+    Args:
+        table: the table, with its rows added.
+        droppable: headers of columns that may be hidden on a narrow terminal, in drop order.
+        console: where to print (default: :data:`out_console`, stdout).
+
+    Returns:
+        The headers of the columns hidden (empty when nothing was).
+    """
+    console = console or out_console
+    if not console.is_terminal:
+        natural = natural_width(console, table)
+        if natural > console.width:
+            console = Console(file=console.file, width=natural, highlight=False, markup=False,
+                              color_system=None, soft_wrap=False)
+        console.print(table)
+        return []
+    dropped: list[str] = []
+    for header in droppable:
+        if natural_width(console, table) <= console.width:
+            break
+        column = next((c for c in table.columns if str(c.header) == header), None)
+        if column is not None:
+            table.columns.remove(column)
+            for index, kept in enumerate(table.columns):
+                kept._index = index  # rich pads the first and last column by this position
+            dropped.append(header)
+    for column in table.columns:
+        column.overflow = "fold"
+    console.print(table)
+    if dropped:
+        err_console.print(f"note: columns {', '.join(dropped)} hidden to fit {console.width} columns; "
+                          "widen the terminal, pipe the output or use --format json to see them", soft_wrap=True)
+    return dropped

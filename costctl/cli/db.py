@@ -2,19 +2,23 @@
 
 ``costctl watch`` and ``costctl bill`` migrate to the newest schema by themselves; these
 commands are for upgrading ahead of time, downgrading, and checking where a database is.
+``downgrade`` drops tables and their data: it asks on a terminal and otherwise needs
+``--yes``. ``current`` and ``downgrade`` never create a SQLite file that does not exist.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from sqlalchemy.engine import Engine
 
+from ..errors import UsageError
 from ..ledger import migrate
-from ..ledger.engine import configured_url, make_engine, redact
-from .common import ConfigOption, DbOption, out_console, settings_from
+from ..ledger.engine import MissingLedgerError, configured_url, make_engine, redact
+from .common import ConfigOption, DbOption, err_console, out_console, settings_from
 
 db_app = typer.Typer(
     name="db",
@@ -24,13 +28,26 @@ db_app = typer.Typer(
 )
 
 
-def _engine(config: Path | None, db: str | None) -> Engine:
+def _url(config: Path | None, db: str | None) -> tuple[str, bool]:
+    """The ledger URL, and whether it was configured (--db, COSTCTL_DATABASE_URL or
+    ``database_url``) rather than the default SQLite file in the data dir."""
     settings = settings_from(config, db)
-    return make_engine(configured_url(settings.database_url, settings.data_dir))
+    return configured_url(settings.database_url, settings.data_dir), settings.database_url is not None
+
+
+def _engine(config: Path | None, db: str | None, *, create: bool = True) -> Engine:
+    """The configured ledger's engine; ``create=False`` refuses a SQLite file that does not
+    exist (:class:`MissingLedgerError`) instead of creating it."""
+    return make_engine(_url(config, db)[0], create=create)
+
+
+def _lost(counts: dict[str, int]) -> str:
+    """``"3 runs and 120 charges"`` from :func:`costctl.ledger.migrate.row_counts`."""
+    return " and ".join(f"{n} {name}" for name, n in counts.items()) or "no runs or charges"
 
 
 def _say(text: str) -> None:
-    out_console.print(text, markup=False, highlight=False)
+    out_console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 @db_app.command("upgrade")
@@ -51,22 +68,57 @@ def upgrade(
 @db_app.command("downgrade")
 def downgrade(
     revision: Annotated[str, typer.Argument(help="Target revision; 'base' drops every table (data is lost).")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     config: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
-    """Migrate the database down to REVISION."""
-    engine = _engine(config, db)
+    """Migrate the database down to REVISION, dropping the tables (and data) added after it.
+
+    Asks for confirmation on a terminal; without one it refuses unless --yes (exit status 2).
+    """
+    engine = _engine(config, db, create=False)
     try:
+        shown = redact(engine.url)
+        current_rev = migrate.current_revision(engine)
+        if current_rev is None:
+            _say(f"{shown}: at base already (no costctl tables); nothing done")
+            return
+        if current_rev == revision:
+            _say(f"{shown}: at revision {revision} already; nothing done")
+            return
+        if not yes:
+            loses = (f"drops every ledger table ({_lost(migrate.row_counts(engine))} would be lost)"
+                     if revision == "base"
+                     else f"drops the tables and columns added after {revision}, with their data")
+            if not sys.stdin.isatty():
+                raise UsageError(
+                    f"downgrading {shown} from {current_rev} to {revision} {loses}; pass --yes to confirm "
+                    "(there is no terminal to ask on)"
+                )
+            if not typer.confirm(f"Downgrade {shown} from {current_rev} to {revision}? This {loses}", default=False):
+                err_console.print("costctl: not downgraded")
+                raise typer.Exit(1)
         migrate.downgrade(engine, revision)
-        _say(f"{redact(engine.url)}: at revision {migrate.current_revision(engine) or 'base (no tables)'}")
+        _say(f"{shown}: at revision {migrate.current_revision(engine) or 'base (no tables)'}")
     finally:
         engine.dispose()
 
 
 @db_app.command("current")
 def current(config: ConfigOption = None, db: DbOption = None) -> None:
-    """Print the database's revision ('none' before the first migration) and whether it is the newest."""
-    engine = _engine(config, db)
+    """Print the database's revision ('none' before the first migration) and whether it is the newest.
+
+    Creates nothing: a configured SQLite file that does not exist is an error (exit status 1);
+    the default one, before anything was recorded, reads as 'none'.
+    """
+    url, configured = _url(config, db)
+    try:
+        engine = make_engine(url, create=False)
+    except MissingLedgerError as exc:
+        if configured:
+            raise
+        _say(f"none (no ledger database at {exc.path} yet; `costctl watch` or `costctl db upgrade` creates it)")
+        return
     try:
         rev = migrate.current_revision(engine)
         head = migrate.head_revision()

@@ -1,8 +1,17 @@
 """``costctl gpus`` (the catalog with prices; ``--import`` a SkyPilot catalog CSV) and
-``costctl recommend`` (memory estimate, fitting cards ranked by job cost, advice for the rest)."""
+``costctl recommend`` (memory estimate, fitting cards ranked by job cost, advice for the rest).
+
+Memory units: a card's memory is the vendor's nominal capacity, counted in GiB (2**30 bytes;
+the "48 GB" of an L40S is 48 GiB of DRAM); JSON keeps the key ``memory_gb`` for it. The driver
+reports a little less (NVML: 46068 MiB total on an L40S), so ``recommend`` plans against
+``nominal x (1 - headroom)`` and its estimate in bytes already includes the CUDA context and
+allocator fragmentation. Tables go through :func:`costctl.cli.common.print_table`: full width
+into a pipe or file; on a narrow terminal, less important columns are hidden, cells never cut.
+"""
 
 from __future__ import annotations
 
+import math
 from datetime import date
 from decimal import Decimal
 from enum import Enum
@@ -10,7 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
+from rich import box
 from rich.table import Table
 
 from ..catalog.gpus import GpuModel, get_gpu, load_catalog
@@ -19,6 +28,8 @@ from ..catalog.memory import OPTIMIZERS, PRECISIONS, MemoryBreakdown, Setup
 from ..catalog.models import ModelSpec, TransformerShape, preset, shape_from_hf_config, shape_from_params
 from ..catalog.prices import (
     PriceEntry,
+    PriceTable,
+    check_rank_currency,
     load_price_table,
     prices_from_offers,
     rank_groups,
@@ -34,9 +45,9 @@ from ..catalog.recommend import (
     work_from_steps,
 )
 from ..catalog.skypilot import import_skypilot_csv
-from ..errors import UsageError
+from ..errors import ConfigError, UsageError
 from ..money import Money
-from .common import ConfigOption, err_console, print_json, settings_from
+from .common import ConfigOption, err_console, print_json, print_line, print_table, settings_from
 
 GIB = 1024**3
 
@@ -72,8 +83,33 @@ FormatOpt = Annotated[TableOrJson, typer.Option("--format", "-f", help="table or
 ProviderOpt = Annotated[str | None, typer.Option("--provider", "-p", help="Only prices from this provider (runpod, vastai, autodl, aws...).")]
 
 
-def _console() -> Console:
-    return Console(highlight=False, markup=False, soft_wrap=False)
+#: Columns of the ``gpus`` table hidden first on a narrow terminal (see :func:`print_table`).
+GPUS_DROPPABLE = ("Seen", "TDP W", "CC", "FP32", "BW GB/s", "FP16 TF")
+#: Columns of the ``recommend`` tables hidden first on a narrow terminal.
+RECOMMEND_DROPPABLE = ("#", "Dtype", "GPUs", "Hours")
+
+
+def _table(title: str | None = None) -> Table:
+    """A compact table (rules under the header only, no outer edge) in the style of ``instances``."""
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+
+
+def _finite(option: str, value: float | None) -> None:
+    """Refuse nan and inf (typer's min/max checks let them through).
+
+    Raises:
+        UsageError: one line naming the option.
+    """
+    if value is not None and not math.isfinite(value):
+        raise UsageError(f"{option} {value}: expected a finite number")
+
+
+def _rank_currency(prices: PriceTable, option: str | None, configured: str | None) -> str | None:
+    """The currency to rank in: ``--currency``, else ``[catalog] currency``, checked against the
+    price table (:func:`check_rank_currency`): UsageError for the option, ConfigError for the config."""
+    if option is not None:
+        return check_rank_currency(prices, option, source="--currency", error=UsageError)
+    return check_rank_currency(prices, configured, source="[catalog] currency", error=ConfigError)
 
 
 def _gib(n: int | float) -> str:
@@ -136,17 +172,18 @@ def _sort_rows(rows: list[tuple[GpuModel | None, PriceEntry | None]], sort: GpuS
 
 def _gpus_table(groups: list[tuple[str | None, list[tuple[GpuModel | None, PriceEntry | None]]]], sort: GpuSort,
                 rates: Any = ()) -> None:
-    console = _console()
-    table = Table(title="GPU catalog (tensor TFLOPS are dense, FP32 accumulate)", show_lines=False)
+    table = _table("GPU catalog (Mem: vendor's nominal GiB; TF: dense tensor TFLOPS, FP32 accumulate)")
     for col, just in (("GPU", "left"), ("Mem GiB", "right"), ("BW GB/s", "right"), ("FP32", "right"),
-                      ("FP16 tensor", "right"), ("BF16 tensor", "right"), ("CC", "right"), ("TDP W", "right"),
+                      ("FP16 TF", "right"), ("BF16 TF", "right"), ("CC", "right"), ("TDP W", "right"),
                       ("Provider", "left"), ("Billing", "left"), ("Price/GPU-h", "right"), ("Seen", "left")):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     if sort is GpuSort.value:
-        table.add_column("TFLOPS per 1/h", justify="right")
+        table.add_column("TF per 1/h", justify="right")
+    unlisted = False
     for _, rows in groups:
         for gpu, e in rows:
-            cells = [gpu.name if gpu else f"{e.gpu} (not in catalog)" if e else "?"]
+            cells = [gpu.name if gpu else f"{e.gpu} *" if e else "?"]
+            unlisted = unlisted or gpu is None
             if gpu:
                 cells += [f"{gpu.memory_gb:g}", f"{gpu.memory_bandwidth_gbs:,.0f}", f"{gpu.fp32_tflops:g}",
                           f"{gpu.fp16_tensor_tflops:g}",
@@ -161,7 +198,9 @@ def _gpus_table(groups: list[tuple[str | None, list[tuple[GpuModel | None, Price
             if sort is GpuSort.value:
                 cells.append(f"{Decimal(str(_tensor(gpu))) / e.price_per_gpu_hour:,.0f}" if gpu and e and e.price_per_gpu_hour else "-")
             table.add_row(*cells)
-    console.print(table)
+    print_table(table, droppable=GPUS_DROPPABLE)
+    if unlisted:
+        print_line("* not in costctl's GPU catalog: specs unknown")
     for line in rates_used(groups, lambda r: r[1].currency if r[1] else None, rates):
         err_console.print(f"note: ranked converting at {line}")
     currencies = [c for c, _ in groups if c is not None]
@@ -186,10 +225,10 @@ def _refresh(settings: Any, name: str, seen: date) -> list[PriceEntry]:
 
 def gpus(
     provider: ProviderOpt = None,
-    min_memory: Annotated[float | None, typer.Option("--min-memory", help="Only cards with at least this much memory (GB).", min=0)] = None,
+    min_memory: Annotated[float | None, typer.Option("--min-memory", help="Only cards with at least this much memory: GiB, nominal as vendors print it (24 for an RTX 4090, 48 for an L40S).", min=0)] = None,
     sort: Annotated[GpuSort, typer.Option("--sort", help="price, memory, tflops (dense 16-bit tensor) or value (TFLOPS per price).")] = GpuSort.memory,
     billing: Annotated[BillingChoice, typer.Option("--billing", help="on-demand, spot or any.")] = BillingChoice.any,
-    currency: Annotated[str | None, typer.Option("--currency", help="Rank prices in this currency (needs [[catalog.exchange_rates]]).")] = None,
+    currency: Annotated[str | None, typer.Option("--currency", help="Rank prices in this currency (with --sort price or value): its own prices, and others converted by [[catalog.exchange_rates]].")] = None,
     import_csv: Annotated[Path | None, typer.Option("--import", help="Import a SkyPilot catalog vms.csv into the price table (kept in the data dir).")] = None,
     refresh: Annotated[str | None, typer.Option("--refresh", help="Fetch current prices from this provider's adapter (one that lists offers) into the price table.")] = None,
     seen: Annotated[str | None, typer.Option("--seen", help="Date the imported prices were seen, YYYY-MM-DD (default today).")] = None,
@@ -198,6 +237,7 @@ def gpus(
 ) -> None:
     """List the GPU catalog with prices per GPU-hour; import prices from a SkyPilot catalog CSV
     (--import) or a provider's offers (--refresh)."""
+    _finite("--min-memory", min_memory)
     settings = settings_from(config)
     if import_csv is not None and refresh is not None:
         raise UsageError("give --import or --refresh, not both")
@@ -222,11 +262,15 @@ def gpus(
         return
     if seen is not None:
         raise UsageError("--seen only applies with --import or --refresh")
+    if currency is not None and sort not in (GpuSort.price, GpuSort.value):
+        raise UsageError(f"--currency ranks prices: use it with --sort price or --sort value (--sort {sort.value} "
+                         "shows each price in its own currency)")
     prices = load_price_table(settings)
+    rank_in = _rank_currency(prices, currency, settings.catalog.currency) if sort in (GpuSort.price, GpuSort.value) else None
     rows = _gpu_rows(list(prices.entries), provider, _billing(billing), min_memory)
     if provider and not rows:
         raise UsageError(f"no prices for provider {provider!r}; known: {', '.join(prices.providers()) or 'none'}")
-    groups = _sort_rows(rows, sort, prices.rates, currency or settings.catalog.currency)
+    groups = _sort_rows(rows, sort, prices.rates, rank_in)
     if fmt is TableOrJson.json:
         print_json([
             {
@@ -260,7 +304,7 @@ def _model_from_options(params: float | None, model: str | None, config_json: Pa
     return measure_factory(torch_model)
 
 
-def _breakdown_table(console: Console, b: MemoryBreakdown) -> None:
+def _breakdown_table(b: MemoryBreakdown) -> None:
     s = b.setup
     seq = f" x seq {b.seq_len}" if b.seq_len else ""
     extras = [x for x, on in (("activation checkpointing", s.grad_checkpointing), ("flash attention", s.flash_attention),
@@ -270,8 +314,8 @@ def _breakdown_table(console: Console, b: MemoryBreakdown) -> None:
              f"{f', {b.trainable_params / 1e6:.3g} M trainable' if b.trainable_params != b.params else ''}), "
              f"batch {s.batch_size}{seq}, {s.precision}, {s.optimizer}, {s.gpus} GPU(s)"
              + (f", {', '.join(extras)}" if extras else ""))
-    console.print(title)
-    table = Table()
+    print_line(title)
+    table = _table()
     table.add_column("Term")
     table.add_column("GiB", justify="right")
     table.add_column("Share", justify="right")
@@ -279,49 +323,51 @@ def _breakdown_table(console: Console, b: MemoryBreakdown) -> None:
     for name, value in b.terms.items():
         table.add_row(name.replace("_", " "), _gib(value), f"{value / total:.0%}")
     table.add_row("total", _gib(b.total), "100%")
-    console.print(table)
+    print_table(table)
     if b.cpu_bytes:
-        console.print(f"CPU RAM for offloaded state: {_gib(b.cpu_bytes)} GiB")
+        print_line(f"CPU RAM for offloaded state: {_gib(b.cpu_bytes)} GiB")
 
 
-def _recommend_tables(console: Console, rec: Recommendation) -> None:
-    _breakdown_table(console, rec.breakdown)
+def _recommend_tables(rec: Recommendation) -> None:
+    _breakdown_table(rec.breakdown)
     fits = rec.fits
     if fits:
         for cur, opts in rec.groups:
             label = f"in {cur}" if cur else "without a price in the table"
-            table = Table(title=f"Cards that fit, cheapest job first ({label})")
-            for col, just in (("#", "right"), ("GPU", "left"), ("GPUs", "right"), ("Need/usable GiB", "right"),
-                              ("Dtype", "left"), ("Provider", "left"), ("Billing", "left"),
+            # The need is the same on every card (the estimate per GPU): in the title, not in each row.
+            table = _table(f"Cards that fit {_gib(rec.breakdown.total)} GiB per GPU, cheapest job first ({label})")
+            for col, just in (("#", "right"), ("GPU", "left"), ("GPUs", "right"), ("Usable GiB", "right"),
+                              ("Dtype", "left"), ("Provider", "left"),
                               ("Price/GPU-h", "right"), ("Hours", "right"), ("Job cost", "right")):
                 table.add_column(col, justify=just)  # type: ignore[arg-type]
             for i, o in enumerate(opts, 1):
                 p = o.price
                 table.add_row(
-                    str(i), o.gpu.name, str(o.gpus), f"{_gib(o.required_bytes)} / {_gib(o.usable_bytes)}", o.dtype,
-                    p.provider if p else "-", p.billing if p else "-",
-                    f"{p.price_per_gpu_hour} {p.currency}" if p else "-",
+                    str(i), o.gpu.name, str(o.gpus), _gib(o.usable_bytes), o.dtype,
+                    p.provider if p else "-",
+                    f"{p.price_per_gpu_hour} {p.currency}{' spot' if p.billing == 'spot' else ''}" if p else "-",
                     f"{o.hours:,.3g}" if o.hours is not None else "-",
                     f"{o.cost.rounded(2 if o.cost.amount >= 1 else 4)} {o.cost.currency}" if o.cost else "-",
                 )
-            console.print(table)
+            print_table(table, droppable=RECOMMEND_DROPPABLE)
     elif not rec.fitting_gpus:
         biggest = max((a.gpu for a in rec.no_fit), key=lambda g: g.memory_gb, default=None)
-        console.print(f"No single card fits {_gib(rec.breakdown.total)} GiB per GPU"
-                      + (f" (largest in the catalog: {biggest.name}, {biggest.memory_gb:g} GiB)." if biggest else "."))
+        print_line(f"No single card fits {_gib(rec.breakdown.total)} GiB per GPU"
+                   + (f" (largest in the catalog: {biggest.name}, {biggest.memory_gb:g} GiB nominal)."
+                      if biggest else "."))
     if rec.no_fit:
-        table = Table(title="Cards that do not fit, and what would make them fit")
+        table = _table("Cards that do not fit, and what would make them fit")
         table.add_column("GPU")
         table.add_column("Need/usable GiB", justify="right")
         table.add_column("Would fit with")
         for a in rec.no_fit:
             advice = "; ".join(f"{s.change} ({_gib(s.required_bytes)} GiB)" for s in a.suggestions)
             table.add_row(a.gpu.name, f"{_gib(a.required_bytes)} / {_gib(a.usable_bytes)}", advice or "-")
-        console.print(table)
+        print_table(table)
     for gpu, reason in rec.excluded:
-        console.print(f"{gpu}: skipped, {reason}")
+        print_line(f"{gpu}: skipped, {reason}")
     for note in rec.notes:
-        console.print(f"note: {note}")
+        print_line(f"note: {note}")
 
 
 def recommend_cmd(
@@ -347,12 +393,21 @@ def recommend_cmd(
     reference_hours: Annotated[float | None, typer.Option("--reference-hours", help="Hours the job took on --reference-gpu.")] = None,
     provider: ProviderOpt = None,
     billing: Annotated[BillingChoice, typer.Option("--billing", help="on-demand, spot or any.")] = BillingChoice.on_demand,
-    headroom: Annotated[float, typer.Option("--headroom", help="Fraction of card memory kept free.")] = DEFAULT_HEADROOM,
-    currency: Annotated[str | None, typer.Option("--currency", help="Rank costs in this currency (needs [[catalog.exchange_rates]]).")] = None,
+    headroom: Annotated[float, typer.Option("--headroom", help="Fraction of the card's nominal memory kept free, in [0, 1): covers what the driver reserves (NVML shows 46068 MiB of an L40S's 48 GiB).")] = DEFAULT_HEADROOM,
+    currency: Annotated[str | None, typer.Option("--currency", help="Rank costs in this currency: its own prices, and others converted by [[catalog.exchange_rates]].")] = None,
     fmt: FormatOpt = TableOrJson.table,
     config: ConfigOption = None,
 ) -> None:
-    """Estimate GPU memory for a training job and rank the cards that fit by estimated cost."""
+    """Estimate GPU memory for a training job and rank the cards that fit by estimated cost.
+
+    A card fits when the estimate (bytes per GPU, CUDA context and fragmentation included) is
+    at most its usable memory: the vendor's nominal capacity x (1 - --headroom). The driver
+    reports less than nominal (an L40S's 48 GiB shows as 46068 MiB in NVML); the default
+    headroom of 10 % covers that gap.
+    """
+    for option, value in (("--params", params), ("--tokens", tokens), ("--mfu", mfu),
+                          ("--reference-hours", reference_hours), ("--headroom", headroom)):
+        _finite(option, value)
     if tokens is not None and steps is not None:
         raise UsageError("give --tokens or --steps, not both")
     if (reference_gpu is None) != (reference_hours is None):
@@ -374,15 +429,16 @@ def recommend_cmd(
         reference = Reference(ref, reference_hours)
     seq = (spec.fixed_seq_len or seq_len or spec.default_seq_len) if isinstance(spec, TransformerShape) else None
     work = tokens if tokens is not None else (work_from_steps(spec, setup, steps, seq) if steps else None)
+    prices = load_price_table(settings)
     rec = recommend(
-        spec, setup, load_catalog(), load_price_table(settings), headroom=headroom, provider=provider,
+        spec, setup, load_catalog(), prices, headroom=headroom, provider=provider,
         billing=_billing(billing), work=work, mfu=mfu, reference=reference,
-        currency=currency or settings.catalog.currency,
+        currency=_rank_currency(prices, currency, settings.catalog.currency),
     )
     if fmt is TableOrJson.json:
         print_json(rec.to_dict())
         return
-    _recommend_tables(_console(), rec)
+    _recommend_tables(rec)
 
 
 def register(app: typer.Typer) -> None:

@@ -23,6 +23,8 @@ def init(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a commented example config (every key with its default)."""
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory; give a file path, e.g. {path / CONFIG_FILE_NAME}")
     if path.exists() and not force:
         raise UsageError(f"{path} already exists; use --force to overwrite it")
     try:

@@ -7,8 +7,9 @@ a provider that fails there is reported on stderr and the others are still shown
 
 Running time and spend shown by ``instances`` are those of the current (or last) session since
 the provider last started the instance: spend = price per instance-hour × running time / 3600,
-computed unrounded and rounded only for display. Stopped instances may still bill storage,
-which is not included.
+computed unrounded and rounded only for output (JSON/CSV: a decimal string with 6 places, as
+``costctl bill`` writes money; prices exactly as the provider gives them). Stopped instances
+may still bill storage, which is not included.
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ from typing import Annotated, Any
 
 import typer
 from rich import box
-from rich.console import Console
-from rich.measure import Measurement
 from rich.table import Table
 
 from costctl_providers.base import Instance, Offer, Provider, Status
@@ -33,11 +32,14 @@ from costctl_providers.registry import get_provider
 
 from ..clock import Clock, RealClock, ensure_utc
 from ..config import Settings
+from ..catalog.gpus import load_catalog
 from ..errors import CostctlError, ProviderError, UsageError
 from ..cloud import open_provider, provider_config  # noqa: F401 - provider_config re-exported
 from ..money import cost_of
 from ..paths import data_dir
-from .common import ConfigOption, FormatOption, OutputFormat, err_console, out_console, print_json, settings_from
+from ..report import money_text
+from .common import (ConfigOption, FormatOption, OutputFormat, err_console, out_console, print_json, print_table,
+                     settings_from)
 
 log = logging.getLogger("costctl.cli.instances")
 
@@ -129,7 +131,7 @@ def _instance_row(inst: Instance, now: datetime) -> dict[str, Any]:
         "started_at": ensure_utc(inst.started_at).isoformat() if inst.started_at else None,
         "stopped_at": ensure_utc(inst.stopped_at).isoformat() if inst.stopped_at else None,
         "running_s": str(secs) if secs is not None else None,
-        "spend": str(spend) if spend is not None else None,
+        "spend": money_text(spend),  # computed money: 6 places, like `costctl bill`
         "region": inst.region,
     }
 
@@ -149,15 +151,6 @@ def _table(columns: tuple[tuple[str, str], ...]) -> Table:
     for col, justify in columns:
         table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
     return table
-
-
-def _print_table(table: Table) -> None:
-    """On a terminal, fit the screen; into a pipe or file, never fold a row."""
-    if out_console.is_terminal:
-        out_console.print(table)
-    else:
-        natural = Measurement.get(out_console, out_console.options.update(max_width=10_000), table).maximum
-        Console(width=max(out_console.width, natural), highlight=False, markup=False).print(table)
 
 
 def _describe(inst: Instance) -> str:
@@ -210,7 +203,7 @@ def instances(
                 f"{fmt_amount(spend)} {r['currency']}" if spend is not None else "-",
             )
         if rows:
-            _print_table(table)
+            print_table(table)
         else:
             out_console.print("no instances", soft_wrap=True)
     if failures:
@@ -220,13 +213,25 @@ def instances(
 def start(
     instance_id: Annotated[str, typer.Argument(metavar="ID", help="Instance id.")],
     provider: ProviderOption = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would happen; change nothing.")] = False,
     config: ConfigOption = None,
 ) -> None:
-    """Start (power on / resume) an instance; nothing happens if it is already running."""
+    """Start (power on / resume) an instance; nothing happens if it is already running.
+    Starting makes the GPU billed again."""
     settings = settings_from(config)
     prov = open_provider(settings, provider)
     if not prov.capabilities.start:
         raise UsageError(f"provider {prov.name} cannot start instances")
+    if dry_run:
+        before = prov.get_instance(instance_id)
+        if before.status in (Status.STARTING, Status.RUNNING):
+            out_console.print(f"dry run: {_describe(before)} is already {before.status.value}; nothing to start",
+                              soft_wrap=True)
+        elif before.status == Status.TERMINATED:
+            out_console.print(f"dry run: {_describe(before)} is released; it cannot be started", soft_wrap=True)
+        else:
+            out_console.print(f"dry run: would start {_describe(before)}; nothing changed", soft_wrap=True)
+        return
     inst = prov.start_instance(instance_id)
     log.info("start %s on %s: requested on the command line; now %s", instance_id, prov.name, inst.status.value)
     out_console.print(f"{_describe(inst)}", soft_wrap=True)
@@ -327,6 +332,21 @@ def sort_offers(offers: list[Offer], by: SortBy = SortBy.gpu_hour) -> list[Offer
     return sorted(offers, key=key)
 
 
+def _no_offers(gpu: str, billing: str | None, providers: list[str]) -> str:
+    """One line for an empty ``offers`` result, naming the GPU and the providers asked; a name
+    the GPU catalog does not know gets the catalog models it may mean, or a pointer to
+    ``costctl gpus``."""
+    catalog = load_catalog()
+    mode = f"{billing} " if billing else ""
+    where = ", ".join(providers)
+    if catalog.normalize(gpu)[1]:
+        return f"no {mode}offers for {gpu!r} from {where}"
+    like = catalog.names_like(gpu)
+    if not like:
+        return f"no offers for {gpu!r}: not a GPU model costctl knows; `costctl gpus` lists them"
+    return f"no {mode}offers for {gpu!r} from {where}; GPU models like it: {', '.join(like)} (see `costctl gpus`)"
+
+
 def offers(
     gpu: Annotated[str, typer.Argument(help="GPU model, e.g. 4090, A100, \"RTX 3090\".")],
     provider: ProviderOption = None,
@@ -336,12 +356,15 @@ def offers(
     fmt: FormatOption = OutputFormat.table,
     config: ConfigOption = None,
 ) -> None:
-    """Current prices for a GPU type: cheapest first within each currency, per instance-hour and per GPU-hour."""
+    """Current prices for a GPU type: cheapest first within each currency, per instance-hour and per GPU-hour.
+
+    No offer at all is an error (exit status 1), with catalog names when the GPU name is unknown."""
     if billing is not None and billing not in ("on-demand", "spot"):
         raise UsageError(f"--billing {billing!r}: expected on-demand or spot")
     settings = settings_from(config)
     names = [provider] if provider else configured_providers(settings)
     found: list[Offer] = []
+    asked: list[str] = []
     failures = 0
     for name in names:
         try:
@@ -350,6 +373,7 @@ def offers(
                 if provider:
                     raise UsageError(f"provider {name} cannot list offers")
                 continue
+            asked.append(name)
             found.extend(prov.list_offers(gpu))
         except UsageError:
             raise
@@ -370,6 +394,10 @@ def offers(
                 kept.append(o)
         ordered = kept
     rows = [_offer_row(o) for o in ordered]
+    if not rows and not failures:
+        if fmt == OutputFormat.json:
+            print_json(rows)
+        raise CostctlError(_no_offers(gpu, billing, asked or names))
     if fmt == OutputFormat.json:
         print_json(rows)
     elif fmt == OutputFormat.csv:
@@ -386,7 +414,7 @@ def offers(
                     f"{fmt_amount(o.price_per_hour)} {o.currency}", f"{fmt_amount(o.price_per_gpu_hour)} {o.currency}",
                     o.region or "-", o.id,
                 )
-            _print_table(table)
+            print_table(table)
     if failures:
         raise typer.Exit(1)
 

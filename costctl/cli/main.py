@@ -60,7 +60,7 @@ def _crash(exc: BaseException) -> int:
         path = crash_log_dir() / f"crash-{stamp}.log"
         path.write_text("".join(traceback.format_exception(exc)))
         where = f" (traceback in {path})"
-    except OSError:
+    except (OSError, CostctlError):
         where = ""
         traceback.print_exception(exc)
     print(f"costctl: internal error: {type(exc).__name__}: {exc}{where}", file=sys.stderr)

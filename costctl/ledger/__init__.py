@@ -7,5 +7,6 @@
 """
 
 from .db import Ledger
+from .engine import MissingLedgerError
 
-__all__ = ["Ledger"]
+__all__ = ["Ledger", "MissingLedgerError"]

@@ -51,16 +51,20 @@ class Ledger:
     # ------------------------------------------------------------------ lifecycle
 
     @classmethod
-    def open(cls, url: str, *, migrate: bool = True) -> Ledger:
+    def open(cls, url: str, *, migrate: bool = True, create: bool = True) -> Ledger:
         """Open the ledger at ``url`` (any SQLAlchemy URL) and migrate it to the newest schema.
 
-        A SQLite file's directory is created; SQLite runs in WAL mode with a busy timeout.
+        With ``create`` (the default, used by ``costctl watch``) a SQLite file and its directory
+        are created when missing; read-only commands (``costctl bill``) pass ``create=False``
+        and get :class:`~costctl.ledger.engine.MissingLedgerError` instead, with nothing
+        created. SQLite runs in WAL mode with a busy timeout.
 
         Raises:
+            MissingLedgerError: ``create=False`` and the SQLite file does not exist.
             LedgerError: one line for a bad URL, a missing driver, an unwritable path, an
                 unreachable server or a failed migration (password redacted).
         """
-        engine = make_engine(parse_url(url))
+        engine = make_engine(parse_url(url), create=create)
         try:
             with translate_errors("open the database", engine.url):
                 with engine.connect() as conn:

@@ -1,6 +1,8 @@
 """Engines for the ledger: URL checks, SQLite set-up, and one-line errors.
 
-SQLite files get their parent directory created, WAL journalling (readers do not block the
+SQLite files get their parent directory created (unless the engine is made with
+``create=False``, for read-only commands: then a missing file is a
+:class:`MissingLedgerError` and nothing is created), WAL journalling (readers do not block the
 writer), a 30 s busy timeout and foreign keys on. SQLAlchemy, not the ``sqlite3`` module,
 emits ``BEGIN`` (the recipe in SQLAlchemy's SQLite dialect docs), so transactions and
 transactional DDL behave; a connection with the execution option ``immediate=True`` starts
@@ -30,6 +32,18 @@ SQLITE_BUSY_TIMEOUT_S = 30
 PG_CONNECT_TIMEOUT_S = 10
 
 URL_EXAMPLES = "sqlite:///path/to/costctl.db or postgresql+psycopg://user@host:5432/dbname"
+
+
+class MissingLedgerError(LedgerError):
+    """A SQLite ledger file that does not exist, opened with ``create=False`` (exit status 1).
+
+    Attributes:
+        path: the missing database file.
+    """
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"no ledger database at {path}")
+        self.path = path
 
 
 def redact(url: URL | str) -> str:
@@ -91,17 +105,28 @@ def configured_url(database_url: str | None, data_dir: Path | None = None) -> st
     return database_url or default_database_url(data_dir)
 
 
-def make_engine(url: str | URL) -> Engine:
+def make_engine(url: str | URL, *, create: bool = True) -> Engine:
     """Create an engine for ``url`` (no connection is made yet).
 
+    Args:
+        url: any SQLAlchemy URL (see :func:`parse_url`).
+        create: for a SQLite file: True creates its directory (SQLite creates the file on first
+            connect); False (read-only commands such as ``costctl bill``) refuses a file that
+            does not exist, so a typo in a URL never leaves a new empty ledger behind. Other
+            backends ignore it (their database must exist anyway).
+
     Raises:
+        MissingLedgerError: ``create=False`` and the SQLite file does not exist.
         LedgerError: invalid URL, unknown dialect, missing driver, or a SQLite file whose
             directory cannot be created — one line, password redacted.
     """
     parsed = parse_url(url) if isinstance(url, str) else url
     shown = redact(parsed)
     path = sqlite_file(parsed)
-    if path is not None:
+    if path is not None and not create:
+        if not path.is_file():
+            raise MissingLedgerError(path)
+    elif path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
@@ -161,4 +186,4 @@ def translate_errors(doing: str, url: URL | str) -> Iterator[None]:
         raise LedgerError(f"cannot {doing} ({redact(url)}): {first_line(err)}") from err
 
 
-__all__ = ["configured_url", "make_engine", "parse_url", "redact", "first_line", "sqlite_file", "translate_errors"]
+__all__ = ["MissingLedgerError", "configured_url", "make_engine", "parse_url", "redact", "first_line", "sqlite_file", "translate_errors"]

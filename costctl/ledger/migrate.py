@@ -19,6 +19,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ..errors import LedgerError
@@ -98,6 +99,22 @@ def downgrade(engine: Engine, revision: str) -> None:
     _run(engine, f"downgrade the database to {revision}", "downgrade", revision)
 
 
+def row_counts(engine: Engine, table_names: tuple[str, ...] = ("runs", "charges")) -> dict[str, int]:
+    """Rows in each of ``table_names`` that exists (missing tables are left out), e.g.
+    ``{"runs": 3, "charges": 120}``: what a downgrade to ``base`` would delete.
+
+    Raises:
+        LedgerError: the database cannot be read.
+    """
+    with translate_errors("count the ledger's rows", engine.url):
+        with engine.connect() as connection:
+            present = set(sa.inspect(connection).get_table_names())
+            return {
+                name: connection.execute(sa.select(sa.func.count()).select_from(sa.table(name))).scalar_one()
+                for name in table_names if name in present
+            }
+
+
 def current_revision(engine: Engine) -> str | None:
     """The revision the database is at, or None for a database without costctl's tables.
 
@@ -109,4 +126,4 @@ def current_revision(engine: Engine) -> str | None:
             return MigrationContext.configure(connection).get_current_revision()
 
 
-__all__ = ["script_location", "alembic_config", "head_revision", "upgrade", "downgrade", "current_revision"]
+__all__ = ["script_location", "alembic_config", "head_revision", "upgrade", "downgrade", "current_revision", "row_counts"]

@@ -129,7 +129,12 @@ class RunBill:
 
 @dataclass(frozen=True, slots=True)
 class InstanceBill:
-    """One instance (per currency): charged seconds and spend inside the window."""
+    """One instance (per currency): charged seconds and spend inside the window.
+
+    Prices are the rates actually charged in ``currency`` inside the window (per
+    instance-hour), never the instance's current price, which may be in another currency:
+    ``price_per_hour`` is the rate of the newest such charge, ``min_price_per_hour`` /
+    ``max_price_per_hour`` the range when the price changed."""
 
     instance_id: str
     provider: str
@@ -138,6 +143,8 @@ class InstanceBill:
     billing: str
     region: str | None
     price_per_hour: Decimal | None
+    min_price_per_hour: Decimal | None
+    max_price_per_hour: Decimal | None
     currency: str
     runs: int
     first_charge_at: datetime
@@ -233,7 +240,8 @@ def bill_by_run(session: Session, since: datetime | None = None, until: datetime
 def bill_by_instance(
     session: Session, since: datetime | None = None, until: datetime | None = None
 ) -> list[InstanceBill]:
-    """Instances with charges inside ``[since, until)``, by first charge."""
+    """Instances with charges inside ``[since, until)``, one row per currency charged in, by
+    first charge (see :class:`InstanceBill` for which rate is shown)."""
     instances = _instances(session)
     groups: dict[tuple[int, str], list[ChargeSlice]] = defaultdict(list)
     for s in charge_slices(session, since=since, until=until):
@@ -241,6 +249,7 @@ def bill_by_instance(
     rows = []
     for (pk, currency), slices in groups.items():
         inst = instances[pk]
+        rates = [s.rate_per_hour for s in slices]
         rows.append(
             InstanceBill(
                 instance_id=inst.provider_instance_id,
@@ -249,7 +258,9 @@ def bill_by_instance(
                 gpu_count=inst.gpu_count,
                 billing=inst.billing,
                 region=inst.region,
-                price_per_hour=inst.price_per_hour,
+                price_per_hour=max(slices, key=lambda s: (s.start, s.end)).rate_per_hour,
+                min_price_per_hour=min(rates),
+                max_price_per_hour=max(rates),
                 currency=currency,
                 runs=len({s.run_id for s in slices}),
                 first_charge_at=min(s.start for s in slices),

@@ -51,7 +51,9 @@ EPOCH_KEYS: tuple[str, ...] = ("epoch",)
 _SUMMARY_KEYS = ("train_runtime",)
 
 
-def _number(value: Any) -> float | None:
+def number(value: Any) -> float | None:
+    """A metric cell or JSON value as a float: numbers as they are, numeric text (incl. ``nan``,
+    ``inf``) parsed; None for booleans, empty cells, missing values and anything else."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (int, float)):
@@ -90,16 +92,16 @@ def _points_from_row(
 ) -> list[ProgressPoint]:
     if any(k in row for k in _SUMMARY_KEYS):
         return []
-    step_value = next((_number(row[k]) for k in STEP_KEYS if k in row and _number(row[k]) is not None), None)
+    step_value = next((number(row[k]) for k in STEP_KEYS if k in row and number(row[k]) is not None), None)
     step = int(step_value) if step_value is not None and math.isfinite(step_value) else None
-    epoch = next((_number(row[k]) for k in EPOCH_KEYS if k in row and _number(row[k]) is not None), None)
+    epoch = next((number(row[k]) for k in EPOCH_KEYS if k in row and number(row[k]) is not None), None)
     if epoch is not None and not math.isfinite(epoch):
         epoch = None
     points = []
     for key, kind in ((keys.loss_key, "train"), (keys.eval_key, "eval")):
         if key is None or key not in row:
             continue
-        value = _number(row[key])
+        value = number(row[key])
         if value is None:
             continue
         points.append(ProgressPoint(time=now, value=value, kind=kind, name=key, step=step, epoch=epoch))

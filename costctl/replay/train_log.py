@@ -40,6 +40,7 @@ from typing import Any
 from ..errors import UsageError
 from ..progress import LineParser, read_metrics_file
 from ..progress.lines import MAX_LINE_CHARS
+from ..progress.metrics_file import number
 from ..records import ProgressPoint
 from .oom import OomEvent, match_oom
 from .textio import SNIFF_BYTES, detect_encoding, open_text, read_all
@@ -87,28 +88,12 @@ class TrainLog:
         return self.train + self.eval
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if not text:
-            return None
-        try:
-            return float(text)
-        except ValueError:
-            return None
-    return None
-
-
 def _record_x(record: dict[str, Any]) -> float | None:
     for key in _STEP_KEYS:
-        value = _number(record.get(key))
+        value = number(record.get(key))
         if value is not None:
             return value
-    return _number(record.get("epoch"))
+    return number(record.get("epoch"))
 
 
 def _add_series(series: dict[str, list[SeriesPoint]], record: dict[str, Any], skip: set[str]) -> None:
@@ -116,7 +101,7 @@ def _add_series(series: dict[str, list[SeriesPoint]], record: dict[str, Any], sk
     for key, raw in record.items():
         if key in skip:
             continue
-        value = _number(raw)
+        value = number(raw)
         if value is not None:
             series.setdefault(key, []).append((x, value))
 

@@ -1,0 +1,41 @@
+"""What one ``costctl watch`` was asked to do: the command-line choices (:class:`WatchOptions`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class WatchOptions:
+    """Command-line choices for one watch.
+
+    Attributes:
+        command: argv of the training job; None guards the whole machine.
+        on_exit: when the command exits: ``guard`` (keep guarding with the idle policy),
+            ``stop`` (stop the instance at once) or ``leave`` (end the watch, leave it running).
+        loss_regex: overrides the built-in loss formats (named group ``loss``).
+        metrics_file: read progress from this JSONL/CSV file instead of the output.
+        dry_run: record decisions, stop nothing.
+        quiet: no messages of costctl's own on stderr except errors (the child's bytes still pass).
+        status_line: None = on when stderr is a terminal.
+        resume: restart the command from the newest checkpoint under ``[checkpoint] path``
+            (``{checkpoint}`` in the command and ``$COSTCTL_RESUME_FROM``).
+        on_oom: ``retry`` (halve the batch, double accumulation, restart) or ``advise``.
+        batch_size / accum_steps: the job's batch size and gradient-accumulation steps, for
+            ``{batch_size}``/``{accum_steps}`` and ``$COSTCTL_BATCH_SIZE``/``$COSTCTL_ACCUM_STEPS``
+            (default: those variables in costctl's own environment, accumulation 1).
+    """
+
+    command: list[str] | None = None
+    on_exit: str = "guard"
+    loss_regex: str | None = None
+    metrics_file: Path | None = None
+    dry_run: bool = False
+    quiet: bool = False
+    status_line: bool | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    resume: bool = False
+    on_oom: str = "advise"
+    batch_size: int | None = None
+    accum_steps: int | None = None
