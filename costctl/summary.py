@@ -151,9 +151,15 @@ class RunSummary:
         if len(self.run_ids) > 1:
             table.add_row("ledger runs", ", ".join(r[:8] for r in self.run_ids))
         if self.decisions:
-            for d in self.decisions:
-                action = f"would {d.action} (dry run)" if self.dry_run and d.action in ("stop", "downsize") else d.action
-                table.add_row(f"decision {d.policy}", f"{action}: {d.reason}")
+            groups: dict[tuple[str, str], list[Decision]] = {}
+            for d in self.decisions:  # one row per policy and action; repeats are counted
+                groups.setdefault((d.policy, d.action), []).append(d)
+            for (policy, act), ds in groups.items():
+                action = f"would {act} (dry run)" if self.dry_run and act in ("stop", "downsize") else act
+                more = ""
+                if len(ds) > 1:
+                    more = f" (fired {len(ds)} times; the last: {ds[-1].reason.split(':')[0]})"
+                table.add_row(f"decision {policy}", f"{action}: {ds[0].reason}{more}")
         else:
             table.add_row("decisions", "none")
         for line in self.advice:
