@@ -304,3 +304,25 @@ def test_password_is_redacted_in_errors():
     with pytest.raises(LedgerError) as info:
         Ledger.open("postgresql+psycopg://alice:s3cret@127.0.0.1:1/x")
     assert "s3cret" not in info.value.message and "***" in info.value.message
+
+
+def test_close_lost_runs_closes_only_dead_watches_of_this_host(ledger):
+    pk = new_instance(ledger)
+    dead = ledger.start_run(pk, started_at=at(0), command=None, log_path=None, host="box", pid=111)
+    live = ledger.start_run(pk, started_at=at(0), command=None, log_path=None, host="box", pid=222)
+    other_host = ledger.start_run(pk, started_at=at(0), command=None, log_path=None, host="elsewhere", pid=111)
+    no_pid = ledger.start_run(pk, started_at=at(0), command=None, log_path=None, host="box")
+    finished = ledger.start_run(pk, started_at=at(0), command=None, log_path=None, host="box", pid=111)
+    ledger.accrue(dead, at(30), Decimal("1.2"), "USD")
+    ledger.finish_run(finished, ended_at=at(5), exit_code=0, status="completed")
+
+    closed = ledger.close_lost_runs(pk, host="box", alive=lambda pid: pid == 222)
+
+    assert closed == [dead]
+    with ledger.session() as s:
+        runs = {r.id: r for r in s.scalars(select(Run)).all()}
+    assert (runs[dead].status, runs[dead].ended_at) == ("lost", at(30))
+    for rid in (live, other_host, no_pid):
+        assert runs[rid].ended_at is None and runs[rid].status == "running"
+    assert runs[finished].status == "completed"
+    assert ledger.close_lost_runs(pk, host="box", alive=lambda pid: False) == [live]  # pid-less runs are never guessed at

@@ -124,6 +124,13 @@ def test_sigkilled_watch_then_restart_never_charges_a_second_twice(tmp_path):
     for (s1, e1), (s2, e2) in zip(intervals, intervals[1:]):
         assert e1 <= s2, f"overlapping charges {s1}-{e1} and {s2}-{e2}"
     assert len({c.run_id for c in after}) == 2
+    # the new watch closed the killed one's run: status lost, ended where its charges end
+    with _session(tmp_path) as s:
+        lost = s.get(Run, killed.id)
+        assert (lost.status, lost.ended_at) == ("lost", killed_last_seen)
+    bill = json.loads(run_costctl("bill", "--format", "json", env=env).stdout)
+    row = next(r for r in bill["rows"] if r["run_id"] == killed.id)
+    assert row["status"] == "lost" and row["ended_at"] is not None
 
 
 def test_idle_policy_stops_the_sim_instance_after_the_job_exits(tmp_path):

@@ -12,7 +12,7 @@ import uuid
 from contextlib import contextmanager
 from datetime import datetime
 from decimal import Decimal
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
@@ -160,8 +160,11 @@ class Ledger:
         command: list[str] | None,
         log_path: str | None,
         host: str | None,
+        pid: int | None = None,
     ) -> str:
         """Record a new run (status ``running``) and return its id (uuid4 hex, 32 chars).
+
+        ``host`` and ``pid`` identify the watch process (see :meth:`close_lost_runs`).
 
         Raises:
             LedgerError: no such instance, or the database cannot be written.
@@ -181,6 +184,7 @@ class Ledger:
                     started_at=started_at,
                     last_seen_at=started_at,
                     status="running",
+                    pid=pid,
                 )
             )
         return run_id
@@ -282,6 +286,34 @@ class Ledger:
         """
         with self._write("record spend") as s:
             return accrual.accrue(s, run_id, until, rate_per_hour, currency)
+
+    def close_lost_runs(self, instance_pk: int, *, host: str, alive: Callable[[int], bool]) -> list[str]:
+        """Close the runs of ``instance_pk`` whose watch process on ``host`` is gone.
+
+        A watch killed outright (SIGKILL, OOM killer, reboot) never calls :meth:`finish_run`;
+        its run would stay ``running`` forever. A run qualifies when it has no ``ended_at``,
+        was recorded on ``host`` with a ``pid``, and ``alive(pid)`` is False. It gets status
+        ``lost`` and ``ended_at = last_seen_at`` (its charges already end there; nothing is
+        charged). Runs of other hosts are left alone: their processes cannot be checked here.
+
+        Returns:
+            the ids of the runs closed.
+
+        Raises:
+            LedgerError: the database cannot be written.
+        """
+        closed: list[str] = []
+        with self._write("close runs whose watch died") as s:
+            runs = s.scalars(
+                select(Run).where(Run.instance_pk == instance_pk, Run.ended_at.is_(None),
+                                  Run.host == host, Run.pid.is_not(None))
+            ).all()
+            for run in runs:
+                if run.pid is not None and not alive(run.pid):
+                    run.ended_at = run.last_seen_at
+                    run.status = "lost"
+                    closed.append(run.id)
+        return closed
 
     def finish_run(self, run_id: str, *, ended_at: datetime, exit_code: int | None, status: str) -> None:
         """Mark the run ended (accrue up to ``ended_at`` first: this method charges nothing).

@@ -91,7 +91,8 @@ class Instance(Base):
 class Run(Base):
     """One watch session. ``status`` is free text set by the watcher (``running`` until
     :meth:`Ledger.finish_run`); ``last_seen_at`` moves with every accrual, so a run whose
-    watch was killed still shows how far it got."""
+    watch was killed still shows how far it got. ``host`` and ``pid`` name the watch process,
+    so a later watch on that host can close the run as ``lost`` once that process is gone."""
 
     __tablename__ = "runs"
 
@@ -105,6 +106,7 @@ class Run(Base):
     last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime())
     exit_code: Mapped[int | None] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(String(16))
+    pid: Mapped[int | None] = mapped_column(Integer)
 
     instance: Mapped[Instance] = relationship(back_populates="runs")
 

@@ -8,6 +8,7 @@ and the summary.
 
 from __future__ import annotations
 
+import os
 import socket
 from datetime import datetime
 from decimal import Decimal
@@ -93,7 +94,8 @@ class LifecycleHostMixin:
             price_per_hour=inst.price_per_hour, currency=inst.currency, region=inst.region,
         )
         self.run_id = self.ledger.start_run(self.instance_pk, started_at=now, command=self.options.command,
-                                            log_path=str(self.log_path), host=socket.gethostname())
+                                            log_path=str(self.log_path), host=socket.gethostname(),
+                                            pid=os.getpid())
         self.run_started_at = now
         self.executor.run_id = self.run_id
         self.history.rate = self.rate

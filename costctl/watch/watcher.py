@@ -21,6 +21,8 @@ import time
 from datetime import datetime
 from decimal import Decimal
 
+import psutil
+
 from .. import paths
 from ..checkpoint import ephemeral_storage_warning, resolve_pattern
 from ..child import Child, OutputMux
@@ -52,6 +54,22 @@ from .tick import TickMixin
 
 from costctl_providers.base import Provider
 from costctl_providers.notices import NoticePoller
+
+
+def watch_alive(pid: int) -> bool:
+    """Whether process ``pid`` on this host may still be a costctl watch (unsure counts as alive).
+
+    A pid that no longer exists is gone; one that exists but runs something other than
+    Python/costctl was reused by another program, so the watch is gone too.
+    """
+    try:
+        proc = psutil.Process(pid)
+        cmdline = " ".join(proc.cmdline()).lower()
+    except psutil.NoSuchProcess:
+        return False
+    except (psutil.AccessDenied, psutil.ZombieProcess):
+        return True
+    return "costctl" in cmdline or "python" in cmdline
 
 
 class Watcher(TickMixin, LoopMixin, PreemptionMixin, LifecycleHostMixin, FinishMixin):
@@ -143,6 +161,10 @@ class Watcher(TickMixin, LoopMixin, PreemptionMixin, LifecycleHostMixin, FinishM
             price_per_hour=self.rate.amount, currency=self.rate.currency,
             region=inst.region if inst else None,
         )
+        lost = self.ledger.close_lost_runs(self.instance_pk, host=socket.gethostname(), alive=watch_alive)
+        if lost:
+            self.say(f"costctl: closed {len(lost)} earlier run(s) on this instance whose watch died "
+                     f"without closing them ({', '.join(r[:8] for r in lost)}): status lost")
         self.started_at = self.clock.now()
         self.run_started_at = self.started_at
         self.started_wall = time.time()
@@ -151,7 +173,7 @@ class Watcher(TickMixin, LoopMixin, PreemptionMixin, LifecycleHostMixin, FinishM
         self.checkpoint_request = paths.runs_dir(s.data_dir) / f"{stem}.checkpoint-request"
         self.run_id = self.ledger.start_run(
             self.instance_pk, started_at=self.started_at, command=self.options.command,
-            log_path=str(self.log_path), host=socket.gethostname(),
+            log_path=str(self.log_path), host=socket.gethostname(), pid=os.getpid(),
         )
         self.summary.run_ids.append(self.run_id)
 
