@@ -67,14 +67,38 @@ def head_revision() -> str:
 
 
 def _run(engine: Engine, doing: str, fn: str, revision: str) -> None:
+    """Run an Alembic command in one transaction.
+
+    On SQLite, foreign-key enforcement is off for the migration: batch mode rebuilds a table by
+    copy, drop and rename, which a referencing table would otherwise block (the procedure
+    Alembic's batch documentation and SQLite's ALTER TABLE page give). ``PRAGMA foreign_keys``
+    only takes effect outside a transaction, so it is set on the connection before BEGIN, and
+    ``PRAGMA foreign_key_check`` must come back empty before the transaction commits.
+    """
     cfg = alembic_config(engine)
+    sqlite = engine.dialect.name == "sqlite"
     with _alembic_lock, translate_errors(doing, engine.url):
-        with engine.execution_options(immediate=True).begin() as connection:
-            cfg.attributes["connection"] = connection
+        with engine.execution_options(immediate=True).connect() as connection:
+            raw = connection.connection.driver_connection
+            if sqlite:
+                raw.execute("PRAGMA foreign_keys=OFF")
             try:
-                getattr(command, fn)(cfg, revision)
-            except CommandError as err:
-                raise LedgerError(f"cannot {doing} ({redact(engine.url)}): {err}") from None
+                with connection.begin():
+                    cfg.attributes["connection"] = connection
+                    try:
+                        getattr(command, fn)(cfg, revision)
+                    except CommandError as err:
+                        raise LedgerError(f"cannot {doing} ({redact(engine.url)}): {err}") from None
+                    if sqlite:
+                        broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                        if broken:
+                            raise LedgerError(
+                                f"cannot {doing} ({redact(engine.url)}): {len(broken)} rows would break "
+                                "foreign keys; nothing was changed"
+                            )
+            finally:
+                if sqlite:
+                    raw.execute("PRAGMA foreign_keys=ON")
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
