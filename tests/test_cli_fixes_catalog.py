@@ -26,10 +26,7 @@ def env(tmp_path, monkeypatch):
     return tmp_path
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from test_cli_instances import run  # noqa: E402 - main(argv) with captured output
 
 
 def one_line_error(err: str) -> bool:

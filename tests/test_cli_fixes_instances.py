@@ -3,31 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 from decimal import Decimal
 
 import pytest
 
-from costctl.cli.main import main
 
 
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    """An isolated data dir and working directory (no costctl.toml)."""
-    monkeypatch.setenv("COSTCTL_DATA_DIR", str(tmp_path / "data"))
-    for key in list(os.environ):
-        if key.startswith("COSTCTL_") and key != "COSTCTL_DATA_DIR":
-            monkeypatch.delenv(key)
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
-    return work
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from test_cli_instances import env, run  # noqa: E402,F401 - the same isolated CLI fixture
 
 
 def status(capsys) -> str:
