@@ -1,3 +1,74 @@
+"""Suite-wide fixtures: isolation from the user's data, and the ledger databases.
+
+Isolation (autouse, every test): the suite never reads or writes a user's costctl data,
+whatever is exported. At start-up every ``COSTCTL_*`` variable except the suite's own
+(:data:`SUITE_ENV`) is removed from the environment, and so are the providers' credential
+variables; each test then gets its own platform directories (``XDG_DATA_HOME``,
+``XDG_STATE_HOME``, ``XDG_CONFIG_HOME`` under its ``tmp_path``), so the default data dir, the
+default SQLite ledger, the simulated provider's state and the crash logs all live in a temporary
+directory. A ``costctl.toml`` in the directory pytest runs from is the user's config: tests
+then read an empty config file instead. tests/test_isolation.py proves it with a sentinel ledger
+on SQLite and on PostgreSQL.
+"""
+
+import os as _os
+import secrets as _secrets
+from pathlib import Path as _Path
+
+import pytest as _pytest
+import sqlalchemy as _sa
+
+# --- isolation from the user's data -------------------------------------------------------
+
+#: The suite's own variables, kept: where the test PostgreSQL server and the corpus are.
+SUITE_ENV = frozenset({"COSTCTL_TEST_POSTGRES_URL", "COSTCTL_CORPUS"})
+#: Provider credentials a user may have exported (the adapters' documented variables).
+PROVIDER_SECRET_ENV = ("AUTODL_TOKEN", "VAST_API_KEY", "RUNPOD_API_KEY")
+#: What was removed at start-up (names only), for the report header.
+REMOVED_ENV: list[str] = []
+
+
+def _strip_user_environment() -> None:
+    for key in list(_os.environ):
+        if (key.upper().startswith("COSTCTL_") and key.upper() not in SUITE_ENV) or key in PROVIDER_SECRET_ENV:
+            REMOVED_ENV.append(key)
+            del _os.environ[key]
+
+
+_strip_user_environment()  # at import, before any test module reads the environment
+_CWD_CONFIG = _Path.cwd() / "costctl.toml"
+
+
+def pytest_report_header(config):
+    lines = []
+    if REMOVED_ENV:
+        lines.append("costctl: ignoring the exported " + ", ".join(sorted(REMOVED_ENV))
+                     + " (tests never touch a user's data)")
+    if _CWD_CONFIG.is_file():
+        lines.append(f"costctl: ignoring {_CWD_CONFIG} (tests read an empty config instead)")
+    from helpers import CORPUS
+
+    if not CORPUS.is_dir():
+        lines.append(f"costctl: the corpus of real logs is not at {CORPUS}: its tests skip "
+                     "(set COSTCTL_CORPUS=DIR; under CI=true they fail)")
+    return lines
+
+
+@_pytest.fixture(autouse=True)
+def _isolated_user_dirs(tmp_path_factory, monkeypatch):
+    """Per test: platform dirs in a fresh temporary directory; no user COSTCTL_* or credentials."""
+    _strip_user_environment()  # a test that exported something never leaks it into the next
+    base = tmp_path_factory.mktemp("home")
+    for var, sub in (("XDG_DATA_HOME", "data"), ("XDG_STATE_HOME", "state"), ("XDG_CONFIG_HOME", "config")):
+        (base / sub).mkdir()
+        monkeypatch.setenv(var, str(base / sub))
+    if _CWD_CONFIG.is_file():
+        empty = base / "costctl.toml"
+        empty.write_text("")
+        monkeypatch.setenv("COSTCTL_CONFIG", str(empty))
+    yield base
+
+
 # --- ledger database fixtures -------------------------------------------------------------
 # `db_url` runs a test on a real SQLite file and on a real PostgreSQL server. The server comes
 # from $COSTCTL_TEST_POSTGRES_URL (default below); its database is created when missing. Each
@@ -5,11 +76,6 @@
 # against one server do not collide, and every test starts with that schema dropped and
 # re-created (no tables, no alembic_version). Unreachable server: skip with the reason, or
 # fail when CI=true.
-import os as _os
-import secrets as _secrets
-
-import pytest as _pytest
-import sqlalchemy as _sa
 
 POSTGRES_URL_ENV = "COSTCTL_TEST_POSTGRES_URL"
 DEFAULT_TEST_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/costctl_test"

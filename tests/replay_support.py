@@ -19,7 +19,9 @@ def corpus_file(name: str) -> Path:
     """Path of corpus file ``name``; skip (or fail under CI) when it is not there."""
     path = CORPUS / name
     if not path.is_file():
-        reason = f"corpus file {path} not present (set COSTCTL_CORPUS)"
+        where = "is not there" if CORPUS.is_dir() else "not found: the directory does not exist"
+        reason = (f"corpus file {path} {where} (the real logs live in ../shared/corpus beside the checkout; "
+                  "set COSTCTL_CORPUS=DIR to point elsewhere)")
         if os.environ.get("CI") == "true":
             pytest.fail(reason + " (CI=true: the corpus checks must run)", pytrace=False)
         pytest.skip(reason)

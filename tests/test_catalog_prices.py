@@ -31,7 +31,6 @@ from costctl.money import ExchangeRate, Money
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("COSTCTL_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.delenv("COSTCTL_CONFIG", raising=False)
     monkeypatch.chdir(tmp_path)
 
 

@@ -23,7 +23,6 @@ SEEN = date(2026, 7, 1)
 def env(tmp_path, monkeypatch):
     """Isolated data dir and cwd, wide terminal for rich tables."""
     monkeypatch.setenv("COSTCTL_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.delenv("COSTCTL_CONFIG", raising=False)
     monkeypatch.setenv("COLUMNS", "250")
     monkeypatch.chdir(tmp_path)
     return tmp_path

@@ -24,7 +24,7 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COSTCTL_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("COLUMNS", "80")
-    for name in ("COSTCTL_DATABASE_URL", "COSTCTL_CONFIG", "COSTCTL_WATCH__TIMEZONE"):
+    for name in ("COSTCTL_DATABASE_URL", "COSTCTL_WATCH__TIMEZONE"):
         monkeypatch.delenv(name, raising=False)
 
 

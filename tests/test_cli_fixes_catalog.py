@@ -19,7 +19,7 @@ from costctl.cli.main import main
 @pytest.fixture(autouse=True)
 def env(tmp_path, monkeypatch):
     monkeypatch.setenv("COSTCTL_DATA_DIR", str(tmp_path / "data"))
-    for name in ("COSTCTL_CONFIG", "COSTCTL_DATABASE_URL"):
+    for name in ("COSTCTL_DATABASE_URL",):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("COLUMNS", "80")  # a narrow default: piped output must still be full width
     monkeypatch.chdir(tmp_path)

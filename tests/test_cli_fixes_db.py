@@ -27,7 +27,7 @@ def isolated(tmp_path, monkeypatch):
     """No costctl.toml from the caller's directory, no database URL from the caller's env."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COSTCTL_DATA_DIR", str(tmp_path / "data"))
-    for name in ("COSTCTL_DATABASE_URL", "COSTCTL_CONFIG"):
+    for name in ("COSTCTL_DATABASE_URL",):
         monkeypatch.delenv(name, raising=False)
 
 

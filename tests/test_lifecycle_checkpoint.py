@@ -244,6 +244,7 @@ def test_a_shell_wrapper_passes_the_signal_to_the_job(tmp_path):
 PLAIN = "import time\nfor i in range(40):\n    print(f'loss: {1/(i+1)}', flush=True)\n    time.sleep(0.1)\nprint('done')\n"
 
 
+@pytest.mark.realtime  # a real child against a simulated clock
 @pytest.mark.parametrize("signal_conf, survives", [(None, True), ("SIGUSR1", False)])
 def test_a_plain_python_job_survives_a_request_under_the_default_config(tmp_path, signal_conf, survives):
     """Default: only the request file, no signal, so a job with no handler keeps running. The

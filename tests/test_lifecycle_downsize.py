@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
+import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
@@ -26,6 +27,7 @@ def _saving(price: str, current: str, util: float, peak_cur: float, peak_new: fl
     return Decimal(current) - Decimal(price) * Decimal(repr(factor))
 
 
+@pytest.mark.realtime  # a real child against a simulated clock
 def test_downsize_on_the_example_run_moves_to_the_cheaper_sim_instance_and_resumes(tmp_path):
     ckpt = tmp_path / "ckpt"
     s = settings(tmp_path, f"""
@@ -94,6 +96,7 @@ FLAT = "import time\nfor i in range(1, 21):\n    print(f'epoch {i}/20 loss: 1.0'
 PLATEAU = '[policies.plateau]\naction = "downsize"\npatience = 2\n[watch]\nsample_interval = "5s"\n'
 
 
+@pytest.mark.realtime  # a real child against a simulated clock
 def test_on_a_real_provider_costctl_advises_with_the_saving_and_the_resume_command(tmp_path, monkeypatch):
     monkeypatch.setenv("VAST_API_KEY", API_KEY)
     with FakeVast() as fake:
@@ -124,6 +127,7 @@ base_url = "{fake.url}"
     assert "costctl watch --resume -- " in d.outcome and "-c" in d.outcome
 
 
+@pytest.mark.realtime  # a real child against a simulated clock
 def test_without_gpu_telemetry_the_peak_comes_from_config_and_missing_inputs_are_named(tmp_path):
     # no GPU on this machine and no peak_memory: nothing to size with
     s = settings(tmp_path / "a", PLATEAU + '[instance]\nprovider = "sim"\ngpu = "A100 80GB"\n')

@@ -76,6 +76,7 @@ def test_observed_preemptions_and_waste_from_the_ledger(ledger):
 STEP = 10  # simulated seconds per turn of the driver
 
 
+@pytest.mark.realtime  # a real child against a simulated clock
 def test_periodic_requests_follow_young_daly_in_a_watch(tmp_path):
     s = settings(tmp_path, f"""
 [instance]

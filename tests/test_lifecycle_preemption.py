@@ -9,6 +9,7 @@ import re
 from datetime import timedelta
 from decimal import Decimal
 
+import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
@@ -38,6 +39,7 @@ def _epochs(text: str) -> list[int]:
     return [int(m) for m in re.findall(r"^epoch (\d+)/\d+ loss:", text, flags=re.M)]
 
 
+@pytest.mark.realtime  # a real child against a simulated clock
 def test_notice_checkpoints_before_the_deadline_resume_continues_and_the_bill_shows_waste(tmp_path):
     ckpt = tmp_path / "ckpt"
     s = settings(tmp_path, SPOT + f'[checkpoint]\npath = "{ckpt}/epoch-*.pkl"\nperiodic = "off"\n')
@@ -106,6 +108,7 @@ def test_notice_checkpoints_before_the_deadline_resume_continues_and_the_bill_sh
 IGNORES = "import time\nwhile True:\n    print('loss: 1.0', flush=True)\n    time.sleep(0.05)\n"
 
 
+@pytest.mark.realtime  # a real child against a simulated clock
 def test_a_job_that_ignores_the_request_is_stopped_before_the_deadline(tmp_path):
     s = settings(tmp_path, SPOT + f'[checkpoint]\npath = "{tmp_path / "ckpt"}"\nperiodic = "off"\n')
     clock = SimClock(T0)
@@ -138,6 +141,7 @@ def test_a_job_that_ignores_the_request_is_stopped_before_the_deadline(tmp_path)
     assert Decimal(row["spend"]) > 0 and row["waste"] == row["spend"]  # nothing was saved: all of it is waste
 
 
+@pytest.mark.realtime  # a real child against a simulated clock
 def test_a_spot_instance_taken_without_notice_ends_the_run_with_its_waste(tmp_path):
     s = settings(tmp_path, SPOT + "[checkpoint]\nperiodic = \"off\"\n")
     clock = SimClock(T0)

@@ -21,6 +21,7 @@ JOB = "import time\nfor i in range(30):\n    print(f'loss: {1/(i+1)}', flush=Tru
 A100 = '[instance]\nprovider = "sim"\ngpu = "A100 80GB"\n[watch]\nsample_interval = "5s"\n'
 
 
+@pytest.mark.realtime  # a real child against a simulated clock
 def test_end_of_run_advice_names_the_cheaper_card_and_the_money(tmp_path, capsys, monkeypatch):
     s = settings(tmp_path, A100)
     clock = SimClock(T0)

@@ -163,7 +163,6 @@ def test_torch_model_factory_file(tmp_path):
 
 def test_cli_recommend_with_a_measured_model(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("COSTCTL_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.delenv("COSTCTL_CONFIG", raising=False)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mynet.py").write_text(textwrap.dedent(FACTORY))
     assert main(["recommend", "--torch-model", "mynet.py:build", "--batch", "64", "--precision", "fp32",

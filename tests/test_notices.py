@@ -80,6 +80,7 @@ def test_aws_malformed_answer_is_an_error(meta):
         AwsNoticeSource(meta.url).poll()
 
 
+@pytest.mark.realtime  # a latency bound in real seconds
 def test_notice_within_one_poll_interval(meta):
     """404 until the notice is issued, then 200 with a deadline: the poller reports it within
     one poll interval of its appearance, and only once."""
@@ -265,6 +266,7 @@ def test_aws_disabled_by_the_sdk_variable(clouds):
     assert d.platform is None and clouds.aws.count() == 0
 
 
+@pytest.mark.realtime  # a latency bound in real seconds
 def test_detection_is_quick_when_metadata_hangs(clouds):
     for s, (m, p) in ((clouds.aws, ("PUT", "/latest/api/token")), (clouds.gcp, ("GET", "/computeMetadata/v1/")),
                       (clouds.azure, ("GET", "/metadata/instance"))):

@@ -241,6 +241,7 @@ def test_bad_custom_regex_is_a_usage_error_naming_it(pattern: str, fragment: str
         compile_loss_regex(pattern)
 
 
+@pytest.mark.realtime  # a throughput bound in real seconds
 def test_prefilter_keeps_the_cost_of_ordinary_lines_low() -> None:
     noise = "".join(f"[rank0] step time {i}ms, throughput 1234 samples/s, lr=3e-4\n" for i in range(100_000))
     parser = LineParser()

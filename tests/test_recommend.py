@@ -31,7 +31,6 @@ EIGHTY_GB = ["A100-80GB", "A100-80GB-PCIe", "A800-80GB", "H100-SXM", "H100-PCIe"
 @pytest.fixture
 def env(tmp_path, monkeypatch):
     monkeypatch.setenv("COSTCTL_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.delenv("COSTCTL_CONFIG", raising=False)
     monkeypatch.setenv("COLUMNS", "250")
     monkeypatch.chdir(tmp_path)
     return tmp_path

@@ -113,6 +113,7 @@ def assert_busy(read, clock: CpuClock) -> None:
     ), (read.percent, expected)
 
 
+@pytest.mark.realtime  # a CPU reading of a real busy process
 def test_first_reading_is_unknown_then_a_busy_child_reads_busy(spawn):
     proc = spawn(BUSY)
     source = ProcessTreeCpu(proc.pid)
@@ -124,6 +125,7 @@ def test_first_reading_is_unknown_then_a_busy_child_reads_busy(spawn):
     assert_busy(source.read(), clock)
 
 
+@pytest.mark.realtime  # a CPU reading of a real busy process
 def test_a_sleeping_child_reads_near_zero(spawn):
     proc = spawn(SLEEP)
     time.sleep(0.2)  # let the interpreter finish starting up
@@ -132,6 +134,7 @@ def test_a_sleeping_child_reads_near_zero(spawn):
     assert second.status is SignalStatus.OK and second.percent < 5.0
 
 
+@pytest.mark.realtime  # a CPU reading of a real busy process
 def test_a_busy_grandchild_counts(spawn):
     proc = spawn(BUSY_GRANDCHILD)
     grandchild = int(proc.stdout.readline())
@@ -181,6 +184,7 @@ def test_after_the_root_exits_the_tree_reads_idle(spawn):
     assert gone.status is SignalStatus.OK and gone.percent == 0.0
 
 
+@pytest.mark.realtime  # a CPU reading of a real busy process
 def test_an_orphaned_busy_grandchild_still_counts_after_the_root_exits(spawn):
     proc = spawn(
         "import subprocess, sys, time\n"
@@ -239,6 +243,7 @@ def test_unknown_pid_is_a_usage_error():
         ProcessTreeCpu(proc.pid)
 
 
+@pytest.mark.realtime  # a CPU reading of a real busy process
 def test_machine_cpu_first_read_unknown_then_counts_a_busy_process(spawn):
     # A busy process that is not our descendant (MachineCpu leaves costctl's own tree out).
     proc = spawn(ORPHAN)

@@ -56,6 +56,7 @@ def test_not_supported_utilization_marks_that_gpu_busy(tmp_path):
     assert g0.utilization is None and g0.error == "utilization.gpu reads [Not Supported]"
 
 
+@pytest.mark.realtime  # a deadline in real seconds
 def test_a_hang_is_cut_at_the_deadline_and_killed(tmp_path):
     path = smi(
         tmp_path,

@@ -11,9 +11,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from helpers import REPO, costctl_cmd, costctl_env, run_costctl
 
 
+@pytest.mark.realtime  # the whole machine's CPU in real time
 def test_without_a_command_it_guards_the_machine_and_autostops(tmp_path):
     # Without an NVIDIA GPU, the CPU of all user processes stands in. This test box is busy
     # with other tests, so the CPU threshold is raised: the point is the guard mode's wiring.

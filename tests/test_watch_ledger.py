@@ -26,6 +26,7 @@ def _session(data_dir: Path) -> Session:
     return Session(engine)
 
 
+@pytest.mark.realtime  # a latency bound in real seconds
 def test_unflushed_loss_lines_are_seen_within_a_second(tmp_path):
     env = costctl_env(tmp_path)
     proc = run_costctl(
