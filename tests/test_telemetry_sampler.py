@@ -34,12 +34,13 @@ def test_no_source_at_all_is_all_absent():
     assert sample.source == "" and sample.reasons == ()
 
 
+@pytest.mark.realtime  # a CPU reading of a real busy process
 def test_cpu_stands_in_when_there_is_no_gpu(busy_child):
     sampler = Sampler(None, ProcessTreeCpu(busy_child.pid), count_ssh=False)
     first = sampler.sample(T0)
     assert first.gpu_status is SignalStatus.ABSENT and first.source == "cpu"
-    assert first.cpu_status is SignalStatus.UNKNOWN and first.cpu_percent is None
-    assert first.reasons == (f"cpu: first reading of PID {busy_child.pid} (not measurable yet)",)
+    assert first.cpu_status is SignalStatus.OK and first.cpu_percent is not None  # since creation
+    assert first.reasons == ()
     time.sleep(0.4)
     second = sampler.sample(T0 + timedelta(seconds=1))
     assert second.cpu_status is SignalStatus.OK and second.cpu_percent > 25.0
@@ -75,7 +76,7 @@ def test_an_exception_in_one_source_makes_it_error_and_the_others_still_read(bus
                       ssh_counter=broken_counter)
     sample = sampler.sample(T0)
     assert sample.gpu_status is SignalStatus.ERROR and sample.gpus == ()
-    assert sample.cpu_status is SignalStatus.UNKNOWN  # still read
+    assert sample.cpu_status is SignalStatus.OK  # still read
     assert sample.ssh_status is SignalStatus.ERROR and sample.ssh_sessions is None
     assert sample.reasons[0].startswith("gpu: nvml read raised TypeError")
     assert any(r == "ssh: count raised PermissionError: /var/run/utmp: permission denied"

@@ -25,12 +25,46 @@ def test_without_a_command_it_guards_the_machine_and_autostops(tmp_path):
         COSTCTL_POLICIES__IDLE__TIME_WINDOW="2s",
         COSTCTL_POLICIES__IDLE__MIN_CPU_UTILIZATION="100000",
     )
-    proc = run_costctl("watch", env=env, timeout=60)
+    proc = run_costctl("watch", env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr.decode()
     err = proc.stderr.decode()
     assert "guarding this machine" in err
     assert "all user processes" in err  # the no-GPU notice names the stand-in signal, once
     assert err.count("no NVIDIA GPU found") == 1
+    state = json.loads((tmp_path / "sim" / "state.json").read_text())
+    assert state["instances"]["sim-local"]["status"] == "stopped"
+
+
+@pytest.mark.realtime  # the whole machine's CPU in real time
+def test_the_guard_autostops_an_idle_machine_where_short_lived_processes_keep_starting(tmp_path):
+    # A background loop (not costctl's child) starts a short-lived process five times a second
+    # (each lives 0.4 s, so every read sees one that is new), as a
+    # cron job or a notebook's helper does. Each new process used to make the CPU reading
+    # UNKNOWN (busy), so the guard never stopped the machine; now each is measured.
+    spawner = subprocess.Popen(
+        [sys.executable, "-c",
+         "import subprocess, time\n"
+         "alive = []\n"
+         "while True:\n"
+         "    alive = [p for p in alive if p.poll() is None]\n"
+         "    alive.append(subprocess.Popen(['sleep', '0.4']))\n"
+         "    time.sleep(0.2)\n"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(1.5)
+        env = costctl_env(
+            tmp_path,
+            COSTCTL_POLICIES__IDLE__TIME_WINDOW="4s",
+            COSTCTL_POLICIES__IDLE__MIN_CPU_UTILIZATION="60",  # percent of one core; the loop uses a few
+        )
+        proc = run_costctl("watch", env=env, timeout=120)
+    finally:
+        spawner.kill()
+        spawner.wait()
+    err = proc.stderr.decode()
+    assert proc.returncode == 0, err
+    assert "stopping" in err
     state = json.loads((tmp_path / "sim" / "state.json").read_text())
     assert state["instances"]["sim-local"]["status"] == "stopped"
 

@@ -10,12 +10,18 @@ psutil pitfalls this module is built around (psutil docs, ``Process.cpu_percent`
 * ``children()`` returns NEW ``Process`` objects on every call, so a tree rebuilt each tick
   would always read 0 %.
 
-So :class:`ProcessTreeCpu` keeps its ``Process`` objects across reads, keyed by
-``(pid, create_time)`` (a reused PID is a new process), and a process seen for the first time
-makes the read UNKNOWN (busy) instead of contributing a fake 0: a busy job never looks idle
-because it just started a worker. The module-level ``psutil.cpu_percent()`` is not used: it
-keeps its previous sample per *thread*, and a scheduler that runs ticks on pool threads would
-get its meaningless first 0.0 again and again.
+So the ``Process`` objects are kept across reads, keyed by ``(pid, create_time)`` (a reused
+PID is a new process), and a process seen for the first time is measured from its cumulative
+``cpu_times()`` (user + system) instead of its meaningless first ``cpu_percent``: created since
+the previous read, all of its CPU time fell in this interval; older (the first read of a source,
+or a process that just became visible), its average since ``create_time`` stands in. Nothing is
+ever read as a fake 0, and a source no longer turns UNKNOWN whenever a process starts, which made
+a machine where processes keep starting (a cron job, a shell loop, a notebook's kernels) never
+idle. Processes that start and end between two reads are not in any process list: on Linux
+:class:`MachineCpu` also reads its cgroup's ``cpu.stat`` ``usage_usec`` (cgroup v2; one file
+read per tick) and takes the larger of the two figures. The module-level
+``psutil.cpu_percent()`` is not used: it keeps its previous sample per *thread*, and a scheduler
+that runs ticks on pool threads would get its meaningless first 0.0 again and again.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterable
+import time
+from pathlib import Path
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import psutil
@@ -43,19 +51,40 @@ class _Tally:
     denied: list[int] = field(default_factory=list)
 
 
+def _since_creation(proc: psutil.Process, created: float, now: float, previous: float | None) -> float:
+    """CPU of a process seen for the first time, in percent of one core over this interval.
+
+    Created after the previous read (at wall time ``previous``): all of its CPU time fell in
+    ``[previous, now]``. Otherwise (first read of the source, or a process that just became
+    visible): its average since ``created``.
+    """
+    times = proc.cpu_times()
+    used = times.user + times.system
+    if previous is not None and created >= previous:
+        span = now - previous
+    else:
+        span = now - created
+    return 100.0 * used / max(span, 0.01)
+
+
 class _Tracker:
     """``Process`` objects kept across reads, keyed by ``(pid, create_time)``."""
 
     def __init__(self) -> None:
         self.procs: dict[_Key, psutil.Process] = {}
+        self._previous: float | None = None  # wall time (epoch s) of the previous measure
 
     def measure(self, candidates: Iterable[psutil.Process]) -> _Tally:
-        """Sum ``cpu_percent`` over ``candidates``; new ones are primed and listed in ``new``.
+        """Sum the CPU of ``candidates`` since the previous read, in percent of one core.
 
+        Known processes count their ``cpu_percent``; new ones (listed in ``new``) their CPU
+        time since creation (:func:`_since_creation`) — both go into ``known``/``measured``.
         Processes that vanished are dropped; those we may not read are listed in ``denied``.
         The kept set becomes exactly the candidates that could be read (so a dead process's
         object is released).
         """
+        now = time.time()
+        previous, self._previous = self._previous, now
         tally = _Tally()
         kept: dict[_Key, psutil.Process] = {}
         for proc in candidates:
@@ -76,6 +105,8 @@ class _Tracker:
                     kept[key] = known
                 else:
                     proc.cpu_percent(interval=None)  # starts the measurement; value meaningless
+                    tally.known += _since_creation(proc, key[1], now, previous)
+                    tally.measured += 1
                     tally.new.append(proc.pid)
                     kept[key] = proc
             except psutil.AccessDenied:
@@ -94,11 +125,6 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
-def _format_pids(pids: list[int], limit: int = 5) -> str:
-    shown = ", ".join(str(p) for p in sorted(pids)[:limit])
-    return shown + (f" and {len(pids) - limit} more" if len(pids) > limit else "")
-
-
 class ProcessTreeCpu:
     """CPU of one process and all its descendants, in percent of one core.
 
@@ -112,8 +138,8 @@ class ProcessTreeCpu:
 
     * the tree is the root plus its descendants, plus every member seen earlier that still
       runs (a worker re-parented to init when its parent died is still the job's work);
-    * a member seen for the first time makes the read UNKNOWN (busy) — so the very first read is
-      always UNKNOWN, and the tree is UNKNOWN on any tick a new process appears in it;
+    * a member seen for the first time counts its CPU time since it was created (the module
+      docstring), so a worker started between two reads is measured, not guessed;
     * a member we may not read (``AccessDenied``) is skipped, but an unreadable root is ERROR;
     * after the root has exited (or is an unreaped zombie) and no member remains: OK 0.0 — the
       job is gone, so its tree is idle.
@@ -143,12 +169,6 @@ class ProcessTreeCpu:
                 return CpuRead(
                     SignalStatus.ERROR,
                     error=f"cannot read the CPU use of PID {self._root.pid}: access denied",
-                )
-            if tally.new:
-                return CpuRead(
-                    SignalStatus.UNKNOWN,
-                    percent=tally.known if tally.measured else None,
-                    error=f"first reading of PID {_format_pids(tally.new)} (not measurable yet)",
                 )
             if not tally.measured:
                 # Root gone and no descendant left (or only unreadable ones): the job is idle.
@@ -197,19 +217,29 @@ class MachineCpu:
     ``/proc/stat`` counts the whole host, other tenants included, while the process list is the
     container's own.
 
-    The same first-reading rule as :class:`ProcessTreeCpu`: the first read is UNKNOWN, and so is
-    any read where a new process appeared since the previous one (a process started and ended
-    between two reads is not seen at all). Unreadable processes (``AccessDenied``) are skipped.
+    The same first-reading rule as :class:`ProcessTreeCpu`: a process seen for the first time
+    counts its CPU time since it was created. A process that started and ended between two reads
+    is in no process list; on Linux the CPU time of costctl's cgroup (cgroup v2 ``cpu.stat``
+    ``usage_usec``, :class:`CgroupCpu`), less costctl's own, catches it: the read is the larger
+    of the two figures (each a lower bound of the truth). Unreadable processes
+    (``AccessDenied``) are skipped.
+
+    Args:
+        cgroup: the cgroup CPU counter (default: costctl's own cgroup, when readable).
+        monotonic: seconds clock for the cgroup figure's interval (tests pass a fake).
     """
 
     name = "cpu"
 
-    def __init__(self) -> None:
+    def __init__(self, cgroup: CgroupCpu | None = None, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._tracker = _Tracker()
         self._by_pid: dict[int, psutil.Process] = {}
         self._kernel: dict[_Key, bool] = {}
         self._self = psutil.Process(os.getpid())
         self._lock = threading.Lock()
+        self._cgroup = cgroup if cgroup is not None else CgroupCpu.own()
+        self._cgroup_last: tuple[float, float] | None = None  # (monotonic s, cgroup CPU s - own CPU s)
+        self._monotonic = monotonic
 
     def read(self) -> CpuRead:
         """CPU use of all user processes since the previous read."""
@@ -219,15 +249,40 @@ class MachineCpu:
             except psutil.Error as exc:
                 return CpuRead(SignalStatus.ERROR, error=f"cannot list processes: {exc}")
             tally = self._tracker.measure(procs)
-            if tally.new:
-                return CpuRead(
-                    SignalStatus.UNKNOWN,
-                    percent=tally.known if tally.measured else None,
-                    error=f"first reading of PID {_format_pids(tally.new)} (not measurable yet)",
-                )
-            if not tally.measured and tally.denied:
+            cgroup = self._cgroup_percent()
+            if not tally.measured and tally.denied and cgroup is None:
                 return CpuRead(SignalStatus.ERROR, error="no process could be read: access denied")
-            return CpuRead(SignalStatus.OK, percent=tally.known)
+            return CpuRead(SignalStatus.OK, percent=max(tally.known, cgroup or 0.0))
+
+    def _cgroup_percent(self) -> float | None:
+        """The cgroup's CPU since the previous read, less costctl's own tree (percent of a core);
+        None on the first read or without a readable cgroup counter."""
+        if self._cgroup is None:
+            return None
+        used = self._cgroup.seconds()
+        if used is None:
+            return None
+        now = self._monotonic()
+        others = used - self._own_seconds()
+        last, self._cgroup_last = self._cgroup_last, (now, others)
+        if last is None or now <= last[0]:
+            return None
+        return max(0.0, 100.0 * (others - last[1]) / (now - last[0]))
+
+    def _own_seconds(self) -> float:
+        """CPU seconds of costctl itself, its reaped children and its live descendants."""
+        try:
+            t = self._self.cpu_times()
+            total = t.user + t.system + t.children_user + t.children_system
+            for child in self._self.children(recursive=True):
+                try:
+                    c = child.cpu_times()
+                    total += c.user + c.system
+                except psutil.Error:
+                    continue
+            return total
+        except psutil.Error:
+            return 0.0
 
     def _processes(self) -> list[psutil.Process]:
         excluded = {self._self.pid}
@@ -269,3 +324,52 @@ class MachineCpu:
             return cached
         except psutil.Error:
             return False
+
+
+class CgroupCpu:
+    """Cumulative CPU time of one cgroup v2 (``cpu.stat`` ``usage_usec``), in seconds.
+
+    It counts every process that ran in the cgroup, those that started and ended between two
+    reads included — which no process list can see. Inside a container (AutoDL, Vast.ai,
+    RunPod) costctl's cgroup is the container's.
+
+    Args:
+        stat_path: the ``cpu.stat`` file.
+    """
+
+    def __init__(self, stat_path: Path) -> None:
+        self.stat_path = Path(stat_path)
+
+    @classmethod
+    def own(cls, proc_cgroup: Path = Path("/proc/self/cgroup"),
+            roots: tuple[Path, ...] = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"))) -> CgroupCpu | None:
+        """costctl's own cgroup v2 (the ``0::PATH`` line of /proc/self/cgroup, under the unified
+        hierarchy's mount); None where there is none (not Linux, cgroup v1 only, unreadable)."""
+        try:
+            lines = proc_cgroup.read_text().splitlines()
+        except OSError:
+            return None
+        rel = next((ln[3:] for ln in lines if ln.startswith("0::")), None)
+        if rel is None:
+            return None
+        for root in roots:
+            path = root / rel.lstrip("/") / "cpu.stat"
+            source = cls(path)
+            if source.seconds() is not None:
+                return source
+        return None
+
+    def seconds(self) -> float | None:
+        """``usage_usec`` / 1e6, or None when the file cannot be read or has no such line."""
+        try:
+            text = self.stat_path.read_text()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if name == "usage_usec":
+                try:
+                    return int(value) / 1e6
+                except ValueError:
+                    return None
+        return None
