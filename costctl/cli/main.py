@@ -39,8 +39,23 @@ app = typer.Typer(
 
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            shown = version("costctl")
+        except PackageNotFoundError:  # an uninstalled checkout
+            from .. import __version__ as shown
+        typer.echo(f"costctl {shown}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", help="Print costctl's version and exit.",
+                                 callback=_print_version, is_eager=True),
+) -> None:
     """Stop wasting money on rented GPUs: watch a job, autostop idle instances, cap budgets, report spend."""
 
 
