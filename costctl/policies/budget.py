@@ -43,8 +43,8 @@ class BudgetConfig(PolicyConfig):
     """
 
     action: Action = Field(default="stop", description="what to do at a cap: advise | stop")
-    total: MoneyAmount | None = Field(default=None, description="cap on the instance's whole recorded spend")
-    daily: MoneyAmount | None = Field(default=None, description="cap on the spend per day in [watch] timezone")
+    total: MoneyAmount | None = Field(default=None, examples=["100"], description="cap on the instance's whole recorded spend")
+    daily: MoneyAmount | None = Field(default=None, examples=["20"], description="cap on the spend per day in [watch] timezone")
     warn_at: float = Field(default=0.8, gt=0, le=1, description="warn at this fraction of a cap")
 
 
