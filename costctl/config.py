@@ -5,6 +5,9 @@ Nested keys in the environment use ``__``: ``COSTCTL_POLICIES__IDLE__TIME_WINDOW
 
 Durations are written ``90s``, ``30m``, ``2h``, ``1h30m`` or a number of seconds; windows also
 accept ``off`` (disabled; never zero). Money is a string or number, held as Decimal.
+The field types are in :mod:`costctl.config_types`. The ``[policies.*]`` sections come from
+the policy registry: each policy module (built-in, or a plugin found through the
+``costctl.policies`` entry-point group) carries its own config model.
 Unknown keys and sections are errors. :func:`load_settings` turns every problem into one
 :class:`~costctl.errors.ConfigError` line naming the key, the value and what is allowed.
 """
@@ -12,7 +15,6 @@ Unknown keys and sections are errors. :func:`load_settings` turns every problem 
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from datetime import date, timedelta
 from decimal import Decimal
@@ -21,14 +23,12 @@ from typing import Annotated, Any, ClassVar, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
     ByteSize,
-    ConfigDict,
     Field,
-    PlainSerializer,
     PrivateAttr,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -39,92 +39,35 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+# The shared field types live in config_types (importable by the policies); re-exported here.
+from .config_types import (  # noqa: F401
+    DURATION_ALLOWED,
+    WINDOW_ALLOWED,
+    Action,
+    Duration,
+    MoneyAmount,
+    Percent,
+    Section,
+    Window,
+    _format_duration,
+    _money,
+    _Section,
+    format_duration,
+    parse_duration,
+    parse_money,
+    parse_window,
+)
 from .errors import ConfigError
-from .money import parse_decimal
+from .policies.budget import BudgetConfig  # noqa: F401
+from .policies.divergence import DivergenceConfig  # noqa: F401
+from .policies.idle import IdleConfig  # noqa: F401
+from .policies.plateau import PlateauConfig  # noqa: F401
+from .policies.registry import ENTRY_POINT_GROUP, discover_policies, known_policies, policies_model
+from .policies.stall import StallConfig  # noqa: F401
 from .validation import one_line
 
 CONFIG_FILE_NAME = "costctl.toml"
 ENV_PREFIX = "COSTCTL_"
-
-_DURATION_RE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m)?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$")
-DURATION_ALLOWED = "a duration like 90s, 30m, 2h, 1h30m or a number of seconds (at least 1s)"
-WINDOW_ALLOWED = DURATION_ALLOWED + ", or off"
-
-
-def parse_duration(value: Any) -> timedelta:
-    """Parse ``90s``, ``30m``, ``2h``, ``1h30m``, a bare number of seconds, or a timedelta.
-
-    Returns:
-        a positive timedelta (>= 1 s).
-
-    Raises:
-        ValueError: for anything else, including zero, negatives and ``off``.
-    """
-    if isinstance(value, timedelta):
-        td = value
-    elif isinstance(value, bool):
-        raise ValueError(f"expected {DURATION_ALLOWED}")
-    elif isinstance(value, (int, float, Decimal)):
-        td = timedelta(seconds=float(value))
-    elif isinstance(value, str):
-        text = value.strip().lower()
-        try:
-            td = timedelta(seconds=float(text))
-        except ValueError:
-            m = _DURATION_RE.match(text)
-            if not text or not m or not any(m.groups()):
-                raise ValueError(f"expected {DURATION_ALLOWED}") from None
-            h, mi, s = (float(g) if g else 0.0 for g in m.groups())
-            td = timedelta(hours=h, minutes=mi, seconds=s)
-    else:
-        raise ValueError(f"expected {DURATION_ALLOWED}")
-    if td < timedelta(seconds=1):
-        raise ValueError(f"expected {DURATION_ALLOWED}")
-    return td
-
-
-def parse_window(value: Any) -> timedelta | None:
-    """Like :func:`parse_duration`, but ``off`` (or ``false``) disables the window: returns None."""
-    if value is None or value is False:
-        return None
-    if isinstance(value, str) and value.strip().lower() in {"off", "false", "none", "disabled"}:
-        return None
-    try:
-        return parse_duration(value)
-    except ValueError:
-        raise ValueError(f"expected {WINDOW_ALLOWED}") from None
-
-
-def _format_duration(td: timedelta | None) -> str:
-    if td is None:
-        return "off"
-    secs = td.total_seconds()
-    if secs % 3600 == 0:
-        return f"{int(secs // 3600)}h"
-    if secs % 60 == 0:
-        return f"{int(secs // 60)}m"
-    return f"{secs:g}s"
-
-
-def _money(value: Any) -> Decimal:
-    try:
-        amount = parse_decimal(value)
-    except ConfigError:
-        raise ValueError("expected an amount of money like 2.5 or \"2.50\"") from None
-    if amount < 0:
-        raise ValueError("expected an amount of money >= 0")
-    return amount
-
-
-Duration = Annotated[timedelta, BeforeValidator(parse_duration), PlainSerializer(_format_duration)]
-Window = Annotated[timedelta | None, BeforeValidator(parse_window), PlainSerializer(_format_duration)]
-MoneyAmount = Annotated[Decimal, BeforeValidator(_money), PlainSerializer(str)]
-Percent = Annotated[float, Field(ge=0, le=100)]
-Action = Literal["advise", "stop"]
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 class InstanceConfig(_Section):
@@ -178,75 +121,10 @@ class WatchConfig(_Section):
         return ZoneInfo(self.timezone)
 
 
-class IdleConfig(_Section):
-    """``[policies.idle]``: autostop when every present signal stayed idle for ``time_window``.
-
-    Names follow dstack's ``utilization_policy`` (``min_gpu_utilization``, ``time_window``),
-    but costctl requires ALL GPUs to be idle (dstack stops when ANY GPU is).
-    ``min_cpu_utilization`` is percent of one core, summed over the watched process tree.
-    """
-
-    action: Action = "stop"
-    time_window: Window = timedelta(minutes=30)
-    min_gpu_utilization: Percent = 5.0
-    min_cpu_utilization: float = Field(default=10.0, ge=0)
-    count_ssh_sessions: bool = False
-
-
-class StallConfig(_Section):
-    """``[policies.stall]``: the job is alive but reported no progress for ``stall_window``."""
-
-    action: Action = "advise"
-    stall_window: Window = timedelta(minutes=30)
-
-
-class BudgetConfig(_Section):
-    """``[policies.budget]``: caps in the instance's currency.
-
-    ``total`` caps the instance's whole recorded spend, ``daily`` the spend of the current day
-    in ``[watch] timezone``. A warning is raised at ``warn_at`` (fraction, default 0.8) of a
-    cap and the action at 1.0.
-    """
-
-    action: Action = "stop"
-    total: MoneyAmount | None = None
-    daily: MoneyAmount | None = None
-    warn_at: float = Field(default=0.8, gt=0, le=1)
-
-
-class PlateauConfig(_Section):
-    """``[policies.plateau]``: PyTorch ``ReduceLROnPlateau``'s rule, applied to the loss.
-
-    ``mode`` min|max, ``threshold``, ``threshold_mode`` rel|abs, ``patience`` (bad progress
-    points tolerated), ``cooldown`` (points ignored after firing), as in
-    ``torch.optim.lr_scheduler.ReduceLROnPlateau``. ``smoothing`` in [0, 1) is TensorBoard's
-    debiased EMA weight (0 = off). ``monitor`` picks the train or the eval loss.
-    """
-
-    action: Literal["advise", "stop", "downsize"] = "advise"
-    mode: Literal["min", "max"] = "min"
-    threshold: float = Field(default=1e-4, ge=0)
-    threshold_mode: Literal["rel", "abs"] = "rel"
-    patience: int = Field(default=10, ge=0)
-    cooldown: int = Field(default=0, ge=0)
-    smoothing: float = Field(default=0.0, ge=0, lt=1)
-    monitor: Literal["train", "eval"] = "train"
-
-
-class DivergenceConfig(_Section):
-    """``[policies.divergence]``: a NaN or infinite loss."""
-
-    action: Action = "advise"
-
-
-class PoliciesConfig(_Section):
-    """``[policies.*]`` sections."""
-
-    idle: IdleConfig = IdleConfig()
-    stall: StallConfig = StallConfig()
-    budget: BudgetConfig = BudgetConfig()
-    plateau: PlateauConfig = PlateauConfig()
-    divergence: DivergenceConfig = DivergenceConfig()
+#: ``[policies.*]``: built from the policy registry (each policy module carries its config model;
+#: see :mod:`costctl.policies.registry`). This one holds the built-ins; :func:`load_settings` uses
+#: one that also holds the plugin policies found through the ``costctl.policies`` entry points.
+PoliciesConfig = policies_model()
 
 
 def _signal_name(value: Any) -> str | None:
@@ -423,7 +301,7 @@ class Settings(BaseSettings):
     data_dir: Path | None = None
     instance: InstanceConfig = InstanceConfig()
     watch: WatchConfig = WatchConfig()
-    policies: PoliciesConfig = PoliciesConfig()
+    policies: PoliciesConfig = Field(default_factory=PoliciesConfig)  # type: ignore[valid-type]
     hooks: HooksConfig = HooksConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     preemption: PreemptionConfig = PreemptionConfig()
@@ -464,7 +342,31 @@ _NON_SETTING_ENV_PREFIXES = ("COSTCTL_TEST_",)
 
 
 def _one_line(err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = first["loc"]
+    if first["type"] == "extra_forbidden" and len(loc) == 2 and loc[0] == "policies":
+        return (f"unknown policy [policies.{loc[1]}]; known: {', '.join(known_policies())} "
+                f"(a third-party policy registers through the {ENTRY_POINT_GROUP} entry-point group)")
     return one_line(err, unknown_hint="(check the spelling; `costctl init` writes every key)")
+
+
+_settings_models: dict[type, type[Settings]] = {}
+
+
+def settings_model() -> type[Settings]:
+    """The Settings class for the policies registered now: :class:`Settings` itself when only
+    the built-ins are, else a subclass whose ``policies`` field also holds the plugin policies
+    (cached per registry state). Does not discover plugins: :func:`load_settings` does."""
+    model = policies_model()
+    if model is PoliciesConfig:
+        return Settings
+    cls = _settings_models.get(model)
+    if cls is None:
+        cls = create_model("Settings", __base__=Settings, __module__=__name__,
+                           policies=(model, Field(default_factory=model)))  # type: ignore[call-overload]
+        cls.__doc__ = Settings.__doc__
+        _settings_models[model] = cls
+    return cls
 
 
 def find_config_file(explicit: Path | None, cwd: Path | None = None) -> Path | None:
@@ -491,9 +393,12 @@ def load_settings(config: Path | None = None, overrides: dict[str, Any] | None =
         overrides: nested dict from CLI flags, highest precedence.
 
     Raises:
-        ConfigError: unreadable/invalid TOML, unknown key or section, or a bad value — one line.
+        ConfigError: unreadable/invalid TOML, unknown key or section, or a bad value, or a
+            policy plugin (``costctl.policies`` entry point) that cannot be loaded — one line.
     """
     path = find_config_file(config)
+    discover_policies()  # the costctl.policies entry points (once per process); ConfigError if broken
+    settings_cls = settings_model()
     if path is not None:
         try:
             with path.open("rb") as fh:
@@ -511,7 +416,7 @@ def load_settings(config: Path | None = None, overrides: dict[str, Any] | None =
                 raise ConfigError(f"unknown environment variable {key} (no key '{top}' in the config)")
     Settings._toml_path = path
     try:
-        settings = Settings(**(overrides or {}))
+        settings = settings_cls(**(overrides or {}))
         settings._config_path = path
         return settings
     except ValidationError as exc:

@@ -1,51 +1,126 @@
-"""The policy interface and the small registry the engine builds from.
+"""The policy interface and the registry the engine and the ``[policies.*]`` settings are built from.
 
-A policy is a class built from its config section (``[policies.<name>]``) that looks at a
-:class:`~costctl.policies.history.History` at a given ``now`` and concludes a
-:class:`~costctl.records.Decision` or nothing. Policies never read the wall clock and never
-act: the executor does. Modelled on Cloud Custodian's registry of small filter classes.
+A policy is a class that carries its own config model (the ``[policies.<name>]`` section: a
+pydantic model whose fields all have defaults, descriptions and bounds) and registers itself
+with :func:`register`. It looks at a :class:`~costctl.policies.history.History` at a given
+``now`` and concludes a :class:`~costctl.records.Decision` or nothing. Policies never read the
+wall clock and never act: the executor does. Modelled on Cloud Custodian's registry of small
+filter classes.
 
-Example::
+Third-party policies live in any importable module and are found through the
+``costctl.policies`` entry-point group (:mod:`costctl.policies.registry`); the entry point's
+name must be the policy's ``name``. Example::
+
+    from pydantic import Field
+    from costctl.policies import Policy, PolicyConfig, register
+    from costctl.records import Decision
+
+    class LoudConfig(PolicyConfig):
+        threshold: float = Field(default=0.1, ge=0, description="advise when a loss is below this")
 
     @register
-    class MyPolicy(Policy):
-        name = "mine"
-
-        @classmethod
-        def from_settings(cls, settings):
-            return cls()
+    class LoudPolicy(Policy):
+        name = "loud"
+        config_model = LoudConfig
 
         def evaluate(self, history, now):
             return None
+
+    # pyproject.toml of the plugin:
+    # [project.entry-points."costctl.policies"]
+    # loud = "mypolicies.loud:LoudPolicy"
+
+Evaluation order: the engine evaluates the enabled policies by ascending ``order`` (the
+built-ins: idle 10, stall 20, budget 30, plateau 40, divergence 50; a policy that sets none gets
+:data:`DEFAULT_ORDER`, 100), and in registration order among equal ``order`` values.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+from zoneinfo import ZoneInfo
+
+from pydantic import BaseModel, ValidationError
 
 from ..clock import ensure_utc
+from ..config_types import Section
 from ..records import Decision
 
 if TYPE_CHECKING:
-    from ..config import Settings
     from .history import History
+
+#: ``order`` of a policy that does not set one (after every built-in).
+DEFAULT_ORDER = 100
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class PolicyConfig(Section):
+    """Base of a policy's config section (``[policies.<name>]``): unknown keys are errors.
+
+    Give every field a default (an absent section means the defaults), a
+    ``Field(description=...)`` (``costctl init`` writes it as the key's comment) and its bounds
+    (``ge``/``le``/``gt``/``lt``, also written by ``costctl init``).
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyContext:
+    """What a policy may need beyond its own section, taken from the rest of the settings.
+
+    Attributes:
+        sample_interval: the watch's nominal sampling interval (``[watch] sample_interval``).
+        timezone: where a day starts (``[watch] timezone``).
+        currency: ISO 4217 code money is stated in (``[instance] currency``).
+        total_steps: the run's length when configured (``[watch] total_steps``), else None.
+    """
+
+    sample_interval: timedelta = timedelta(seconds=5)
+    timezone: ZoneInfo = ZoneInfo("UTC")
+    currency: str = "USD"
+    total_steps: int | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> PolicyContext:
+        """The context of a :class:`~costctl.config.Settings` (read by attribute, so this module
+        need not import the settings)."""
+        watch, instance = settings.watch, settings.instance
+        return cls(sample_interval=watch.sample_interval, timezone=watch.tz,
+                   currency=instance.currency.upper(), total_steps=watch.total_steps)
 
 
 class Policy:
     """Base class of the policies.
 
-    Subclasses set ``name`` and implement :meth:`from_settings` and either :meth:`evaluate`
-    (at most one decision per call) or :meth:`decisions` (several, e.g. when a replay added
-    many progress points at once).
+    Subclasses set ``name`` (lower-case identifier: the ``[policies.<name>]`` table and the
+    ``COSTCTL_POLICIES__<NAME>__<KEY>`` variables), ``config_model`` (a :class:`PolicyConfig`
+    subclass) and optionally ``order``; they override :meth:`from_config` when the constructor
+    is not ``cls(config)`` or a configuration disables the policy, and implement either
+    :meth:`evaluate` (at most one decision per call) or :meth:`decisions` (several, e.g. when a
+    replay added many progress points at once).
     """
 
     name: ClassVar[str] = ""
+    config_model: ClassVar[type[BaseModel]] = PolicyConfig
+    order: ClassVar[int] = DEFAULT_ORDER
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Policy | None:
-        """Build the policy from the settings; None when the configuration disables it."""
-        raise NotImplementedError
+    def from_config(cls, config: Any, context: PolicyContext) -> Policy | None:
+        """Build the policy from its section (an instance of ``config_model``); None when that
+        section disables it. The default is ``cls(config)``."""
+        return cls(config)  # type: ignore[call-arg]
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Policy | None:
+        """Build the policy from a whole :class:`~costctl.config.Settings` (its
+        ``[policies.<name>]`` section, defaults when the settings have none, and its context)."""
+        section = getattr(settings.policies, cls.name, None)
+        if section is None:
+            section = cls.config_model()
+        return cls.from_config(section, PolicyContext.from_settings(settings))
 
     def retention(self, sample_interval: timedelta) -> timedelta:
         """How much telemetry (behind the newest sample) this policy needs kept in History."""
@@ -69,21 +144,82 @@ class Policy:
         return [found] if found is not None else []
 
 
+@dataclass(frozen=True, slots=True)
+class PolicySpec:
+    """One registration.
+
+    Attributes:
+        name: the policy's name (its ``[policies.<name>]`` table).
+        cls: the Policy subclass.
+        config: its config model (a pydantic model whose every field has a default).
+        order: evaluation order (ascending; see the module docstring).
+        index: registration sequence number (breaks ties in ``order``).
+        description: the first line of the config model's (else the class's) docstring.
+    """
+
+    name: str
+    cls: type[Policy]
+    config: type[BaseModel]
+    order: int
+    index: int
+    description: str
+
+
+#: name -> Policy subclass, every registered policy (kept for callers of the old registry).
 POLICIES: dict[str, type[Policy]] = {}
+_SPECS: dict[str, PolicySpec] = {}
+_counter = 0
+
+
+def _first_line(obj: Any) -> str:
+    doc = (obj.__doc__ or "").strip()
+    return doc.split("\n\n", 1)[0].replace("\n", " ").strip() if doc else ""
 
 
 def register(cls: type[Policy]) -> type[Policy]:
-    """Class decorator: add a policy class to :data:`POLICIES` under ``cls.name``.
+    """Class decorator: register a policy under ``cls.name`` with ``cls.config_model`` and ``cls.order``.
+
+    Registering the same class again is a no-op.
 
     Raises:
-        ValueError: if the name is empty or already taken.
+        ValueError: the name is not a lower-case identifier or is taken by another class, the
+            config model is not a pydantic model, or it cannot be built from defaults alone.
     """
-    if not cls.name:
+    global _counter
+    name = cls.name
+    if not name:
         raise ValueError(f"{cls.__name__} has no policy name")
-    if cls.name in POLICIES and POLICIES[cls.name] is not cls:
-        raise ValueError(f"a policy named {cls.name!r} is already registered")
-    POLICIES[cls.name] = cls
+    if not _NAME_RE.match(name):
+        raise ValueError(f"policy name {name!r} must be a lower-case identifier (letters, digits, _)")
+    existing = POLICIES.get(name)
+    if existing is cls:
+        return cls
+    if existing is not None:
+        raise ValueError(f"a policy named {name!r} is already registered ({existing.__module__}.{existing.__qualname__})")
+    model = cls.config_model
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise ValueError(f"policy {name!r}: config_model must be a pydantic model class")
+    try:
+        model()
+    except ValidationError:
+        raise ValueError(f"policy {name!r}: every key of {model.__name__} needs a default") from None
+    _counter += 1
+    description = _first_line(model) if model is not PolicyConfig else _first_line(cls)
+    _SPECS[name] = PolicySpec(name=name, cls=cls, config=model, order=int(cls.order), index=_counter,
+                              description=description or _first_line(cls))
+    POLICIES[name] = cls
     return cls
+
+
+def unregister(name: str) -> None:
+    """Forget the policy ``name`` (tests; no error when absent)."""
+    POLICIES.pop(name, None)
+    _SPECS.pop(name, None)
+
+
+def registrations() -> list[PolicySpec]:
+    """Every registered policy, in evaluation order."""
+    return sorted(_SPECS.values(), key=lambda s: (s.order, s.index))
 
 
 def iso(when: datetime) -> str:
@@ -91,4 +227,5 @@ def iso(when: datetime) -> str:
     return ensure_utc(when).isoformat().replace("+00:00", "Z")
 
 
-__all__ = ["Policy", "POLICIES", "register", "iso"]
+__all__ = ["Policy", "PolicyConfig", "PolicyContext", "PolicySpec", "POLICIES", "DEFAULT_ORDER",
+           "register", "unregister", "registrations", "iso"]

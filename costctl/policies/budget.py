@@ -20,15 +20,32 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
+from typing import ClassVar
 from zoneinfo import ZoneInfo
 
+from pydantic import Field
+
 from ..clock import ensure_utc
-from ..config import BudgetConfig, Settings
+from ..config_types import Action, MoneyAmount
 from ..errors import PolicyError
 from ..money import Money
 from ..records import Decision
-from .base import Policy, register
+from .base import Policy, PolicyConfig, PolicyContext, register
 from .history import History
+
+
+class BudgetConfig(PolicyConfig):
+    """``[policies.budget]``: caps in the instance's currency.
+
+    ``total`` caps the instance's whole recorded spend, ``daily`` the spend of the current day
+    in ``[watch] timezone``. A warning is raised at ``warn_at`` (fraction, default 0.8) of a
+    cap and the action at 1.0.
+    """
+
+    action: Action = Field(default="stop", description="what to do at a cap: advise | stop")
+    total: MoneyAmount | None = Field(default=None, examples=["100"], description="cap on the instance's whole recorded spend")
+    daily: MoneyAmount | None = Field(default=None, examples=["20"], description="cap on the spend per day in [watch] timezone")
+    warn_at: float = Field(default=0.8, gt=0, le=1, description="warn at this fraction of a cap")
 
 
 @register
@@ -42,6 +59,8 @@ class BudgetPolicy(Policy):
     """
 
     name = "budget"
+    config_model: ClassVar[type[BudgetConfig]] = BudgetConfig
+    order = 30
 
     def __init__(self, config: BudgetConfig, currency: str, tz: ZoneInfo | None = None) -> None:
         self.config = config
@@ -50,12 +69,12 @@ class BudgetPolicy(Policy):
         self.tz = tz or ZoneInfo("UTC")
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> BudgetPolicy | None:
-        """None when neither ``total`` nor ``daily`` is set."""
-        cfg = settings.policies.budget
-        if cfg.total is None and cfg.daily is None:
+    def from_config(cls, config: BudgetConfig, context: PolicyContext) -> BudgetPolicy | None:
+        """None when neither ``total`` nor ``daily`` is set; caps in ``context.currency``, days
+        in ``context.timezone``."""
+        if config.total is None and config.daily is None:
             return None
-        return cls(cfg, settings.instance.currency, settings.watch.tz)
+        return cls(config, context.currency, context.timezone)
 
     def decisions(self, history: History, now: datetime) -> list[Decision]:
         """One decision per cap that has reached its warn or act level (highest level only)."""
@@ -117,4 +136,4 @@ class BudgetPolicy(Policy):
         return Decision(time=now, policy=self.name, action=action, reason=reason, evidence=evidence, key=key)
 
 
-__all__ = ["BudgetPolicy"]
+__all__ = ["BudgetConfig", "BudgetPolicy"]

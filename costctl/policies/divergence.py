@@ -11,12 +11,21 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
+from typing import ClassVar
+
+from pydantic import Field
 
 from ..clock import ensure_utc
-from ..config import DivergenceConfig, Settings
+from ..config_types import Action
 from ..records import Decision, ProgressPoint
-from .base import Policy, iso, register
+from .base import Policy, PolicyConfig, PolicyContext, iso, register
 from .history import History, finite_or_text
+
+
+class DivergenceConfig(PolicyConfig):
+    """``[policies.divergence]``: a NaN or infinite loss."""
+
+    action: Action = Field(default="advise", description="what to do when the loss turns NaN/inf: advise | stop")
 
 
 @register
@@ -28,6 +37,8 @@ class DivergencePolicy(Policy):
     """
 
     name = "divergence"
+    config_model: ClassVar[type[DivergenceConfig]] = DivergenceConfig
+    order = 50
 
     def __init__(self, config: DivergenceConfig) -> None:
         self.config = config
@@ -37,9 +48,9 @@ class DivergencePolicy(Policy):
         self._in_streak: dict[str, bool] = {}
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> DivergencePolicy:
+    def from_config(cls, config: DivergenceConfig, context: PolicyContext) -> DivergencePolicy:
         """Always enabled (it only advises by default)."""
-        return cls(settings.policies.divergence)
+        return cls(config)
 
     def decisions(self, history: History, now: datetime) -> list[Decision]:
         """One decision per non-finite streak that began among the points added since the last call."""
@@ -77,4 +88,4 @@ class DivergencePolicy(Policy):
                         evidence=evidence, key=f"divergence:{point.kind}:{index}")
 
 
-__all__ = ["DivergencePolicy"]
+__all__ = ["DivergenceConfig", "DivergencePolicy"]

@@ -14,45 +14,61 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from typing import Any
 
 from ..clock import ensure_utc
-from ..config import Settings
 from ..records import Decision
-from .base import POLICIES, Policy
+from .base import Policy, PolicyContext
 from .history import History
-
-#: Evaluation order of the built-in policies (others follow in registration order).
-DEFAULT_ORDER = ("idle", "stall", "budget", "plateau", "divergence")
+from .registry import known_policies, load_builtin_policies, registrations
 
 
 class PolicyEngine:
     """Evaluate the enabled policies and deduplicate their decisions by ``Decision.key``.
 
     Args:
-        settings: the whole configuration; each registered policy builds itself from its
-            ``[policies.<name>]`` section and is left out when that section disables it
-            (idle/stall window ``off``, no budget cap).
+        settings: a :class:`~costctl.config.Settings` (its ``policies`` sections and the
+            :class:`~costctl.policies.base.PolicyContext` taken from it); or None with
+            ``policies`` and ``context`` given instead.
+        policies: the ``[policies]`` section (an object with one attribute per policy name;
+            a policy it lacks gets its config model's defaults).
+        context: what policies need beyond their sections (default: :class:`PolicyContext`'s
+            defaults).
         only: restrict to these policy names (e.g. a replay of the idle policy alone).
         seen_keys: keys already recorded (e.g. read back from the ledger after a restart),
             which are never reported again.
 
+    Each registered policy builds itself with ``from_config(section, context)`` and is left out
+    when that returns None (idle/stall window ``off``, no budget cap). Policies run in the
+    registry's evaluation order (:mod:`costctl.policies.base`).
+
     Raises:
-        ValueError: if ``only`` names an unknown policy.
+        ValueError: if ``only`` names an unknown policy, or neither settings nor policies is given.
     """
 
-    def __init__(self, settings: Settings, *, only: Iterable[str] | None = None,
-                 seen_keys: Iterable[str] = ()) -> None:
-        if only is None:
-            names = [n for n in DEFAULT_ORDER if n in POLICIES] + [n for n in POLICIES if n not in DEFAULT_ORDER]
-        else:
-            names = list(only)
-        unknown = [n for n in names if n not in POLICIES]
+    def __init__(self, settings: Any = None, *, policies: Any = None, context: PolicyContext | None = None,
+                 only: Iterable[str] | None = None, seen_keys: Iterable[str] = ()) -> None:
+        load_builtin_policies()
+        if settings is not None:
+            policies = settings.policies if policies is None else policies
+            context = PolicyContext.from_settings(settings) if context is None else context
+        if policies is None:
+            raise ValueError("PolicyEngine needs the settings or the [policies] sections")
+        context = context or PolicyContext()
+        specs = {s.name: s for s in registrations()}
+        names = list(specs) if only is None else list(only)
+        unknown = [n for n in names if n not in specs]
         if unknown:
-            raise ValueError(f"unknown policy {unknown[0]!r}; known: {', '.join(POLICIES)}")
+            raise ValueError(f"unknown policy {unknown[0]!r}; known: {', '.join(known_policies())}")
         self.settings = settings
+        self.context = context
         self.policies: list[Policy] = []
         for name in names:
-            policy = POLICIES[name].from_settings(settings)
+            spec = specs[name]
+            section = getattr(policies, name, None)
+            if section is None:
+                section = spec.config()
+            policy = spec.cls.from_config(section, context)
             if policy is not None:
                 self.policies.append(policy)
         self._seen: set[str] = set(seen_keys)

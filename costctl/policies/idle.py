@@ -40,12 +40,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import ClassVar
 
 from ..clock import ensure_utc
-from ..config import IdleConfig, Settings
+from pydantic import Field
+
+from ..config_types import Action, Percent, Window
 from ..records import Decision, SignalStatus, TelemetrySample
-from .base import Policy, iso, register
+from .base import Policy, PolicyConfig, PolicyContext, iso, register
 from .history import History
+
+
+class IdleConfig(PolicyConfig):
+    """``[policies.idle]``: autostop when every present signal stayed idle for ``time_window``.
+
+    Names follow dstack's ``utilization_policy`` (``min_gpu_utilization``, ``time_window``),
+    but costctl requires ALL GPUs to be idle (dstack stops when ANY GPU is).
+    ``min_cpu_utilization`` is percent of one core, summed over the watched process tree.
+    """
+
+    action: Action = Field(default="stop", description="what to do when the instance is idle: advise | stop")
+    time_window: Window = Field(default=timedelta(minutes=30),
+                                description="how long every present signal must stay idle, or \"off\"")
+    min_gpu_utilization: Percent = Field(default=5.0, description="percent; ALL GPUs must stay below it")
+    min_cpu_utilization: float = Field(default=10.0, ge=0,
+                                       description="percent of one core, summed over the watched process tree")
+    count_ssh_sessions: bool = Field(default=False, description="an open SSH session keeps the instance busy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +143,8 @@ class IdlePolicy(Policy):
     """
 
     name = "idle"
+    config_model: ClassVar[type[IdleConfig]] = IdleConfig
+    order = 10
 
     def __init__(self, config: IdleConfig) -> None:
         self.config = config
@@ -132,10 +154,9 @@ class IdlePolicy(Policy):
         self._last_time: datetime | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> IdlePolicy | None:
+    def from_config(cls, config: IdleConfig, context: PolicyContext) -> IdlePolicy | None:
         """None when ``time_window`` is off."""
-        cfg = settings.policies.idle
-        return cls(cfg) if cfg.time_window is not None else None
+        return cls(config) if config.time_window is not None else None
 
     def retention(self, sample_interval: timedelta) -> timedelta:
         """The window plus four sample intervals (the anchor lies at most 2 intervals before it)."""
@@ -258,4 +279,4 @@ class IdlePolicy(Policy):
                         evidence=evidence, key=f"idle:{iso(since)}")
 
 
-__all__ = ["IdlePolicy", "SampleVerdict", "classify_sample", "fmt_duration"]
+__all__ = ["IdleConfig", "IdlePolicy", "SampleVerdict", "classify_sample", "fmt_duration"]

@@ -38,14 +38,36 @@ from __future__ import annotations
 import math
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
 
 from ..clock import ensure_utc
-from ..config import PlateauConfig, Settings
 from ..money import Money, cost_of
 from ..records import Decision, ProgressPoint
-from .base import Policy, iso, register
+from .base import Policy, PolicyConfig, PolicyContext, iso, register
 from .history import History, finite_or_text
+
+
+class PlateauConfig(PolicyConfig):
+    """``[policies.plateau]``: PyTorch ``ReduceLROnPlateau``'s rule, applied to the loss.
+
+    ``mode`` min|max, ``threshold``, ``threshold_mode`` rel|abs, ``patience`` (bad progress
+    points tolerated), ``cooldown`` (points ignored after firing), as in
+    ``torch.optim.lr_scheduler.ReduceLROnPlateau``. ``smoothing`` in [0, 1) is TensorBoard's
+    debiased EMA weight (0 = off). ``monitor`` picks the train or the eval loss.
+    """
+
+    action: Literal["advise", "stop", "downsize"] = Field(
+        default="advise", description="what to do on a plateau: advise | stop | downsize")
+    mode: Literal["min", "max"] = Field(default="min", description="min (a loss) | max")
+    threshold: float = Field(default=1e-4, ge=0, description="significance threshold of an improvement")
+    threshold_mode: Literal["rel", "abs"] = Field(
+        default="rel", description="rel | abs (use abs for losses that can go negative)")
+    patience: int = Field(default=10, ge=0, description="bad progress points tolerated")
+    cooldown: int = Field(default=0, ge=0, description="progress points ignored after firing")
+    smoothing: float = Field(default=0.0, ge=0, lt=1, description="TensorBoard debiased EMA weight; 0 = off")
+    monitor: Literal["train", "eval"] = Field(default="train", description="which loss: train | eval")
 
 
 class PlateauTracker:
@@ -188,6 +210,8 @@ class PlateauPolicy(Policy):
     """
 
     name = "plateau"
+    config_model: ClassVar[type[PlateauConfig]] = PlateauConfig
+    order = 40
 
     def __init__(self, config: PlateauConfig) -> None:
         self.config = config
@@ -197,9 +221,9 @@ class PlateauPolicy(Policy):
         self.missed = 0
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> PlateauPolicy:
+    def from_config(cls, config: PlateauConfig, context: PolicyContext) -> PlateauPolicy:
         """Always enabled (it only advises by default)."""
-        return cls(settings.policies.plateau)
+        return cls(config)
 
     def decisions(self, history: History, now: datetime) -> list[Decision]:
         """One decision per fire among the progress points added since the last call."""
@@ -260,4 +284,4 @@ def _fmt(value: float) -> str:
     return f"{value:.6g}" if math.isfinite(value) else str(finite_or_text(value))
 
 
-__all__ = ["PlateauTracker", "PlateauPolicy", "plateau_fires", "rest_of_run_cost"]
+__all__ = ["PlateauConfig", "PlateauTracker", "PlateauPolicy", "plateau_fires", "rest_of_run_cost"]

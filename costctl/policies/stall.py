@@ -11,14 +11,25 @@ so each silent stretch fires once.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import ClassVar
+
+from pydantic import Field
 
 from ..clock import ensure_utc
-from ..config import Settings, StallConfig
+from ..config_types import Action, Window
 from ..records import Decision
-from .base import Policy, iso, register
+from .base import Policy, PolicyConfig, PolicyContext, iso, register
 from .history import History, finite_or_text
 from .idle import fmt_duration
+
+
+class StallConfig(PolicyConfig):
+    """``[policies.stall]``: the job is alive but reported no progress for ``stall_window``."""
+
+    action: Action = Field(default="advise", description="what to do when the job stalls: advise | stop")
+    stall_window: Window = Field(default=timedelta(minutes=30),
+                                 description="how long without new progress counts as a stall, or \"off\"")
 
 
 @register
@@ -30,16 +41,17 @@ class StallPolicy(Policy):
     """
 
     name = "stall"
+    config_model: ClassVar[type[StallConfig]] = StallConfig
+    order = 20
 
     def __init__(self, config: StallConfig) -> None:
         self.config = config
         self.action = config.action
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> StallPolicy | None:
+    def from_config(cls, config: StallConfig, context: PolicyContext) -> StallPolicy | None:
         """None when ``stall_window`` is off."""
-        cfg = settings.policies.stall
-        return cls(cfg) if cfg.stall_window is not None else None
+        return cls(config) if config.stall_window is not None else None
 
     def evaluate(self, history: History, now: datetime) -> Decision | None:
         """A decision when the child runs and its last progress is ``stall_window`` old or older."""
@@ -67,4 +79,4 @@ class StallPolicy(Policy):
                         evidence=evidence, key=f"stall:{iso(last_at)}")
 
 
-__all__ = ["StallPolicy"]
+__all__ = ["StallConfig", "StallPolicy"]
