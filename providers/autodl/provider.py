@@ -36,7 +36,7 @@ from costctl.errors import ProviderError
 from costctl.money import Money
 
 from costctl_providers._adapter import HttpProvider
-from costctl_providers._http import NotFoundError, ProviderResponseError
+from costctl_providers.errors import NotFoundError, ProviderResponseError
 from costctl_providers.base import BillingMode, Capabilities, Instance, Status
 from costctl_providers.capabilities import NO_MOVE, Storage, StoragePath, no, yes
 

@@ -30,7 +30,7 @@ from costctl.errors import ProviderError
 from costctl.money import Money
 
 from costctl_providers._adapter import HttpProvider
-from costctl_providers._http import NotFoundError, ProviderResponseError
+from costctl_providers.errors import NotFoundError, ProviderResponseError
 from costctl_providers.base import Capabilities, Instance, Offer, Status
 from costctl_providers.capabilities import NO_MOVE, no, yes
 
