@@ -211,32 +211,35 @@ def ephemeral_storage_warning(
     hostname: str | None = None,
     env: Mapping[str, str] | None = None,
     partitions: Iterable[Any] | None = None,
+    layouts: Iterable[tuple[str, Any]] | None = None,
 ) -> str | None:
     """A one-line warning when checkpoints under ``path`` would not survive a stop, else None.
 
-    Checked: a RAM-backed file system (``tmpfs``/``ramfs``, e.g. ``/dev/shm``; from the mount
-    table, :func:`psutil.disk_partitions`); on AutoDL (hostname ``autodl-container-*``) a path
-    outside ``/root/autodl-tmp`` and ``/root/autodl-fs`` (AutoDL keeps the data disk across a
-    shutdown); on RunPod (``$RUNPOD_POD_ID``) a path outside the ``/workspace`` volume (the
-    container disk is reset when a pod stops).
+    Checked: the storage each provider adapter declares (its ``storage``: which paths survive
+    on its machines, and how to tell this is one, e.g. a hostname pattern or an environment
+    variable; see :class:`costctl_providers.capabilities.Storage`), then a RAM-backed file system
+    (``tmpfs``/``ramfs``, e.g. ``/dev/shm``; from the mount table, :func:`psutil.disk_partitions`).
 
     Args:
         path: ``[checkpoint] path`` (a glob is judged by its directory part).
         hostname / env / partitions: for tests (default: this machine's).
+        layouts: ``(provider name, Storage)`` pairs (default: every available adapter's,
+            :func:`costctl_providers.registry.storage_layouts`).
     """
     env = os.environ if env is None else env
     hostname = socket.gethostname() if hostname is None else hostname
     head = path.split("*")[0].split("?")[0].split("[")[0]
     target = Path(os.path.expanduser(head or ".")).resolve()
     where = str(target)
-    if hostname.startswith("autodl-container-") and not (
-        where.startswith("/root/autodl-tmp") or where.startswith("/root/autodl-fs")
-    ):
-        return (f"checkpoint path {path} is outside /root/autodl-tmp: on AutoDL only the data disk "
-                "(/root/autodl-tmp) and /root/autodl-fs are meant to keep checkpoints across a shutdown")
-    if env.get("RUNPOD_POD_ID") and not where.startswith("/workspace"):
-        return (f"checkpoint path {path} is outside /workspace: a RunPod pod's container disk is reset "
-                "when the pod stops; keep checkpoints on the /workspace volume")
+    if layouts is None:
+        from costctl_providers.registry import storage_layouts
+
+        layouts = storage_layouts()
+    for name, storage in layouts:
+        if storage.on_this_machine(hostname, env):
+            warning = storage.warning(path, where, name)
+            if warning:
+                return warning
     try:
         parts = list(partitions) if partitions is not None else psutil.disk_partitions(all=True)
     except (OSError, psutil.Error):

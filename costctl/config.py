@@ -78,6 +78,9 @@ class InstanceConfig(_Section):
     """
 
     provider: str = "sim"
+    #: a named account of the provider (``[providers.<provider>.accounts.<account>]``); None:
+    #: the provider's default account.
+    account: str | None = None
     id: str | None = None
     gpu: str | None = None
     gpu_count: int = Field(default=1, ge=1, le=64)

@@ -13,8 +13,9 @@ waits for a status after a stop. An adapter supplies, as class attributes:
 ``extra_headers``   headers sent on every call (e.g. ``Content-Type: application/json``)
 ==================  =================================================================
 
-The credential's environment variable is :data:`costctl_providers.credentials.DEFAULT_ENV_VARS`
-of ``name`` (``VAST_API_KEY``, ``RUNPOD_API_KEY``, ``AUTODL_TOKEN``).
+and, as every adapter, ``credential_env`` (``("VAST_API_KEY",)``), ``capabilities`` and ``storage``
+(see :class:`~costctl_providers.base.Provider`). Constructed with ``account=`` (a
+:class:`~costctl_providers.base.Account`), the credential is the named account's.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from costctl.clock import Clock, RealClock
 
 from ._config import HttpProviderConfig, load_table
 from ._http import HttpClient, wait_for_status
-from .base import Instance, Provider, Status
+from .base import Account, Instance, Provider, Status
 from .credentials import DEFAULT_FILE_KEYS, Credential, load_credential
 
 
@@ -50,6 +51,8 @@ class HttpProvider(Provider):
         env: environment mapping for the credential (default ``os.environ``).
         sleep: replaces ``time.sleep`` between retries and status polls (default
             :func:`clock_sleep` of the clock).
+        account: a named account (its credential variables and file section); None for the
+            provider's default account.
 
     Raises:
         ConfigError: a bad or unknown key in ``config`` (one line, see
@@ -60,6 +63,7 @@ class HttpProvider(Provider):
     credential_keys: ClassVar[tuple[str, ...]] = DEFAULT_FILE_KEYS
     auth_scheme: ClassVar[str] = "Bearer"
     extra_headers: ClassVar[Mapping[str, str]] = {}
+    supports_accounts: ClassVar[bool] = True
 
     config: HttpProviderConfig
 
@@ -71,6 +75,7 @@ class HttpProvider(Provider):
         clock: Clock | None = None,
         env: Mapping[str, str] | None = None,
         sleep: Callable[[float], None] | None = None,
+        account: Account | None = None,
     ) -> None:
         self._table = dict(config or {})
         self.config = load_table(self.config_model, self.name, self._table)
@@ -81,6 +86,8 @@ class HttpProvider(Provider):
         self._cred: Credential | None = None
         self._cred_checked = False
         self._client: HttpClient | None = None
+        self._account = account
+        self.account = account.name if account else None
 
     # -- credential and client ------------------------------------------------------------
 
@@ -88,11 +95,19 @@ class HttpProvider(Provider):
         self, keys: tuple[str, ...], *, env_var: str | None = None, required: bool = True,
     ) -> Credential | None:
         """:func:`~costctl_providers.credentials.load_credential` for this adapter (its table,
-        data dir and environment). Raises ConfigError when ``required`` and none is found."""
+        data dir, environment and account; its declared ``credential_env`` unless ``env_var``
+        names another). Raises ConfigError when ``required`` and none is found."""
+        acct = self._account
+        env_vars = acct.credential_env if acct else self.credential_env
         return load_credential(
             self.name, self._table, data_dir=self.data_dir, env_var=env_var, keys=keys,
-            required=required, env=self._env,
+            required=required, env=self._env, env_vars=tuple(env_vars),
+            account=acct.name if acct else None,
         )
+
+    def has_credential(self) -> bool:
+        """Whether the API credential is configured (reads it without raising for its absence)."""
+        return self.credential(required=False) is not None
 
     def credential(self, *, required: bool = True) -> Credential | None:
         """The API credential, read once (``credential_keys``); None when not ``required`` and

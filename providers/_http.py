@@ -60,55 +60,10 @@ _AUTH_RE = re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?)(bearer\s+)?[^\
 
 # ----------------------------------------------------------------------------- errors
 
-
-class AuthError(ProviderError):
-    """The provider rejected the credential (HTTP 401/403). The message names the credential's
-    source (an environment variable or the credentials file), never its value."""
-
-
-class RateLimitedError(ProviderError):
-    """HTTP 429 persisted after the retries (or on a call that may not be retried).
-
-    Attributes:
-        retry_after_s: the provider's ``Retry-After`` in seconds, when it sent one.
-    """
-
-    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-
-
-class ProviderUnavailableError(ProviderError):
-    """5xx, connection failure or timeout after the retries."""
-
-
-class NotFoundError(ProviderError):
-    """HTTP 404, or the provider says the object (e.g. an instance id) does not exist."""
-
-
-class ProviderResponseError(ProviderError):
-    """The provider answered, but not usably: malformed JSON, an unexpected 4xx, or the
-    provider's own error envelope (e.g. AutoDL ``{"code": "...", "msg": "..."}``).
-
-    Attributes:
-        status: the HTTP status, when there was a response.
-    """
-
-    def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class StatusWaitError(ProviderError):
-    """:func:`wait_for_status` gave up: the instance reached a failure status or the timeout passed.
-
-    Attributes:
-        last: the last :class:`Instance` seen (None if none could be read).
-    """
-
-    def __init__(self, message: str, *, last: Instance | None = None) -> None:
-        super().__init__(message)
-        self.last = last
+# The public error classes live in costctl_providers.errors; re-exported here for old imports.
+from .errors import (  # noqa: E402,F401
+    AuthError, NotFoundError, ProviderResponseError, ProviderUnavailableError, RateLimitedError, StatusWaitError,
+)
 
 
 # ----------------------------------------------------------------------------- redaction

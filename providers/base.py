@@ -9,11 +9,14 @@ an unknown provider state maps to ``Status.UNKNOWN`` and never raises.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from enum import Enum
 from typing import Any, ClassVar
+
+from .capabilities import Capabilities, Capability, Storage, StoragePath, no, yes  # noqa: F401 - re-exported
 
 
 class Status(str, Enum):
@@ -35,30 +38,6 @@ class BillingMode(str, Enum):
     ON_DEMAND = "on-demand"
     SPOT = "spot"
     PREPAID = "prepaid"
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What a provider's API can do; the core asks these instead of catching errors.
-
-    Attributes:
-        stop / start / release: instance lifecycle calls exist.
-        spot: interruptible/spot instances with a bid exist.
-        change_gpu: the card of an existing instance can be changed (or a new one created).
-        offers: current prices can be listed.
-        balance / billing_records: account balance and invoices can be read.
-        preemption_notice: the provider warns inside the guest before taking a spot instance.
-    """
-
-    stop: bool = True
-    start: bool = True
-    release: bool = True
-    spot: bool = False
-    change_gpu: bool = False
-    offers: bool = False
-    balance: bool = False
-    billing_records: bool = False
-    preemption_notice: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,6 +115,22 @@ class Offer:
         return self.price_per_hour / Decimal(self.gpu_count)
 
 
+@dataclass(frozen=True)
+class Account:
+    """A named account of a provider (``[providers.<name>.accounts.<account>]``).
+
+    Attributes:
+        name: the account's name (``"team"``).
+        credential_env: environment variables holding this account's credential, first set wins
+            (the account table's ``credential_env``); the default account's variables are never
+            used for a named account. The credentials file section is
+            ``[<provider>.accounts.<name>]``.
+    """
+
+    name: str
+    credential_env: tuple[str, ...] = ()
+
+
 class Provider(ABC):
     """A GPU rental provider. Adapters subclass this and register under :attr:`name`.
 
@@ -143,12 +138,51 @@ class Provider(ABC):
     table (a dict; each adapter validates its own keys and raises
     :class:`costctl.errors.ConfigError` for a bad or unknown one) and costctl's data dir.
 
-    Methods that the provider cannot do raise :class:`costctl.errors.ProviderError`; check
+    An adapter describes itself in class attributes, so the core never tests its name:
+
+    ======================  ===========================================================
+    ``name``                the ``[providers.<name>]`` table and the registry name
+    ``capabilities``        :class:`~costctl_providers.capabilities.Capabilities`, each with
+                            the reason when absent
+    ``credential_env``      environment variables holding its API credential, first set wins
+    ``storage``             :class:`~costctl_providers.capabilities.Storage`: which paths on its
+                            machines survive a stop (drives the checkpoint-storage warning)
+    ``supports_accounts``   accepts ``account=`` (named ``[providers.<name>.accounts.<acct>]``)
+    ======================  ===========================================================
+
+    and :meth:`config_from_instance` says which ``[instance]`` settings seed its table.
+
+    Methods that the provider cannot do raise
+    :class:`~costctl_providers.errors.CapabilityError` (a ``ProviderError``); check
     :attr:`capabilities` first.
     """
 
     name: ClassVar[str]
     capabilities: ClassVar[Capabilities] = Capabilities()
+    credential_env: ClassVar[tuple[str, ...]] = ()
+    storage: ClassVar[Storage] = Storage()
+    supports_accounts: ClassVar[bool] = False
+
+    #: The named account this adapter acts for (None: the provider's default account).
+    account: str | None = None
+
+    @classmethod
+    def config_from_instance(cls, instance: Mapping[str, Any]) -> dict[str, Any]:
+        """Keys of this provider's config table seeded from ``[instance]`` when this is the
+        configured provider (the table's own keys win). ``instance`` holds only the ``[instance]``
+        keys the user set. Default: none."""
+        return {}
+
+    def has_credential(self) -> bool:
+        """Whether an API credential is configured (adapters without one: True)."""
+        return True
+
+    def _unsupported(self, capability: str, doing: str) -> Exception:
+        from .errors import CapabilityError
+
+        reason = self.capabilities.get(capability).reason or "not supported"
+        return CapabilityError(f"{self.name}: {doing} is not supported: {reason}",
+                               capability=capability, reason=reason)
 
     @abstractmethod
     def list_instances(self) -> list[Instance]:
@@ -170,16 +204,29 @@ class Provider(ABC):
         """
 
     def release_instance(self, instance_id: str) -> Instance:
-        """Release / terminate / destroy an instance and its data."""
-        from costctl.errors import ProviderError
+        """Release / terminate / destroy an instance and its data.
 
-        raise ProviderError(f"{self.name}: releasing instances is not supported")
+        Raises:
+            CapabilityError: by default (``capabilities.release`` should then be absent).
+        """
+        raise self._unsupported("release", "releasing instances")
 
     def list_offers(self, gpu: str | None = None) -> list[Offer]:
-        """Current prices, optionally for one GPU type."""
-        from costctl.errors import ProviderError
+        """Current prices, optionally for one GPU type.
 
-        raise ProviderError(f"{self.name}: listing offers is not supported")
+        Raises:
+            CapabilityError: by default (``capabilities.list_offers`` absent).
+        """
+        raise self._unsupported("list_offers", "listing offers")
+
+    def create_instance(self, *args: Any, **kwargs: Any) -> Any:
+        """Rent a new instance. Arguments are the adapter's own (a GPU or offer and its options);
+        adapters that can (``capabilities.create``) document theirs.
+
+        Raises:
+            CapabilityError: by default (``capabilities.create`` absent).
+        """
+        raise self._unsupported("create", "creating instances")
 
     def detect_self(self) -> str | None:
         """The id of the instance this process runs on, when the provider can tell; else None."""

@@ -2,8 +2,10 @@
 
 Lookup for one provider, first hit wins:
 
-1. the environment variable (``VAST_API_KEY`` for vastai, ``RUNPOD_API_KEY`` for runpod,
-   ``AUTODL_TOKEN`` for autodl — the names the providers' own CLIs and docs use);
+1. the environment variables the adapter declares (its ``credential_env``, e.g.
+   ``VAST_API_KEY``, ``RUNPOD_API_KEY``, ``AUTODL_TOKEN`` — the names the providers' own CLIs and
+   docs use), first set wins; there is no central table, so a new adapter's variable works as
+   soon as the adapter declares it;
 2. the credentials file: ``credentials_file`` in the provider's config table, else
    ``<data dir>/credentials.toml``. It is TOML with one table per provider::
 
@@ -13,6 +15,10 @@ Lookup for one provider, first hit wins:
        [autodl]
        token = "..."
        console_token = "..."   # opt-in web console JWT (see the autodl adapter)
+
+   A named account (``[providers.vastai.accounts.team]`` in costctl.toml) reads its own
+   section, ``[vastai.accounts.team]``, and its own variable (``credential_env`` in the
+   account's table); it never falls back to the default account's credential.
 
    The file must not be readable or writable by group or others (``chmod 600``); otherwise it
    is refused with a :class:`~costctl.errors.ConfigError` naming the chmod to run.
@@ -37,13 +43,6 @@ from costctl.errors import ConfigError
 CREDENTIALS_FILE_KEY = "credentials_file"
 #: Default file name in costctl's data dir.
 CREDENTIALS_FILE_NAME = "credentials.toml"
-
-#: The providers' usual environment variables.
-DEFAULT_ENV_VARS: dict[str, str] = {
-    "vastai": "VAST_API_KEY",
-    "runpod": "RUNPOD_API_KEY",
-    "autodl": "AUTODL_TOKEN",
-}
 
 #: Keys accepted in a provider's table of the credentials file, in order of preference.
 DEFAULT_FILE_KEYS: tuple[str, ...] = ("api_key", "token")
@@ -110,6 +109,13 @@ def read_credentials_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"credentials file {path}: cannot read: {exc.strerror}") from None
 
 
+def _declared_env(provider: str) -> tuple[str, ...]:
+    """The adapter's own ``credential_env`` (empty for an unknown provider)."""
+    from .registry import credential_env  # the registry imports adapters; import on use
+
+    return credential_env(provider)
+
+
 def load_credential(
     provider: str,
     config: Mapping[str, Any],
@@ -119,18 +125,22 @@ def load_credential(
     keys: tuple[str, ...] = DEFAULT_FILE_KEYS,
     required: bool = True,
     env: Mapping[str, str] | None = None,
+    env_vars: tuple[str, ...] | None = None,
+    account: str | None = None,
 ) -> Credential | None:
-    """Find ``provider``'s credential.
+    """Find ``provider``'s credential (for ``account``, when named).
 
     Args:
         provider: adapter name; also the table name in the credentials file.
         config: the provider's config table (may name ``credentials_file``).
         data_dir: costctl's data dir (default file location).
-        env_var: environment variable to read first (default: :data:`DEFAULT_ENV_VARS`;
-            pass ``""`` for none).
+        env_var: one environment variable to read first (``""`` for none); overrides ``env_vars``.
         keys: keys accepted in the file's ``[provider]`` table, first present wins.
         required: raise when nothing is found (else return None).
         env: environment mapping (default ``os.environ``).
+        env_vars: variables to read first, first set wins (default: the adapter's declared
+            ``credential_env`` for the default account, none for a named account).
+        account: a named account: its file section is ``[<provider>.accounts.<account>]``.
 
     Returns:
         the :class:`Credential`, or None when not ``required`` and none is configured.
@@ -140,29 +150,40 @@ def load_credential(
             explicitly named file missing, or a file with a bad mode / bad TOML / wrong shape.
     """
     env = os.environ if env is None else env
-    var = DEFAULT_ENV_VARS.get(provider) if env_var is None else env_var
-    if var:
+    if env_var is not None:
+        names: tuple[str, ...] = (env_var,) if env_var else ()
+    elif env_vars is not None:
+        names = tuple(env_vars)
+    else:
+        names = _declared_env(provider) if account is None else ()
+    for var in names:
         value = env.get(var, "").strip()
         if value:
             return Credential(provider, var, value)
+    section = provider if account is None else f"{provider}.accounts.{account}"
     path, explicit = credentials_path(config, data_dir)
     if path.exists():
         data = read_credentials_file(path)
-        table = data.get(provider)
+        table: Any = data
+        for part in [provider] + ([] if account is None else ["accounts", account]):
+            table = table.get(part) if isinstance(table, dict) else None
+            if table is None:
+                break
         if table is not None and not isinstance(table, dict):
-            raise ConfigError(f"credentials file {path}: [{provider}] must be a table")
+            raise ConfigError(f"credentials file {path}: [{section}] must be a table")
         for key in keys:
             value = (table or {}).get(key)
             if value is None:
                 continue
             if not isinstance(value, str) or not value.strip():
-                raise ConfigError(f"credentials file {path}: [{provider}] {key} must be a non-empty string")
-            return Credential(provider, f"credentials file {path} [{provider}] {key}", value.strip())
+                raise ConfigError(f"credentials file {path}: [{section}] {key} must be a non-empty string")
+            return Credential(provider, f"credentials file {path} [{section}] {key}", value.strip())
     elif explicit:
         raise ConfigError(f"credentials file {path} (credentials_file of [providers.{provider}]) does not exist")
     if not required:
         return None
-    how = f"set {var} or " if var else ""
+    how = f"set {' or '.join(names)} or " if names else ""
+    who = provider if account is None else f"{provider} account {account!r}"
     raise ConfigError(
-        f"no credential for {provider}: {how}add [{provider}] {keys[0]} = \"...\" to {path} (chmod 600)"
+        f"no credential for {who}: {how}add [{section}] {keys[0]} = \"...\" to {path} (chmod 600)"
     )

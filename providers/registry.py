@@ -32,13 +32,14 @@ from costctl.clock import Clock
 from costctl.errors import ConfigError
 
 from .base import Provider
+from .capabilities import Capabilities, Storage
 
 log = logging.getLogger("costctl_providers.registry")
 
 ENTRY_POINT_GROUP = "costctl.providers"
 
 #: Modules of this package that are infrastructure, not adapters.
-_NOT_ADAPTERS = frozenset({"base", "registry", "credentials", "notices"})
+_NOT_ADAPTERS = frozenset({"base", "registry", "credentials", "notices", "capabilities", "errors"})
 
 _registered: dict[str, Callable[..., Provider]] = {}
 
@@ -131,17 +132,63 @@ def get_provider(
     *,
     data_dir: Path,
     clock: Clock | None = None,
+    account: Any = None,
 ) -> Provider:
     """Construct provider ``name`` with its config table.
 
     Args:
-        name: e.g. ``"sim"``, ``"autodl"``, ``"vastai"``, ``"runpod"`` (case-insensitive).
-        config: the ``[providers.<name>]`` table (default empty).
+        name: the adapter's name (case-insensitive), e.g. the default ``"sim"``.
+        config: the ``[providers.<name>]`` table (default empty; without ``accounts``).
         data_dir: costctl's data directory.
         clock: time source for the adapter (default: real time).
+        account: a named account (a :class:`costctl_providers._adapter.Account`), passed as
+            ``account=`` only when given; the adapter must declare ``supports_accounts``.
 
     Raises:
-        ConfigError: unknown provider (lists the available ones) or a bad config table.
+        ConfigError: unknown provider (lists the available ones), a bad config table, or a
+            named account for an adapter without accounts.
     """
     factory = provider_class(name)
-    return factory(dict(config or {}), data_dir=Path(data_dir), clock=clock)
+    if account is None:
+        return factory(dict(config or {}), data_dir=Path(data_dir), clock=clock)
+    if not getattr(factory, "supports_accounts", False):
+        raise ConfigError(f"provider {name!r} has no named accounts; remove [providers.{name}.accounts]")
+    return factory(dict(config or {}), data_dir=Path(data_dir), clock=clock, account=account)
+
+
+# ----------------------------------------------------------------------------- declarations
+
+
+def _declared(name: str) -> Any:
+    try:
+        return provider_class(name)
+    except ConfigError:
+        return None
+
+
+def capabilities_of(name: str) -> Capabilities:
+    """Adapter ``name``'s declared capabilities (the base defaults for a factory without any).
+
+    Raises:
+        ConfigError: unknown provider.
+    """
+    caps = getattr(provider_class(name), "capabilities", None)
+    return caps if isinstance(caps, Capabilities) else Capabilities()
+
+
+def credential_env(name: str) -> tuple[str, ...]:
+    """The environment variables adapter ``name`` declares for its credential (``()`` for an
+    unknown provider or one that declares none)."""
+    found = getattr(_declared(name), "credential_env", ())
+    return (found,) if isinstance(found, str) else tuple(found or ())
+
+
+def storage_layouts() -> list[tuple[str, Storage]]:
+    """``(name, storage)`` for every available adapter that declares storage paths or machine
+    markers; an adapter that fails to load is skipped (logged at debug level)."""
+    layouts = []
+    for name in available_providers():
+        storage = getattr(_declared(name), "storage", None)
+        if isinstance(storage, Storage) and (storage.paths or storage.hostnames or storage.env_markers):
+            layouts.append((name, storage))
+    return layouts

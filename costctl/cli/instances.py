@@ -5,6 +5,12 @@ The provider comes from ``--provider`` or ``[instance] provider``; its config ta
 across every configured provider (``[instance] provider`` plus each ``[providers.*]`` table);
 a provider that fails there is reported on stderr and the others are still shown.
 
+``instances`` lists every configured account of each provider: the default account (when it
+has a credential, or when no named account exists) and each ``[providers.<name>.accounts.*]``
+(``--account NAME`` for one), with an ACCOUNT column (JSON/CSV: ``account``, null for the
+default account). ``start``, ``stop`` and ``release`` act for ``--account`` (default: ``[instance]
+account`` for the configured provider, else the default account).
+
 Running time and spend shown by ``instances`` are those of the current (or last) session since
 the provider last started the instance: spend = price per instance-hour × running time / 3600,
 computed unrounded and rounded only for output (JSON/CSV: a decimal string with 6 places, as
@@ -34,7 +40,7 @@ from ..clock import Clock, RealClock, ensure_utc
 from ..config import Settings
 from ..catalog.gpus import load_catalog
 from ..errors import CostctlError, ProviderError, UsageError
-from ..cloud import open_provider, provider_config  # noqa: F401 - provider_config re-exported
+from ..cloud import DEFAULT_ACCOUNT, account_names, default_account, open_provider, provider_config  # noqa: F401 - re-exported
 from ..money import cost_of
 from ..paths import data_dir
 from ..report import money_text
@@ -46,6 +52,13 @@ log = logging.getLogger("costctl.cli.instances")
 ProviderOption = Annotated[
     str | None,
     typer.Option("--provider", "-p", help="Provider name (default: [instance] provider; for listings, all configured)."),
+]
+
+AccountOption = Annotated[
+    str | None,
+    typer.Option("--account", help="Named account ([providers.<name>.accounts.<account>]); default: "
+                                   "[instance] account, else the provider's default account "
+                                   "(instances: every configured account)."),
 ]
 
 #: Statuses in which an instance is billed for its GPU (running time keeps growing).
@@ -62,6 +75,13 @@ def configured_providers(settings: Settings) -> list[str]:
         if name not in names:
             names.append(name)
     return names
+
+
+def listed_accounts(settings: Settings, name: str) -> list[str | None]:
+    """The accounts ``instances`` lists for provider ``name``: :data:`~costctl.cloud.DEFAULT_ACCOUNT`
+    (the default account) and each named account; the default one is dropped later when named
+    accounts exist and it has no credential."""
+    return [DEFAULT_ACCOUNT, *account_names(settings, name)]
 
 
 def running_seconds(inst: Instance, now: datetime) -> Decimal | None:
@@ -113,11 +133,12 @@ def fmt_duration(secs: Decimal | None) -> str:
     return f"{s}s"
 
 
-def _instance_row(inst: Instance, now: datetime) -> dict[str, Any]:
+def _instance_row(inst: Instance, now: datetime, account: str | None = None) -> dict[str, Any]:
     secs = running_seconds(inst, now)
     spend = spend_so_far(inst, now)
     return {
         "provider": inst.provider,
+        "account": account,
         "id": inst.id,
         "gpu": inst.gpu,
         "gpu_count": inst.gpu_count,
@@ -153,9 +174,17 @@ def _table(columns: tuple[tuple[str, str], ...]) -> Table:
     return table
 
 
-def _describe(inst: Instance) -> str:
+def _describe(inst: Instance, account: str | None = None) -> str:
     price = f", {fmt_amount(inst.price_per_hour)} {inst.currency}/h" if inst.price_per_hour is not None else ""
-    return f"{inst.id} on {inst.provider} ({inst.gpu_count}× {inst.gpu or '?'}, {inst.status.value}{price})"
+    where = f"{inst.provider} account {account}" if account else inst.provider
+    return f"{inst.id} on {where} ({inst.gpu_count}× {inst.gpu or '?'}, {inst.status.value}{price})"
+
+
+def _require(prov: Provider, capability: str, doing: str) -> None:
+    """UsageError naming the adapter's reason when it lacks ``capability``."""
+    cap = prov.capabilities.get(capability)
+    if not cap:
+        raise UsageError(f"provider {prov.name} cannot {doing}: {cap.reason or 'not supported'}")
 
 
 # ----------------------------------------------------------------------------- commands
@@ -163,33 +192,50 @@ def _describe(inst: Instance) -> str:
 
 def instances(
     provider: ProviderOption = None,
+    account: AccountOption = None,
     fmt: FormatOption = OutputFormat.table,
     config: ConfigOption = None,
 ) -> None:
-    """List instances: id, GPU, status, billing mode, price per hour, running time, spend so far."""
+    """List instances of every configured provider and account: account, id, GPU, status,
+    billing mode, price per hour, running time, spend so far."""
     settings = settings_from(config)
     names = [provider] if provider else configured_providers(settings)
     now = RealClock().now()
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
+    asked = 0
     for name in names:
         try:
-            found = open_provider(settings, name).list_instances()
+            accounts: list[str | None] = [account] if account else listed_accounts(settings, name)
         except CostctlError as exc:
-            if provider:  # asked for this one: its error is the answer
-                raise
+            accounts = []
+            asked += 1
             failures.append(exc.message)
             err_console.print(f"costctl: {name}: {exc.message}", soft_wrap=True)
-            continue
-        rows.extend(_instance_row(i, now) for i in found)
-    if failures and not rows and len(failures) == len(names):
+        for acct in accounts:
+            label = f"{name} account {acct}" if acct else name
+            try:
+                asked += 1
+                prov = open_provider(settings, name, account=acct)
+                if not acct and len(accounts) > 1 and not prov.has_credential():
+                    asked -= 1  # only the named accounts have credentials
+                    continue
+                found = prov.list_instances()
+            except CostctlError as exc:
+                if provider and (account or len(accounts) == 1):  # asked for this one: its error is the answer
+                    raise
+                failures.append(exc.message)
+                err_console.print(f"costctl: {label}: {exc.message}", soft_wrap=True)
+                continue
+            rows.extend(_instance_row(i, now, acct or None) for i in found)
+    if failures and not rows and len(failures) == asked:
         raise ProviderError(f"no provider could be read ({len(failures)} failed; see above)")
     if fmt == OutputFormat.json:
         print_json(rows)
     elif fmt == OutputFormat.csv:
         _write_csv(rows)
     else:
-        table = _table((("PROVIDER", "left"), ("ID", "left"), ("GPU", "left"), ("STATUS", "left"),
+        table = _table((("PROVIDER", "left"), ("ACCOUNT", "left"), ("ID", "left"), ("GPU", "left"), ("STATUS", "left"),
                         ("BILLING", "left"), ("PRICE/H", "right"), ("RUNNING", "right"), ("SPEND", "right")))
         for r in rows:
             status = r["status"] + (" (preempted)" if r["preempted"] else "")
@@ -197,7 +243,7 @@ def instances(
             spend = Decimal(r["spend"]) if r["spend"] else None
             running = Decimal(r["running_s"]) if r["running_s"] else None
             table.add_row(
-                r["provider"], r["id"], f"{r['gpu_count']}× {r['gpu'] or '?'}", status, r["billing"],
+                r["provider"], r["account"] or "default", r["id"], f"{r['gpu_count']}× {r['gpu'] or '?'}", status, r["billing"],
                 f"{fmt_amount(price)} {r['currency']}" if price is not None else "-",
                 fmt_duration(running),
                 f"{fmt_amount(spend)} {r['currency']}" if spend is not None else "-",
@@ -213,75 +259,75 @@ def instances(
 def start(
     instance_id: Annotated[str, typer.Argument(metavar="ID", help="Instance id.")],
     provider: ProviderOption = None,
+    account: AccountOption = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would happen; change nothing.")] = False,
     config: ConfigOption = None,
 ) -> None:
     """Start (power on / resume) an instance; nothing happens if it is already running.
     Starting makes the GPU billed again."""
     settings = settings_from(config)
-    prov = open_provider(settings, provider)
-    if not prov.capabilities.start:
-        raise UsageError(f"provider {prov.name} cannot start instances")
+    prov = open_provider(settings, provider, account=account)
+    _require(prov, "start", "start instances")
     if dry_run:
         before = prov.get_instance(instance_id)
         if before.status in (Status.STARTING, Status.RUNNING):
-            out_console.print(f"dry run: {_describe(before)} is already {before.status.value}; nothing to start",
+            out_console.print(f"dry run: {_describe(before, prov.account)} is already {before.status.value}; nothing to start",
                               soft_wrap=True)
         elif before.status == Status.TERMINATED:
-            out_console.print(f"dry run: {_describe(before)} is released; it cannot be started", soft_wrap=True)
+            out_console.print(f"dry run: {_describe(before, prov.account)} is released; it cannot be started", soft_wrap=True)
         else:
-            out_console.print(f"dry run: would start {_describe(before)}; nothing changed", soft_wrap=True)
+            out_console.print(f"dry run: would start {_describe(before, prov.account)}; nothing changed", soft_wrap=True)
         return
     inst = prov.start_instance(instance_id)
     log.info("start %s on %s: requested on the command line; now %s", instance_id, prov.name, inst.status.value)
-    out_console.print(f"{_describe(inst)}", soft_wrap=True)
+    out_console.print(f"{_describe(inst, prov.account)}", soft_wrap=True)
 
 
 def stop(
     instance_id: Annotated[str, typer.Argument(metavar="ID", help="Instance id.")],
     provider: ProviderOption = None,
+    account: AccountOption = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would happen; change nothing.")] = False,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until the provider reports it stopped.")] = True,
     config: ConfigOption = None,
 ) -> None:
     """Stop (power off) an instance; nothing happens if it is already stopped."""
     settings = settings_from(config)
-    prov = open_provider(settings, provider)
-    if not prov.capabilities.stop:
-        raise UsageError(f"provider {prov.name} cannot stop instances")
+    prov = open_provider(settings, provider, account=account)
+    _require(prov, "stop", "stop instances")
     before = prov.get_instance(instance_id)
     if dry_run:
         if before.status in (Status.STOPPED, Status.STOPPING, Status.TERMINATED):
-            out_console.print(f"dry run: {_describe(before)} is already {before.status.value}; nothing to stop", soft_wrap=True)
+            out_console.print(f"dry run: {_describe(before, prov.account)} is already {before.status.value}; nothing to stop", soft_wrap=True)
         else:
-            out_console.print(f"dry run: would stop {_describe(before)}; nothing changed", soft_wrap=True)
+            out_console.print(f"dry run: would stop {_describe(before, prov.account)}; nothing changed", soft_wrap=True)
         return
     log.info("stop %s on %s: requested on the command line; was %s", instance_id, prov.name, before.status.value)
     inst = prov.stop_instance(instance_id, wait=wait)
     if before.status in (Status.STOPPED, Status.TERMINATED):
-        out_console.print(f"{_describe(inst)}: already {before.status.value}, nothing done", soft_wrap=True)
+        out_console.print(f"{_describe(inst, prov.account)}: already {before.status.value}, nothing done", soft_wrap=True)
     else:
-        out_console.print(f"stopped {_describe(inst)}", soft_wrap=True)
+        out_console.print(f"stopped {_describe(inst, prov.account)}", soft_wrap=True)
 
 
 def release(
     instance_id: Annotated[str, typer.Argument(metavar="ID", help="Instance id.")],
     provider: ProviderOption = None,
+    account: AccountOption = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would happen; change nothing.")] = False,
     config: ConfigOption = None,
 ) -> None:
     """Release (terminate / destroy) an instance AND ITS DATA. Asks for confirmation unless --yes."""
     settings = settings_from(config)
-    prov = open_provider(settings, provider)
-    if not prov.capabilities.release:
-        raise UsageError(f"provider {prov.name} cannot release instances")
+    prov = open_provider(settings, provider, account=account)
+    _require(prov, "release", "release instances")
     before = prov.get_instance(instance_id)
     if before.status == Status.TERMINATED:
-        out_console.print(f"{_describe(before)}: already released, nothing done", soft_wrap=True)
+        out_console.print(f"{_describe(before, prov.account)}: already released, nothing done", soft_wrap=True)
         return
     if dry_run:
-        out_console.print(f"dry run: would release {_describe(before)} and delete its data; nothing changed", soft_wrap=True)
+        out_console.print(f"dry run: would release {_describe(before, prov.account)} and delete its data; nothing changed", soft_wrap=True)
         return
     if not yes:
         if not sys.stdin.isatty():
@@ -289,12 +335,12 @@ def release(
                 f"release deletes instance {instance_id} and its data; pass --yes to confirm "
                 "(there is no terminal to ask on)"
             )
-        if not typer.confirm(f"Release {_describe(before)}? Its data will be deleted", default=False):
+        if not typer.confirm(f"Release {_describe(before, prov.account)}? Its data will be deleted", default=False):
             err_console.print("costctl: not released")
             raise typer.Exit(1)
     log.info("release %s on %s: requested on the command line; was %s", instance_id, prov.name, before.status.value)
     inst = prov.release_instance(instance_id)
-    out_console.print(f"released {_describe(inst)}", soft_wrap=True)
+    out_console.print(f"released {_describe(inst, prov.account)}", soft_wrap=True)
 
 
 class SortBy(str, Enum):
@@ -369,9 +415,9 @@ def offers(
     for name in names:
         try:
             prov = open_provider(settings, name)
-            if not prov.capabilities.offers:
+            if not prov.capabilities.list_offers:
                 if provider:
-                    raise UsageError(f"provider {name} cannot list offers")
+                    _require(prov, "list_offers", "list offers")
                 continue
             asked.append(name)
             found.extend(prov.list_offers(gpu))

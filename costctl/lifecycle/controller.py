@@ -48,10 +48,6 @@ if TYPE_CHECKING:
 
     from ..watch import Watcher
 
-#: Providers whose instances are simulated: the job runs on this machine whichever instance
-#: is "rented", so costctl can move it to another card by itself. On real providers the job
-#: would have to be copied to another machine, which costctl does not do: it advises.
-MOVABLE_PROVIDERS = frozenset({"sim"})
 _CENT = Decimal("0.0001")
 
 
@@ -344,7 +340,7 @@ class Lifecycle:
                               f"[downsize] min_saving_per_hour {cfg.min_saving_per_hour} {cur}")
         command = shlex.join(host.options.command) if host.options.command else "COMMAND"
         resume = f"costctl watch --resume -- {command}"
-        if host.provider.name not in MOVABLE_PROVIDERS or host.child is None:
+        if not host.provider.capabilities.move_job or host.child is None:  # else: advise
             return recorded, (f"advised: rent a {target.option.gpu} instance ({target.option.provider}, "
                               f"{target.option.billing}), copy the checkpoints and run `{resume}` there")
         if not self.pattern:
@@ -448,4 +444,4 @@ class Lifecycle:
         return False
 
 
-__all__ = ["Lifecycle", "MOVABLE_PROVIDERS"]
+__all__ = ["Lifecycle"]

@@ -2,7 +2,8 @@
 
 :func:`resolve_instance` asks the provider which instance this is and what it costs (falling
 back to ``[instance]`` in the configuration), so that a bad configuration raises before anything
-is recorded. :func:`bring_up` then starts the instance where the watch needs it running, and
+is recorded; a provider that cannot stop instances has its stop policies turned into advice
+there (:func:`disarm_autostop`). :func:`bring_up` then starts the instance where the watch needs it running, and
 returns the decisions to record once the ledger run exists.
 """
 
@@ -47,6 +48,25 @@ class ResolvedInstance:
     gpu_name: str | None
     billing: str
     gpu_count: int
+
+
+def disarm_autostop(settings: Settings, provider: Provider, *, say: Callable[[str], None]) -> Settings:
+    """Settings whose stop policies only advise when ``provider`` cannot stop instances (its
+    ``capabilities.stop`` is absent), said in one line before the watch starts, instead of
+    found out when a stop is due. The same object when the provider can stop, or when no policy
+    would stop."""
+    cap = provider.capabilities.stop
+    if cap:
+        return settings
+    policies = settings.policies
+    stopping = [name for name in type(policies).model_fields
+                if getattr(getattr(policies, name), "action", None) == "stop"]
+    if not stopping:
+        return settings
+    say(f"costctl: {provider.name} cannot stop instances ({cap.reason or 'not supported'}): autostop is not armed; "
+        f"{', '.join(f'[policies.{n}]' for n in stopping)} will advise instead")
+    update = {n: getattr(policies, n).model_copy(update={"action": "advise"}) for n in stopping}
+    return settings.model_copy(update={"policies": policies.model_copy(update=update)})
 
 
 def resolve_instance(settings: Settings, provider: Provider, *, say: Callable[[str], None]) -> ResolvedInstance:
@@ -96,6 +116,7 @@ def resolve_instance(settings: Settings, provider: Provider, *, say: Callable[[s
                 f"budget caps are read as {rate.currency}"
             )
         s = s.model_copy(update={"instance": s.instance.model_copy(update={"currency": rate.currency})})
+    s = disarm_autostop(s, provider, say=say)
     return ResolvedInstance(
         provider=provider,
         instance_id=instance_id,

@@ -36,8 +36,9 @@ from costctl.errors import ProviderError
 from costctl.money import Money
 
 from costctl_providers._adapter import HttpProvider
-from costctl_providers._http import NotFoundError, ProviderResponseError
+from costctl_providers.errors import NotFoundError, ProviderResponseError
 from costctl_providers.base import BillingMode, Capabilities, Instance, Status
+from costctl_providers.capabilities import NO_MOVE, Storage, StoragePath, no, yes
 
 from . import container
 from .api import EnvelopeClient
@@ -78,8 +79,28 @@ class AutoDLProvider(HttpProvider):
 
     name: ClassVar[str] = PROVIDER
     capabilities: ClassVar[Capabilities] = Capabilities(
-        stop=True, start=True, release=True, spot=False, change_gpu=False, offers=False,
-        balance=True, billing_records=False, preemption_notice=False,
+        stop=True, start=True, release=True,
+        create=yes(),  # Pro instances: create_instance(gpu_spec_uuid=..., image_uuid=..., cuda_v_from=...)
+        list_offers=no("AutoDL's API has no price list (gpu_stock gives free cards, no prices)"),
+        move_job=no(NO_MOVE),
+        self_stop=yes(),  # `shutdown` inside the container, no token needed
+        spot=no("AutoDL has no interruptible instances"),
+        change_gpu=no("AutoDL's API cannot change an instance's card"),
+        balance=True,
+        billing_records=no("AutoDL's developer API has no invoice list"),
+        preemption_notice=no("AutoDL does not preempt"),
+    )
+    credential_env: ClassVar[tuple[str, ...]] = ("AUTODL_TOKEN",)
+    storage: ClassVar[Storage] = Storage(
+        paths=(
+            StoragePath("/root/autodl-tmp", survives=True, note="data disk, kept across a shutdown"),
+            StoragePath("/root/autodl-fs", survives=True, note="network file storage (no SQLite WAL)",
+                        network=True),
+        ),
+        hostnames=("autodl-container-*",),
+        others_survive=False,
+        others_note="only the data disk (/root/autodl-tmp) and /root/autodl-fs are meant to keep "
+                    "checkpoints across a shutdown",
     )
     config_model = AutoDLConfig
     config: AutoDLConfig

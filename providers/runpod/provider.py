@@ -26,8 +26,9 @@ from costctl.errors import ProviderError
 from costctl.money import Money
 
 from costctl_providers._adapter import HttpProvider
-from costctl_providers._http import AuthError, NotFoundError, ProviderResponseError
+from costctl_providers.errors import AuthError, NotFoundError, ProviderResponseError
 from costctl_providers.base import BillingMode, Capabilities, Instance, Offer, Status
+from costctl_providers.capabilities import NO_MOVE, Storage, StoragePath, no
 
 from .config import RunPodConfig
 from .normalize import (
@@ -91,8 +92,21 @@ class RunPodProvider(HttpProvider):
 
     name: ClassVar[str] = PROVIDER
     capabilities: ClassVar[Capabilities] = Capabilities(
-        stop=True, start=True, release=True, spot=True, change_gpu=True, offers=True,
-        balance=True, billing_records=False, preemption_notice=False,
+        stop=True, start=True, release=True, list_offers=True,
+        create=no("this adapter does not rent pods (deploy them with RunPod's console or runpodctl)"),
+        move_job=no(NO_MOVE),
+        self_stop=no("this adapter stops pods through the API (it needs RUNPOD_API_KEY inside the pod too)"),
+        spot=True, change_gpu=True, balance=True,
+        billing_records=no("this adapter does not read RunPod's billing history"),
+        preemption_notice=no("RunPod gives no warning inside the pod before taking a spot pod"),
+    )
+    credential_env: ClassVar[tuple[str, ...]] = ("RUNPOD_API_KEY",)
+    storage: ClassVar[Storage] = Storage(
+        paths=(StoragePath("/workspace", survives=True, note="the pod's volume"),),
+        env_markers=("RUNPOD_POD_ID",),
+        others_survive=False,
+        others_note="a RunPod pod's container disk is reset when the pod stops; keep checkpoints "
+                    "on the /workspace volume",
     )
     config_model = RunPodConfig
     config: RunPodConfig

@@ -46,6 +46,7 @@ from costctl.errors import ConfigError, ProviderError
 from .._adapter import clock_sleep
 from .._http import NotFoundError, wait_for_status
 from ..base import BillingMode, Capabilities, Instance, Offer, Provider, Status
+from ..capabilities import no, yes
 from ..notices import Notice
 from .prices import GPU_COUNTS, PRICE_TABLE, find_price, matches
 from .state import SimStateStore
@@ -109,9 +110,29 @@ class SimProvider(Provider):
 
     name: ClassVar[str] = "sim"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        stop=True, start=True, release=True, spot=True, change_gpu=True, offers=True,
-        balance=False, billing_records=False, preemption_notice=True,
+        stop=True, start=True, release=True, list_offers=True, create=True,
+        move_job=yes(),  # the job runs on this machine whichever simulated instance is rented
+        self_stop=no("simulated instances are stopped through the simulated API"),
+        spot=True, change_gpu=True,
+        balance=no("the simulation has no account balance"),
+        billing_records=no("the simulation has no invoices"),
+        preemption_notice=True,
     )
+
+    @classmethod
+    def config_from_instance(cls, instance: Mapping[str, Any]) -> dict[str, Any]:
+        """``[instance]`` describes the simulated instance: gpu, gpu_count, price_per_hour (with
+        its currency), billing and id seed the table where it does not set them."""
+        seed: dict[str, Any] = {}
+        for key, target in (("gpu", "gpu"), ("gpu_count", "gpu_count"), ("billing", "billing"),
+                            ("id", "instance_id")):
+            if instance.get(key) is not None:
+                seed[target] = instance[key]
+        if instance.get("price_per_hour") is not None:
+            seed["price_per_hour"] = str(instance["price_per_hour"])
+            if instance.get("currency") is not None:
+                seed["currency"] = instance["currency"]
+        return seed
 
     def __init__(self, config: Mapping[str, Any] | None = None, *, data_dir: Path, clock: Clock | None = None) -> None:
         self._explicit = set((config or {}).keys())

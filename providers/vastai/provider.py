@@ -30,8 +30,9 @@ from costctl.errors import ProviderError
 from costctl.money import Money
 
 from costctl_providers._adapter import HttpProvider
-from costctl_providers._http import NotFoundError, ProviderResponseError
+from costctl_providers.errors import NotFoundError, ProviderResponseError
 from costctl_providers.base import Capabilities, Instance, Offer, Status
+from costctl_providers.capabilities import NO_MOVE, no, yes
 
 from .config import VastAIConfig
 from .normalize import CURRENCY, PROVIDER, dollars, from_unix, instance_from_payload, offer_from_payload
@@ -67,9 +68,15 @@ class VastAIProvider(HttpProvider):
 
     name: ClassVar[str] = PROVIDER
     capabilities: ClassVar[Capabilities] = Capabilities(
-        stop=True, start=True, release=True, spot=True, change_gpu=True, offers=True,
-        balance=True, billing_records=True, preemption_notice=False,
+        stop=True, start=True, release=True, list_offers=True,
+        create=yes(),  # create_instance(offer_id, image=..., bid_per_hour=...) -> the new id
+        move_job=no(NO_MOVE),
+        self_stop=no("a Vast instance is stopped through the API only"),
+        spot=True, change_gpu=True, balance=True, billing_records=True,
+        preemption_notice=no("Vast gives no warning inside the instance before an outbid stop"),
     )
+    credential_env: ClassVar[tuple[str, ...]] = ("VAST_API_KEY",)
+    # A stopped Vast instance keeps its disk: no storage rules to warn about.
     config_model = VastAIConfig
     config: VastAIConfig
 

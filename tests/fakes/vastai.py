@@ -38,6 +38,10 @@ State: ``PUT {"state": "stopped"}`` sets ``intended_status`` at once and ``actua
 after ``transition_reads`` reads of the instance; :meth:`FakeVast.outbid` makes an
 interruptible instance lose its machine (intended running, actual stopped).
 :attr:`FakeVast.transitions` counts real state changes.
+
+Accounts: ``FakeVast(api_keys=(KEY_A, KEY_B))`` accepts several keys; ``add(iid, owner=KEY_B)``
+files an instance under one account, and listing with a key shows only that account's
+instances (default: every instance belongs to :data:`API_KEY`).
 """
 
 from __future__ import annotations
@@ -109,8 +113,10 @@ class FakeVast:
         pending: id -> [actual status to reach, reads left].
     """
 
-    def __init__(self, *, transition_reads: int = 1) -> None:
+    def __init__(self, *, transition_reads: int = 1, api_keys: tuple[str, ...] = (API_KEY,)) -> None:
         self.server = FakeHTTPServer()
+        self.api_keys = tuple(api_keys)
+        self.owners: dict[str, str] = {}
         self.transition_reads = transition_reads
         self.instances: dict[str, dict[str, Any]] = {}
         self.offers: list[dict[str, Any]] = [
@@ -146,9 +152,10 @@ class FakeVast:
         """The API root to configure as ``base_url``."""
         return self.server.url + "/api/v0"
 
-    def add(self, iid: int, **kw: Any) -> None:
-        """Add an instance (see :func:`instance`)."""
+    def add(self, iid: int, *, owner: str = API_KEY, **kw: Any) -> None:
+        """Add an instance (see :func:`instance`) of the account whose key is ``owner``."""
         self.instances[str(iid)] = instance(iid, **kw)
+        self.owners[str(iid)] = owner
 
     def outbid(self, iid: int) -> None:
         """An interruptible instance loses its machine to a higher bid: actual stopped, intended
@@ -161,7 +168,7 @@ class FakeVast:
     # -- helpers --------------------------------------------------------------------------
 
     def _auth(self, req: RecordedRequest) -> Reply | None:
-        if req.header("Authorization") != f"Bearer {API_KEY}":
+        if req.header("Authorization") not in {f"Bearer {k}" for k in self.api_keys}:
             return Reply.json({"success": False, "error": "invalid_user_key", "msg": "Invalid user key"}, status=401)
         return None
 
@@ -189,7 +196,8 @@ class FakeVast:
         with self._lock:
             for iid in list(self.instances):
                 self._tick(iid)
-            items = [copy.deepcopy(i) for i in self.instances.values()]
+            key = (req.header("Authorization") or "").removeprefix("Bearer ")
+            items = [copy.deepcopy(i) for iid, i in self.instances.items() if self.owners.get(iid, API_KEY) == key]
         return Reply.json({"instances_found": len(items), "instances": items})
 
     def _show(self, req: RecordedRequest) -> Reply:
