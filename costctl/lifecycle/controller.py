@@ -213,7 +213,7 @@ class Lifecycle:
         if not self.pattern:
             return None
         newest = newest_checkpoint(self.pattern)
-        if newest is None or newest.mtime_ns / 1e9 < self.self.started_wall:
+        if newest is None or newest.mtime_ns / 1e9 < self.started_wall:
             return None
         return str(newest.path)
 
@@ -309,7 +309,7 @@ class Lifecycle:
 
     def peak_memory(self) -> tuple[int | None, str]:
         """Peak GPU memory (bytes, on any one GPU) and where it came from."""
-        peak = self.self.summary.peak_gpu_memory_bytes
+        peak = self.summary.peak_gpu_memory_bytes
         if peak:
             return peak, "GPU telemetry"
         configured = self.settings.downsize.peak_memory

@@ -57,7 +57,7 @@ from ..policies.history import History
 from ..progress.lines import LineParser
 from ..progress.metrics_file import MetricsFileFollower
 from ..protocols import RunState
-from ..records import Action, Decision, ProgressPoint, TelemetrySample
+from ..records import Action, BatchPlan, Decision, ProgressPoint, TelemetrySample
 from ..statusline import StatusLine
 from ..summary import RunSummary
 from ..telemetry.cpu import MachineCpu, ProcessTreeCpu
@@ -187,6 +187,16 @@ class Watcher:
     def child_status(self) -> int | None:
         """The command's exit status once it ended."""
         return self.job.status if self.job is not None else None
+
+    @property
+    def batch(self) -> BatchPlan | None:
+        """The command's batch plan (None when unknown)."""
+        return self.job.batch if self.job is not None else None
+
+    @property
+    def resume_from(self) -> str | None:
+        """The checkpoint the command (re)started from."""
+        return self.job.resume_from if self.job is not None else None
 
     def say(self, text: str) -> None:
         """Print one of costctl's own lines (suppressed by --quiet)."""
