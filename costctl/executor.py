@@ -1,130 +1,101 @@
-"""Carries out policy decisions: advise, warn, stop, downsize.
+"""Carries out policy decisions: advise, warn, stop.
 
 Stops are deliberate: each one runs the ``before_stop`` hook (its failure is recorded and
-does not prevent the stop), ends the watched child (SIGTERM to its process group, SIGKILL after
+does not prevent the stop), ends the watched job (SIGTERM to its process group, SIGKILL after
 the grace period), stops the instance through the provider adapter, and records the decision
 with its reason, evidence and outcome. A second stop is a recorded no-op (idempotent). In
 dry-run mode nothing is stopped: the decision is recorded as what would have happened.
 
-``downsize`` (the plateau policy's action when configured) is handed to the lifecycle
-controller (:meth:`costctl.lifecycle.controller.Lifecycle.downsize`), which sizes the cheaper
-card and either starts the move (checkpoint, end the job, resume elsewhere) or advises; the
-decision is recorded with the plan in its evidence and what was done as its outcome.
+The executor acts through the small interfaces of :mod:`costctl.protocols` (the job, the
+provider, the run) and records through the :class:`~costctl.protocols.DecisionLog`; a
+``downsize`` decision is the lifecycle controller's (the watcher hands it there), so here it
+is only advice.
 """
 
 from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from datetime import datetime
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
 from .clock import Clock
 from .config import HooksConfig
 from .errors import CostctlError
-from .records import Decision
-
-
-class DecisionSink(Protocol):
-    """Where decisions are recorded (the ledger)."""
-
-    def record_decision(self, run_id: str, decision: Decision, *, outcome: str | None = None,
-                        dry_run: bool = False) -> int: ...
-
-
-class InstanceStopper(Protocol):
-    """Stops the instance this watch runs on (the provider adapter, bound to one instance)."""
-
-    def __call__(self) -> str: ...
-
-
-@dataclass
-class StopResult:
-    """What a stop did: when, and the outcome text recorded with the decision."""
-
-    time: datetime
-    outcome: str
-    hook: dict[str, Any] = field(default_factory=dict)
+from .protocols import DecisionLog, InstanceControl, JobControl, RunControl, StopResult
+from .records import Action, Decision
 
 
 class Executor:
-    """Acts on decisions for one run.
+    """Acts on decisions for one watch.
 
     Args:
-        ledger: records every decision with its outcome.
-        run_id: the run the decisions belong to.
+        log: records every decision with its outcome (the watch's decision recorder).
         clock: time of the stop.
         hooks: ``[hooks]`` config (``before_stop`` shell command and its timeout).
-        stop_child: ends the watched child if it still runs (returns its exit status or None).
-        stop_instance: stops the instance through the provider; returns a one-line outcome;
-            raises CostctlError when the provider refused.
+        job: the watched command (ended by a stop if it still runs).
+        instances: the provider adapter (stops the instance).
+        run: the watch's run (which instance to stop).
         say: prints one of costctl's own lines for the user.
         dry_run: record what would happen, stop nothing.
         log_path: the run's log file (the before_stop hook's output is appended to it).
-        downsize: acts on a ``downsize`` decision; returns the decision to record (extended with
-            the plan) and its outcome. Without it, a downsize decision is only advice.
     """
 
     def __init__(
         self,
         *,
-        ledger: DecisionSink,
-        run_id: str,
+        log: DecisionLog,
         clock: Clock,
         hooks: HooksConfig,
-        stop_child: Callable[[], int | None],
-        stop_instance: InstanceStopper,
+        job: JobControl,
+        instances: InstanceControl,
+        run: RunControl,
         say: Callable[[str], None],
         dry_run: bool = False,
         log_path: str | None = None,
-        downsize: Callable[[Decision], tuple[Decision, str]] | None = None,
     ) -> None:
-        self.ledger = ledger
-        self.run_id = run_id
+        self.log = log
         self.clock = clock
         self.hooks = hooks
-        self._stop_child = stop_child
-        self._stop_instance = stop_instance
+        self.job = job
+        self.instances = instances
+        self.run = run
         self.say = say
         self.dry_run = dry_run
         self.log_path = log_path
-        self._downsize = downsize
         self.stop: StopResult | None = None
-        self.decisions: list[tuple[Decision, str]] = []
 
     def handle(self, decision: Decision) -> str:
         """Carry out ``decision`` and record it; returns the outcome text."""
-        if decision.action == "stop":
-            outcome = self._handle_stop(decision)
-        elif decision.action == "downsize" and self._downsize is not None:
-            decision, outcome = self._downsize(decision)
-            self.say(f"costctl {decision.policy}: {decision.reason} -> {outcome}")
-            self.ledger.record_decision(self.run_id, decision, outcome=outcome, dry_run=self.dry_run)
-        else:
-            label = "warning" if decision.action == "warn" else "advice"
-            self.say(f"costctl {decision.policy} {label}: {decision.reason}")
-            outcome = "advised" if decision.action != "warn" else "warned"
-            self.ledger.record_decision(self.run_id, decision, outcome=outcome, dry_run=self.dry_run)
-        self.decisions.append((decision, outcome))
+        if decision.action is Action.STOP:
+            return self._handle_stop(decision)
+        label = "warning" if decision.action is Action.WARN else "advice"
+        outcome = "warned" if decision.action is Action.WARN else "advised"
+        self.log.record(decision, outcome, dry_run=self.dry_run,
+                        say=f"costctl {decision.policy} {label}: {decision.reason}")
         return outcome
+
+    def _stop_instance(self) -> str:
+        instance_id = self.run.state.instance_id
+        inst = self.instances.stop_instance(instance_id)
+        return f"instance {instance_id} on {self.instances.name} is {inst.status.value}"
 
     def _handle_stop(self, decision: Decision) -> str:
         if self.dry_run:
             outcome = "dry-run: would run before_stop, end the job and stop the instance"
-            self.say(f"costctl {decision.policy} (dry run): would stop: {decision.reason}")
-            self.ledger.record_decision(self.run_id, decision, outcome=outcome, dry_run=True)
+            self.log.record(decision, outcome, dry_run=True,
+                            say=f"costctl {decision.policy} (dry run): would stop: {decision.reason}")
             return outcome
         if self.stop is not None:
             outcome = f"already stopped at {self.stop.time.isoformat()}"
-            self.ledger.record_decision(self.run_id, decision, outcome=outcome)
+            self.log.record(decision, outcome, say=False)
             return outcome
         self.say(f"costctl {decision.policy}: stopping: {decision.reason}")
         hook = self._run_hook()
         parts = []
         if hook:
             parts.append(f"before_stop {hook['result']}")
-        child_status = self._stop_child()
+        child_status = self.job.end() if self.job.running else None
         if child_status is not None:
             parts.append(f"job ended (exit status {child_status})")
         stop_time = self.clock.now()
@@ -138,9 +109,8 @@ class Executor:
         if hook:
             evidence["before_stop"] = hook
         recorded = replace(decision, evidence=evidence)
-        self.ledger.record_decision(self.run_id, recorded, outcome=outcome)
+        self.log.record(recorded, outcome, say=f"costctl: {outcome}")
         self.stop = StopResult(time=stop_time, outcome=outcome, hook=hook)
-        self.say(f"costctl: {outcome}")
         return outcome
 
     def _run_hook(self) -> dict[str, Any]:
@@ -174,3 +144,6 @@ class Executor:
             "started_at": started.isoformat(),
             "output_tail": tail,
         }
+
+
+__all__ = ["Executor", "StopResult"]

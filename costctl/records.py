@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import Enum
+from decimal import Decimal
+from enum import Enum, StrEnum
 from typing import Any, Literal
 
 
@@ -121,23 +122,103 @@ class ProgressPoint:
         return math.isfinite(self.value)
 
 
+class Action(StrEnum):
+    """What a decision does. String-valued: ``Action.STOP == "stop"``, and the ledger stores the value.
+
+    * ``ADVISE`` / ``WARN``: a line for the user, nothing else;
+    * ``STOP``: end the job and stop the instance (the executor; idempotent);
+    * ``DOWNSIZE``: move the rest of the run to a cheaper card (the lifecycle controller);
+    * ``CHECKPOINT``: a checkpoint request and its outcome;
+    * ``RETRY``: restart the job after CUDA OOM with a halved batch;
+    * ``RESUME``: resume the job on another instance from a checkpoint;
+    * ``START``: start the (stopped) instance the watch runs on.
+    """
+
+    ADVISE = "advise"
+    WARN = "warn"
+    STOP = "stop"
+    DOWNSIZE = "downsize"
+    CHECKPOINT = "checkpoint"
+    RETRY = "retry"
+    RESUME = "resume"
+    START = "start"
+
+
+@dataclass(frozen=True, slots=True)
+class RestOfRun:
+    """What the rest of a run costs at the current rate (the plateau policy's estimate).
+
+    Attributes:
+        total: the run's length in the unit of ``position`` (steps or epochs).
+        position: where the run is (step or epoch).
+        elapsed_s / remaining_s: seconds so far and estimated seconds left (Decimal).
+        cost: what ``remaining_s`` costs at the current rate, in ``currency``.
+    """
+
+    total: int | float
+    position: int | float
+    elapsed_s: Decimal
+    remaining_s: Decimal
+    cost: Decimal
+    currency: str
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RestOfRun:
+        """From the JSON form (:func:`costctl.policies.plateau.rest_of_run_cost`: decimal strings)."""
+        return cls(total=data["total"], position=data["position"], elapsed_s=Decimal(data["elapsed_s"]),
+                   remaining_s=Decimal(data["remaining_s"]), cost=Decimal(data["cost"]), currency=data["currency"])
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPlan:
+    """Per-device (micro-)batch size and gradient-accumulation steps.
+
+    ``effective = batch_size × accum_steps`` is the batch one optimizer step sees.
+    """
+
+    batch_size: int
+    accum_steps: int = 1
+
+    @property
+    def effective(self) -> int:
+        """Samples per optimizer step."""
+        return self.batch_size * self.accum_steps
+
+    def halved(self, min_batch: int = 1) -> BatchPlan | None:
+        """Batch halved (rounded down), accumulation doubled; None below ``min_batch``.
+        An odd batch cannot keep the effective batch exactly (it shrinks by ``accum_steps``)."""
+        half = self.batch_size // 2
+        if half < max(1, min_batch):
+            return None
+        return BatchPlan(half, self.accum_steps * 2)
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """What a policy concluded, with why.
+    """What a policy (or the lifecycle) concluded, with why.
 
     Attributes:
         time: aware UTC (the evaluation time on the policy's clock).
         policy: ``"idle"``, ``"stall"``, ``"budget"``, ``"plateau"``, ``"divergence"``...
-        action: ``"advise"``, ``"warn"`` or ``"stop"`` (what the executor should do).
+        action: an :class:`Action` (a plain string such as ``"stop"`` is converted; an unknown
+            one raises ValueError).
         reason: one human sentence.
-        evidence: JSON-serialisable facts behind it (window, readings, values, money as str).
+        evidence: JSON-serialisable facts behind it (window, readings, values, money as str),
+            stored with the decision; nothing reads it back to act.
         key: identifies the event, so the engine records and acts on it once
             (e.g. ``"idle:2026-01-01T03:03:37Z"``).
+        rest_of_run: typed data a later action needs (a plateau decision's rest-of-run
+            estimate, which sizes a ``downsize``); None when unknown or not applicable.
     """
 
     time: datetime
     policy: str
-    action: str
+    action: Action
     reason: str
     evidence: dict[str, Any] = field(default_factory=dict)
     key: str = ""
+    rest_of_run: RestOfRun | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.action, Action):
+            object.__setattr__(self, "action", Action(self.action))

@@ -1,8 +1,8 @@
 """The lifecycle controller: checkpoint requests, preemption, periodic checkpoints, downsizing
 and OOM retries for one watch.
 
-The :class:`~costctl.watch.Watcher` owns the child process, the ledger run and the executor;
-:class:`Lifecycle` decides and sequences the multi-step actions, each step a recorded decision:
+The watcher owns the child process, the ledger run and the executor, and hands them to
+:class:`Lifecycle` as the small interfaces of :mod:`costctl.protocols`; :class:`Lifecycle` decides and sequences the multi-step actions, each step a recorded decision:
 
 * **Preemption notice** (:meth:`Lifecycle.on_notice`): request a checkpoint at once with a
   deadline ``[preemption] margin + [watch] grace_period`` before the notice's; when it is saved
@@ -29,24 +29,27 @@ The :class:`~costctl.watch.Watcher` owns the child process, the ledger run and t
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..checkpoint import CheckpointAttempt, CheckpointRequester, Outcome, newest_checkpoint, resolve_pattern
+from ..clock import Clock
+from ..config import Settings
 from ..errors import CostctlError
 from ..money import Money
-from ..records import Decision
+from ..protocols import DecisionLog, InstanceControl, JobControl, LifecycleLedger, RunControl, Stopper
+from ..records import Action, Decision
+from ..summary import RunSummary
 from .oom_retry import BatchPlan, OomScanner, advice
 from .periodic import PeriodicSchedule
 from .sizing import CardOption, PriceOption, best_fit, options_from_offers, options_from_price_table, rank_cards
 
 if TYPE_CHECKING:
     from costctl_providers.notices import Notice
-
-    from ..watch import Watcher
 
 _CENT = Decimal("0.0001")
 
@@ -58,22 +61,50 @@ def _money(amount: Decimal | None, currency: str) -> str:
 class Lifecycle:
     """Lifecycle actions of one watch (see the module docstring).
 
+    It acts only through the interfaces of :mod:`costctl.protocols`; the watcher wires them.
+
     Args:
-        host: the watcher (child, ledger run, executor, provider, clock, settings).
+        settings: validated configuration (``[checkpoint]``, ``[preemption]``, ``[downsize]``...).
+        clock: time source.
+        run: the watch's run (where the job runs, stopping, moving).
+        job: the watched command.
+        instances: the provider adapter.
+        log: records every decision (the decision recorder).
+        stopper: the executor (a preemption ends like a policy stop).
+        ledger: checkpoint and waste rows.
+        summary: the watch's running figures (peak memory, utilization; waste is added to it).
+        say: prints one of costctl's own lines.
         request_path: the job's ``$COSTCTL_CHECKPOINT_REQUEST`` file.
+        command: the watched argv (for the resume command in advice); None guards the machine.
+        dry_run: move nothing, record what would happen.
+        started_wall: the watch's start, in wall-clock seconds (checkpoints older than it are
+            not resume points).
         on_oom: ``"retry"`` or ``"advise"``.
         mtbf_s / mtbf_source: mean time between preemptions for the periodic interval.
     """
 
-    def __init__(self, host: Watcher, request_path: Any, *, on_oom: str = "advise",
-                 mtbf_s: float | None = None, mtbf_source: str = "configured") -> None:
-        self.host = host
-        s = host.settings
+    def __init__(self, settings: Settings, *, clock: Clock, run: RunControl, job: JobControl,
+                 instances: InstanceControl, log: DecisionLog, stopper: Stopper, ledger: LifecycleLedger,
+                 summary: RunSummary, say: Callable[[str], None], request_path: Path,
+                 command: Sequence[str] | None = None, dry_run: bool = False, started_wall: float = 0.0,
+                 on_oom: str = "advise", mtbf_s: float | None = None, mtbf_source: str = "configured") -> None:
+        s = settings
         self.settings = s
-        self.clock = host.clock
+        self.clock = clock
+        self.run = run
+        self.job = job
+        self.instances = instances
+        self.log = log
+        self.stopper = stopper
+        self.ledger = ledger
+        self.summary = summary
+        self.say = say
+        self.command = list(command) if command else None
+        self.dry_run = dry_run
+        self.started_wall = started_wall
         self.pattern = resolve_pattern(s.checkpoint.path) if s.checkpoint.path else None
-        self.requester = CheckpointRequester(request_path, self.pattern, host.clock, signal=s.checkpoint.signal,
-                                             job_pid=host.job_pid)
+        self.requester = CheckpointRequester(request_path, self.pattern, clock, signal=s.checkpoint.signal,
+                                             job_pid=lambda: job.pid)
         self.on_oom = on_oom
         self.oom = OomScanner()
         self.oom_retries = 0
@@ -84,7 +115,7 @@ class Lifecycle:
         self._notice_keys: set[str] = set()
         self.periodic: PeriodicSchedule | None = None
         periodic = s.checkpoint.periodic
-        if periodic == "on" or (periodic == "auto" and host.billing == "spot"):
+        if periodic == "on" or (periodic == "auto" and run.state.billing == "spot"):
             self.periodic = PeriodicSchedule(
                 save_time_s=s.checkpoint.save_time.total_seconds(),
                 mtbf_s=mtbf_s or s.checkpoint.mtbf.total_seconds(),
@@ -98,12 +129,11 @@ class Lifecycle:
                            then: Callable[[CheckpointAttempt], None] | None = None) -> CheckpointAttempt | None:
         """Ask the job for a checkpoint by ``deadline``; ``then(attempt)`` runs when it ends.
         Returns None (and records why) when the request file cannot be written."""
-        host = self.host
         merged = self.requester.pending is not None
         try:
             attempt = self.requester.request(reason, deadline)
         except OSError as exc:
-            host.record(Decision(time=self.clock.now(), policy="checkpoint", action="advise",
+            self.log.record(Decision(time=self.clock.now(), policy="checkpoint", action=Action.ADVISE,
                                  reason=f"cannot write the checkpoint request {self.requester.request_path}: "
                                         f"{exc.strerror or exc}", key=f"checkpoint-error:{reason}:{deadline}"),
                         "request not written")
@@ -114,42 +144,40 @@ class Lifecycle:
         if merged:
             if then is not None:
                 self._then.append(then)
-            host.say(f"costctl: checkpoint request now due by {attempt.deadline.isoformat()} ({attempt.reason})")
+            self.say(f"costctl: checkpoint request now due by {attempt.deadline.isoformat()} ({attempt.reason})")
             return attempt
         self._then = [then] if then is not None else []
-        attempt.ledger_id = host.ledger.record_checkpoint_request(
-            host.run_id, reason=reason, requested_at=attempt.requested_at, deadline=attempt.deadline,
+        attempt.ledger_id = self.ledger.record_checkpoint_request(
+            self.run.state.run_id, reason=reason, requested_at=attempt.requested_at, deadline=attempt.deadline,
             signal=attempt.signal)
         left = (attempt.deadline - attempt.requested_at).total_seconds()
         via = f" and {attempt.signal} to pid {', '.join(map(str, attempt.signalled_pids)) or 'none'}" \
             if attempt.signal else ""
-        host.say(f"costctl: checkpoint requested ({reason}) through {self.requester.request_path.name}{via}; "
+        self.say(f"costctl: checkpoint requested ({reason}) through {self.requester.request_path.name}{via}; "
                  f"waiting up to {left:.0f}s")
         return attempt
 
     def poll(self) -> None:
         """Follow a pending checkpoint request and start periodic ones when due."""
-        host = self.host
-        done = self.requester.poll(job_running=host.job_running)
+        done = self.requester.poll(job_running=self.job.running)
         if done is not None:
             self._finish_attempt(done)
-        if self.periodic is not None and self.requester.pending is None and host.job_running \
-                and not self.preempted and host.stopped_at is None:
+        if self.periodic is not None and self.requester.pending is None and self.job.running \
+                and not self.preempted and self.run.stopped_at is None:
             now = self.clock.now()
-            since = max(self.last_checkpoint_at or host.run_started_at, host.run_started_at)
+            since = max(self.last_checkpoint_at or self.run.state.run_started_at, self.run.state.run_started_at)
             if now >= self.periodic.due_at(since):
                 deadline = now + self.settings.checkpoint.deadline
                 attempt = self.request_checkpoint("periodic", deadline, then=self._after_periodic)
                 if attempt is not None:
-                    host.record(Decision(
-                        time=now, policy="checkpoint", action="checkpoint",
-                        reason=(f"periodic checkpoint on a {host.billing} instance: Young/Daly interval "
+                    self.log.record(Decision(
+                        time=now, policy="checkpoint", action=Action.CHECKPOINT,
+                        reason=(f"periodic checkpoint on a {self.run.state.billing} instance: Young/Daly interval "
                                 f"{self.periodic.interval_s:.0f}s since {since.isoformat()}"),
                         evidence=self.periodic.evidence(), key=f"checkpoint-periodic:{now.isoformat()}"),
                         "requested", say=False)
 
     def _finish_attempt(self, attempt: CheckpointAttempt) -> None:
-        host = self.host
         self.checkpoints.append(attempt)
         if attempt.outcome is Outcome.SAVED and attempt.saved_at is not None:
             self.last_checkpoint_at = max(attempt.saved_at, self.last_checkpoint_at or attempt.saved_at)
@@ -157,7 +185,7 @@ class Lifecycle:
                 self.periodic.note_save(attempt.save_s)
         if attempt.ledger_id is not None:
             cp = attempt.checkpoint
-            host.ledger.complete_checkpoint(
+            self.ledger.complete_checkpoint(
                 attempt.ledger_id, outcome=attempt.outcome.value if attempt.outcome else "unknown",
                 completed_at=attempt.completed_at or self.clock.now(), reason=attempt.reason,
                 deadline=attempt.deadline, saved_at=attempt.saved_at, save_s=attempt.save_s,
@@ -165,8 +193,8 @@ class Lifecycle:
         outcome = attempt.outcome.value if attempt.outcome else "unknown"
         took = f" in {attempt.save_s:.1f}s" if attempt.save_s is not None else ""
         where = f": {attempt.checkpoint.path}" if attempt.checkpoint else ""
-        host.record(Decision(
-            time=attempt.completed_at or self.clock.now(), policy="checkpoint", action="checkpoint",
+        self.log.record(Decision(
+            time=attempt.completed_at or self.clock.now(), policy="checkpoint", action=Action.CHECKPOINT,
             reason=f"checkpoint request ({attempt.reason}) {outcome}{took}{where}",
             evidence=attempt.evidence(), key=f"checkpoint:{attempt.requested_at.isoformat()}"), outcome)
         callbacks, self._then = self._then, []
@@ -181,16 +209,15 @@ class Lifecycle:
         if not self.pattern:
             return None
         newest = newest_checkpoint(self.pattern)
-        if newest is None or newest.mtime_ns / 1e9 < self.host.started_wall:
+        if newest is None or newest.mtime_ns / 1e9 < self.started_wall:
             return None
         return str(newest.path)
 
     # ------------------------------------------------------------------ preemption
     def on_notice(self, notice: Notice) -> None:
         """A preemption notice arrived: request a checkpoint and stop before the deadline."""
-        host = self.host
         key = f"preemption:{notice.deadline.isoformat()}"
-        if key in self._notice_keys or host.stopped_at is not None:
+        if key in self._notice_keys or self.run.stopped_at is not None:
             return
         self._notice_keys.add(key)
         now = self.clock.now()
@@ -198,12 +225,12 @@ class Lifecycle:
         left = notice.seconds_left(now)
         evidence = {"source": notice.source, "action": notice.action, "deadline": notice.deadline.isoformat(),
                     "seconds_left": round(left, 3), "stop_by": stop_by.isoformat(), "raw": notice.raw}
-        job = host.job_running
+        job = self.job.running
         reason = (f"{notice.source} preemption notice: {notice.action} at {notice.deadline.isoformat()} "
                   f"({left:.0f}s from now); ")
         reason += (f"requesting a checkpoint, the job ends by {stop_by.isoformat()}" if job
                    else "no job to checkpoint; stopping the instance now")
-        host.record(Decision(time=now, policy="preemption", action="checkpoint" if job else "stop",
+        self.log.record(Decision(time=now, policy="preemption", action=Action.CHECKPOINT if job else Action.STOP,
                              reason=reason, evidence=evidence, key=key), "notice received")
         if job:
             attempt = self.request_checkpoint("preemption", max(now, stop_by),
@@ -214,8 +241,7 @@ class Lifecycle:
 
     def _stop_for_preemption(self, notice: Notice | None, attempt: CheckpointAttempt | None,
                              preempted_at: datetime | None = None) -> None:
-        host = self.host
-        if host.stopped_at is not None:
+        if self.run.stopped_at is not None:
             return
         self.preempted = True
         now = self.clock.now()
@@ -227,36 +253,34 @@ class Lifecycle:
             key = f"preempted:{(preempted_at or now).isoformat()}"
         cp = f"checkpoint {attempt.outcome.value}" if attempt and attempt.outcome else "no checkpoint"
         decision = Decision(
-            time=now, policy="preemption", action="stop",
+            time=now, policy="preemption", action=Action.STOP,
             reason=f"{why}: {cp}; ending the job and stopping the instance",
             evidence={"notice_deadline": notice.deadline.isoformat() if notice else None,
                       "preempted_at": preempted_at.isoformat() if preempted_at else None,
                       "checkpoint": attempt.evidence() if attempt else None,
                       "last_checkpoint_at": self.last_checkpoint_at.isoformat() if self.last_checkpoint_at else None},
             key=key)
-        host.executor.handle(decision)
-        host.summary.add_decision(decision)
-        stop = host.executor.stop
+        self.stopper.handle(decision)
+        stop = self.stopper.stop
         end = preempted_at or (stop.time if stop is not None else (notice.deadline if notice else now))
-        start = max(self.last_checkpoint_at or host.run_started_at, host.run_started_at)
+        start = max(self.last_checkpoint_at or self.run.state.run_started_at, self.run.state.run_started_at)
         start = min(start, end)
         reason = "preemption" if notice is not None else "preempted"
         detail = (f"work since {'the last checkpoint' if self.last_checkpoint_at else 'the start of the run'} "
                   f"({start.isoformat()}) lost at the {'stop' if stop is not None else 'preemption'} ({end.isoformat()})")
-        host.ledger.record_waste(host.run_id, start_at=start, end_at=end, rate_per_hour=host.rate.amount,
-                                 currency=host.rate.currency, reason=reason, detail=detail)
-        host.add_waste(Money(host.rate.amount * Decimal(repr((end - start).total_seconds())) / 3600,
-                             host.rate.currency), (end - start).total_seconds())
+        self.ledger.record_waste(self.run.state.run_id, start_at=start, end_at=end, rate_per_hour=self.run.state.rate.amount,
+                                 currency=self.run.state.rate.currency, reason=reason, detail=detail)
+        self.summary.add_waste(Money(self.run.state.rate.amount * Decimal(repr((end - start).total_seconds())) / 3600,
+                             self.run.state.rate.currency), (end - start).total_seconds())
         if stop is not None:
-            host.mark_stopped(stop.time)
+            self.run.mark_stopped(stop.time)
 
     def check_preempted(self) -> None:
         """Ask the provider whether it took the (spot) instance already; if so, end like a notice."""
-        host = self.host
-        if host.stopped_at is not None or self.preempted:
+        if self.run.stopped_at is not None or self.preempted:
             return
         try:
-            inst = host.provider.get_instance(host.instance_id)
+            inst = self.instances.get_instance(self.run.state.instance_id)
         except CostctlError:
             return
         if inst.preempted:
@@ -266,23 +290,22 @@ class Lifecycle:
     def price_options(self) -> list[PriceOption]:
         """Cards one could rent instead, same GPU count, billing mode and currency: the
         provider's live offers when it lists them, else the price table."""
-        host = self.host
-        count = host.gpu_count
-        billing = "spot" if host.billing == "spot" else "on-demand"
-        if host.provider.capabilities.offers:
+        count = self.run.state.gpu_count
+        billing = "spot" if self.run.state.billing == "spot" else "on-demand"
+        if self.instances.capabilities.offers:
             try:
-                return options_from_offers(host.provider.list_offers(), gpu_count=count, billing=billing,
-                                           currency=host.rate.currency)
+                return options_from_offers(self.instances.list_offers(), gpu_count=count, billing=billing,
+                                           currency=self.run.state.rate.currency)
             except CostctlError as exc:
-                host.say(f"costctl: cannot list {host.provider.name} offers ({exc.message}); using the price table")
+                self.say(f"costctl: cannot list {self.instances.name} offers ({exc.message}); using the price table")
         from ..catalog import load_price_table
 
-        return options_from_price_table(load_price_table(self.settings), provider=host.provider.name,
-                                        gpu_count=count, billing=billing, currency=host.rate.currency)
+        return options_from_price_table(load_price_table(self.settings), provider=self.instances.name,
+                                        gpu_count=count, billing=billing, currency=self.run.state.rate.currency)
 
     def peak_memory(self) -> tuple[int | None, str]:
         """Peak GPU memory (bytes, on any one GPU) and where it came from."""
-        peak = self.host.summary.peak_gpu_memory_bytes
+        peak = self.summary.peak_gpu_memory_bytes
         if peak:
             return peak, "GPU telemetry"
         configured = self.settings.downsize.peak_memory
@@ -292,21 +315,20 @@ class Lifecycle:
 
     def plan(self, remaining_s: Decimal | None) -> tuple[CardOption | None, list[CardOption], dict[str, Any]]:
         """``(target, candidates, evidence)`` for moving the rest of the run to a cheaper card."""
-        host = self.host
         cfg = self.settings.downsize
         peak, source = self.peak_memory()
         evidence: dict[str, Any] = {
-            "current_gpu": host.gpu_name, "current_price_per_hour": str(host.rate.amount),
-            "currency": host.rate.currency, "gpu_count": host.gpu_count, "billing": host.billing,
+            "current_gpu": self.run.state.gpu_name, "current_price_per_hour": str(self.run.state.rate.amount),
+            "currency": self.run.state.rate.currency, "gpu_count": self.run.state.gpu_count, "billing": self.run.state.billing,
             "peak_memory_bytes": peak, "peak_memory_source": source, "headroom": cfg.headroom,
-            "mean_gpu_utilization": host.summary.mean_gpu_utilization,
+            "mean_gpu_utilization": self.summary.mean_gpu_utilization,
             "remaining_s": str(remaining_s) if remaining_s is not None else None,
             "min_saving_per_hour": str(cfg.min_saving_per_hour),
         }
         if peak is None:
             return None, [], evidence
-        util = host.summary.mean_gpu_utilization
-        cards = rank_cards(current_gpu=host.gpu_name, current_rate=host.rate, peak_bytes=peak, headroom=cfg.headroom,
+        util = self.summary.mean_gpu_utilization
+        cards = rank_cards(current_gpu=self.run.state.gpu_name, current_rate=self.run.state.rate, peak_bytes=peak, headroom=cfg.headroom,
                            options=self.price_options(), utilization=util / 100 if util is not None else None,
                            remaining_s=remaining_s, compute_dtype=cfg.compute_dtype)
         target = best_fit(cards)
@@ -317,12 +339,10 @@ class Lifecycle:
     def downsize(self, decision: Decision) -> tuple[Decision, str]:
         """Act on a plateau decision whose action is ``downsize``; returns the decision to record
         (reason and evidence extended with the plan) and its outcome."""
-        host = self.host
         cfg = self.settings.downsize
-        rest = decision.evidence.get("rest_of_run") or {}
-        remaining = Decimal(rest["remaining_s"]) if rest.get("remaining_s") else None
+        remaining = decision.rest_of_run.remaining_s if decision.rest_of_run is not None else None
         target, _cards, plan = self.plan(remaining)
-        cur = host.rate.currency
+        cur = self.run.state.rate.currency
         evidence = {**decision.evidence, "downsize": plan}
         if target is None:
             why = ("no GPU memory reading: set [downsize] peak_memory to size a cheaper card"
@@ -338,14 +358,14 @@ class Lifecycle:
         if target.saving_per_hour < cfg.min_saving_per_hour:
             return recorded, (f"advised: saving {_money(target.saving_per_hour, cur)}/h is below "
                               f"[downsize] min_saving_per_hour {cfg.min_saving_per_hour} {cur}")
-        command = shlex.join(host.options.command) if host.options.command else "COMMAND"
+        command = shlex.join(self.command) if self.command else "COMMAND"
         resume = f"costctl watch --resume -- {command}"
-        if not host.provider.capabilities.move_job or host.child is None:  # else: advise
+        if not self.instances.capabilities.move_job or not self.job.exists:  # else: advise
             return recorded, (f"advised: rent a {target.option.gpu} instance ({target.option.provider}, "
                               f"{target.option.billing}), copy the checkpoints and run `{resume}` there")
         if not self.pattern:
             return recorded, f"advised: set [checkpoint] path so costctl can resume the job; then `{resume}`"
-        if host.options.dry_run:
+        if self.dry_run:
             return recorded, (f"dry-run: would checkpoint, end the job, move to {target.option.gpu} and resume")
         now = self.clock.now()
         attempt = self.request_checkpoint("downsize", now + self.settings.checkpoint.deadline,
@@ -355,47 +375,46 @@ class Lifecycle:
         return recorded, f"checkpoint requested to move to {target.option.gpu}"
 
     def _move(self, attempt: CheckpointAttempt, target: CardOption) -> None:
-        host = self.host
         now = self.clock.now()
         cp = attempt.checkpoint.path if attempt.checkpoint else None
         if cp is None and attempt.outcome is Outcome.ACKNOWLEDGED and self.pattern:
             newest = newest_checkpoint(self.pattern)
             cp = newest.path if newest else None
-        if cp is None or host.stopped_at is not None or self._notice_keys:
-            host.record(Decision(time=now, policy="downsize", action="advise",
+        if cp is None or self.run.stopped_at is not None or self._notice_keys:
+            self.log.record(Decision(time=now, policy="downsize", action=Action.ADVISE,
                                  reason=f"not moving to {target.option.gpu}: the checkpoint request "
                                         f"{attempt.outcome.value if attempt.outcome else 'failed'}; the job goes on here",
                                  evidence=attempt.evidence(), key=f"downsize-abandoned:{now.isoformat()}"),
                         "stayed")
             return
-        old_id, old_gpu = host.instance_id, host.gpu_name
-        status = host.end_job()
-        host.record(Decision(time=now, policy="downsize", action="stop",
+        old_id, old_gpu = self.run.state.instance_id, self.run.state.gpu_name
+        status = self.job.end()
+        self.log.record(Decision(time=now, policy="downsize", action=Action.STOP,
                              reason=f"checkpoint {cp} saved; ended the job (exit status {status}) to move from "
                                     f"{old_gpu} to {target.option.gpu}",
                              evidence=attempt.evidence(), key=f"downsize-stop:{now.isoformat()}"), "job ended")
         try:
-            new = host.provider.create_instance(target.option.gpu, gpu_count=target.option.gpu_count,
+            new = self.instances.create_instance(target.option.gpu, gpu_count=target.option.gpu_count,
                                                 billing=target.option.billing, currency=target.option.currency)
         except CostctlError as exc:
-            host.record(Decision(time=now, policy="downsize", action="advise",
+            self.log.record(Decision(time=now, policy="downsize", action=Action.ADVISE,
                                  reason=f"could not rent a {target.option.gpu}: {exc.message}; resuming here from {cp}",
                                  key=f"downsize-failed:{now.isoformat()}"), "resumed on the same instance")
-            host.restart_job(resume_from=str(cp))
+            self.job.restart(resume_from=str(cp))
             return
         try:
-            stopped = host.provider.stop_instance(old_id)
+            stopped = self.instances.stop_instance(old_id)
             stop_text = f"instance {old_id} is {stopped.status.value}"
         except CostctlError as exc:
             stop_text = f"could not stop {old_id}: {exc.message}"
-        host.move_to(new)
-        host.record(Decision(time=now, policy="downsize", action="resume",
+        self.run.move_to(new)
+        self.log.record(Decision(time=now, policy="downsize", action=Action.RESUME,
                              reason=(f"moved from {old_gpu} ({old_id}) to {new.gpu} ({new.id}, {new.price_per_hour} "
                                      f"{new.currency}/h); {stop_text}; resuming from {cp}"),
                              evidence={"from_instance": old_id, "to_instance": new.id, "checkpoint": str(cp),
                                        "target": target.to_dict()},
                              key=f"downsize-resume:{now.isoformat()}"), "resumed")
-        host.restart_job(resume_from=str(cp))
+        self.job.restart(resume_from=str(cp))
 
     # ------------------------------------------------------------------ OOM
     def on_text(self, stream: str, text: str) -> None:
@@ -405,13 +424,12 @@ class Lifecycle:
     def child_exited(self, status: int) -> bool:
         """The job exited with ``status``: on a CUDA OOM, retry with a halved batch (True when
         restarted) or record the advice. Any other exit: False."""
-        host = self.host
         event = self.oom.finish()
         self.oom.reset()
         if status == 0 or event is None:
             return False
         now = self.clock.now()
-        plan: BatchPlan | None = host.batch
+        plan: BatchPlan | None = self.job.batch
         min_batch = self.settings.oom.min_batch
         nxt = plan.halved(min_batch) if plan else None
         evidence: dict[str, Any] = {
@@ -420,26 +438,26 @@ class Lifecycle:
             "batch_size": plan.batch_size if plan else None, "accum_steps": plan.accum_steps if plan else None,
             "min_batch": min_batch, "retries_before": self.oom_retries,
         }
-        if self.on_oom == "retry" and plan is not None and nxt is not None and not host.options.dry_run:
+        if self.on_oom == "retry" and plan is not None and nxt is not None and not self.dry_run:
             self.oom_retries += 1
-            resume = self.resume_point() or host.resume_from
+            resume = self.resume_point() or self.job.resume_from
             evidence.update(new_batch_size=nxt.batch_size, new_accum_steps=nxt.accum_steps,
                             effective_batch=nxt.effective, resume_from=resume)
             note = "" if nxt.effective == plan.effective else \
                 f" (the odd batch changes the effective batch from {plan.effective} to {nxt.effective})"
-            host.record(Decision(
-                time=now, policy="oom", action="retry",
+            self.log.record(Decision(
+                time=now, policy="oom", action=Action.RETRY,
                 reason=(f"CUDA out of memory at batch {plan.batch_size} x accumulation {plan.accum_steps}: "
                         f"retrying at batch {nxt.batch_size} x accumulation {nxt.accum_steps} "
                         f"(effective batch {nxt.effective}){note}"
                         + (f", resuming from {resume}" if resume else "")),
                 evidence=evidence, key=f"oom:{self.oom_retries}"), f"retry {self.oom_retries}")
-            host.restart_job(batch=nxt, resume_from=resume)
+            self.job.restart(batch=nxt, resume_from=resume)
             return True
         text = advice(plan, event, min_batch)
         if self.on_oom == "retry" and plan is None:
             text += " (--on-oom retry needs the batch size: --batch-size N or COSTCTL_BATCH_SIZE)"
-        host.record(Decision(time=now, policy="oom", action="advise", reason=text, evidence=evidence,
+        self.log.record(Decision(time=now, policy="oom", action=Action.ADVISE, reason=text, evidence=evidence,
                              key=f"oom-advice:{self.oom_retries}"), "advised")
         return False
 

@@ -14,9 +14,9 @@ Every OOM shape in ``shared/corpus/oom_messages_from_issues.txt`` is recognized 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ..errors import UsageError
+from ..records import BatchPlan
 from ..replay.oom import OomEvent, match_oom
 
 BATCH = "{batch_size}"
@@ -51,30 +51,6 @@ def render_command(argv: Sequence[str], *, batch_size: int | None, accum_steps: 
             arg = arg.replace(key, value)
         out.append(arg)
     return out
-
-
-@dataclass(frozen=True)
-class BatchPlan:
-    """Per-device (micro-)batch size and gradient-accumulation steps.
-
-    ``effective = batch_size × accum_steps`` is the batch one optimizer step sees.
-    """
-
-    batch_size: int
-    accum_steps: int = 1
-
-    @property
-    def effective(self) -> int:
-        """Samples per optimizer step."""
-        return self.batch_size * self.accum_steps
-
-    def halved(self, min_batch: int = 1) -> BatchPlan | None:
-        """Batch halved (rounded down), accumulation doubled; None below ``min_batch``.
-        An odd batch cannot keep the effective batch exactly (it shrinks by ``accum_steps``)."""
-        half = self.batch_size // 2
-        if half < max(1, min_batch):
-            return None
-        return BatchPlan(half, self.accum_steps * 2)
 
 
 class OomScanner:

@@ -44,7 +44,7 @@ from pydantic import Field
 
 from ..clock import ensure_utc
 from ..money import Money, cost_of
-from ..records import Decision, ProgressPoint
+from ..records import Decision, ProgressPoint, RestOfRun
 from .base import Policy, PolicyConfig, PolicyContext, iso, register
 from .history import History, finite_or_text
 
@@ -277,7 +277,8 @@ class PlateauPolicy(Policy):
         elif history.rate is not None:
             reason += f"; it costs {history.rate}/h while it runs"
         return Decision(time=now, policy=self.name, action=self.action, reason=reason,
-                        evidence=evidence, key=f"plateau:{cfg.monitor}:{index}")
+                        evidence=evidence, key=f"plateau:{cfg.monitor}:{index}",
+                        rest_of_run=RestOfRun.from_dict(rest) if rest is not None else None)
 
 
 def _fmt(value: float) -> str:

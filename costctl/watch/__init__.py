@@ -13,8 +13,10 @@ the same watch: the child is replaced, and a move to another instance starts a n
 
 Modules: :mod:`.options` (:class:`WatchOptions`), :mod:`.instance` (which instance, at what
 price), :mod:`.command` (batch plan, resume checkpoint, placeholders, the child's environment),
-:mod:`.watcher` (:class:`Watcher`, the coordinator: start-up, the child), and its parts
-:mod:`.tick`, :mod:`.loop`, :mod:`.preemption`, :mod:`.host` and :mod:`.finish`.
+:mod:`.job` (:class:`~.job.Job`, the command as a :class:`costctl.protocols.JobControl`) and
+:mod:`.watcher` (:class:`Watcher`, the coordinator; its state is one
+:class:`costctl.protocols.RunState`). Every decision is recorded by
+:class:`costctl.decisions.DecisionRecorder`; see ``docs/architecture.md``.
 """
 
 from .options import WatchOptions

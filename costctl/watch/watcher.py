@@ -1,13 +1,22 @@
 """The :class:`Watcher`: the coordinator of one ``costctl watch``.
 
-It owns the configuration, the child process, the ledger run, the policy engine, the executor
-and the lifecycle controller, and starts them in order (:meth:`Watcher.start`): resolve the
-instance and its price (:mod:`.instance`) and prepare the command (:mod:`.command`) before the
-ledger is touched, then open the ledger run, build the engine, executor and lifecycle, and
-spawn the command. The rest of its behaviour lives in mixins, one concern each:
-:mod:`.tick` (one evaluation), :mod:`.loop` (real-time loop, signals, :meth:`Watcher.step`),
-:mod:`.preemption` (notice polling), :mod:`.host` (what the lifecycle controller calls) and
-:mod:`.finish` (closing the run, the summary).
+It builds the parts and wires them, then drives them:
+
+* start-up (:meth:`Watcher.start`): resolve the instance and its price (:mod:`.instance`) and
+  prepare the command (:mod:`.command`) before the ledger is touched; then open the ledger run,
+  and build the :class:`~costctl.decisions.DecisionRecorder` (the one way decisions are
+  recorded), the :class:`~.job.Job` (the command), the policy engine, the
+  :class:`~costctl.executor.Executor` and the :class:`~costctl.lifecycle.controller.Lifecycle`
+  — the last two get the small interfaces of :mod:`costctl.protocols`, not the watcher;
+* one evaluation (:meth:`Watcher.tick`): sample → progress → ledger → accrual → spend →
+  policies → each new decision to the executor (a ``downsize`` to the lifecycle controller);
+* the main loop (:meth:`Watcher.run`, :meth:`Watcher.step`): signals, the lifecycle's
+  checkpoint requests, the command's exit (``--on-exit``);
+* spot instances (:meth:`Watcher.poll_notices`): the preemption-notice source;
+* the end (:meth:`Watcher.finish`): final accrual, underuse advice, closing the run, the summary.
+
+Where the job runs (instance, price, ledger run) is one immutable :class:`~costctl.protocols.RunState`
+(:attr:`Watcher.state`), replaced whole when the job moves to another instance.
 """
 
 from __future__ import annotations
@@ -15,13 +24,19 @@ from __future__ import annotations
 import os
 import queue
 import shlex
+import signal
 import socket
+import sys
 import threading
 import time
-from datetime import datetime
+import traceback
+from dataclasses import replace
+from datetime import datetime, timezone
 from decimal import Decimal
+from typing import Any
 
 import psutil
+from apscheduler.schedulers.background import BackgroundScheduler
 
 from .. import paths
 from ..checkpoint import ephemeral_storage_warning, resolve_pattern
@@ -29,31 +44,31 @@ from ..child import Child, OutputMux
 from ..clock import Clock, RealClock
 from ..cloud import open_provider
 from ..config import Settings
-from ..errors import CostctlError
+from ..decisions import DecisionRecorder
+from ..errors import ConfigError, CostctlError, LedgerError
 from ..executor import Executor
 from ..ledger.db import Ledger
+from ..ledger.lifecycle import spot_exposure
 from ..lifecycle.controller import Lifecycle
-from ..lifecycle.oom_retry import BatchPlan
+from ..lifecycle.underuse import underuse_advice
+from ..money import Money
 from ..policies.engine import PolicyEngine
 from ..policies.history import History
 from ..progress.lines import LineParser
 from ..progress.metrics_file import MetricsFileFollower
-from ..records import Decision, ProgressPoint
+from ..protocols import RunState
+from ..records import Action, BatchPlan, Decision, ProgressPoint, TelemetrySample
 from ..statusline import StatusLine
 from ..summary import RunSummary
 from ..telemetry.cpu import MachineCpu, ProcessTreeCpu
 from ..telemetry.sampler import Sampler, detect_gpu_source
-from .command import child_argv_env, prepare_command
-from .finish import FinishMixin
-from .host import LifecycleHostMixin
+from .command import prepare_command
 from .instance import bring_up, resolve_instance
-from .loop import LoopMixin
+from .job import Job
 from .options import WatchOptions
-from .preemption import PreemptionMixin
-from .tick import TickMixin
 
-from costctl_providers.base import Provider
-from costctl_providers.notices import NoticePoller
+from costctl_providers.base import Instance, Provider
+from costctl_providers.notices import Notice, NoticePoller, detect_cloud
 
 
 def watch_alive(pid: int) -> bool:
@@ -72,14 +87,16 @@ def watch_alive(pid: int) -> bool:
     return "costctl" in cmdline or "python" in cmdline
 
 
-class Watcher(TickMixin, LoopMixin, PreemptionMixin, LifecycleHostMixin, FinishMixin):
-    """One ``costctl watch``.
+class Watcher:
+    """One ``costctl watch`` (see the module docstring).
 
     Args:
         settings: validated configuration.
         options: command-line choices.
         clock: time source (RealClock live; SimClock in tests).
         sampler: telemetry sampler; built from the machine (NVML → nvidia-smi → CPU) when None.
+        provider: the provider adapter; opened from the configuration when None.
+        stdout_fd / stderr_fd: where the command's output goes (besides the run log).
 
     Raises:
         ConfigError, LedgerError, ProviderError, UsageError: at :meth:`start`, one line each,
@@ -101,33 +118,86 @@ class Watcher(TickMixin, LoopMixin, PreemptionMixin, LifecycleHostMixin, FinishM
         self.options = options
         self.clock = clock or RealClock()
         self.status = StatusLine(False if options.quiet else options.status_line)
+        self.summary = RunSummary(dry_run=options.dry_run)
         self._sampler = sampler
         self._provider = provider
         self._fds = (stdout_fd, stderr_fd)
+        # Threads: the output threads feed _progress_q; the scheduler's tick and notice poll and
+        # the main loop's step() take _lock; the signal handler only sets _signal.
         self._progress_q: queue.SimpleQueue[ProgressPoint] = queue.SimpleQueue()
         self._lock = threading.RLock()
         self._done = threading.Event()
         self._signal: int | None = None
+        # Set by start():
+        self._state: RunState | None = None
         self._stopped_at: datetime | None = None
-        self.child: Child | None = None
-        self.child_status: int | None = None
+        self.provider: Provider | None = None
         self.ledger: Ledger | None = None
-        self.run_id: str | None = None
-        self.summary = RunSummary(dry_run=options.dry_run)
-        self._tick_error_reported = False
-        self._log_fh = None
-        self._mux: OutputMux | None = None
-        self._child_done = True
-        self._spend_before = Decimal(0)
-        self.batch: BatchPlan | None = None
-        self.resume_from: str | None = None
+        self.recorder: DecisionRecorder | None = None
+        self.job: Job | None = None
+        self.executor: Executor | None = None
         self.lifecycle: Lifecycle | None = None
-        self.executor: Executor | None = None  # type: ignore[assignment]
         self.notice_poller: NoticePoller | None = None
+        self._metrics: MetricsFileFollower | None = None
+        self._parsers: dict[str, LineParser] = {}
+        self._log_fh: Any = None
+        self._child_done = True
         self._own_cpu = False
-        self._pending_records: list[tuple[Decision, str]] = []
+        self._spend_before = Decimal(0)  # spend of earlier ledger runs of this watch (same currency)
+        self._tick_error_reported = False
 
-    # ------------------------------------------------------------------ setup
+    # ------------------------------------------------------------------ the run (RunControl)
+    @property
+    def state(self) -> RunState:
+        """Where the job runs now (after :meth:`start`)."""
+        assert self._state is not None, "the watch has not started"
+        return self._state
+
+    @property
+    def stopped_at(self) -> datetime | None:
+        """When a stop decision ended the watch (None while it runs)."""
+        return self._stopped_at
+
+    def mark_stopped(self, when: datetime) -> None:
+        """A stop ended the watch at ``when``."""
+        self._stopped_at = when
+        self._done.set()
+
+    @property
+    def run_id(self) -> str | None:
+        """The current ledger run (None before :meth:`start`)."""
+        return self._state.run_id if self._state is not None else None
+
+    @property
+    def instance_id(self) -> str:
+        """The provider's id of the instance the job runs on."""
+        return self.state.instance_id
+
+    @property
+    def rate(self) -> Money:
+        """Its price per hour."""
+        return self.state.rate
+
+    @property
+    def child(self) -> Child | None:
+        """The command's current process (None before it started, or without a command)."""
+        return self.job.child if self.job is not None else None
+
+    @property
+    def child_status(self) -> int | None:
+        """The command's exit status once it ended."""
+        return self.job.status if self.job is not None else None
+
+    @property
+    def batch(self) -> BatchPlan | None:
+        """The command's batch plan (None when unknown)."""
+        return self.job.batch if self.job is not None else None
+
+    @property
+    def resume_from(self) -> str | None:
+        """The checkpoint the command (re)started from."""
+        return self.job.resume_from if self.job is not None else None
+
     def say(self, text: str) -> None:
         """Print one of costctl's own lines (suppressed by --quiet)."""
         if not self.options.quiet:
@@ -143,39 +213,38 @@ class Watcher(TickMixin, LoopMixin, PreemptionMixin, LifecycleHostMixin, FinishM
         self.provider = provider
         resolved = resolve_instance(s, provider, say=self.say)
         instance_id, inst = resolved.instance_id, resolved.instance
-        self.instance_id = instance_id
-        self.instance = inst
-        self.rate = resolved.rate
+        rate, billing, gpu_count = resolved.rate, resolved.billing, resolved.gpu_count
         s = self.settings = resolved.settings
-        self.gpu_name = resolved.gpu_name
-        billing = resolved.billing
-        gpu_count = resolved.gpu_count
-        self.billing = billing
-        self.gpu_count = gpu_count
-        self._prepare_command()
-        self._pending_records.extend(bring_up(resolved, self.options, clock=self.clock, say=self.say))
+        batch, resume_from = prepare_command(self.options, s)
+        pending = bring_up(resolved, self.options, clock=self.clock, say=self.say)
 
         self.ledger = Ledger.open(url)
-        self.instance_pk = self.ledger.ensure_instance(
-            provider.name, instance_id, gpu=self.gpu_name, gpu_count=gpu_count, billing=billing,
-            price_per_hour=self.rate.amount, currency=self.rate.currency,
-            region=inst.region if inst else None,
+        instance_pk = self.ledger.ensure_instance(
+            provider.name, instance_id, gpu=resolved.gpu_name, gpu_count=gpu_count, billing=billing,
+            price_per_hour=rate.amount, currency=rate.currency, region=inst.region if inst else None,
         )
-        lost = self.ledger.close_lost_runs(self.instance_pk, host=socket.gethostname(), alive=watch_alive)
+        lost = self.ledger.close_lost_runs(instance_pk, host=socket.gethostname(), alive=watch_alive)
         if lost:
             self.say(f"costctl: closed {len(lost)} earlier run(s) on this instance whose watch died "
                      f"without closing them ({', '.join(r[:8] for r in lost)}): status lost")
         self.started_at = self.clock.now()
-        self.run_started_at = self.started_at
         self.started_wall = time.time()
         stem = f"{self.started_at.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
         self.log_path = paths.runs_dir(s.data_dir) / f"{stem}.log"
         self.checkpoint_request = paths.runs_dir(s.data_dir) / f"{stem}.checkpoint-request"
-        self.run_id = self.ledger.start_run(
-            self.instance_pk, started_at=self.started_at, command=self.options.command,
+        run_id = self.ledger.start_run(
+            instance_pk, started_at=self.started_at, command=self.options.command,
             log_path=str(self.log_path), host=socket.gethostname(), pid=os.getpid(),
         )
-        self.summary.run_ids.append(self.run_id)
+        self._state = RunState(provider=provider.name, instance_id=instance_id, instance=inst, rate=rate,
+                               gpu_name=resolved.gpu_name, gpu_count=gpu_count, billing=billing,
+                               instance_pk=instance_pk, run_id=run_id, run_started_at=self.started_at)
+        self.summary.run_ids.append(run_id)
+        self.recorder = DecisionRecorder(self.ledger, self.summary, self.say, run_id=run_id)
+        self.job = Job(self.options.command, batch=batch, resume_from=resume_from,
+                       grace_s=s.watch.grace_period.total_seconds(), checkpoint_request=self.checkpoint_request,
+                       extra_env=self.options.extra_env, run_id=lambda: self.state.run_id,
+                       on_start=self._job_started)
 
         self.engine = PolicyEngine(s)
         self.history = History(
@@ -186,17 +255,18 @@ class Watcher(TickMixin, LoopMixin, PreemptionMixin, LifecycleHostMixin, FinishM
             total_steps=s.watch.total_steps,
         )
         self.executor = Executor(
-            ledger=self.ledger, run_id=self.run_id, clock=self.clock, hooks=s.hooks,
-            stop_child=self._stop_child, stop_instance=self._stop_instance, say=self.say,
-            dry_run=self.options.dry_run, log_path=str(self.log_path),
-            downsize=lambda d: self.lifecycle.downsize(d),  # type: ignore[union-attr]
+            log=self.recorder, clock=self.clock, hooks=s.hooks, job=self.job, instances=provider, run=self,
+            say=self.say, dry_run=self.options.dry_run, log_path=str(self.log_path),
         )
         mtbf_s, mtbf_source = self._mtbf()
-        self.lifecycle = Lifecycle(self, self.checkpoint_request, on_oom=self.options.on_oom,
-                                   mtbf_s=mtbf_s, mtbf_source=mtbf_source)
-        for decision, outcome in self._pending_records:
-            self.record(decision, outcome)
-        self._pending_records.clear()
+        self.lifecycle = Lifecycle(
+            s, clock=self.clock, run=self, job=self.job, instances=provider, log=self.recorder,
+            stopper=self.executor, ledger=self.ledger, summary=self.summary, say=self.say,
+            request_path=self.checkpoint_request, command=self.options.command, dry_run=self.options.dry_run,
+            started_wall=self.started_wall, on_oom=self.options.on_oom, mtbf_s=mtbf_s, mtbf_source=mtbf_source,
+        )
+        for decision, outcome in pending:
+            self.recorder.record(decision, outcome)
         self._metrics = MetricsFileFollower(self.options.metrics_file) if self.options.metrics_file else None
         self._parsers = {
             "stdout": LineParser(self.options.loss_regex),
@@ -205,22 +275,22 @@ class Watcher(TickMixin, LoopMixin, PreemptionMixin, LifecycleHostMixin, FinishM
         if s.checkpoint.path:
             warning = ephemeral_storage_warning(resolve_pattern(s.checkpoint.path))
             if warning:
-                self.record(Decision(time=self.started_at, policy="checkpoint", action="warn",
-                                     reason=warning, evidence={"path": s.checkpoint.path},
-                                     key="checkpoint-storage"), "warned")
+                self.recorder.record(Decision(time=self.started_at, policy="checkpoint", action=Action.WARN,
+                                              reason=warning, evidence={"path": s.checkpoint.path},
+                                              key="checkpoint-storage"), "warned")
         if self.options.command:
             self._log_fh = open(self.log_path, "ab")
-            self._mux = OutputMux(
+            self.job.mux = OutputMux(
                 self._log_fh, self._on_text,
                 stdout_fd=self._fds[0], stderr_fd=self._fds[1],
                 before_write=self.status.clear, after_write=self.status.after_child_write,
                 lock=self.status.lock,
             )
             try:
-                self._spawn()
+                self.job.start()
             except CostctlError:
                 self._log_fh.close()
-                self.ledger.finish_run(self.run_id, ended_at=self.clock.now(), exit_code=None, status="failed-to-start")
+                self.ledger.finish_run(run_id, ended_at=self.clock.now(), exit_code=None, status="failed-to-start")
                 self.ledger.close()
                 raise
         if self._sampler is None:
@@ -229,53 +299,417 @@ class Watcher(TickMixin, LoopMixin, PreemptionMixin, LifecycleHostMixin, FinishM
             cpu = ProcessTreeCpu(self.child.pid) if self.child else MachineCpu()
             self._sampler = Sampler(gpu, cpu, count_ssh=s.policies.idle.count_ssh_sessions)
             self._own_cpu = self.child is not None
+        gpu_name = resolved.gpu_name
         mode = f"running {shlex.join(self.options.command)}" if self.options.command else "guarding this machine"
         config = s.config_path or "defaults and environment"
         self.say(
-            f"costctl: run {self.run_id[:8]} {mode} on {provider.name} instance {instance_id} "
-            f"({self.gpu_name or 'unknown GPU'}, {self.rate.amount} {self.rate.currency}/h"
+            f"costctl: run {run_id[:8]} {mode} on {provider.name} instance {instance_id} "
+            f"({gpu_name or 'unknown GPU'}, {rate.amount} {rate.currency}/h"
             f"{', ' + billing if billing == 'spot' else ''}); config {config}; log {self.log_path}"
         )
-        if self.resume_from:
-            self.say(f"costctl: resuming from {self.resume_from}")
+        if resume_from:
+            self.say(f"costctl: resuming from {resume_from}")
         if self.options.metrics_file is not None and not self.options.metrics_file.exists():
             self.say(f"costctl: metrics file {self.options.metrics_file} does not exist yet; "
                      "waiting for the job to write it")
         if billing == "spot":
             self._start_notice_source()
 
-    # ------------------------------------------------------------------ command, child
-    def _prepare_command(self) -> None:
-        """Batch size, accumulation and the resume checkpoint; validates the placeholders
-        (:func:`.command.prepare_command`).
-
-        Raises:
-            UsageError: a bad ``$COSTCTL_BATCH_SIZE``, ``{batch_size}`` without a known batch size,
-                or ``--resume`` with no checkpoint to resume from.
-        """
-        self.batch, self.resume_from = prepare_command(self.options, self.settings)
-
-    def _spawn(self) -> None:
-        """Start (or restart) the command with the current batch plan and resume checkpoint."""
-        assert self._mux is not None and self.options.command and self.run_id is not None
-        argv, env = child_argv_env(self.options.command, self.batch, self.resume_from, run_id=self.run_id,
-                                   checkpoint_request=self.checkpoint_request, extra_env=self.options.extra_env)
-        self.child = Child(argv, self._mux, env=env)
-        self.child_status = None
+    def _job_started(self, child: Child) -> None:
+        """A (re)start of the command: telemetry and the policies follow the new process."""
         self._child_done = False
         self.history.child_running = True
         self.history.child_exited_at = None
         if self._own_cpu and self._sampler is not None:
-            self._sampler.cpu = ProcessTreeCpu(self.child.pid)
+            self._sampler.cpu = ProcessTreeCpu(child.pid)
 
-    # ------------------------------------------------------------------ actions
-    def _stop_child(self) -> int | None:
-        if self.child is None or not self.child.running:
+    def move_to(self, inst: Instance) -> None:
+        """The job moves to instance ``inst``: close this ledger run (status ``downsized``) and
+        start a new one there, charged at ``inst``'s price; :attr:`state` is replaced whole.
+
+        Raises:
+            ConfigError: the provider reported no price for ``inst``.
+        """
+        assert self.ledger is not None and self.recorder is not None and self.provider is not None
+        old = self.state
+        now = self.clock.now()
+        self.ledger.accrue(old.run_id, now, old.rate.amount, old.rate.currency)
+        spent = self.ledger.spend(run_id=old.run_id).get(old.rate.currency, Decimal(0))
+        self.ledger.finish_run(old.run_id, ended_at=now, exit_code=self.child_status, status="downsized")
+        if inst.price_per_hour is None:
+            raise ConfigError(f"{self.provider.name} reported no price for instance {inst.id}")
+        if inst.currency == old.rate.currency:
+            self._spend_before += spent
+        instance_pk = self.ledger.ensure_instance(
+            self.provider.name, inst.id, gpu=inst.gpu, gpu_count=inst.gpu_count, billing=inst.billing.value,
+            price_per_hour=inst.price_per_hour, currency=inst.currency, region=inst.region,
+        )
+        run_id = self.ledger.start_run(instance_pk, started_at=now, command=self.options.command,
+                                       log_path=str(self.log_path), host=socket.gethostname(), pid=os.getpid())
+        self._state = replace(old, instance_id=inst.id, instance=inst,
+                              rate=Money(inst.price_per_hour, inst.currency), gpu_name=inst.gpu,
+                              gpu_count=inst.gpu_count, billing=inst.billing.value, instance_pk=instance_pk,
+                              run_id=run_id, run_started_at=now)
+        self.recorder.run_id = run_id
+        self.history.rate = self.state.rate
+        self.summary.run_ids.append(run_id)
+
+    # ------------------------------------------------------------------ spot instances
+    def _mtbf(self) -> tuple[float | None, str]:
+        """Mean time between preemptions for the periodic interval (see the lifecycle docs)."""
+        configured = self.settings.checkpoint.mtbf.total_seconds()
+        assert self.ledger is not None
+        try:
+            with self.ledger.session() as session:
+                seen = spot_exposure(session)
+        except LedgerError:
+            return configured, "configured"
+        if seen.charged_s <= 0:
+            return configured, "configured"
+        blended = (configured + seen.charged_s) / (1 + seen.preemptions)
+        return blended, (f"observed: {seen.preemptions} preemption(s) in {seen.charged_s / 3600:.1f} spot hours, "
+                         f"with the configured {configured / 3600:g} h as one prior observation")
+
+    def _start_notice_source(self) -> None:
+        """Find the preemption-notice source (sim provider at once; cloud metadata in the background)."""
+        cfg = self.settings.preemption
+        provider = self.provider
+
+        def detect() -> None:
+            found = detect_cloud(
+                provider=provider, instance_id=self.state.instance_id, clock=self.clock,
+                aws_base_url=cfg.aws_base_url, gcp_base_url=cfg.gcp_base_url, azure_base_url=cfg.azure_base_url,
+            )
+            if found.source is not None:
+                self.notice_poller = NoticePoller(found.source, cfg.poll_interval.total_seconds(),
+                                                  on_notice=self._on_notice)
+                self.say(f"costctl: watching {found.platform} for preemption notices every "
+                         f"{cfg.poll_interval.total_seconds():g}s")
+
+        if getattr(provider.capabilities, "preemption_notice", False):
+            detect()
+        else:
+            threading.Thread(target=detect, name="costctl-detect-cloud", daemon=True).start()
+
+    def _on_notice(self, notice: Notice) -> None:
+        with self._lock:
+            assert self.lifecycle is not None
+            self.lifecycle.on_notice(notice)
+
+    def poll_notices(self, now: datetime | None = None) -> None:
+        """Poll the preemption-notice source once (and, on the sim provider, whether the spot
+        instance was already taken without notice). Called by a scheduler job every
+        ``[preemption] poll_interval``; tests call it on a simulated clock."""
+        poller = self.notice_poller
+        if poller is None or self._stopped_at is not None:
+            return
+        poller.poll_once()
+        if getattr(self.provider.capabilities, "preemption_notice", False):
+            with self._lock:
+                assert self.lifecycle is not None
+                self.lifecycle.check_preempted()
+
+    def _safe_poll_notices(self) -> None:
+        try:
+            self.poll_notices()
+        except Exception as exc:  # noqa: BLE001 - a broken notice source must not end the watch
+            self.say(f"costctl: preemption notice poll failed: {type(exc).__name__}: {exc}")
+
+    # ------------------------------------------------------------------ progress and the tick
+    def _on_text(self, stream: str, text: str) -> None:
+        """The command's output (output threads): OOM scan, then loss lines to the queue."""
+        if self.lifecycle is not None:
+            self.lifecycle.on_text(stream, text)
+        if self._metrics is not None:
+            return
+        for p in self._parsers[stream].feed(text, self.clock.now()):
+            self._progress_q.put(p)
+
+    def _drain_progress(self, now: datetime) -> list[ProgressPoint]:
+        points: list[ProgressPoint] = []
+        while True:
+            try:
+                points.append(self._progress_q.get_nowait())
+            except queue.Empty:
+                break
+        if self._metrics is not None:
+            try:
+                points.extend(self._metrics.poll(now))
+            except CostctlError as exc:
+                self.say(f"costctl: metrics file: {exc.message}")
+        return points
+
+    def _act(self, decision: Decision) -> None:
+        """Carry out one policy decision: ``downsize`` to the lifecycle controller, the rest to
+        the executor; either way it is recorded once, by the recorder."""
+        assert self.executor is not None and self.recorder is not None
+        if decision.action is Action.DOWNSIZE and self.lifecycle is not None:
+            recorded, outcome = self.lifecycle.downsize(decision)
+            self.recorder.record(recorded, outcome, dry_run=self.options.dry_run,
+                                 say=f"costctl {recorded.policy}: {recorded.reason} -> {outcome}")
+        else:
+            self.executor.handle(decision)
+        if self.executor.stop is not None:
+            self.mark_stopped(self.executor.stop.time)
+
+    def tick(self, now: datetime | None = None) -> list[Decision]:
+        """One evaluation: sample, accrue, evaluate policies, act. Returns the new decisions.
+
+        A second tick at the same instant (a simulated clock that did not move) takes no new
+        sample; it still drains progress, accrues and evaluates."""
+        with self._lock:
+            now = now or self.clock.now()
+            if self._stopped_at is not None:
+                return []
+            assert self.ledger is not None and self._sampler is not None
+            run = self.state
+            if self.child is not None:
+                self.history.child_running = self.child.running
+            sample = None
+            if not self.history.samples or now > self.history.samples[-1].time:
+                sample = self._sampler.sample(now)
+                self.history.add_sample(sample)
+            points = self._drain_progress(now)
+            for point in points:
+                self.history.add_progress(point)
+            self.summary.add_progress(points)
+            if sample is not None:
+                self.ledger.record_samples(run.run_id, [sample])
+            if points:
+                self.ledger.record_progress(run.run_id, points)
+            self.ledger.accrue(run.run_id, now, run.rate.amount, run.rate.currency)
+            self._update_spend(now)
+            decisions = self.engine.evaluate(self.history, now)
+            for decision in decisions:
+                self._act(decision)
+            if sample is not None:
+                self.summary.add_sample(sample)
+                self._status(now, sample)
+            return decisions
+
+    def _update_spend(self, now: datetime) -> None:
+        assert self.ledger is not None
+        run = self.state
+        tz = self.settings.watch.tz
+        local = now.astimezone(tz)
+        day_start = local.replace(hour=0, minute=0, second=0, microsecond=0).astimezone(timezone.utc)
+        cur = run.rate.currency
+        total = self.ledger.spend(instance_pk=run.instance_pk).get(cur, Decimal(0))
+        today = self.ledger.spend(instance_pk=run.instance_pk, since=day_start).get(cur, Decimal(0))
+        spent = self.ledger.spend(run_id=run.run_id).get(cur, Decimal(0))
+        self.history.spend_total = Money(total, cur)
+        self.history.spend_today = Money(today, cur)
+        self.history.rate = run.rate
+        self.summary.spend = Money(spent + self._spend_before, cur)
+
+    def _status(self, now: datetime, sample: TelemetrySample) -> None:
+        if not self.status.enabled:
+            return
+        elapsed = now - self.started_at
+        util = ", ".join(
+            f"GPU{g.index} {g.utilization:.0f}%" if g.utilization is not None else f"GPU{g.index} ?"
+            for g in sample.gpus
+        ) or (f"CPU {sample.cpu_percent:.0f}%" if sample.cpu_percent is not None else "CPU ?")
+        loss = self.summary.last_loss
+        loss_txt = f"loss {loss:.4g}" if loss is not None else "no loss yet"
+        spend = self.summary.spend
+        self.status.update(
+            f" costctl | {str(elapsed).split('.')[0]} | {spend.rounded(4) if spend else 0} {self.rate.currency} "
+            f"| {util} | {loss_txt} "
+        )
+
+    def _safe_tick(self) -> None:
+        try:
+            self.tick()
+        except Exception as exc:  # noqa: BLE001 - keep guarding; the traceback goes to a log file
+            if not self._tick_error_reported:
+                self._tick_error_reported = True
+                try:
+                    path = paths.crash_log_dir() / f"tick-{self.run_id}.log"
+                    path.write_text("".join(traceback.format_exception(exc)))
+                except (OSError, CostctlError):
+                    path = None
+                where = f" (traceback in {path})" if path else ""
+                self.say(f"costctl: error during a tick: {type(exc).__name__}: {exc}{where}")
+
+    # ------------------------------------------------------------------ the main loop
+    def _handle_signal(self, signum: int, frame: Any) -> None:
+        # Only a plain assignment: the handler runs between two bytecodes of the main thread,
+        # which may hold a lock (Event.wait holds its Condition's) that set() would wait on
+        # forever. The loop sees the flag within 0.1 s.
+        self._signal = signum
+
+    def run(self) -> int:
+        """Start everything, loop in real time until done, clean up; returns the exit status."""
+        # SIGINT/SIGTERM are ours from before the child starts: one arriving while start() is
+        # still running is passed to the job by the loop instead of killing costctl unrecorded.
+        old = {s: signal.signal(s, self._handle_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self.start()
+        except BaseException:
+            for s, h in old.items():
+                signal.signal(s, h)
+            raise
+        interval = self.settings.watch.sample_interval.total_seconds()
+        scheduler = BackgroundScheduler(timezone=timezone.utc)
+        scheduler.add_job(
+            self._safe_tick, "interval", seconds=interval, next_run_time=datetime.now(timezone.utc),
+            max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)), id="tick",
+        )
+        if self.state.billing == "spot":
+            poll = self.settings.preemption.poll_interval.total_seconds()
+            scheduler.add_job(
+                self._safe_poll_notices, "interval", seconds=poll, next_run_time=datetime.now(timezone.utc),
+                max_instances=1, coalesce=True, misfire_grace_time=max(1, int(poll)), id="notices",
+            )
+        scheduler.start()
+        exit_code = 0
+        status = "running"
+        try:
+            exit_code, status = self._loop()
+        finally:
+            scheduler.shutdown(wait=True)
+            for s, h in old.items():
+                signal.signal(s, h)
+            exit_code, status = self.finish(exit_code, status)
+        return exit_code
+
+    def _loop(self) -> tuple[int, str]:
+        while True:
+            self._done.wait(0.1)
+            result = self.step()
+            if result is not None:
+                return result
+
+    def step(self) -> tuple[int, str] | None:
+        """One turn of the main loop: signals, stops, lifecycle, the command's exit.
+
+        Returns ``(exit status, run status)`` when the watch should end, else None. The real
+        loop calls it every 0.1 s; a simulated-clock driver calls it between clock advances.
+        """
+        if self._signal is not None:
+            return self._on_signal()
+        if self._stopped_at is None and self.lifecycle is not None:
+            with self._lock:
+                try:
+                    self.lifecycle.poll()
+                except CostctlError as exc:  # e.g. the ledger is unwritable: keep guarding
+                    self.say(f"costctl: lifecycle step failed: {exc.message}")
+        job = self.job
+        if self._stopped_at is not None:
+            if job is not None and job.exists and job.status is None:
+                job.end()
+            code = self.child_status if self.child_status is not None else 0
+            return code, "preempted" if self.lifecycle is not None and self.lifecycle.preempted else "stopped"
+        if not self._child_done and job is not None and job.exists and not job.running:
+            self._child_done = True
+            status = job.wait()
+            with self._lock:
+                self.history.child_running = False
+                self.history.child_exited_at = self.clock.now()
+            self.tick()  # record the last output and spend up to the exit
+            if self._stopped_at is not None:
+                return None
+            with self._lock:
+                assert self.lifecycle is not None
+                if self.lifecycle.requester.pending is not None:
+                    self.lifecycle.poll()  # the job exited during a checkpoint request
+                if self._stopped_at is not None:
+                    return None
+                if self.lifecycle.child_exited(status):
+                    return None  # restarted (OOM retry)
+            return self._after_exit(status)
+        return None
+
+    def _after_exit(self, status: int) -> tuple[int, str] | None:
+        """The command exited for good: ``--on-exit`` leave, stop or guard."""
+        on_exit = self.options.on_exit
+        if on_exit == "leave":
+            return status, "completed" if status == 0 else "failed"
+        if on_exit == "stop":
+            with self._lock:
+                self._act(Decision(
+                    time=self.clock.now(), policy="on-exit", action=Action.STOP,
+                    reason=f"the command exited with status {status} and --on-exit stop is set",
+                    evidence={"exit_status": status}, key="on-exit",
+                ))
+            if self._stopped_at is None:  # dry run
+                return status, "completed" if status == 0 else "failed"
             return None
-        grace = self.settings.watch.grace_period.total_seconds()
-        self.child_status = self.child.terminate(grace)
-        return self.child_status
+        self.say(
+            f"costctl: the command exited with status {status}; guarding the instance "
+            "until the idle policy stops it (Ctrl-C leaves it running)"
+        )
+        return None
 
-    def _stop_instance(self) -> str:
-        inst = self.provider.stop_instance(self.instance_id)
-        return f"instance {self.instance_id} on {self.provider.name} is {inst.status.value}"
+    def _on_signal(self) -> tuple[int, str]:
+        sig = self._signal or signal.SIGTERM
+        if self.job is not None and self.job.running:
+            self.say(f"costctl: {signal.Signals(sig).name}: passing it to the job")
+            status = self.job.end(sig)
+            return status, "interrupted"
+        self.say("costctl: interrupted; the instance is left running")
+        return (self.child_status if self.child_status is not None else 128 + sig), "interrupted"
+
+    # ------------------------------------------------------------------ the end
+    def _advise_underuse(self, end: datetime) -> None:
+        """End-of-run advice when a cheaper card would have done this run (GPU telemetry only)."""
+        summ = self.summary
+        if summ.peak_gpu_memory_bytes is None or summ.mean_gpu_utilization is None or self.lifecycle is None:
+            return
+        try:
+            options = self.lifecycle.price_options()
+        except CostctlError:
+            return
+        run = self.state
+        advice = underuse_advice(
+            run_id=run.run_id, gpu=run.gpu_name, rate=run.rate,
+            duration_s=(end - run.run_started_at).total_seconds(), peak_memory_bytes=summ.peak_gpu_memory_bytes,
+            card_memory_bytes=summ.gpu_memory_total_bytes, mean_utilization=summ.mean_gpu_utilization,
+            options=options, config=self.settings.downsize,
+        )
+        if advice is not None:
+            assert self.recorder is not None
+            self.recorder.record(Decision(time=end, policy="underutilized", action=Action.ADVISE, reason=advice.text,
+                                          evidence=advice.to_dict(), key="underutilized"), "advised", say=False)
+            summ.advice.append(advice.text)
+
+    def finish(self, exit_code: int, status: str) -> tuple[int, str]:
+        """Close the run in the ledger, print the summary and release everything; returns
+        ``(exit status, run status)``. :meth:`run` calls it; simulated-clock drivers too."""
+        if self.ledger is None or self._state is None:
+            return exit_code, status
+        end = self._stopped_at or self.clock.now()
+        try:
+            if self._stopped_at is None:
+                self.tick(end)
+            else:  # stopped between ticks (e.g. a preemption): keep the progress seen since the last one
+                with self._lock:
+                    points = self._drain_progress(end)
+                    if points:
+                        self.ledger.record_progress(self.state.run_id, points)
+                        self.summary.add_progress(points)
+            with self._lock:
+                if self.lifecycle is not None and self.lifecycle.requester.pending is not None:
+                    self.lifecycle.requester.withdraw()
+                self._advise_underuse(end)
+                run = self.state
+                self.ledger.accrue(run.run_id, end, run.rate.amount, run.rate.currency)
+                self._update_spend(end)
+                if status == "running":
+                    status = "completed"
+                self.ledger.finish_run(run.run_id, ended_at=end, exit_code=self.child_status, status=status)
+        except LedgerError as exc:
+            self.say(f"costctl: could not close the run in the ledger: {exc.message}")
+        finally:
+            self.status.close()
+            if self._log_fh is not None:
+                self._log_fh.close()
+        self.summary.duration = end - self.started_at
+        if not self.options.quiet:
+            self.summary.print(self.state.run_id, self.rate.currency, sys.stderr)
+        self.ledger.close()
+        return exit_code, status
+
+
+__all__ = ["Watcher", "watch_alive"]

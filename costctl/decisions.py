@@ -1,0 +1,105 @@
+"""The one place decisions are recorded: :class:`DecisionRecorder`.
+
+Every decision of a watch — a policy's advice, warning or stop, a checkpoint request and its
+outcome, an OOM retry, a move to a cheaper card and its steps, the on-exit stop — goes through
+:meth:`DecisionRecorder.record`, which, in this order, writes it to the ledger (with its outcome),
+adds it to the end-of-run :class:`~costctl.summary.RunSummary`, prints its console line, and
+calls the subscribers (:meth:`DecisionRecorder.subscribe`; e.g. notifications). Nothing else
+writes decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from .records import Decision
+from .summary import RunSummary
+
+
+class DecisionStore(Protocol):
+    """Where decisions are stored (the ledger, :meth:`costctl.ledger.db.Ledger.record_decision`)."""
+
+    def record_decision(self, run_id: str, decision: Decision, *, outcome: str | None = None,
+                        dry_run: bool = False) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedDecision:
+    """A decision as recorded: what was decided, what was done, in which ledger run.
+
+    Attributes:
+        decision: the decision (its ``action`` an :class:`~costctl.records.Action`).
+        outcome: one line: what was done (``"advised"``, ``"job ended; instance ... is stopped"``...).
+        run_id: the ledger run it belongs to.
+        dry_run: recorded as what would have happened.
+        ledger_id: the ledger's id of the stored decision.
+    """
+
+    decision: Decision
+    outcome: str
+    run_id: str
+    dry_run: bool
+    ledger_id: int
+
+
+#: A subscriber is called with every recorded decision, after the ledger and the summary.
+Subscriber = Callable[[RecordedDecision], None]
+
+
+class DecisionRecorder:
+    """Records the decisions of one watch (see the module docstring).
+
+    Args:
+        store: the ledger.
+        summary: the watch's end-of-run summary.
+        say: prints one of costctl's own lines (the watch's, suppressed by --quiet).
+        run_id: the ledger run decisions belong to; the watcher sets :attr:`run_id` again when
+            the job moves to another instance (a new run).
+    """
+
+    def __init__(self, store: DecisionStore, summary: RunSummary, say: Callable[[str], None],
+                 run_id: str | None = None) -> None:
+        self.store = store
+        self.summary = summary
+        self.say = say
+        self.run_id = run_id
+        self._subscribers: list[Subscriber] = []
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """Call ``subscriber`` with every decision recorded from now on. A subscriber that raises
+        is reported on the console and does not stop the recording or the other subscribers."""
+        self._subscribers.append(subscriber)
+
+    def record(self, decision: Decision, outcome: str, *, dry_run: bool = False,
+               say: bool | str = True) -> RecordedDecision:
+        """Record ``decision`` with its ``outcome``: ledger, summary, console line, subscribers.
+
+        Args:
+            say: True prints ``costctl <policy>: <reason>``; a string prints that line instead;
+                False prints nothing (the caller already said it, or it is end-of-run advice).
+
+        Raises:
+            LedgerError: the ledger could not store it (nothing else is done then).
+            RuntimeError: no ledger run yet (:attr:`run_id` is None).
+        """
+        if self.run_id is None:
+            raise RuntimeError("no ledger run to record the decision in")
+        ledger_id = self.store.record_decision(self.run_id, decision, outcome=outcome, dry_run=dry_run)
+        self.summary.add_decision(decision)
+        if say is True:
+            self.say(f"costctl {decision.policy}: {decision.reason}")
+        elif say:
+            self.say(say)
+        recorded = RecordedDecision(decision=decision, outcome=outcome, run_id=self.run_id,
+                                    dry_run=dry_run, ledger_id=ledger_id)
+        for subscriber in list(self._subscribers):
+            try:
+                subscriber(recorded)
+            except Exception as exc:  # noqa: BLE001 - a broken subscriber must not end the watch
+                self.say(f"costctl: decision subscriber failed: {type(exc).__name__}: {exc}")
+        return recorded
+
+
+__all__ = ["DecisionRecorder", "DecisionStore", "RecordedDecision", "Subscriber"]

@@ -1,0 +1,182 @@
+"""The small interfaces the executor and the lifecycle controller act through.
+
+Neither :class:`costctl.executor.Executor` nor :class:`costctl.lifecycle.controller.Lifecycle`
+knows the :class:`~costctl.watch.Watcher`: each gets the objects below, and the watcher is the
+one that builds and wires them (see ``docs/architecture.md``):
+
+* :class:`RunState` — where the job runs now (instance, price, ledger run); one immutable
+  record, replaced whole when the job moves to another instance;
+* :class:`RunControl` — that state, whether the watch has stopped, and moving the run;
+* :class:`JobControl` — the watched command: running?, its pid, end it, start it again;
+* :class:`InstanceControl` — the provider adapter (a :class:`costctl_providers.base.Provider`
+  satisfies it);
+* :class:`DecisionLog` — :class:`costctl.decisions.DecisionRecorder`, the one way to record;
+* :class:`Stopper` — the executor's stop, for the lifecycle's preemption stop;
+* :class:`LifecycleLedger` — the checkpoint and waste rows of the ledger;
+* the clock is :class:`costctl.clock.Clock`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .money import Money
+from .records import BatchPlan, Decision
+
+if TYPE_CHECKING:
+    from costctl_providers.base import Capabilities, Instance, Offer
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """Where the watched job runs now: immutable, replaced whole (``dataclasses.replace``) when
+    the job moves to another instance.
+
+    Attributes:
+        provider: the provider's name (``"sim"``, ``"vastai"``...).
+        instance_id: the provider's id of the instance.
+        instance: what the provider reported about it (None when it could not be read).
+        rate: price per hour of the whole instance.
+        gpu_name / gpu_count / billing: the card, how many, ``on-demand``/``spot``/...
+        instance_pk: the ledger's key of the instance.
+        run_id: the ledger run (a move starts a new one).
+        run_started_at: when that ledger run started (aware UTC).
+    """
+
+    provider: str
+    instance_id: str
+    instance: Instance | None
+    rate: Money
+    gpu_name: str | None
+    gpu_count: int
+    billing: str
+    instance_pk: int
+    run_id: str
+    run_started_at: datetime
+
+
+@dataclass
+class StopResult:
+    """What a stop did: when, and the outcome text recorded with the decision."""
+
+    time: datetime
+    outcome: str
+    hook: dict[str, Any] = field(default_factory=dict)
+
+
+class RunControl(Protocol):
+    """The watch's run, as the executor and lifecycle see it."""
+
+    @property
+    def state(self) -> RunState:
+        """Where the job runs now."""
+        ...
+
+    @property
+    def stopped_at(self) -> datetime | None:
+        """When a stop ended the watch (None while it runs)."""
+        ...
+
+    def mark_stopped(self, when: datetime) -> None:
+        """A stop ended the watch at ``when``."""
+        ...
+
+    def move_to(self, inst: Instance) -> None:
+        """The job moves to ``inst``: close this ledger run (``downsized``), start one there.
+
+        Raises:
+            ConfigError: the provider reports no price for ``inst``.
+        """
+        ...
+
+
+class JobControl(Protocol):
+    """The watched command (absent when the watch guards the whole machine)."""
+
+    @property
+    def exists(self) -> bool:
+        """A command is watched (it may have exited)."""
+        ...
+
+    @property
+    def running(self) -> bool:
+        """The command runs now."""
+        ...
+
+    @property
+    def pid(self) -> int | None:
+        """Pid of its root process (None when there is none)."""
+        ...
+
+    @property
+    def batch(self) -> BatchPlan | None:
+        """The batch plan it runs with (None when unknown)."""
+        ...
+
+    @property
+    def resume_from(self) -> str | None:
+        """The checkpoint it resumed from."""
+        ...
+
+    def end(self) -> int | None:
+        """SIGTERM to its process group, SIGKILL after the grace period; its exit status
+        (None when there is no command)."""
+        ...
+
+    def restart(self, *, batch: BatchPlan | None = None, resume_from: str | None = None) -> None:
+        """Start it again, with a new batch plan and/or resume checkpoint (None keeps the old)."""
+        ...
+
+
+class InstanceControl(Protocol):
+    """The provider adapter (see :class:`costctl_providers.base.Provider`)."""
+
+    name: str
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    def get_instance(self, instance_id: str) -> Instance: ...
+
+    def stop_instance(self, instance_id: str) -> Instance: ...
+
+    def create_instance(self, gpu: str, *, gpu_count: int, billing: str, currency: str) -> Instance: ...
+
+    def list_offers(self) -> list[Offer]: ...
+
+
+class DecisionLog(Protocol):
+    """Records decisions (:class:`costctl.decisions.DecisionRecorder`)."""
+
+    def record(self, decision: Decision, outcome: str, *, dry_run: bool = False,
+               say: bool | str = True) -> Any: ...
+
+
+class Stopper(Protocol):
+    """Carries out decisions; a stop is remembered (:class:`costctl.executor.Executor`)."""
+
+    stop: StopResult | None
+
+    def handle(self, decision: Decision) -> str: ...
+
+
+class LifecycleLedger(Protocol):
+    """The ledger rows the lifecycle controller writes besides decisions."""
+
+    def record_checkpoint_request(self, run_id: str, *, reason: str, requested_at: datetime,
+                                  deadline: datetime, signal: str | None = None) -> int: ...
+
+    def complete_checkpoint(self, checkpoint_id: int, *, outcome: str, completed_at: datetime,
+                            reason: str | None = None, deadline: datetime | None = None,
+                            saved_at: datetime | None = None, save_s: float | None = None,
+                            path: str | None = None, size_bytes: int | None = None) -> None: ...
+
+    def record_waste(self, run_id: str, *, start_at: datetime, end_at: datetime, rate_per_hour: Decimal,
+                     currency: str, reason: str, detail: str | None = None) -> Any: ...
+
+
+__all__ = ["DecisionLog", "InstanceControl", "JobControl", "LifecycleLedger", "RunControl", "RunState",
+           "Stopper", "StopResult"]

@@ -1,0 +1,105 @@
+"""The watched command as the executor and lifecycle see it: :class:`Job` (a
+:class:`~costctl.protocols.JobControl`).
+
+It owns the :class:`~costctl.child.Child` (one per start of the command), the batch plan and
+the resume checkpoint, and starts the command with the argv and environment of
+:func:`.command.child_argv_env`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ..child import Child, OutputMux
+from ..records import BatchPlan
+from .command import child_argv_env
+
+
+class Job:
+    """The watched command (see the module docstring).
+
+    Args:
+        command: argv of the job; None when the watch guards the machine (nothing to start).
+        batch / resume_from: the batch plan and checkpoint of its first start.
+        grace_s: seconds between SIGTERM and SIGKILL when it is ended.
+        checkpoint_request: the ``$COSTCTL_CHECKPOINT_REQUEST`` file.
+        extra_env: more environment for the job.
+        run_id: gives the current ledger run (``$COSTCTL_RUN_ID``; a move changes it).
+        on_start: called with each new :class:`Child` (the watcher points its telemetry at it).
+    """
+
+    def __init__(self, command: Sequence[str] | None, *, batch: BatchPlan | None, resume_from: str | None,
+                 grace_s: float, checkpoint_request: Path, extra_env: dict[str, str],
+                 run_id: Callable[[], str], on_start: Callable[[Child], None]) -> None:
+        self.command = list(command) if command else None
+        self._batch = batch
+        self._resume_from = resume_from
+        self.grace_s = grace_s
+        self.checkpoint_request = checkpoint_request
+        self.extra_env = extra_env
+        self._run_id = run_id
+        self._on_start = on_start
+        self.mux: OutputMux | None = None
+        self.child: Child | None = None
+        self.status: int | None = None
+
+    @property
+    def exists(self) -> bool:
+        """The command was started (it may have exited since)."""
+        return self.child is not None
+
+    @property
+    def running(self) -> bool:
+        """The command runs now."""
+        return self.child is not None and self.child.running
+
+    @property
+    def pid(self) -> int | None:
+        """Pid of the command's root process (None before it started)."""
+        return self.child.pid if self.child is not None else None
+
+    @property
+    def batch(self) -> BatchPlan | None:
+        """The batch plan of the current start."""
+        return self._batch
+
+    @property
+    def resume_from(self) -> str | None:
+        """The checkpoint the current start resumed from."""
+        return self._resume_from
+
+    def start(self) -> None:
+        """Start the command with the current batch plan and resume checkpoint.
+
+        Raises:
+            CostctlError: the command could not be started.
+        """
+        assert self.mux is not None and self.command
+        argv, env = child_argv_env(self.command, self._batch, self._resume_from, run_id=self._run_id(),
+                                   checkpoint_request=self.checkpoint_request, extra_env=self.extra_env)
+        self.child = Child(argv, self.mux, env=env)
+        self.status = None
+        self._on_start(self.child)
+
+    def end(self, sig: int | None = None) -> int | None:
+        """End the command (``sig``, default SIGTERM, to its group; SIGKILL after the grace
+        period); returns its exit status (None without a command)."""
+        if self.child is None:
+            return None
+        self.status = self.child.terminate(self.grace_s) if sig is None else self.child.terminate(self.grace_s, sig)
+        return self.status
+
+    def wait(self) -> int:
+        """Reap the exited command; returns its exit status."""
+        assert self.child is not None
+        self.status = self.child.wait()
+        return self.status
+
+    def restart(self, *, batch: BatchPlan | None = None, resume_from: str | None = None) -> None:
+        """Start the command again (after an OOM or a move), with a new batch plan and/or checkpoint."""
+        if batch is not None:
+            self._batch = batch
+        if resume_from is not None:
+            self._resume_from = resume_from
+        self.start()

@@ -1,0 +1,53 @@
+"""The import-linter layers contract (``[tool.importlinter]`` in pyproject.toml) holds on the
+tree, and breaks on an upward import (TYPE_CHECKING ones included), a cycle between layers, or
+a costctl module the contract does not place."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from helpers import REPO
+
+LINT = [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; "
+        "sys.exit(lint_imports_command())", "--config", "pyproject.toml", "--no-cache"]
+
+
+def _lint(root: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_")}
+    env["PYTHONPATH"] = str(root)
+    return subprocess.run(LINT, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_contract_counts_type_checking_imports_and_places_every_module() -> None:
+    cfg = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    assert cfg["exclude_type_checking_imports"] is False
+    (contract,) = cfg["contracts"]
+    assert contract["type"] == "layers" and contract["exhaustive"] is True and contract["containers"] == ["costctl"]
+
+
+def test_the_contract_holds_on_the_tree(tmp_path: Path) -> None:
+    result = _lint(REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 kept, 0 broken" in result.stdout
+
+
+def test_an_upward_import_or_an_unplaced_module_breaks_the_contract(tmp_path: Path) -> None:
+    shutil.copytree(REPO / "costctl", tmp_path / "costctl", ignore=shutil.ignore_patterns("__pycache__", "data"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    # The lifecycle importing the watch, if only for a type: the old cycle.
+    controller = tmp_path / "costctl" / "lifecycle" / "controller.py"
+    controller.write_text(controller.read_text() + "\nfrom typing import TYPE_CHECKING\n"
+                          "if TYPE_CHECKING:\n    from ..watch import Watcher\n")
+    # A new subpackage no layer names.
+    (tmp_path / "costctl" / "newthing").mkdir()
+    (tmp_path / "costctl" / "newthing" / "__init__.py").write_text("")
+    result = _lint(tmp_path)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out
+    assert "costctl.lifecycle is not allowed to import costctl.watch" in out
+    assert "costctl.newthing" in out
