@@ -22,8 +22,17 @@ import sqlalchemy as _sa
 
 #: The suite's own variables, kept: where the test PostgreSQL server and the corpus are.
 SUITE_ENV = frozenset({"COSTCTL_TEST_POSTGRES_URL", "COSTCTL_CORPUS"})
-#: Provider credentials a user may have exported (the adapters' documented variables).
-PROVIDER_SECRET_ENV = ("AUTODL_TOKEN", "VAST_API_KEY", "RUNPOD_API_KEY")
+
+
+def _provider_secret_env() -> frozenset[str]:
+    """Every credential variable an installed adapter declares (``Provider.credential_env``)."""
+    from costctl_providers.registry import available_providers, credential_env
+
+    return frozenset(var for name in available_providers() for var in credential_env(name))
+
+
+#: Provider credentials a user may have exported (the adapters' own declarations).
+PROVIDER_SECRET_ENV = _provider_secret_env()
 #: What was removed at start-up (names only), for the report header.
 REMOVED_ENV: list[str] = []
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from conftest import SUITE_ENV
+from conftest import PROVIDER_SECRET_ENV, SUITE_ENV
 from helpers import REPO
 from sentinel_ledger import make as make_user_data
 from sentinel_ledger import populate as populate_user_ledger
@@ -39,7 +39,7 @@ WRITERS = [
 def _run_writers(env_extra: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, **env_extra)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "", *WRITERS],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "-m", "", *WRITERS],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
     )
 
@@ -54,6 +54,8 @@ def test_each_test_starts_with_no_user_environment_and_temporary_dirs(tmp_path):
 
     leaked = [k for k in os.environ if k.upper().startswith("COSTCTL_") and k.upper() not in SUITE_ENV]
     assert leaked == []
+    assert PROVIDER_SECRET_ENV >= {"AUTODL_TOKEN", "VAST_API_KEY", "RUNPOD_API_KEY"}
+    assert not PROVIDER_SECRET_ENV & set(os.environ)
     data = paths.data_dir()
     assert Path(os.environ["XDG_DATA_HOME"]) in data.parents
     assert str(data).startswith(str(tmp_path.parents[1]))  # pytest's basetemp, not ~/.local/share
@@ -68,7 +70,8 @@ def test_exported_sqlite_ledger_data_dir_and_config_are_left_alone(tmp_path):
     before = _tree(user)
     proc = _run_writers({"COSTCTL_DATA_DIR": str(user), "COSTCTL_DATABASE_URL": url,
                          "COSTCTL_CONFIG": str(user / "costctl.toml"),
-                         "COSTCTL_POLICIES__IDLE__TIME_WINDOW": "off"}, tmp_path)
+                         "COSTCTL_POLICIES__IDLE__TIME_WINDOW": "off", "AUTODL_TOKEN": "users-real-token",
+                         "VAST_API_KEY": "users-real-key"}, tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "ignoring the exported" in proc.stdout  # the report header says so
     assert _tree(user) == before
@@ -112,7 +115,7 @@ def test_a_costctl_toml_where_pytest_runs_is_not_read(tmp_path):
     (tmp_path / "costctl.toml").write_text("this is = not [valid toml\n")
     env = dict(os.environ)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(REPO),
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--rootdir", str(REPO),
          "-c", str(REPO / "pyproject.toml"), str(REPO / "tests" / "test_bill_cli.py::test_bill_json_by_run"),
          str(REPO / "tests" / "test_bill_cli.py::test_bill_empty_ledger")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
@@ -125,7 +128,7 @@ def test_a_costctl_toml_where_pytest_runs_is_not_read(tmp_path):
 def test_corpus_tests_say_why_they_skip_and_fail_under_ci(tmp_path, ci, outcome):
     env = dict(os.environ, COSTCTL_CORPUS=str(tmp_path / "no-corpus"), CI=ci)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rsf",
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "-rsf",
          "tests/test_progress_corpus.py::test_keras_nan", "-x"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )
