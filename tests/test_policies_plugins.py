@@ -91,13 +91,8 @@ def clean_env(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
 
 
-@pytest.fixture
-def plugin_path(monkeypatch, tmp_path, clean_env):
-    """Put a fresh plugin on sys.path; afterwards forget it (registry, modules, entry points)."""
-    saved_policies, saved_specs = dict(POLICIES), dict(policy_base._SPECS)
-    root = make_plugin(tmp_path / "site")
-    monkeypatch.syspath_prepend(str(root))
-    yield root
+def forget_plugin(saved_policies: dict, saved_specs: dict) -> None:
+    """Restore the policy registry to ``saved_*`` and forget the plugin's modules."""
     POLICIES.clear()
     POLICIES.update(saved_policies)
     policy_base._SPECS.clear()
@@ -105,6 +100,16 @@ def plugin_path(monkeypatch, tmp_path, clean_env):
     for mod in [m for m in sys.modules if m == "mypolicies" or m.startswith("mypolicies.")]:
         del sys.modules[mod]
     policy_registry._plugins_loaded = False
+
+
+@pytest.fixture
+def plugin_path(monkeypatch, tmp_path, clean_env):
+    """Put a fresh plugin on sys.path; afterwards forget it (registry, modules, entry points)."""
+    saved_policies, saved_specs = dict(POLICIES), dict(policy_base._SPECS)
+    root = make_plugin(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(root))
+    yield root
+    forget_plugin(saved_policies, saved_specs)
 
 
 def test_a_plugin_registers_through_the_entry_point_and_is_configured(plugin_path, tmp_path, monkeypatch):
@@ -172,13 +177,7 @@ def test_a_broken_plugin_is_one_line_naming_the_entry_point(monkeypatch, tmp_pat
             load_settings()
         assert expect in info.value.message and "\n" not in info.value.message
     finally:
-        POLICIES.clear()
-        POLICIES.update(saved_policies)
-        policy_base._SPECS.clear()
-        policy_base._SPECS.update(saved_specs)
-        for mod in [m for m in sys.modules if m == "mypolicies" or m.startswith("mypolicies.")]:
-            del sys.modules[mod]
-        policy_registry._plugins_loaded = False
+        forget_plugin(saved_policies, saved_specs)
 
 
 def test_the_shipped_example_holds_the_generated_policy_tables():
