@@ -416,8 +416,10 @@ class HttpClient:
         seconds = timeout if timeout is not None else self.timeout
         if timed_out:
             kind = f"timed out after {seconds:g}s"
-        elif "reset" in text or "aborted" in text or "remotedisconnected" in text or "closed" in text:
+        elif "reset" in text:
             kind = "connection reset"
+        elif "aborted" in text or "remotedisconnected" in text or "closed" in text:
+            kind = "connection closed without an answer"
         else:
             kind = "could not connect"
         tail = ""

@@ -347,3 +347,29 @@ def test_wait_for_status_against_fake_server(srv):
     assert wait_for_status(get, {Status.STOPPED}, timeout_s=30, poll_s=2, clock=clock,
                            sleep=clock.advance).status is Status.STOPPED
     assert srv.count("GET") == 3
+
+
+def test_backoff_is_exponential_with_bounded_jitter(srv):
+    srv.route("GET", "/api/v0/i", {"ok": 1})
+    srv.inject_5xx("GET", "/api/v0/i", times=3, status=503)
+    c, slept = client(srv, retries=3, backoff=1.0, backoff_max=30)
+    assert c.json("GET", "/i", idempotent=True) == {"ok": 1}
+    assert len(slept) == 3
+    for n, s in enumerate(slept):  # backoff × 2^n plus up to `backoff` of jitter
+        assert 2 ** n <= s <= 2 ** n + 1.0
+
+
+def test_backoff_wait_is_capped(srv):
+    srv.route("GET", "/api/v0/i", {"ok": 1})
+    srv.inject_5xx("GET", "/api/v0/i", times=2, status=502)
+    c, slept = client(srv, retries=2, backoff=10.0, backoff_max=12, deadline=600)
+    c.json("GET", "/i", idempotent=True)
+    assert slept[0] <= 12 and slept[1] == 12
+
+
+def test_zero_retries_means_one_attempt(srv):
+    srv.inject_5xx("GET", "/api/v0/i", times=2, status=503)
+    c, slept = client(srv, retries=0)
+    with pytest.raises(ProviderUnavailableError, match="failed after 1 attempt: server error 503"):
+        c.json("GET", "/i", idempotent=True)
+    assert srv.count() == 1 and slept == []
