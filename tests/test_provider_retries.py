@@ -170,11 +170,12 @@ def test_first_stop_rate_limited_waits_retry_after_and_stops_once(rig):
     assert rig.sleeps[0] == 2.0  # the provider's Retry-After, not the backoff
 
 
-def test_first_stop_failing_inside_a_200_is_retried_and_stops_once(rig):
-    if rig.in_200_error is None:
-        pytest.skip(f"{rig.name} has no transient failure inside a 200")
-    rig.in_200_error()
-    _assert_stopped_once(rig, rig.provider.stop_instance(rig.instance_id))
+@pytest.mark.parametrize("name", ["autodl", "runpod"])  # Vast has no transient failure inside a 200
+def test_first_stop_failing_inside_a_200_is_retried_and_stops_once(tmp_path, name):
+    for rig in RIGS[name](tmp_path):
+        assert rig.in_200_error is not None
+        rig.in_200_error()
+        _assert_stopped_once(rig, rig.provider.stop_instance(rig.instance_id))
 
 
 def test_status_reads_are_retried(rig):
