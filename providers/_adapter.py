@@ -123,7 +123,8 @@ class HttpProvider(Provider):
 
     def new_client(self, base_url: str, credential: Credential) -> HttpClient:
         """An :class:`HttpClient` for ``base_url`` sending ``credential`` (``auth_scheme``) with
-        the config's timeout, retries and backoff."""
+        the config's timeout and retry rule (``retries``, ``backoff``, ``retry_deadline``,
+        ``retry_after_max``)."""
         secret = f"{self.auth_scheme} {credential.secret}" if self.auth_scheme else credential.secret
         return HttpClient(
             base_url,
@@ -133,6 +134,8 @@ class HttpProvider(Provider):
             timeout=self.config.timeout,
             retries=self.config.retries,
             backoff=self.config.backoff,
+            deadline=self.config.retry_deadline,
+            max_retry_after=self.config.retry_after_max,
             sleep=self._sleep,
             headers=dict(self.extra_headers),
         )

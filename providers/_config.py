@@ -32,9 +32,15 @@ class HttpProviderConfig(BaseModel):
     Attributes:
         base_url: API root (each adapter sets its default); http(s) only, no trailing ``/``.
         timeout: seconds per HTTP call (connect and read), 0 < timeout <= 300.
-        retries: retries of idempotent calls only, never of a create (0..10).
-        backoff: seconds; the n-th retry waits ``backoff × 2^(n-1)`` unless the provider's
-            ``Retry-After`` says otherwise (0..60).
+        retries: retries of idempotent calls only, never of a create (0..10): a call is sent at
+            most ``retries + 1`` times, on transient failures only (see
+            :mod:`costctl_providers._retry`).
+        backoff: seconds; the n-th retry waits ``backoff × 2^(n-1)`` plus up to ``backoff`` of
+            random jitter, unless the provider's ``Retry-After`` says otherwise (0..60).
+        retry_deadline: seconds one call's attempts and waits may take together (0 < x <= 3600;
+            default 120).
+        retry_after_max: the cap, in seconds, on a provider's ``Retry-After`` (0..600, default
+            60); a longer one is cut to it, and messages say so.
         poll_interval: seconds between status reads while waiting after a stop or start
             (0 < poll_interval <= 600).
         stop_timeout: seconds to wait for the provider to report the instance stopped
@@ -49,6 +55,8 @@ class HttpProviderConfig(BaseModel):
     timeout: float = Field(default=10.0, gt=0, le=300)
     retries: int = Field(default=3, ge=0, le=10)
     backoff: float = Field(default=0.5, ge=0, le=60)
+    retry_deadline: float = Field(default=120.0, gt=0, le=3600)
+    retry_after_max: float = Field(default=60.0, ge=0, le=600)
     poll_interval: float = Field(default=5.0, gt=0, le=600)
     stop_timeout: float = Field(default=300.0, gt=0, le=86400)
     credentials_file: str | None = None

@@ -1,20 +1,25 @@
 """The one HTTP layer every adapter uses: timeouts, retries, typed errors, redaction.
 
-:class:`HttpClient` wraps a :class:`requests.Session` whose retries come from urllib3's
-:class:`~urllib3.util.retry.Retry` (backoff, ``Retry-After``). Retries apply ONLY to calls the
-caller marks ``idempotent=True``: reads, and POST/PUT calls that are idempotent by the provider's
-semantics (a status query, a stop of an already stopping instance). A create call is never
-retried: if it times out, the caller is told that it may have happened.
+:class:`HttpClient` sends each call once per attempt through a :class:`requests.Session` (no
+urllib3 retries of its own) and repeats it under the one retry rule of
+:mod:`costctl_providers._retry` (tenacity): ONLY calls the caller marks ``idempotent=True`` are
+repeated — reads, and POST/PUT calls that are idempotent by the provider's semantics (a status
+query, a stop or power-off, setting an intended state). A create is never retried: if it times
+out, the caller is told that it may have happened. Adapters whose provider answers failures
+inside a 200 (RunPod GraphQL ``errors[]``, AutoDL's envelope) pass an ``unwrap`` function to
+:meth:`HttpClient.json` that raises a transient or permanent typed error, so those failures
+go through the same loop.
 
 Every failure becomes a :class:`costctl.errors.ProviderError` subclass with a one-line,
-user-facing message:
+user-facing message that says how many attempts were made:
 
 ============================  ==========================================================
 :class:`AuthError`            401 / 403 — names the credential (``VAST_API_KEY was rejected
-                              (401)``), never prints it
-:class:`NotFoundError`        404
-:class:`RateLimitedError`     429 after the retries
-:class:`ProviderUnavailableError`  5xx, connection error or timeout after the retries
+                              (401)``), never prints it; not retried
+:class:`NotFoundError`        404; not retried
+:class:`RateLimitedError`     429 after the retries (``Retry-After`` honoured up to a cap)
+:class:`ProviderUnavailableError`  500/502/503/504, connection error, reset or timeout after
+                              the retries; another 5xx (501, 505...) is not retried
 :class:`ProviderResponseError`     malformed JSON, any other 4xx, the provider's own error
                               envelope (adapters raise it via :meth:`HttpClient.response_error`)
 ============================  ==========================================================
@@ -36,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urljoin
 
 import requests
@@ -46,13 +51,17 @@ from urllib3.util.retry import Retry
 from costctl.clock import Clock, RealClock
 from costctl.errors import ProviderError
 
+from ._retry import RetryPolicy, call_with_retries
 from .base import Instance, Status
 
 log = logging.getLogger("costctl_providers.http")
 
-#: HTTP statuses retried (idempotent calls only): rate limited, bad gateway, unavailable,
-#: gateway timeout. 500 is not retried: it usually means the request itself is wrong.
-RETRY_STATUSES = frozenset({429, 502, 503, 504})
+T = TypeVar("T")
+
+#: HTTP statuses that are transient (retried on idempotent calls only): rate limited, internal
+#: server error, bad gateway, unavailable, gateway timeout. Other 5xx (501 Not Implemented, 505)
+#: are permanent.
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 _REDACTED = "***"
 _AUTH_RE = re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?)(bearer\s+)?[^\s'\",}]+")
@@ -63,6 +72,7 @@ _AUTH_RE = re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?)(bearer\s+)?[^\
 # The public error classes live in costctl_providers.errors; re-exported here for old imports.
 from .errors import (  # noqa: E402,F401
     AuthError, NotFoundError, ProviderResponseError, ProviderUnavailableError, RateLimitedError, StatusWaitError,
+    is_transient,
 )
 
 
@@ -126,40 +136,6 @@ for _name in ("costctl_providers", "costctl_providers.http", "urllib3.connection
 # ----------------------------------------------------------------------------- retries
 
 
-class _Retry(Retry):
-    """urllib3 Retry with a cap on ``Retry-After`` and an injectable sleep function."""
-
-    def __init__(
-        self,
-        *args: Any,
-        max_retry_after: float = 60.0,
-        sleeper: Callable[[float], None] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(*args, **kwargs)
-        self.max_retry_after = max_retry_after
-        self.sleeper = sleeper or time.sleep
-
-    def new(self, **kw: Any) -> "_Retry":
-        new = super().new(**kw)
-        new.max_retry_after = self.max_retry_after
-        new.sleeper = self.sleeper
-        return new
-
-    def get_retry_after(self, response: Any) -> float | None:
-        value = super().get_retry_after(response)
-        return None if value is None else max(0.0, min(value, self.max_retry_after))
-
-    def sleep(self, response: Any = None) -> None:
-        delay: float | None = None
-        if self.respect_retry_after_header and response is not None:
-            delay = self.get_retry_after(response)
-        if delay is None:
-            delay = self.get_backoff_time()
-        if delay > 0:
-            self.sleeper(delay)
-
-
 def _retry_after_seconds(response: requests.Response) -> float | None:
     value = response.headers.get("Retry-After")
     if value is None:
@@ -181,11 +157,13 @@ class HttpClient:
         auth_header: ``(name, value)`` sent on every call, e.g. ``("Authorization", "Bearer K")``
             or AutoDL's ``("Authorization", token)``; its value is registered as a secret.
         secrets: further strings that must never appear in messages or logs.
-        timeout: seconds, for connect and for read, on every call.
-        retries: how many times an idempotent call is retried (0 = never).
-        backoff: urllib3 ``backoff_factor`` in seconds (sleep = backoff × 2^(n-1), capped at
-            ``backoff_max``); a ``Retry-After`` header (429/503) takes precedence, capped at
-            ``max_retry_after`` seconds.
+        timeout: seconds, for connect and for read, on every attempt.
+        retries: how many times an idempotent call is repeated after its first attempt
+            (0 = never); see :mod:`costctl_providers._retry`.
+        backoff: seconds; the n-th retry waits ``backoff × 2^(n-1)`` plus up to ``backoff`` of
+            jitter, capped at ``backoff_max``; a ``Retry-After`` header (429/503) replaces the
+            wait, capped at ``max_retry_after`` seconds.
+        deadline: seconds all attempts of one call and the waits between them may take.
         provider: adapter name, the prefix of every error message.
         credential_name: where the credential came from (``"VAST_API_KEY"``, ``"credentials file
             ~/.local/share/costctl/credentials.toml [vastai] api_key"``), named by :class:`AuthError`.
@@ -208,6 +186,7 @@ class HttpClient:
         credential_name: str | None = None,
         max_retry_after: float = 60.0,
         backoff_max: float = 30.0,
+        deadline: float = 120.0,
         sleep: Callable[[float], None] | None = None,
         trust_env: bool = True,
         headers: dict[str, str] | None = None,
@@ -217,6 +196,11 @@ class HttpClient:
         self.credential_name = credential_name
         self.timeout = timeout
         self.retries = retries
+        self.policy = RetryPolicy(
+            attempts=max(0, retries) + 1, deadline_s=deadline, backoff_s=backoff,
+            backoff_max_s=backoff_max, retry_after_max_s=max_retry_after,
+        )
+        self._sleep = sleep or time.sleep
         self.redact = Redactor(secrets)
         for s in secrets:
             GLOBAL_REDACTOR.add(s)
@@ -227,40 +211,13 @@ class HttpClient:
             self.add_secret(auth_header[1])
             if auth_header[1].lower().startswith("bearer "):
                 self.add_secret(auth_header[1][7:].strip())
-        self._retrying = self._session(
-            _Retry(
-                total=retries,
-                connect=retries,
-                read=retries,
-                status=retries,
-                other=0,
-                redirect=0,
-                backoff_factor=backoff,
-                backoff_max=backoff_max,
-                status_forcelist=RETRY_STATUSES,
-                allowed_methods=None,  # idempotency is decided per call, not per method
-                respect_retry_after_header=True,
-                raise_on_status=False,
-                raise_on_redirect=False,
-                max_retry_after=max_retry_after,
-                sleeper=sleep,
-            ),
-            trust_env,
-        )
-        self._once = self._session(
-            _Retry(total=0, connect=0, read=0, status=0, other=0, redirect=0,
-                   raise_on_status=False, raise_on_redirect=False),
-            trust_env,
-        )
-
-    @staticmethod
-    def _session(retry: Retry, trust_env: bool) -> requests.Session:
-        session = requests.Session()
-        session.trust_env = trust_env
-        adapter = HTTPAdapter(max_retries=retry)
-        session.mount("http://", adapter)
-        session.mount("https://", adapter)
-        return session
+        self._session = requests.Session()
+        self._session.trust_env = trust_env
+        # One send per attempt: the retry rule is ours (tenacity), not urllib3's.
+        adapter = HTTPAdapter(max_retries=Retry(total=0, connect=0, read=0, status=0, other=0, redirect=0,
+                                                raise_on_status=False, raise_on_redirect=False))
+        self._session.mount("http://", adapter)
+        self._session.mount("https://", adapter)
 
     def add_secret(self, secret: str | None) -> None:
         """Register a secret obtained later (e.g. a session token) for redaction."""
@@ -268,9 +225,8 @@ class HttpClient:
         GLOBAL_REDACTOR.add(secret)
 
     def close(self) -> None:
-        """Close the underlying sessions."""
-        self._retrying.close()
-        self._once.close()
+        """Close the underlying session."""
+        self._session.close()
 
     def __enter__(self) -> "HttpClient":
         return self
@@ -283,12 +239,35 @@ class HttpClient:
         return urljoin(self.base_url, path.lstrip("/"))
 
     def response_error(self, what: str, *, status: int | None = None) -> ProviderResponseError:
-        """A :class:`ProviderResponseError` ``"<provider>: <what>"`` with secrets redacted.
+        """A permanent :class:`ProviderResponseError` ``"<provider>: <what>"`` with secrets redacted.
 
         Adapters use it for their provider's error envelope:
         ``raise client.response_error(f"{msg} (code {code})")``.
         """
         return ProviderResponseError(self.redact(f"{self.provider}: {what}"), status=status)
+
+    def transient_error(self, what: str, *, rate_limited: bool = False) -> ProviderError:
+        """A transient error ``"<provider>: <what>"`` (redacted) for a failure inside a 200 that
+        is worth repeating: :class:`RateLimitedError` when ``rate_limited``, else
+        :class:`ProviderUnavailableError`. Raised from an ``unwrap`` function, it is retried on
+        idempotent calls like a 503."""
+        text = self.redact(f"{self.provider}: {what}")
+        return RateLimitedError(text) if rate_limited else ProviderUnavailableError(text)
+
+    # -- calls ----------------------------------------------------------------------------
+
+    def retrying(self, operation: str, attempt: Callable[[], T], *, idempotent: bool) -> T:
+        """Run ``attempt()`` (one send, raising typed errors) under the retry rule of
+        :func:`~costctl_providers._retry.call_with_retries` with this client's policy and sleep.
+
+        Raises:
+            the last attempt's error, its message ``"<provider>: <operation> failed after N
+            attempts: ..."`` and its ``attempts`` set.
+        """
+        return call_with_retries(
+            attempt, provider=self.provider, operation=operation, idempotent=idempotent,
+            policy=self.policy, sleep=self._sleep, redact=self.redact,
+        )
 
     def request(
         self,
@@ -302,8 +281,10 @@ class HttpClient:
         idempotent: bool,
         ok_statuses: Iterable[int] = (),
         timeout: float | None = None,
+        operation: str | None = None,
     ) -> requests.Response:
-        """Send one call and return the response (2xx, or a status in ``ok_statuses``).
+        """Send one call (retried when ``idempotent`` and the failure is transient) and return
+        the response (2xx, or a status in ``ok_statuses``).
 
         Args:
             method: HTTP method.
@@ -314,20 +295,74 @@ class HttpClient:
             ok_statuses: non-2xx statuses returned instead of raised (e.g. ``{404}`` for
                 "no notice").
             timeout: override the client's timeout (seconds) for this call.
+            operation: the name used in messages (default ``"<METHOD> <path>"``).
 
         Raises:
             AuthError, NotFoundError, RateLimitedError, ProviderUnavailableError,
             ProviderResponseError: see the module docstring.
         """
+        where = f"{method.upper()} {path}"
+        return self.retrying(
+            operation or where,
+            lambda: self.send(method, path, json=json, params=params, data=data, headers=headers,
+                              idempotent=idempotent, ok_statuses=ok_statuses, timeout=timeout),
+            idempotent=idempotent,
+        )
+
+    def json(
+        self,
+        method: str,
+        path: str,
+        *,
+        unwrap: Callable[[Any], Any] | None = None,
+        operation: str | None = None,
+        idempotent: bool,
+        **kwargs: Any,
+    ) -> Any:
+        """Like :meth:`request`, returning the parsed JSON body (``unwrap(body)`` when given).
+
+        Args:
+            unwrap: checks the parsed body of a 2xx answer and returns what the caller wants;
+                it raises a typed error for a failure inside the 200 — transient ones
+                (:meth:`transient_error`) are retried like a 503, permanent ones
+                (:meth:`response_error`, AuthError, NotFoundError) are not.
+            operation: the name used in messages (default ``"<METHOD> <path>"``).
+
+        Raises:
+            ProviderResponseError: the body is not JSON (besides :meth:`request`'s errors).
+        """
+        where = f"{method.upper()} {path}"
+
+        def attempt() -> Any:
+            body = self.parse_json(self.send(method, path, idempotent=idempotent, **kwargs), where)
+            return unwrap(body) if unwrap is not None else body
+
+        return self.retrying(operation or where, attempt, idempotent=idempotent)
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        data: Any = None,
+        headers: dict[str, str] | None = None,
+        idempotent: bool,
+        ok_statuses: Iterable[int] = (),
+        timeout: float | None = None,
+    ) -> requests.Response:
+        """One attempt, never repeated: the response (2xx or ``ok_statuses``) or a typed error
+        (``transient`` set as the module docstring says). ``idempotent`` only shapes the message
+        of a timeout (a non-idempotent call "may have been carried out")."""
         method = method.upper()
-        session = self._retrying if (idempotent and self.retries > 0) else self._once
         merged = dict(self._headers)
         if headers:
             merged.update(headers)
         where = f"{method} {path}"
         started = time.monotonic()
         try:
-            response = session.request(
+            response = self._session.request(
                 method,
                 self.url(path),
                 json=json,
@@ -338,29 +373,20 @@ class HttpClient:
                 allow_redirects=False,
             )
         except (requests.Timeout, requests.ConnectionError) as exc:
-            raise self._unavailable(where, exc, idempotent) from None
+            raise self._unavailable(where, exc, idempotent, timeout) from None
         except requests.RequestException as exc:
             raise ProviderUnavailableError(
-                self.redact(f"{self.provider}: {where} failed: {type(exc).__name__}")
+                self.redact(f"{self.provider}: {where} failed: {type(exc).__name__}"), transient=False,
             ) from None
         elapsed = time.monotonic() - started
         log.debug("%s", self.redact(f"{self.provider}: {where} -> {response.status_code} in {elapsed:.3f}s"))
         status = response.status_code
         if 200 <= status < 300 or status in set(ok_statuses):
             return response
-        raise self._status_error(where, response, idempotent)
-
-    def json(self, method: str, path: str, **kwargs: Any) -> Any:
-        """Like :meth:`request`, returning the parsed JSON body.
-
-        Raises:
-            ProviderResponseError: the body is not JSON (besides :meth:`request`'s errors).
-        """
-        response = self.request(method, path, **kwargs)
-        return self.parse_json(response, f"{method.upper()} {path}")
+        raise self._status_error(where, response)
 
     def parse_json(self, response: requests.Response, where: str = "response") -> Any:
-        """Parse ``response``'s body as JSON or raise :class:`ProviderResponseError`."""
+        """Parse ``response``'s body as JSON or raise :class:`ProviderResponseError` (permanent)."""
         try:
             return _json.loads(response.content or b"")
         except ValueError:
@@ -382,35 +408,41 @@ class HttpClient:
             text = text[: limit - 3] + "..."
         return self.redact(text)
 
-    def _unavailable(self, where: str, exc: Exception, idempotent: bool) -> ProviderUnavailableError:
-        timed_out = isinstance(exc, requests.Timeout) or "timed out" in str(exc).lower() or "timeout" in str(exc).lower()
-        kind = f"timed out after {self.timeout:g}s" if timed_out else "could not connect"
-        if idempotent and self.retries > 0:
-            tail = f" (after {self.retries} retries)"
-        elif timed_out and not idempotent:
-            tail = " (not retried; the request may have been carried out — check before repeating it)"
+    def _unavailable(
+        self, where: str, exc: Exception, idempotent: bool, timeout: float | None,
+    ) -> ProviderUnavailableError:
+        text = str(exc).lower()
+        timed_out = isinstance(exc, requests.Timeout) or "timed out" in text or "timeout" in text
+        seconds = timeout if timeout is not None else self.timeout
+        if timed_out:
+            kind = f"timed out after {seconds:g}s"
+        elif "reset" in text:
+            kind = "connection reset"
+        elif "aborted" in text or "remotedisconnected" in text or "closed" in text:
+            kind = "connection closed without an answer"
         else:
-            tail = ""
+            kind = "could not connect"
+        tail = ""
+        if timed_out and not idempotent:
+            tail = "; the request may have been carried out — check before repeating it"
         return ProviderUnavailableError(self.redact(f"{self.provider}: {where} {kind}{tail}"))
 
-    def _status_error(self, where: str, response: requests.Response, idempotent: bool) -> ProviderError:
+    def _status_error(self, where: str, response: requests.Response) -> ProviderError:
         status = response.status_code
-        retried = f" after {self.retries} retries" if idempotent and self.retries > 0 else ""
         if status in (401, 403):
             who = self.credential_name or "the credential"
             return AuthError(self.redact(f"{self.provider}: {who} was rejected ({status}) on {where}"))
         if status == 404:
             return NotFoundError(self.redact(f"{self.provider}: not found (404) on {where}"))
+        after = _retry_after_seconds(response)
         if status == 429:
-            after = _retry_after_seconds(response)
-            hint = f"; the provider asks to wait {after:g}s" if after is not None else ""
             return RateLimitedError(
-                self.redact(f"{self.provider}: rate limited (429) on {where}{retried}{hint}"),
-                retry_after_s=after,
+                self.redact(f"{self.provider}: rate limited (429) on {where}"), retry_after_s=after,
             )
         if status >= 500:
             return ProviderUnavailableError(
-                self.redact(f"{self.provider}: server error {status} on {where}{retried}")
+                self.redact(f"{self.provider}: server error {status} on {where}"),
+                transient=status in RETRY_STATUSES, retry_after_s=after,
             )
         snippet = self._snippet(response)
         return ProviderResponseError(
@@ -440,9 +472,9 @@ def wait_for_status(
     The first read happens at once; then one read every ``poll_s`` seconds.
 
     Args:
-        get: reads the instance (e.g. ``lambda: provider.get_instance(iid)``). A transient
-            :class:`ProviderUnavailableError` or :class:`RateLimitedError` is tolerated until
-            the timeout; other errors propagate.
+        get: reads the instance (e.g. ``lambda: provider.get_instance(iid)``, itself retried).
+            A transient error (:func:`~costctl_providers.errors.is_transient`) that outlasts the
+            read's own retries is tolerated until the timeout; other errors propagate.
         want: the statuses that end the wait successfully.
         timeout_s: give up after this many seconds (measured on ``clock``).
         poll_s: seconds between reads.
@@ -467,7 +499,9 @@ def wait_for_status(
         try:
             last = get()
             last_error = None
-        except (ProviderUnavailableError, RateLimitedError) as exc:
+        except ProviderError as exc:
+            if not is_transient(exc):
+                raise
             last_error = exc
         if last is not None and last_error is None:
             if last.status in want:

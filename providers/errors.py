@@ -6,12 +6,21 @@ non-zero exit), so a caller that only wants "the provider failed" catches that o
 ============================  ==========================================================
 :class:`AuthError`            401 / 403 — names the credential's source, never its value
 :class:`NotFoundError`        404, or the provider says the object does not exist
-:class:`RateLimitedError`     429 after the retries
-:class:`ProviderUnavailableError`  5xx, connection error or timeout after the retries
+:class:`RateLimitedError`     429 (or a rate-limit error inside a 200) after the retries
+:class:`ProviderUnavailableError`  5xx, connection error, timeout, or a transient error
+                              inside a 200 (RunPod ``errors[]``, an AutoDL envelope code),
+                              after the retries
 :class:`ProviderResponseError`     malformed JSON, another 4xx, the provider's error envelope
 :class:`StatusWaitError`      a wait for a status gave up (failure status or timeout)
 :class:`CapabilityError`      the adapter cannot do this at all (see its ``capabilities``)
 ============================  ==========================================================
+
+Transient or permanent: an error is *transient* (worth repeating an idempotent call) when its
+``transient`` attribute is true — every :class:`RateLimitedError`, and a
+:class:`ProviderUnavailableError` unless built with ``transient=False`` (e.g. HTTP 501).
+:func:`is_transient` is the one test the retry loop (:mod:`costctl_providers._retry`) applies.
+Errors that leave the retry loop carry ``attempts`` (how many times the call was sent) and their
+message says it (``autodl: power_off failed after 3 attempts: server error 500 on POST ...``).
 
 (``costctl_providers._http`` re-exports the first six for older imports.)
 """
@@ -26,25 +35,48 @@ if TYPE_CHECKING:
     from .base import Instance
 
 
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure worth repeating an idempotent call for (its ``transient``
+    attribute; False for anything that is not a provider error)."""
+    return bool(getattr(exc, "transient", False))
+
+
 class AuthError(ProviderError):
     """The provider rejected the credential (HTTP 401/403). The message names the credential's
     source (an environment variable or the credentials file), never its value."""
 
 
 class RateLimitedError(ProviderError):
-    """HTTP 429 persisted after the retries (or on a call that may not be retried).
+    """HTTP 429 (or a rate-limit error inside a 200) persisted after the retries, or came on a
+    call that may not be retried. Always transient.
 
     Attributes:
         retry_after_s: the provider's ``Retry-After`` in seconds, when it sent one.
+        attempts: how many times the call was sent (set by the retry loop).
     """
+
+    transient = True
 
     def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        self.attempts: int | None = None
 
 
 class ProviderUnavailableError(ProviderError):
-    """5xx, connection failure or timeout after the retries."""
+    """5xx, connection failure, timeout, or a transient failure inside a 200, after the retries.
+
+    Attributes:
+        transient: whether repeating the call may help (False for e.g. HTTP 501).
+        retry_after_s: a ``Retry-After`` the provider sent with it (503), in seconds.
+        attempts: how many times the call was sent (set by the retry loop).
+    """
+
+    def __init__(self, message: str, *, transient: bool = True, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.transient = transient
+        self.retry_after_s = retry_after_s
+        self.attempts: int | None = None
 
 
 class NotFoundError(ProviderError):
@@ -57,11 +89,15 @@ class ProviderResponseError(ProviderError):
 
     Attributes:
         status: the HTTP status, when there was a response.
+        attempts: how many times the call was sent (set by the retry loop).
     """
+
+    transient = False
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.attempts: int | None = None
 
 
 class StatusWaitError(ProviderError):
@@ -93,5 +129,5 @@ class CapabilityError(ProviderError):
 
 __all__ = [
     "AuthError", "CapabilityError", "NotFoundError", "ProviderError", "ProviderResponseError",
-    "ProviderUnavailableError", "RateLimitedError", "StatusWaitError",
+    "ProviderUnavailableError", "RateLimitedError", "StatusWaitError", "is_transient",
 ]

@@ -424,9 +424,20 @@ def test_credentials_file_token_and_registry(fake, tmp_path, sleeps, monkeypatch
 
 def test_error_envelope_after_stop_with_running_instance_is_raised(fake, tmp_path, sleeps):
     p = make(fake, tmp_path, sleeps)
-    fake.server.inject("POST", f"{PRO}/power_off", fail("InternalError", "关机失败"))
-    with pytest.raises(ProviderResponseError, match="关机失败"):
+    fake.server.inject("POST", f"{PRO}/power_off", fail("PowerOffFailed", "关机失败"))  # a permanent code
+    with pytest.raises(ProviderResponseError, match="power_off failed after 1 attempt: .*关机失败"):
         p.stop_instance(ID)
+    assert fake.status_of(ID) == "running"
+    assert fake.server.count("POST", f"{PRO}/power_off") == 1
+
+
+def test_persistent_transient_envelope_on_stop_is_raised_with_the_attempts(fake, tmp_path, sleeps):
+    p = make(fake, tmp_path, sleeps, retries=2)
+    fake.server.inject("POST", f"{PRO}/power_off", *[fail("InternalError", "关机失败") for _ in range(5)])
+    with pytest.raises(ProviderUnavailableError, match="autodl: power_off failed after 3 attempts: .*关机失败") as err:
+        p.stop_instance(ID)
+    assert err.value.attempts == 3
+    assert fake.server.count("POST", f"{PRO}/power_off") == 3
     assert fake.status_of(ID) == "running"
 
 

@@ -178,23 +178,31 @@ def test_persistent_429_becomes_rate_limited_error(srv):
 def test_persistent_5xx_becomes_provider_unavailable(srv):
     srv.inject_5xx("GET", "/api/v0/i", times=10, status=502)
     c, _ = client(srv, retries=3)
-    with pytest.raises(ProviderUnavailableError, match=r"server error 502 .* after 3 retries"):
+    with pytest.raises(ProviderUnavailableError, match=r"vastai: GET /i failed after 4 attempts: server error 502$") as err:
         c.json("GET", "/i", idempotent=True)
-    assert srv.count() == 4
+    assert srv.count() == 4 and err.value.attempts == 4
 
 
-def test_500_is_not_retried(srv):
-    srv.inject_5xx("GET", "/api/v0/i", times=3, status=500)
-    c, _ = client(srv)
-    with pytest.raises(ProviderUnavailableError):
+def test_500_is_retried_like_the_other_transient_statuses(srv):
+    srv.route("GET", "/api/v0/i", {"ok": 1})
+    srv.inject_5xx("GET", "/api/v0/i", times=1, status=500)
+    c, slept = client(srv)
+    assert c.json("GET", "/i", idempotent=True) == {"ok": 1}
+    assert srv.count() == 2 and len(slept) == 1
+
+
+def test_501_is_permanent(srv):
+    srv.inject_5xx("GET", "/api/v0/i", times=3, status=501)
+    c, slept = client(srv)
+    with pytest.raises(ProviderUnavailableError, match=r"failed after 1 attempt: server error 501") as err:
         c.json("GET", "/i", idempotent=True)
-    assert srv.count() == 1
+    assert srv.count() == 1 and slept == [] and err.value.transient is False
 
 
 def test_read_timeouts_exhaust_retries(srv):
     srv.inject_delay("GET", "/api/v0/i", 1.0, times=5)
     c, _ = client(srv, timeout=0.1, retries=2)
-    with pytest.raises(ProviderUnavailableError, match=r"timed out after 0.1s \(after 2 retries\)"):
+    with pytest.raises(ProviderUnavailableError, match=r"GET /i failed after 3 attempts: timed out after 0.1s$"):
         c.json("GET", "/i", idempotent=True)
     assert srv.count() == 3
 
@@ -211,7 +219,7 @@ def test_connection_refused():
     with FakeHTTPServer() as s:
         url = s.url  # a port that was just free and is now closed
     c = HttpClient(url, provider="runpod", timeout=0.5, retries=1, sleep=lambda s: None)
-    with pytest.raises(ProviderUnavailableError, match="runpod: GET /x could not connect"):
+    with pytest.raises(ProviderUnavailableError, match="runpod: GET /x failed after 2 attempts: could not connect"):
         c.request("GET", "/x", idempotent=True)
 
 
@@ -225,7 +233,7 @@ def test_malformed_json(srv):
 def test_404_is_not_found(srv):
     srv.route("GET", "/api/v0/instances/{id}/", Reply.json({"error": "no such instance"}, status=404))
     c, _ = client(srv)
-    with pytest.raises(NotFoundError, match=r"not found \(404\) on GET /instances/9/"):
+    with pytest.raises(NotFoundError, match=r"GET /instances/9/ failed after 1 attempt: not found \(404\)"):
         c.json("GET", "/instances/9/", idempotent=True)
 
 
@@ -339,3 +347,29 @@ def test_wait_for_status_against_fake_server(srv):
     assert wait_for_status(get, {Status.STOPPED}, timeout_s=30, poll_s=2, clock=clock,
                            sleep=clock.advance).status is Status.STOPPED
     assert srv.count("GET") == 3
+
+
+def test_backoff_is_exponential_with_bounded_jitter(srv):
+    srv.route("GET", "/api/v0/i", {"ok": 1})
+    srv.inject_5xx("GET", "/api/v0/i", times=3, status=503)
+    c, slept = client(srv, retries=3, backoff=1.0, backoff_max=30)
+    assert c.json("GET", "/i", idempotent=True) == {"ok": 1}
+    assert len(slept) == 3
+    for n, s in enumerate(slept):  # backoff × 2^n plus up to `backoff` of jitter
+        assert 2 ** n <= s <= 2 ** n + 1.0
+
+
+def test_backoff_wait_is_capped(srv):
+    srv.route("GET", "/api/v0/i", {"ok": 1})
+    srv.inject_5xx("GET", "/api/v0/i", times=2, status=502)
+    c, slept = client(srv, retries=2, backoff=10.0, backoff_max=12, deadline=600)
+    c.json("GET", "/i", idempotent=True)
+    assert slept[0] <= 12 and slept[1] == 12
+
+
+def test_zero_retries_means_one_attempt(srv):
+    srv.inject_5xx("GET", "/api/v0/i", times=2, status=503)
+    c, slept = client(srv, retries=0)
+    with pytest.raises(ProviderUnavailableError, match="failed after 1 attempt: server error 503"):
+        c.json("GET", "/i", idempotent=True)
+    assert srv.count() == 1 and slept == []

@@ -270,9 +270,11 @@ class AutoDLProvider(HttpProvider):
         (:meth:`detect_self`), runs the container's ``shutdown_command`` instead and returns the
         instance as STOPPING (nothing can be polled from a machine that is powering off).
 
-        ``power_off`` is retried on 5xx/timeouts (stopping twice is harmless); if a retry is
-        answered with an error envelope because the first attempt already worked, the status is
-        re-read and a stopping/stopped instance counts as success.
+        ``power_off`` is idempotent (stopping twice is harmless), so it and every status read are
+        retried on transient failures (HTTP 429/5xx, timeouts, resets, a transient envelope code;
+        see :mod:`~costctl_providers.autodl.api`); if a retry is answered with an error envelope
+        because the first attempt already worked, the status is re-read and a stopping/stopped
+        instance counts as success.
 
         Raises:
             StatusWaitError: the provider did not report ``shutdown`` in time.

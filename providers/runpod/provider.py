@@ -12,6 +12,16 @@ Operations (Manage Pods, https://docs.runpod.io/sdks/graphql/manage-pods, and th
 retried), ``podFindAndDeployOnDemand`` (create on-demand; never retried), ``gpuTypes`` prices,
 ``myself { clientBalance }``. Arguments travel as GraphQL variables, never spliced into the
 query text. A response with an ``errors`` array becomes a typed error carrying the message.
+
+GraphQL errors arrive inside an HTTP 200, so :meth:`RunPodProvider.graphql` classifies them
+(by ``extensions.code`` and the message) for the one retry rule of
+:mod:`costctl_providers._retry`: about the key (``UNAUTHENTICATED``, ``FORBIDDEN``, "api key")
+-> AuthError; "not found" -> NotFoundError; rate limits ("rate limit", "too many requests",
+``RATE_LIMITED``) -> transient RateLimitedError; server trouble (``INTERNAL_SERVER_ERROR``,
+"internal error", "timed out", "temporarily unavailable", "try again")
+-> transient ProviderUnavailableError; anything else (validation, bad input, no capacity) is a
+permanent ProviderResponseError. Transient ones are retried on idempotent operations (reads,
+``podStop``, ``podResume``, ``podTerminate``), never on a create.
 """
 
 from __future__ import annotations
@@ -79,7 +89,14 @@ Q_BALANCE = "query Balance { myself { clientBalance currentSpendPerHr } }"
 CloudType = Literal["ALL", "SECURE", "COMMUNITY"]
 
 _NOT_FOUND = re.compile(r"not found|does not exist|no pod|unknown pod", re.I)
-_AUTH = re.compile(r"unauthori[sz]ed|forbidden|api key|permission", re.I)
+_AUTH = re.compile(r"unauthori[sz]ed|unauthenticated|forbidden|api key|permission", re.I)
+#: GraphQL errors (code or message) that mean "rate limited": transient.
+RATE_LIMITED = re.compile(r"rate.?limit|too many requests|throttl", re.I)
+#: GraphQL errors (code or message) that mean "the server failed, try again": transient.
+TRANSIENT = re.compile(
+    r"internal.?(server.?)?error|timed? ?out|timeout|temporar|unavailable|try again"
+    r"|bad gateway|service_unavailable", re.I,
+)
 
 
 class RunPodProvider(HttpProvider):
@@ -118,23 +135,40 @@ class RunPodProvider(HttpProvider):
         Raises:
             AuthError: HTTP 401/403, or a GraphQL error about the key (names the credential).
             NotFoundError: a GraphQL error saying the pod does not exist.
+            RateLimitedError / ProviderUnavailableError: HTTP 429/5xx, timeouts, resets, or a
+                transient GraphQL error, after the retries (``idempotent`` operations only).
             ProviderResponseError: any other GraphQL ``errors`` entry (its ``message``), or no ``data``.
+
+        Every message names the operation and the attempts (``runpod: podStop failed after 4
+        attempts: ...``).
         """
         body: dict[str, Any] = {"query": query}
         if variables:
             body["variables"] = variables
-        answer = self.http.json("POST", "/graphql", json=body, idempotent=idempotent)
+        return self.http.json("POST", "/graphql", json=body, idempotent=idempotent,
+                              unwrap=self._unwrap, operation=_operation_name(query))
+
+    def _unwrap(self, answer: Any) -> dict[str, Any]:
+        """``data`` of a GraphQL answer, or the typed error its first ``errors`` entry means
+        (module docstring: transient for rate limits and server trouble, else permanent)."""
         if not isinstance(answer, dict):
             raise self.http.response_error("GraphQL answer is not an object")
         errors = answer.get("errors")
         if errors:
             first = errors[0] if isinstance(errors, list) and errors else {}
             message = str(first.get("message") if isinstance(first, Mapping) else first) or "unknown GraphQL error"
-            if _AUTH.search(message):
+            ext = first.get("extensions") if isinstance(first, Mapping) else None
+            code = str(ext.get("code") or "") if isinstance(ext, Mapping) else ""
+            both = f"{code} {message}"
+            if _AUTH.search(both):
                 who = self._cred.name if self._cred else "the API key"
                 raise AuthError(self.http.redact(f"runpod: {who} was rejected: {message}"))
             if _NOT_FOUND.search(message):
                 raise NotFoundError(self.http.redact(f"runpod: {message}"))
+            if RATE_LIMITED.search(both):
+                raise self.http.transient_error(f"GraphQL error: {message}", rate_limited=True)
+            if TRANSIENT.search(both):
+                raise self.http.transient_error(f"GraphQL error: {message}")
             raise self.http.response_error(f"GraphQL error: {message}")
         data = answer.get("data")
         if not isinstance(data, dict):
@@ -289,6 +323,15 @@ class RunPodProvider(HttpProvider):
         if amount is None:
             raise ProviderResponseError("runpod: myself answered without clientBalance")
         return Money(amount, CURRENCY)
+
+
+_OP_NAME = re.compile(r"\{\s*(\w+)")
+
+
+def _operation_name(query: str) -> str:
+    """The first field a GraphQL document selects (``podStop``, ``pod``, ``myself``), for messages."""
+    m = _OP_NAME.search(query)
+    return m.group(1) if m else "graphql"
 
 
 def _cloud(cloud_type: str) -> str:

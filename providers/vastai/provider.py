@@ -80,12 +80,17 @@ class VastAIProvider(HttpProvider):
     config_model = VastAIConfig
     config: VastAIConfig
 
-    def _call(self, method: str, path: str, *, idempotent: bool, **kwargs: Any) -> Any:
-        body = self.http.json(method, path, idempotent=idempotent, **kwargs)
-        if isinstance(body, dict) and body.get("success") is False:
-            msg = body.get("msg") or body.get("error") or "no message"
-            raise self.http.response_error(f"{method} {path}: {msg}")
-        return body
+    def _call(self, method: str, path: str, *, idempotent: bool, operation: str | None = None, **kwargs: Any) -> Any:
+        """One API call under the retry rule (:mod:`costctl_providers._retry`); a 200 with
+        ``success: false`` is a permanent :class:`ProviderResponseError` carrying ``msg``."""
+
+        def unwrap(body: Any) -> Any:
+            if isinstance(body, dict) and body.get("success") is False:
+                msg = body.get("msg") or body.get("error") or "no message"
+                raise self.http.response_error(f"{method} {path}: {msg}")
+            return body
+
+        return self.http.json(method, path, idempotent=idempotent, unwrap=unwrap, operation=operation, **kwargs)
 
     # -- reading --------------------------------------------------------------------------
 
@@ -116,7 +121,8 @@ class VastAIProvider(HttpProvider):
 
     def _set_state(self, instance_id: str, state: str) -> None:
         # Setting the intended state twice is harmless, so the call is retried like a read.
-        self._call("PUT", f"/instances/{instance_id}/", json={"state": state}, idempotent=True)
+        self._call("PUT", f"/instances/{instance_id}/", json={"state": state}, idempotent=True,
+                   operation=f"PUT state={state}")
 
     def start_instance(self, instance_id: str) -> Instance:
         """``PUT /instances/{id}/ {"state": "running"}``; a no-op on a running or starting one.

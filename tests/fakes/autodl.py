@@ -174,6 +174,12 @@ class FakeAutoDL:
         timeout on a call that did happen)."""
         self._delay_power_off = seconds
 
+    def inject_envelope(self, path: str, code: str = "InternalError", msg: str = "系统繁忙,请稍后再试", *,
+                        method: str = "POST", times: int = 1) -> None:
+        """The next ``times`` requests to ``path`` (e.g. ``f"{PRO}/power_off"``) get an error
+        envelope ``{"code": code, "msg": msg}`` in an HTTP 200, without touching the state."""
+        self.server.inject(method, path, *[fail(code, msg) for _ in range(times)])
+
     def status_of(self, uuid: str) -> str:
         return self.instances[uuid].item["status"]
 

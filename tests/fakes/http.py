@@ -28,15 +28,24 @@ Unexpected requests (no route) get **400** and are recorded with ``matched=False
 :meth:`FakeHTTPServer.unexpected` lists them (assert it is empty).
 
 Injected replies (:meth:`FakeHTTPServer.inject` and the ``inject_*`` helpers) are queued per
-route and served first, one per request, before the route's handler is consulted again.
-A :class:`Reply` with ``delay`` sleeps that many seconds before answering (use it for "longer
-than the client timeout"); :meth:`FakeHTTPServer.stop` interrupts pending delays.
+route and served first, one per request, before the route's handler is consulted again:
+``inject_status`` (a status once, e.g. 500), ``inject_5xx``, ``inject_429`` (with
+``Retry-After``), ``inject_delay`` (a canned answer, late), ``inject_disconnect`` (the socket is
+closed without an answer), ``inject_reset`` (a TCP reset, no answer), ``inject_malformed_json``.
+:meth:`FakeHTTPServer.delay_next` is different: the route's handler runs (the fake's state
+changes, e.g. the stop happens) but the answer comes ``seconds`` late — a client timeout on a
+call that was carried out. A :class:`Reply` with ``delay`` sleeps that many seconds before
+answering (use it for "longer than the client timeout"); :meth:`FakeHTTPServer.stop` interrupts
+pending delays. Each :class:`RecordedRequest` keeps the ``status`` it was answered with (None
+when the connection was dropped), so tests count requests and successful ones per route.
 """
 
 from __future__ import annotations
 
 import json as _json
 import re
+import socket
+import struct
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -58,6 +67,8 @@ class Reply:
         headers: extra response headers (Content-Type defaults from the body kind).
         delay: seconds to wait before answering.
         close: drop the connection without answering (a connection error for the client).
+        reset: like ``close``, but with a TCP reset (``SO_LINGER`` 0): the client reads
+            "connection reset by peer".
     """
 
     status: int = 200
@@ -65,6 +76,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     close: bool = False
+    reset: bool = False
 
     @classmethod
     def json(cls, data: Any, status: int = 200, headers: dict[str, str] | None = None) -> "Reply":
@@ -112,6 +124,8 @@ class RecordedRequest:
         body: raw body bytes.
         route: the matched pattern (None when unexpected); ``path_params`` from ``{name}``.
         matched: whether a route matched.
+        status: the HTTP status it was answered with (None: dropped or reset without an answer).
+        reply_body: the answered body bytes (``b""`` when none).
     """
 
     method: str
@@ -123,6 +137,8 @@ class RecordedRequest:
     route: str | None = None
     path_params: dict[str, str] = field(default_factory=dict)
     matched: bool = False
+    status: int | None = None
+    reply_body: bytes = b""
 
     def json(self) -> Any:
         """The body parsed as JSON (raises ValueError if it is not)."""
@@ -148,6 +164,7 @@ class _Route:
         self.regex = re.compile(f"^{regex}$")
         self.handler = handler
         self.queue: deque[Reply] = deque()
+        self.delays: deque[float] = deque()
 
 
 class FakeHTTPServer:
@@ -251,6 +268,22 @@ class FakeHTTPServer:
         with self._lock:
             r.queue.extend(replies)
 
+    def inject_status(self, method: str, pattern: str, status: int, *, times: int = 1,
+                      headers: dict[str, str] | None = None) -> None:
+        """The next ``times`` requests get ``status`` (e.g. 500) with an empty body."""
+        self.inject(method, pattern, *[Reply.empty(status, headers) for _ in range(times)])
+
+    def inject_reset(self, method: str, pattern: str, *, times: int = 1) -> None:
+        """The next ``times`` requests are read and answered with a TCP reset (no HTTP answer)."""
+        self.inject(method, pattern, *[Reply(reset=True) for _ in range(times)])
+
+    def delay_next(self, method: str, pattern: str, seconds: float, *, times: int = 1) -> None:
+        """The next ``times`` requests are handled by the route's handler (its state changes)
+        but answered ``seconds`` late: longer than the client's timeout, a call that happened."""
+        r = self._route_for(method, pattern)
+        with self._lock:
+            r.delays.extend([seconds] * times)
+
     def inject_5xx(self, method: str, pattern: str, *, times: int = 1, status: int = 503) -> None:
         """The next ``times`` requests get ``status`` (default 503) with an empty body."""
         self.inject(method, pattern, *[Reply.empty(status) for _ in range(times)])
@@ -288,6 +321,11 @@ class FakeHTTPServer:
         """Number of requests to ``(method, pattern)``."""
         return len(self.calls(method, pattern))
 
+    def answered(self, method: str | None = None, pattern: str | None = None) -> list[int | None]:
+        """The statuses the requests to ``(method, pattern)`` were answered with, in order
+        (None for a dropped or reset connection)."""
+        return [r.status for r in self.calls(method, pattern)]
+
     def last(self, method: str | None = None, pattern: str | None = None) -> RecordedRequest:
         """The latest request to ``(method, pattern)`` (AssertionError if none)."""
         calls = self.calls(method, pattern)
@@ -314,6 +352,7 @@ class FakeHTTPServer:
         )
         reply: Reply | None = None
         handler: Handler | None = None
+        late = 0.0
         with self._lock:
             for r in self._routes:
                 if r.method != req.method:
@@ -328,6 +367,8 @@ class FakeHTTPServer:
                     reply = r.queue.popleft()
                 else:
                     handler = r.handler
+                    if r.delays:
+                        late = r.delays.popleft()
                 break
             self.requests.append(req)
         if reply is None:
@@ -339,8 +380,16 @@ class FakeHTTPServer:
                 except Exception as exc:  # noqa: BLE001 - reported to the test via .errors
                     self.errors.append(exc)
                     reply = Reply.text(f"handler error: {exc!r}", status=500)
-        if reply.delay:
-            self._stopping.wait(reply.delay)
+        if reply.delay or late:
+            self._stopping.wait(reply.delay + late)
+        if reply.reset:
+            h.close_connection = True
+            try:
+                h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                h.connection.close()
+            except OSError:
+                pass
+            return
         if reply.close:
             h.close_connection = True
             try:
@@ -350,6 +399,7 @@ class FakeHTTPServer:
                 pass
             return
         payload, headers = reply.encoded()
+        req.status, req.reply_body = reply.status, payload
         try:
             h.send_response(reply.status)
             for k, v in headers.items():

@@ -59,10 +59,13 @@ GPU_TYPES = [
 ]
 
 
-def gql_error(message: str, path: str) -> Reply:
-    """A GraphQL error answer (HTTP 200, ``errors`` array, ``data`` null)."""
-    return Reply.json({"errors": [{"message": message, "locations": [{"line": 1, "column": 1}], "path": [path]}],
-                       "data": None})
+def gql_error(message: str, path: str, *, code: str | None = None) -> Reply:
+    """A GraphQL error answer (HTTP 200, ``errors`` array, ``data`` null); ``code`` goes in the
+    error's ``extensions.code`` (e.g. ``"INTERNAL_SERVER_ERROR"``)."""
+    error: dict[str, Any] = {"message": message, "locations": [{"line": 1, "column": 1}], "path": [path]}
+    if code:
+        error["extensions"] = {"code": code}
+    return Reply.json({"errors": [error], "data": None})
 
 
 class FakeRunPod:
@@ -83,6 +86,8 @@ class FakeRunPod:
         self.balance = 41.2
         self.created = 0
         self._lock = threading.RLock()
+        self._op_faults: dict[str, list[Reply]] = {}
+        self._op_delays: dict[str, float] = {}
         self.server.route("POST", "/graphql", self._graphql)
 
     def __enter__(self) -> "FakeRunPod":
@@ -98,6 +103,26 @@ class FakeRunPod:
 
     def add(self, pid: str, **kw: Any) -> None:
         self.pods[pid] = pod(pid, **kw)
+
+    def inject_graphql_error(self, op: str, message: str = "Internal server error", *, code: str | None = None,
+                             times: int = 1) -> None:
+        """The next ``times`` requests running ``op`` (e.g. ``"podStop"``) are answered with a
+        GraphQL ``errors[]`` in a 200, without touching the state; other operations are served
+        normally."""
+        with self._lock:
+            self._op_faults.setdefault(op, []).extend([gql_error(message, op, code=code)] * times)
+
+    def inject_for(self, op: str, reply: Reply, *, times: int = 1) -> None:
+        """The next ``times`` requests running ``op`` get ``reply`` (e.g. ``Reply.empty(500)``,
+        ``Reply(reset=True)``) instead of being served."""
+        with self._lock:
+            self._op_faults.setdefault(op, []).extend([reply] * times)
+
+    def delay_op(self, op: str, seconds: float) -> None:
+        """The next request running ``op`` is carried out at once but answered ``seconds`` late
+        (a client timeout on a call that did happen)."""
+        with self._lock:
+            self._op_delays[op] = seconds
 
     def requests_for(self, op: str) -> list[RecordedRequest]:
         """Requests whose query runs ``op`` (e.g. ``"podStop"``)."""
@@ -132,6 +157,14 @@ class FakeRunPod:
     # -- endpoint ----------------------------------------------------------------------------
 
     def _graphql(self, req: RecordedRequest) -> Reply:
+        reply = self._serve(req)
+        with self._lock:
+            late = self._op_delays.pop(self.operations[-1], 0.0) if self.operations else 0.0
+        if late:
+            reply.delay = late
+        return reply
+
+    def _serve(self, req: RecordedRequest) -> Reply:
         if "api_key" in req.query:
             return Reply.json({"error": "send the key in the Authorization header"}, status=400)
         if req.header("Authorization") != f"Bearer {API_KEY}":
@@ -142,6 +175,9 @@ class FakeRunPod:
         op = _operation(query)
         self.operations.append(op)
         with self._lock:
+            faults = self._op_faults.get(op)
+            if faults:
+                return faults.pop(0)
             if op == "pods":
                 for pid in list(self.pods):
                     self._tick(pid)
