@@ -45,7 +45,10 @@ def _strip_user_environment() -> None:
 
 
 _strip_user_environment()  # at import, before any test module reads the environment
-_CWD_CONFIG = _Path.cwd() / "costctl.toml"
+#: A costctl.toml where pytest runs, or in the checkout (where the CLI children run), is the
+#: user's own config: while one exists, every test reads an empty config file instead.
+_USER_CONFIGS = [p for p in dict.fromkeys((_Path.cwd() / "costctl.toml",
+                                           _Path(__file__).resolve().parents[1] / "costctl.toml")) if p.is_file()]
 
 
 def pytest_report_header(config):
@@ -53,8 +56,8 @@ def pytest_report_header(config):
     if REMOVED_ENV:
         lines.append("costctl: ignoring the exported " + ", ".join(sorted(REMOVED_ENV))
                      + " (tests never touch a user's data)")
-    if _CWD_CONFIG.is_file():
-        lines.append(f"costctl: ignoring {_CWD_CONFIG} (tests read an empty config instead)")
+    for path in _USER_CONFIGS:
+        lines.append(f"costctl: ignoring {path} (tests read an empty config instead)")
     from helpers import CORPUS
 
     if not CORPUS.is_dir():
@@ -71,7 +74,7 @@ def _isolated_user_dirs(tmp_path_factory, monkeypatch):
     for var, sub in (("XDG_DATA_HOME", "data"), ("XDG_STATE_HOME", "state"), ("XDG_CONFIG_HOME", "config")):
         (base / sub).mkdir()
         monkeypatch.setenv(var, str(base / sub))
-    if _CWD_CONFIG.is_file():
+    if _USER_CONFIGS:
         empty = base / "costctl.toml"
         empty.write_text("")
         monkeypatch.setenv("COSTCTL_CONFIG", str(empty))

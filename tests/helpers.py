@@ -11,9 +11,15 @@ REPO = Path(__file__).resolve().parents[1]
 CHILDREN = Path(__file__).resolve().parent / "children"
 
 
+#: The one COSTCTL_* variable children keep: the suite's own ``COSTCTL_CONFIG``, which the
+#: conftest sets to an empty file when a costctl.toml lies where tests run (the user's own
+#: config must not be read). A user's exported COSTCTL_CONFIG never gets this far.
+SHIELD = "COSTCTL_CONFIG"
+
+
 def costctl_env(data_dir: Path, **extra: str) -> dict[str, str]:
     """An environment isolated to ``data_dir`` (no COSTCTL_* leaking in from the caller)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_") or k == SHIELD}
     env["COSTCTL_DATA_DIR"] = str(data_dir)
     env["COSTCTL_WATCH__SAMPLE_INTERVAL"] = "1s"
     env.update(extra)

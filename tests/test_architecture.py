@@ -11,14 +11,14 @@ import sys
 import tomllib
 from pathlib import Path
 
-from helpers import REPO
+from helpers import SHIELD, REPO
 
 LINT = [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; "
         "sys.exit(lint_imports_command())", "--config", "pyproject.toml", "--no-cache"]
 
 
 def _lint(root: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_") or k == SHIELD}
     env["PYTHONPATH"] = str(root)
     return subprocess.run(LINT, cwd=root, env=env, capture_output=True, text=True, timeout=300)
 

@@ -17,6 +17,7 @@ import pytest
 from costctl.cli.main import main
 from costctl.ledger import Ledger
 from costctl.paths import default_database_url
+from helpers import SHIELD
 
 T0 = datetime(2026, 3, 1, 14, 0, 0, tzinfo=timezone.utc)
 USD_RATE = Decimal("0.45")
@@ -216,7 +217,7 @@ def test_bill_unwritable_database_path_is_one_line(capsys, tmp_path):
 def test_console_script_uses_the_data_dir_database(tmp_path):
     """The installed `costctl` script, in a child process, with only COSTCTL_DATA_DIR set."""
     data = tmp_path / "data"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_") or k == SHIELD}
     env["COSTCTL_DATA_DIR"] = str(data)
     url = default_database_url(data)
     runs = record_runs(url)

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from costctl.cli.main import main
 from costctl.ledger import Ledger, MissingLedgerError, migrate
 from costctl.ledger.engine import make_engine
+from helpers import SHIELD
 
 T0 = datetime(2026, 3, 1, 14, 0, 0, tzinfo=timezone.utc)
 
@@ -94,7 +95,7 @@ def test_downgrade_to_an_intermediate_revision_also_asks(db_url, capsys):
 
 def _downgrade_on_a_terminal(tmp_path: Path, url: str, answer: bytes) -> tuple[int, str]:
     master, slave = pty.openpty()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_") or k == SHIELD}
     env["COSTCTL_DATA_DIR"] = str(tmp_path / "data")
     proc = subprocess.Popen([sys.executable, "-m", "costctl", "db", "downgrade", "base", "--db", url],
                             cwd=tmp_path, env=env, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

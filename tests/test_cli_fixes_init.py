@@ -20,7 +20,7 @@ from costctl_providers.autodl.config import AutoDLConfig
 @pytest.fixture(autouse=True)
 def _no_env(monkeypatch, tmp_path):
     for key in list(os.environ):
-        if key.startswith("COSTCTL_"):
+        if key.startswith("COSTCTL_") and key != "COSTCTL_CONFIG":  # the suite's shield stays
             monkeypatch.delenv(key)
     monkeypatch.setenv("COSTCTL_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.chdir(tmp_path)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from costctl.cli.main import main
+from helpers import SHIELD
 
 
 @pytest.fixture
@@ -21,7 +22,7 @@ def env(tmp_path, monkeypatch):
     data = tmp_path / "data"
     monkeypatch.setenv("COSTCTL_DATA_DIR", str(data))
     for key in list(os.environ):
-        if key.startswith("COSTCTL_") and key != "COSTCTL_DATA_DIR":
+        if key.startswith("COSTCTL_") and key not in ("COSTCTL_DATA_DIR", "COSTCTL_CONFIG"):
             monkeypatch.delenv(key)
     work = tmp_path / "work"
     work.mkdir()
@@ -170,7 +171,7 @@ def test_offers_table_and_bad_billing(env, capsys):
 
 
 def costctl(env_dir: Path, *argv: str, stdin=subprocess.DEVNULL) -> subprocess.CompletedProcess:
-    e = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_")}
+    e = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_") or k == SHIELD}
     e["COSTCTL_DATA_DIR"] = str(env_dir.parent / "data")
     return subprocess.run([sys.executable, "-m", "costctl", *argv], cwd=env_dir, env=e, stdin=stdin,
                           capture_output=True, text=True, timeout=120)
@@ -186,7 +187,7 @@ def test_successive_cli_processes_see_the_same_simulated_cloud(env):
 
 def _release_on_a_terminal(env: Path, answer: bytes) -> tuple[int, str]:
     master, slave = pty.openpty()
-    e = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_")}
+    e = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_") or k == SHIELD}
     e["COSTCTL_DATA_DIR"] = str(env.parent / "data")
     proc = subprocess.Popen([sys.executable, "-m", "costctl", "release", "sim-local"], cwd=env, env=e,
                             stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

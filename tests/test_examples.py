@@ -16,7 +16,7 @@ import pytest
 
 from costctl.progress import LineParser
 
-from helpers import REPO
+from helpers import SHIELD, REPO
 
 EXAMPLE = REPO / "examples" / "train_digits.py"
 LINE = re.compile(r"^epoch (\d+)/(\d+) (loss|val_loss): (\d+\.\d{6})$", re.MULTILINE)
@@ -24,7 +24,7 @@ T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_") or k == SHIELD}
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,7 @@ from sentinel_ledger import populate as populate_user_ledger
 #: loaded machine cannot fail them.
 WRITERS = [
     "tests/test_watch_inprocess.py",
+    "tests/test_watch_ledger.py::test_run_is_charged_for_its_duration_and_billed",
     "tests/test_bill_cli.py::test_bill_json_by_run",
     "tests/test_bill_cli.py::test_console_script_uses_the_data_dir_database",
     "tests/test_watch_provider.py::test_idle_policy_stops_the_autodl_instance_and_charges_its_reported_price",
@@ -54,7 +56,10 @@ def test_each_test_starts_with_no_user_environment_and_temporary_dirs(tmp_path):
     from costctl import paths
 
     leaked = [k for k in os.environ if k.upper().startswith("COSTCTL_") and k.upper() not in SUITE_ENV]
-    assert leaked == []
+    if os.environ.get("COSTCTL_CONFIG"):  # the shield: only while a costctl.toml lies where tests run
+        assert Path(os.environ["COSTCTL_CONFIG"]).read_text() == "" and leaked == ["COSTCTL_CONFIG"]
+    else:
+        assert leaked == []
     assert PROVIDER_SECRET_ENV >= {"AUTODL_TOKEN", "VAST_API_KEY", "RUNPOD_API_KEY"}
     assert not PROVIDER_SECRET_ENV & set(os.environ)
     data = paths.data_dir()
@@ -137,3 +142,22 @@ def test_corpus_tests_say_why_they_skip_and_fail_under_ci(tmp_path, ci, outcome)
     assert outcome in out.splitlines()[-1] and "passed" not in out.splitlines()[-1], out[-3000:]
     assert "the corpus of real logs is not at" in out  # said once, in the header
     assert "../shared/corpus beside the checkout" in out and "COSTCTL_CORPUS" in out
+
+
+def test_a_costctl_toml_in_the_checkout_is_not_read_by_the_cli_children(tmp_path):
+    """A user who ran `costctl init` in their checkout: the CLI children (run with cwd = the
+    checkout) and in-process tests must read an empty config, never that file's ledger."""
+    copy = tmp_path / "checkout"
+    for part in ("costctl", "tests", "examples"):
+        shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    shutil.copy(REPO / "pyproject.toml", copy / "pyproject.toml")
+    user = tmp_path / "user-data"
+    make_user_data(user)
+    (copy / "costctl.toml").write_text(f'database_url = "sqlite:///{user / "costctl.db"}"\n')
+    before = _tree(user)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "-m", "", *WRITERS],
+                          cwd=copy, env=dict(os.environ, PYTHONPATH=str(copy)), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert f"ignoring {copy / 'costctl.toml'}" in proc.stdout
+    assert _tree(user) == before

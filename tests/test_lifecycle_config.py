@@ -21,7 +21,7 @@ def _no_env(monkeypatch):
     import os
 
     for key in list(os.environ):
-        if key.startswith("COSTCTL_"):
+        if key.startswith("COSTCTL_") and key != "COSTCTL_CONFIG":  # the suite's shield stays
             monkeypatch.delenv(key)
 
 

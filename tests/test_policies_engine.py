@@ -127,3 +127,47 @@ def test_a_window_longer_than_the_default_retention_keeps_its_evidence(settings_
     assert [m for m, _ in fired] == [90]
     evidence = fired[0][1].evidence
     assert evidence["anchor_sample"] == "2026-01-01T00:00:00Z" and evidence["samples"] == 91
+
+
+# --- a policy that raises never silences the others ---------------------------------------
+def test_a_raising_policy_is_skipped_reported_once_and_the_others_still_decide():
+    from datetime import datetime, timezone
+
+    from costctl.config import Settings
+    from costctl.policies import PolicyEngine
+    from costctl.policies import base as policy_base
+    from costctl.policies.base import POLICIES, Policy, register
+    from costctl.policies.history import History
+    from costctl.records import Decision
+
+    saved_policies, saved_specs = dict(POLICIES), dict(policy_base._SPECS)
+    try:
+        @register
+        class Broken(Policy):  # the docstring's plugin shape: no constructor of its own
+            name = "broken_test"
+            order = 1
+
+            def evaluate(self, history, now):
+                raise RuntimeError("plugin bug")
+
+        @register
+        class Fine(Policy):
+            name = "fine_test"
+
+            def evaluate(self, history, now):
+                return Decision(time=now, policy=self.name, action="advise", reason="still here", key=f"fine:{now}")
+
+        errors = []
+        engine = PolicyEngine(Settings(), only=["broken_test", "fine_test"], on_error=lambda n, e: errors.append((n, str(e))))
+        t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+        history = History()
+        first = engine.evaluate(history, t)
+        second = engine.evaluate(history, t.replace(minute=1))
+        assert [d.policy for d in first + second] == ["fine_test", "fine_test"]
+        assert errors == [("broken_test", "plugin bug")]  # said once, tried again each time
+        assert isinstance(engine.failures["broken_test"], RuntimeError)
+    finally:
+        POLICIES.clear()
+        POLICIES.update(saved_policies)
+        policy_base._SPECS.clear()
+        policy_base._SPECS.update(saved_specs)

@@ -24,6 +24,7 @@ from costctl.config import PlateauConfig
 from costctl.money import Money
 from costctl.policies import History, PlateauPolicy, PlateauTracker, plateau_fires
 from costctl.records import ProgressPoint
+from helpers import SHIELD
 
 REPO = Path(__file__).resolve().parents[1]
 from replay_support import corpus_file  # noqa: E402 - skips, or fails under CI, when absent
@@ -197,7 +198,7 @@ def example_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[floa
         if IN_CI:
             pytest.fail(f"{EXAMPLE} is missing")
         pytest.skip(f"{EXAMPLE} not written yet")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_") or k == SHIELD}
     env["PYTHONUNBUFFERED"] = "1"
     workdir = tmp_path_factory.mktemp("digits")
     help_text = subprocess.run([sys.executable, str(EXAMPLE), "--help"], capture_output=True, text=True,

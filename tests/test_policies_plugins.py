@@ -85,7 +85,7 @@ def make_plugin(root: Path, *, module_text: str = LOUD, target: str = "mypolicie
 @pytest.fixture
 def clean_env(monkeypatch, tmp_path):
     for key in list(os.environ):
-        if key.startswith("COSTCTL_"):
+        if key.startswith("COSTCTL_") and key != "COSTCTL_CONFIG":  # the suite's shield stays
             monkeypatch.delenv(key)
     monkeypatch.setenv("COSTCTL_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.chdir(tmp_path)

@@ -107,6 +107,12 @@ class Policy:
     config_model: ClassVar[type[BaseModel]] = PolicyConfig
     order: ClassVar[int] = DEFAULT_ORDER
 
+    def __init__(self, config: Any = None) -> None:
+        """Keep ``config`` (an instance of ``config_model``; its defaults when None) as
+        ``self.config`` — what the default :meth:`from_config` passes. The built-in policies are
+        dataclasses with constructors of their own."""
+        self.config = config if config is not None else self.config_model()
+
     @classmethod
     def from_config(cls, config: Any, context: PolicyContext) -> Policy | None:
         """Build the policy from its section (an instance of ``config_model``); None when that

@@ -12,11 +12,12 @@ Usage (live watch and replay alike; ``now`` comes from the caller's clock)::
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
 from ..clock import ensure_utc
+from ..errors import ConfigError
 from ..records import Decision
 from .base import Policy, PolicyContext
 from .history import History
@@ -47,7 +48,8 @@ class PolicyEngine:
     """
 
     def __init__(self, settings: Any = None, *, policies: Any = None, context: PolicyContext | None = None,
-                 only: Iterable[str] | None = None, seen_keys: Iterable[str] = ()) -> None:
+                 only: Iterable[str] | None = None, seen_keys: Iterable[str] = (),
+                 on_error: Callable[[str, BaseException], None] | None = None) -> None:
         load_builtin_policies()
         if settings is not None:
             policies = settings.policies if policies is None else policies
@@ -68,10 +70,17 @@ class PolicyEngine:
             section = getattr(policies, name, None)
             if section is None:
                 section = spec.config()
-            policy = spec.cls.from_config(section, context)
+            try:
+                policy = spec.cls.from_config(section, context)
+            except Exception as exc:  # noqa: BLE001 - a plugin's bug is a one-line configuration error
+                raise ConfigError(f"policy {name!r} cannot be built from [policies.{name}]: "
+                                  f"{type(exc).__name__}: {exc}") from None
             if policy is not None:
                 self.policies.append(policy)
         self._seen: set[str] = set(seen_keys)
+        self._on_error = on_error
+        #: Policies whose evaluation raised, with the last exception (they are still tried).
+        self.failures: dict[str, BaseException] = {}
 
     @property
     def names(self) -> list[str]:
@@ -92,15 +101,24 @@ class PolicyEngine:
         Also raises ``history.retention`` to what the policies need, so History stays bounded
         but never drops a sample a window still needs.
 
-        Raises:
-            PolicyError: when a policy cannot be evaluated (e.g. a spend in another currency
-                than the budget caps).
+        A policy that raises (a :class:`~costctl.errors.PolicyError` such as a spend in another
+        currency than the budget caps, or a plugin's bug) is skipped for this evaluation and the
+        others still run — one broken rule never silences the autostop. The first failure of each
+        policy goes to ``on_error(name, exception)``; :attr:`failures` keeps the latest.
         """
         now = ensure_utc(now)
         history.keep_at_least(self.retention(history.sample_interval))
         new: list[Decision] = []
         for policy in self.policies:
-            for decision in policy.decisions(history, now):
+            try:
+                found = list(policy.decisions(history, now))
+            except Exception as exc:  # noqa: BLE001 - see the docstring
+                first = policy.name not in self.failures
+                self.failures[policy.name] = exc
+                if first and self._on_error is not None:
+                    self._on_error(policy.name, exc)
+                continue
+            for decision in found:
                 if decision.key in self._seen:
                     continue
                 self._seen.add(decision.key)

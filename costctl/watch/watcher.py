@@ -246,7 +246,7 @@ class Watcher:
                        extra_env=self.options.extra_env, run_id=lambda: self.state.run_id,
                        on_start=self._job_started)
 
-        self.engine = PolicyEngine(s)
+        self.engine = PolicyEngine(s, on_error=self._policy_failed)
         self.history = History(
             sample_interval=s.watch.sample_interval,
             started_at=self.started_at,
@@ -518,18 +518,29 @@ class Watcher:
             f"| {util} | {loss_txt} "
         )
 
+    def _crash_log(self, what: str, exc: BaseException) -> str:
+        """Write ``exc``'s traceback to the crash-log dir; returns `` (traceback in PATH)`` or ''."""
+        try:
+            path = paths.crash_log_dir() / f"{what}-{self.run_id}.log"
+            path.write_text("".join(traceback.format_exception(exc)))
+        except (OSError, CostctlError):
+            return ""
+        return f" (traceback in {path})"
+
+    def _policy_failed(self, name: str, exc: BaseException) -> None:
+        """A policy raised: say so once, naming it; the other policies go on (PolicyEngine)."""
+        message = exc.message if isinstance(exc, CostctlError) else f"{type(exc).__name__}: {exc}"
+        where = "" if isinstance(exc, CostctlError) else self._crash_log(f"policy-{name}", exc)
+        self.say(f"costctl: policy {name} failed and is skipped while it fails: {message}{where}; "
+                 "the other policies go on")
+
     def _safe_tick(self) -> None:
         try:
             self.tick()
         except Exception as exc:  # noqa: BLE001 - keep guarding; the traceback goes to a log file
             if not self._tick_error_reported:
                 self._tick_error_reported = True
-                try:
-                    path = paths.crash_log_dir() / f"tick-{self.run_id}.log"
-                    path.write_text("".join(traceback.format_exception(exc)))
-                except (OSError, CostctlError):
-                    path = None
-                where = f" (traceback in {path})" if path else ""
+                where = self._crash_log("tick", exc)
                 self.say(f"costctl: error during a tick: {type(exc).__name__}: {exc}{where}")
 
     # ------------------------------------------------------------------ the main loop
