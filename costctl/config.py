@@ -15,6 +15,7 @@ Unknown keys and sections are errors. :func:`load_settings` turns every problem 
 from __future__ import annotations
 
 import os
+import shlex
 import tomllib
 from datetime import date, timedelta
 from decimal import Decimal
@@ -87,11 +88,35 @@ class InstanceConfig(_Section):
     price_per_hour: MoneyAmount | None = None
     currency: str = Field(default="USD", pattern=r"^[A-Za-z]{3}$")
     billing: Literal["on-demand", "spot", "prepaid"] = "on-demand"
+    #: the command line that stops this instance from inside it (e.g. ``"shutdown"`` in an AutoDL
+    #: container), split like a POSIX shell would (no shell runs it); an adapter that can stop
+    #: its instance from inside (``capabilities.self_stop``) uses it instead of its own default.
+    self_stop: str | None = None
 
     @field_validator("currency")
     @classmethod
     def _upper(cls, v: str) -> str:
         return v.upper()
+
+    @field_validator("self_stop")
+    @classmethod
+    def _command_line(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if "\x00" in v:
+            raise ValueError("expected a command line without NUL bytes")
+        try:
+            argv = shlex.split(v)
+        except ValueError as exc:  # "No closing quotation"
+            raise ValueError(f"expected a command line a shell could split ({str(exc).lower()})") from None
+        if not argv:
+            raise ValueError("expected a command, e.g. \"shutdown\" (leave the key out for the adapter's default)")
+        return v
+
+    @property
+    def self_stop_argv(self) -> list[str] | None:
+        """``self_stop`` as argv (``shlex.split``), None when not set."""
+        return shlex.split(self.self_stop) if self.self_stop is not None else None
 
 
 class WatchConfig(_Section):

@@ -23,12 +23,15 @@ class StatusLine:
 
     Args:
         enabled: draw at all (False when stderr is not a TTY or the user turned it off).
+        badge: a fixed tag drawn at the start of every status text (e.g. ``"ADVISE-ONLY:
+            nothing is stopped"`` for a watch that stops nothing); None for none.
     """
 
-    def __init__(self, enabled: bool | None = None) -> None:
+    def __init__(self, enabled: bool | None = None, *, badge: str | None = None) -> None:
         if enabled is None:
             enabled = sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
         self.enabled = enabled
+        self.badge = badge
         self._text = ""
         self._shown = False
         self._line_open = False  # the child left a partial line on stderr
@@ -39,7 +42,7 @@ class StatusLine:
         if not self.enabled or not self._text or self._line_open:
             return
         width = max(20, self._console.size.width - 1)
-        text = Text(self._text[:width], style="reverse")
+        text = Text(self.text[:width], style="reverse")
         with self._console.capture() as cap:
             self._console.print(text, end="")
         sys.stderr.write(_ERASE + cap.get())
@@ -61,8 +64,13 @@ class StatusLine:
                 self._line_open = not data.endswith(b"\n")
             self._draw()
 
+    @property
+    def text(self) -> str:
+        """The status text as drawn (the badge first, when set)."""
+        return f" [{self.badge}] |{self._text}" if self.badge and self._text else self._text
+
     def update(self, text: str) -> None:
-        """Replace the status text and redraw."""
+        """Replace the status text and redraw (the badge, when set, stays in front)."""
         with self.lock:
             self._text = text
             if self._shown:

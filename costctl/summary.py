@@ -30,6 +30,10 @@ class RunSummary:
         waste / waste_s: paid time whose work was lost (preemption after the last checkpoint).
         run_ids: the ledger runs of this watch (a move to another card starts a new one).
         advice: end-of-run advice lines (e.g. a cheaper card would have done it).
+        stop_route: how the instance would be stopped, as the preflight found it
+            (``"API (credential accepted)"``, ``"self-stop via shutdown"``); None when unknown.
+        advise_only: the watch stopped nothing by request (``--advise-only``): stop decisions
+            were advice.
     """
 
     first_loss: float | None = None
@@ -50,6 +54,8 @@ class RunSummary:
     waste_s: float = 0.0
     run_ids: list[str] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
+    stop_route: str | None = None
+    advise_only: bool = False
     _util_sum: float = field(default=0.0, repr=False)
     _util_n: int = field(default=0, repr=False)
 
@@ -111,6 +117,8 @@ class RunSummary:
             "waste_s": self.waste_s,
             "run_ids": list(self.run_ids),
             "advice": list(self.advice),
+            "stop_route": self.stop_route,
+            "advise_only": self.advise_only,
             "decisions": [
                 {"time": d.time.isoformat(), "policy": d.policy, "action": d.action, "reason": d.reason}
                 for d in self.decisions
@@ -126,6 +134,10 @@ class RunSummary:
         dur = str(self.duration).split(".")[0] if self.duration else "-"
         table.add_row("duration", dur)
         table.add_row("spend", f"{self.spend.rounded(4)} {self.spend.currency}" if self.spend else f"0 {currency}")
+        if self.advise_only:
+            table.add_row("advise-only", "nothing was stopped: stop decisions were advice (--advise-only)")
+        elif self.stop_route:
+            table.add_row("stop route", self.stop_route)
 
         def fmt(v: float | None) -> str:
             return "-" if v is None else f"{v:.6g}"
@@ -156,6 +168,8 @@ class RunSummary:
                 groups.setdefault((d.policy, d.action), []).append(d)
             for (policy, act), ds in groups.items():
                 action = f"would {act} (dry run)" if self.dry_run and act in ("stop", "downsize") else act
+                if ds[0].evidence.get("advise_only") and ds[0].evidence.get("would"):
+                    action = f"{act} (would {ds[0].evidence['would']}; advise-only)"
                 more = ""
                 if len(ds) > 1:
                     more = f" (fired {len(ds)} times; the last: {ds[-1].reason.split(':')[0]})"

@@ -9,14 +9,16 @@ an unknown provider state maps to ``Status.UNKNOWN`` and never raises.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from enum import Enum
 from typing import Any, ClassVar
 
-from .capabilities import Capabilities, Capability, Storage, StoragePath, no, yes  # noqa: F401 - re-exported
+from .capabilities import (  # noqa: F401 - re-exported
+    Capabilities, Capability, SelfStop, Storage, StoragePath, find_executable, no, yes,
+)
 
 
 class Status(str, Enum):
@@ -150,7 +152,9 @@ class Provider(ABC):
     ``supports_accounts``   accepts ``account=`` (named ``[providers.<name>.accounts.<acct>]``)
     ======================  ===========================================================
 
-    and :meth:`config_from_instance` says which ``[instance]`` settings seed its table.
+    and :meth:`config_from_instance` says which ``[instance]`` settings seed its table;
+    :meth:`self_stop_command` says whether this very instance can stop itself from inside (an
+    adapter with ``capabilities.self_stop`` supplies :meth:`self_stop_argv`).
 
     Methods that the provider cannot do raise
     :class:`~costctl_providers.errors.CapabilityError` (a ``ProviderError``); check
@@ -231,3 +235,36 @@ class Provider(ABC):
     def detect_self(self) -> str | None:
         """The id of the instance this process runs on, when the provider can tell; else None."""
         return None
+
+    def self_stop_argv(self) -> Sequence[str] | None:
+        """The command that stops the instance this process runs on from inside it (an adapter
+        with ``capabilities.self_stop`` returns its configured one); None by default."""
+        return None
+
+    def self_stop_command(self, instance_id: str) -> SelfStop:
+        """Whether instance ``instance_id`` can stop itself from here, with no API credential:
+        the adapter declares ``capabilities.self_stop``, this process runs on that very
+        instance (:meth:`detect_self`) and the command (:meth:`self_stop_argv`) is an executable
+        on ``$PATH`` (or a path). Nothing is run.
+
+        Returns:
+            a :class:`~costctl_providers.capabilities.SelfStop`: the argv, or None and why not.
+        """
+        cap = self.capabilities.self_stop
+        if not cap:
+            return SelfStop(None, cap.reason or "the instance cannot stop itself from inside")
+        argv = tuple(self.self_stop_argv() or ())
+        if not argv:
+            return SelfStop(None, "no self-stop command is configured ([instance] self_stop)")
+        here = self.detect_self()
+        if here is None:
+            marks = " or ".join([*self.storage.hostnames, *(f"${v}" for v in self.storage.env_markers)])
+            hint = f" (no hostname {marks})" if marks else ""
+            return SelfStop(None, f"this process is not running on an instance of {self.name}{hint}")
+        if here != instance_id:
+            return SelfStop(None, f"this machine is {self.name} instance {here}, not {instance_id}")
+        found = find_executable(argv[0])
+        if found is None:
+            return SelfStop(None, f"{argv[0]!r} is not an executable command here (not on PATH); "
+                                  "set [instance] self_stop to the command that stops this instance")
+        return SelfStop(argv, f"this is {self.name} instance {here}; {argv[0]} is {found}")

@@ -15,6 +15,7 @@ absent one) a reason string: ``Capabilities(create="the API has no create call")
 from __future__ import annotations
 
 import fnmatch
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -44,6 +45,33 @@ def yes() -> Capability:
 def no(reason: str) -> Capability:
     """An absent capability and why (one short clause, e.g. ``"the API has no price list"``)."""
     return Capability(False, reason)
+
+
+@dataclass(frozen=True)
+class SelfStop:
+    """Whether this very instance can stop itself from inside, and how
+    (:meth:`~costctl_providers.base.Provider.self_stop_command`).
+
+    Truthy exactly when ``argv`` is set.
+
+    Attributes:
+        argv: the command to run (no shell), e.g. ``("shutdown",)``; None when there is no such
+            route here.
+        reason: one short clause: why not (``argv`` None), or what was found (``"this is
+            instance X; shutdown is /usr/sbin/shutdown"``).
+    """
+
+    argv: tuple[str, ...] | None
+    reason: str
+
+    def __bool__(self) -> bool:
+        return self.argv is not None
+
+
+def find_executable(command: str, path: str | None = None) -> str | None:
+    """Where ``command`` (a name looked up on ``path``, default ``$PATH``, or a path with a
+    ``/``) is an executable file, or None. Never runs it."""
+    return shutil.which(command, path=path)
 
 
 def _coerce(value: Any, name: str) -> Capability:
@@ -214,4 +242,5 @@ class Storage:
         return f"checkpoint path {path} is outside {keep or 'the surviving storage'} on {provider}{why}"
 
 
-__all__ = ["Capabilities", "Capability", "NO_MOVE", "Storage", "StoragePath", "no", "yes"]
+__all__ = ["Capabilities", "Capability", "NO_MOVE", "SelfStop", "Storage", "StoragePath", "find_executable", "no",
+           "yes"]

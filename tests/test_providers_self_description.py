@@ -23,7 +23,7 @@ import pytest
 from costctl.checkpoint import ephemeral_storage_warning
 from costctl.config import Settings
 from costctl.errors import ConfigError
-from costctl.watch.instance import disarm_autostop, resolve_instance
+from costctl.watch.instance import resolve_instance
 from costctl_providers import errors as public_errors
 from costctl_providers import _http
 from costctl_providers.base import Capabilities, Capability, Provider
@@ -155,19 +155,28 @@ def test_outside_adapter_storage_drives_the_checkpoint_warning(lab):
     assert ephemeral_storage_warning("/home/me/ckpt/*.pt", hostname="n7", env={}, partitions=parts) is None
 
 
-def test_autostop_is_not_armed_when_the_provider_cannot_stop(lab, tmp_path, monkeypatch):
+def test_a_provider_that_cannot_stop_is_refused_unless_advise_only(lab, tmp_path, monkeypatch):
     monkeypatch.setenv("LAB_CLOUD_TOKEN", "lab-secret")
     prov = get_provider("lab", {}, data_dir=tmp_path)
     settings = Settings(instance={"provider": "lab", "id": "node-7"}, policies={"idle": {"action": "stop"}})
     said: list[str] = []
-    resolved = resolve_instance(settings, prov, say=said.append)
-    assert resolved.settings.policies.idle.action == "advise"
-    assert said == ["costctl: lab cannot stop instances (lab machines are shared and never powered off): "
-                    "autostop is not armed; [policies.idle], [policies.budget] will advise instead"]
-    # a provider that can stop keeps its stop policies
+    # the preflight asks the adapter's declarations: no stop through the API, no self-stop
+    with pytest.raises(ConfigError) as info:
+        resolve_instance(settings, prov, say=said.append)
+    assert info.value.exit_code == 2 and said == []
+    assert info.value.message == (
+        "refusing to watch lab instance node-7: costctl could not stop it. API: lab cannot stop instances "
+        "through its API (lab machines are shared and never powered off); self-stop: the instance is "
+        "stopped through the provider's API only. Fix one of them, or pass --advise-only for a watch "
+        "that stops nothing")
+    resolved = resolve_instance(settings, prov, say=said.append, advise_only=True)
+    assert resolved.route.kind == "none" and not resolved.route.stops and said == []
+    assert "the API could not: lab cannot stop instances" in resolved.route.detail
+    # a provider that can stop: the API route, the settings unchanged
     sim = SimProvider({}, data_dir=tmp_path / "sim")
-    same = disarm_autostop(settings, sim, say=said.append)
-    assert same is settings and len(said) == 1
+    ok = resolve_instance(Settings(policies={"idle": {"action": "stop"}}), sim, say=said.append)
+    assert ok.route.kind == "api" and str(ok.route) == "stop route: API (instance read)"
+    assert ok.settings.policies.idle.action == "stop"
 
 
 # ----------------------------------------------------------------------------- capabilities

@@ -51,6 +51,12 @@ def watch(
         str | None, typer.Option("--sample-interval", help="Override [watch] sample_interval, e.g. 1s, 10s.")
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Record decisions; stop nothing.")] = False,
+    advise_only: Annotated[
+        bool,
+        typer.Option("--advise-only", help="A watch that stops nothing: run without a stop route (no credential, "
+                     "no self-stop); every stop decision is advice, said at start, on the status line and in "
+                     "the summary."),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No messages of costctl's own except errors.")] = False,
     no_status: Annotated[bool, typer.Option("--no-status", help="No live status line.")] = False,
     resume: Annotated[
@@ -76,6 +82,10 @@ def watch(
 ) -> None:
     """Run COMMAND under watch: sample GPU use, parse the loss, accrue spend, apply the policies.
 
+    Before COMMAND starts, the watch proves it can stop this instance (an accepted API
+    credential, or a self-stop command on this very instance); otherwise it refuses with exit
+    status 2 and starts nothing, unless --advise-only is given.
+
     The job's output passes through unchanged and is copied into a per-run log. Exits with the
     job's exit status when the watch ends with the job. COMMAND may contain the placeholders
     {batch_size}, {accum_steps} and {checkpoint} (see --batch-size, --accum-steps, --resume).
@@ -92,6 +102,7 @@ def watch(
         loss_regex=loss_regex,
         metrics_file=metrics_file,
         dry_run=dry_run,
+        advise_only=advise_only,
         quiet=quiet,
         status_line=False if (no_status or not settings.watch.status_line) else None,
         resume=resume,

@@ -1,16 +1,28 @@
-"""Which instance a watch charges, at what price: resolved before the ledger is touched.
+"""Which instance a watch charges, at what price, and how it will be stopped: resolved
+before the ledger is touched.
 
 :func:`resolve_instance` asks the provider which instance this is and what it costs (falling
 back to ``[instance]`` in the configuration), so that a bad configuration raises before anything
-is recorded; a provider that cannot stop instances has its stop policies turned into advice
-there (:func:`disarm_autostop`). :func:`bring_up` then starts the instance where the watch needs it running, and
-returns the decisions to record once the ledger run exists.
+is recorded, and runs the **preflight**: a watch that may stop the instance proves first that a
+stop route exists (:func:`stop_route`):
+
+* the API: the provider can stop instances (``capabilities.stop``) and the read of this
+  instance just made was answered, so the credential is accepted; or
+* a self-stop: the instance can stop itself from inside and this process runs on it, with the
+  command executable here (the adapter's :meth:`~costctl_providers.base.Provider.self_stop_command`).
+
+Without either the watch refuses (:class:`~costctl.errors.ConfigError`, one line naming what is
+missing, exit status 2, nothing started), unless the user asked for a watch that stops nothing
+(``--advise-only``). A dry run refuses the same way: it rehearses the real watch.
+:func:`bring_up` then starts the instance where the watch needs it running (after the ledger is
+open), and returns the decisions to record once the ledger run exists.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from ..clock import Clock
 from ..config import Settings
@@ -20,6 +32,46 @@ from ..records import Decision
 from .options import WatchOptions
 
 from costctl_providers.base import Instance, Provider, Status
+from costctl_providers.errors import AuthError
+
+
+@dataclass(frozen=True)
+class StopRoute:
+    """How this watch would stop its instance, as the preflight found it.
+
+    Attributes:
+        kind: ``"api"`` (the provider's API, credential accepted), ``"self-stop"`` (a command
+            run on the instance itself) or ``"none"`` (``--advise-only``: nothing is stopped).
+        detail: what was found, one clause (``"credential accepted"``, the self-stop's reason,
+            or why neither route exists under ``--advise-only``).
+        argv: the self-stop command (``kind == "self-stop"``), else None.
+    """
+
+    kind: Literal["api", "self-stop", "none"]
+    detail: str
+    argv: tuple[str, ...] | None = None
+
+    @property
+    def stops(self) -> bool:
+        """Whether this watch may stop the instance (False under ``--advise-only``)."""
+        return self.kind != "none"
+
+    @property
+    def label(self) -> str:
+        """``API (credential accepted)``, ``self-stop via shutdown``, ``none (--advise-only)``."""
+        if self.kind == "api":
+            return f"API ({self.detail})"
+        if self.kind == "self-stop":
+            assert self.argv
+            return f"self-stop via {' '.join(self.argv)}"
+        return "none (--advise-only: nothing will be stopped)"
+
+    def __str__(self) -> str:
+        return f"stop route: {self.label}"
+
+    def as_evidence(self) -> dict[str, object]:
+        """JSON form for a decision's evidence."""
+        return {"kind": self.kind, "detail": self.detail, "argv": list(self.argv) if self.argv else None}
 
 
 @dataclass(frozen=True)
@@ -38,6 +90,7 @@ class ResolvedInstance:
         gpu_name: the GPU model (provider's, else ``[instance] gpu``; None when neither knows).
         billing: ``on-demand``, ``spot``... (the provider's, else ``[instance] billing``).
         gpu_count: GPUs on the instance.
+        route: how the instance will be stopped (the preflight's finding).
     """
 
     provider: Provider
@@ -48,39 +101,83 @@ class ResolvedInstance:
     gpu_name: str | None
     billing: str
     gpu_count: int
+    route: StopRoute
 
 
-def disarm_autostop(settings: Settings, provider: Provider, *, say: Callable[[str], None]) -> Settings:
-    """Settings whose stop policies only advise when ``provider`` cannot stop instances (its
-    ``capabilities.stop`` is absent), said in one line before the watch starts, instead of
-    found out when a stop is due. The same object when the provider can stop, or when no policy
-    would stop."""
+def _api_problem(provider: Provider, instance_id: str, inst: Instance | None,
+                 error: CostctlError | None) -> str | None:
+    """Why the provider's API is no stop route for this instance; None when it is one."""
     cap = provider.capabilities.stop
-    if cap:
-        return settings
-    policies = settings.policies
-    stopping = [name for name in type(policies).model_fields
-                if getattr(getattr(policies, name), "action", None) == "stop"]
-    if not stopping:
-        return settings
-    say(f"costctl: {provider.name} cannot stop instances ({cap.reason or 'not supported'}): autostop is not armed; "
-        f"{', '.join(f'[policies.{n}]' for n in stopping)} will advise instead")
-    update = {n: getattr(policies, n).model_copy(update={"action": "advise"}) for n in stopping}
-    return settings.model_copy(update={"policies": policies.model_copy(update=update)})
+    if not cap:
+        return f"{provider.name} cannot stop instances through its API ({cap.reason or 'not supported'})"
+    if inst is not None:
+        return None
+    assert error is not None
+    if isinstance(error, AuthError):
+        return f"the credential was rejected ({error.message})"
+    if isinstance(error, ConfigError):
+        return error.message  # no credential configured: the message says how to add one
+    return f"instance {instance_id} could not be read, so no credential is proven ({error.message})"
 
 
-def resolve_instance(settings: Settings, provider: Provider, *, say: Callable[[str], None]) -> ResolvedInstance:
-    """Resolve the instance this watch charges, its price per hour and currency.
+def stop_route(provider: Provider, instance_id: str, inst: Instance | None, error: CostctlError | None, *,
+               advise_only: bool = False) -> StopRoute:
+    """The preflight: prove that this watch can stop instance ``instance_id``.
+
+    Args:
+        provider: the adapter (its ``capabilities.stop`` and ``self_stop_command`` are asked;
+            nothing is run).
+        instance_id: the instance the watch charges.
+        inst: the instance as just read from the provider (the one cheap read that proves the
+            credential), or None when the read failed with ``error``.
+        error: why the read failed (None when it succeeded).
+        advise_only: the user asked for a watch that stops nothing.
+
+    Returns:
+        the API route when the provider can stop instances and the read succeeded; else the
+        self-stop route when this very instance can stop itself; else, with ``advise_only``,
+        the ``none`` route (its detail says what was missing). With ``advise_only`` the route
+        is always ``none``.
+
+    Raises:
+        ConfigError: no route and not ``advise_only``: one line naming what is missing and how
+            to fix it (exit status 2).
+    """
+    api = _api_problem(provider, instance_id, inst, error)
+    if advise_only:
+        found = "the API could stop it" if api is None else f"the API could not: {api}"
+        return StopRoute("none", f"requested with --advise-only ({found})")
+    if api is None:
+        return StopRoute("api", "credential accepted" if provider.credential_env else "instance read")
+    finder = getattr(provider, "self_stop_command", None)
+    self_stop = finder(instance_id) if callable(finder) else None
+    if self_stop:
+        return StopRoute("self-stop", self_stop.reason, tuple(self_stop.argv))
+    why_not = self_stop.reason if self_stop is not None else "the adapter declares no self-stop"
+    raise ConfigError(
+        f"refusing to watch {provider.name} instance {instance_id}: costctl could not stop it. "
+        f"API: {api}; self-stop: {why_not}. Fix one of them, or pass --advise-only for a watch "
+        "that stops nothing"
+    )
+
+
+def resolve_instance(settings: Settings, provider: Provider, *, say: Callable[[str], None],
+                     advise_only: bool = False) -> ResolvedInstance:
+    """Resolve the instance this watch charges, its price per hour and currency, and how it will
+    be stopped (:func:`stop_route`). Nothing is started and nothing is recorded.
 
     Args:
         settings: validated configuration (``[instance]``, ``[policies.budget]``).
-        provider: the provider adapter (its ``detect_self`` and ``get_instance`` are called).
+        provider: the provider adapter (its ``detect_self`` and ``get_instance`` are called,
+            ``get_instance`` once: the read that proves the credential).
         say: prints one of costctl's own lines (a fallback to the configured price, a currency
-            other than ``[instance] currency``).
+            other than ``[instance] currency``); nothing is said before a refusal.
+        advise_only: a watch that stops nothing (``--advise-only``): no stop route is needed.
 
     Raises:
-        ConfigError: no instance id (neither configured nor detected), or no price (the provider
-            reports none and ``[instance] price_per_hour`` is not set).
+        ConfigError: no instance id (neither configured nor detected), no price (the provider
+            reports none and ``[instance] price_per_hour`` is not set), or no stop route (and
+            not ``advise_only``).
         CostctlError: the provider could not be read and no price is configured to fall back on.
     """
     s = settings
@@ -90,14 +187,17 @@ def resolve_instance(settings: Settings, provider: Provider, *, say: Callable[[s
             f"instance.id is not set and provider '{provider.name}' cannot tell which instance "
             "this is: set [instance] id (or COSTCTL_INSTANCE__ID)"
         )
+    error: CostctlError | None = None
     try:
         inst: Instance | None = provider.get_instance(instance_id)
     except CostctlError as exc:
+        inst, error = None, exc
+    route = stop_route(provider, instance_id, inst, error, advise_only=advise_only)
+    if error is not None:
         if s.instance.price_per_hour is None:
-            raise
-        say(f"costctl: cannot read instance {instance_id} from {provider.name} ({exc.message}); "
+            raise error
+        say(f"costctl: cannot read instance {instance_id} from {provider.name} ({error.message}); "
             f"using the configured price")
-        inst = None
     if inst is not None and inst.price_per_hour is not None:
         rate = Money(inst.price_per_hour, inst.currency)
     elif s.instance.price_per_hour is not None:
@@ -116,7 +216,6 @@ def resolve_instance(settings: Settings, provider: Provider, *, say: Callable[[s
                 f"budget caps are read as {rate.currency}"
             )
         s = s.model_copy(update={"instance": s.instance.model_copy(update={"currency": rate.currency})})
-    s = disarm_autostop(s, provider, say=say)
     return ResolvedInstance(
         provider=provider,
         instance_id=instance_id,
@@ -126,6 +225,7 @@ def resolve_instance(settings: Settings, provider: Provider, *, say: Callable[[s
         gpu_name=(inst.gpu if inst else None) or s.instance.gpu,
         billing=inst.billing.value if inst else s.instance.billing,
         gpu_count=inst.gpu_count if inst else s.instance.gpu_count,
+        route=route,
     )
 
 

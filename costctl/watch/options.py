@@ -16,7 +16,10 @@ class WatchOptions:
             ``stop`` (stop the instance at once) or ``leave`` (end the watch, leave it running).
         loss_regex: overrides the built-in loss formats (named group ``loss``).
         metrics_file: read progress from this JSONL/CSV file instead of the output.
-        dry_run: record decisions, stop nothing.
+        dry_run: record decisions, stop nothing (the preflight still refuses a watch that could
+            not stop its instance: a dry run rehearses the real one).
+        advise_only: a watch that stops nothing, asked for explicitly: no stop route is needed
+            (the preflight does not refuse) and every stop decision is recorded as advice.
         quiet: no messages of costctl's own on stderr except errors (the child's bytes still pass).
         status_line: None = on when stderr is a terminal.
         resume: restart the command from the newest checkpoint under ``[checkpoint] path``
@@ -32,6 +35,7 @@ class WatchOptions:
     loss_regex: str | None = None
     metrics_file: Path | None = None
     dry_run: bool = False
+    advise_only: bool = False
     quiet: bool = False
     status_line: bool | None = None
     extra_env: dict[str, str] = field(default_factory=dict)

@@ -63,7 +63,7 @@ from ..summary import RunSummary
 from ..telemetry.cpu import MachineCpu, ProcessTreeCpu
 from ..telemetry.sampler import Sampler, detect_gpu_source
 from .command import prepare_command
-from .instance import bring_up, resolve_instance
+from .instance import StopRoute, bring_up, resolve_instance
 from .job import Job
 from .options import WatchOptions
 
@@ -132,6 +132,7 @@ class Watcher:
         self._state: RunState | None = None
         self._stopped_at: datetime | None = None
         self.provider: Provider | None = None
+        self.route: StopRoute | None = None
         self.ledger: Ledger | None = None
         self.recorder: DecisionRecorder | None = None
         self.job: Job | None = None
@@ -204,29 +205,45 @@ class Watcher:
             self.status.message(text)
 
     def start(self) -> None:
-        """Open the ledger, resolve the instance and its price, start the run and the child."""
+        """Start the watch, in this order: the provider and the instance with the preflight
+        (price, stop route: one read of the instance), the command, the ledger (opened,
+        migrated and written once), only then the instance is started where it must be
+        (:func:`~.instance.bring_up`), the ledger run, and the child. A refusal or a ledger that
+        cannot be opened leaves nothing started."""
         s = self.settings
-        data_dir = paths.data_dir(s.data_dir)
+        paths.data_dir(s.data_dir)  # a data dir that cannot be created fails first
         url = s.database_url or paths.default_database_url(s.data_dir)
-        # Resolve the provider and price before touching the ledger: a bad config changes nothing.
+        # Resolve the provider, the price and the stop route before touching the ledger: a bad
+        # config or a watch that could not stop its instance changes nothing.
         provider = self._provider or open_provider(s, clock=self.clock)
         self.provider = provider
-        resolved = resolve_instance(s, provider, say=self.say)
+        resolved = resolve_instance(s, provider, say=self.say, advise_only=self.options.advise_only)
         instance_id, inst = resolved.instance_id, resolved.instance
         rate, billing, gpu_count = resolved.rate, resolved.billing, resolved.gpu_count
+        route = self.route = resolved.route
         s = self.settings = resolved.settings
         batch, resume_from = prepare_command(self.options, s)
-        pending = bring_up(resolved, self.options, clock=self.clock, say=self.say)
 
+        # The ledger is opened and written before any instance is started.
         self.ledger = Ledger.open(url)
-        instance_pk = self.ledger.ensure_instance(
-            provider.name, instance_id, gpu=resolved.gpu_name, gpu_count=gpu_count, billing=billing,
-            price_per_hour=rate.amount, currency=rate.currency, region=inst.region if inst else None,
-        )
-        lost = self.ledger.close_lost_runs(instance_pk, host=socket.gethostname(), alive=watch_alive)
+        try:
+            instance_pk = self.ledger.ensure_instance(
+                provider.name, instance_id, gpu=resolved.gpu_name, gpu_count=gpu_count, billing=billing,
+                price_per_hour=rate.amount, currency=rate.currency, region=inst.region if inst else None,
+            )
+            lost = self.ledger.close_lost_runs(instance_pk, host=socket.gethostname(), alive=watch_alive)
+            pending = bring_up(resolved, self.options, clock=self.clock, say=self.say)
+        except BaseException:
+            self.ledger.close()
+            self.ledger = None
+            raise
         if lost:
             self.say(f"costctl: closed {len(lost)} earlier run(s) on this instance whose watch died "
                      f"without closing them ({', '.join(r[:8] for r in lost)}): status lost")
+        self.summary.stop_route = route.label
+        self.summary.advise_only = not route.stops
+        if not route.stops:
+            self.status.badge = "ADVISE-ONLY: nothing is stopped"
         self.started_at = self.clock.now()
         self.started_wall = time.time()
         stem = f"{self.started_at.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
@@ -257,6 +274,7 @@ class Watcher:
         self.executor = Executor(
             log=self.recorder, clock=self.clock, hooks=s.hooks, job=self.job, instances=provider, run=self,
             say=self.say, dry_run=self.options.dry_run, log_path=str(self.log_path),
+            advise_only=not route.stops, stop_route=route.label,
         )
         mtbf_s, mtbf_source = self._mtbf()
         self.lifecycle = Lifecycle(
@@ -267,6 +285,12 @@ class Watcher:
         )
         for decision, outcome in pending:
             self.recorder.record(decision, outcome)
+        if not route.stops:
+            self.recorder.record(Decision(
+                time=self.started_at, policy="advise-only", action=Action.WARN,
+                reason="this watch stops nothing: every stop (policies, budget caps, --on-exit stop, "
+                       f"a move to another card) is advice only; {route.detail}",
+                evidence={"stop_route": route.as_evidence()}, key="advise-only"), "warned")
         self._metrics = MetricsFileFollower(self.options.metrics_file) if self.options.metrics_file else None
         self._parsers = {
             "stdout": LineParser(self.options.loss_regex),
@@ -307,6 +331,7 @@ class Watcher:
             f"({gpu_name or 'unknown GPU'}, {rate.amount} {rate.currency}/h"
             f"{', ' + billing if billing == 'spot' else ''}); config {config}; log {self.log_path}"
         )
+        self.say(f"costctl: {route}" + (f" ({route.detail})" if route.kind == "self-stop" else ""))
         if resume_from:
             self.say(f"costctl: resuming from {resume_from}")
         if self.options.metrics_file is not None and not self.options.metrics_file.exists():
@@ -443,7 +468,7 @@ class Watcher:
         """Carry out one policy decision: ``downsize`` to the lifecycle controller, the rest to
         the executor; either way it is recorded once, by the recorder."""
         assert self.executor is not None and self.recorder is not None
-        if decision.action is Action.DOWNSIZE and self.lifecycle is not None:
+        if decision.action is Action.DOWNSIZE and self.lifecycle is not None and not self.executor.advise_only:
             recorded, outcome = self.lifecycle.downsize(decision)
             self.recorder.record(recorded, outcome, dry_run=self.options.dry_run,
                                  say=f"costctl {recorded.policy}: {recorded.reason} -> {outcome}")

@@ -4,14 +4,19 @@ An AutoDL container's hostname is ``autodl-container-<instance uuid>`` (what ``h
 prints in an AutoDL terminal), so costctl knows its own instance id without any API call.
 Running the container's ``shutdown`` command powers the instance off and stops GPU billing
 (AutoDL help, "实例内关机": ``shutdown`` in the terminal; ``/root/autodl-tmp`` survives).
+
+``$AUTODL_CONTAINER_HOSTNAME``, when set, is taken as the container's hostname instead of the
+kernel's: for costctl running where ``hostname`` prints something else than the AutoDL
+container's name (a nested container, a wrapper, a test that simulates a container).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 HOSTNAME_PREFIX = "autodl-container-"
 _HOSTNAME_RE = re.compile(r"^autodl-container-([A-Za-z0-9][A-Za-z0-9-]*)$")
@@ -42,6 +47,12 @@ def run_command(argv: Sequence[str]) -> int:
     return subprocess.run(list(argv), check=False, timeout=60).returncode
 
 
-def default_hostname() -> str:
-    """This machine's hostname (``socket.gethostname()``)."""
-    return socket.gethostname()
+#: Overrides the hostname the container is recognised by (see the module docstring).
+HOSTNAME_ENV = "AUTODL_CONTAINER_HOSTNAME"
+
+
+def default_hostname(env: Mapping[str, str] | None = None) -> str:
+    """This machine's hostname: ``$AUTODL_CONTAINER_HOSTNAME`` in ``env`` (default
+    ``os.environ``) when set, else ``socket.gethostname()``."""
+    override = (os.environ if env is None else env).get(HOSTNAME_ENV)
+    return override or socket.gethostname()

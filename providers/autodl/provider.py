@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -68,7 +69,8 @@ class AutoDLProvider(HttpProvider):
     ``[providers.autodl]`` table (:class:`~.config.AutoDLConfig`).
 
     Args (besides ``HttpProvider``'s):
-        hostname: returns this machine's hostname (tests inject one).
+        hostname: returns this machine's hostname (tests inject one; default
+            ``$AUTODL_CONTAINER_HOSTNAME`` of ``env``, else the kernel's).
         run_command: runs the shutdown command and returns its exit status (tests inject a
             recorder; the real one is never run in tests).
 
@@ -117,7 +119,7 @@ class AutoDLProvider(HttpProvider):
         **kwargs: Any,
     ) -> None:
         super().__init__(config, **kwargs)
-        self._hostname = hostname or container.default_hostname
+        self._hostname = hostname or (lambda: container.default_hostname(self._env))
         self._run_command = run_command or container.run_command
         self._pro_client: EnvelopeClient | None = None
         self._console_client: EnvelopeClient | None = None
@@ -394,8 +396,20 @@ class AutoDLProvider(HttpProvider):
         data = self.pro.call("POST", "/api/v1/dev/machine/region/gpu_stock", json=body, idempotent=True)
         return stock_from_payload(data, region=region_sign)
 
+    @classmethod
+    def config_from_instance(cls, instance: Mapping[str, Any]) -> dict[str, Any]:
+        """``[instance] self_stop`` (a command line) seeds ``shutdown_command``."""
+        if instance.get("self_stop"):
+            return {"shutdown_command": shlex.split(instance["self_stop"])}
+        return {}
+
+    def self_stop_argv(self) -> Sequence[str]:
+        """The container's ``shutdown_command`` (``[instance] self_stop``; default ``shutdown``)."""
+        return self.config.shutdown_command
+
     def detect_self(self) -> str | None:
-        """This container's instance uuid from its hostname ``autodl-container-<uuid>``, else None."""
+        """This container's instance uuid from its hostname ``autodl-container-<uuid>``
+        (``$AUTODL_CONTAINER_HOSTNAME`` when set), else None."""
         try:
             return container.instance_id_from_hostname(self._hostname())
         except OSError:
