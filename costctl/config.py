@@ -269,6 +269,24 @@ class HooksConfig(_Section):
     before_stop_timeout: Duration = timedelta(seconds=60)
 
 
+class StopConfig(_Section):
+    """``[stop]``: how a stop is carried through until the provider confirms it.
+
+    After a stop is sent, the instance's status is read every ``poll_interval``; while it still
+    reads running ``resend_interval`` after the last request, the stop is sent again (stop and
+    power-off are idempotent). A send that failed with a transient error (after the adapter's
+    own retries) is sent again after a backoff from ``poll_interval`` doubling up to
+    ``resend_interval``. When nothing is confirmed by ``deadline`` after the decision (or on a
+    permanent error: a rejected credential, a missing capability), the instance's self-stop is
+    tried where it has one (``[instance] self_stop``, an AutoDL container's ``shutdown``), else
+    the stop is recorded as failed and the watch exits with status 69.
+    """
+
+    poll_interval: Duration = timedelta(seconds=5)
+    resend_interval: Duration = timedelta(seconds=60)
+    deadline: Duration = timedelta(minutes=15)
+
+
 #: An ISO 4217 code, upper-cased ("cny" -> "CNY").
 Currency = Annotated[
     str, Field(pattern=r"^[A-Za-z]{3}$"), BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v)
@@ -331,6 +349,7 @@ class Settings(BaseSettings):
     watch: WatchConfig = WatchConfig()
     policies: PoliciesConfig = Field(default_factory=PoliciesConfig)  # type: ignore[valid-type]
     hooks: HooksConfig = HooksConfig()
+    stop: StopConfig = StopConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     preemption: PreemptionConfig = PreemptionConfig()
     downsize: DownsizeConfig = DownsizeConfig()

@@ -1,12 +1,16 @@
 """Carries out policy decisions: advise, warn, stop.
 
-Stops are deliberate: each one runs the ``before_stop`` hook (its failure is recorded and
-does not prevent the stop), ends the watched job (SIGTERM to its process group, SIGKILL after
-the grace period), stops the instance through the provider adapter, and records the decision
-with its reason, evidence (with the stop route the preflight found) and outcome. A second stop
-is a recorded no-op (idempotent). In dry-run mode nothing is stopped: the decision is recorded
-as what would have happened. In advise-only mode (``--advise-only``: the user asked for a watch
-that stops nothing) a stop decision is recorded as advice and nothing is done.
+Stops are deliberate: a stop decision is recorded at once (reason, evidence, the stop route the
+preflight found; outcome ``stop requested``) and becomes a :class:`~costctl.stopping.StopProcess`
+that runs off the tick: it runs the ``before_stop`` hook (its failure is recorded and does not
+prevent the stop), ends the watched job (SIGTERM to its process group, SIGKILL after the grace
+period), sends the stop through the provider adapter and reads the provider's own status until
+it reports the instance stopped (re-sending, escalating to the instance's self-stop, or
+failing; see :mod:`costctl.stopping`). Every state it reaches is stored as a stop event; when
+it ends, the decision's outcome says what really happened. A second stop is a recorded no-op
+(idempotent). In dry-run mode nothing is stopped: the decision is recorded as what would have
+happened. In advise-only mode (``--advise-only``: the user asked for a watch that stops
+nothing) a stop decision is recorded as advice and nothing is done.
 
 The ``before_stop`` hook runs in a process group of its own; when it outlives its timeout the
 whole group is ended (SIGTERM, SIGKILL after :data:`HOOK_KILL_GRACE_S`), so a hook's children
@@ -29,10 +33,11 @@ from dataclasses import replace
 from typing import Any
 
 from .clock import Clock
-from .config import HooksConfig
+from .config import HooksConfig, StopConfig
 from .errors import CostctlError
-from .protocols import DecisionLog, InstanceControl, JobControl, RunControl, StopResult
+from .protocols import DecisionLog, InstanceControl, JobControl, RunControl, StopLog, StopResult
 from .records import Action, Decision
+from .stopping import StopEvent, StopProcess, StopRoute, StopState
 
 #: Seconds between the SIGTERM and the SIGKILL sent to a timed-out before_stop hook's group.
 HOOK_KILL_GRACE_S = 2.0
@@ -52,8 +57,18 @@ class Executor:
         dry_run: record what would happen, stop nothing.
         log_path: the run's log file (the before_stop hook's output is appended to it).
         advise_only: stop nothing; a stop decision is recorded as advice (``--advise-only``).
-        stop_route: how the instance would be stopped (the preflight's label, e.g.
-            ``"API (credential accepted)"``), recorded in each stop decision's evidence.
+        route: how the instance will be stopped (the preflight's finding; default: the API),
+            recorded in each stop decision's evidence.
+        stop_log: stores each stop's history and its final outcome (the ledger); None: kept
+            in memory only.
+        stop_config: ``[stop]`` (how long and how often a stop is carried through).
+        before_self_stop: called just before a self-stop command runs (the watch flushes
+            its ledger: the machine may power off).
+
+    Attributes:
+        stop: the stop, once one was decided (None before); it goes on in :attr:`stopping`.
+        stopping: the :class:`~costctl.stopping.StopProcess` carrying it through (the watch
+            runs it in a thread of its own, or a simulated-clock driver steps it).
     """
 
     def __init__(
@@ -69,7 +84,10 @@ class Executor:
         dry_run: bool = False,
         log_path: str | None = None,
         advise_only: bool = False,
-        stop_route: str | None = None,
+        route: StopRoute | None = None,
+        stop_log: StopLog | None = None,
+        stop_config: StopConfig | None = None,
+        before_self_stop: Callable[[], None] | None = None,
     ) -> None:
         self.log = log
         self.clock = clock
@@ -81,8 +99,15 @@ class Executor:
         self.dry_run = dry_run
         self.log_path = log_path
         self.advise_only = advise_only
-        self.stop_route = stop_route
+        self.route = route or StopRoute("api", "instance read")
+        self.stop_log = stop_log
+        self.stop_config = stop_config or StopConfig()
+        self.before_self_stop = before_self_stop
         self.stop: StopResult | None = None
+        self.stopping: StopProcess | None = None
+        self._decision_id: Any = None
+        self._stop_parts: list[str] = []
+        self._log_failed = False
 
     def handle(self, decision: Decision) -> str:
         """Carry out ``decision`` and record it; returns the outcome text."""
@@ -107,11 +132,6 @@ class Executor:
                             f"would {would}: {decision.reason}")
         return outcome
 
-    def _stop_instance(self) -> str:
-        instance_id = self.run.state.instance_id
-        inst = self.instances.stop_instance(instance_id)
-        return f"instance {instance_id} on {self.instances.name} is {inst.status.value}"
-
     def _handle_stop(self, decision: Decision) -> str:
         if self.dry_run:
             outcome = "dry-run: would run before_stop, end the job and stop the instance"
@@ -119,33 +139,105 @@ class Executor:
                             say=f"costctl {decision.policy} (dry run): would stop: {decision.reason}")
             return outcome
         if self.stop is not None:
-            outcome = f"already stopped at {self.stop.time.isoformat()}"
+            outcome = (f"already stopped at {self.stop.time.isoformat()}" if self.stop.stopped
+                       else f"a stop decided at {self.stop.time.isoformat()} is {self.stop.state}")
             self.log.record(decision, outcome, say=False)
             return outcome
         self.say(f"costctl {decision.policy}: stopping: {decision.reason}")
+        now = self.clock.now()
+        evidence = {**decision.evidence, "stop_route": self.route.label}
+        recorded = self.log.record(replace(decision, evidence=evidence), "stop requested", say=False)
+        self._decision_id = getattr(recorded, "ledger_id", None)
+        self.stop = StopResult(time=now, outcome="stop requested")
+        self.stopping = StopProcess(
+            instances=self.instances, instance_id=self.run.state.instance_id, route=self.route,
+            clock=self.clock, config=self.stop_config, on_event=self._on_stop_event,
+            find_self_stop=self._find_self_stop, before_self_stop=self.before_self_stop,
+            prepare=self._prepare_stop, started_at=now,
+        )
+        return "stop requested"
+
+    def run_stop(self, *, max_steps: int = 10_000) -> StopResult | None:
+        """Carry the stop through here and now, stepping it until it ends (tests and callers
+        without a stop thread; on a simulated clock nothing waits). Returns :attr:`stop`."""
+        proc = self.stopping
+        steps = 0
+        while proc is not None and not proc.done and steps < max_steps:
+            proc.step()
+            steps += 1
+            if not proc.done and proc.next_at is not None and proc.next_at > self.clock.now():
+                advance = getattr(self.clock, "set", None)
+                if callable(advance):
+                    advance(proc.next_at)
+                else:
+                    time.sleep(max(0.0, (proc.next_at - self.clock.now()).total_seconds()))
+        return self.stop
+
+    def _find_self_stop(self) -> tuple[str, ...] | None:
+        """This instance's self-stop argv, where it has one (the adapter decides)."""
+        if self.route.kind == "self-stop" and self.route.argv:
+            return self.route.argv
+        finder = getattr(self.instances, "self_stop_command", None)
+        if not callable(finder):
+            return None
+        found = finder(self.run.state.instance_id)
+        return tuple(found.argv) if found else None
+
+    def _prepare_stop(self) -> str | None:
+        """First step of a stop (in the stop's thread): the before_stop hook, then the job."""
         hook = self._run_hook()
-        parts = []
+        assert self.stop is not None
+        self.stop.hook = hook
         if hook:
-            parts.append(f"before_stop {hook['result']}")
+            self._stop_parts.append(f"before_stop {hook['result']}")
         child_status = self.job.end() if self.job.running else None
         if child_status is not None:
-            parts.append(f"job ended (exit status {child_status})")
-        stop_time = self.clock.now()
+            self._stop_parts.append(f"job ended (exit status {child_status})")
+        return "; ".join(self._stop_parts) or None
+
+    def _on_stop_event(self, event: StopEvent) -> None:
+        """Store one step of the stop, say it, and once it ends, the decision's outcome."""
+        stop = self.stop
+        assert stop is not None
+        stop.state, stop.attempts, stop.detail = event.state.value, event.attempt, event.detail
+        self._store("record_stop_event", self.run.state.run_id, decision_id=self._decision_id, time=event.time,
+                    state=event.state.value, attempt=event.attempt, detail=event.detail)
+        name, iid = self.instances.name, self.run.state.instance_id
+        if event.state is StopState.CONFIRMED:
+            self.say(f"costctl: instance {iid} on {name} is stopped (confirmed by {name}; "
+                     f"{event.attempt} stop request(s))")
+        elif event.state is StopState.GONE:
+            self.say(f"costctl: instance {iid} on {name} is gone: {event.detail}")
+        elif event.state is StopState.SELF_STOP_SENT:
+            self.say(f"costctl: self-stop sent: {event.detail}")
+        elif event.state is StopState.FAILED:
+            self.say(f"costctl: STOP FAILED: instance {iid} on {name} may still be running and billing: "
+                     f"{event.detail}")
+        elif event.state is StopState.SENT:
+            self.say(f"costctl: stop request {event.attempt} sent to {name}: {event.detail}")
+        elif event.attempt:  # a retry or a re-send
+            self.say(f"costctl: stop: {event.detail}")
+        if event.state.terminal:
+            stop.ended_at = event.time
+            stop.outcome = "; ".join([*self._stop_parts, f"stop {event.state.value}: {event.detail}"])
+            proc = self.stopping
+            history = [e.as_dict() for e in proc.events] if proc is not None else [event.as_dict()]
+            extra: dict[str, Any] = {"stop": {"state": event.state.value, "attempts": event.attempt,
+                                              "history": history}}
+            if stop.hook:
+                extra["before_stop"] = stop.hook
+            self._store("set_decision_outcome", self._decision_id, stop.outcome, evidence=extra)
+
+    def _store(self, method: str, *args: Any, **kwargs: Any) -> None:
+        """Write through the stop log; a ledger that fails is said once and never ends the stop."""
+        if self.stop_log is None or (method == "set_decision_outcome" and self._decision_id is None):
+            return
         try:
-            parts.append(self._stop_instance())
+            getattr(self.stop_log, method)(*args, **kwargs)
         except CostctlError as exc:
-            parts.append(f"instance stop FAILED: {exc.message}")
-            self.say(f"costctl: could not stop the instance: {exc.message}")
-        outcome = "; ".join(parts)
-        evidence = dict(decision.evidence)
-        if hook:
-            evidence["before_stop"] = hook
-        if self.stop_route:
-            evidence.setdefault("stop_route", self.stop_route)
-        recorded = replace(decision, evidence=evidence)
-        self.log.record(recorded, outcome, say=f"costctl: {outcome}")
-        self.stop = StopResult(time=stop_time, outcome=outcome, hook=hook)
-        return outcome
+            if not self._log_failed:
+                self._log_failed = True
+                self.say(f"costctl: could not record the stop in the ledger ({exc.message}); the stop goes on")
 
     def _run_hook(self) -> dict[str, Any]:
         command = self.hooks.before_stop

@@ -12,6 +12,7 @@ one that builds and wires them (see ``docs/architecture.md``):
   satisfies it);
 * :class:`DecisionLog` — :class:`costctl.decisions.DecisionRecorder`, the one way to record;
 * :class:`Stopper` — the executor's stop, for the lifecycle's preemption stop;
+* :class:`StopLog` — where each stop's history (its states) is stored;
 * :class:`LifecycleLedger` — the checkpoint and waste rows of the ledger;
 * the clock is :class:`costctl.clock.Clock`.
 """
@@ -60,11 +61,42 @@ class RunState:
 
 @dataclass
 class StopResult:
-    """What a stop did: when, and the outcome text recorded with the decision."""
+    """What a stop did, as far as it got.
+
+    Attributes:
+        time: when the stop was decided (aware UTC).
+        outcome: the outcome text recorded with the decision (``"stop requested"`` until the
+            stop ends; then what the before_stop hook, the job and the provider did).
+        hook: the before_stop hook's result (empty when none ran).
+        state: the :class:`~costctl.stopping.StopState` value reached (``requested``,
+            ``sent``, ``confirmed``, ``gone``, ``self-stop sent``, ``failed``).
+        ended_at: when it reached its end (None while it goes on).
+        attempts: stop requests sent.
+        detail: the last event's detail (why it failed, what the provider reported).
+    """
 
     time: datetime
     outcome: str
     hook: dict[str, Any] = field(default_factory=dict)
+    state: str = "requested"
+    ended_at: datetime | None = None
+    attempts: int = 0
+    detail: str = ""
+
+    @property
+    def done(self) -> bool:
+        """The stop ended (confirmed, gone, self-stop sent or failed)."""
+        return self.ended_at is not None
+
+    @property
+    def stopped(self) -> bool:
+        """The instance was seen stopped or gone, or its self-stop was sent."""
+        return self.state in ("confirmed", "gone", "self-stop sent")
+
+    @property
+    def failed(self) -> bool:
+        """The stop ended without a confirmed (or self-stop-sent) stop."""
+        return self.state == "failed"
 
 
 class RunControl(Protocol):
@@ -141,11 +173,21 @@ class InstanceControl(Protocol):
 
     def get_instance(self, instance_id: str) -> Instance: ...
 
-    def stop_instance(self, instance_id: str) -> Instance: ...
+    def stop_instance(self, instance_id: str, *, wait: bool = True) -> Instance: ...
 
     def create_instance(self, gpu: str, *, gpu_count: int, billing: str, currency: str) -> Instance: ...
 
     def list_offers(self) -> list[Offer]: ...
+
+
+class StopLog(Protocol):
+    """Where a stop's history is stored (the ledger; :meth:`costctl.ledger.db.Ledger.record_stop_event`)."""
+
+    def record_stop_event(self, run_id: str, *, decision_id: Any, time: datetime, state: str, attempt: int,
+                          detail: str | None = None) -> Any: ...
+
+    def set_decision_outcome(self, decision_id: Any, outcome: str, *,
+                             evidence: dict[str, Any] | None = None) -> None: ...
 
 
 class DecisionLog(Protocol):
@@ -156,7 +198,8 @@ class DecisionLog(Protocol):
 
 
 class Stopper(Protocol):
-    """Carries out decisions; a stop is remembered (:class:`costctl.executor.Executor`)."""
+    """Carries out decisions; a stop is remembered (:class:`costctl.executor.Executor`): its
+    :attr:`stop` is set when the stop is decided and goes on (off the tick) until it ends."""
 
     stop: StopResult | None
 
@@ -179,4 +222,4 @@ class LifecycleLedger(Protocol):
 
 
 __all__ = ["DecisionLog", "InstanceControl", "JobControl", "LifecycleLedger", "RunControl", "RunState",
-           "Stopper", "StopResult"]
+           "StopLog", "Stopper", "StopResult"]

@@ -53,6 +53,10 @@ def iso_utc(value: datetime | None) -> str | None:
 
 
 def _export_value(name: str, value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        return [_export_value(name, v) for v in value]
+    if isinstance(value, dict):
+        return {k: _export_value(k, v) for k, v in value.items()}
     if isinstance(value, Decimal):
         # Spend and waste are computed (rate x seconds / 3600): rounded. Prices are stored exactly: as is.
         return money_text(value) if name in COMPUTED_MONEY else str(value)
@@ -93,7 +97,9 @@ def render_csv(rows: Sequence[Any], columns: Sequence[str]) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
     writer.writeheader()
-    writer.writerows(records(rows))
+    for row in records(rows):  # nested values (a stop's history) as JSON text in their cell
+        writer.writerow({k: json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v
+                         for k, v in row.items()})
     return buf.getvalue()
 
 
@@ -139,6 +145,13 @@ def _gpu_cell(gpu: str | None, count: int | None = None) -> str:
     return f"{count}x {name}" if count and count > 1 else name
 
 
+def _status_cell(r: Any) -> str:
+    return r.status if r.exit_code is None else f"{r.status} ({r.exit_code})"
+
+
+#: Run statuses shown in red on a terminal: the instance may still be billing.
+ALARM_STATUSES = frozenset({"stop failed"})
+
 Column = tuple[str, Callable[[Any], str], str]  # header, cell text, justify
 
 #: Columns hidden first, in this order, when the table does not fit a terminal.
@@ -157,7 +170,7 @@ def _columns(by: GroupBy, tz: ZoneInfo) -> list[Column]:
             ("GPU", lambda r: _gpu_cell(r.gpu, r.gpu_count), "left"),
             ("STARTED", lambda r: t(r.started_at), "left"),
             ("DURATION", lambda r: duration_cell(r.duration_s), "right"),
-            ("STATUS", lambda r: r.status if r.exit_code is None else f"{r.status} ({r.exit_code})", "left"),
+            ("STATUS", _status_cell, "left"),
             ("PRICE/h", lambda r: money_cell(r.price_per_hour, r.currency) + (" spot" if r.billing == "spot" else ""),
              "right"),
             ("WASTE", lambda r: money_cell(r.waste) if r.waste else "-", "right"),
@@ -211,7 +224,8 @@ def render_table(console: Console, by: GroupBy, rows: Sequence[Any], totals: dic
         footer = "TOTAL" if i == 0 else (total_text if i == len(columns) - 1 else "")
         table.add_column(header, justify=justify, footer=Text(footer), no_wrap=header in {"RUN", "SPEND"})  # type: ignore[arg-type]
     for row in rows:
-        table.add_row(*(Text(cell(row)) for _, cell, _ in columns))
+        alarm = getattr(row, "status", None) in ALARM_STATUSES
+        table.add_row(*(Text(cell(row)) for _, cell, _ in columns), style="bold red" if alarm else None)
     # Piped or redirected, rows are never wrapped; on a narrow terminal the least useful
     # columns are hidden first and nothing is cut short.
     print_table(table, droppable=DROPPABLE.get(by, ()), console=console)

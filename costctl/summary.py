@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .money import Money
 from .records import Decision, ProgressPoint, TelemetrySample
@@ -34,6 +35,8 @@ class RunSummary:
             (``"API (credential accepted)"``, ``"self-stop via shutdown"``); None when unknown.
         advise_only: the watch stopped nothing by request (``--advise-only``): stop decisions
             were advice.
+        stop: the watch's stop (:class:`costctl.protocols.StopResult`: its state, attempts,
+            outcome) when one was decided; None otherwise.
     """
 
     first_loss: float | None = None
@@ -56,6 +59,7 @@ class RunSummary:
     advice: list[str] = field(default_factory=list)
     stop_route: str | None = None
     advise_only: bool = False
+    stop: Any = None
     _util_sum: float = field(default=0.0, repr=False)
     _util_n: int = field(default=0, repr=False)
 
@@ -119,6 +123,11 @@ class RunSummary:
             "advice": list(self.advice),
             "stop_route": self.stop_route,
             "advise_only": self.advise_only,
+            "stop": None if self.stop is None else {
+                "state": self.stop.state, "attempts": self.stop.attempts, "outcome": self.stop.outcome,
+                "decided_at": self.stop.time.isoformat(),
+                "ended_at": self.stop.ended_at.isoformat() if self.stop.ended_at else None,
+            },
             "decisions": [
                 {"time": d.time.isoformat(), "policy": d.policy, "action": d.action, "reason": d.reason}
                 for d in self.decisions
@@ -128,6 +137,7 @@ class RunSummary:
     def print(self, run_id: str, currency: str, file: TextIO) -> None:
         """Render the summary as a small rich table on ``file`` (costctl's stderr)."""
         console = Console(file=file, highlight=False, markup=False, soft_wrap=True)
+        failed = self.stop is not None and not self.stop.stopped
         table = Table(title=f"costctl run {run_id[:8]}", show_header=False, title_justify="left")
         table.add_column("what")
         table.add_column("value")
@@ -162,6 +172,11 @@ class RunSummary:
                           f"({self.waste_s:.0f}s since the last checkpoint)")
         if len(self.run_ids) > 1:
             table.add_row("ledger runs", ", ".join(r[:8] for r in self.run_ids))
+        if self.stop is not None:
+            what = "stop failed" if failed else f"stop {self.stop.state}"
+            table.add_row("stop", Text(f"{what} after {self.stop.attempts} request(s): {self.stop.detail}"
+                                       + (" -- the instance may still be running and billing" if failed else ""),
+                                       style="bold red" if failed else ""))
         if self.decisions:
             groups: dict[tuple[str, str], list[Decision]] = {}
             for d in self.decisions:  # one row per policy and action; repeats are counted

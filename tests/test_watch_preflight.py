@@ -26,10 +26,11 @@ from costctl.clock import SimClock
 from costctl.config import HooksConfig, Settings, load_settings
 from costctl.errors import ConfigError
 from costctl.executor import Executor
-from costctl.ledger.schema import DecisionRow
+from costctl.ledger.schema import DecisionRow, StopEventRow
 from costctl.protocols import RunState
 from costctl.records import Action, Decision
 from costctl.statusline import StatusLine
+from costctl.stopping import StopRoute
 from costctl.summary import RunSummary
 from costctl.watch.instance import resolve_instance
 from costctl_providers.autodl import AutoDLProvider
@@ -172,8 +173,13 @@ def test_inside_a_simulated_container_the_self_stop_route_is_accepted(tmp_path):
     engine = create_engine(f"sqlite:///{tmp_path / 'costctl.db'}")
     with Session(engine) as s:
         stop = s.scalars(select(DecisionRow).where(DecisionRow.policy == "on-exit")).one()
-    assert stop.action == "stop" and "stopping" in stop.outcome
+        events = s.scalars(select(StopEventRow).order_by(StopEventRow.id)).all()
+    assert stop.action == "stop" and "stop self-stop sent" in stop.outcome
     assert stop.evidence["stop_route"] == "self-stop via shutdown"
+    assert stop.evidence["stop"]["state"] == "self-stop sent"
+    # recorded before the command ran, then what it did
+    assert [e.state for e in events][:2] == ["requested", "self-stop sent"] and events[-1].detail == "shutdown exited 0"
+    assert {e.decision_id for e in events} == {stop.id}
 
 
 def test_a_configured_self_stop_command_is_used(tmp_path):
@@ -404,17 +410,19 @@ def test_a_timed_out_before_stop_hook_has_its_whole_group_ended(tmp_path):
     hook = f"sleep 300 & echo $! > '{pid_file}'; wait"
     log = _Log()
     ex = Executor(log=log, clock=SimClock(T0), hooks=HooksConfig(before_stop=hook, before_stop_timeout="1s"),
-                  job=_NoJob(), instances=_Stops(), run=_Run(), say=lambda _: None, stop_route="API (instance read)")
-    outcome = ex.handle(Decision(time=T0, policy="idle", action=Action.STOP, reason="idle", key="idle"))
+                  job=_NoJob(), instances=_Stops(), run=_Run(), say=lambda _: None,
+                  route=StopRoute("api", "instance read"))
+    assert ex.handle(Decision(time=T0, policy="idle", action=Action.STOP, reason="idle", key="idle")) == "stop requested"
+    outcome = ex.run_stop().outcome
     assert "before_stop timed out after 1s (its process group was ended)" in outcome
-    assert "instance i-1 on fake is stopped" in outcome
+    assert "stop confirmed: fake reports instance i-1 stopped after 1 stop request(s)" in outcome
     grandchild = int(pid_file.read_text())
     deadline = time.monotonic() + 5
     while not _gone(grandchild) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _gone(grandchild), "the hook's grandchild outlived the timeout"
     [(recorded, _)] = log.rows
-    assert recorded.evidence["before_stop"]["ok"] is False
+    assert ex.stop.hook["ok"] is False
     assert recorded.evidence["stop_route"] == "API (instance read)"
 
 
@@ -424,7 +432,8 @@ def test_a_before_stop_hook_that_finishes_is_recorded(tmp_path):
                   instances=_Stops(), run=_Run(), say=lambda _: None, log_path=str(tmp_path / "run.log"))
     ex.handle(Decision(time=T0, policy="idle", action=Action.STOP, reason="idle", key="idle"))
     [(recorded, outcome)] = log.rows
-    assert outcome.startswith("before_stop succeeded")
-    assert recorded.evidence["before_stop"]["output_tail"] == "synced\n"
+    assert outcome == "stop requested"  # recorded at once; the hook runs in the stop's first step
+    assert ex.run_stop().outcome.startswith("before_stop succeeded")
+    assert ex.stop.hook["output_tail"] == "synced\n"
     assert "synced" in (tmp_path / "run.log").read_text()
     assert timedelta(seconds=60) == HooksConfig().before_stop_timeout

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from decimal import Decimal
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
@@ -26,7 +27,7 @@ from . import accrual
 from . import migrate as migrations
 from .engine import make_engine, parse_url, redact, translate_errors
 from .queries import charge_slices, sum_by_currency
-from .schema import CheckpointRow, DecisionRow, Instance, Progress, Run, Sample, WasteRow
+from .schema import CheckpointRow, DecisionRow, Instance, Progress, Run, Sample, StopEventRow, WasteRow
 
 
 def _aware(value: datetime, what: str) -> datetime:
@@ -272,6 +273,37 @@ class Ledger:
             key=decision.key or None,
         )
         with self._write("record a decision") as s:
+            s.add(row)
+            s.flush()
+            return row.id
+
+    def set_decision_outcome(self, decision_id: int, outcome: str, *,
+                             evidence: dict[str, Any] | None = None) -> None:
+        """Replace a stored decision's outcome, and add ``evidence`` keys to its evidence (a
+        stop's outcome is known only once the provider confirmed it, or it failed).
+
+        Raises:
+            LedgerError: no such decision, or the database cannot be written.
+        """
+        with self._write("record a decision's outcome") as s:
+            row = s.get(DecisionRow, decision_id)
+            if row is None:
+                raise LedgerError(f"no decision {decision_id} in the ledger")
+            row.outcome = outcome
+            if evidence:
+                row.evidence = {**(row.evidence or {}), **evidence}
+
+    def record_stop_event(self, run_id: str, *, decision_id: int | None, time: datetime, state: str,
+                          attempt: int, detail: str | None = None) -> int:
+        """Store one step of a stop (``state``: requested, sent, confirmed, gone, self-stop
+        sent, failed; ``attempt``: stop requests sent so far); returns its id.
+
+        Raises:
+            LedgerError: the database cannot be written.
+        """
+        row = StopEventRow(run_id=run_id, decision_id=decision_id, time=_aware(time, "stop event time"),
+                           state=state, attempt=attempt, detail=detail)
+        with self._write("record a stop event") as s:
             s.add(row)
             s.flush()
             return row.id

@@ -11,6 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import select
@@ -19,7 +20,7 @@ from sqlalchemy.orm import Session
 from ..clock import ensure_utc
 from ..money import cost_of
 from .lifecycle import waste_by_run
-from .schema import Charge, Instance, Run
+from .schema import Charge, Instance, Run, StopEventRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,9 @@ class RunBill:
     billing: str = "on-demand"
     waste_s: float = 0.0
     waste: Decimal = Decimal(0)
+    stop_state: str | None = None
+    stop_attempts: int | None = None
+    stop_history: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +199,7 @@ def bill_by_run(session: Session, since: datetime | None = None, until: datetime
     for c in session.scalars(select(Charge).order_by(Charge.start_at)):
         all_charges[c.run_id].append(c)
     wasted = waste_by_run(session, since, until)
+    stops = stop_history_by_run(session, {r.id for r in runs})
     rows: list[RunBill] = []
     for run in runs:
         charges = all_charges.get(run.id, [])
@@ -232,9 +237,25 @@ def bill_by_run(session: Session, since: datetime | None = None, until: datetime
                     billing=inst.billing,
                     waste_s=wasted[(run.id, currency)].seconds if (run.id, currency) in wasted else 0.0,
                     waste=wasted[(run.id, currency)].amount if (run.id, currency) in wasted else Decimal(0),
+                    stop_state=stops[run.id][-1]["state"] if run.id in stops else None,
+                    stop_attempts=max(e["attempt"] for e in stops[run.id]) if run.id in stops else None,
+                    stop_history=tuple(stops.get(run.id, ())),
                 )
             )
     return rows
+
+
+def stop_history_by_run(session: Session, run_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """Each run's stop events, oldest first: ``{"time", "state", "attempt", "detail"}`` dicts
+    (``time`` aware UTC) — the history of the stop decision of that run, if it had one."""
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    if not run_ids:
+        return out
+    stmt = select(StopEventRow).order_by(StopEventRow.run_id, StopEventRow.time, StopEventRow.id)
+    for ev in session.scalars(stmt):
+        if ev.run_id in run_ids:
+            out[ev.run_id].append({"time": ev.time, "state": ev.state, "attempt": ev.attempt, "detail": ev.detail})
+    return out
 
 
 def bill_by_instance(

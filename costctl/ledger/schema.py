@@ -17,6 +17,8 @@ Everything that costs or saves money leaves a row here:
 * ``checkpoints`` — checkpoint requests and their outcomes (saved, timed out, job exited).
 * ``waste`` — paid intervals whose work was lost (last checkpoint → preemption); a share of
   the charges, never added to them.
+* ``stop_events`` — the history of each stop: every state a stop decision went through
+  (requested, sent, confirmed, gone, self-stop sent, failed), with its attempt count and time.
 
 Money columns are :class:`~costctl.ledger.types.DecimalText`; times are
 :class:`~costctl.ledger.types.UTCDateTime` (aware UTC). The Alembic migrations in
@@ -273,5 +275,24 @@ class WasteRow(Base):
         return cost_of(self.rate_per_hour, self.end_at - self.start_at)
 
 
+class StopEventRow(Base):
+    """One step of a stop (:class:`costctl.stopping.StopEvent`): the ``state`` it reached
+    (``requested``, ``sent``, ``confirmed``, ``gone``, ``self-stop sent``, ``failed``), the number
+    of stop requests sent so far (``attempt``), when, and what was seen (``detail``: the
+    provider's status, an error, the self-stop command). ``decision_id`` is the stop decision it
+    belongs to (NULL when that decision could not be stored)."""
+
+    __tablename__ = "stop_events"
+    __table_args__ = (Index("ix_stop_events_run_id_time", "run_id", "time"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    decision_id: Mapped[int | None] = mapped_column(ForeignKey("decisions.id"))
+    time: Mapped[datetime] = mapped_column(UTCDateTime())
+    state: Mapped[str] = mapped_column(String(16))
+    attempt: Mapped[int] = mapped_column(Integer)
+    detail: Mapped[str | None] = mapped_column(Text)
+
+
 __all__ = ["Base", "Instance", "Run", "Sample", "Progress", "Charge", "DecisionRow", "CheckpointRow", "WasteRow",
-           "NAMING_CONVENTION"]
+           "StopEventRow", "NAMING_CONVENTION"]

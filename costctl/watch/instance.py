@@ -22,56 +22,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 from ..clock import Clock
 from ..config import Settings
 from ..errors import ConfigError, CostctlError
 from ..money import Money
 from ..records import Decision
+from ..stopping import StopRoute
 from .options import WatchOptions
 
 from costctl_providers.base import Instance, Provider, Status
 from costctl_providers.errors import AuthError
-
-
-@dataclass(frozen=True)
-class StopRoute:
-    """How this watch would stop its instance, as the preflight found it.
-
-    Attributes:
-        kind: ``"api"`` (the provider's API, credential accepted), ``"self-stop"`` (a command
-            run on the instance itself) or ``"none"`` (``--advise-only``: nothing is stopped).
-        detail: what was found, one clause (``"credential accepted"``, the self-stop's reason,
-            or why neither route exists under ``--advise-only``).
-        argv: the self-stop command (``kind == "self-stop"``), else None.
-    """
-
-    kind: Literal["api", "self-stop", "none"]
-    detail: str
-    argv: tuple[str, ...] | None = None
-
-    @property
-    def stops(self) -> bool:
-        """Whether this watch may stop the instance (False under ``--advise-only``)."""
-        return self.kind != "none"
-
-    @property
-    def label(self) -> str:
-        """``API (credential accepted)``, ``self-stop via shutdown``, ``none (--advise-only)``."""
-        if self.kind == "api":
-            return f"API ({self.detail})"
-        if self.kind == "self-stop":
-            assert self.argv
-            return f"self-stop via {' '.join(self.argv)}"
-        return "none (--advise-only: nothing will be stopped)"
-
-    def __str__(self) -> str:
-        return f"stop route: {self.label}"
-
-    def as_evidence(self) -> dict[str, object]:
-        """JSON form for a decision's evidence."""
-        return {"kind": self.kind, "detail": self.detail, "argv": list(self.argv) if self.argv else None}
 
 
 @dataclass(frozen=True)

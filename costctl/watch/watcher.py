@@ -63,7 +63,8 @@ from ..summary import RunSummary
 from ..telemetry.cpu import MachineCpu, ProcessTreeCpu
 from ..telemetry.sampler import Sampler, detect_gpu_source
 from .command import prepare_command
-from .instance import StopRoute, bring_up, resolve_instance
+from ..stopping import EXIT_STOP_FAILED, StopProcess, StopRoute, StopRunner
+from .instance import bring_up, resolve_instance
 from .job import Job
 from .options import WatchOptions
 
@@ -146,6 +147,8 @@ class Watcher:
         self._own_cpu = False
         self._spend_before = Decimal(0)  # spend of earlier ledger runs of this watch (same currency)
         self._tick_error_reported = False
+        self._threaded = False  # run(): the stop runs in a StopRunner thread; else step() steps it
+        self._stop_runner: StopRunner | None = None
 
     # ------------------------------------------------------------------ the run (RunControl)
     @property
@@ -160,9 +163,28 @@ class Watcher:
         return self._stopped_at
 
     def mark_stopped(self, when: datetime) -> None:
-        """A stop ended the watch at ``when``."""
+        """A stop ended the watch at ``when``. While the executor still carries a stop through
+        (:attr:`stopping`), the watch ends when that stop ends, not now (see :meth:`step`)."""
+        if self.stopping is not None:
+            return
         self._stopped_at = when
         self._done.set()
+
+    @property
+    def stopping(self) -> StopProcess | None:
+        """The stop being carried through (None when there is none, or once it ended)."""
+        proc = self.executor.stopping if self.executor is not None else None
+        return proc if proc is not None and not proc.done else None
+
+    def _before_self_stop(self) -> None:
+        """A self-stop is about to run (the machine may power off): accrue up to now."""
+        with self._lock:
+            if self.ledger is not None and self._state is not None:
+                try:
+                    run = self.state
+                    self.ledger.accrue(run.run_id, self.clock.now(), run.rate.amount, run.rate.currency)
+                except CostctlError:
+                    pass
 
     @property
     def run_id(self) -> str | None:
@@ -274,7 +296,8 @@ class Watcher:
         self.executor = Executor(
             log=self.recorder, clock=self.clock, hooks=s.hooks, job=self.job, instances=provider, run=self,
             say=self.say, dry_run=self.options.dry_run, log_path=str(self.log_path),
-            advise_only=not route.stops, stop_route=route.label,
+            advise_only=not route.stops, route=route, stop_log=self.ledger, stop_config=s.stop,
+            before_self_stop=self._before_self_stop,
         )
         mtbf_s, mtbf_source = self._mtbf()
         self.lifecycle = Lifecycle(
@@ -474,8 +497,16 @@ class Watcher:
                                  say=f"costctl {recorded.policy}: {recorded.reason} -> {outcome}")
         else:
             self.executor.handle(decision)
-        if self.executor.stop is not None:
-            self.mark_stopped(self.executor.stop.time)
+        self._start_stop_runner()
+
+    def _start_stop_runner(self) -> None:
+        """A stop was decided: in the live watch its process runs in a thread of its own (a
+        simulated-clock driver steps it from :meth:`step`)."""
+        proc = self.executor.stopping if self.executor is not None else None
+        if proc is None or not self._threaded or self._stop_runner is not None:
+            return
+        self._stop_runner = StopRunner(proc)
+        self._stop_runner.start()
 
     def tick(self, now: datetime | None = None) -> list[Decision]:
         """One evaluation: sample, accrue, evaluate policies, act. Returns the new decisions.
@@ -504,7 +535,9 @@ class Watcher:
                 self.ledger.record_progress(run.run_id, points)
             self.ledger.accrue(run.run_id, now, run.rate.amount, run.rate.currency)
             self._update_spend(now)
-            decisions = self.engine.evaluate(self.history, now)
+            # While a stop is carried through the policies rest: the stop is decided.
+            decisions = [] if self.executor is not None and self.executor.stop is not None \
+                else self.engine.evaluate(self.history, now)
             for decision in decisions:
                 self._act(decision)
             if sample is not None:
@@ -598,6 +631,7 @@ class Watcher:
                 self._safe_poll_notices, "interval", seconds=poll, next_run_time=datetime.now(timezone.utc),
                 max_instances=1, coalesce=True, misfire_grace_time=max(1, int(poll)), id="notices",
             )
+        self._threaded = True
         scheduler.start()
         exit_code = 0
         status = "running"
@@ -605,6 +639,8 @@ class Watcher:
             exit_code, status = self._loop()
         finally:
             scheduler.shutdown(wait=True)
+            if self._stop_runner is not None:
+                self._stop_runner.join(1.0)
             for s, h in old.items():
                 signal.signal(s, h)
             exit_code, status = self.finish(exit_code, status)
@@ -625,6 +661,8 @@ class Watcher:
         """
         if self._signal is not None:
             return self._on_signal()
+        if self.executor is not None and self.executor.stop is not None and self._stopped_at is None:
+            return self._stop_step()
         if self._stopped_at is None and self.lifecycle is not None:
             with self._lock:
                 try:
@@ -657,6 +695,31 @@ class Watcher:
             return self._after_exit(status)
         return None
 
+    def _stop_step(self) -> tuple[int, str] | None:
+        """A stop was decided: step it (simulated-clock drivers) and end the watch when it ends,
+        with the job's status when the instance was stopped, else :data:`EXIT_STOP_FAILED`."""
+        assert self.executor is not None and self.executor.stop is not None
+        proc = self.executor.stopping
+        if proc is not None and not proc.done:
+            if not self._threaded and proc.due():
+                proc.step()
+            if not proc.done:
+                text = f" costctl | {proc.describe()} "
+                if self.status.enabled and self.status.text != text:
+                    self.status.update(text)
+                return None
+        stop = self.executor.stop
+        self._stopped_at = stop.ended_at or self.clock.now()
+        self._done.set()
+        job = self.job
+        if job is not None and job.exists and job.status is None:
+            job.end()
+        self.summary.stop = stop
+        if not stop.stopped:
+            return EXIT_STOP_FAILED, "stop failed"
+        code = self.child_status if self.child_status is not None else 0
+        return code, "preempted" if self.lifecycle is not None and self.lifecycle.preempted else "stopped"
+
     def _after_exit(self, status: int) -> tuple[int, str] | None:
         """The command exited for good: ``--on-exit`` leave, stop or guard."""
         on_exit = self.options.on_exit
@@ -669,7 +732,7 @@ class Watcher:
                     reason=f"the command exited with status {status} and --on-exit stop is set",
                     evidence={"exit_status": status}, key="on-exit",
                 ))
-            if self._stopped_at is None:  # dry run
+            if self.executor is None or self.executor.stop is None:  # dry run, advise-only
                 return status, "completed" if status == 0 else "failed"
             return None
         self.say(
@@ -680,6 +743,15 @@ class Watcher:
 
     def _on_signal(self) -> tuple[int, str]:
         sig = self._signal or signal.SIGTERM
+        proc = self.stopping
+        if proc is not None:  # told to end while a stop is carried through: it failed
+            proc.cancel(f"the watch got {signal.Signals(sig).name}")
+            if self.job is not None and self.job.running:
+                self.job.end(sig)
+            assert self.executor is not None and self.executor.stop is not None
+            self._stopped_at = self.executor.stop.ended_at or self.clock.now()
+            self.summary.stop = self.executor.stop
+            return EXIT_STOP_FAILED, "stop failed"
         if self.job is not None and self.job.running:
             self.say(f"costctl: {signal.Signals(sig).name}: passing it to the job")
             status = self.job.end(sig)

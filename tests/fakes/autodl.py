@@ -136,6 +136,8 @@ class FakeAutoDL:
         self.created = 0
         self._lock = threading.RLock()
         self._delay_power_off: float = 0.0
+        #: A lying provider: power_off is answered success and nothing happens.
+        self.ignore_stops = False
         self._routes()
 
     # -- lifecycle --------------------------------------------------------------------
@@ -290,6 +292,8 @@ class FakeAutoDL:
                 return fail("RecordNotFoundError", "未查询到相关实例")
             if inst.item["status"] not in ("running", "starting"):
                 return fail("InstanceStatusNotAllowed", "当前实例状态不允许该操作")
+            if self.ignore_stops:
+                return ok(None)
             self._move(uuid, inst, "shutting_down", "shutdown")
             delay, self._delay_power_off = self._delay_power_off, 0.0
         reply = ok(None)

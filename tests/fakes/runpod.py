@@ -88,6 +88,8 @@ class FakeRunPod:
         self._lock = threading.RLock()
         self._op_faults: dict[str, list[Reply]] = {}
         self._op_delays: dict[str, float] = {}
+        #: A lying provider: podStop is answered success and the pod keeps running.
+        self.ignore_stops = False
         self.server.route("POST", "/graphql", self._graphql)
 
     def __enter__(self) -> "FakeRunPod":
@@ -192,6 +194,8 @@ class FakeRunPod:
                 pid = v.get("podId")
                 if pid not in self.pods:
                     return gql_error("Pod not found", op)
+                if op == "podStop" and self.ignore_stops:
+                    return Reply.json({"data": {"podStop": {"id": pid, "desiredStatus": "EXITED"}}})
                 if op == "podStop":
                     self._desire(pid, "EXITED", False)
                     return Reply.json({"data": {"podStop": {"id": pid, "desiredStatus": "EXITED"}}})

@@ -129,6 +129,8 @@ class FakeVast:
         self.balance = 27.36
         self.created = 0
         self._lock = threading.RLock()
+        #: A lying provider: a stop is answered success and nothing changes.
+        self.ignore_stops = False
         s = self.server
         s.route("GET", "/api/v0/instances/", self._list)
         s.route("GET", "/api/v0/instances/{id}/", self._show)
@@ -223,6 +225,8 @@ class FakeVast:
             if iid not in self.instances:
                 return Reply.json({"success": False, "error": "no_such_instance", "msg": "Instance not found"},
                                   status=404)
+            if state == "stopped" and self.ignore_stops:
+                return Reply.json({"success": True})
             if state:
                 self._change(iid, "intended_status", state)
                 if self.instances[iid]["actual_status"] != state:

@@ -1,0 +1,450 @@
+"""A stop carried through until the provider confirms it: :class:`StopProcess`.
+
+A stop decision does not end with a request that was answered. It is a recorded state machine
+(every transition is a :class:`StopEvent`, stored in the ledger's ``stop_events``)::
+
+    requested ──send──▶ sent ──status reads stopped──▶ confirmed
+        │  ▲              │ still running after resend_interval: send again (attempt n+1)
+        │  └─transient────┘ (the send failed after the adapter's own retries: backoff, send again)
+        ├─ 404 / not found ─────────────────────────▶ gone      (it no longer bills)
+        ├─ permanent error, or the deadline ─▶ self-stop sent   (where the instance can stop
+        │                                                        itself: recorded *before* it runs)
+        └────────────────────────────────────────────▶ failed   (reason)
+
+* **Transient** failures (HTTP 429/5xx, timeouts, connection resets, a transient error inside a
+  200: RunPod ``errors[]``, an AutoDL envelope code) are first retried by the adapter's own
+  HTTP layer (:mod:`costctl_providers._retry`, tenacity: exponential backoff with jitter,
+  Retry-After honoured up to a cap). One that outlasts those retries is sent again here after
+  a backoff from ``[stop] poll_interval`` doubling up to ``resend_interval``.
+* A stop **answered but not carried out** (the status still reads running ``resend_interval``
+  after the last request) is sent again on that schedule; once the status reads stopped the
+  process ends (a user who starts the instance again by hand is not stopped again).
+* **Permanent** errors (a rejected credential, a missing capability, another 4xx) end the API
+  route at once; so does ``[stop] deadline``. The next step is the instance's **self-stop**
+  (``[instance] self_stop``, an AutoDL container's ``shutdown``) where it has one; a self-stop
+  cannot be confirmed (the machine powers off under us), so ``self-stop sent`` is recorded
+  before the command runs. Without one the stop is **failed** and the watch says so and exits
+  with :data:`EXIT_STOP_FAILED`.
+
+The process never sleeps: :meth:`StopProcess.step` does one action and sets
+:attr:`StopProcess.next_at`; the live watch runs it in a thread of its own
+(:class:`StopRunner`), a simulated-clock test calls :meth:`~StopProcess.step` itself.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import TYPE_CHECKING, Literal
+
+from .clock import Clock
+from .errors import CostctlError
+
+if TYPE_CHECKING:
+    from costctl_providers.base import Instance, Provider
+
+    from .config import StopConfig
+
+#: The watch's exit status when it was to stop its instance and ended without a confirmed (or
+#: self-stop-sent) stop. 69 is ``EX_UNAVAILABLE`` of BSD ``sysexits.h`` ("a service is
+#: unavailable"): not 1 (an error of costctl's), not 2 (usage), and not a status a training
+#: job commonly exits with. It wins over the job's own exit status (which is in the summary
+#: and in ``costctl bill``).
+EXIT_STOP_FAILED = 69
+
+#: Seconds a self-stop command may run before it is given up on (it normally powers the
+#: machine off, or returns at once).
+SELF_STOP_TIMEOUT_S = 60.0
+
+
+class StopState(StrEnum):
+    """Where a stop is (the ``stop_events.state`` column)."""
+
+    REQUESTED = "requested"
+    SENT = "sent"
+    CONFIRMED = "confirmed"
+    GONE = "gone"
+    SELF_STOP_SENT = "self-stop sent"
+    FAILED = "failed"
+
+    @property
+    def terminal(self) -> bool:
+        """The stop is over (confirmed, gone, self-stop sent or failed)."""
+        return self in _TERMINAL
+
+    @property
+    def stopped(self) -> bool:
+        """The instance no longer bills, or the self-stop that ends it was sent."""
+        return self in (StopState.CONFIRMED, StopState.GONE, StopState.SELF_STOP_SENT)
+
+
+_TERMINAL = frozenset({StopState.CONFIRMED, StopState.GONE, StopState.SELF_STOP_SENT, StopState.FAILED})
+
+
+@dataclass(frozen=True)
+class StopRoute:
+    """How a watch would stop its instance, as the preflight found it.
+
+    Attributes:
+        kind: ``"api"`` (the provider's API, credential accepted), ``"self-stop"`` (a command
+            run on the instance itself) or ``"none"`` (``--advise-only``: nothing is stopped).
+        detail: what was found, one clause (``"credential accepted"``, the self-stop's reason,
+            or why neither route exists under ``--advise-only``).
+        argv: the self-stop command (``kind == "self-stop"``), else None.
+    """
+
+    kind: Literal["api", "self-stop", "none"]
+    detail: str
+    argv: tuple[str, ...] | None = None
+
+    @property
+    def stops(self) -> bool:
+        """Whether this watch may stop the instance (False under ``--advise-only``)."""
+        return self.kind != "none"
+
+    @property
+    def label(self) -> str:
+        """``API (credential accepted)``, ``self-stop via shutdown``, ``none (--advise-only)``."""
+        if self.kind == "api":
+            return f"API ({self.detail})"
+        if self.kind == "self-stop":
+            assert self.argv
+            return f"self-stop via {' '.join(self.argv)}"
+        return "none (--advise-only: nothing will be stopped)"
+
+    def __str__(self) -> str:
+        return f"stop route: {self.label}"
+
+    def as_evidence(self) -> dict[str, object]:
+        """JSON form for a decision's evidence."""
+        return {"kind": self.kind, "detail": self.detail, "argv": list(self.argv) if self.argv else None}
+
+
+@dataclass(frozen=True)
+class StopEvent:
+    """One transition of a stop.
+
+    Attributes:
+        time: when (aware UTC).
+        state: the state reached.
+        attempt: stop requests sent so far (API sends, plus the self-stop when it ran).
+        detail: one line: what was seen (the provider's status, the error, the command).
+    """
+
+    time: datetime
+    state: StopState
+    attempt: int
+    detail: str
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON form."""
+        return {"time": self.time.isoformat(), "state": self.state.value, "attempt": self.attempt,
+                "detail": self.detail}
+
+
+def _is_transient(exc: BaseException) -> bool:
+    return bool(getattr(exc, "transient", False))
+
+
+def _is_not_found(exc: BaseException) -> bool:
+    from costctl_providers.errors import NotFoundError
+
+    return isinstance(exc, NotFoundError)
+
+
+def _tries(exc: BaseException) -> str:
+    attempts = getattr(exc, "attempts", None)
+    return f" ({attempts} HTTP attempts)" if attempts and "attempt" not in str(exc) else ""
+
+
+def run_self_stop(argv: Sequence[str], *, timeout_s: float = SELF_STOP_TIMEOUT_S) -> str:
+    """Run a self-stop command (no shell); returns one line of what happened.
+
+    Raises:
+        CostctlError: it could not be started, timed out, or exited non-zero.
+    """
+    try:
+        done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s)
+    except FileNotFoundError:
+        raise CostctlError(f"self-stop {' '.join(argv)!r}: command not found") from None
+    except subprocess.TimeoutExpired:
+        raise CostctlError(f"self-stop {' '.join(argv)!r} did not return within {timeout_s:g}s") from None
+    except OSError as exc:
+        raise CostctlError(f"self-stop {' '.join(argv)!r} could not be started: {exc.strerror}") from None
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+        raise CostctlError(f"self-stop {' '.join(argv)!r} exited with status {done.returncode}"
+                           + (f": {tail[0][:200]}" if tail[0] else ""))
+    return f"{' '.join(argv)} exited 0"
+
+
+@dataclass
+class StopProcess:
+    """One stop of one instance, from request to its end (see the module docstring).
+
+    Args:
+        instances: the provider adapter (``name``, ``stop_instance(id, wait=False)``,
+            ``get_instance``; the executor's :class:`~costctl.protocols.InstanceControl`).
+        instance_id: the instance to stop.
+        route: the preflight's route: ``api`` sends through the provider, ``self-stop`` runs
+            ``route.argv`` at once.
+        clock: time source (aware UTC).
+        config: ``[stop]`` (poll_interval, resend_interval, deadline).
+        on_event: called with every :class:`StopEvent`, in order, before the next action
+            (the watch stores it and says it); it must not raise.
+        find_self_stop: where the API route fails, returns the self-stop argv of this very
+            instance (or None when it has none); None: no escalation.
+        before_self_stop: called after ``self-stop sent`` was passed to ``on_event`` and before
+            the command runs (the watch flushes its ledger: the machine may power off).
+        run_command: runs a self-stop argv (default :func:`run_self_stop`).
+        prepare: runs first, once, in :meth:`step` (the executor's before_stop hook and ending
+            the job), so that neither blocks the watch's tick; what it returns (one line) is
+            recorded as a ``requested`` event.
+
+    Attributes:
+        state / attempts / events: where it is, stop requests sent, the history.
+        next_at: when :meth:`step` should run next (None once terminal).
+        ended_at: when it reached its terminal state.
+        last_status: the provider's last status word seen.
+    """
+
+    instances: Provider
+    instance_id: str
+    route: StopRoute
+    clock: Clock
+    config: StopConfig
+    on_event: Callable[[StopEvent], None]
+    find_self_stop: Callable[[], Sequence[str] | None] | None = None
+    before_self_stop: Callable[[], None] | None = None
+    run_command: Callable[[Sequence[str]], str] = run_self_stop
+    prepare: Callable[[], str | None] | None = None
+    state: StopState = StopState.REQUESTED
+    attempts: int = 0
+    events: list[StopEvent] = field(default_factory=list)
+    next_at: datetime | None = None
+    ended_at: datetime | None = None
+    last_status: str | None = None
+    started_at: datetime | None = None
+    _last_sent_at: datetime | None = None
+    _send_failures: int = 0
+    _self_stop_tried: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _emit_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.started_at = self.started_at or self.clock.now()
+        self.next_at = self.started_at
+        self._emit(StopState.REQUESTED, f"stop of {self.instances.name} instance {self.instance_id} requested "
+                                        f"({self.route.label})")
+
+    # ------------------------------------------------------------------ state
+    @property
+    def done(self) -> bool:
+        """The stop reached a terminal state."""
+        return self.state.terminal
+
+    @property
+    def deadline(self) -> datetime:
+        """When the API route is given up on."""
+        assert self.started_at is not None
+        return self.started_at + self.config.deadline
+
+    def due(self, now: datetime | None = None) -> bool:
+        """Whether :meth:`step` has something to do at ``now``."""
+        return not self.done and self.next_at is not None and (now or self.clock.now()) >= self.next_at
+
+    def describe(self) -> str:
+        """One short clause for the status line (``stopping: sent (attempt 2), status running``)."""
+        status = f", status {self.last_status}" if self.last_status else ""
+        return f"stopping {self.instance_id}: {self.state.value} (attempt {self.attempts}){status}"
+
+    def _emit(self, state: StopState, detail: str) -> bool:
+        """Move to ``state`` and report it; False (nothing done) once the stop already ended
+        (e.g. cancelled from another thread while a provider call was in flight)."""
+        with self._emit_lock:
+            if self.state.terminal:
+                return False
+            now = self.clock.now()
+            self.state = state
+            if state.terminal:
+                self.ended_at = now
+                self.next_at = None
+            event = StopEvent(time=now, state=state, attempt=self.attempts, detail=detail)
+            self.events.append(event)
+            self.on_event(event)
+            return True
+
+    # ------------------------------------------------------------------ actions
+    def step(self) -> None:
+        """Do what is due: prepare, send, read the status, re-send, escalate. Never raises for a
+        provider failure (it becomes a state); never blocks longer than one provider call (with
+        its own retries) or the self-stop command."""
+        with self._lock:
+            if self.done:
+                return
+            if self.prepare is not None:
+                prepare, self.prepare = self.prepare, None
+                done = prepare()
+                if done:
+                    self._emit(StopState.REQUESTED, done)
+            if self.route.kind == "self-stop":
+                self._self_stop(self.route.argv or (), "the preflight chose the instance's self-stop")
+                return
+            now = self.clock.now()
+            if now >= self.deadline:
+                self._escalate(f"not confirmed {self.config.deadline.total_seconds():g}s after the decision "
+                               f"({self.attempts} stop request(s) sent"
+                               + (f", status still {self.last_status}" if self.last_status else "") + ")")
+                return
+            if self.state is StopState.REQUESTED:
+                self._send()
+            else:
+                self._check()
+
+    def cancel(self, reason: str) -> None:
+        """End an unfinished stop as failed (the watch was told to end: SIGTERM, Ctrl-C). Does
+        not wait for a provider call in flight: what it answers afterwards is not recorded, so a
+        stop is never claimed after the watch said it failed."""
+        self._emit(StopState.FAILED, f"{reason}, before the stop was confirmed "
+                                     f"({self.attempts} stop request(s) sent"
+                                     + (f", status {self.last_status}" if self.last_status else "") + ")")
+
+    def _send(self) -> None:
+        self.attempts += 1
+        try:
+            inst = self.instances.stop_instance(self.instance_id, wait=False)
+        except CostctlError as exc:
+            if _is_not_found(exc):
+                self._emit(StopState.GONE, f"the provider no longer knows the instance: {exc.message}")
+            elif _is_transient(exc):
+                self._send_failures += 1
+                backoff = self._backoff()
+                self._emit(StopState.REQUESTED, f"stop request {self.attempts} failed{_tries(exc)}: {exc.message}; "
+                                                f"sending it again in {backoff.total_seconds():.0f}s")
+                self.next_at = self.clock.now() + backoff
+            else:
+                self._escalate(f"stop request {self.attempts} refused{_tries(exc)}: {exc.message}")
+            return
+        self._last_sent_at = self.clock.now()
+        self._seen(inst, sent=True)
+
+    def _check(self) -> None:
+        try:
+            inst = self.instances.get_instance(self.instance_id)
+        except CostctlError as exc:
+            if _is_not_found(exc):
+                self._emit(StopState.GONE, f"the provider no longer knows the instance: {exc.message}")
+            elif _is_transient(exc):
+                self.next_at = self.clock.now() + self.config.poll_interval  # keep reading until the deadline
+            else:
+                self._escalate(f"reading the instance failed{_tries(exc)}: {exc.message}")
+            return
+        self._seen(inst, sent=False)
+
+    def _seen(self, inst: Instance, *, sent: bool) -> None:
+        from costctl_providers.base import Status
+
+        self.last_status = inst.status_raw or inst.status.value
+        word = inst.status.value + (f" ({inst.status_raw})" if inst.status_raw and inst.status_raw != inst.status.value else "")
+        if inst.status in (Status.STOPPED, Status.TERMINATED):
+            self._emit(StopState.CONFIRMED, f"{self.instances.name} reports instance {self.instance_id} {word} "
+                                            f"after {self.attempts} stop request(s)")
+            return
+        now = self.clock.now()
+        if sent:
+            self._emit(StopState.SENT, f"stop request {self.attempts} accepted; the instance is {word}")
+        elif (inst.status is not Status.STOPPING and self._last_sent_at is not None
+              and now - self._last_sent_at >= self.config.resend_interval):
+            self._emit(StopState.REQUESTED, f"the instance is still {word} "
+                                            f"{(now - self._last_sent_at).total_seconds():.0f}s after stop request "
+                                            f"{self.attempts}; sending it again")
+            self._send()
+            return
+        self.next_at = now + self.config.poll_interval
+
+    def _backoff(self) -> timedelta:
+        """``poll_interval`` × 2^(failures-1), capped at ``resend_interval``, ±10 % jitter."""
+        base = self.config.poll_interval.total_seconds() * 2 ** max(0, self._send_failures - 1)
+        capped = min(base, self.config.resend_interval.total_seconds())
+        return timedelta(seconds=capped * random.uniform(0.9, 1.1))
+
+    def _escalate(self, why: str) -> None:
+        argv = None
+        if not self._self_stop_tried and self.find_self_stop is not None:
+            try:
+                argv = self.find_self_stop()
+            except Exception:  # noqa: BLE001 - no self-stop is the answer then
+                argv = None
+        if argv:
+            self._self_stop(argv, f"API route ended: {why}")
+            return
+        self._emit(StopState.FAILED, f"{why}; no self-stop route for this instance")
+
+    def _self_stop(self, argv: Sequence[str], why: str) -> None:
+        self._self_stop_tried = True
+        self.attempts += 1
+        # Recorded before it runs: the machine may power off before anything else is written.
+        if not self._emit(StopState.SELF_STOP_SENT, f"{why}; running {' '.join(argv)} "
+                                                    "(a self-stop cannot be confirmed)"):
+            return
+        if self.before_self_stop is not None:
+            self.before_self_stop()
+        try:
+            result = self.run_command(argv)
+        except CostctlError as exc:
+            with self._emit_lock:  # the command did not even run to completion: not a stop
+                self.state = StopState.REQUESTED
+                self._emit(StopState.FAILED, f"{why}; {exc.message}")
+            return
+        with self._emit_lock:
+            event = StopEvent(time=self.clock.now(), state=self.state, attempt=self.attempts, detail=result)
+            self.events.append(event)
+            self.on_event(event)
+
+
+class StopRunner:
+    """Runs a :class:`StopProcess` to its end in a daemon thread of its own, so a slow
+    provider never blocks the watch's tick or its signal handling.
+
+    Args:
+        process: the stop.
+        wake_s: the longest real wait between two looks at :attr:`StopProcess.next_at`.
+    """
+
+    def __init__(self, process: StopProcess, *, wake_s: float = 0.2) -> None:
+        self.process = process
+        self._wake = threading.Event()
+        self._wake_s = wake_s
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="costctl-stop", daemon=True)
+
+    def start(self) -> None:
+        """Start the thread."""
+        self.thread.start()
+
+    def _run(self) -> None:
+        proc = self.process
+        try:
+            while not proc.done:
+                if proc.due():
+                    proc.step()
+                    continue
+                left = (proc.next_at - proc.clock.now()).total_seconds() if proc.next_at else self._wake_s
+                self._wake.wait(max(0.0, min(self._wake_s, left)))
+        except BaseException as exc:  # noqa: BLE001 - a bug must still end the stop, as failed
+            self.error = exc
+            proc.cancel(f"internal error in the stop thread: {type(exc).__name__}: {exc}")
+
+    def join(self, timeout_s: float | None = None) -> None:
+        """Wait for the thread to end."""
+        self._wake.set()
+        self.thread.join(timeout_s)
+
+
+__all__ = ["EXIT_STOP_FAILED", "SELF_STOP_TIMEOUT_S", "StopEvent", "StopProcess", "StopRoute", "StopRunner",
+           "StopState", "run_self_stop"]
