@@ -204,6 +204,15 @@ class Child:
         except ProcessLookupError:
             return False
 
+    def kill(self) -> int:
+        """SIGKILL the whole process group at once (the root and every straggler), reap the
+        root and drain its output (at most 2 s); returns the root's exit status (137 when the
+        SIGKILL ended it, its own status when it had exited already). Never blocks on the child."""
+        self.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self.drain(timeout=2)
+        return exit_status(self.proc.returncode)
+
     def terminate(self, grace_s: float, first_signal: int = signal.SIGTERM) -> int:
         """Signal the process group (SIGTERM by default), wait ``grace_s`` seconds, then SIGKILL.
 

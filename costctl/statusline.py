@@ -11,11 +11,27 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from datetime import datetime, tzinfo
 
 from rich.console import Console
 from rich.text import Text
 
 _ERASE = "\r\x1b[2K"
+
+
+def countdown(progress: str, at: datetime, now: datetime, tz: tzinfo, *, would: bool = False) -> str:
+    """The status line's countdown to a pending stop: ``"idle 25m of 30m — stopping at 14:05"``.
+
+    Args:
+        progress: how far along the policy is (``Pending.progress``).
+        at / now: aware datetimes: when the stop fires, and now.
+        tz: the zone the time is shown in (``[watch] timezone``); ``HH:MM``, with the date
+            (``2026-06-02 14:05``) when that is not today there.
+        would: the watch stops nothing (``--advise-only``, ``--dry-run``): "would stop at".
+    """
+    local = at.astimezone(tz)
+    when = local.strftime("%H:%M") if local.date() == now.astimezone(tz).date() else local.strftime("%Y-%m-%d %H:%M")
+    return f"{progress} — {'would stop' if would else 'stopping'} at {when}"
 
 
 class StatusLine:

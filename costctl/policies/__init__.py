@@ -10,7 +10,7 @@ in, so a recorded trace replays deterministically. Third-party policies register
 """
 
 from .base import (
-    DEFAULT_ORDER, POLICIES, Policy, PolicyConfig, PolicyContext, PolicySpec, register, registrations, unregister,
+    DEFAULT_ORDER, POLICIES, Pending, Policy, PolicyConfig, PolicyContext, PolicySpec, register, registrations, unregister,
 )
 from .budget import BudgetConfig, BudgetPolicy
 from .divergence import DivergenceConfig, DivergencePolicy
@@ -22,7 +22,7 @@ from .registry import ENTRY_POINT_GROUP, discover_policies, known_policies, poli
 from .stall import StallConfig, StallPolicy
 
 __all__ = [
-    "POLICIES", "DEFAULT_ORDER", "Policy", "PolicyConfig", "PolicyContext", "PolicySpec", "register",
+    "POLICIES", "DEFAULT_ORDER", "Pending", "Policy", "PolicyConfig", "PolicyContext", "PolicySpec", "register",
     "registrations", "unregister", "ENTRY_POINT_GROUP", "discover_policies", "known_policies",
     "policies_model", "History", "PolicyEngine",
     "IdleConfig", "IdlePolicy", "SampleVerdict", "classify_sample", "StallConfig", "StallPolicy",

@@ -92,6 +92,23 @@ class PolicyContext:
                    currency=instance.currency.upper(), total_steps=watch.total_steps)
 
 
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """An action a policy will take if nothing changes (a countdown for the status line).
+
+    Attributes:
+        policy: the policy's name.
+        action: what it will do then (``"stop"``, ``"advise"``: its configured action).
+        at: aware UTC time it fires at, if the trend holds (idle stays idle, the rate is charged on).
+        progress: a short text of how far along it is, e.g. ``"idle 25m of 30m"``.
+    """
+
+    policy: str
+    action: str
+    at: datetime
+    progress: str
+
+
 class Policy:
     """Base class of the policies.
 
@@ -141,6 +158,13 @@ class Policy:
         """
         found = self.decisions(history, now)
         return found[-1] if found else None
+
+    def pending(self, history: History, now: datetime) -> Pending | None:
+        """The action this policy will take later if nothing changes, or None (the default:
+        a policy that cannot tell). Called on every tick after :meth:`decisions`, so it must be
+        cheap (no rescans of the history); it never decides anything. Returns None once the
+        action is due (``at <= now``): then :meth:`decisions` reports it."""
+        return None
 
     def decisions(self, history: History, now: datetime) -> list[Decision]:
         """All decisions reached at ``now`` (what the engine calls)."""
@@ -233,5 +257,5 @@ def iso(when: datetime) -> str:
     return ensure_utc(when).isoformat().replace("+00:00", "Z")
 
 
-__all__ = ["Policy", "PolicyConfig", "PolicyContext", "PolicySpec", "POLICIES", "DEFAULT_ORDER",
+__all__ = ["Pending", "Policy", "PolicyConfig", "PolicyContext", "PolicySpec", "POLICIES", "DEFAULT_ORDER",
            "register", "unregister", "registrations", "iso"]

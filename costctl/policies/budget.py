@@ -18,7 +18,7 @@ two currencies are never compared without an explicit exchange rate.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, time, timedelta
 from decimal import Decimal
 from typing import ClassVar
 from zoneinfo import ZoneInfo
@@ -30,8 +30,12 @@ from ..config_types import Action, MoneyAmount
 from ..errors import PolicyError
 from ..money import Money
 from ..records import Decision
-from .base import Policy, PolicyConfig, PolicyContext, register
+from .base import Pending, Policy, PolicyConfig, PolicyContext, register
 from .history import History
+
+
+#: How far ahead a projected ``total`` cap counts as pending (a cap days away is no countdown).
+TOTAL_HORIZON = timedelta(hours=24)
 
 
 class BudgetConfig(PolicyConfig):
@@ -90,6 +94,34 @@ class BudgetPolicy(Policy):
                 found.append(decision)
         return found
 
+    def pending(self, history: History, now: datetime) -> Pending | None:
+        """The cap the spend reaches first at the current rate (``History.rate`` charged on),
+        when it does so soon enough to matter: the ``daily`` cap before the day ends in
+        ``[watch] timezone`` (it starts afresh then), the ``total`` cap within
+        :data:`TOTAL_HORIZON`. Text ``"daily budget 18.20 of 20 USD"``. None without a rate,
+        with a zero rate, with a spend or rate in another currency (:meth:`decisions` says so),
+        or once a cap is reached."""
+        now = ensure_utc(now)
+        rate = history.rate
+        if rate is None or rate.amount <= 0 or rate.currency != self.currency:
+            return None
+        local = now.astimezone(self.tz)
+        midnight = datetime.combine(local.date() + timedelta(days=1), time(0), tzinfo=self.tz)
+        best: Pending | None = None
+        for cap_name, cap, spend, horizon in (
+                ("total", self.config.total, history.spend_total, now + TOTAL_HORIZON),
+                ("daily", self.config.daily, history.spend_today, ensure_utc(midnight))):
+            if cap is None or spend is None or spend.currency != self.currency or spend.amount >= cap:
+                continue
+            hours = (cap - spend.amount) / rate.amount
+            at = now + timedelta(seconds=float(hours * 3600))
+            if at > horizon or (best is not None and best.at <= at):
+                continue
+            spent = spend.amount.quantize(Decimal("0.01"))
+            best = Pending(policy=self.name, action=self.action, at=at,
+                           progress=f"{cap_name} budget {spent} of {cap} {self.currency}")
+        return best
+
     def evaluate(self, history: History, now: datetime) -> Decision | None:
         """The most severe decision of :meth:`decisions` (an ``act`` before a ``warn``)."""
         found = self.decisions(history, now)
@@ -136,4 +168,4 @@ class BudgetPolicy(Policy):
         return Decision(time=now, policy=self.name, action=action, reason=reason, evidence=evidence, key=key)
 
 
-__all__ = ["BudgetConfig", "BudgetPolicy"]
+__all__ = ["BudgetConfig", "BudgetPolicy", "TOTAL_HORIZON"]

@@ -19,7 +19,7 @@ from typing import Any
 from ..clock import ensure_utc
 from ..errors import ConfigError
 from ..records import Decision
-from .base import Policy, PolicyContext
+from .base import Pending, Policy, PolicyContext
 from .history import History
 from .registry import known_policies, load_builtin_policies, registrations
 
@@ -124,6 +124,27 @@ class PolicyEngine:
                 self._seen.add(decision.key)
                 new.append(decision)
         return new
+
+    def next_stop(self, history: History, now: datetime) -> Pending | None:
+        """The nearest pending ``stop`` of the enabled policies (:meth:`Policy.pending`), or None.
+
+        Call it after :meth:`evaluate` at the same ``now``: the policies then read nothing new,
+        so it costs a few comparisons. A policy whose ``pending`` raises is left out (its
+        evaluation failures are reported by :meth:`evaluate`)."""
+        now = ensure_utc(now)
+        nearest: Pending | None = None
+        for policy in self.policies:
+            if policy.name in self.failures:
+                continue
+            try:
+                found = policy.pending(history, now)
+            except Exception:  # noqa: BLE001 - a countdown is never worth breaking a tick for
+                continue
+            if found is None or found.action != "stop" or found.at <= now:
+                continue
+            if nearest is None or found.at < nearest.at:
+                nearest = found
+        return nearest
 
 
 __all__ = ["PolicyEngine"]

@@ -47,7 +47,7 @@ from pydantic import Field
 
 from ..config_types import Action, Percent, Window
 from ..records import Decision, SignalStatus, TelemetrySample
-from .base import Policy, PolicyConfig, PolicyContext, iso, register
+from .base import Pending, Policy, PolicyConfig, PolicyContext, iso, register
 from .history import History
 
 
@@ -129,6 +129,13 @@ def fmt_duration(td: timedelta) -> str:
     return "".join(parts)
 
 
+def fmt_span(td: timedelta) -> str:
+    """A countdown's coarse duration: whole minutes from one minute on (``25m``, ``1h5m``),
+    whole seconds below it (``42s``); a negative span reads ``0s``."""
+    secs = max(0, int(td.total_seconds()))
+    return fmt_duration(timedelta(seconds=secs - secs % 60 if secs >= 60 else secs))
+
+
 @register
 class IdlePolicy(Policy):
     """Autostop when every present signal stayed idle for ``time_window`` (``[policies.idle]``).
@@ -201,6 +208,17 @@ class IdlePolicy(Policy):
             if history.last_progress_at > start:
                 start = history.last_progress_at
         return start
+
+    def pending(self, history: History, now: datetime) -> Pending | None:
+        """While an idle stretch runs: it fires at its start + ``time_window`` (O(1): the
+        stretch is tracked incrementally). Text ``"idle 25m of 30m"``."""
+        now = ensure_utc(now)
+        since = self.idle_since(history, now)
+        window = self.config.time_window
+        if since is None or window is None or since + window <= now:
+            return None
+        return Pending(policy=self.name, action=self.action, at=since + window,
+                       progress=f"idle {fmt_span(now - since)} of {fmt_span(window)}")
 
     def evaluate(self, history: History, now: datetime) -> Decision | None:
         """A ``stop`` (or ``advise``) decision when the window ``[now - W, now]`` is idle."""
@@ -279,4 +297,4 @@ class IdlePolicy(Policy):
                         evidence=evidence, key=f"idle:{iso(since)}")
 
 
-__all__ = ["IdleConfig", "IdlePolicy", "SampleVerdict", "classify_sample", "fmt_duration"]
+__all__ = ["IdleConfig", "IdlePolicy", "SampleVerdict", "classify_sample", "fmt_duration", "fmt_span"]

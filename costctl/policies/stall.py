@@ -19,9 +19,9 @@ from pydantic import Field
 from ..clock import ensure_utc
 from ..config_types import Action, Window
 from ..records import Decision
-from .base import Policy, PolicyConfig, PolicyContext, iso, register
+from .base import Pending, Policy, PolicyConfig, PolicyContext, iso, register
 from .history import History, finite_or_text
-from .idle import fmt_duration
+from .idle import fmt_duration, fmt_span
 
 
 class StallConfig(PolicyConfig):
@@ -52,6 +52,21 @@ class StallPolicy(Policy):
     def from_config(cls, config: StallConfig, context: PolicyContext) -> StallPolicy | None:
         """None when ``stall_window`` is off."""
         return cls(config) if config.stall_window is not None else None
+
+    def pending(self, history: History, now: datetime) -> Pending | None:
+        """Once the running job has been silent for half of ``stall_window`` (sooner it is just
+        between two log lines): it fires at its last progress + ``stall_window``. Text
+        ``"no progress for 16m of 30m"``."""
+        now = ensure_utc(now)
+        window = self.config.stall_window
+        last_at = history.last_progress_at
+        if window is None or history.child_running is not True or last_at is None or last_at > now:
+            return None
+        at = last_at + window
+        if at <= now or now - last_at < window / 2:
+            return None
+        return Pending(policy=self.name, action=self.action, at=at,
+                       progress=f"no progress for {fmt_span(now - last_at)} of {fmt_span(window)}")
 
     def evaluate(self, history: History, now: datetime) -> Decision | None:
         """A decision when the child runs and its last progress is ``stall_window`` old or older."""

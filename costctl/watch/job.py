@@ -90,6 +90,19 @@ class Job:
         self.status = self.child.terminate(self.grace_s) if sig is None else self.child.terminate(self.grace_s, sig)
         return self.status
 
+    def signal(self, sig: int) -> bool:
+        """Send ``sig`` to the command's process group and return at once (the caller watches
+        it end; :meth:`kill` ends it for good); False when there is no command or it is gone."""
+        return self.child.send_signal(sig) if self.child is not None else False
+
+    def kill(self) -> int | None:
+        """SIGKILL the command's whole process group now and reap it; returns its exit status
+        (137 when the SIGKILL ended it; None without a command)."""
+        if self.child is None:
+            return None
+        self.status = self.child.kill()
+        return self.status
+
     def wait(self) -> int:
         """Reap the exited command; returns its exit status."""
         assert self.child is not None

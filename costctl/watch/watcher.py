@@ -58,7 +58,7 @@ from ..progress.lines import LineParser
 from ..progress.metrics_file import MetricsFileFollower
 from ..protocols import RunState
 from ..records import Action, BatchPlan, Decision, ProgressPoint, TelemetrySample
-from ..statusline import StatusLine
+from ..statusline import StatusLine, countdown
 from ..summary import RunSummary
 from ..telemetry.cpu import MachineCpu, ProcessTreeCpu
 from ..telemetry.sampler import Sampler, detect_gpu_source
@@ -128,7 +128,10 @@ class Watcher:
         self._progress_q: queue.SimpleQueue[ProgressPoint] = queue.SimpleQueue()
         self._lock = threading.RLock()
         self._done = threading.Event()
-        self._signal: int | None = None
+        self._signal: int | None = None  # the latest SIGINT/SIGTERM received
+        self._signals = 0  # how many were received (a second one while the job ends kills it)
+        # (signal, self._signals when it was passed to the job, monotonic deadline) while the job ends:
+        self._ending: tuple[int, int, float] | None = None
         # Set by start():
         self._state: RunState | None = None
         self._stopped_at: datetime | None = None
@@ -535,9 +538,10 @@ class Watcher:
                 self.ledger.record_progress(run.run_id, points)
             self.ledger.accrue(run.run_id, now, run.rate.amount, run.rate.currency)
             self._update_spend(now)
-            # While a stop is carried through the policies rest: the stop is decided.
-            decisions = [] if self.executor is not None and self.executor.stop is not None \
-                else self.engine.evaluate(self.history, now)
+            # While a stop is carried through the policies rest (the stop is decided), and while
+            # the job ends on the user's Ctrl-C (the user decided).
+            resting = self._ending is not None or (self.executor is not None and self.executor.stop is not None)
+            decisions = [] if resting else self.engine.evaluate(self.history, now)
             for decision in decisions:
                 self._act(decision)
             if sample is not None:
@@ -571,9 +575,13 @@ class Watcher:
         loss = self.summary.last_loss
         loss_txt = f"loss {loss:.4g}" if loss is not None else "no loss yet"
         spend = self.summary.spend
+        pending = self.engine.next_stop(self.history, now)
+        would = self.options.dry_run or (self.route is not None and not self.route.stops)
+        stop_txt = (f"| {countdown(pending.progress, pending.at, now, self.settings.watch.tz, would=would)} "
+                    if pending is not None else "")
         self.status.update(
             f" costctl | {str(elapsed).split('.')[0]} | {spend.rounded(4) if spend else 0} {self.rate.currency} "
-            f"| {util} | {loss_txt} "
+            f"| {util} | {loss_txt} {stop_txt}"
         )
 
     def _crash_log(self, what: str, exc: BaseException) -> str:
@@ -607,6 +615,7 @@ class Watcher:
         # which may hold a lock (Event.wait holds its Condition's) that set() would wait on
         # forever. The loop sees the flag within 0.1 s.
         self._signal = signum
+        self._signals += 1
 
     def run(self) -> int:
         """Start everything, loop in real time until done, clean up; returns the exit status."""
@@ -659,6 +668,8 @@ class Watcher:
         Returns ``(exit status, run status)`` when the watch should end, else None. The real
         loop calls it every 0.1 s; a simulated-clock driver calls it between clock advances.
         """
+        if self._ending is not None:
+            return self._on_ending()
         if self._signal is not None:
             return self._on_signal()
         if self.executor is not None and self.executor.stop is not None and self._stopped_at is None:
@@ -741,23 +752,74 @@ class Watcher:
         )
         return None
 
-    def _on_signal(self) -> tuple[int, str]:
+    def _on_signal(self) -> tuple[int, str] | None:
+        """A SIGINT/SIGTERM: pass it to a running job's process group and keep looping while it
+        ends (:meth:`_on_ending`); with no job running, end the watch at once. Either way the
+        instance is left running, and that is said."""
         sig = self._signal or signal.SIGTERM
         proc = self.stopping
         if proc is not None:  # told to end while a stop is carried through: it failed
             proc.cancel(f"the watch got {signal.Signals(sig).name}")
             if self.job is not None and self.job.running:
-                self.job.end(sig)
+                self.job.signal(signal.SIGKILL)  # the stop was ending it; the stop thread reaps it
             assert self.executor is not None and self.executor.stop is not None
             self._stopped_at = self.executor.stop.ended_at or self.clock.now()
             self.summary.stop = self.executor.stop
             return EXIT_STOP_FAILED, "stop failed"
-        if self.job is not None and self.job.running:
-            self.say(f"costctl: {signal.Signals(sig).name}: passing it to the job")
-            status = self.job.end(sig)
-            return status, "interrupted"
-        self.say("costctl: interrupted; the instance is left running")
+        name = signal.Signals(sig).name
+        job = self.job
+        if job is not None and job.running:
+            again = "Ctrl-C" if sig == signal.SIGINT else name
+            self.say(f"costctl: {name}: passing it to the job ({again} again to end it at once)")
+            # Only the first signal is passed: a second one, even one that came before this
+            # turn of the loop (a double tap), kills the job.
+            self._ending = (sig, 1, time.monotonic() + job.grace_s)
+            job.signal(sig)
+            return self._on_ending()
+        self.say(f"costctl: {name}: the watch ends")
+        self._say_left_running()
         return (self.child_status if self.child_status is not None else 128 + sig), "interrupted"
+
+    def _on_ending(self) -> tuple[int, str] | None:
+        """The job was passed a signal: None while it is still ending; once it has exited, or
+        at a second signal (SIGKILL to its whole group at once), or after ``[watch]
+        grace_period`` (SIGKILL too), ``(its exit status, "interrupted")``. The exit status is
+        the job's: 128+N when signal N ended it, so 137 after a second Ctrl-C."""
+        assert self._ending is not None and self.job is not None
+        sig, seen, deadline = self._ending
+        job = self.job
+        if job.running:
+            if self._signals > seen:
+                status = job.kill()
+                latest = self._signal or sig
+                again = "Ctrl-C" if latest == signal.SIGINT else signal.Signals(latest).name
+                self.say(f"costctl: second {again}: the job was killed")
+            elif time.monotonic() >= deadline:
+                status = job.kill()
+                self.say(f"costctl: the job did not end within the grace period ({job.grace_s:g}s) after "
+                         f"{signal.Signals(sig).name}: it was killed")
+            else:
+                return None
+        else:
+            status = job.kill()  # reaps it, and ends the stragglers of its group
+        self._child_done = True
+        self._say_left_running()
+        return (status if status is not None else 128 + sig), "interrupted"
+
+    def _say_left_running(self) -> None:
+        """Say plainly that the watch leaves its instance running (and billing), unless a stop
+        already ended the watch."""
+        if self._stopped_at is not None or self._state is None:
+            return
+        run = self.state
+        where = f"{run.provider} instance {run.instance_id}"
+        if self.options.dry_run or (self.route is not None and not self.route.stops):
+            why = "--dry-run" if self.options.dry_run else "advise-only"
+            self.say(f"costctl: {where} is left running and bills on at {run.rate}/h "
+                     f"(this watch stops nothing anyway: {why})")
+        else:
+            self.say(f"costctl: {where} is left running and bills on at {run.rate}/h; "
+                     f"`costctl stop {run.instance_id}` stops it")
 
     # ------------------------------------------------------------------ the end
     def _advise_underuse(self, end: datetime) -> None:
