@@ -218,7 +218,6 @@ class Executor:
         elif event.attempt:  # a retry or a re-send
             self.say(f"costctl: stop: {event.detail}")
         if event.state.terminal:
-            stop.ended_at = event.time
             stop.outcome = "; ".join([*self._stop_parts, f"stop {event.state.value}: {event.detail}"])
             proc = self.stopping
             history = [e.as_dict() for e in proc.events] if proc is not None else [event.as_dict()]
@@ -227,6 +226,7 @@ class Executor:
             if stop.hook:
                 extra["before_stop"] = stop.hook
             self._store("set_decision_outcome", self._decision_id, stop.outcome, evidence=extra)
+            stop.ended_at = event.time  # last: the watch ends on it (StopResult.done), in another thread
 
     def _store(self, method: str, *args: Any, **kwargs: Any) -> None:
         """Write through the stop log; a ledger that fails is said once and never ends the stop."""

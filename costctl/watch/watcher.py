@@ -711,10 +711,12 @@ class Watcher:
         with the job's status when the instance was stopped, else :data:`EXIT_STOP_FAILED`."""
         assert self.executor is not None and self.executor.stop is not None
         proc = self.executor.stopping
-        if proc is not None and not proc.done:
-            if not self._threaded and proc.due():
+        if not self.executor.stop.done:  # set once the stop's end is recorded
+            if proc is not None and not self._threaded and proc.due():
                 proc.step()
-            if not proc.done:
+            if not self.executor.stop.done:
+                if proc is None:  # being set up in the tick's thread
+                    return None
                 text = f" costctl | {proc.describe()} "
                 if self.status.enabled and self.status.text != text:
                     self.status.update(text)
