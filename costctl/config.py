@@ -125,6 +125,12 @@ class WatchConfig(_Section):
     ``sample_interval`` is how often telemetry is read and policies evaluated; ``grace_period``
     is how long a child gets between SIGTERM and SIGKILL; ``timezone`` (IANA name) decides
     where a day starts for daily caps and ``bill --by day``.
+
+    The ledger is written by one background thread (:mod:`costctl.ledger.writer`): while it is
+    unreachable or locked, up to ``ledger_queue_max`` writes are held in memory (the oldest
+    telemetry rows are dropped beyond it, never charges or decisions) and retried with backoff
+    capped at ``ledger_retry_max``; at the end the watch waits up to ``ledger_flush_timeout``
+    for them before saying what was not written.
     """
 
     sample_interval: Duration = timedelta(seconds=5)
@@ -133,6 +139,9 @@ class WatchConfig(_Section):
     on_exit: Literal["guard", "stop", "leave"] = "guard"
     total_steps: int | None = Field(default=None, ge=1)
     status_line: bool = True
+    ledger_queue_max: int = Field(default=10_000, ge=1)  # writes held in memory during an outage
+    ledger_retry_max: Duration = timedelta(seconds=30)  # longest wait between retries
+    ledger_flush_timeout: Duration = timedelta(minutes=2)  # longest wait for the ledger at the end
 
     @field_validator("timezone")
     @classmethod

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from .records import Decision
 from .summary import RunSummary
 
 
 class DecisionStore(Protocol):
-    """Where decisions are stored (the ledger, :meth:`costctl.ledger.db.Ledger.record_decision`)."""
+    """Where decisions are stored: :meth:`costctl.ledger.db.Ledger.record_decision` (returns the id),
+    or, in a watch, :class:`costctl.ledger.writer.LedgerWriter` (returns a ticket for it)."""
 
     def record_decision(self, run_id: str, decision: Decision, *, outcome: str | None = None,
-                        dry_run: bool = False) -> int: ...
+                        dry_run: bool = False) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,14 +35,16 @@ class RecordedDecision:
         outcome: one line: what was done (``"advised"``, ``"job ended; instance ... is stopped"``...).
         run_id: the ledger run it belongs to.
         dry_run: recorded as what would have happened.
-        ledger_id: the ledger's id of the stored decision.
+        ledger_id: the ledger's id of the stored decision, or (written through the watch's
+            :class:`~costctl.ledger.writer.LedgerWriter`) a ``Ticket`` that resolves to it once
+            written; pass the ticket itself as an argument of a later write (a stop event).
     """
 
     decision: Decision
     outcome: str
     run_id: str
     dry_run: bool
-    ledger_id: int
+    ledger_id: Any
 
 
 #: A subscriber is called with every recorded decision, after the ledger and the summary.
@@ -52,7 +55,7 @@ class DecisionRecorder:
     """Records the decisions of one watch (see the module docstring).
 
     Args:
-        store: the ledger.
+        store: the ledger, or the watch's ledger writer (then nothing waits on the database).
         summary: the watch's end-of-run summary.
         say: prints one of costctl's own lines (the watch's, suppressed by --quiet).
         run_id: the ledger run decisions belong to; the watcher sets :attr:`run_id` again when
@@ -81,7 +84,8 @@ class DecisionRecorder:
                 False prints nothing (the caller already said it, or it is end-of-run advice).
 
         Raises:
-            LedgerError: the ledger could not store it (nothing else is done then).
+            LedgerError: the ledger could not store it (nothing else is done then); a writer's
+                store never raises (it holds and retries the write).
             RuntimeError: no ledger run yet (:attr:`run_id` is None).
         """
         if self.run_id is None:

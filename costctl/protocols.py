@@ -207,12 +207,14 @@ class Stopper(Protocol):
 
 
 class LifecycleLedger(Protocol):
-    """The ledger rows the lifecycle controller writes besides decisions."""
+    """The ledger rows the lifecycle controller writes besides decisions: the
+    :class:`costctl.ledger.writer.LedgerWriter` in a watch (a request's id is then a ticket,
+    passed back as is to :meth:`complete_checkpoint`)."""
 
     def record_checkpoint_request(self, run_id: str, *, reason: str, requested_at: datetime,
-                                  deadline: datetime, signal: str | None = None) -> int: ...
+                                  deadline: datetime, signal: str | None = None) -> Any: ...
 
-    def complete_checkpoint(self, checkpoint_id: int, *, outcome: str, completed_at: datetime,
+    def complete_checkpoint(self, checkpoint_id: Any, *, outcome: str, completed_at: datetime,
                             reason: str | None = None, deadline: datetime | None = None,
                             saved_at: datetime | None = None, save_s: float | None = None,
                             path: str | None = None, size_bytes: int | None = None) -> None: ...

@@ -5,6 +5,7 @@ the path a user's exported COSTCTL_DATABASE_URL once redirected into their own l
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
@@ -31,5 +32,51 @@ time_window = "30s"
         runs = db.scalars(select(Run)).all()
         stops = db.scalars(select(DecisionRow).where(DecisionRow.policy == "idle")).all()
     assert len(runs) == 1 and [d.action for d in stops] == ["stop"]
+    state = json.loads((tmp_path / "data" / "sim" / "state.json").read_text())
+    assert {i["status"] for i in state["instances"].values()} == {"stopped"}
+
+
+def test_with_the_ledger_down_the_policies_still_decide_from_memory_and_stop(tmp_path):
+    """After start-up no tick reads the ledger: with every ledger call failing (server gone),
+    the daily budget cap is still reached from the in-memory spend and the instance stopped."""
+    from sqlalchemy import exc as sa_exc
+
+    from costctl.errors import LedgerError
+
+    s = settings(tmp_path, """
+[instance]
+provider = "sim"
+gpu = "RTX 4090"
+[watch]
+sample_interval = "5s"
+ledger_flush_timeout = "1s"
+[policies.idle]
+time_window = "6h"
+[policies.budget]
+daily = "0.02"
+""")
+    clock = SimClock(T0)
+    w = watcher(s, [], clock, sampler=FixedGpu(used_bytes=2**30, total_bytes=24 * 2**30, utilization=90.0))
+    calls: list[str] = []
+
+    def down(name):
+        def fail(*args, **kwargs):
+            calls.append(name)
+            err = LedgerError("cannot record spend (postgresql://db/costctl): server closed the connection")
+            err.__cause__ = sa_exc.OperationalError("SELECT 1", {}, Exception("server closed the connection"))
+            raise err
+        return fail
+
+    def cut(now):
+        if w.ledger is not None and not calls and "spend" not in vars(w.ledger):
+            for name in ("spend", "last_charge_end", "accrue", "record_samples", "record_progress",
+                         "record_decision", "finish_run", "session"):
+                setattr(w.ledger, name, down(name))
+
+    drive(w, clock, step_s=5, max_real_s=60, on_step=cut)
+    assert w.executor.stop is not None
+    assert [d.policy for d in w.summary.decisions if d.action == "stop"] == ["budget"]
+    assert w.history.spend_today.amount >= Decimal("0.02")
+    assert not {"spend", "last_charge_end", "session"} & set(calls), "a tick read the ledger"
     state = json.loads((tmp_path / "data" / "sim" / "state.json").read_text())
     assert {i["status"] for i in state["instances"].values()} == {"stopped"}

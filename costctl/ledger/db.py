@@ -15,7 +15,7 @@ from decimal import Decimal
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -27,7 +27,7 @@ from . import accrual
 from . import migrate as migrations
 from .engine import make_engine, parse_url, redact, translate_errors
 from .queries import charge_slices, sum_by_currency
-from .schema import CheckpointRow, DecisionRow, Instance, Progress, Run, Sample, StopEventRow, WasteRow
+from .schema import Charge, CheckpointRow, DecisionRow, Instance, Progress, Run, Sample, StopEventRow, WasteRow
 
 
 def _aware(value: datetime, what: str) -> datetime:
@@ -466,6 +466,17 @@ class Ledger:
         with self.session() as s:
             slices = charge_slices(s, instance_pk=instance_pk, run_id=run_id, since=since, until=until)
         return sum_by_currency([(c.currency, c.amount) for c in slices])
+
+    def last_charge_end(self, instance_pk: int) -> datetime | None:
+        """The end of the newest charge of instance ``instance_pk`` (any run), None before any:
+        where the next run on it starts charging (:func:`costctl.ledger.accrual.charge_start`).
+
+        Raises:
+            LedgerError: the database cannot be read.
+        """
+        with self.session() as s:
+            newest = s.scalar(select(func.max(Charge.end_at)).where(Charge.instance_pk == instance_pk))
+        return ensure_utc(newest) if newest is not None else None
 
     def revision(self) -> str | None:
         """The schema revision the database is at (None before the first migration)."""

@@ -49,6 +49,8 @@ from ..errors import ConfigError, CostctlError, LedgerError
 from ..executor import Executor
 from ..ledger.db import Ledger
 from ..ledger.lifecycle import spot_exposure
+from ..ledger.spend import SpendTracker
+from ..ledger.writer import LedgerWriter
 from ..lifecycle.controller import Lifecycle
 from ..lifecycle.underuse import underuse_advice
 from ..money import Money
@@ -70,6 +72,11 @@ from .options import WatchOptions
 
 from costctl_providers.base import Instance, Provider
 from costctl_providers.notices import Notice, NoticePoller, detect_cloud
+
+
+#: Seconds a watch waits for its ledger writes before it runs a self-stop (the machine may power
+#: off at once; a ledger that is down then does not hold the stop up for longer).
+SELF_STOP_FLUSH_S = 10.0
 
 
 def watch_alive(pid: int) -> bool:
@@ -138,6 +145,8 @@ class Watcher:
         self.provider: Provider | None = None
         self.route: StopRoute | None = None
         self.ledger: Ledger | None = None
+        self.writer: LedgerWriter | None = None  # every write after start-up goes through it
+        self._spend: SpendTracker | None = None  # the current run's spend, from memory
         self.recorder: DecisionRecorder | None = None
         self.job: Job | None = None
         self.executor: Executor | None = None
@@ -180,14 +189,17 @@ class Watcher:
         return proc if proc is not None and not proc.done else None
 
     def _before_self_stop(self) -> None:
-        """A self-stop is about to run (the machine may power off): accrue up to now."""
-        with self._lock:
-            if self.ledger is not None and self._state is not None:
-                try:
-                    run = self.state
-                    self.ledger.accrue(run.run_id, self.clock.now(), run.rate.amount, run.rate.currency)
-                except CostctlError:
-                    pass
+        """A self-stop is about to run (the machine may power off under this process): charge up
+        to now, record the run as ended by the stop, and wait (up to :data:`SELF_STOP_FLUSH_S`)
+        for the ledger to have it all. If the self-stop fails, :meth:`finish` records the end
+        again, with the real status."""
+        writer = self.writer
+        if writer is None or self._state is None:
+            return
+        run, now = self.state, self.clock.now()
+        writer.accrue(run.run_id, now, run.rate.amount, run.rate.currency)
+        writer.finish_run(run.run_id, ended_at=now, exit_code=self.child_status, status="stopped")
+        writer.flush(SELF_STOP_FLUSH_S)
 
     @property
     def run_id(self) -> str | None:
@@ -282,7 +294,14 @@ class Watcher:
                                gpu_name=resolved.gpu_name, gpu_count=gpu_count, billing=billing,
                                instance_pk=instance_pk, run_id=run_id, run_started_at=self.started_at)
         self.summary.run_ids.append(run_id)
-        self.recorder = DecisionRecorder(self.ledger, self.summary, self.say, run_id=run_id)
+        # The last synchronous ledger moment: the prior spend, read once; from here on every
+        # write goes through the writer thread and the policies decide from memory.
+        self._spend = self._read_spend(self._state, self.started_at)
+        self.writer = LedgerWriter(
+            self.ledger, say=self.say, max_pending=s.watch.ledger_queue_max,
+            retry_max_s=s.watch.ledger_retry_max.total_seconds(), charge_start=self._charge_from,
+        )
+        self.recorder = DecisionRecorder(self.writer, self.summary, self.say, run_id=run_id)
         self.job = Job(self.options.command, batch=batch, resume_from=resume_from,
                        grace_s=s.watch.grace_period.total_seconds(), checkpoint_request=self.checkpoint_request,
                        extra_env=self.options.extra_env, run_id=lambda: self.state.run_id,
@@ -299,13 +318,13 @@ class Watcher:
         self.executor = Executor(
             log=self.recorder, clock=self.clock, hooks=s.hooks, job=self.job, instances=provider, run=self,
             say=self.say, dry_run=self.options.dry_run, log_path=str(self.log_path),
-            advise_only=not route.stops, route=route, stop_log=self.ledger, stop_config=s.stop,
+            advise_only=not route.stops, route=route, stop_log=self.writer, stop_config=s.stop,
             before_self_stop=self._before_self_stop,
         )
         mtbf_s, mtbf_source = self._mtbf()
         self.lifecycle = Lifecycle(
             s, clock=self.clock, run=self, job=self.job, instances=provider, log=self.recorder,
-            stopper=self.executor, ledger=self.ledger, summary=self.summary, say=self.say,
+            stopper=self.executor, ledger=self.writer, summary=self.summary, say=self.say,
             request_path=self.checkpoint_request, command=self.options.command, dry_run=self.options.dry_run,
             started_wall=self.started_wall, on_oom=self.options.on_oom, mtbf_s=mtbf_s, mtbf_source=mtbf_source,
         )
@@ -340,7 +359,8 @@ class Watcher:
                 self.job.start()
             except CostctlError:
                 self._log_fh.close()
-                self.ledger.finish_run(run_id, ended_at=self.clock.now(), exit_code=None, status="failed-to-start")
+                self.writer.finish_run(run_id, ended_at=self.clock.now(), exit_code=None, status="failed-to-start")
+                self.writer.close(s.watch.ledger_flush_timeout.total_seconds())
                 self.ledger.close()
                 raise
         if self._sampler is None:
@@ -381,26 +401,35 @@ class Watcher:
         Raises:
             ConfigError: the provider reported no price for ``inst``.
         """
-        assert self.ledger is not None and self.recorder is not None and self.provider is not None
+        assert self.writer is not None and self.recorder is not None and self.provider is not None
+        assert self._spend is not None
         old = self.state
         now = self.clock.now()
-        self.ledger.accrue(old.run_id, now, old.rate.amount, old.rate.currency)
-        spent = self.ledger.spend(run_id=old.run_id).get(old.rate.currency, Decimal(0))
-        self.ledger.finish_run(old.run_id, ended_at=now, exit_code=self.child_status, status="downsized")
+        self.writer.accrue(old.run_id, now, old.rate.amount, old.rate.currency)
+        spent = self._spend.run_spend(now)
+        self.writer.finish_run(old.run_id, ended_at=now, exit_code=self.child_status, status="downsized")
         if inst.price_per_hour is None:
             raise ConfigError(f"{self.provider.name} reported no price for instance {inst.id}")
         if inst.currency == old.rate.currency:
             self._spend_before += spent
-        instance_pk = self.ledger.ensure_instance(
-            self.provider.name, inst.id, gpu=inst.gpu, gpu_count=inst.gpu_count, billing=inst.billing.value,
-            price_per_hour=inst.price_per_hour, currency=inst.currency, region=inst.region,
-        )
-        run_id = self.ledger.start_run(instance_pk, started_at=now, command=self.options.command,
-                                       log_path=str(self.log_path), host=socket.gethostname(), pid=os.getpid())
+        # The new run's key and id are needed at once: written through the writer (after what
+        # is queued), waited for.
+        wait_s = self.settings.watch.ledger_flush_timeout.total_seconds()
+        try:
+            instance_pk = self.writer.submit(
+                "ensure_instance", self.provider.name, inst.id, gpu=inst.gpu, gpu_count=inst.gpu_count,
+                billing=inst.billing.value, price_per_hour=inst.price_per_hour, currency=inst.currency,
+                region=inst.region, what="record the instance").result(wait_s)
+            run_id = self.writer.submit(
+                "start_run", instance_pk, started_at=now, command=self.options.command, log_path=str(self.log_path),
+                host=socket.gethostname(), pid=os.getpid(), what="record the run").result(wait_s)
+        except TimeoutError:
+            raise LedgerError(f"the ledger was unreachable for {wait_s:g}s: cannot start the run on {inst.id}") from None
         self._state = replace(old, instance_id=inst.id, instance=inst,
                               rate=Money(inst.price_per_hour, inst.currency), gpu_name=inst.gpu,
                               gpu_count=inst.gpu_count, billing=inst.billing.value, instance_pk=instance_pk,
                               run_id=run_id, run_started_at=now)
+        self._spend = self._read_spend(self.state, now)
         self.recorder.run_id = run_id
         self.history.rate = self.state.rate
         self.summary.run_ids.append(run_id)
@@ -520,7 +549,7 @@ class Watcher:
             now = now or self.clock.now()
             if self._stopped_at is not None:
                 return []
-            assert self.ledger is not None and self._sampler is not None
+            assert self.writer is not None and self._sampler is not None
             run = self.state
             if self.child is not None:
                 self.history.child_running = self.child.running
@@ -532,11 +561,12 @@ class Watcher:
             for point in points:
                 self.history.add_progress(point)
             self.summary.add_progress(points)
+            # Queued for the writer thread: a tick never waits on the database.
             if sample is not None:
-                self.ledger.record_samples(run.run_id, [sample])
+                self.writer.record_samples(run.run_id, [sample])
             if points:
-                self.ledger.record_progress(run.run_id, points)
-            self.ledger.accrue(run.run_id, now, run.rate.amount, run.rate.currency)
+                self.writer.record_progress(run.run_id, points)
+            self.writer.accrue(run.run_id, now, run.rate.amount, run.rate.currency)
             self._update_spend(now)
             # While a stop is carried through the policies rest (the stop is decided), and while
             # the job ends on the user's Ctrl-C (the user decided).
@@ -549,16 +579,24 @@ class Watcher:
                 self._status(now, sample)
             return decisions
 
-    def _update_spend(self, now: datetime) -> None:
+    def _read_spend(self, run: RunState, now: datetime) -> SpendTracker:
+        """The run's prior spend, read from the ledger once (start-up, a move)."""
         assert self.ledger is not None
+        return SpendTracker.read(self.ledger, instance_pk=run.instance_pk, run_started_at=run.run_started_at,
+                                 rate_per_hour=run.rate.amount, currency=run.rate.currency,
+                                 tz=self.settings.watch.tz, now=now)
+
+    def _charge_from(self, run_id: str) -> datetime | None:
+        """Where ``run_id``'s charges start (the writer's report of what it could not write)."""
+        spend = self._spend
+        return spend.charge_from if spend is not None and self.run_id == run_id else None
+
+    def _update_spend(self, now: datetime) -> None:
+        """The spend the policies and the status line see, from memory (no ledger read)."""
+        assert self._spend is not None
         run = self.state
-        tz = self.settings.watch.tz
-        local = now.astimezone(tz)
-        day_start = local.replace(hour=0, minute=0, second=0, microsecond=0).astimezone(timezone.utc)
         cur = run.rate.currency
-        total = self.ledger.spend(instance_pk=run.instance_pk).get(cur, Decimal(0))
-        today = self.ledger.spend(instance_pk=run.instance_pk, since=day_start).get(cur, Decimal(0))
-        spent = self.ledger.spend(run_id=run.run_id).get(cur, Decimal(0))
+        total, today, spent = self._spend.total(now), self._spend.today(now), self._spend.run_spend(now)
         self.history.spend_total = Money(total, cur)
         self.history.spend_today = Money(today, cur)
         self.history.rate = run.rate
@@ -859,21 +897,24 @@ class Watcher:
                 with self._lock:
                     points = self._drain_progress(end)
                     if points:
-                        self.ledger.record_progress(self.state.run_id, points)
+                        self.writer.record_progress(self.state.run_id, points)
                         self.summary.add_progress(points)
             with self._lock:
                 if self.lifecycle is not None and self.lifecycle.requester.pending is not None:
                     self.lifecycle.requester.withdraw()
                 self._advise_underuse(end)
                 run = self.state
-                self.ledger.accrue(run.run_id, end, run.rate.amount, run.rate.currency)
+                assert self.writer is not None
+                self.writer.accrue(run.run_id, end, run.rate.amount, run.rate.currency)
                 self._update_spend(end)
                 if status == "running":
                     status = "completed"
-                self.ledger.finish_run(run.run_id, ended_at=end, exit_code=self.child_status, status=status)
+                self.writer.finish_run(run.run_id, ended_at=end, exit_code=self.child_status, status=status)
         except LedgerError as exc:
             self.say(f"costctl: could not close the run in the ledger: {exc.message}")
         finally:
+            if self.writer is not None:  # wait for the ledger (an outage: up to the flush timeout)
+                self.writer.close(self.settings.watch.ledger_flush_timeout.total_seconds())
             self.status.close()
             if self._log_fh is not None:
                 self._log_fh.close()
