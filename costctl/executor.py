@@ -108,6 +108,7 @@ class Executor:
         self._decision_id: Any = None
         self._stop_parts: list[str] = []
         self._log_failed = False
+        self._after_stop: list[Callable[[StopResult], None]] = []
 
     def handle(self, decision: Decision) -> str:
         """Carry out ``decision`` and record it; returns the outcome text."""
@@ -226,7 +227,21 @@ class Executor:
             if stop.hook:
                 extra["before_stop"] = stop.hook
             self._store("set_decision_outcome", self._decision_id, stop.outcome, evidence=extra)
-            stop.ended_at = event.time  # last: the watch ends on it (StopResult.done), in another thread
+            stop.ended_at = event.time
+            for callback in self._after_stop:
+                try:
+                    callback(stop)
+                except CostctlError as exc:
+                    self.say(f"costctl: after the stop: {exc.message}")
+            stop.closed = True  # last: the watch ends on it (StopResult.done), in another thread
+
+    def after_stop(self, callback: Callable[[StopResult], None]) -> None:
+        """Call ``callback`` with the stop once it ended (at once when it already has); in the
+        stop's thread. A :class:`~costctl.errors.CostctlError` it raises is said, not raised."""
+        if self.stop is not None and self.stop.done:
+            callback(self.stop)
+        else:
+            self._after_stop.append(callback)
 
     def _store(self, method: str, *args: Any, **kwargs: Any) -> None:
         """Write through the stop log; a ledger that fails is said once and never ends the stop."""

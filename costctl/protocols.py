@@ -19,6 +19,7 @@ one that builds and wires them (see ``docs/architecture.md``):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -73,6 +74,8 @@ class StopResult:
         ended_at: when it reached its end (None while it goes on).
         attempts: stop requests sent.
         detail: the last event's detail (why it failed, what the provider reported).
+        closed: the stop's end is recorded and everything waiting on it ran (the watch ends
+            on this, not on ``ended_at``, which is set first).
     """
 
     time: datetime
@@ -82,11 +85,12 @@ class StopResult:
     ended_at: datetime | None = None
     attempts: int = 0
     detail: str = ""
+    closed: bool = False
 
     @property
     def done(self) -> bool:
-        """The stop ended (confirmed, gone, self-stop sent or failed)."""
-        return self.ended_at is not None
+        """The stop ended (confirmed, gone, self-stop sent or failed) and its end is recorded."""
+        return self.closed
 
     @property
     def stopped(self) -> bool:
@@ -204,6 +208,10 @@ class Stopper(Protocol):
     stop: StopResult | None
 
     def handle(self, decision: Decision) -> str: ...
+
+    def after_stop(self, callback: Callable[[StopResult], None]) -> None:
+        """Call ``callback`` with the stop once it ended (at once when it already has)."""
+        ...
 
 
 class LifecycleLedger(Protocol):

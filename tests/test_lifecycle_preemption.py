@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from costctl.ledger.schema import CheckpointRow, DecisionRow, Progress, Run, WasteRow
+from costctl.ledger.schema import CheckpointRow, DecisionRow, Progress, Run, StopEventRow, WasteRow
 from helpers import costctl_env, run_costctl
 from lifecycle_support import EXAMPLE, PY, T0, SimClock, drive, log_text, settings, watcher
 
@@ -68,8 +68,11 @@ def test_notice_checkpoints_before_the_deadline_resume_continues_and_the_bill_sh
     stop = next(d for d in decisions if d.policy == "preemption" and d.action == "stop")
     assert stop.time < deadline - timedelta(seconds=15)  # margin 10 s + grace 5 s before the deadline
     assert "stopped" in stop.outcome and "checkpoint saved" in stop.reason
-    # waste: the paid time after the last checkpoint until the stop
-    assert waste.reason == "preemption" and waste.start_at == cp.saved_at and waste.end_at == stop.time
+    # waste: the paid time after the last checkpoint until the stop's end (confirmed by the provider)
+    with _db(tmp_path) as db:
+        confirmed = db.scalars(select(StopEventRow).where(StopEventRow.state == "confirmed")).one()
+    assert confirmed.decision_id == stop.id and confirmed.time >= stop.time
+    assert waste.reason == "preemption" and waste.start_at == cp.saved_at and waste.end_at == confirmed.time
     saved_epoch = int(re.search(r"epoch-(\d+)\.pkl", cp.path).group(1))
     assert f"checkpoint saved (on request): {cp.path} (epoch {saved_epoch})" in log_text(w)
     with _db(tmp_path) as db:  # the losses printed up to the stop are in the ledger
@@ -132,7 +135,10 @@ def test_a_job_that_ignores_the_request_is_stopped_before_the_deadline(tmp_path)
     assert cp.deadline == deadline - timedelta(seconds=15)
     assert cp.deadline <= stop.time < deadline
     assert "checkpoint timed-out" in stop.reason
-    assert waste.start_at == T0 and waste.end_at == stop.time  # no checkpoint: all the work is lost
+    with _db(tmp_path) as db:
+        confirmed = db.scalars(select(StopEventRow).where(StopEventRow.state == "confirmed")).one()
+    # no checkpoint: all the work is lost, up to the stop's confirmed end
+    assert waste.start_at == T0 and waste.end_at == confirmed.time >= stop.time
     inst = w.provider.get_instance(w.instance_id)
     assert inst.status.value == "stopped" and not inst.preempted  # costctl stopped it first
     assert not w.checkpoint_request.exists()  # the request was withdrawn

@@ -262,18 +262,28 @@ class Lifecycle:
             key=key)
         self.stopper.handle(decision)
         stop = self.stopper.stop
-        end = preempted_at or (stop.time if stop is not None else (notice.deadline if notice else now))
+        if stop is not None and not stop.done and preempted_at is None:
+            # The paid time is lost until the stop ends (the instance bills until it is stopped).
+            self.stopper.after_stop(lambda ended: self._record_preemption_waste(notice, ended.ended_at or ended.time,
+                                                                                 stopped=True))
+        else:
+            end = preempted_at or (stop.ended_at or stop.time if stop is not None
+                                   else (notice.deadline if notice else now))
+            self._record_preemption_waste(notice, end, stopped=stop is not None)
+        if stop is not None:
+            self.run.mark_stopped(stop.time)
+
+    def _record_preemption_waste(self, notice: Notice | None, end: datetime, *, stopped: bool) -> None:
+        """Paid time whose work was lost: the last checkpoint (or the run's start) to ``end``."""
         start = max(self.last_checkpoint_at or self.run.state.run_started_at, self.run.state.run_started_at)
         start = min(start, end)
         reason = "preemption" if notice is not None else "preempted"
         detail = (f"work since {'the last checkpoint' if self.last_checkpoint_at else 'the start of the run'} "
-                  f"({start.isoformat()}) lost at the {'stop' if stop is not None else 'preemption'} ({end.isoformat()})")
+                  f"({start.isoformat()}) lost at the {'stop' if stopped else 'preemption'} ({end.isoformat()})")
         self.ledger.record_waste(self.run.state.run_id, start_at=start, end_at=end, rate_per_hour=self.run.state.rate.amount,
                                  currency=self.run.state.rate.currency, reason=reason, detail=detail)
         self.summary.add_waste(Money(self.run.state.rate.amount * Decimal(repr((end - start).total_seconds())) / 3600,
                              self.run.state.rate.currency), (end - start).total_seconds())
-        if stop is not None:
-            self.run.mark_stopped(stop.time)
 
     def check_preempted(self) -> None:
         """Ask the provider whether it took the (spot) instance already; if so, end like a notice."""
