@@ -87,13 +87,16 @@ billing = "spot"
 sample_interval = "5s"
 [checkpoint]
 path = "{tmp_path / 'ckpt'}/epoch-*.pkl"
-save_time = "30s"
+save_time = "120s"
 mtbf = "1h"
 min_interval = "60s"
 max_interval = "2h"
 """)
     clock = SimClock(T0)
-    w = watcher(s, [PY, EXAMPLE, "--epochs", "45", "--hidden", "32", "--checkpoint-dir", str(tmp_path / "ckpt")],
+    # A real job against a simulated clock: the measured save time includes the wait for the
+    # job's next epoch boundary, which depends on how fast the watch's ticks are; a configured
+    # 120 s keeps it above any measured one, so the second interval is the shorter.
+    w = watcher(s, [PY, EXAMPLE, "--epochs", "80", "--hidden", "32", "--checkpoint-dir", str(tmp_path / "ckpt")],
                 clock, on_exit="leave")
     code, _ = drive(w, clock, step_s=STEP, max_real_s=60)
     assert code == 0
@@ -103,7 +106,7 @@ max_interval = "2h"
             DecisionRow.policy == "checkpoint", DecisionRow.outcome == "requested").order_by(DecisionRow.id))]
     saved = [r for r in rows if r.outcome == "saved"]
     assert len(saved) >= 2 and all(r.reason == "periodic" for r in rows)
-    first = young_daly_interval(30, 3600, min_s=60, max_s=7200)  # 464.8 s: configured save time, no history
+    first = young_daly_interval(120, 3600, min_s=60, max_s=7200)  # 929.5 s: configured save time, no history
     assert plans[0]["interval_s"] == pytest.approx(first, abs=1e-3) and plans[0]["mtbf_source"] == "configured"
     assert timedelta(0) <= rows[0].requested_at - (T0 + timedelta(seconds=first)) < timedelta(seconds=STEP)
     # the second interval uses the save time measured on the first one
