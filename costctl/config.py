@@ -288,12 +288,24 @@ class StopConfig(_Section):
     ``resend_interval``. When nothing is confirmed by ``deadline`` after the decision (or on a
     permanent error: a rejected credential, a missing capability), the instance's self-stop is
     tried where it has one (``[instance] self_stop``, an AutoDL container's ``shutdown``), else
-    the stop is recorded as failed and the watch exits with status 69.
+    the stop is recorded as failed and the watch exits with status 69. The deadline counts from
+    the first stop request (the before_stop hook and the end of the job come first, each with its
+    own timeout). A self-stop that returns while this machine is still running
+    ``self_stop_grace`` later did not stop it: failed too.
     """
 
     poll_interval: Duration = timedelta(seconds=5)
     resend_interval: Duration = timedelta(seconds=60)
     deadline: Duration = timedelta(minutes=15)
+    self_stop_grace: Duration = timedelta(minutes=2)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "StopConfig":
+        if self.poll_interval > self.deadline or self.resend_interval > self.deadline:
+            raise ValueError(f"stop.poll_interval ({format_duration(self.poll_interval)}) and stop.resend_interval "
+                             f"({format_duration(self.resend_interval)}) must not be longer than stop.deadline "
+                             f"({format_duration(self.deadline)})")
+        return self
 
 
 #: An ISO 4217 code, upper-cased ("cny" -> "CNY").

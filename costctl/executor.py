@@ -109,6 +109,7 @@ class Executor:
         self._stop_parts: list[str] = []
         self._log_failed = False
         self._after_stop: list[Callable[[StopResult], None]] = []
+        self._hook_proc: subprocess.Popen[bytes] | None = None
 
     def handle(self, decision: Decision) -> str:
         """Carry out ``decision`` and record it; returns the outcome text."""
@@ -191,6 +192,8 @@ class Executor:
         self.stop.hook = hook
         if hook:
             self._stop_parts.append(f"before_stop {hook['result']}")
+            if not hook.get("ok"):
+                self.say(f"costctl: before_stop {hook['result']}; stopping anyway")
         child_status = self.job.end() if self.job.running else None
         if child_status is not None:
             self._stop_parts.append(f"job ended (exit status {child_status})")
@@ -235,6 +238,16 @@ class Executor:
                     self.say(f"costctl: after the stop: {exc.message}")
             stop.closed = True  # last: the watch ends on it (StopResult.done), in another thread
 
+    def abort(self) -> None:
+        """The watch ends now (SIGTERM/Ctrl-C during a stop): a before_stop hook still running
+        has its whole process group ended, so nothing of it outlives the watch."""
+        proc = self._hook_proc
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
     def after_stop(self, callback: Callable[[StopResult], None]) -> None:
         """Call ``callback`` with the stop once it ended (at once when it already has); in the
         stop's thread. A :class:`~costctl.errors.CostctlError` it raises is said, not raised."""
@@ -269,12 +282,15 @@ class Executor:
             )
         except OSError as exc:
             return {"command": command, "result": f"failed to start: {exc.strerror}", "ok": False}
+        self._hook_proc = proc
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             end_group(proc)
             return {"command": command, "result": f"timed out after {timeout:g}s (its process group was ended)",
                     "ok": False}
+        finally:
+            self._hook_proc = None
         tail = (out + err).decode("utf-8", "replace")[-2000:]
         if self.log_path:
             try:

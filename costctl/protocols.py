@@ -94,12 +94,12 @@ class StopResult:
 
     @property
     def stopped(self) -> bool:
-        """The instance was seen stopped or gone, or its self-stop was sent."""
-        return self.state in ("confirmed", "gone", "self-stop sent")
+        """The provider reported the instance stopped, or no longer knows it."""
+        return self.state in ("confirmed", "gone")
 
     @property
     def failed(self) -> bool:
-        """The stop ended without a confirmed (or self-stop-sent) stop."""
+        """The stop ended without a confirmed stop."""
         return self.state == "failed"
 
 

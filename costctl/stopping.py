@@ -23,8 +23,11 @@ A stop decision does not end with a request that was answered. It is a recorded 
   route at once; so does ``[stop] deadline``. The next step is the instance's **self-stop**
   (``[instance] self_stop``, an AutoDL container's ``shutdown``) where it has one; a self-stop
   cannot be confirmed (the machine powers off under us), so ``self-stop sent`` is recorded
-  before the command runs. Without one the stop is **failed** and the watch says so and exits
-  with :data:`EXIT_STOP_FAILED`.
+  before the command runs; a command that returns and leaves this process alive for
+  ``[stop] self_stop_grace`` did not stop the machine: **failed**. Without a self-stop the stop
+  is **failed** too, and the watch says so and exits with :data:`EXIT_STOP_FAILED`.
+* ``[stop] deadline`` counts from the first stop request, after the before_stop hook and the
+  end of the job (each bounded by its own timeout): neither can use it up.
 
 The process never sleeps: :meth:`StopProcess.step` does one action and sets
 :attr:`StopProcess.next_at`; the live watch runs it in a thread of its own
@@ -74,16 +77,18 @@ class StopState(StrEnum):
 
     @property
     def terminal(self) -> bool:
-        """The stop is over (confirmed, gone, self-stop sent or failed)."""
+        """The stop is over (confirmed, gone or failed). ``self-stop sent`` is not: the watch
+        waits for the machine to power off under it (``[stop] self_stop_grace``); if it is
+        still alive after that, the self-stop failed."""
         return self in _TERMINAL
 
     @property
     def stopped(self) -> bool:
-        """The instance no longer bills, or the self-stop that ends it was sent."""
-        return self in (StopState.CONFIRMED, StopState.GONE, StopState.SELF_STOP_SENT)
+        """The instance no longer bills (the provider said so)."""
+        return self in (StopState.CONFIRMED, StopState.GONE)
 
 
-_TERMINAL = frozenset({StopState.CONFIRMED, StopState.GONE, StopState.SELF_STOP_SENT, StopState.FAILED})
+_TERMINAL = frozenset({StopState.CONFIRMED, StopState.GONE, StopState.FAILED})
 
 
 @dataclass(frozen=True)
@@ -233,6 +238,8 @@ class StopProcess:
     _last_sent_at: datetime | None = None
     _send_failures: int = 0
     _self_stop_tried: bool = False
+    _requests_from: datetime | None = None
+    _self_stop_ran_at: datetime | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _emit_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
@@ -250,9 +257,11 @@ class StopProcess:
 
     @property
     def deadline(self) -> datetime:
-        """When the API route is given up on."""
-        assert self.started_at is not None
-        return self.started_at + self.config.deadline
+        """When the API route is given up on: ``[stop] deadline`` after the first stop request
+        (the before_stop hook and the end of the job come first and do not count)."""
+        start = self._requests_from or self.started_at
+        assert start is not None
+        return start + self.config.deadline
 
     def due(self, now: datetime | None = None) -> bool:
         """Whether :meth:`step` has something to do at ``now``."""
@@ -292,13 +301,18 @@ class StopProcess:
                 done = prepare()
                 if done:
                     self._emit(StopState.REQUESTED, done)
+            if self._requests_from is None:
+                self._requests_from = self.clock.now()
+            if self.state is StopState.SELF_STOP_SENT:
+                self._self_stop_outlived()
+                return
             if self.route.kind == "self-stop":
                 self._self_stop(self.route.argv or (), "the preflight chose the instance's self-stop")
                 return
             now = self.clock.now()
             if now >= self.deadline:
-                self._escalate(f"not confirmed {self.config.deadline.total_seconds():g}s after the decision "
-                               f"({self.attempts} stop request(s) sent"
+                self._escalate(f"not confirmed {self.config.deadline.total_seconds():g}s after the first stop "
+                               f"request ({self.attempts} stop request(s) sent"
                                + (f", status still {self.last_status}" if self.last_status else "") + ")")
                 return
             if self.state is StopState.REQUESTED:
@@ -402,9 +416,28 @@ class StopProcess:
                 self._emit(StopState.FAILED, f"{why}; {exc.message}")
             return
         with self._emit_lock:
-            event = StopEvent(time=self.clock.now(), state=self.state, attempt=self.attempts, detail=result)
+            if self.state.terminal:  # cancelled meanwhile
+                return
+            now = self.clock.now()
+            grace = self.config.self_stop_grace
+            event = StopEvent(time=now, state=self.state, attempt=self.attempts,
+                              detail=f"{result}; the machine should power off within {grace.total_seconds():g}s")
             self.events.append(event)
             self.on_event(event)
+            self._self_stop_ran_at = now
+            self.next_at = now + grace
+
+    def _self_stop_outlived(self) -> None:
+        """This process is still alive ``self_stop_grace`` after the self-stop returned: the
+        machine did not power off, so the instance still runs."""
+        assert self._self_stop_ran_at is not None
+        waited = (self.clock.now() - self._self_stop_ran_at).total_seconds()
+        with self._emit_lock:
+            if self.state.terminal:
+                return
+            self.state = StopState.REQUESTED
+            self._emit(StopState.FAILED, f"the self-stop returned but this machine is still running {waited:.0f}s "
+                                         "later: the instance was not stopped")
 
 
 class StopRunner:

@@ -128,7 +128,7 @@ def test_a_stop_answered_200_that_never_happens_is_resent_and_ends_stop_failed_a
         events = db.scalars(select(StopEventRow).order_by(StopEventRow.id)).all()
         run = db.scalars(select(Run)).one()
     assert run.status == "stop failed"
-    assert [e.state for e in events][-1] == "failed" and "not confirmed 180s after the decision" in events[-1].detail
+    assert [e.state for e in events][-1] == "failed" and "not confirmed 180s after the first stop request" in events[-1].detail
     assert max(e.attempt for e in events) == sent
     assert sum(1 for e in events if e.state == "sent") == sent  # each request accepted, none carried out
     assert any("still running" in e.detail and "sending it again" in e.detail for e in events)

@@ -107,12 +107,13 @@ def test_a_rejected_credential_escalates_to_the_self_stop_recorded_before_it_run
                             run_command=lambda argv: order.append(f"ran {argv[0]}") or "shutdown exited 0")
     recorded_before: list[str] = []
     proc.on_event = lambda e: (events.append(e), recorded_before.append(e.state.value) if not order else None)
-    _run(proc, clock)
-    assert proc.state is StopState.SELF_STOP_SENT and proc.done
+    proc.step()
+    assert proc.state is StopState.SELF_STOP_SENT and not proc.done  # waits for the power-off
     assert "self-stop sent" in recorded_before  # stored before the command ran
     assert order == ["flushed", "ran shutdown"]
     assert "API route ended: stop request 1 refused: fake: the credential was rejected" in events[-2].detail
-    assert events[-1].detail == "shutdown exited 0"
+    assert events[-1].detail == "shutdown exited 0; the machine should power off within 120s"
+    assert proc.next_at == T0 + timedelta(minutes=2)
 
 
 def test_without_a_self_stop_a_permanent_error_fails_at_once():
@@ -128,8 +129,18 @@ def test_the_deadline_fails_a_stop_that_never_reads_stopped_and_says_how_many_re
     proc, events = _process(Scripted([Status.RUNNING] * 20), clock)
     _run(proc, clock)
     assert proc.state is StopState.FAILED and proc.ended_at == T0 + timedelta(minutes=5)
-    assert events[-1].detail.startswith("not confirmed 300s after the decision (10 stop request(s) sent, "
-                                        "status still running)")
+    assert events[-1].detail.startswith("not confirmed 300s after the first stop request (10 stop request(s) "
+                                        "sent, status still running)")
+
+
+def test_the_deadline_counts_from_the_first_request_not_from_a_slow_hook_or_job_end():
+    clock = SimClock(T0)
+    prov = Scripted([Status.STOPPING], reads=[Status.STOPPING, Status.STOPPED])
+    # the before_stop hook and the job's grace period took 20 minutes, longer than the deadline
+    proc, events = _process(prov, clock, prepare=lambda: clock.advance(1200) and "before_stop succeeded")
+    _run(proc, clock)
+    assert proc.state is StopState.CONFIRMED and prov.calls[0] == "stop"
+    assert proc.deadline == T0 + timedelta(minutes=20 + 5)
 
 
 def test_an_instance_the_provider_no_longer_knows_is_gone():
@@ -139,14 +150,18 @@ def test_an_instance_the_provider_no_longer_knows_is_gone():
     assert proc.state is StopState.GONE and proc.state.stopped
 
 
-def test_the_self_stop_route_runs_the_command_once_and_never_the_api():
+def test_the_self_stop_route_runs_the_command_once_and_never_the_api_and_a_machine_still_up_fails():
     clock = SimClock(T0)
     prov = Scripted([])
     ran: list = []
     proc, events = _process(prov, clock, route=StopRoute("self-stop", "container", ("shutdown",)),
                             run_command=lambda argv: ran.append(argv) or "ok")
     _run(proc, clock)
-    assert proc.state is StopState.SELF_STOP_SENT and ran == [("shutdown",)] and prov.calls == []
+    assert ran == [("shutdown",)] and prov.calls == []
+    # this process outlived the self-stop by self_stop_grace: the machine did not power off
+    assert proc.state is StopState.FAILED and proc.ended_at == T0 + timedelta(minutes=2)
+    assert events[-1].detail == "the self-stop returned but this machine is still running 120s later: " \
+                                "the instance was not stopped"
 
 
 def test_a_self_stop_that_fails_is_a_failed_stop():
@@ -191,3 +206,63 @@ def test_run_self_stop_reports_a_failing_command(tmp_path):
         run_self_stop(["sh", "-c", "echo nope >&2; exit 3"])
     with pytest.raises(CostctlError, match="command not found"):
         run_self_stop([str(tmp_path / "missing")])
+
+
+def test_a_poll_or_resend_interval_longer_than_the_deadline_is_one_config_error(tmp_path):
+    from costctl.config import load_settings
+    from costctl.errors import ConfigError
+
+    cfg = tmp_path / "costctl.toml"
+    cfg.write_text('[stop]\npoll_interval = "2h"\n')
+    with pytest.raises(ConfigError) as err:
+        load_settings(cfg)
+    assert "stop.poll_interval (2h)" in err.value.message and "stop.deadline (15m)" in err.value.message
+    assert "\n" not in err.value.message
+
+
+def test_aborting_a_stop_ends_a_before_stop_hook_still_running_with_its_children(tmp_path):
+    import psutil
+
+    from costctl.config import HooksConfig
+    from costctl.executor import Executor
+    from costctl.protocols import RunState
+    from costctl.records import Action, Decision
+
+    class _NoJob:
+        exists = running = False
+        pid = batch = resume_from = None
+
+        def end(self):
+            return None
+
+    class _Run:
+        stopped_at = None
+        state = RunState(provider="fake", instance_id="i-1", instance=None, rate=None, gpu_name=None, gpu_count=1,
+                         billing="on-demand", instance_pk=1, run_id="r", run_started_at=T0)
+
+        def mark_stopped(self, when):
+            pass
+
+    class _Log:
+        def record(self, decision, outcome, **kw):
+            return None
+
+    pid_file = tmp_path / "hook.pid"
+    said: list[str] = []
+    ex = Executor(log=_Log(), clock=SimClock(T0), job=_NoJob(), instances=Scripted([Status.STOPPED]), run=_Run(),
+                  hooks=HooksConfig(before_stop=f"sleep 300 & echo $! > '{pid_file}'; wait", before_stop_timeout="5m"),
+                  say=said.append)
+    ex.handle(Decision(time=T0, policy="idle", action=Action.STOP, reason="idle", key="idle"))
+    stepper = threading.Thread(target=ex.stopping.step, daemon=True)
+    stepper.start()
+    for _ in range(200):
+        if pid_file.exists() and pid_file.read_text().strip():
+            break
+        threading.Event().wait(0.02)
+    grandchild = int(pid_file.read_text())
+    ex.stopping.cancel("the watch got SIGTERM")
+    ex.abort()
+    stepper.join(10)
+    assert not stepper.is_alive()
+    assert not psutil.pid_exists(grandchild) or psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
+    assert any("before_stop" in line and "stopping anyway" in line for line in said)  # the hook's end is said

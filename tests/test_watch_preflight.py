@@ -26,7 +26,7 @@ from costctl.clock import SimClock
 from costctl.config import HooksConfig, Settings, load_settings
 from costctl.errors import ConfigError
 from costctl.executor import Executor
-from costctl.ledger.schema import DecisionRow, StopEventRow
+from costctl.ledger.schema import DecisionRow, Run, StopEventRow
 from costctl.protocols import RunState
 from costctl.records import Action, Decision
 from costctl.statusline import StatusLine
@@ -80,13 +80,16 @@ def _job(marker: Path) -> list[str]:
     return [sys.executable, "-c", f"open({str(marker)!r}, 'w').write('ran'); print('loss: 0.5')"]
 
 
-def _fake_shutdown(tmp_path: Path, name: str = "shutdown") -> tuple[Path, Path]:
-    """A directory holding an executable ``name`` that records its argv in a file (returned)."""
+def _fake_shutdown(tmp_path: Path, name: str = "shutdown", *, power_off: bool = True) -> tuple[Path, Path]:
+    """A directory holding an executable ``name`` that records its argv in a file (returned) and,
+    with ``power_off``, does what powering the machine off does to the watch: SIGKILLs it (its
+    parent)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     called = tmp_path / f"{name}.called"
     script = bin_dir / name
-    script.write_text(f"#!/bin/sh\necho \"$@\" > '{called}'\nexit 0\n")
+    off = "kill -9 $PPID\n" if power_off else ""
+    script.write_text(f"#!/bin/sh\necho \"$@\" > '{called}'\n{off}exit 0\n")
     script.chmod(0o755)
     return bin_dir, called
 
@@ -162,11 +165,11 @@ def test_inside_a_simulated_container_the_self_stop_route_is_accepted(tmp_path):
                            *_job(marker), env=_env(tmp_path, hostname=f"autodl-container-{ID}", path_dir=bin_dir),
                            timeout=60)
         err = proc.stderr.decode()
-        assert proc.returncode == 0, err
+        assert proc.returncode == -9, err  # the "machine" powered off under the watch
         assert marker.exists()
         assert f"costctl: stop route: self-stop via shutdown (this is autodl instance {ID}; shutdown is " \
                f"{bin_dir / 'shutdown'})" in err
-        assert "stop route" in err.split("costctl run ")[-1]  # and in the summary
+        assert "costctl: self-stop sent: the preflight chose the instance's self-stop; running shutdown" in err
         # no token: the on-exit stop ran the container's shutdown, never the API
         assert called.exists() and fake.status_of(ID) == "running"
         assert not [c for c in fake.server.calls("POST") if c.path.endswith("/power_off")]
@@ -174,12 +177,34 @@ def test_inside_a_simulated_container_the_self_stop_route_is_accepted(tmp_path):
     with Session(engine) as s:
         stop = s.scalars(select(DecisionRow).where(DecisionRow.policy == "on-exit")).one()
         events = s.scalars(select(StopEventRow).order_by(StopEventRow.id)).all()
-    assert stop.action == "stop" and "stop self-stop sent" in stop.outcome
-    assert stop.evidence["stop_route"] == "self-stop via shutdown"
-    assert stop.evidence["stop"]["state"] == "self-stop sent"
-    # recorded before the command ran, then what it did
-    assert [e.state for e in events][:2] == ["requested", "self-stop sent"] and events[-1].detail == "shutdown exited 0"
-    assert {e.decision_id for e in events} == {stop.id}
+        run = s.scalars(select(Run)).one()
+    assert stop.action == "stop" and stop.evidence["stop_route"] == "self-stop via shutdown"
+    # in the ledger before the command ran (nothing is written after a power-off): the state,
+    # and the run's end with the charges up to the self-stop
+    assert [e.state for e in events] == ["requested", "self-stop sent"] and {e.decision_id for e in events} == {stop.id}
+    assert run.status == "self-stop sent" and run.ended_at is not None
+
+
+def test_a_self_stop_that_returns_while_the_machine_keeps_running_is_a_failed_stop(tmp_path):
+    marker = tmp_path / "job-ran"
+    bin_dir, called = _fake_shutdown(tmp_path, power_off=False)
+    with FakeAutoDL() as fake:
+        fake.add_pro(ID)
+        cfg = _config(tmp_path, fake.url)
+        cfg.write_text(cfg.read_text() + '[stop]\nself_stop_grace = "1s"\n')
+        proc = run_costctl("watch", "--on-exit", "stop", "--config", str(cfg), "--",
+                           *_job(marker), env=_env(tmp_path, hostname=f"autodl-container-{ID}", path_dir=bin_dir),
+                           timeout=60)
+        err = proc.stderr.decode()
+        assert proc.returncode == 69, err
+        assert called.exists()
+        assert "STOP FAILED" in err and "the self-stop returned but this machine is still running" in err
+    engine = create_engine(f"sqlite:///{tmp_path / 'costctl.db'}")
+    with Session(engine) as s:
+        events = s.scalars(select(StopEventRow).order_by(StopEventRow.id)).all()
+        run = s.scalars(select(Run)).one()
+    assert [e.state for e in events] == ["requested", "self-stop sent", "self-stop sent", "failed"]
+    assert run.status == "stop failed"
 
 
 def test_a_configured_self_stop_command_is_used(tmp_path):
@@ -190,7 +215,7 @@ def test_a_configured_self_stop_command_is_used(tmp_path):
         proc = run_costctl("watch", "--on-exit", "stop", "--config", str(cfg), "--", *_job(marker),
                            env=_env(tmp_path, hostname=f"autodl-container-{ID}"), timeout=60)
         err = proc.stderr.decode()
-        assert proc.returncode == 0, err
+        assert proc.returncode == -9, err  # powered off
         assert f"stop route: self-stop via {bin_dir}/my-poweroff --now" in err
         assert called.read_text().strip() == "--now"
 

@@ -198,7 +198,7 @@ class Watcher:
             return
         run, now = self.state, self.clock.now()
         writer.accrue(run.run_id, now, run.rate.amount, run.rate.currency)
-        writer.finish_run(run.run_id, ended_at=now, exit_code=self.child_status, status="stopped")
+        writer.finish_run(run.run_id, ended_at=now, exit_code=self.child_status, status="self-stop sent")
         writer.flush(SELF_STOP_FLUSH_S)
 
     @property
@@ -613,13 +613,19 @@ class Watcher:
         loss = self.summary.last_loss
         loss_txt = f"loss {loss:.4g}" if loss is not None else "no loss yet"
         spend = self.summary.spend
-        pending = self.engine.next_stop(self.history, now)
-        would = self.options.dry_run or (self.route is not None and not self.route.stops)
-        stop_txt = (f"| {countdown(pending.progress, pending.at, now, self.settings.watch.tz, would=would)} "
+        # What matters most comes first, so a narrow terminal cuts the least useful part: a stop
+        # in flight, else the countdown to the nearest pending stop.
+        proc = self.executor.stopping if self.executor is not None else None
+        if proc is not None and not proc.done:
+            lead = f"{proc.describe()} | "
+        else:
+            pending = self.engine.next_stop(self.history, now)
+            would = self.options.dry_run or (self.route is not None and not self.route.stops)
+            lead = (f"{countdown(pending.progress, pending.at, now, self.settings.watch.tz, would=would)} | "
                     if pending is not None else "")
         self.status.update(
-            f" costctl | {str(elapsed).split('.')[0]} | {spend.rounded(4) if spend else 0} {self.rate.currency} "
-            f"| {util} | {loss_txt} {stop_txt}"
+            f" costctl | {lead}{str(elapsed).split('.')[0]} | {spend.rounded(4) if spend else 0} "
+            f"{self.rate.currency} | {util} | {loss_txt} "
         )
 
     def _crash_log(self, what: str, exc: BaseException) -> str:
@@ -752,13 +758,7 @@ class Watcher:
         if not self.executor.stop.done:  # set once the stop's end is recorded
             if proc is not None and not self._threaded and proc.due():
                 proc.step()
-            if not self.executor.stop.done:
-                if proc is None:  # being set up in the tick's thread
-                    return None
-                text = f" costctl | {proc.describe()} "
-                if self.status.enabled and self.status.text != text:
-                    self.status.update(text)
-                return None
+            return None  # the status line shows the stop's progress at each tick
         stop = self.executor.stop
         self._stopped_at = stop.ended_at or self.clock.now()
         self._done.set()
@@ -786,9 +786,12 @@ class Watcher:
             if self.executor is None or self.executor.stop is None:  # dry run, advise-only
                 return status, "completed" if status == 0 else "failed"
             return None
+        stops = not self.options.dry_run and (self.route is None or self.route.stops)
         self.say(
             f"costctl: the command exited with status {status}; guarding the instance "
-            "until the idle policy stops it (Ctrl-C leaves it running)"
+            + ("until the idle policy stops it (Ctrl-C leaves it running)" if stops else
+               "(it is never stopped: " + ("--dry-run" if self.options.dry_run else "--advise-only")
+               + "; Ctrl-C ends the watch)")
         )
         return None
 
@@ -800,6 +803,8 @@ class Watcher:
         proc = self.stopping
         if proc is not None:  # told to end while a stop is carried through: it failed
             proc.cancel(f"the watch got {signal.Signals(sig).name}")
+            assert self.executor is not None
+            self.executor.abort()
             if self.job is not None and self.job.running:
                 self.job.signal(signal.SIGKILL)  # the stop was ending it; the stop thread reaps it
             assert self.executor is not None and self.executor.stop is not None
