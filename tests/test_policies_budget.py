@@ -69,3 +69,11 @@ def test_spend_in_another_currency_is_an_error() -> None:
     policy = BudgetPolicy(BudgetConfig(total="10"), "USD")
     with pytest.raises(PolicyError, match="CNY"):
         policy.decisions(History(spend_total=cny("1")), T0)
+
+
+def test_a_sub_cent_cap_is_said_with_its_own_decimals() -> None:
+    policy = BudgetPolicy(BudgetConfig(total="0.003"), "USD")
+    (decision,) = policy.decisions(History(spend_total=Money(Decimal("0.0031"), "USD")), T0)
+    assert decision.reason == "total spend 0.003 USD reached the total budget of 0.003 USD"
+    (big,) = BudgetPolicy(BudgetConfig(total="10"), "CNY").decisions(History(spend_total=cny("12.345")), T0)
+    assert big.reason == "total spend 12.35 CNY reached the total budget of 10.00 CNY"

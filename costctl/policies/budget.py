@@ -157,11 +157,14 @@ class BudgetPolicy(Policy):
             "rate_per_hour": str(history.rate.amount) if history.rate is not None else None,
         }
         which = "daily" if cap_name == "daily" else "total"
-        cap_text = f"{Money(cap, self.currency)}"
+        # As many decimals as the cap has (at least 2, at most 6): a 0.003 cap is not "0.00".
+        places = min(6, max(2, -int(Decimal(cap).normalize().as_tuple().exponent)))
+        cap_text = f"{Money(cap, self.currency).rounded(places)} {self.currency}"
+        spent_text = f"{spend.rounded(places)} {spend.currency}"
         if level == "act":
-            reason = f"{which} spend {spend} reached the {which} budget of {cap_text}"
+            reason = f"{which} spend {spent_text} reached the {which} budget of {cap_text}"
         else:
-            reason = (f"{which} spend {spend} passed {self.config.warn_at:.0%} of the {which} budget "
+            reason = (f"{which} spend {spent_text} passed {self.config.warn_at:.0%} of the {which} budget "
                       f"of {cap_text}")
         if cap_name == "daily":
             reason += f" on {day} ({self.tz})"
