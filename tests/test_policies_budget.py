@@ -76,4 +76,4 @@ def test_a_sub_cent_cap_is_said_with_its_own_decimals() -> None:
     (decision,) = policy.decisions(History(spend_total=Money(Decimal("0.0031"), "USD")), T0)
     assert decision.reason == "total spend 0.003 USD reached the total budget of 0.003 USD"
     (big,) = BudgetPolicy(BudgetConfig(total="10"), "CNY").decisions(History(spend_total=cny("12.345")), T0)
-    assert big.reason == "total spend 12.35 CNY reached the total budget of 10.00 CNY"
+    assert big.reason == "total spend 12.34 CNY reached the total budget of 10.00 CNY"
