@@ -37,7 +37,7 @@ from .config import HooksConfig, StopConfig
 from .errors import CostctlError
 from .protocols import DecisionLog, InstanceControl, JobControl, RunControl, StopLog, StopResult
 from .records import Action, Decision
-from .stopping import StopEvent, StopProcess, StopRoute, StopState
+from .stopping import StopEvent, StopProcess, StopRoute, StopState, exit_text, kill_self_stops
 
 #: Seconds between the SIGTERM and the SIGKILL sent to a timed-out before_stop hook's group.
 HOOK_KILL_GRACE_S = 2.0
@@ -192,7 +192,7 @@ class Executor:
         self.stop.hook = hook
         if hook:
             self._stop_parts.append(f"before_stop {hook['result']}")
-            if not hook.get("ok"):
+            if not hook.get("ok") and not (self.stopping is not None and self.stopping.done):
                 self.say(f"costctl: before_stop {hook['result']}; stopping anyway")
         child_status = self.job.end() if self.job.running else None
         if child_status is not None:
@@ -239,8 +239,10 @@ class Executor:
             stop.closed = True  # last: the watch ends on it (StopResult.done), in another thread
 
     def abort(self) -> None:
-        """The watch ends now (SIGTERM/Ctrl-C during a stop): a before_stop hook still running
-        has its whole process group ended, so nothing of it outlives the watch."""
+        """The watch ends now (SIGTERM/Ctrl-C during a stop): a before_stop hook or self-stop
+        command still running has its whole process group killed, so nothing of it outlives the
+        watch."""
+        kill_self_stops()
         proc = self._hook_proc
         if proc is not None and proc.poll() is None:
             try:
@@ -301,7 +303,7 @@ class Executor:
         ok = proc.returncode == 0
         return {
             "command": command,
-            "result": "succeeded" if ok else f"failed (exit status {proc.returncode})",
+            "result": "succeeded" if ok else f"failed (it {exit_text(proc.returncode)})",
             "ok": ok,
             "exit_status": proc.returncode,
             "started_at": started.isoformat(),

@@ -36,7 +36,9 @@ The process never sleeps: :meth:`StopProcess.step` does one action and sets
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
@@ -167,25 +169,68 @@ def _tries(exc: BaseException) -> str:
     return f" ({attempts} HTTP attempts)" if attempts and "attempt" not in str(exc) else ""
 
 
+def exit_text(returncode: int) -> str:
+    """``exited with status 3`` or ``was killed by SIGTERM`` (a negative Popen return code)."""
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with status {returncode}"
+
+
+#: The self-stop commands running now (so that a watch told to end kills them, group and all).
+_running: set[subprocess.Popen[bytes]] = set()
+_running_lock = threading.Lock()
+
+
+def kill_self_stops() -> None:
+    """SIGKILL the process group of every self-stop command still running (the watch ends)."""
+    with _running_lock:
+        procs = list(_running)
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def run_self_stop(argv: Sequence[str], *, timeout_s: float = SELF_STOP_TIMEOUT_S) -> str:
-    """Run a self-stop command (no shell); returns one line of what happened.
+    """Run a self-stop command (no shell, in a process group of its own); returns one line of
+    what happened. On a timeout its whole group is killed.
 
     Raises:
-        CostctlError: it could not be started, timed out, or exited non-zero.
+        CostctlError: it could not be started, timed out, was killed, or exited non-zero.
     """
+    shown = " ".join(argv)
     try:
-        done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s)
+        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
     except FileNotFoundError:
-        raise CostctlError(f"self-stop {' '.join(argv)!r}: command not found") from None
-    except subprocess.TimeoutExpired:
-        raise CostctlError(f"self-stop {' '.join(argv)!r} did not return within {timeout_s:g}s") from None
+        raise CostctlError(f"self-stop {shown!r}: command not found") from None
     except OSError as exc:
-        raise CostctlError(f"self-stop {' '.join(argv)!r} could not be started: {exc.strerror}") from None
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
-        raise CostctlError(f"self-stop {' '.join(argv)!r} exited with status {done.returncode}"
+        raise CostctlError(f"self-stop {shown!r} could not be started: {exc.strerror}") from None
+    with _running_lock:
+        _running.add(proc)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        raise CostctlError(f"self-stop {shown!r} did not return within {timeout_s:g}s (its process group "
+                           "was killed)") from None
+    finally:
+        with _running_lock:
+            _running.discard(proc)
+    if proc.returncode != 0:
+        tail = (err or out).decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+        raise CostctlError(f"self-stop {shown!r} {exit_text(proc.returncode)}"
                            + (f": {tail[0][:200]}" if tail[0] else ""))
-    return f"{' '.join(argv)} exited 0"
+    return f"{shown} exited 0"
 
 
 @dataclass
@@ -262,6 +307,11 @@ class StopProcess:
         start = self._requests_from or self.started_at
         assert start is not None
         return start + self.config.deadline
+
+    @property
+    def self_stop_returned(self) -> bool:
+        """The self-stop command returned 0 and the watch waits for the machine to power off."""
+        return self._self_stop_ran_at is not None and not self.done
 
     def due(self, now: datetime | None = None) -> bool:
         """Whether :meth:`step` has something to do at ``now``."""
@@ -480,4 +530,4 @@ class StopRunner:
 
 
 __all__ = ["EXIT_STOP_FAILED", "SELF_STOP_TIMEOUT_S", "StopEvent", "StopProcess", "StopRoute", "StopRunner",
-           "StopState", "run_self_stop"]
+           "StopState", "exit_text", "kill_self_stops", "run_self_stop"]

@@ -192,3 +192,22 @@ def test_the_real_watch_exits_69_when_the_provider_never_stops(tmp_path):
         assert "STOP FAILED: instance pro-1 on autodl may still be running and billing" in err
         assert fake.status_of("pro-1") == "running"
         assert fake.server.count("POST", "/api/v1/dev/instance/pro/power_off") >= 2
+
+
+def test_a_signal_after_the_stop_already_failed_still_ends_the_watch_stop_failed(tmp_path):
+    """SIGTERM to the whole group (a service manager) fails the self-stop command and reaches the
+    watch: the watch must end as the stop did (69), not as an interrupted job."""
+    for rig in _rig("autodl", tmp_path / "p"):
+        _lying(rig)
+        clock = SimClock(T0)
+        w = _watch(tmp_path, rig, clock)
+
+        def fail_then_signal(now):
+            stop = w.executor.stop if w.executor else None
+            if stop is not None and stop.state == "sent" and w._signal is None:
+                w.executor.stopping.cancel("the self-stop was killed by SIGTERM")  # the stop thread's end
+                w._handle_signal(signal.SIGTERM, None)
+
+        code, status = drive(w, clock, step_s=5, max_real_s=60, on_step=fail_then_signal)
+        assert (code, status) == (EXIT_STOP_FAILED, "stop failed")
+    assert _bill_row(tmp_path)["status"] == "stop failed"

@@ -265,4 +265,24 @@ def test_aborting_a_stop_ends_a_before_stop_hook_still_running_with_its_children
     stepper.join(10)
     assert not stepper.is_alive()
     assert not psutil.pid_exists(grandchild) or psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
-    assert any("before_stop" in line and "stopping anyway" in line for line in said)  # the hook's end is said
+    # cancelled: nothing claims the stop goes on
+    assert not any("stopping anyway" in line for line in said), said
+
+
+def test_a_self_stop_command_that_hangs_is_killed_with_its_group_at_its_timeout(tmp_path):
+    import psutil
+
+    pid_file = tmp_path / "child.pid"
+    with pytest.raises(CostctlError, match=r"did not return within 1s \(its process group was killed\)"):
+        run_self_stop(["sh", "-c", f"sleep 300 & echo $! > '{pid_file}'; wait"], timeout_s=1)
+    child = int(pid_file.read_text())
+    for _ in range(100):
+        if not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE:
+            break
+        threading.Event().wait(0.02)
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_self_stop_command_killed_by_a_signal_is_said_so():
+    with pytest.raises(CostctlError, match=r"^self-stop 'sh -c kill -TERM \$\$' was killed by SIGTERM$"):
+        run_self_stop(["sh", "-c", "kill -TERM $$"])

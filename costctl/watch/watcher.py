@@ -800,16 +800,26 @@ class Watcher:
         ends (:meth:`_on_ending`); with no job running, end the watch at once. Either way the
         instance is left running, and that is said."""
         sig = self._signal or signal.SIGTERM
-        proc = self.stopping
-        if proc is not None:  # told to end while a stop is carried through: it failed
-            proc.cancel(f"the watch got {signal.Signals(sig).name}")
+        stop = self.executor.stop if self.executor is not None else None
+        if stop is not None:  # told to end once a stop was decided: it ends as the stop did
             assert self.executor is not None
+            proc = self.executor.stopping
+            if proc is not None and proc.self_stop_returned:
+                # A signal after the self-stop returned is most likely the power-off itself
+                # (systemd ends every process): the run stays "self-stop sent", as recorded.
+                self._stopped_at = self.clock.now()
+                self.summary.stop = stop
+                return (self.child_status if self.child_status is not None else 0), "self-stop sent"
+            if proc is not None and not proc.done:  # not confirmed yet: failed
+                proc.cancel(f"the watch got {signal.Signals(sig).name}")
             self.executor.abort()
             if self.job is not None and self.job.running:
                 self.job.signal(signal.SIGKILL)  # the stop was ending it; the stop thread reaps it
-            assert self.executor is not None and self.executor.stop is not None
-            self._stopped_at = self.executor.stop.ended_at or self.clock.now()
-            self.summary.stop = self.executor.stop
+            self._stopped_at = stop.ended_at or self.clock.now()
+            self.summary.stop = stop
+            if stop.state in ("confirmed", "gone"):
+                code = self.child_status if self.child_status is not None else 0
+                return code, "stopped"
             return EXIT_STOP_FAILED, "stop failed"
         name = signal.Signals(sig).name
         job = self.job
