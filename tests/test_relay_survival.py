@@ -37,7 +37,7 @@ def _wait_for(pred, timeout: float = 20.0, what: str = "condition"):
 
 
 def _state(data: Path) -> dict | None:
-    files = list((data / "runs").glob("*.relay.json"))
+    files = sorted((data / "runs").glob("*.relay.json"))  # the first watch's first
     if not files:
         return None
     state = json.loads(files[0].read_text())
@@ -195,3 +195,44 @@ def test_an_exception_in_the_output_handling_leaves_the_job_running_and_logged(t
         _end_job(state["job_pgid"])
         watch.kill()
     assert b"error while handling the job's output: ValueError" in err_path.read_bytes()
+
+
+def test_a_run_whose_watch_was_killed_reads_unguarded_not_lost_while_its_job_runs(tmp_path):
+    env, data, record = _env(tmp_path)
+    with open(tmp_path / "out", "wb") as out, open(tmp_path / "err", "wb") as err:
+        watch = subprocess.Popen(costctl_cmd(*WATCH_ARGS), env=env, cwd=REPO, stdout=out, stderr=err,
+                                 stdin=subprocess.DEVNULL)
+    state = _wait_for(lambda: _state(data), what="the relay's state file")
+    try:
+        _wait_for(lambda: len(_written(record)) >= 3, what="heartbeats")
+        watch.kill()
+        watch.wait(10)
+        bill = subprocess.run(costctl_cmd("bill", "--format", "json"), env=env, cwd=REPO, capture_output=True,
+                              timeout=60)
+        (row,) = json.loads(bill.stdout)["rows"]
+        assert row["status"] == "unguarded" and row["ended_at"] is None
+        table = subprocess.run(costctl_cmd("bill"), env={**env, "COLUMNS": "200"}, cwd=REPO, capture_output=True,
+                               timeout=60)
+        assert b"unguarded" in table.stdout and b"its job still runs" in table.stdout
+        # a second watch on the same instance does not close it as lost while the job runs
+        second = subprocess.run(costctl_cmd("watch", "--quiet", "--on-exit", "leave", "--", sys.executable, "-c",
+                                            "print('loss: 1')"), env=env, cwd=REPO, capture_output=True, timeout=60,
+                                stdin=subprocess.DEVNULL)
+        assert second.returncode == 0, second.stderr.decode()
+        rows = json.loads(subprocess.run(costctl_cmd("bill", "--format", "json"), env=env, cwd=REPO,
+                                         capture_output=True, timeout=60).stdout)["rows"]
+        first = next(r for r in rows if r["run_id"] == row["run_id"])
+        assert first["status"] == "unguarded" and first["ended_at"] is None
+        assert _alive(state["job_pid"])
+    finally:
+        _end_job(state["job_pgid"])
+        watch.kill()
+    # once the job ended, the next watch closes it: lost
+    _wait_for(lambda: (s := _state(data)) and s.get("ended"), 15, "the relay's final state")
+    third = subprocess.run(costctl_cmd("watch", "--quiet", "--on-exit", "leave", "--", sys.executable, "-c",
+                                       "print('loss: 1')"), env=env, cwd=REPO, capture_output=True, timeout=60,
+                           stdin=subprocess.DEVNULL)
+    assert third.returncode == 0
+    rows = json.loads(subprocess.run(costctl_cmd("bill", "--format", "json"), env=env, cwd=REPO,
+                                     capture_output=True, timeout=60).stdout)["rows"]
+    assert next(r for r in rows if r["run_id"] == row["run_id"])["status"] == "lost"

@@ -118,18 +118,34 @@ def read_state(path: Path) -> dict[str, Any] | None:
 
 
 def relay_alive(state: dict[str, Any]) -> bool:
-    """Whether the job of a relay state is still running (its relay or its job pid exists and
-    no exit status was recorded)."""
+    """Whether the job of a relay state is still running: no exit status was recorded and its
+    relay or its job process runs (a pid reused since is taken for it: unsure counts as running)."""
     if state.get("exit_status") is not None:
         return False
-    for key in ("relay_pid", "job_pid"):
-        pid = state.get(key)
-        if isinstance(pid, int) and pid > 0:
-            try:
-                os.kill(pid, 0)
-                return True
-            except ProcessLookupError:
-                continue
-            except PermissionError:
-                return True
-    return False
+    return any(_pid_running(state.get(key)) for key in ("relay_pid", "job_pid"))
+
+
+def _pid_running(pid: object) -> bool:
+    """Process ``pid`` exists and is not a zombie (a zombie is an exited process not reaped yet)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b") ", 1)[1][:1] != b"Z"
+    except (OSError, IndexError):
+        return True  # no /proc: it exists
+
+
+def job_running(log_path: str | Path | None) -> bool:
+    """Whether the job of the run logged to ``log_path`` still runs, by its relay's state file
+    (False without a log, a state file, or once the job's exit was recorded)."""
+    if not log_path:
+        return False
+    state = read_state(state_path(Path(log_path)))
+    return state is not None and relay_alive(state)

@@ -62,7 +62,7 @@ from ..protocols import RunState
 from ..records import Action, BatchPlan, Decision, ProgressPoint, TelemetrySample
 from ..statusline import StatusLine, countdown
 from ..summary import RunSummary
-from ..telemetry.cpu import MachineCpu, ProcessTreeCpu
+from ..telemetry.cpu import ExitedTreeCpu, MachineCpu, ProcessTreeCpu
 from ..telemetry.sampler import Sampler, detect_gpu_source
 from .command import prepare_command
 from ..stopping import EXIT_STOP_FAILED, StopProcess, StopRoute, StopRunner
@@ -70,6 +70,7 @@ from .instance import bring_up, resolve_instance
 from .job import Job
 from .options import WatchOptions
 from ..relay.client import RelayChild
+from ..relay.protocol import job_running
 
 from costctl_providers.base import Instance, Provider
 from costctl_providers.notices import Notice, NoticePoller, detect_cloud
@@ -96,13 +97,21 @@ def watch_alive(pid: int) -> bool:
     return "costctl" in cmdline or "python" in cmdline
 
 
-def _job_cpu(pid: int) -> ProcessTreeCpu | MachineCpu:
-    """CPU use of the job's process tree; the machine's when the job already exited (it is
-    the relay's child, reaped at once, so a short job may be gone before it is sampled)."""
+def run_unguarded(run: Any) -> bool:
+    """Whether ledger run ``run`` (a :class:`~costctl.ledger.schema.Run`) is unguarded: recorded
+    on this host, its watch gone, its job still running (its relay's state file says so)."""
+    if run.ended_at is not None or run.host != socket.gethostname() or run.pid is None:
+        return False
+    return not watch_alive(run.pid) and job_running(run.log_path)
+
+
+def _job_cpu(pid: int) -> ProcessTreeCpu | ExitedTreeCpu:
+    """CPU use of the job's process tree; idle when the job already exited (it is the relay's
+    child, reaped at once, so a short job may be gone before its tree is looked up)."""
     try:
         return ProcessTreeCpu(pid)
     except UsageError:
-        return MachineCpu()
+        return ExitedTreeCpu(pid)
 
 
 class Watcher:
@@ -277,7 +286,8 @@ class Watcher:
                 provider.name, instance_id, gpu=resolved.gpu_name, gpu_count=gpu_count, billing=billing,
                 price_per_hour=rate.amount, currency=rate.currency, region=inst.region if inst else None,
             )
-            lost = self.ledger.close_lost_runs(instance_pk, host=socket.gethostname(), alive=watch_alive)
+            lost = self.ledger.close_lost_runs(instance_pk, host=socket.gethostname(), alive=watch_alive,
+                                               job_running=lambda run: job_running(run.log_path))
             pending = bring_up(resolved, self.options, clock=self.clock, say=self.say)
         except BaseException:
             self.ledger.close()
@@ -951,4 +961,4 @@ class Watcher:
         return exit_code, status
 
 
-__all__ = ["Watcher", "watch_alive"]
+__all__ = ["Watcher", "run_unguarded", "watch_alive"]
