@@ -153,6 +153,13 @@ def test_closing_the_watchs_pty_master_leaves_the_job_running_and_logged(tmp_pat
         _check_survived(data, record, state["job_pid"])
         alive = os.waitpid(pid, os.WNOHANG) == (0, 0)
         assert alive, "the watch ended when its terminal went away"
+        # SIGTERM still ends it the usual way, with the job's exit status
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 128 + signal.SIGTERM
+        assert not _alive(state["job_pid"])
     finally:
         if state is not None:
             _end_job(state["job_pgid"])

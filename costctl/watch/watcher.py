@@ -105,6 +105,13 @@ def run_unguarded(run: Any) -> bool:
     return not watch_alive(run.pid) and job_running(run.log_path)
 
 
+def _isatty(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
 def _job_cpu(pid: int) -> ProcessTreeCpu | ExitedTreeCpu:
     """CPU use of the job's process tree; idle when the job already exited (it is the relay's
     child, reaped at once, so a short job may be gone before its tree is looked up)."""
@@ -179,6 +186,9 @@ class Watcher:
         self._tick_error_reported = False
         self._threaded = False  # run(): the stop runs in a StopRunner thread; else step() steps it
         self._stop_runner: StopRunner | None = None
+        self._hangup = False  # the terminal went away (SIGHUP or EIO)
+        # costctl's own fds that are a terminal (redirected to /dev/null once it went away):
+        self._terminal_fds: list[int] | None = [fd for fd in (1, 2) if _isatty(fd)]
 
     # ------------------------------------------------------------------ the run (RunControl)
     @property
@@ -372,7 +382,7 @@ class Watcher:
                 None, self._on_text,
                 stdout_fd=self._fds[0], stderr_fd=self._fds[1],
                 before_write=self.status.clear, after_write=self.status.after_child_write,
-                lock=self.status.lock, on_terminal_gone=self.status.terminal_gone,
+                lock=self.status.lock, on_terminal_gone=self._terminal_gone,
             )
             try:
                 self.job.start()
@@ -668,12 +678,36 @@ class Watcher:
     # ------------------------------------------------------------------ the main loop
     def _handle_hangup(self, signum: int, frame: Any) -> None:
         # SIGHUP (the terminal went away): the watch and the job go on; nothing more is written
-        # to the terminal. Plain assignments only (see _handle_signal).
+        # to the terminal. Plain assignments only (see _handle_signal); the loop does the rest.
+        self._hangup = True
         self.status.gone = True
         self.status.enabled = False
         mux = self.job.mux if self.job is not None else None
         if mux is not None:
             mux.terminal = False
+
+    def _terminal_gone(self) -> None:
+        """The terminal went away (SIGHUP, or a write failed with EIO): nothing more is written
+        to it, and costctl's own stdout/stderr, where they were that terminal, now go to
+        /dev/null, so no later write (a message, the summary, Python's flush at exit) fails."""
+        self._hangup = True
+        self.status.terminal_gone()
+        mux = self.job.mux if self.job is not None else None
+        if mux is not None:
+            mux.terminal = False
+        if self._terminal_fds is None:
+            return
+        fds, self._terminal_fds = self._terminal_fds, None
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+        except OSError:
+            return
+        for fd in fds:
+            try:
+                os.dup2(null, fd)
+            except OSError:
+                pass
+        os.close(null)
 
     def _output_failed(self, exc: BaseException) -> None:
         """Handling the job's output raised (the relay thread): say so once; the output goes on
@@ -731,6 +765,8 @@ class Watcher:
     def _loop(self) -> tuple[int, str]:
         while True:
             self._done.wait(0.1)
+            if self._hangup and self._terminal_fds is not None:
+                self._terminal_gone()
             result = self.step()
             if result is not None:
                 return result
