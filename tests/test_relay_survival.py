@@ -110,6 +110,8 @@ def test_kill_9_of_the_watch_leaves_the_job_running_and_logged(tmp_path):
     # the relay records the job's end for whoever comes next
     final = _wait_for(lambda: (s := _state(data)) and s.get("ended") and s, 15, "the relay's final state")
     assert final["exit_status"] == 128 + signal.SIGKILL
+    (log,) = list((data / "runs").glob("*.log"))
+    assert final["log_bytes"] == log.stat().st_size and final["run_id"]
 
 
 def test_sighup_to_the_watch_ends_neither_the_watch_nor_the_job(tmp_path):

@@ -8,8 +8,10 @@ resume from; the relay then replays what it still holds from there and goes on l
 that started the relay gets its first connection as an inherited socket and sends nothing.
 
 The state file (JSON, replaced atomically) beside the run log says, for someone whose watch
-died: the relay's and the job's pids, the job's process group, the socket, and at the end the
-job's exit status.
+died: the ledger run (``$COSTCTL_RUN_ID`` of the job), the relay's and the job's pids, the
+job's process group, the socket, the watch that started it, and at the end the job's exit
+status (``exit_status``), ``ended`` once its output was all read and the run log's length
+(``log_bytes``).
 """
 
 from __future__ import annotations

@@ -72,7 +72,8 @@ class Relay:
         self.history_bytes = 0
         self.clients: list[_Client] = []
         self.state: dict[str, Any] = {
-            "version": 1, "relay_pid": os.getpid(), "job_pid": None, "job_pgid": None,
+            "version": 1, "run_id": os.environ.get("COSTCTL_RUN_ID"),
+            "relay_pid": os.getpid(), "job_pid": None, "job_pgid": None,
             "argv": self.argv, "log": str(log_path), "socket": str(sock_path), "watch_pid": watch_pid,
             "started_at": time.time(), "exit_status": None, "ended": False, "log_bytes": None,
         }
