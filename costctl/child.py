@@ -1,10 +1,10 @@
-"""The watched child process: spawned in its own process group, its output passed through.
+"""The watched command's output on the watch's side, and the command's checks.
 
-The child's stdout and stderr are drained concurrently by two threads (a full pipe would
-otherwise deadlock the child). Each chunk is written to costctl's own stdout/stderr byte for
-byte as the child wrote it (carriage returns, ANSI colours and brackets untouched, no decoding
-on the terminal path), appended to the per-run log file, and handed, decoded, to a callback
-that parses training progress.
+The job's pipes are owned by its relay process (:mod:`costctl.relay`), which writes the run
+log; the watch gets the bytes from the relay and hands them to :class:`OutputMux`: each chunk
+is written to costctl's own stdout/stderr byte for byte as the job wrote it (carriage returns,
+ANSI colours and brackets untouched, no decoding on the terminal path) and handed, decoded, to
+a callback that parses training progress. A terminal that went away (EIO) is written no more.
 """
 
 from __future__ import annotations
@@ -12,23 +12,25 @@ from __future__ import annotations
 import codecs
 import os
 import shutil
-import signal
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
 from .errors import UsageError
 
-CHUNK_BYTES = 65536
 
 #: ``on_text(stream_name, text)``: decoded text of one chunk ("stdout" or "stderr").
 TextCallback = Callable[[str, str], None]
 
 
 def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd``; a reader that went away (EPIPE) is ignored.
+
+    Raises:
+        OSError: another write error (EIO: the terminal went away).
+    """
     view = memoryview(data)
     while view:
         try:
@@ -52,6 +54,8 @@ class OutputMux:
             bytes reach the terminal and redraws after a newline); ``after_write(stream, data)``.
         lock: shared with whoever else writes to the terminal (the status line), so costctl's
             own messages never land inside a chunk of the child's output.
+        on_terminal_gone: called once when a write to the terminal fails (EIO after a hangup):
+            from then on nothing more is written there; the log and the parser go on.
     """
 
     def __init__(
@@ -64,8 +68,12 @@ class OutputMux:
         before_write: Callable[[], None] | None = None,
         after_write: Callable[[str, bytes], None] | None = None,
         lock: threading.RLock | None = None,
+        on_terminal_gone: Callable[[], None] | None = None,
     ) -> None:
         self._log = log_file
+        self._on_gone = on_terminal_gone
+        #: False once the terminal went away (a write failed, or the watch got SIGHUP).
+        self.terminal = True
         self._on_text = on_text
         self._fds = {"stdout": stdout_fd, "stderr": stderr_fd}
         self._decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in self._fds}
@@ -77,11 +85,15 @@ class OutputMux:
     def write(self, stream: str, data: bytes) -> None:
         """Pass ``data`` (raw bytes from the child's ``stream``) through."""
         with self._lock:
-            if self._before:
-                self._before()
-            _write_all(self._fds[stream], data)
-            if self._after:
-                self._after(stream, data)
+            if self.terminal:
+                try:
+                    if self._before:
+                        self._before()
+                    _write_all(self._fds[stream], data)
+                    if self._after:
+                        self._after(stream, data)
+                except OSError:
+                    self.terminal_gone()
             if self._log is not None:
                 self._log.write(data)
                 self._log.flush()
@@ -91,6 +103,13 @@ class OutputMux:
             if text:
                 self._on_text(stream, text)
 
+    def terminal_gone(self) -> None:
+        """Stop writing to the terminal (it went away); calls ``on_terminal_gone`` once."""
+        if self.terminal:
+            self.terminal = False
+            if self._on_gone is not None:
+                self._on_gone()
+
     def finish(self) -> None:
         """Flush the decoders (a trailing partial UTF-8 sequence becomes U+FFFD)."""
         if self._on_text is None:
@@ -99,137 +118,6 @@ class OutputMux:
             text = dec.decode(b"", final=True)
             if text:
                 self._on_text(stream, text)
-
-
-class Child:
-    """A command run in its own process group with both pipes drained by threads.
-
-    Args:
-        argv: the command and its arguments.
-        mux: where output goes.
-        env: extra environment variables (added to costctl's own environment).
-        cwd: working directory.
-
-    Raises:
-        UsageError: (exit status 127) when the command does not exist or is not executable.
-    """
-
-    def __init__(
-        self,
-        argv: Sequence[str],
-        mux: OutputMux,
-        *,
-        env: Mapping[str, str] | None = None,
-        cwd: Path | None = None,
-    ) -> None:
-        if not argv:
-            raise UsageError("no command given after --")
-        full_env = dict(os.environ)
-        full_env.update(env or {})
-        full_env.setdefault("PYTHONUNBUFFERED", "1")
-        self.argv = list(argv)
-        self._mux = mux
-        try:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL if not os.isatty(0) else None,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=full_env,
-                cwd=cwd,
-                start_new_session=True,
-                bufsize=0,
-            )
-        except FileNotFoundError:
-            raise UsageError(f"command not found: {self.argv[0]}", exit_code=127) from None
-        except PermissionError:
-            raise UsageError(f"command is not executable: {self.argv[0]}", exit_code=126) from None
-        except OSError as exc:
-            raise UsageError(f"cannot run {self.argv[0]}: {exc.strerror}", exit_code=126) from None
-        self.pid = self.proc.pid
-        self.pgid = os.getpgid(self.pid)
-        self._threads = [
-            threading.Thread(target=self._pump, args=("stdout", self.proc.stdout), daemon=True, name="costctl-stdout"),
-            threading.Thread(target=self._pump, args=("stderr", self.proc.stderr), daemon=True, name="costctl-stderr"),
-        ]
-        for t in self._threads:
-            t.start()
-
-    def _pump(self, stream: str, pipe: BinaryIO) -> None:
-        fd = pipe.fileno()
-        try:
-            while True:
-                try:
-                    data = os.read(fd, CHUNK_BYTES)
-                except OSError:
-                    break
-                if not data:
-                    break
-                self._mux.write(stream, data)
-        finally:
-            pipe.close()
-
-    def poll(self) -> int | None:
-        """The exit status if the child has exited, else None (shell convention: 128+N for signal N)."""
-        rc = self.proc.poll()
-        return None if rc is None else exit_status(rc)
-
-    @property
-    def running(self) -> bool:
-        """True while the child process has not exited."""
-        return self.proc.poll() is None
-
-    def wait(self, timeout: float | None = None) -> int:
-        """Wait for the child to exit and its output to be drained; return its exit status.
-
-        Raises:
-            subprocess.TimeoutExpired: if ``timeout`` (seconds) passes first.
-        """
-        rc = self.proc.wait(timeout)
-        self.drain(timeout=5)
-        return exit_status(rc)
-
-    def drain(self, timeout: float = 5) -> None:
-        """Wait (up to ``timeout`` seconds) for both pipes to reach EOF, then flush decoders."""
-        deadline = time.monotonic() + timeout
-        for t in self._threads:
-            t.join(max(0.0, deadline - time.monotonic()))
-        self._mux.finish()
-
-    def send_signal(self, sig: int) -> bool:
-        """Send ``sig`` to the child's whole process group; False if it is already gone."""
-        try:
-            os.killpg(self.pgid, sig)
-            return True
-        except ProcessLookupError:
-            return False
-
-    def kill(self) -> int:
-        """SIGKILL the whole process group at once (the root and every straggler), reap the
-        root and drain its output (at most 2 s); returns the root's exit status (137 when the
-        SIGKILL ended it, its own status when it had exited already). Never blocks on the child."""
-        self.send_signal(signal.SIGKILL)
-        self.proc.wait()
-        self.drain(timeout=2)
-        return exit_status(self.proc.returncode)
-
-    def terminate(self, grace_s: float, first_signal: int = signal.SIGTERM) -> int:
-        """Signal the process group (SIGTERM by default), wait ``grace_s`` seconds, then SIGKILL.
-
-        Returns:
-            the child's exit status.
-        """
-        if self.proc.poll() is None:
-            self.send_signal(first_signal)
-            try:
-                self.proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                self.send_signal(signal.SIGKILL)
-                self.proc.wait()
-        # Reap stragglers of the group that ignored the first signal.
-        self.send_signal(signal.SIGKILL)
-        self.drain(timeout=2)
-        return exit_status(self.proc.returncode)
 
 
 def check_command(argv: Sequence[str], cwd: Path | None = None) -> None:

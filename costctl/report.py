@@ -150,7 +150,7 @@ def _status_cell(r: Any) -> str:
 
 
 #: Run statuses shown in red on a terminal: the instance may still be billing.
-ALARM_STATUSES = frozenset({"stop failed"})
+ALARM_STATUSES = frozenset({"stop failed", "unguarded"})
 
 Column = tuple[str, Callable[[Any], str], str]  # header, cell text, justify
 

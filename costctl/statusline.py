@@ -51,8 +51,25 @@ class StatusLine:
         self._text = ""
         self._shown = False
         self._line_open = False  # the child left a partial line on stderr
+        self.gone = False  # the terminal went away: nothing is written any more
         self.lock = threading.RLock()
         self._console = Console(stderr=True, highlight=False, markup=False, soft_wrap=False)
+
+    def _write(self, text: str) -> None:
+        """Write and flush ``text`` to stderr; once that fails (EIO: the terminal went away)
+        nothing more is written (:attr:`gone`)."""
+        if self.gone:
+            return
+        try:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            self.terminal_gone()
+
+    def terminal_gone(self) -> None:
+        """The terminal went away (SIGHUP, EIO): write nothing more, draw nothing more."""
+        self.gone = True
+        self.enabled = False
 
     def _draw(self) -> None:
         if not self.enabled or not self._text or self._line_open:
@@ -61,16 +78,14 @@ class StatusLine:
         text = Text(self.text[:width], style="reverse")
         with self._console.capture() as cap:
             self._console.print(text, end="")
-        sys.stderr.write(_ERASE + cap.get())
-        sys.stderr.flush()
+        self._write(_ERASE + cap.get())
         self._shown = True
 
     def clear(self) -> None:
         """Erase the line if it is shown (called before child bytes are written)."""
         with self.lock:
             if self.enabled and self._shown:
-                sys.stderr.write(_ERASE)
-                sys.stderr.flush()
+                self._write(_ERASE)
                 self._shown = False
 
     def after_child_write(self, stream: str, data: bytes) -> None:
@@ -90,7 +105,7 @@ class StatusLine:
         with self.lock:
             self._text = text
             if self._shown:
-                sys.stderr.write(_ERASE)
+                self._write(_ERASE)
                 self._shown = False
             self._draw()
 
@@ -99,10 +114,9 @@ class StatusLine:
         with self.lock:
             self.clear()
             if self._line_open:
-                sys.stderr.write("\n")
+                self._write("\n")
                 self._line_open = False
-            sys.stderr.write(text.rstrip("\n") + "\n")
-            sys.stderr.flush()
+            self._write(text.rstrip("\n") + "\n")
             self._draw()
 
     def close(self) -> None:

@@ -326,3 +326,23 @@ def test_close_lost_runs_closes_only_dead_watches_of_this_host(ledger):
         assert runs[rid].ended_at is None and runs[rid].status == "running"
     assert runs[finished].status == "completed"
     assert ledger.close_lost_runs(pk, host="box", alive=lambda pid: False) == [live]  # pid-less runs are never guessed at
+
+
+def test_a_run_whose_watch_died_while_its_job_runs_on_is_unguarded_then_lost_once_the_job_ended(ledger):
+    pk = new_instance(ledger)
+    run = ledger.start_run(pk, started_at=at(0), command=["train"], log_path="/runs/a.log", host="box", pid=111)
+    ledger.accrue(run, at(30), Decimal("1.2"), "USD")
+    running = {"/runs/a.log": True}
+
+    def job_running(r):
+        return running.get(r.log_path, False)
+
+    assert ledger.close_lost_runs(pk, host="box", alive=lambda pid: False, job_running=job_running) == []
+    with ledger.session() as s:
+        row = s.get(Run, run)
+        assert (row.status, row.ended_at) == ("unguarded", None)
+    running["/runs/a.log"] = False  # the job ended with no watch
+    assert ledger.close_lost_runs(pk, host="box", alive=lambda pid: False, job_running=job_running) == [run]
+    with ledger.session() as s:
+        row = s.get(Run, run)
+        assert (row.status, row.ended_at) == ("lost", at(30))

@@ -27,6 +27,7 @@ from ..ledger.engine import configured_url
 from ..ledger.lifecycle import GpuUse, gpu_use_by_run
 from ..money import Money
 from ..report import render_csv, render_json, render_table
+from ..watch.watcher import run_unguarded
 from .common import ConfigOption, DbOption, FormatOption, OutputFormat, out_console, settings_from
 
 WHEN_ALLOWED = (
@@ -145,7 +146,7 @@ def bill(
         return
     with ledger, ledger.session() as session:
         if by is GroupBy.run:
-            rows = queries.bill_by_run(session, start, end)
+            rows = queries.bill_by_run(session, start, end, unguarded=run_unguarded)
             use = gpu_use_by_run(session)
         elif by is GroupBy.instance:
             rows = queries.bill_by_instance(session, start, end)
@@ -164,6 +165,12 @@ def bill(
         render_table(out_console, by.value, rows, totals, tz, start, end)
         for a in advice:
             out_console.print(f"advice: {a.text}")
+        for r in rows:
+            if getattr(r, "status", None) == "unguarded":
+                out_console.print(
+                    f"unguarded: run {r.run_id[:8]}'s watch is gone but its job still runs; nothing stops "
+                    f"{r.provider} instance {r.instance_id} when it ends (`costctl stop {r.instance_id}` stops it)",
+                    soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -319,8 +319,14 @@ class Ledger:
         with self._write("record spend") as s:
             return accrual.accrue(s, run_id, until, rate_per_hour, currency)
 
-    def close_lost_runs(self, instance_pk: int, *, host: str, alive: Callable[[int], bool]) -> list[str]:
+    def close_lost_runs(self, instance_pk: int, *, host: str, alive: Callable[[int], bool],
+                        job_running: Callable[[Run], bool] | None = None) -> list[str]:
         """Close the runs of ``instance_pk`` whose watch process on ``host`` is gone.
+
+        A run whose watch is gone but whose job still runs (``job_running(run)``, e.g. its
+        output relay's state file says so) is not closed: it gets status ``unguarded`` and
+        stays open (nothing charges it meanwhile; ``costctl bill`` shows it); once its job
+        ended too, a later call closes it ``lost``.
 
         A watch killed outright (SIGKILL, OOM killer, reboot) never calls :meth:`finish_run`;
         its run would stay ``running`` forever. A run qualifies when it has no ``ended_at``,
@@ -342,6 +348,9 @@ class Ledger:
             ).all()
             for run in runs:
                 if run.pid is not None and not alive(run.pid):
+                    if job_running is not None and job_running(run):
+                        run.status = "unguarded"
+                        continue
                     run.ended_at = run.last_seen_at
                     run.status = "lost"
                     closed.append(run.id)

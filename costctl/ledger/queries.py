@@ -8,6 +8,7 @@ only for its seconds inside the window.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
@@ -188,8 +189,12 @@ def _instances(session: Session) -> dict[int, Instance]:
     return {i.id: i for i in session.scalars(select(Instance))}
 
 
-def bill_by_run(session: Session, since: datetime | None = None, until: datetime | None = None) -> list[RunBill]:
-    """Runs active inside ``[since, until)``, oldest first (see :class:`RunBill`)."""
+def bill_by_run(session: Session, since: datetime | None = None, until: datetime | None = None, *,
+                unguarded: Callable[[Run], bool] | None = None) -> list[RunBill]:
+    """Runs active inside ``[since, until)``, oldest first (see :class:`RunBill`).
+
+    ``unguarded(run)``, asked of each open run, True when its watch is gone while its job runs
+    on: the run's status reads ``unguarded``."""
     instances = _instances(session)
     stmt = select(Run).order_by(Run.started_at, Run.id)
     if until is not None:
@@ -231,7 +236,8 @@ def bill_by_run(session: Session, since: datetime | None = None, until: datetime
                     price_per_hour=price,
                     currency=currency,
                     spend=spend,
-                    status=run.status,
+                    status=("unguarded" if run.ended_at is None and unguarded is not None and unguarded(run)
+                            else run.status),
                     exit_code=run.exit_code,
                     host=run.host,
                     billing=inst.billing,

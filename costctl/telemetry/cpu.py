@@ -207,6 +207,21 @@ class ProcessTreeCpu:
         return members, None
 
 
+class ExitedTreeCpu:
+    """The CPU source of a job that had exited before it could be watched (a short job, reaped
+    by its relay at once): its tree is idle, OK 0.0 — as :class:`ProcessTreeCpu` reads once
+    its root is gone."""
+
+    name = "cpu"
+
+    def __init__(self, root_pid: int) -> None:
+        self.root_pid = root_pid
+
+    def read(self) -> CpuRead:
+        """Always OK 0.0 (the job is gone)."""
+        return CpuRead(SignalStatus.OK, percent=0.0)
+
+
 class MachineCpu:
     """CPU of every user process on the machine, in percent of one core (no-command guard).
 

@@ -1,7 +1,8 @@
 """The watched command as the executor and lifecycle see it: :class:`Job` (a
 :class:`~costctl.protocols.JobControl`).
 
-It owns the :class:`~costctl.child.Child` (one per start of the command), the batch plan and
+It owns the :class:`~costctl.relay.client.RelayChild` (one relay and one job process per start
+of the command: the relay owns the job's output, see :mod:`costctl.relay`), the batch plan and
 the resume checkpoint, and starts the command with the argv and environment of
 :func:`.command.child_argv_env`.
 """
@@ -11,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..child import Child, OutputMux
+from ..child import OutputMux
+from ..relay.client import RelayChild
 from ..records import BatchPlan
 from .command import child_argv_env
 
@@ -26,12 +28,16 @@ class Job:
         checkpoint_request: the ``$COSTCTL_CHECKPOINT_REQUEST`` file.
         extra_env: more environment for the job.
         run_id: gives the current ledger run (``$COSTCTL_RUN_ID``; a move changes it).
-        on_start: called with each new :class:`Child` (the watcher points its telemetry at it).
+        on_start: called with each new :class:`RelayChild` (the watcher points its telemetry at it).
+        log_path: the run log (written by the relay).
+        on_output_error: called with an exception raised while the watch handled the job's
+            output (the output goes on being read).
     """
 
     def __init__(self, command: Sequence[str] | None, *, batch: BatchPlan | None, resume_from: str | None,
                  grace_s: float, checkpoint_request: Path, extra_env: dict[str, str],
-                 run_id: Callable[[], str], on_start: Callable[[Child], None]) -> None:
+                 run_id: Callable[[], str], on_start: Callable[[RelayChild], None], log_path: Path,
+                 on_output_error: Callable[[BaseException], None] | None = None) -> None:
         self.command = list(command) if command else None
         self._batch = batch
         self._resume_from = resume_from
@@ -41,7 +47,10 @@ class Job:
         self._run_id = run_id
         self._on_start = on_start
         self.mux: OutputMux | None = None
-        self.child: Child | None = None
+        self.log_path = log_path
+        self._on_output_error = on_output_error
+        self._starts = 0
+        self.child: RelayChild | None = None
         self.status: int | None = None
 
     @property
@@ -78,7 +87,9 @@ class Job:
         assert self.mux is not None and self.command
         argv, env = child_argv_env(self.command, self._batch, self._resume_from, run_id=self._run_id(),
                                    checkpoint_request=self.checkpoint_request, extra_env=self.extra_env)
-        self.child = Child(argv, self.mux, env=env)
+        self._starts += 1
+        self.child = RelayChild(argv, self.mux, log_path=self.log_path, start=self._starts, env=env,
+                                on_error=self._on_output_error)
         self.status = None
         self._on_start(self.child)
 

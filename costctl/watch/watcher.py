@@ -40,12 +40,12 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from .. import paths
 from ..checkpoint import ephemeral_storage_warning, resolve_pattern
-from ..child import Child, OutputMux
+from ..child import OutputMux
 from ..clock import Clock, RealClock
 from ..cloud import open_provider
 from ..config import Settings
 from ..decisions import DecisionRecorder
-from ..errors import ConfigError, CostctlError, LedgerError
+from ..errors import ConfigError, CostctlError, LedgerError, UsageError
 from ..executor import Executor
 from ..ledger.db import Ledger
 from ..ledger.lifecycle import spot_exposure
@@ -62,13 +62,15 @@ from ..protocols import RunState
 from ..records import Action, BatchPlan, Decision, ProgressPoint, TelemetrySample
 from ..statusline import StatusLine, countdown
 from ..summary import RunSummary
-from ..telemetry.cpu import MachineCpu, ProcessTreeCpu
+from ..telemetry.cpu import ExitedTreeCpu, MachineCpu, ProcessTreeCpu
 from ..telemetry.sampler import Sampler, detect_gpu_source
 from .command import prepare_command
 from ..stopping import EXIT_STOP_FAILED, StopProcess, StopRoute, StopRunner
 from .instance import bring_up, resolve_instance
 from .job import Job
 from .options import WatchOptions
+from ..relay.client import RelayChild
+from ..relay.protocol import job_running
 
 from costctl_providers.base import Instance, Provider
 from costctl_providers.notices import Notice, NoticePoller, detect_cloud
@@ -93,6 +95,30 @@ def watch_alive(pid: int) -> bool:
     except (psutil.AccessDenied, psutil.ZombieProcess):
         return True
     return "costctl" in cmdline or "python" in cmdline
+
+
+def run_unguarded(run: Any) -> bool:
+    """Whether ledger run ``run`` (a :class:`~costctl.ledger.schema.Run`) is unguarded: recorded
+    on this host, its watch gone, its job still running (its relay's state file says so)."""
+    if run.ended_at is not None or run.host != socket.gethostname() or run.pid is None:
+        return False
+    return not watch_alive(run.pid) and job_running(run.log_path)
+
+
+def _isatty(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
+def _job_cpu(pid: int) -> ProcessTreeCpu | ExitedTreeCpu:
+    """CPU use of the job's process tree; idle when the job already exited (it is the relay's
+    child, reaped at once, so a short job may be gone before its tree is looked up)."""
+    try:
+        return ProcessTreeCpu(pid)
+    except UsageError:
+        return ExitedTreeCpu(pid)
 
 
 class Watcher:
@@ -154,13 +180,15 @@ class Watcher:
         self.notice_poller: NoticePoller | None = None
         self._metrics: MetricsFileFollower | None = None
         self._parsers: dict[str, LineParser] = {}
-        self._log_fh: Any = None
         self._child_done = True
         self._own_cpu = False
         self._spend_before = Decimal(0)  # spend of earlier ledger runs of this watch (same currency)
         self._tick_error_reported = False
         self._threaded = False  # run(): the stop runs in a StopRunner thread; else step() steps it
         self._stop_runner: StopRunner | None = None
+        self._hangup = False  # the terminal went away (SIGHUP or EIO)
+        # costctl's own fds that are a terminal (redirected to /dev/null once it went away):
+        self._terminal_fds: list[int] | None = [fd for fd in (1, 2) if _isatty(fd)]
 
     # ------------------------------------------------------------------ the run (RunControl)
     @property
@@ -217,7 +245,7 @@ class Watcher:
         return self.state.rate
 
     @property
-    def child(self) -> Child | None:
+    def child(self) -> RelayChild | None:
         """The command's current process (None before it started, or without a command)."""
         return self.job.child if self.job is not None else None
 
@@ -268,7 +296,8 @@ class Watcher:
                 provider.name, instance_id, gpu=resolved.gpu_name, gpu_count=gpu_count, billing=billing,
                 price_per_hour=rate.amount, currency=rate.currency, region=inst.region if inst else None,
             )
-            lost = self.ledger.close_lost_runs(instance_pk, host=socket.gethostname(), alive=watch_alive)
+            lost = self.ledger.close_lost_runs(instance_pk, host=socket.gethostname(), alive=watch_alive,
+                                               job_running=lambda run: job_running(run.log_path))
             pending = bring_up(resolved, self.options, clock=self.clock, say=self.say)
         except BaseException:
             self.ledger.close()
@@ -305,7 +334,7 @@ class Watcher:
         self.job = Job(self.options.command, batch=batch, resume_from=resume_from,
                        grace_s=s.watch.grace_period.total_seconds(), checkpoint_request=self.checkpoint_request,
                        extra_env=self.options.extra_env, run_id=lambda: self.state.run_id,
-                       on_start=self._job_started)
+                       on_start=self._job_started, log_path=self.log_path, on_output_error=self._output_failed)
 
         self.engine = PolicyEngine(s, on_error=self._policy_failed)
         self.history = History(
@@ -348,17 +377,16 @@ class Watcher:
                                               reason=warning, evidence={"path": s.checkpoint.path},
                                               key="checkpoint-storage"), "warned")
         if self.options.command:
-            self._log_fh = open(self.log_path, "ab")
+            # The run log is written by the job's relay (costctl.relay), not by this process.
             self.job.mux = OutputMux(
-                self._log_fh, self._on_text,
+                None, self._on_text,
                 stdout_fd=self._fds[0], stderr_fd=self._fds[1],
                 before_write=self.status.clear, after_write=self.status.after_child_write,
-                lock=self.status.lock,
+                lock=self.status.lock, on_terminal_gone=self._terminal_gone,
             )
             try:
                 self.job.start()
             except CostctlError:
-                self._log_fh.close()
                 self.writer.finish_run(run_id, ended_at=self.clock.now(), exit_code=None, status="failed-to-start")
                 self.writer.close(s.watch.ledger_flush_timeout.total_seconds())
                 self.ledger.close()
@@ -366,7 +394,7 @@ class Watcher:
         if self._sampler is None:
             stand_in = "the watched process tree" if self.child else "all user processes"
             gpu = detect_gpu_source(log=lambda m: self.say(f"costctl: {m}"), stand_in=stand_in)
-            cpu = ProcessTreeCpu(self.child.pid) if self.child else MachineCpu()
+            cpu = _job_cpu(self.child.pid) if self.child else MachineCpu()
             self._sampler = Sampler(gpu, cpu, count_ssh=s.policies.idle.count_ssh_sessions)
             self._own_cpu = self.child is not None
         gpu_name = resolved.gpu_name
@@ -386,13 +414,13 @@ class Watcher:
         if billing == "spot":
             self._start_notice_source()
 
-    def _job_started(self, child: Child) -> None:
+    def _job_started(self, child: RelayChild) -> None:
         """A (re)start of the command: telemetry and the policies follow the new process."""
         self._child_done = False
         self.history.child_running = True
         self.history.child_exited_at = None
         if self._own_cpu and self._sampler is not None:
-            self._sampler.cpu = ProcessTreeCpu(child.pid)
+            self._sampler.cpu = _job_cpu(child.pid)
 
     def move_to(self, inst: Instance) -> None:
         """The job moves to instance ``inst``: close this ledger run (status ``downsized``) and
@@ -654,6 +682,46 @@ class Watcher:
                 self.say(f"costctl: error during a tick: {type(exc).__name__}: {exc}{where}")
 
     # ------------------------------------------------------------------ the main loop
+    def _handle_hangup(self, signum: int, frame: Any) -> None:
+        # SIGHUP (the terminal went away): the watch and the job go on; nothing more is written
+        # to the terminal. Plain assignments only (see _handle_signal); the loop does the rest.
+        self._hangup = True
+        self.status.gone = True
+        self.status.enabled = False
+        mux = self.job.mux if self.job is not None else None
+        if mux is not None:
+            mux.terminal = False
+
+    def _terminal_gone(self) -> None:
+        """The terminal went away (SIGHUP, or a write failed with EIO): nothing more is written
+        to it, and costctl's own stdout/stderr, where they were that terminal, now go to
+        /dev/null, so no later write (a message, the summary, Python's flush at exit) fails."""
+        self._hangup = True
+        self.status.terminal_gone()
+        mux = self.job.mux if self.job is not None else None
+        if mux is not None:
+            mux.terminal = False
+        if self._terminal_fds is None:
+            return
+        fds, self._terminal_fds = self._terminal_fds, None
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+        except OSError:
+            return
+        for fd in fds:
+            try:
+                os.dup2(null, fd)
+            except OSError:
+                pass
+        os.close(null)
+
+    def _output_failed(self, exc: BaseException) -> None:
+        """Handling the job's output raised (the relay thread): say so once; the output goes on
+        being read and logged by the relay."""
+        where = self._crash_log("output", exc)
+        self.say(f"costctl: error while handling the job's output: {type(exc).__name__}: {exc}{where}; "
+                 "the job and its run log are unaffected")
+
     def _handle_signal(self, signum: int, frame: Any) -> None:
         # Only a plain assignment: the handler runs between two bytecodes of the main thread,
         # which may hold a lock (Event.wait holds its Condition's) that set() would wait on
@@ -666,6 +734,7 @@ class Watcher:
         # SIGINT/SIGTERM are ours from before the child starts: one arriving while start() is
         # still running is passed to the job by the loop instead of killing costctl unrecorded.
         old = {s: signal.signal(s, self._handle_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        old[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._handle_hangup)
         try:
             self.start()
         except BaseException:
@@ -702,6 +771,8 @@ class Watcher:
     def _loop(self) -> tuple[int, str]:
         while True:
             self._done.wait(0.1)
+            if self._hangup and self._terminal_fds is not None:
+                self._terminal_gone()
             result = self.step()
             if result is not None:
                 return result
@@ -931,13 +1002,14 @@ class Watcher:
             if self.writer is not None:  # wait for the ledger (an outage: up to the flush timeout)
                 self.writer.close(self.settings.watch.ledger_flush_timeout.total_seconds())
             self.status.close()
-            if self._log_fh is not None:
-                self._log_fh.close()
         self.summary.duration = end - self.started_at
-        if not self.options.quiet:
-            self.summary.print(self.state.run_id, self.rate.currency, sys.stderr)
+        if not self.options.quiet and not self.status.gone:
+            try:
+                self.summary.print(self.state.run_id, self.rate.currency, sys.stderr)
+            except OSError:  # the terminal went away
+                self.status.terminal_gone()
         self.ledger.close()
         return exit_code, status
 
 
-__all__ = ["Watcher", "watch_alive"]
+__all__ = ["Watcher", "run_unguarded", "watch_alive"]

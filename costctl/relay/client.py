@@ -1,0 +1,244 @@
+"""The watch's side of the relay: :class:`RelayChild`, the job as the watch sees it.
+
+It has the interface of :class:`costctl.child.Child` (pid, process group, poll, wait, signals,
+kill, terminate), but the job is the relay's child: the watch starts the relay (in a session of
+its own) and reads the job's output from the relay's socket, frame by frame, into the
+:class:`~costctl.child.OutputMux` (terminal pass-through, progress parsing). The run log is
+written by the relay, not here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from ..child import OutputMux
+from ..errors import UsageError
+from . import protocol as p
+
+#: Seconds to wait for the relay to say the job started.
+START_TIMEOUT_S = 30.0
+_ROOT = str(Path(__file__).resolve().parents[2])
+_BOOT = f"import sys; sys.path.insert(0, {_ROOT!r}); from costctl.relay.server import main; sys.exit(main())"
+
+
+class RelayChild:
+    """The job, started by a relay process and relayed to ``mux``.
+
+    Args:
+        argv: the command and its arguments.
+        mux: where its output goes (its ``log_file`` should be None: the relay writes the log).
+        log_path: the run log the relay appends to.
+        start: the number of this start of the job in the run (names the socket).
+        env: extra environment variables (added to costctl's own environment).
+        cwd: working directory.
+        on_error: called with an exception raised while handing output to ``mux`` (the output
+            goes on being read); default: ignored.
+
+    Raises:
+        UsageError: (exit status 127/126) when the command does not exist or cannot be run.
+    """
+
+    def __init__(self, argv: Sequence[str], mux: OutputMux, *, log_path: Path, start: int = 0,
+                 env: Mapping[str, str] | None = None, cwd: Path | None = None,
+                 on_error: Callable[[BaseException], None] | None = None) -> None:
+        if not argv:
+            raise UsageError("no command given after --")
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        full_env.setdefault("PYTHONUNBUFFERED", "1")
+        self.argv = list(argv)
+        self._mux = mux
+        self._on_error = on_error
+        self.log_path = Path(log_path)
+        self.state_path = p.state_path(self.log_path)
+        self.socket_path = p.socket_path(self.log_path, start)
+        ours, theirs = socket.socketpair()
+        err = open(self.log_path.with_suffix(".relay.err"), "ab")
+        try:
+            self.relay = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, "--log", str(self.log_path), "--state", str(self.state_path),
+                 "--socket", str(self.socket_path), "--control-fd", str(theirs.fileno()),
+                 "--watch-pid", str(os.getpid()), *(["--cwd", str(cwd)] if cwd else []), "--", *self.argv],
+                stdin=subprocess.DEVNULL if not os.isatty(0) else None, stdout=subprocess.DEVNULL,
+                stderr=err, env=full_env, start_new_session=True, pass_fds=(theirs.fileno(),),
+            )
+        finally:
+            theirs.close()
+            err.close()
+        self._sock: socket.socket | None = ours
+        self._next = 0  # the log offset of the next byte expected
+        self._status: int | None = None
+        self._exited = threading.Event()
+        self._eof = threading.Event()
+        self._error_reported = False
+        self.pid, self.pgid = self._await_start(ours)
+        self._thread = threading.Thread(target=self._read, daemon=True, name="costctl-relay")
+        self._thread.start()
+
+    # ----------------------------------------------------------------- reading
+    def _await_start(self, sock: socket.socket) -> tuple[int, int]:
+        sock.settimeout(START_TIMEOUT_S)
+        try:
+            frame = p.recv_frame(sock)
+        except OSError:
+            frame = None
+        sock.settimeout(None)
+        if frame is None:
+            self.relay.kill()
+            self.relay.wait()
+            raise UsageError(f"cannot run {self.argv[0]}: the output relay did not start "
+                             f"(see {self.log_path.with_suffix('.relay.err')})", exit_code=126)
+        kind, offset, payload = frame
+        if kind == p.FAILED:
+            info = json.loads(payload)
+            sock.close()
+            self.relay.wait()
+            raise UsageError(f"{info['message']}: {self.argv[0]}", exit_code=int(info["code"]))
+        info = json.loads(payload)
+        self._next = offset
+        return int(info["pid"]), int(info["pgid"])
+
+    def _read(self) -> None:
+        """The reader thread: frames to the mux until the end; a lost connection re-attaches at
+        the next offset; an exception in the mux is reported and the reading goes on."""
+        while not self._eof.is_set():
+            sock = self._sock
+            try:
+                frame = p.recv_frame(sock) if sock is not None else None
+            except OSError:
+                frame = None
+            if frame is None:
+                if not self._reattach():
+                    self._give_up()
+                    break
+                continue
+            kind, offset, payload = frame
+            try:
+                self._dispatch(kind, offset, payload)
+            except Exception as exc:  # noqa: BLE001 - the output must go on being read
+                if not self._error_reported and self._on_error is not None:
+                    self._error_reported = True
+                    try:
+                        self._on_error(exc)
+                    except Exception:  # noqa: BLE001
+                        pass
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _dispatch(self, kind: int, offset: int, payload: bytes) -> None:
+        if kind in (p.STDOUT, p.STDERR, p.LOG):
+            end = offset + len(payload)
+            if end <= self._next:
+                return  # seen before a re-attach
+            payload = payload[max(0, self._next - offset):]
+            self._next = end
+            self._mux.write("stderr" if kind == p.STDERR else "stdout", payload)
+        elif kind == p.EXITED:
+            self._status = int(json.loads(payload)["status"])
+            self._exited.set()
+        elif kind == p.EOF:
+            self._eof.set()
+            self._exited.set()
+
+    def _reattach(self) -> bool:
+        """Connect again on the relay's socket and resume at the next offset; False when the
+        relay is gone."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        for _ in range(20):
+            if self.relay.poll() is not None and not self.socket_path.exists():
+                return False
+            try:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.connect(str(self.socket_path))
+                sock.sendall(p.OFFSET.pack(self._next))
+                self._sock = sock
+                return True
+            except OSError:
+                sock.close()
+                time.sleep(0.1)
+        return False
+
+    def _give_up(self) -> None:
+        """The relay is gone: the exit status from its state file (255 when it has none)."""
+        state = p.read_state(self.state_path) or {}
+        status = state.get("exit_status")
+        if self._status is None:
+            self._status = int(status) if isinstance(status, int) else 255
+        self._exited.set()
+        self._eof.set()
+
+    # ----------------------------------------------------------------- the Child interface
+    def poll(self) -> int | None:
+        """The exit status if the job has exited, else None (shell convention: 128+N for signal N)."""
+        self.relay.poll()  # reap the relay once it ended
+        return self._status if self._exited.is_set() else None
+
+    @property
+    def running(self) -> bool:
+        """True while the job's root process has not exited."""
+        return not self._exited.is_set()
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the job to exit and its output to be relayed; return its exit status.
+
+        Raises:
+            subprocess.TimeoutExpired: if ``timeout`` (seconds) passes first.
+        """
+        if not self._exited.wait(timeout):
+            raise subprocess.TimeoutExpired(self.argv, timeout or 0)
+        self.drain(timeout=5 + 1)
+        return self._status if self._status is not None else 255
+
+    def drain(self, timeout: float = 5) -> None:
+        """Wait (up to ``timeout`` seconds) for the relay's end of output, then flush decoders."""
+        self._eof.wait(timeout)
+        self._thread.join(max(0.0, 1.0 if self._eof.is_set() else 0.0))
+        try:
+            self.relay.wait(1.0 if self._eof.is_set() else 0.01)
+        except subprocess.TimeoutExpired:
+            pass
+        self._mux.finish()
+
+    def send_signal(self, sig: int) -> bool:
+        """Send ``sig`` to the job's whole process group; False if it is already gone."""
+        try:
+            os.killpg(self.pgid, sig)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def kill(self) -> int:
+        """SIGKILL the job's whole process group at once and wait (at most 10 s) for the relay
+        to report its exit, then drain its output (at most 2 s); returns its exit status (137
+        when the SIGKILL ended it)."""
+        self.send_signal(signal.SIGKILL)
+        self._exited.wait(10)
+        self.drain(timeout=2)
+        return self._status if self._status is not None else 137
+
+    def terminate(self, grace_s: float, first_signal: int = signal.SIGTERM) -> int:
+        """Signal the process group (SIGTERM by default), wait ``grace_s`` seconds, then SIGKILL.
+
+        Returns:
+            the job's exit status.
+        """
+        if not self._exited.is_set():
+            self.send_signal(first_signal)
+            if not self._exited.wait(grace_s):
+                self.send_signal(signal.SIGKILL)
+                self._exited.wait(10)
+        self.send_signal(signal.SIGKILL)  # stragglers of the group
+        self.drain(timeout=2)
+        return self._status if self._status is not None else 137

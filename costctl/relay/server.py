@@ -1,0 +1,327 @@
+"""The relay process: starts the job, owns its stdout/stderr pipes, writes the run log, serves
+watches (see :mod:`costctl.relay`).
+
+One thread, one ``selectors`` loop, bytes only: nothing the job writes is decoded or parsed, so
+nothing it writes can end the relay. Reading the job never waits on a watch: each watch has an
+outgoing buffer of at most :data:`CLIENT_MAX_BYTES`; a watch that falls further behind is
+disconnected (it re-attaches from its offset; the run log is the source of truth).
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import protocol as p
+
+CHUNK_BYTES = 65536
+#: Output kept in memory for re-attaching watches (their stream ids are known only here).
+HISTORY_BYTES = 8 << 20
+#: A watch further behind than this is disconnected (it re-attaches from the log).
+CLIENT_MAX_BYTES = 16 << 20
+#: Seconds the pipes are still read after the job's root exited (stragglers holding them).
+DRAIN_S = 5.0
+#: Seconds the relay waits, after the end, for attached watches to take the last frames.
+LINGER_S = 10.0
+
+
+def _exit_status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class _Client:
+    """One attached watch: its socket and the bytes not sent to it yet."""
+
+    def __init__(self, sock: socket.socket, *, attached: bool) -> None:
+        self.sock = sock
+        self.out = bytearray()
+        self.attached = attached  # False until it sent the offset to resume from
+        self.inbuf = b""
+
+
+class Relay:
+    """The relay of one start of the job.
+
+    Args:
+        argv: the job's command.
+        log_path: the run log (appended to; offsets are the log's absolute offsets).
+        state_path: the state file.
+        sock_path: the socket re-attaching watches connect to.
+        control: the first watch's connection (inherited), or None.
+        cwd: the job's working directory.
+    """
+
+    def __init__(self, argv: Sequence[str], *, log_path: Path, state_path: Path, sock_path: Path,
+                 control: socket.socket | None, cwd: str | None = None, watch_pid: int | None = None) -> None:
+        self.argv = list(argv)
+        self.log_path, self.state_path, self.sock_path = log_path, state_path, sock_path
+        self.cwd = cwd
+        self.sel = selectors.DefaultSelector()
+        self.log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.offset = os.fstat(self.log_fd).st_size
+        self.history: deque[tuple[int, int, bytes]] = deque()
+        self.history_bytes = 0
+        self.clients: list[_Client] = []
+        self.state: dict[str, Any] = {
+            "version": 1, "run_id": os.environ.get("COSTCTL_RUN_ID"),
+            "relay_pid": os.getpid(), "job_pid": None, "job_pgid": None,
+            "argv": self.argv, "log": str(log_path), "socket": str(sock_path), "watch_pid": watch_pid,
+            "started_at": time.time(), "exit_status": None, "ended": False, "log_bytes": None,
+        }
+        self.log_error: str | None = None
+        if control is not None:
+            control.setblocking(False)
+            self._add_client(_Client(control, attached=True))
+        try:
+            sock_path.unlink()
+        except FileNotFoundError:
+            pass
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(sock_path))
+        self.listener.listen(8)
+        self.listener.setblocking(False)
+        self.sel.register(self.listener, selectors.EVENT_READ, "listen")
+
+    # ----------------------------------------------------------------- clients
+    def _add_client(self, client: _Client) -> None:
+        self.clients.append(client)
+        self.sel.register(client.sock, selectors.EVENT_READ, client)
+
+    def _drop(self, client: _Client) -> None:
+        if client in self.clients:
+            self.clients.remove(client)
+            try:
+                self.sel.unregister(client.sock)
+            except (KeyError, ValueError):
+                pass
+            client.sock.close()
+
+    def _send(self, client: _Client, frame: bytes) -> None:
+        if not client.attached:
+            return
+        client.out += frame
+        if len(client.out) > CLIENT_MAX_BYTES:
+            self._drop(client)  # too far behind: it re-attaches from the log
+            return
+        self._flush(client)
+
+    def _flush(self, client: _Client) -> None:
+        try:
+            while client.out:
+                sent = client.sock.send(client.out)
+                del client.out[:sent]
+        except BlockingIOError:
+            pass
+        except OSError:
+            self._drop(client)
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if client.out else 0)
+        try:
+            self.sel.modify(client.sock, events, client)
+        except (KeyError, ValueError):
+            pass
+
+    def _broadcast(self, frame: bytes) -> None:
+        for client in list(self.clients):
+            self._send(client, frame)
+
+    def _greet(self, client: _Client, since: int) -> None:
+        """A watch attached at log offset ``since``: the job's pid, what it missed, the end if over."""
+        if self.state["job_pid"] is not None:
+            client.out += p.encode_json(p.STARTED, self.offset, {"pid": self.state["job_pid"],
+                                                                  "pgid": self.state["job_pgid"]})
+        start = self.history[0][0] if self.history else self.offset
+        if since < start:  # older than the history: from the log, stream unknown (the newest part)
+            lo = max(since, start - CLIENT_MAX_BYTES // 2)
+            try:
+                with open(self.log_path, "rb") as fh:
+                    fh.seek(lo)
+                    data = fh.read(start - lo)
+                client.out += p.encode(p.LOG, lo, data)
+            except OSError:
+                pass
+        for off, kind, data in self.history:
+            if off + len(data) <= since:
+                continue
+            cut = max(0, since - off)
+            client.out += p.encode(kind, off + cut, data[cut:])
+        if self.state["exit_status"] is not None:
+            client.out += p.encode_json(p.EXITED, self.offset, {"status": self.state["exit_status"]})
+        if self.state["ended"]:
+            client.out += p.encode(p.EOF, self.offset)
+        self._flush(client)
+
+    def _on_client(self, client: _Client, events: int) -> None:
+        if events & selectors.EVENT_READ:
+            try:
+                data = client.sock.recv(4096)
+            except BlockingIOError:
+                data = None
+            except OSError:
+                data = b""
+            if data == b"":
+                self._drop(client)
+                return
+            if data and not client.attached:
+                client.inbuf += data
+                if len(client.inbuf) >= p.OFFSET.size:
+                    (since,) = p.OFFSET.unpack(client.inbuf[:p.OFFSET.size])
+                    client.attached = True
+                    self._greet(client, since)
+                    return
+        if events & selectors.EVENT_WRITE and client in self.clients:
+            self._flush(client)
+
+    # ----------------------------------------------------------------- the job
+    def _write_state(self) -> None:
+        try:
+            p.write_state(self.state_path, self.state)
+        except OSError as exc:
+            print(f"costctl relay: cannot write {self.state_path}: {exc}", file=sys.stderr)
+
+    def _on_output(self, kind: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self.log_fd, view):]
+            except OSError as exc:  # disk full: keep reading the job, say it once
+                if self.log_error is None:
+                    self.log_error = str(exc)
+                    print(f"costctl relay: cannot write the run log {self.log_path}: {exc}", file=sys.stderr)
+                break
+        off = self.offset
+        self.offset += len(data)
+        self.history.append((off, kind, data))
+        self.history_bytes += len(data)
+        while self.history_bytes > HISTORY_BYTES and len(self.history) > 1:
+            self.history_bytes -= len(self.history.popleft()[2])
+        self._broadcast(p.encode(kind, off, data))
+
+    def run(self) -> int:
+        """Start the job and relay until it ended and the watches took everything; returns the
+        job's exit status (126/127 when it could not be started)."""
+        try:
+            proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    start_new_session=True, bufsize=0, cwd=self.cwd)
+        except OSError as exc:
+            code = 127 if isinstance(exc, FileNotFoundError) else 126
+            what = ("command not found" if code == 127 else
+                    "command is not executable" if isinstance(exc, PermissionError) else f"cannot run ({exc.strerror})")
+            self.state.update(exit_status=code, ended=True, error=what)
+            self._write_state()
+            self._broadcast(p.encode_json(p.FAILED, self.offset, {"code": code, "message": what}))
+            self._linger()
+            return code
+        self.state.update(job_pid=proc.pid, job_pgid=proc.pid)
+        self._write_state()
+        self._broadcast(p.encode_json(p.STARTED, self.offset, {"pid": proc.pid, "pgid": proc.pid}))
+        pipes = {proc.stdout.fileno(): p.STDOUT, proc.stderr.fileno(): p.STDERR}  # type: ignore[union-attr]
+        for fd, kind in pipes.items():
+            os.set_blocking(fd, False)
+            self.sel.register(fd, selectors.EVENT_READ, kind)
+        drain_until: float | None = None
+        while pipes:
+            for key, events in self.sel.select(0.05):
+                if key.data == "listen":
+                    try:
+                        conn, _ = self.listener.accept()
+                    except OSError:
+                        continue
+                    conn.setblocking(False)
+                    self._add_client(_Client(conn, attached=False))
+                elif isinstance(key.data, _Client):
+                    self._on_client(key.data, events)
+                else:
+                    fd = key.fd
+                    try:
+                        data = os.read(fd, CHUNK_BYTES)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        data = b""
+                    if data:
+                        self._on_output(key.data, data)
+                    else:
+                        self.sel.unregister(fd)
+                        del pipes[fd]
+            if drain_until is None:
+                rc = proc.poll()
+                if rc is not None:
+                    self.state.update(exit_status=_exit_status(rc), log_bytes=self.offset)
+                    self._write_state()
+                    self._broadcast(p.encode_json(p.EXITED, self.offset, {"status": self.state["exit_status"]}))
+                    drain_until = time.monotonic() + DRAIN_S
+            elif time.monotonic() >= drain_until:
+                break
+        for fd in list(pipes):
+            self.sel.unregister(fd)
+        proc.stdout.close()  # type: ignore[union-attr]
+        proc.stderr.close()  # type: ignore[union-attr]
+        rc = proc.wait()
+        if self.state["exit_status"] is None:
+            self.state["exit_status"] = _exit_status(rc)
+            self._broadcast(p.encode_json(p.EXITED, self.offset, {"status": self.state["exit_status"]}))
+        self.state.update(ended=True, log_bytes=self.offset)
+        self._write_state()
+        self._broadcast(p.encode(p.EOF, self.offset))
+        self._linger()
+        return int(self.state["exit_status"])
+
+    def _linger(self) -> None:
+        """Serve the attached watches until they took everything and hung up (at most
+        :data:`LINGER_S`), then remove the socket."""
+        deadline = time.monotonic() + LINGER_S
+        while self.clients and time.monotonic() < deadline:
+            for key, events in self.sel.select(0.05):
+                if isinstance(key.data, _Client):
+                    self._on_client(key.data, events)
+                elif key.data == "listen":
+                    try:
+                        conn, _ = self.listener.accept()
+                    except OSError:
+                        continue
+                    conn.setblocking(False)
+                    self._add_client(_Client(conn, attached=False))
+        self.listener.close()
+        try:
+            self.sock_path.unlink()
+        except OSError:
+            pass
+        os.close(self.log_fd)
+
+
+def _ignore(signum: int, frame: Any) -> None:
+    """A signal that must not end the relay."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m costctl.relay --log L --state S --socket P [--control-fd N] [--watch-pid N] -- CMD...``"""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m costctl.relay")
+    parser.add_argument("--log", required=True, type=Path)
+    parser.add_argument("--state", required=True, type=Path)
+    parser.add_argument("--socket", required=True, type=Path)
+    parser.add_argument("--control-fd", type=int)
+    parser.add_argument("--watch-pid", type=int)
+    parser.add_argument("--cwd")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    # Nothing sent to the watch's terminal or process group may end the relay. A handler, not
+    # SIG_IGN: an ignored signal would stay ignored in the job across exec, a handler does not.
+    for sig in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, _ignore)
+    control = socket.socket(fileno=args.control_fd) if args.control_fd is not None else None
+    relay = Relay(command, log_path=args.log, state_path=args.state, sock_path=args.socket,
+                  control=control, cwd=args.cwd, watch_pid=args.watch_pid)
+    return relay.run()
