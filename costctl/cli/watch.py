@@ -79,6 +79,12 @@ def watch(
         typer.Option("--accum-steps", min=1, help="Gradient-accumulation steps: fills {accum_steps} and "
                      "$COSTCTL_ACCUM_STEPS (default: $COSTCTL_ACCUM_STEPS or 1)."),
     ] = None,
+    pty: Annotated[
+        bool | None,
+        typer.Option("--pty/--no-pty", help="Run COMMAND on one pseudo-terminal for its stdout and stderr "
+                     "(C stdio and perl then line-buffer; both streams in the order written, as one stream), "
+                     "or on two pipes. Default: a pty when costctl's stdout and stderr are one terminal."),
+    ] = None,
 ) -> None:
     """Run COMMAND under watch: sample GPU use, parse the loss, accrue spend, apply the policies.
 
@@ -109,6 +115,7 @@ def watch(
         on_oom=on_oom.value if on_oom else settings.oom.action,
         batch_size=batch_size,
         accum_steps=accum_steps,
+        pty=pty,
     )
     code = Watcher(settings, options).run()
     raise typer.Exit(code)

@@ -23,6 +23,28 @@ from pathlib import Path
 from ..child import OutputMux
 from ..errors import UsageError
 from . import protocol as p
+from .server import set_winsize
+
+def shares_one_terminal(out_fd: int = 1, err_fd: int = 2) -> bool:
+    """True when ``out_fd`` and ``err_fd`` are both the very same terminal (same device and
+    inode, and a tty): the case where the job gets one pty for both streams by default."""
+    try:
+        if not (os.isatty(out_fd) and os.isatty(err_fd)):
+            return False
+        a, b = os.fstat(out_fd), os.fstat(err_fd)
+    except OSError:
+        return False
+    return (a.st_rdev, a.st_ino, a.st_dev) == (b.st_rdev, b.st_ino, b.st_dev)
+
+
+def terminal_size(fd: int = 1) -> tuple[int, int] | None:
+    """``(rows, columns)`` of the terminal on ``fd``; None when it has none (or reports 0x0)."""
+    try:
+        size = os.get_terminal_size(fd)
+    except OSError:
+        return None
+    return (size.lines, size.columns) if size.lines and size.columns else None
+
 
 #: Seconds to wait for the relay to say the job started.
 START_TIMEOUT_S = 30.0
@@ -42,6 +64,10 @@ class RelayChild:
         cwd: working directory.
         on_error: called with an exception raised while handing output to ``mux`` (the output
             goes on being read); default: ignored.
+        pty: run the job on one pseudo-terminal for stdout and stderr (see
+            :func:`costctl.relay.server.open_job_pty`): its output then reaches ``mux`` as one
+            stream, "stdout", in the order written; False: two pipes.
+        winsize: ``(rows, columns)`` for the pty (default: costctl's terminal on fd 1, if any).
 
     Raises:
         UsageError: (exit status 127/126) when the command does not exist or cannot be run.
@@ -49,7 +75,8 @@ class RelayChild:
 
     def __init__(self, argv: Sequence[str], mux: OutputMux, *, log_path: Path, start: int = 0,
                  env: Mapping[str, str] | None = None, cwd: Path | None = None,
-                 on_error: Callable[[BaseException], None] | None = None) -> None:
+                 on_error: Callable[[BaseException], None] | None = None, pty: bool = False,
+                 winsize: tuple[int, int] | None = None) -> None:
         if not argv:
             raise UsageError("no command given after --")
         full_env = dict(os.environ)
@@ -59,6 +86,11 @@ class RelayChild:
         self._mux = mux
         self._on_error = on_error
         self.log_path = Path(log_path)
+        self.pty = pty
+        pty_args: list[str] = []
+        if pty:
+            size = winsize or terminal_size(1)
+            pty_args = ["--pty", *(["--winsize", f"{size[0]},{size[1]}"] if size else [])]
         self.state_path = p.state_path(self.log_path)
         self.socket_path = p.socket_path(self.log_path, start)
         ours, theirs = socket.socketpair()
@@ -67,7 +99,8 @@ class RelayChild:
             self.relay = subprocess.Popen(
                 [sys.executable, "-c", _BOOT, "--log", str(self.log_path), "--state", str(self.state_path),
                  "--socket", str(self.socket_path), "--control-fd", str(theirs.fileno()),
-                 "--watch-pid", str(os.getpid()), *(["--cwd", str(cwd)] if cwd else []), "--", *self.argv],
+                 "--watch-pid", str(os.getpid()), *(["--cwd", str(cwd)] if cwd else []), *pty_args,
+                 "--", *self.argv],
                 stdin=subprocess.DEVNULL if not os.isatty(0) else None, stdout=subprocess.DEVNULL,
                 stderr=err, env=full_env, start_new_session=True, pass_fds=(theirs.fileno(),),
             )
@@ -105,6 +138,7 @@ class RelayChild:
             raise UsageError(f"{info['message']}: {self.argv[0]}", exit_code=int(info["code"]))
         info = json.loads(payload)
         self._next = offset
+        self.tty: str | None = info.get("tty")
         return int(info["pid"]), int(info["pgid"])
 
     def _read(self) -> None:
@@ -210,6 +244,23 @@ class RelayChild:
         except subprocess.TimeoutExpired:
             pass
         self._mux.finish()
+
+    def resize(self, rows: int, cols: int) -> bool:
+        """Give the job's pty a new window size and SIGWINCH its process group (the pty is not
+        its controlling terminal, so the kernel does not); False without a pty or when it is gone."""
+        if not self.tty or self._exited.is_set():
+            return False
+        try:
+            fd = os.open(self.tty, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
+        except OSError:
+            return False
+        try:
+            set_winsize(fd, rows, cols)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        return self.send_signal(signal.SIGWINCH)
 
     def send_signal(self, sig: int) -> bool:
         """Send ``sig`` to the job's whole process group; False if it is already gone."""

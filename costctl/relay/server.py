@@ -1,6 +1,9 @@
 """The relay process: starts the job, owns its stdout/stderr pipes, writes the run log, serves
 watches (see :mod:`costctl.relay`).
 
+The job's output is two pipes (stdout, stderr) or, with ``pty=True``, one pseudo-terminal for
+both (see :func:`open_job_pty`): its bytes are then one stream, relayed as stdout frames.
+
 One thread, one ``selectors`` loop, bytes only: nothing the job writes is decoded or parsed, so
 nothing it writes can end the relay. Reading the job never waits on a watch: each watch has an
 outgoing buffer of at most :data:`CLIENT_MAX_BYTES`; a watch that falls further behind is
@@ -9,12 +12,17 @@ disconnected (it re-attaches from its offset; the run log is the source of truth
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
+import pty
 import selectors
 import signal
 import socket
 import subprocess
+import struct
 import sys
+import termios
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -32,6 +40,32 @@ CLIENT_MAX_BYTES = 16 << 20
 DRAIN_S = 5.0
 #: Seconds the relay waits, after the end, for attached watches to take the last frames.
 LINGER_S = 10.0
+
+
+def open_job_pty(winsize: tuple[int, int] | None = None) -> tuple[int, int]:
+    """A pseudo-terminal for the job's stdout and stderr; returns ``(master_fd, slave_fd)``.
+
+    Output post-processing (``OPOST``, so ``ONLCR``'s ``\\n`` -> ``\\r\\n``) is turned off on the
+    slave: the bytes read from the master, and so the run log, are exactly the bytes the job
+    wrote; the watch's own terminal translates them as it would the job's own writes. The job
+    still sees a terminal (``isatty``: C stdio and perl line-buffer, progress bars draw).
+
+    Args:
+        winsize: ``(rows, columns)`` of the watch's terminal, given to the pty (None: the
+            kernel's default 0x0).
+    """
+    master, slave = pty.openpty()
+    attrs = termios.tcgetattr(slave)
+    attrs[1] &= ~termios.OPOST  # oflag
+    termios.tcsetattr(slave, termios.TCSANOW, attrs)
+    if winsize is not None:
+        set_winsize(master, *winsize)
+    return master, slave
+
+
+def set_winsize(fd: int, rows: int, cols: int) -> None:
+    """Set the window size (``TIOCSWINSZ``) of the pty behind ``fd`` (master or slave)."""
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
 def _exit_status(returncode: int) -> int:
@@ -58,11 +92,17 @@ class Relay:
         sock_path: the socket re-attaching watches connect to.
         control: the first watch's connection (inherited), or None.
         cwd: the job's working directory.
+        pty: give the job one pseudo-terminal for stdout and stderr (its output is then one
+            stream, relayed as stdout); stdin is inherited either way.
+        winsize: ``(rows, columns)`` for the pty.
     """
 
     def __init__(self, argv: Sequence[str], *, log_path: Path, state_path: Path, sock_path: Path,
-                 control: socket.socket | None, cwd: str | None = None, watch_pid: int | None = None) -> None:
+                 control: socket.socket | None, cwd: str | None = None, watch_pid: int | None = None,
+                 pty: bool = False, winsize: tuple[int, int] | None = None) -> None:
         self.argv = list(argv)
+        self.pty, self.winsize = pty, winsize
+        self.tty: str | None = None  # the job's pty (slave) path, once started
         self.log_path, self.state_path, self.sock_path = log_path, state_path, sock_path
         self.cwd = cwd
         self.sel = selectors.DefaultSelector()
@@ -137,8 +177,7 @@ class Relay:
     def _greet(self, client: _Client, since: int) -> None:
         """A watch attached at log offset ``since``: the job's pid, what it missed, the end if over."""
         if self.state["job_pid"] is not None:
-            client.out += p.encode_json(p.STARTED, self.offset, {"pid": self.state["job_pid"],
-                                                                  "pgid": self.state["job_pgid"]})
+            client.out += p.encode_json(p.STARTED, self.offset, self._started_info())
         start = self.history[0][0] if self.history else self.offset
         if since < start:  # older than the history: from the log, stream unknown (the newest part)
             lo = max(since, start - CLIENT_MAX_BYTES // 2)
@@ -182,6 +221,13 @@ class Relay:
             self._flush(client)
 
     # ----------------------------------------------------------------- the job
+    def _started_info(self) -> dict[str, Any]:
+        """The started frame's payload: the job's pid and group, and its pty's path if it has one."""
+        info: dict[str, Any] = {"pid": self.state["job_pid"], "pgid": self.state["job_pgid"]}
+        if self.tty is not None:
+            info["tty"] = self.tty
+        return info
+
     def _write_state(self) -> None:
         try:
             p.write_state(self.state_path, self.state)
@@ -209,10 +255,20 @@ class Relay:
     def run(self) -> int:
         """Start the job and relay until it ended and the watches took everything; returns the
         job's exit status (126/127 when it could not be started)."""
+        master: int | None = None
+        slave: int | None = None
         try:
-            proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    start_new_session=True, bufsize=0, cwd=self.cwd)
+            if self.pty:
+                master, slave = open_job_pty(self.winsize)
+                proc = subprocess.Popen(self.argv, stdout=slave, stderr=slave,
+                                        start_new_session=True, bufsize=0, cwd=self.cwd)
+            else:
+                proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        start_new_session=True, bufsize=0, cwd=self.cwd)
         except OSError as exc:
+            for fd in (master, slave):
+                if fd is not None:
+                    os.close(fd)
             code = 127 if isinstance(exc, FileNotFoundError) else 126
             what = ("command not found" if code == 127 else
                     "command is not executable" if isinstance(exc, PermissionError) else f"cannot run ({exc.strerror})")
@@ -223,8 +279,18 @@ class Relay:
             return code
         self.state.update(job_pid=proc.pid, job_pgid=proc.pid)
         self._write_state()
-        self._broadcast(p.encode_json(p.STARTED, self.offset, {"pid": proc.pid, "pgid": proc.pid}))
-        pipes = {proc.stdout.fileno(): p.STDOUT, proc.stderr.fileno(): p.STDERR}  # type: ignore[union-attr]
+        if slave is not None:
+            try:
+                self.tty = os.ttyname(slave)
+            except OSError:
+                pass
+        self._broadcast(p.encode_json(p.STARTED, self.offset, self._started_info()))
+        if slave is not None:
+            os.close(slave)  # the job holds it now: the master reads EIO once all of its holders closed it
+        if master is not None:
+            pipes = {master: p.STDOUT}
+        else:
+            pipes = {proc.stdout.fileno(): p.STDOUT, proc.stderr.fileno(): p.STDERR}  # type: ignore[union-attr]
         for fd, kind in pipes.items():
             os.set_blocking(fd, False)
             self.sel.register(fd, selectors.EVENT_READ, kind)
@@ -246,7 +312,9 @@ class Relay:
                         data = os.read(fd, CHUNK_BYTES)
                     except BlockingIOError:
                         continue
-                    except OSError:
+                    except OSError as exc:  # EIO on a pty master: every holder of the slave closed it
+                        if exc.errno != errno.EIO:
+                            print(f"costctl relay: reading the job's output: {exc}", file=sys.stderr)
                         data = b""
                     if data:
                         self._on_output(key.data, data)
@@ -264,8 +332,11 @@ class Relay:
                 break
         for fd in list(pipes):
             self.sel.unregister(fd)
-        proc.stdout.close()  # type: ignore[union-attr]
-        proc.stderr.close()  # type: ignore[union-attr]
+        if master is not None:
+            os.close(master)
+        else:
+            proc.stdout.close()  # type: ignore[union-attr]
+            proc.stderr.close()  # type: ignore[union-attr]
         rc = proc.wait()
         if self.state["exit_status"] is None:
             self.state["exit_status"] = _exit_status(rc)
@@ -303,8 +374,16 @@ def _ignore(signum: int, frame: Any) -> None:
     """A signal that must not end the relay."""
 
 
+def _parse_winsize(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    rows, cols = (int(x) for x in text.split(","))
+    return rows, cols
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m costctl.relay --log L --state S --socket P [--control-fd N] [--watch-pid N] -- CMD...``"""
+    """``python -m costctl.relay --log L --state S --socket P [--control-fd N] [--watch-pid N]
+    [--pty [--winsize ROWS,COLS]] -- CMD...``"""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m costctl.relay")
@@ -314,6 +393,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--control-fd", type=int)
     parser.add_argument("--watch-pid", type=int)
     parser.add_argument("--cwd")
+    parser.add_argument("--pty", action="store_true")
+    parser.add_argument("--winsize", help="ROWS,COLS of the pty")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -323,5 +404,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(sig, _ignore)
     control = socket.socket(fileno=args.control_fd) if args.control_fd is not None else None
     relay = Relay(command, log_path=args.log, state_path=args.state, sock_path=args.socket,
-                  control=control, cwd=args.cwd, watch_pid=args.watch_pid)
+                  control=control, cwd=args.cwd, watch_pid=args.watch_pid, pty=args.pty,
+                  winsize=_parse_winsize(args.winsize))
     return relay.run()

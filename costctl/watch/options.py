@@ -28,6 +28,8 @@ class WatchOptions:
         batch_size / accum_steps: the job's batch size and gradient-accumulation steps, for
             ``{batch_size}``/``{accum_steps}`` and ``$COSTCTL_BATCH_SIZE``/``$COSTCTL_ACCUM_STEPS``
             (default: those variables in costctl's own environment, accumulation 1).
+        pty: run the job on one pseudo-terminal for its stdout and stderr (True) or on two
+            pipes (False); None: a pty when costctl's stdout and stderr are one terminal.
     """
 
     command: list[str] | None = None
@@ -43,3 +45,4 @@ class WatchOptions:
     on_oom: str = "advise"
     batch_size: int | None = None
     accum_steps: int | None = None
+    pty: bool | None = None

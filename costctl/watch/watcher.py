@@ -69,7 +69,7 @@ from ..stopping import EXIT_STOP_FAILED, StopProcess, StopRoute, StopRunner
 from .instance import bring_up, resolve_instance
 from .job import Job
 from .options import WatchOptions
-from ..relay.client import RelayChild
+from ..relay.client import RelayChild, shares_one_terminal, terminal_size
 from ..relay.protocol import job_running
 
 from costctl_providers.base import Instance, Provider
@@ -334,7 +334,8 @@ class Watcher:
         self.job = Job(self.options.command, batch=batch, resume_from=resume_from,
                        grace_s=s.watch.grace_period.total_seconds(), checkpoint_request=self.checkpoint_request,
                        extra_env=self.options.extra_env, run_id=lambda: self.state.run_id,
-                       on_start=self._job_started, log_path=self.log_path, on_output_error=self._output_failed)
+                       on_start=self._job_started, log_path=self.log_path, on_output_error=self._output_failed,
+                       pty=shares_one_terminal() if self.options.pty is None else self.options.pty)
 
         self.engine = PolicyEngine(s, on_error=self._policy_failed)
         self.history = History(
@@ -682,6 +683,13 @@ class Watcher:
                 self.say(f"costctl: error during a tick: {type(exc).__name__}: {exc}{where}")
 
     # ------------------------------------------------------------------ the main loop
+    def _handle_winch(self, signum: int, frame: Any) -> None:
+        """costctl's terminal was resized: the job's pty follows (when it runs on one)."""
+        child = self.job.child if getattr(self, "job", None) is not None else None
+        size = terminal_size(1) if child is not None and child.tty else None
+        if size is not None:
+            child.resize(*size)  # type: ignore[union-attr]
+
     def _handle_hangup(self, signum: int, frame: Any) -> None:
         # SIGHUP (the terminal went away): the watch and the job go on; nothing more is written
         # to the terminal. Plain assignments only (see _handle_signal); the loop does the rest.
@@ -735,6 +743,7 @@ class Watcher:
         # still running is passed to the job by the loop instead of killing costctl unrecorded.
         old = {s: signal.signal(s, self._handle_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         old[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._handle_hangup)
+        old[signal.SIGWINCH] = signal.signal(signal.SIGWINCH, self._handle_winch)
         try:
             self.start()
         except BaseException:
