@@ -200,3 +200,43 @@ def test_a_job_on_pipes_has_nothing_to_resize(tmp_path):
     child = RelayChild(_py("pass"), _Stamped(), log_path=tmp_path / "run.log")  # type: ignore[arg-type]
     assert child.tty is None and not child.resize(40, 120)
     assert child.wait(30) == 0
+
+
+def test_a_resize_of_the_watchs_terminal_reaches_the_job(tmp_path):
+    import signal
+
+    from costctl.relay.server import set_winsize
+
+    master, slave = os.openpty()
+    set_winsize(master, 24, 80)
+    code = ("import os, signal, sys, time\n"
+            "got = []\n"
+            "signal.signal(signal.SIGWINCH, lambda *a: got.append(os.get_terminal_size(1)))\n"
+            "print('ready', os.get_terminal_size(1).columns, flush=True)\n"
+            "deadline = time.time() + 20\n"
+            "while not got and time.time() < deadline: time.sleep(0.01)\n"
+            "print('size', got[0].lines, got[0].columns, flush=True)\n")
+    out = b""
+    try:
+        proc = subprocess.Popen(costctl_cmd("watch", "--quiet", "--no-status", "--on-exit", "leave", "--",
+                                            sys.executable, "-c", code),
+                                env=costctl_env(tmp_path), cwd=REPO, stdout=slave, stderr=slave,
+                                stdin=subprocess.DEVNULL)
+        os.close(slave)
+        resized = False
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:  # EIO: costctl exited
+                break
+            if not data:
+                break
+            out += data
+            if b"ready" in out and not resized:
+                resized = True
+                set_winsize(master, 50, 132)
+                proc.send_signal(signal.SIGWINCH)  # what the kernel sends the terminal's foreground group
+        assert proc.wait(60) == 0
+    finally:
+        os.close(master)
+    assert b"ready 80" in out and b"size 50 132" in out, out
