@@ -240,3 +240,17 @@ def test_a_resize_of_the_watchs_terminal_reaches_the_job(tmp_path):
     finally:
         os.close(master)
     assert b"ready 80" in out and b"size 50 132" in out, out
+
+
+def test_without_ptys_the_relay_falls_back_to_pipes(tmp_path, monkeypatch):
+    from costctl.relay import server
+
+    def no_pty(winsize=None):
+        raise OSError(2, "No such file or directory", "/dev/ptmx")
+
+    monkeypatch.setattr(server, "open_job_pty", no_pty)
+    log = tmp_path / "run.log"
+    relay = server.Relay(_py("import os; os.write(1, b'%d\\n' % os.isatty(1))"), log_path=log,
+                         state_path=tmp_path / "run.relay.json", sock_path=tmp_path / "r.sock", control=None, pty=True)
+    assert relay.run() == 0
+    assert log.read_bytes() == b"0\n" and relay.tty is None

@@ -257,9 +257,13 @@ class Relay:
         job's exit status (126/127 when it could not be started)."""
         master: int | None = None
         slave: int | None = None
-        try:
-            if self.pty:
+        if self.pty:
+            try:
                 master, slave = open_job_pty(self.winsize)
+            except OSError as exc:  # no ptys here (a container without /dev/pts): pipes, as by default
+                print(f"costctl relay: no pty for the job ({exc}); using pipes", file=sys.stderr)
+        try:
+            if master is not None:
                 proc = subprocess.Popen(self.argv, stdout=slave, stderr=slave,
                                         start_new_session=True, bufsize=0, cwd=self.cwd)
             else:
