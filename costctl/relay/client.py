@@ -30,6 +30,30 @@ _ROOT = str(Path(__file__).resolve().parents[2])
 _BOOT = f"import sys; sys.path.insert(0, {_ROOT!r}); from costctl.relay.server import main; sys.exit(main())"
 
 
+class _Foreign:
+    """A relay this process did not start (``--attach``): the bits of ``Popen`` the watch uses."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and not p._pid_running(self.pid):
+            self.returncode = 0
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while self.poll() is None:
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(["relay"], timeout or 0)
+            time.sleep(0.05)
+        return 0
+
+    def kill(self) -> None:
+        """Nothing: a relay this watch did not start is never killed by it."""
+
+
 class RelayChild:
     """The job, started by a relay process and relayed to ``mux``.
 
@@ -55,32 +79,72 @@ class RelayChild:
         full_env = dict(os.environ)
         full_env.update(env or {})
         full_env.setdefault("PYTHONUNBUFFERED", "1")
-        self.argv = list(argv)
-        self._mux = mux
-        self._on_error = on_error
-        self.log_path = Path(log_path)
-        self.state_path = p.state_path(self.log_path)
-        self.socket_path = p.socket_path(self.log_path, start)
+        log_path = Path(log_path)
+        sock_path = p.socket_path(log_path, start)
         ours, theirs = socket.socketpair()
-        err = open(self.log_path.with_suffix(".relay.err"), "ab")
+        err = open(log_path.with_suffix(".relay.err"), "ab")
         try:
-            self.relay = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, "--log", str(self.log_path), "--state", str(self.state_path),
-                 "--socket", str(self.socket_path), "--control-fd", str(theirs.fileno()),
-                 "--watch-pid", str(os.getpid()), *(["--cwd", str(cwd)] if cwd else []), "--", *self.argv],
+            relay = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, "--log", str(log_path), "--state", str(p.state_path(log_path)),
+                 "--socket", str(sock_path), "--control-fd", str(theirs.fileno()),
+                 "--watch-pid", str(os.getpid()), *(["--cwd", str(cwd)] if cwd else []), "--", *argv],
                 stdin=subprocess.DEVNULL if not os.isatty(0) else None, stdout=subprocess.DEVNULL,
                 stderr=err, env=full_env, start_new_session=True, pass_fds=(theirs.fileno(),),
             )
         finally:
             theirs.close()
             err.close()
-        self._sock: socket.socket | None = ours
+        self._setup(argv, mux, log_path, sock_path, relay, ours, on_error)
+        self.pid, self.pgid = self._await_start(ours)
+        self._start_reader()
+
+    @classmethod
+    def attach(cls, log_path: Path, mux: OutputMux, *, since: int,
+               on_error: Callable[[BaseException], None] | None = None) -> RelayChild:
+        """The job of a running relay (one whose watch died), followed from log offset ``since``.
+
+        Raises:
+            UsageError: the relay's state file or socket is gone, or it does not answer.
+        """
+        log_path = Path(log_path)
+        state = p.read_state(p.state_path(log_path))
+        if state is None or not state.get("socket") or not isinstance(state.get("relay_pid"), int):
+            raise UsageError(f"the run's output relay is gone (no state file beside {log_path})")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(START_TIMEOUT_S)
+            sock.connect(state["socket"])
+            sock.sendall(p.OFFSET.pack(since))
+        except OSError as exc:
+            sock.close()
+            raise UsageError(f"the run's output relay is gone ({state['socket']}: {exc.strerror or exc})") from None
+        self = cls.__new__(cls)
+        self._setup(list(state.get("argv") or []), mux, log_path, Path(state["socket"]),
+                    _Foreign(int(state["relay_pid"])), sock, on_error)
+        self._next = since
+        self.pid, self.pgid = self._await_start(sock)
+        self._next = since  # the STARTED frame carries the log's end: replay from `since`
+        self._start_reader()
+        return self
+
+    def _setup(self, argv: Sequence[str], mux: OutputMux, log_path: Path, sock_path: Path,
+               relay: subprocess.Popen[bytes] | _Foreign, sock: socket.socket,
+               on_error: Callable[[BaseException], None] | None) -> None:
+        self.argv = list(argv)
+        self._mux = mux
+        self._on_error = on_error
+        self.log_path = log_path
+        self.state_path = p.state_path(log_path)
+        self.socket_path = sock_path
+        self.relay = relay
+        self._sock: socket.socket | None = sock
         self._next = 0  # the log offset of the next byte expected
         self._status: int | None = None
         self._exited = threading.Event()
         self._eof = threading.Event()
         self._error_reported = False
-        self.pid, self.pgid = self._await_start(ours)
+
+    def _start_reader(self) -> None:
         self._thread = threading.Thread(target=self._read, daemon=True, name="costctl-relay")
         self._thread.start()
 
@@ -92,6 +156,9 @@ class RelayChild:
         except OSError:
             frame = None
         sock.settimeout(None)
+        if frame is None and isinstance(self.relay, _Foreign):
+            sock.close()
+            raise UsageError(f"the run's output relay did not answer on {self.socket_path}")
         if frame is None:
             self.relay.kill()
             self.relay.wait()

@@ -46,6 +46,7 @@ class _Client:
         self.out = bytearray()
         self.attached = attached  # False until it sent the offset to resume from
         self.inbuf = b""
+        self.sent_to: int | None = None  # the log offset after the last output queued for it
 
 
 class Relay:
@@ -76,6 +77,7 @@ class Relay:
             "relay_pid": os.getpid(), "job_pid": None, "job_pgid": None,
             "argv": self.argv, "log": str(log_path), "socket": str(sock_path), "watch_pid": watch_pid,
             "started_at": time.time(), "exit_status": None, "ended": False, "log_bytes": None,
+            "watch_offset": None,
         }
         self.log_error: str | None = None
         if control is not None:
@@ -104,6 +106,9 @@ class Relay:
             except (KeyError, ValueError):
                 pass
             client.sock.close()
+            if client.sent_to is not None:  # where a watch that died stopped: --attach resumes there
+                self.state["watch_offset"] = client.sent_to
+                self._write_state()
 
     def _send(self, client: _Client, frame: bytes) -> None:
         if not client.attached:
@@ -154,6 +159,7 @@ class Relay:
                 continue
             cut = max(0, since - off)
             client.out += p.encode(kind, off + cut, data[cut:])
+        client.sent_to = self.offset
         if self.state["exit_status"] is not None:
             client.out += p.encode_json(p.EXITED, self.offset, {"status": self.state["exit_status"]})
         if self.state["ended"]:
@@ -204,6 +210,9 @@ class Relay:
         self.history_bytes += len(data)
         while self.history_bytes > HISTORY_BYTES and len(self.history) > 1:
             self.history_bytes -= len(self.history.popleft()[2])
+        for client in self.clients:
+            if client.attached:
+                client.sent_to = self.offset
         self._broadcast(p.encode(kind, off, data))
 
     def run(self) -> int:

@@ -93,6 +93,19 @@ class Job:
         self.status = None
         self._on_start(self.child)
 
+    def attach(self, since: int) -> None:
+        """Follow the command already running under the relay of :attr:`log_path` (``costctl
+        watch --attach``), from run-log offset ``since``.
+
+        Raises:
+            UsageError: the relay is gone or does not answer.
+        """
+        assert self.mux is not None
+        self._starts = 1
+        self.child = RelayChild.attach(self.log_path, self.mux, since=since, on_error=self._on_output_error)
+        self.status = None
+        self._on_start(self.child)
+
     def end(self, sig: int | None = None) -> int | None:
         """End the command (``sig``, default SIGTERM, to its group; SIGKILL after the grace
         period); returns its exit status (None without a command)."""

@@ -67,6 +67,7 @@ from ..telemetry.sampler import Sampler, detect_gpu_source
 from .command import prepare_command
 from ..stopping import EXIT_STOP_FAILED, StopProcess, StopRoute, StopRunner
 from .instance import bring_up, resolve_instance
+from .attach import AttachTarget, find_target
 from .job import Job
 from .options import WatchOptions
 from ..relay.client import RelayChild
@@ -298,6 +299,7 @@ class Watcher:
             )
             lost = self.ledger.close_lost_runs(instance_pk, host=socket.gethostname(), alive=watch_alive,
                                                job_running=lambda run: job_running(run.log_path))
+            target = self._attach_target(instance_pk, instance_id)
             pending = bring_up(resolved, self.options, clock=self.clock, say=self.say)
         except BaseException:
             self.ledger.close()
@@ -312,16 +314,24 @@ class Watcher:
             self.status.badge = "ADVISE-ONLY: nothing is stopped"
         self.started_at = self.clock.now()
         self.started_wall = time.time()
-        stem = f"{self.started_at.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
-        self.log_path = paths.runs_dir(s.data_dir) / f"{stem}.log"
-        self.checkpoint_request = paths.runs_dir(s.data_dir) / f"{stem}.checkpoint-request"
-        run_id = self.ledger.start_run(
-            instance_pk, started_at=self.started_at, command=self.options.command,
-            log_path=str(self.log_path), host=socket.gethostname(), pid=os.getpid(),
-        )
+        if target is not None:  # --attach: the same ledger run, its log, its job
+            self.log_path = target.log_path
+            self.checkpoint_request = target.log_path.with_suffix(".checkpoint-request")
+            self.ledger.resume_run(target.run_id, pid=os.getpid())
+            run_id, run_started_at = target.run_id, target.started_at
+            self._spend_before = self.ledger.spend(run_id=run_id).get(rate.currency, Decimal(0))
+        else:
+            stem = f"{self.started_at.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+            self.log_path = paths.runs_dir(s.data_dir) / f"{stem}.log"
+            self.checkpoint_request = paths.runs_dir(s.data_dir) / f"{stem}.checkpoint-request"
+            run_id = self.ledger.start_run(
+                instance_pk, started_at=self.started_at, command=self.options.command,
+                log_path=str(self.log_path), host=socket.gethostname(), pid=os.getpid(),
+            )
+            run_started_at = self.started_at
         self._state = RunState(provider=provider.name, instance_id=instance_id, instance=inst, rate=rate,
                                gpu_name=resolved.gpu_name, gpu_count=gpu_count, billing=billing,
-                               instance_pk=instance_pk, run_id=run_id, run_started_at=self.started_at)
+                               instance_pk=instance_pk, run_id=run_id, run_started_at=run_started_at)
         self.summary.run_ids.append(run_id)
         # The last synchronous ledger moment: the prior spend, read once; from here on every
         # write goes through the writer thread and the policies decide from memory.
@@ -385,8 +395,15 @@ class Watcher:
                 lock=self.status.lock, on_terminal_gone=self._terminal_gone,
             )
             try:
-                self.job.start()
+                if target is not None:
+                    self.job.attach(target.since)
+                else:
+                    self.job.start()
             except CostctlError:
+                if target is not None:  # the run stays open: unguarded again once this watch is gone
+                    self.writer.close(s.watch.ledger_flush_timeout.total_seconds())
+                    self.ledger.close()
+                    raise
                 self.writer.finish_run(run_id, ended_at=self.clock.now(), exit_code=None, status="failed-to-start")
                 self.writer.close(s.watch.ledger_flush_timeout.total_seconds())
                 self.ledger.close()
@@ -399,6 +416,8 @@ class Watcher:
             self._own_cpu = self.child is not None
         gpu_name = resolved.gpu_name
         mode = f"running {shlex.join(self.options.command)}" if self.options.command else "guarding this machine"
+        if target is not None:
+            mode = f"attached (from log offset {target.since}) to {shlex.join(self.options.command or [])}"
         config = s.config_path or "defaults and environment"
         self.say(
             f"costctl: run {run_id[:8]} {mode} on {provider.name} instance {instance_id} "
@@ -413,6 +432,26 @@ class Watcher:
                      "waiting for the job to write it")
         if billing == "spot":
             self._start_notice_source()
+
+    def _attach_target(self, instance_pk: int, instance_id: str) -> AttachTarget | None:
+        """``--attach RUN``: the run to take over (None without ``--attach``); its command
+        becomes this watch's.
+
+        Raises:
+            UsageError: see :func:`.attach.find_target`; the run is on another instance.
+        """
+        if self.options.attach is None:
+            return None
+        if self.options.command:
+            raise UsageError("--attach takes no command: the run's job already runs")
+        assert self.ledger is not None
+        target = find_target(self.ledger.open_runs(host=socket.gethostname()), self.options.attach,
+                             alive=watch_alive)
+        if target.instance_pk != instance_pk:
+            raise UsageError(f"--attach {self.options.attach}: run {target.run_id[:8]} was recorded on another "
+                             f"instance than {instance_id} (give the same --config as its watch)")
+        self.options = replace(self.options, command=target.command or ["?"])
+        return target
 
     def _job_started(self, child: RelayChild) -> None:
         """A (re)start of the command: telemetry and the policies follow the new process."""
