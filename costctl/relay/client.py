@@ -30,6 +30,12 @@ _ROOT = str(Path(__file__).resolve().parents[2])
 _BOOT = f"import sys; sys.path.insert(0, {_ROOT!r}); from costctl.relay.server import main; sys.exit(main())"
 
 
+def costctl_argv(*args: str) -> list[str]:
+    """argv running ``costctl ARGS`` with this interpreter and this copy of costctl."""
+    boot = f"import sys; sys.path.insert(0, {_ROOT!r}); from costctl.cli.main import run; run()"
+    return [sys.executable, "-c", boot, *args]
+
+
 class _Foreign:
     """A relay this process did not start (``--attach``): the bits of ``Popen`` the watch uses."""
 
@@ -66,6 +72,8 @@ class RelayChild:
         cwd: working directory.
         on_error: called with an exception raised while handing output to ``mux`` (the output
             goes on being read); default: ignored.
+        on_exit_argv: what the relay starts when the job ends with no watch attached (this
+            watch died): ``costctl watch --attach RUN ...`` (:func:`costctl_argv`).
 
     Raises:
         UsageError: (exit status 127/126) when the command does not exist or cannot be run.
@@ -73,7 +81,8 @@ class RelayChild:
 
     def __init__(self, argv: Sequence[str], mux: OutputMux, *, log_path: Path, start: int = 0,
                  env: Mapping[str, str] | None = None, cwd: Path | None = None,
-                 on_error: Callable[[BaseException], None] | None = None) -> None:
+                 on_error: Callable[[BaseException], None] | None = None,
+                 on_exit_argv: Sequence[str] | None = None) -> None:
         if not argv:
             raise UsageError("no command given after --")
         full_env = dict(os.environ)
@@ -87,7 +96,8 @@ class RelayChild:
             relay = subprocess.Popen(
                 [sys.executable, "-c", _BOOT, "--log", str(log_path), "--state", str(p.state_path(log_path)),
                  "--socket", str(sock_path), "--control-fd", str(theirs.fileno()),
-                 "--watch-pid", str(os.getpid()), *(["--cwd", str(cwd)] if cwd else []), "--", *argv],
+                 "--watch-pid", str(os.getpid()), *(["--cwd", str(cwd)] if cwd else []),
+                 *(["--on-exit-argv", json.dumps(list(on_exit_argv))] if on_exit_argv else []), "--", *argv],
                 stdin=subprocess.DEVNULL if not os.isatty(0) else None, stdout=subprocess.DEVNULL,
                 stderr=err, env=full_env, start_new_session=True, pass_fds=(theirs.fileno(),),
             )

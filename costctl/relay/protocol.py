@@ -152,3 +152,12 @@ def job_running(log_path: str | Path | None) -> bool:
         return False
     state = read_state(state_path(Path(log_path)))
     return state is not None and relay_alive(state)
+
+
+def relay_running(log_path: str | Path | None) -> bool:
+    """Whether the relay of the run logged to ``log_path`` still runs (its job, or after the
+    job's end while it serves watches or waits for its on-exit watch), or its job does."""
+    if not log_path:
+        return False
+    state = read_state(state_path(Path(log_path)))
+    return state is not None and (relay_alive(state) or _pid_running(state.get("relay_pid")))

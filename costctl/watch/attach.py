@@ -21,6 +21,7 @@ from typing import Any
 from ..clock import ensure_utc
 from ..errors import UsageError
 from ..relay import protocol as relay_protocol
+from ..relay.client import costctl_argv
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,23 @@ class AttachTarget:
     command: list[str] | None
     log_path: Path
     since: int
+
+
+def on_exit_argv(run_id: str, *, on_exit: str, config: Path | None, dry_run: bool,
+                 advise_only: bool) -> list[str]:
+    """What the relay starts when the job of ``run_id`` ends and its watch is gone: ``costctl
+    watch --attach RUN`` with the same ``--on-exit``, config file and stop mode, so the run is
+    closed and the instance guarded, stopped or left as the dead watch would have. The database
+    and data dir come from the environment the relay inherited (a ``--db`` given on the command
+    line is not carried: it would show in the process list)."""
+    args = ["watch", "--quiet", "--no-status", "--on-exit", on_exit]
+    if config is not None:
+        args += ["--config", str(Path(config).resolve())]
+    if dry_run:
+        args.append("--dry-run")
+    if advise_only:
+        args.append("--advise-only")
+    return costctl_argv(*args, "--attach", run_id)
 
 
 def _matches(run: Any, ref: str) -> bool:

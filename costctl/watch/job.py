@@ -32,12 +32,15 @@ class Job:
         log_path: the run log (written by the relay).
         on_output_error: called with an exception raised while the watch handled the job's
             output (the output goes on being read).
+        on_exit_argv: gives what the relay starts when the job ends while no watch is attached
+            (see :class:`~costctl.relay.client.RelayChild`).
     """
 
     def __init__(self, command: Sequence[str] | None, *, batch: BatchPlan | None, resume_from: str | None,
                  grace_s: float, checkpoint_request: Path, extra_env: dict[str, str],
                  run_id: Callable[[], str], on_start: Callable[[RelayChild], None], log_path: Path,
-                 on_output_error: Callable[[BaseException], None] | None = None) -> None:
+                 on_output_error: Callable[[BaseException], None] | None = None,
+                 on_exit_argv: Callable[[], list[str] | None] | None = None) -> None:
         self.command = list(command) if command else None
         self._batch = batch
         self._resume_from = resume_from
@@ -49,6 +52,7 @@ class Job:
         self.mux: OutputMux | None = None
         self.log_path = log_path
         self._on_output_error = on_output_error
+        self._on_exit_argv = on_exit_argv
         self._starts = 0
         self.child: RelayChild | None = None
         self.status: int | None = None
@@ -89,7 +93,8 @@ class Job:
                                    checkpoint_request=self.checkpoint_request, extra_env=self.extra_env)
         self._starts += 1
         self.child = RelayChild(argv, self.mux, log_path=self.log_path, start=self._starts, env=env,
-                                on_error=self._on_output_error)
+                                on_error=self._on_output_error,
+                                on_exit_argv=self._on_exit_argv() if self._on_exit_argv else None)
         self.status = None
         self._on_start(self.child)
 

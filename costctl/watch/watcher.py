@@ -67,11 +67,11 @@ from ..telemetry.sampler import Sampler, detect_gpu_source
 from .command import prepare_command
 from ..stopping import EXIT_STOP_FAILED, StopProcess, StopRoute, StopRunner
 from .instance import bring_up, resolve_instance
-from .attach import AttachTarget, find_target
+from .attach import AttachTarget, find_target, on_exit_argv
 from .job import Job
 from .options import WatchOptions
 from ..relay.client import RelayChild
-from ..relay.protocol import job_running
+from ..relay.protocol import job_running, relay_running
 
 from costctl_providers.base import Instance, Provider
 from costctl_providers.notices import Notice, NoticePoller, detect_cloud
@@ -297,8 +297,10 @@ class Watcher:
                 provider.name, instance_id, gpu=resolved.gpu_name, gpu_count=gpu_count, billing=billing,
                 price_per_hour=rate.amount, currency=rate.currency, region=inst.region if inst else None,
             )
+            # A run whose relay still runs (its job, or the relay waiting for its on-exit watch
+            # after the job's end) is not lost: --attach takes it over.
             lost = self.ledger.close_lost_runs(instance_pk, host=socket.gethostname(), alive=watch_alive,
-                                               job_running=lambda run: job_running(run.log_path))
+                                               job_running=lambda run: relay_running(run.log_path))
             target = self._attach_target(instance_pk, instance_id)
             pending = bring_up(resolved, self.options, clock=self.clock, say=self.say)
         except BaseException:
@@ -344,7 +346,10 @@ class Watcher:
         self.job = Job(self.options.command, batch=batch, resume_from=resume_from,
                        grace_s=s.watch.grace_period.total_seconds(), checkpoint_request=self.checkpoint_request,
                        extra_env=self.options.extra_env, run_id=lambda: self.state.run_id,
-                       on_start=self._job_started, log_path=self.log_path, on_output_error=self._output_failed)
+                       on_start=self._job_started, log_path=self.log_path, on_output_error=self._output_failed,
+                       on_exit_argv=lambda: on_exit_argv(self.state.run_id, on_exit=self.options.on_exit,
+                                                         config=s.config_path, dry_run=self.options.dry_run,
+                                                         advise_only=self.options.advise_only))
 
         self.engine = PolicyEngine(s, on_error=self._policy_failed)
         self.history = History(
