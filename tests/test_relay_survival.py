@@ -236,12 +236,132 @@ def test_a_run_whose_watch_was_killed_reads_unguarded_not_lost_while_its_job_run
     finally:
         _end_job(state["job_pgid"])
         watch.kill()
-    # once the job ended, the next watch closes it: lost
-    _wait_for(lambda: (s := _state(data)) and s.get("ended"), 15, "the relay's final state")
-    third = subprocess.run(costctl_cmd("watch", "--quiet", "--on-exit", "leave", "--", sys.executable, "-c",
-                                       "print('loss: 1')"), env=env, cwd=REPO, capture_output=True, timeout=60,
-                           stdin=subprocess.DEVNULL)
-    assert third.returncode == 0
+    # once the job ended (killed: 137), the watch the relay starts (--attach, the dead watch's
+    # --on-exit leave) closes the run: failed (137), not lost
+    def closed():
+        rows = json.loads(subprocess.run(costctl_cmd("bill", "--format", "json"), env=env, cwd=REPO,
+                                         capture_output=True, timeout=60).stdout)["rows"]
+        first = next(r for r in rows if r["run_id"] == row["run_id"])
+        return first if first["ended_at"] else None
+
+    assert _wait_for(closed, 60, "the on-exit watch to close the run")["status"] == "failed"
+    assert _exit_code(data, row["run_id"]) == 128 + signal.SIGKILL
+
+
+def _charges(data: Path, run_id: str) -> list[tuple[str, str]]:
+    import sqlite3
+
+    (db,) = list(data.rglob("*.db"))
+    with sqlite3.connect(db) as conn:
+        return [(a, b) for a, b in conn.execute(
+            "SELECT start_at, end_at FROM charges WHERE run_id = ? ORDER BY start_at", (run_id,))]
+
+
+def _exit_code(data: Path, run_id: str) -> int | None:
+    import sqlite3
+
+    (db,) = list(data.rglob("*.db"))
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT exit_code FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+
+
+def _run_pid(data: Path, run_id: str) -> int | None:
+    import sqlite3
+
+    (db,) = list(data.rglob("*.db"))
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT pid FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+
+
+def test_attach_takes_over_an_unguarded_run_and_closes_it_at_the_jobs_end(tmp_path):
+    """kill -9 of the watch, the run reads unguarded; `costctl watch --attach RUN` follows the job
+    to its end: the same run closed completed with the job's exit status, its charges continuous
+    (none overlapping, their sum the run's charged span), every heartbeat in the run log."""
+    from datetime import datetime
+
+    data, record, until = tmp_path / "data", tmp_path / "written.txt", tmp_path / "end-now"
+    env = costctl_env(data, HEARTBEAT_FILE=str(record), HEARTBEAT_S="60", HEARTBEAT_UNTIL=str(until))
+    with open(tmp_path / "out", "wb") as out, open(tmp_path / "err", "wb") as err:
+        watch = subprocess.Popen(costctl_cmd(*WATCH_ARGS), env=env, cwd=REPO,
+                                 stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+    state = _wait_for(lambda: _state(data), what="the relay's state file")
+    try:
+        _wait_for(lambda: len(_written(record)) >= 8, what="heartbeats")
+        watch.kill()
+        watch.wait(10)
+        beats_at_death = len(_written(record))
+        bill = subprocess.run(costctl_cmd("bill", "--format", "json"), env=env, cwd=REPO, capture_output=True,
+                              timeout=60)
+        (row,) = json.loads(bill.stdout)["rows"]
+        assert row["status"] == "unguarded"
+        time.sleep(1.0)  # unwatched for a while
+        with open(tmp_path / "out2", "wb") as out, open(tmp_path / "err2", "wb") as err:
+            attach = subprocess.Popen(costctl_cmd("watch", "--quiet", "--no-status", "--on-exit", "leave",
+                                                  "--attach", row["run_id"][:8]),
+                                      env=env, cwd=REPO, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        _wait_for(lambda: _run_pid(data, row["run_id"]) == attach.pid or attach.poll() is not None, 60,
+                  "the attached watch to take the run over")
+        time.sleep(1.0)  # followed for a while
+        until.touch()  # the job ends (exit status 0)
+        attach.wait(60)
+    finally:
+        _end_job(state["job_pgid"])
+        watch.kill()
+    attach.stdout = (tmp_path / "out2").read_bytes()
+    attach.stderr = (tmp_path / "err2").read_bytes()
+    assert attach.returncode == 0, attach.stderr.decode()
+    # it followed from where the dead watch was, not from the start
+    assert b"heartbeat 0 loss" not in attach.stdout
+    assert b"heartbeat %d loss" % (len(_written(record)) - 1) in attach.stdout
     rows = json.loads(subprocess.run(costctl_cmd("bill", "--format", "json"), env=env, cwd=REPO,
                                      capture_output=True, timeout=60).stdout)["rows"]
-    assert next(r for r in rows if r["run_id"] == row["run_id"])["status"] == "lost"
+    (closed,) = rows
+    assert closed["run_id"] == row["run_id"] and closed["status"] == "completed" and closed["ended_at"]
+    assert _exit_code(data, row["run_id"]) == 0
+    written = _written(record)
+    assert len(written) > beats_at_death
+    assert _log_beats(data)[: len(written)] == written == list(range(len(written)))
+    charges = [(datetime.fromisoformat(a), datetime.fromisoformat(b)) for a, b in _charges(data, row["run_id"])]
+    assert charges
+    for (_, end), (start, _) in zip(charges, charges[1:]):
+        assert start >= end, "two charges overlap"
+    total = sum((b - a).total_seconds() for a, b in charges)
+    span = (charges[-1][1] - charges[0][0]).total_seconds()
+    assert abs(total - span) < 1e-6, "a gap in the charges"
+
+
+
+def test_with_no_reattach_the_jobs_end_still_stops_the_sim_instance(tmp_path):
+    """--on-exit stop, the watch killed with SIGKILL, nothing re-attaches: at the job's end its
+    relay starts `costctl watch --attach RUN --on-exit stop`, which closes the run and stops the
+    instance."""
+    data, record = tmp_path / "data", tmp_path / "written.txt"
+    env = costctl_env(data, HEARTBEAT_FILE=str(record), HEARTBEAT_S="3")
+    args = ["watch", "--quiet", "--no-status", "--on-exit", "stop", "--", *HEARTBEAT]
+    with open(tmp_path / "out", "wb") as out, open(tmp_path / "err", "wb") as err:
+        watch = subprocess.Popen(costctl_cmd(*args), env=env, cwd=REPO, stdout=out, stderr=err,
+                                 stdin=subprocess.DEVNULL)
+    state = _wait_for(lambda: _state(data), what="the relay's state file")
+    try:
+        _wait_for(lambda: len(_written(record)) >= 3, what="heartbeats")
+        watch.kill()
+        watch.wait(10)
+        final = _wait_for(lambda: (s := _state(data)) and s.get("on_exit_pid") and s, 30, "the on-exit watch")
+        assert "--attach" in final["on_exit_argv"] and final["run_id"] in final["on_exit_argv"]
+
+        def closed():
+            rows = json.loads(subprocess.run(costctl_cmd("bill", "--format", "json"), env=env, cwd=REPO,
+                                             capture_output=True, timeout=60).stdout)["rows"]
+            return rows[0] if rows and rows[0]["ended_at"] else None
+
+        row = _wait_for(closed, 60, "the on-exit watch to close the run")
+    finally:
+        _end_job(state["job_pgid"])
+        watch.kill()
+    on_exit_log = next((data / "runs").glob("*.on-exit.out")).read_text()
+    assert row["status"] == "stopped", on_exit_log
+    assert _exit_code(data, row["run_id"]) == 0
+    (inst,) = json.loads((data / "sim" / "state.json").read_text())["instances"].values()
+    assert inst["status"] in ("stopping", "stopped")
+    written = _written(record)
+    assert _log_beats(data)[: len(written)] == written == list(range(len(written)))

@@ -168,8 +168,9 @@ def bill(
         for r in rows:
             if getattr(r, "status", None) == "unguarded":
                 out_console.print(
-                    f"unguarded: run {r.run_id[:8]}'s watch is gone but its job still runs; nothing stops "
-                    f"{r.provider} instance {r.instance_id} when it ends (`costctl stop {r.instance_id}` stops it)",
+                    f"unguarded: run {r.run_id[:8]}'s watch is gone but its job still runs on "
+                    f"{r.provider} instance {r.instance_id}; `costctl watch --attach {r.run_id[:8]}` guards it "
+                    f"again (its relay starts one when the job ends), `costctl stop {r.instance_id}` stops it",
                     soft_wrap=True)
 
 

@@ -50,6 +50,14 @@ def watch(
     sample_interval: Annotated[
         str | None, typer.Option("--sample-interval", help="Override [watch] sample_interval, e.g. 1s, 10s.")
     ] = None,
+    attach: Annotated[
+        str | None,
+        typer.Option("--attach", metavar="RUN|PID",
+                     help="Take over a run whose watch died while its job runs on (`costctl bill` shows it "
+                     "unguarded): its run id (or a unique prefix) or the job's pid. Follows the job's output "
+                     "from where the last watch left off, charges on from the run's last charge (the time "
+                     "unwatched included: the instance billed it) and closes the run at the job's end."),
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Record decisions; stop nothing.")] = False,
     advise_only: Annotated[
         bool,
@@ -116,6 +124,7 @@ def watch(
         batch_size=batch_size,
         accum_steps=accum_steps,
         pty=pty,
+        attach=attach,
     )
     code = Watcher(settings, options).run()
     raise typer.Exit(code)

@@ -356,6 +356,34 @@ class Ledger:
                     closed.append(run.id)
         return closed
 
+    def open_runs(self, *, host: str) -> list[Run]:
+        """The runs recorded on ``host`` that are not closed (no ``ended_at``), newest first;
+        detached from the session (read their columns only).
+
+        Raises:
+            LedgerError: the database cannot be read.
+        """
+        with self.session() as s:
+            runs = list(s.scalars(select(Run).where(Run.ended_at.is_(None), Run.host == host)
+                                  .order_by(Run.started_at.desc())).all())
+            s.expunge_all()
+        return runs
+
+    def resume_run(self, run_id: str, *, pid: int) -> None:
+        """A new watch (``costctl watch --attach``) took over open run ``run_id``: status
+        ``running`` again, watched by process ``pid``. Its charges go on from the newest charge
+        end of its instance (:func:`costctl.ledger.accrual.charge_start`).
+
+        Raises:
+            LedgerError: no such open run, or the database cannot be written.
+        """
+        with self._write("take over the run") as s:
+            run = s.get(Run, run_id)
+            if run is None or run.ended_at is not None:
+                raise LedgerError(f"no open run {run_id!r} in the ledger")
+            run.status = "running"
+            run.pid = pid
+
     def finish_run(self, run_id: str, *, ended_at: datetime, exit_code: int | None, status: str) -> None:
         """Mark the run ended (accrue up to ``ended_at`` first: this method charges nothing).
 

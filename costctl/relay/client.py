@@ -25,6 +25,7 @@ from ..errors import UsageError
 from . import protocol as p
 from .server import set_winsize
 
+
 def shares_one_terminal(out_fd: int = 1, err_fd: int = 2) -> bool:
     """True when ``out_fd`` and ``err_fd`` are both the very same terminal (same device and
     inode, and a tty): the case where the job gets one pty for both streams by default."""
@@ -45,11 +46,40 @@ def terminal_size(fd: int = 1) -> tuple[int, int] | None:
         return None
     return (size.lines, size.columns) if size.lines and size.columns else None
 
-
 #: Seconds to wait for the relay to say the job started.
 START_TIMEOUT_S = 30.0
 _ROOT = str(Path(__file__).resolve().parents[2])
 _BOOT = f"import sys; sys.path.insert(0, {_ROOT!r}); from costctl.relay.server import main; sys.exit(main())"
+
+
+def costctl_argv(*args: str) -> list[str]:
+    """argv running ``costctl ARGS`` with this interpreter and this copy of costctl."""
+    boot = f"import sys; sys.path.insert(0, {_ROOT!r}); from costctl.cli.main import run; run()"
+    return [sys.executable, "-c", boot, *args]
+
+
+class _Foreign:
+    """A relay this process did not start (``--attach``): the bits of ``Popen`` the watch uses."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and not p._pid_running(self.pid):
+            self.returncode = 0
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while self.poll() is None:
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(["relay"], timeout or 0)
+            time.sleep(0.05)
+        return 0
+
+    def kill(self) -> None:
+        """Nothing: a relay this watch did not start is never killed by it."""
 
 
 class RelayChild:
@@ -64,6 +94,8 @@ class RelayChild:
         cwd: working directory.
         on_error: called with an exception raised while handing output to ``mux`` (the output
             goes on being read); default: ignored.
+        on_exit_argv: what the relay starts when the job ends with no watch attached (this
+            watch died): ``costctl watch --attach RUN ...`` (:func:`costctl_argv`).
         pty: run the job on one pseudo-terminal for stdout and stderr (see
             :func:`costctl.relay.server.open_job_pty`): its output then reaches ``mux`` as one
             stream, "stdout", in the order written; False: two pipes.
@@ -75,45 +107,89 @@ class RelayChild:
 
     def __init__(self, argv: Sequence[str], mux: OutputMux, *, log_path: Path, start: int = 0,
                  env: Mapping[str, str] | None = None, cwd: Path | None = None,
-                 on_error: Callable[[BaseException], None] | None = None, pty: bool = False,
+                 on_error: Callable[[BaseException], None] | None = None,
+                 on_exit_argv: Sequence[str] | None = None, pty: bool = False,
                  winsize: tuple[int, int] | None = None) -> None:
         if not argv:
             raise UsageError("no command given after --")
         full_env = dict(os.environ)
         full_env.update(env or {})
         full_env.setdefault("PYTHONUNBUFFERED", "1")
-        self.argv = list(argv)
-        self._mux = mux
-        self._on_error = on_error
-        self.log_path = Path(log_path)
-        self.pty = pty
+        log_path = Path(log_path)
+        sock_path = p.socket_path(log_path, start)
         pty_args: list[str] = []
         if pty:
             size = winsize or terminal_size(1)
             pty_args = ["--pty", *(["--winsize", f"{size[0]},{size[1]}"] if size else [])]
-        self.state_path = p.state_path(self.log_path)
-        self.socket_path = p.socket_path(self.log_path, start)
         ours, theirs = socket.socketpair()
-        err = open(self.log_path.with_suffix(".relay.err"), "ab")
+        err = open(log_path.with_suffix(".relay.err"), "ab")
         try:
-            self.relay = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, "--log", str(self.log_path), "--state", str(self.state_path),
-                 "--socket", str(self.socket_path), "--control-fd", str(theirs.fileno()),
-                 "--watch-pid", str(os.getpid()), *(["--cwd", str(cwd)] if cwd else []), *pty_args,
-                 "--", *self.argv],
+            relay = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, "--log", str(log_path), "--state", str(p.state_path(log_path)),
+                 "--socket", str(sock_path), "--control-fd", str(theirs.fileno()),
+                 "--watch-pid", str(os.getpid()), *(["--cwd", str(cwd)] if cwd else []),
+                 *(["--on-exit-argv", json.dumps(list(on_exit_argv))] if on_exit_argv else []), *pty_args,
+                 "--", *argv],
                 stdin=subprocess.DEVNULL if not os.isatty(0) else None, stdout=subprocess.DEVNULL,
                 stderr=err, env=full_env, start_new_session=True, pass_fds=(theirs.fileno(),),
             )
         finally:
             theirs.close()
             err.close()
-        self._sock: socket.socket | None = ours
+        self._setup(argv, mux, log_path, sock_path, relay, ours, on_error)
+        self.pty = pty
+        self.pid, self.pgid = self._await_start(ours)
+        self._start_reader()
+
+    @classmethod
+    def attach(cls, log_path: Path, mux: OutputMux, *, since: int,
+               on_error: Callable[[BaseException], None] | None = None) -> RelayChild:
+        """The job of a running relay (one whose watch died), followed from log offset ``since``.
+
+        Raises:
+            UsageError: the relay's state file or socket is gone, or it does not answer.
+        """
+        log_path = Path(log_path)
+        state = p.read_state(p.state_path(log_path))
+        if state is None or not state.get("socket") or not isinstance(state.get("relay_pid"), int):
+            raise UsageError(f"the run's output relay is gone (no state file beside {log_path})")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(START_TIMEOUT_S)
+            sock.connect(state["socket"])
+            sock.sendall(p.OFFSET.pack(since))
+        except OSError as exc:
+            sock.close()
+            raise UsageError(f"the run's output relay is gone ({state['socket']}: {exc.strerror or exc})") from None
+        self = cls.__new__(cls)
+        self._setup(list(state.get("argv") or []), mux, log_path, Path(state["socket"]),
+                    _Foreign(int(state["relay_pid"])), sock, on_error)
+        self._next = since
+        self.pid, self.pgid = self._await_start(sock)
+        self._next = since  # the STARTED frame carries the log's end: replay from `since`
+        self._start_reader()
+        return self
+
+    def _setup(self, argv: Sequence[str], mux: OutputMux, log_path: Path, sock_path: Path,
+               relay: subprocess.Popen[bytes] | _Foreign, sock: socket.socket,
+               on_error: Callable[[BaseException], None] | None) -> None:
+        self.argv = list(argv)
+        self._mux = mux
+        self._on_error = on_error
+        self.log_path = log_path
+        self.state_path = p.state_path(log_path)
+        self.socket_path = sock_path
+        self.relay = relay
+        self._sock: socket.socket | None = sock
         self._next = 0  # the log offset of the next byte expected
         self._status: int | None = None
         self._exited = threading.Event()
         self._eof = threading.Event()
         self._error_reported = False
-        self.pid, self.pgid = self._await_start(ours)
+        self.pty = False
+        self.tty: str | None = None
+
+    def _start_reader(self) -> None:
         self._thread = threading.Thread(target=self._read, daemon=True, name="costctl-relay")
         self._thread.start()
 
@@ -125,6 +201,9 @@ class RelayChild:
         except OSError:
             frame = None
         sock.settimeout(None)
+        if frame is None and isinstance(self.relay, _Foreign):
+            sock.close()
+            raise UsageError(f"the run's output relay did not answer on {self.socket_path}")
         if frame is None:
             self.relay.kill()
             self.relay.wait()
@@ -138,7 +217,8 @@ class RelayChild:
             raise UsageError(f"{info['message']}: {self.argv[0]}", exit_code=int(info["code"]))
         info = json.loads(payload)
         self._next = offset
-        self.tty: str | None = info.get("tty")
+        self.tty = info.get("tty")
+        self.pty = self.pty or bool(self.tty)
         return int(info["pid"]), int(info["pgid"])
 
     def _read(self) -> None:

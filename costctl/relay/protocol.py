@@ -11,7 +11,8 @@ The state file (JSON, replaced atomically) beside the run log says, for someone 
 died: the ledger run (``$COSTCTL_RUN_ID`` of the job), the relay's and the job's pids, the
 job's process group, the socket, the watch that started it, and at the end the job's exit
 status (``exit_status``), ``ended`` once its output was all read and the run log's length
-(``log_bytes``).
+(``log_bytes``). ``watch_offset`` is the log offset up to which output was sent to a watch that
+hung up (``costctl watch --attach`` resumes there, so no output is parsed twice as progress).
 """
 
 from __future__ import annotations
@@ -151,3 +152,12 @@ def job_running(log_path: str | Path | None) -> bool:
         return False
     state = read_state(state_path(Path(log_path)))
     return state is not None and relay_alive(state)
+
+
+def relay_running(log_path: str | Path | None) -> bool:
+    """Whether the relay of the run logged to ``log_path`` still runs (its job, or after the
+    job's end while it serves watches or waits for its on-exit watch), or its job does."""
+    if not log_path:
+        return False
+    state = read_state(state_path(Path(log_path)))
+    return state is not None and (relay_alive(state) or _pid_running(state.get("relay_pid")))

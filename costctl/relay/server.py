@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import pty
 import selectors
@@ -40,6 +41,8 @@ CLIENT_MAX_BYTES = 16 << 20
 DRAIN_S = 5.0
 #: Seconds the relay waits, after the end, for attached watches to take the last frames.
 LINGER_S = 10.0
+#: Seconds the relay waits, after the end, for the on-exit watch it started to attach and finish.
+ON_EXIT_WAIT_S = 300.0
 
 
 def open_job_pty(winsize: tuple[int, int] | None = None) -> tuple[int, int]:
@@ -80,6 +83,7 @@ class _Client:
         self.out = bytearray()
         self.attached = attached  # False until it sent the offset to resume from
         self.inbuf = b""
+        self.sent_to: int | None = None  # the log offset after the last output queued for it
 
 
 class Relay:
@@ -99,7 +103,8 @@ class Relay:
 
     def __init__(self, argv: Sequence[str], *, log_path: Path, state_path: Path, sock_path: Path,
                  control: socket.socket | None, cwd: str | None = None, watch_pid: int | None = None,
-                 pty: bool = False, winsize: tuple[int, int] | None = None) -> None:
+                 pty: bool = False, winsize: tuple[int, int] | None = None,
+                 on_exit_argv: list[str] | None = None) -> None:
         self.argv = list(argv)
         self.pty, self.winsize = pty, winsize
         self.tty: str | None = None  # the job's pty (slave) path, once started
@@ -116,6 +121,7 @@ class Relay:
             "relay_pid": os.getpid(), "job_pid": None, "job_pgid": None,
             "argv": self.argv, "log": str(log_path), "socket": str(sock_path), "watch_pid": watch_pid,
             "started_at": time.time(), "exit_status": None, "ended": False, "log_bytes": None,
+            "watch_offset": None, "on_exit_argv": on_exit_argv, "on_exit_pid": None,
         }
         self.log_error: str | None = None
         if control is not None:
@@ -144,6 +150,9 @@ class Relay:
             except (KeyError, ValueError):
                 pass
             client.sock.close()
+            if client.sent_to is not None:  # where a watch that died stopped: --attach resumes there
+                self.state["watch_offset"] = client.sent_to
+                self._write_state()
 
     def _send(self, client: _Client, frame: bytes) -> None:
         if not client.attached:
@@ -193,6 +202,7 @@ class Relay:
                 continue
             cut = max(0, since - off)
             client.out += p.encode(kind, off + cut, data[cut:])
+        client.sent_to = self.offset
         if self.state["exit_status"] is not None:
             client.out += p.encode_json(p.EXITED, self.offset, {"status": self.state["exit_status"]})
         if self.state["ended"]:
@@ -250,6 +260,9 @@ class Relay:
         self.history_bytes += len(data)
         while self.history_bytes > HISTORY_BYTES and len(self.history) > 1:
             self.history_bytes -= len(self.history.popleft()[2])
+        for client in self.clients:
+            if client.attached:
+                client.sent_to = self.offset
         self._broadcast(p.encode(kind, off, data))
 
     def run(self) -> int:
@@ -348,14 +361,42 @@ class Relay:
         self.state.update(ended=True, log_bytes=self.offset)
         self._write_state()
         self._broadcast(p.encode(p.EOF, self.offset))
-        self._linger()
+        self._linger(self._start_on_exit_watch())
         return int(self.state["exit_status"])
 
-    def _linger(self) -> None:
+    def _start_on_exit_watch(self) -> subprocess.Popen[bytes] | None:
+        """The job ended and no watch is attached (it died): start ``on_exit_argv`` (``costctl
+        watch --attach RUN`` with the dead watch's ``--on-exit`` and config), detached, its output
+        to ``<stem>.on-exit.out``, so the run is closed and the instance guarded or stopped as
+        configured. None when a watch is attached or there is nothing to start."""
+        argv = self.state.get("on_exit_argv")
+        if not argv or any(c.attached for c in self.clients):
+            return None
+        try:
+            with open(self.log_path.with_suffix(".on-exit.out"), "ab") as out:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                        start_new_session=True, cwd=self.cwd)
+        except OSError as exc:
+            print(f"costctl relay: cannot start the on-exit watch {argv!r}: {exc}", file=sys.stderr)
+            return None
+        self.state["on_exit_pid"] = proc.pid
+        self._write_state()
+        return proc
+
+    def _linger(self, on_exit: subprocess.Popen[bytes] | None = None) -> None:
         """Serve the attached watches until they took everything and hung up (at most
-        :data:`LINGER_S`), then remove the socket."""
-        deadline = time.monotonic() + LINGER_S
-        while self.clients and time.monotonic() < deadline:
+        :data:`LINGER_S`), and the on-exit watch ``on_exit`` until it exited (at most
+        :data:`ON_EXIT_WAIT_S`), then remove the socket."""
+        start = time.monotonic()
+        deadline = start + LINGER_S
+
+        def waiting() -> bool:
+            now = time.monotonic()
+            if on_exit is not None and on_exit.poll() is None and now < start + ON_EXIT_WAIT_S:
+                return True
+            return bool(self.clients) and now < max(deadline, start + (ON_EXIT_WAIT_S if on_exit else 0))
+
+        while waiting():
             for key, events in self.sel.select(0.05):
                 if isinstance(key.data, _Client):
                     self._on_client(key.data, events)
@@ -399,6 +440,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cwd")
     parser.add_argument("--pty", action="store_true")
     parser.add_argument("--winsize", help="ROWS,COLS of the pty")
+    parser.add_argument("--on-exit-argv", type=json.loads, default=None,
+                        help="JSON argv started when the job ends with no watch attached")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -409,5 +452,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     control = socket.socket(fileno=args.control_fd) if args.control_fd is not None else None
     relay = Relay(command, log_path=args.log, state_path=args.state, sock_path=args.socket,
                   control=control, cwd=args.cwd, watch_pid=args.watch_pid, pty=args.pty,
-                  winsize=_parse_winsize(args.winsize))
+                  winsize=_parse_winsize(args.winsize), on_exit_argv=args.on_exit_argv)
     return relay.run()

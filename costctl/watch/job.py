@@ -34,12 +34,15 @@ class Job:
             output (the output goes on being read).
         pty: run the command on one pseudo-terminal for stdout and stderr (see
             :class:`~costctl.relay.client.RelayChild`); False: two pipes.
+        on_exit_argv: gives what the relay starts when the job ends while no watch is attached
+            (see :class:`~costctl.relay.client.RelayChild`).
     """
 
     def __init__(self, command: Sequence[str] | None, *, batch: BatchPlan | None, resume_from: str | None,
                  grace_s: float, checkpoint_request: Path, extra_env: dict[str, str],
                  run_id: Callable[[], str], on_start: Callable[[RelayChild], None], log_path: Path,
-                 on_output_error: Callable[[BaseException], None] | None = None, pty: bool = False) -> None:
+                 on_output_error: Callable[[BaseException], None] | None = None,
+                 on_exit_argv: Callable[[], list[str] | None] | None = None, pty: bool = False) -> None:
         self.command = list(command) if command else None
         self._batch = batch
         self._resume_from = resume_from
@@ -52,6 +55,7 @@ class Job:
         self.log_path = log_path
         self._on_output_error = on_output_error
         self.pty = pty
+        self._on_exit_argv = on_exit_argv
         self._starts = 0
         self.child: RelayChild | None = None
         self.status: int | None = None
@@ -92,7 +96,21 @@ class Job:
                                    checkpoint_request=self.checkpoint_request, extra_env=self.extra_env)
         self._starts += 1
         self.child = RelayChild(argv, self.mux, log_path=self.log_path, start=self._starts, env=env,
-                                on_error=self._on_output_error, pty=self.pty)
+                                on_error=self._on_output_error,
+                                on_exit_argv=self._on_exit_argv() if self._on_exit_argv else None, pty=self.pty)
+        self.status = None
+        self._on_start(self.child)
+
+    def attach(self, since: int) -> None:
+        """Follow the command already running under the relay of :attr:`log_path` (``costctl
+        watch --attach``), from run-log offset ``since``.
+
+        Raises:
+            UsageError: the relay is gone or does not answer.
+        """
+        assert self.mux is not None
+        self._starts = 1
+        self.child = RelayChild.attach(self.log_path, self.mux, since=since, on_error=self._on_output_error)
         self.status = None
         self._on_start(self.child)
 

@@ -41,6 +41,7 @@ class WatchOptions:
     quiet: bool = False
     status_line: bool | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    attach: str | None = None
     resume: bool = False
     on_oom: str = "advise"
     batch_size: int | None = None

@@ -67,10 +67,11 @@ from ..telemetry.sampler import Sampler, detect_gpu_source
 from .command import prepare_command
 from ..stopping import EXIT_STOP_FAILED, StopProcess, StopRoute, StopRunner
 from .instance import bring_up, resolve_instance
+from .attach import AttachTarget, find_target, on_exit_argv
 from .job import Job
 from .options import WatchOptions
 from ..relay.client import RelayChild, shares_one_terminal, terminal_size
-from ..relay.protocol import job_running
+from ..relay.protocol import job_running, relay_running
 
 from costctl_providers.base import Instance, Provider
 from costctl_providers.notices import Notice, NoticePoller, detect_cloud
@@ -296,8 +297,11 @@ class Watcher:
                 provider.name, instance_id, gpu=resolved.gpu_name, gpu_count=gpu_count, billing=billing,
                 price_per_hour=rate.amount, currency=rate.currency, region=inst.region if inst else None,
             )
+            # A run whose relay still runs (its job, or the relay waiting for its on-exit watch
+            # after the job's end) is not lost: --attach takes it over.
             lost = self.ledger.close_lost_runs(instance_pk, host=socket.gethostname(), alive=watch_alive,
-                                               job_running=lambda run: job_running(run.log_path))
+                                               job_running=lambda run: relay_running(run.log_path))
+            target = self._attach_target(instance_pk, instance_id)
             pending = bring_up(resolved, self.options, clock=self.clock, say=self.say)
         except BaseException:
             self.ledger.close()
@@ -312,16 +316,24 @@ class Watcher:
             self.status.badge = "ADVISE-ONLY: nothing is stopped"
         self.started_at = self.clock.now()
         self.started_wall = time.time()
-        stem = f"{self.started_at.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
-        self.log_path = paths.runs_dir(s.data_dir) / f"{stem}.log"
-        self.checkpoint_request = paths.runs_dir(s.data_dir) / f"{stem}.checkpoint-request"
-        run_id = self.ledger.start_run(
-            instance_pk, started_at=self.started_at, command=self.options.command,
-            log_path=str(self.log_path), host=socket.gethostname(), pid=os.getpid(),
-        )
+        if target is not None:  # --attach: the same ledger run, its log, its job
+            self.log_path = target.log_path
+            self.checkpoint_request = target.log_path.with_suffix(".checkpoint-request")
+            self.ledger.resume_run(target.run_id, pid=os.getpid())
+            run_id, run_started_at = target.run_id, target.started_at
+            self._spend_before = self.ledger.spend(run_id=run_id).get(rate.currency, Decimal(0))
+        else:
+            stem = f"{self.started_at.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+            self.log_path = paths.runs_dir(s.data_dir) / f"{stem}.log"
+            self.checkpoint_request = paths.runs_dir(s.data_dir) / f"{stem}.checkpoint-request"
+            run_id = self.ledger.start_run(
+                instance_pk, started_at=self.started_at, command=self.options.command,
+                log_path=str(self.log_path), host=socket.gethostname(), pid=os.getpid(),
+            )
+            run_started_at = self.started_at
         self._state = RunState(provider=provider.name, instance_id=instance_id, instance=inst, rate=rate,
                                gpu_name=resolved.gpu_name, gpu_count=gpu_count, billing=billing,
-                               instance_pk=instance_pk, run_id=run_id, run_started_at=self.started_at)
+                               instance_pk=instance_pk, run_id=run_id, run_started_at=run_started_at)
         self.summary.run_ids.append(run_id)
         # The last synchronous ledger moment: the prior spend, read once; from here on every
         # write goes through the writer thread and the policies decide from memory.
@@ -335,6 +347,9 @@ class Watcher:
                        grace_s=s.watch.grace_period.total_seconds(), checkpoint_request=self.checkpoint_request,
                        extra_env=self.options.extra_env, run_id=lambda: self.state.run_id,
                        on_start=self._job_started, log_path=self.log_path, on_output_error=self._output_failed,
+                       on_exit_argv=lambda: on_exit_argv(self.state.run_id, on_exit=self.options.on_exit,
+                                                         config=s.config_path, dry_run=self.options.dry_run,
+                                                         advise_only=self.options.advise_only),
                        pty=shares_one_terminal() if self.options.pty is None else self.options.pty)
 
         self.engine = PolicyEngine(s, on_error=self._policy_failed)
@@ -386,8 +401,15 @@ class Watcher:
                 lock=self.status.lock, on_terminal_gone=self._terminal_gone,
             )
             try:
-                self.job.start()
+                if target is not None:
+                    self.job.attach(target.since)
+                else:
+                    self.job.start()
             except CostctlError:
+                if target is not None:  # the run stays open: unguarded again once this watch is gone
+                    self.writer.close(s.watch.ledger_flush_timeout.total_seconds())
+                    self.ledger.close()
+                    raise
                 self.writer.finish_run(run_id, ended_at=self.clock.now(), exit_code=None, status="failed-to-start")
                 self.writer.close(s.watch.ledger_flush_timeout.total_seconds())
                 self.ledger.close()
@@ -400,6 +422,8 @@ class Watcher:
             self._own_cpu = self.child is not None
         gpu_name = resolved.gpu_name
         mode = f"running {shlex.join(self.options.command)}" if self.options.command else "guarding this machine"
+        if target is not None:
+            mode = f"attached (from log offset {target.since}) to {shlex.join(self.options.command or [])}"
         config = s.config_path or "defaults and environment"
         self.say(
             f"costctl: run {run_id[:8]} {mode} on {provider.name} instance {instance_id} "
@@ -414,6 +438,26 @@ class Watcher:
                      "waiting for the job to write it")
         if billing == "spot":
             self._start_notice_source()
+
+    def _attach_target(self, instance_pk: int, instance_id: str) -> AttachTarget | None:
+        """``--attach RUN``: the run to take over (None without ``--attach``); its command
+        becomes this watch's.
+
+        Raises:
+            UsageError: see :func:`.attach.find_target`; the run is on another instance.
+        """
+        if self.options.attach is None:
+            return None
+        if self.options.command:
+            raise UsageError("--attach takes no command: the run's job already runs")
+        assert self.ledger is not None
+        target = find_target(self.ledger.open_runs(host=socket.gethostname()), self.options.attach,
+                             alive=watch_alive)
+        if target.instance_pk != instance_pk:
+            raise UsageError(f"--attach {self.options.attach}: run {target.run_id[:8]} was recorded on another "
+                             f"instance than {instance_id} (give the same --config as its watch)")
+        self.options = replace(self.options, command=target.command or ["?"])
+        return target
 
     def _job_started(self, child: RelayChild) -> None:
         """A (re)start of the command: telemetry and the policies follow the new process."""
