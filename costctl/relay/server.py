@@ -179,6 +179,15 @@ class Relay:
         except (KeyError, ValueError):
             pass
 
+    def _accept(self) -> None:
+        """A watch connects to the socket (it then sends the log offset it wants from)."""
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        conn.setblocking(False)
+        self._add_client(_Client(conn, attached=False))
+
     def _broadcast(self, frame: bytes) -> None:
         for client in list(self.clients):
             self._send(client, frame)
@@ -315,12 +324,7 @@ class Relay:
         while pipes:
             for key, events in self.sel.select(0.05):
                 if key.data == "listen":
-                    try:
-                        conn, _ = self.listener.accept()
-                    except OSError:
-                        continue
-                    conn.setblocking(False)
-                    self._add_client(_Client(conn, attached=False))
+                    self._accept()
                 elif isinstance(key.data, _Client):
                     self._on_client(key.data, events)
                 else:
@@ -401,12 +405,7 @@ class Relay:
                 if isinstance(key.data, _Client):
                     self._on_client(key.data, events)
                 elif key.data == "listen":
-                    try:
-                        conn, _ = self.listener.accept()
-                    except OSError:
-                        continue
-                    conn.setblocking(False)
-                    self._add_client(_Client(conn, attached=False))
+                    self._accept()
         self.listener.close()
         try:
             self.sock_path.unlink()
