@@ -123,8 +123,12 @@ def test_sighup_to_the_watch_ends_neither_the_watch_nor_the_job(tmp_path):
     try:
         _wait_for(lambda: len(_written(record)) >= 3, what="heartbeats")
         watch.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        size_after_hup = (tmp_path / "out").stat().st_size
         _check_survived(data, record, state["job_pid"])
         assert watch.poll() is None, "SIGHUP ended the watch"
+        # stdout is a file, not the terminal that went away: it goes on getting the job's output
+        assert (tmp_path / "out").stat().st_size > size_after_hup, "output to a file stopped after SIGHUP"
         # SIGTERM still passes to the job's group, and the exit status is the job's
         watch.send_signal(signal.SIGTERM)
         assert watch.wait(30) == 128 + signal.SIGTERM

@@ -186,6 +186,7 @@ class Watcher:
         self._spend_before = Decimal(0)  # spend of earlier ledger runs of this watch (same currency)
         self._tick_error_reported = False
         self._threaded = False  # run(): the stop runs in a StopRunner thread; else step() steps it
+        self._summary_from: datetime | None = None  # the first ledger run's start (earlier when attached)
         self._stop_runner: StopRunner | None = None
         self._hangup = False  # the terminal went away (SIGHUP or EIO)
         # costctl's own fds that are a terminal (redirected to /dev/null once it went away):
@@ -334,6 +335,7 @@ class Watcher:
         self._state = RunState(provider=provider.name, instance_id=instance_id, instance=inst, rate=rate,
                                gpu_name=resolved.gpu_name, gpu_count=gpu_count, billing=billing,
                                instance_pk=instance_pk, run_id=run_id, run_started_at=run_started_at)
+        self._summary_from = run_started_at  # an attached run's duration counts from its start
         self.summary.run_ids.append(run_id)
         # The last synchronous ledger moment: the prior spend, read once; from here on every
         # write goes through the writer thread and the policies decide from memory.
@@ -737,7 +739,10 @@ class Watcher:
     def _handle_hangup(self, signum: int, frame: Any) -> None:
         # SIGHUP (the terminal went away): the watch and the job go on; nothing more is written
         # to the terminal. Plain assignments only (see _handle_signal); the loop does the rest.
+        # Where neither stdout nor stderr is a terminal (`> train.out 2>&1 &`), nothing changes.
         self._hangup = True
+        if not self._terminal_fds:
+            return
         self.status.gone = True
         self.status.enabled = False
         mux = self.job.mux if self.job is not None else None
@@ -766,6 +771,10 @@ class Watcher:
             except OSError:
                 pass
         os.close(null)
+        # The terminal's fds now write to /dev/null; a stdout or stderr that is a file or a pipe
+        # (`> train.out`) goes on getting the job's output.
+        if mux is not None and len(fds) < 2:
+            mux.terminal = True
 
     def _output_failed(self, exc: BaseException) -> None:
         """Handling the job's output raised (the relay thread): say so once; the output goes on
@@ -1055,7 +1064,7 @@ class Watcher:
             if self.writer is not None:  # wait for the ledger (an outage: up to the flush timeout)
                 self.writer.close(self.settings.watch.ledger_flush_timeout.total_seconds())
             self.status.close()
-        self.summary.duration = end - self.started_at
+        self.summary.duration = end - min(self.started_at, self._summary_from or self.started_at)
         if not self.options.quiet and not self.status.gone:
             try:
                 self.summary.print(self.state.run_id, self.rate.currency, sys.stderr)
