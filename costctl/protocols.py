@@ -89,7 +89,7 @@ class StopResult:
 
     @property
     def done(self) -> bool:
-        """The stop ended (confirmed, gone, self-stop sent or failed) and its end is recorded."""
+        """The stop ended (confirmed, gone or failed) and its end is recorded."""
         return self.closed
 
     @property
