@@ -218,6 +218,11 @@ class Watcher:
         proc = self.executor.stopping if self.executor is not None else None
         return proc if proc is not None and not proc.done else None
 
+    @property
+    def stops_nothing(self) -> bool:
+        """This watch stops nothing: ``--dry-run``, or a stop route of ``none`` (``--advise-only``)."""
+        return self.options.dry_run or (self.route is not None and not self.route.stops)
+
     def _before_self_stop(self) -> None:
         """A self-stop is about to run (the machine may power off under this process): charge up
         to now, record the run as ended by the stop, and wait (up to :data:`SELF_STOP_FLUSH_S`)
@@ -690,13 +695,13 @@ class Watcher:
         spend = self.summary.spend
         # What matters most comes first, so a narrow terminal cuts the least useful part: a stop
         # in flight, else the countdown to the nearest pending stop.
-        proc = self.executor.stopping if self.executor is not None else None
-        if proc is not None and not proc.done:
+        proc = self.stopping
+        if proc is not None:
             lead = f"{proc.describe()} | "
         else:
             pending = self.engine.next_stop(self.history, now)
-            would = self.options.dry_run or (self.route is not None and not self.route.stops)
-            lead = (f"{countdown(pending.progress, pending.at, now, self.settings.watch.tz, would=would)} | "
+            tz = self.settings.watch.tz
+            lead = (f"{countdown(pending.progress, pending.at, now, tz, would=self.stops_nothing)} | "
                     if pending is not None else "")
         self.status.update(
             f" costctl | {lead}{str(elapsed).split('.')[0]} | {spend.rounded(4) if spend else 0} "
@@ -919,7 +924,7 @@ class Watcher:
             if self.executor is None or self.executor.stop is None:  # dry run, advise-only
                 return status, "completed" if status == 0 else "failed"
             return None
-        stops = not self.options.dry_run and (self.route is None or self.route.stops)
+        stops = not self.stops_nothing
         self.say(
             f"costctl: the command exited with status {status}; guarding the instance "
             + ("until the idle policy stops it (Ctrl-C leaves it running)" if stops else
@@ -1001,7 +1006,7 @@ class Watcher:
             return
         run = self.state
         where = f"{run.provider} instance {run.instance_id}"
-        if self.options.dry_run or (self.route is not None and not self.route.stops):
+        if self.stops_nothing:
             why = "--dry-run" if self.options.dry_run else "advise-only"
             self.say(f"costctl: {where} is left running and bills on at {run.rate}/h "
                      f"(this watch stops nothing anyway: {why})")
