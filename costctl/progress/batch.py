@@ -1,0 +1,138 @@
+"""Progress points in columns: :class:`PointBatch`, the shape a chunk of output parses into.
+
+A chatty job prints millions of loss lines; one Python object per point costs about 3 KB and
+a few microseconds each (issue "Fast at any volume"). A batch keeps the points of one chunk
+(or of one file block) in typed arrays instead: the parser appends to it, the policies loop
+over its ``values`` column, the ledger's progress store reads its columns, and nothing builds a
+:class:`~costctl.records.ProgressPoint` unless a caller asks for one (:meth:`PointBatch.points`,
+the compatibility path for small inputs).
+
+Columns (all the same length, one entry per point, in arrival order):
+
+* ``series``: index into :attr:`PointBatch.keys`, the ``(kind, name)`` pairs ("train", "loss");
+* ``values``: the loss as float64 (NaN and +/-inf kept: a divergence, not a parse error);
+* ``steps``: the step, or :data:`NO_INT` (-1) when the line gave none;
+* ``epochs``: the epoch (may be fractional), or NaN when none;
+* ``totals``: the run's length in the unit of ``step`` (or epochs when no step), or
+  :data:`NO_INT`;
+* ``times``: when costctl read the point, as POSIX seconds (float, UTC), or NaN for records
+  with no time (file replays without timestamps).
+
+Negative steps and totals never occur in a training log (a parser that reads "-3" as a step
+drops the step), so -1 is a safe "absent".
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from ..records import ProgressKind, ProgressPoint
+
+#: "absent" in the integer columns (steps, totals).
+NO_INT = -1
+_NAN = float("nan")
+
+
+def _ts(time: datetime | None) -> float:
+    """Aware datetime -> POSIX seconds; None -> NaN."""
+    return _NAN if time is None else time.timestamp()
+
+
+@dataclass(slots=True)
+class PointBatch:
+    """Progress points of one chunk in typed columns (see the module docstring).
+
+    Attributes:
+        keys: the distinct ``(kind, name)`` series, indexed by the ``series`` column.
+        series: ``array('i')`` of indexes into ``keys``.
+        values: ``array('d')`` of loss values.
+        steps: ``array('q')`` of steps, :data:`NO_INT` when absent.
+        epochs: ``array('d')`` of epochs, NaN when absent.
+        totals: ``array('q')`` of run lengths, :data:`NO_INT` when absent.
+        times: ``array('d')`` of POSIX seconds (UTC), NaN when absent.
+    """
+
+    keys: list[tuple[ProgressKind, str]] = field(default_factory=list)
+    series: array = field(default_factory=lambda: array("i"))
+    values: array = field(default_factory=lambda: array("d"))
+    steps: array = field(default_factory=lambda: array("q"))
+    epochs: array = field(default_factory=lambda: array("d"))
+    totals: array = field(default_factory=lambda: array("q"))
+    times: array = field(default_factory=lambda: array("d"))
+    _index: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __bool__(self) -> bool:
+        return len(self.values) > 0
+
+    def key_index(self, kind: ProgressKind, name: str) -> int:
+        """The ``series`` index of ``(kind, name)``, adding the key when new."""
+        key = (kind, name)
+        index = self._index.get(key)
+        if index is None:
+            index = len(self.keys)
+            self.keys.append(key)
+            self._index[key] = index
+        return index
+
+    def append(self, value: float, *, kind: ProgressKind = "train", name: str = "loss",
+               step: int | None = None, epoch: float | None = None, total: int | None = None,
+               time: float = _NAN) -> None:
+        """Add one point. ``time`` is POSIX seconds (UTC) or NaN."""
+        self.series.append(self.key_index(kind, name))
+        self.values.append(value)
+        self.steps.append(NO_INT if step is None or step < 0 else step)
+        self.epochs.append(_NAN if epoch is None else epoch)
+        self.totals.append(NO_INT if total is None or total < 0 else total)
+        self.times.append(time)
+
+    def append_point(self, point: ProgressPoint) -> None:
+        """Add one :class:`ProgressPoint` (the compatibility path)."""
+        self.append(point.value, kind=point.kind, name=point.name, step=point.step,
+                    epoch=point.epoch, total=point.total, time=_ts(point.time))
+
+    def extend(self, other: PointBatch) -> None:
+        """Append every point of ``other`` (its keys are re-indexed into this batch's)."""
+        if not other:
+            return
+        remap = array("i", (self.key_index(kind, name) for kind, name in other.keys))
+        if list(remap) == list(range(len(other.keys))):
+            self.series.extend(other.series)
+        else:
+            self.series.extend(array("i", (remap[i] for i in other.series)))
+        self.values.extend(other.values)
+        self.steps.extend(other.steps)
+        self.epochs.extend(other.epochs)
+        self.totals.extend(other.totals)
+        self.times.extend(other.times)
+
+    @classmethod
+    def from_points(cls, points: Iterable[ProgressPoint]) -> PointBatch:
+        """A batch holding ``points`` in order."""
+        batch = cls()
+        for point in points:
+            batch.append_point(point)
+        return batch
+
+    def point(self, i: int) -> ProgressPoint:
+        """Point ``i`` as a :class:`ProgressPoint` (aware UTC time, or None)."""
+        kind, name = self.keys[self.series[i]]
+        step, total, epoch, t = self.steps[i], self.totals[i], self.epochs[i], self.times[i]
+        return ProgressPoint(
+            time=None if math.isnan(t) else datetime.fromtimestamp(t, UTC),
+            value=self.values[i], kind=kind, name=name,
+            step=None if step == NO_INT else step,
+            epoch=None if math.isnan(epoch) else epoch,
+            total=None if total == NO_INT else total,
+        )
+
+    def points(self) -> Iterator[ProgressPoint]:
+        """Every point as a :class:`ProgressPoint`, in order (slow: one object each)."""
+        for i in range(len(self.values)):
+            yield self.point(i)
