@@ -14,6 +14,9 @@ import platformdirs
 from .errors import ConfigError
 
 APP_NAME = "costctl"
+#: The config file looked for in the working directory (here, not in :mod:`costctl.config`, so
+#: that ``costctl init``'s signature needs no pydantic at start-up).
+CONFIG_FILE_NAME = "costctl.toml"
 
 
 def _ensure_dir(path: Path, what: str) -> Path:

@@ -15,13 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..config import parse_duration
 from ..errors import UsageError
-from ..replay.analysis import AnalyzeOptions, analyze as run_analysis, to_dict
-from ..replay.pricing import resolve_price
-from ..replay.readers import read_gpu_log, read_train_log
-from ..replay.render import render
-from ..replay.timeline import place_progress
 from .common import ConfigOption, out_console, print_json, settings_from
 
 TIME_ALLOWED = "expected an ISO-8601 date-time such as 2026-02-02T01:07:37 (no offset = the logs' own clock, read as UTC)"
@@ -51,6 +45,8 @@ def parse_start_time(text: str) -> datetime:
 
 
 def _duration(text: str | None, option: str) -> timedelta | None:
+    from ..config import parse_duration
+
     if text is None:
         return None
     try:
@@ -86,6 +82,13 @@ def analyze(
     oracle stops at the first sample of the final idle stretch (or a configured plateau's
     onset). Times are shown as the logs recorded them.
     """
+    # The replay stack loads here, not when the CLI starts (costctl --help lists this command).
+    from ..replay.analysis import AnalyzeOptions, analyze as run_analysis, to_dict
+    from ..replay.pricing import resolve_price
+    from ..replay.readers import read_gpu_log, read_train_log
+    from ..replay.render import render
+    from ..replay.timeline import place_progress
+
     overrides: dict[str, Any] = {}
     idle: dict[str, Any] = {}
     if time_window is not None:
