@@ -71,6 +71,7 @@ AccountOption = Annotated[
                                    "(instances: every configured account)."),
 ]
 
+
 def _billed(status: Status) -> bool:
     """Whether an instance in ``status`` is billed for its GPU (starting, running, stopping:
     running time keeps growing)."""
