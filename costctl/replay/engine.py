@@ -12,7 +12,8 @@ Facts the live watch knows and a recording does not, and what the replay assumes
 * whether the job is still running (for the stall policy): when the caller knows the job's
   span (``job=(start, exit)``, as a scenario of ``benchmarks/bench_policies.py`` records it) it
   runs exactly over it; else, when progress is on the time axis, the job is taken to run from
-  its first to its last recorded progress point; with neither there is no job, and the stall
+  its first to its last recorded progress point (an assumed end, not an observed exit: the idle
+  policy's ``exit_window`` is not applied to it); with neither there is no job, and the stall
   policy cannot fire.
 """
 
@@ -124,7 +125,7 @@ def replay_timeline(
             history.child_exited_at = job[1] if exited else None
         elif last_progress is not None and first_progress is not None:
             history.child_running = first_progress <= t <= last_progress
-            history.child_exited_at = last_progress if t > last_progress else None
+            history.child_exited_at = None  # an assumed end is no observed exit (no exit_window)
         if rate is not None:
             history.spend_total, history.spend_today = _spend(rate, start, t, tz)
         run.decisions.extend(engine.evaluate(history, clock.now()))
