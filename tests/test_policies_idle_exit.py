@@ -50,6 +50,7 @@ def trace(busy_until: int, end: int, **kw: object) -> list[TelemetrySample]:
 def test_defaults() -> None:
     cfg = IdleConfig()
     assert cfg.exit_window == timedelta(minutes=2) and cfg.time_window == timedelta(minutes=30)
+    assert cfg.count_ssh_sessions is True
 
 
 def test_after_the_command_exited_two_minutes_of_idle_suffice() -> None:

@@ -82,7 +82,7 @@ class IdleConfig(PolicyConfig):
     min_gpu_utilization: Percent = Field(default=5.0, description="percent; ALL GPUs must stay below it")
     min_cpu_utilization: float = Field(default=10.0, ge=0,
                                        description="percent of one core, summed over the watched process tree")
-    count_ssh_sessions: bool = Field(default=False, description="an open SSH session keeps the instance busy")
+    count_ssh_sessions: bool = Field(default=True, description="an open SSH session keeps the instance busy")
     exit_window: Window = Field(default=timedelta(minutes=2),
                                 description="after the watched command exited (or, guarding the machine, the last "
                                             "SSH session closed on an idle machine): how long every present signal "
