@@ -40,6 +40,10 @@ Usage::
 
     python benchmarks/bench_policies.py                 # every scenario
     python benchmarks/bench_policies.py --only oom_crash
+    python benchmarks/bench_policies.py --config what-if.toml   # costctl with other settings
+
+With ``--config`` the ``costctl`` rule replays that file's settings instead of the defaults (a
+what-if; the JSON's ``config`` names the file, null for the defaults).
 """
 
 from __future__ import annotations
@@ -72,7 +76,7 @@ from costctl.replay.peers import (  # noqa: E402
 
 RULES = ("costctl", "oracle", "skypilot", "dstack-1h", "dstack-5m")
 SETTINGS = {
-    "costctl": "costctl's policies with their defaults (PolicyEngine on a simulated clock)",
+    "costctl": "costctl's policies with their defaults (PolicyEngine on a simulated clock)",  # or --config
     "oracle": "perfect hindsight (the scenario's frozen oracle_stop_s)",
     "skypilot": skypilot_describe(SKYPILOT_DEFAULT_IDLE_MINUTES),
     "dstack-1h": DSTACK_DOCUMENTED_EXAMPLE.describe(),
@@ -80,16 +84,18 @@ SETTINGS = {
 }
 
 
-def default_settings() -> Settings:
-    """costctl's defaults: no config file (read from an empty directory), no ``COSTCTL_*``."""
+def default_settings(config: Path | None = None) -> Settings:
+    """costctl's defaults: no config file (read from an empty directory), no ``COSTCTL_*``;
+    or ``config``'s settings (a what-if)."""
     saved = {k: v for k, v in os.environ.items() if k.upper().startswith("COSTCTL_")}
     cwd = os.getcwd()
+    path = config.resolve() if config is not None else None
     try:
         for k in saved:
             del os.environ[k]
         with tempfile.TemporaryDirectory() as empty:
             os.chdir(empty)
-            return load_settings(None)
+            return load_settings(path)
     finally:
         os.chdir(cwd)
         os.environ.update(saved)
@@ -133,8 +139,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--only", action="append", help="replay only this scenario (repeatable)")
     parser.add_argument("--scenarios", type=Path, default=HERE / "scenarios", help="directory of scenario files")
+    parser.add_argument("--config", type=Path, help="replay costctl with this costctl.toml instead of its defaults")
     args = parser.parse_args(argv)
-    settings = default_settings()
+    settings = default_settings(args.config)
     suite = [s for s in load_all(args.scenarios) if not args.only or s.name in args.only]
     currency = suite[0].rate.currency if suite else "USD"
     per: dict[str, dict[str, Any]] = {}
@@ -181,7 +188,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     nearest = not false["costctl"] and all(gap["costctl"] < gap[r] for r in RULES if r not in ("costctl", "oracle"))
     print(f"costctl: {len(false['costctl'])} false stops; total effective spend "
           + ("nearer the oracle than every peer rule" if nearest else "NOT nearer the oracle than every peer rule"))
-    result = {"benchmark": "bench_policies", "currency": currency, "rules": list(RULES), "settings": SETTINGS,
+    result = {"benchmark": "bench_policies", "config": str(args.config) if args.config else None,
+              "currency": currency, "rules": list(RULES), "settings": SETTINGS,
               "scenarios": per, "total": total, "costctl_nearest_oracle": nearest}
     print(json.dumps(result, separators=(",", ":")))
     return result

@@ -36,3 +36,16 @@ def test_bench_policies_small_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert two["false_stop"] and float(two["effective_spend"]) > float(two["spend"])
     assert result["total"]["dstack-5m"]["scenarios_with_false_stops"] == ["second_gpu_unused_recorded"]
     assert "time_window=1h, dstack's documented example" in result["settings"]["dstack-1h"]
+
+
+def test_bench_policies_what_if_config(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    bench = _bench()
+    default = bench.main(["--only", "hung_job"])
+    assert default["config"] is None and default["scenarios"]["hung_job"]["costctl"]["stop_s"] is None  # stall advises
+    cfg = tmp_path / "what-if.toml"
+    cfg.write_text('[policies.stall]\naction = "stop"\n')
+    result = bench.main(["--only", "hung_job", "--config", str(cfg)])
+    capsys.readouterr()
+    hung = result["scenarios"]["hung_job"]["costctl"]
+    assert result["config"] == str(cfg)
+    assert hung["stop_s"] == 7200 + 1800 and not hung["false_stop"]  # last loss line + stall_window
