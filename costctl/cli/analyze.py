@@ -63,7 +63,7 @@ def analyze(
     gpu: Annotated[str | None, typer.Option("--gpu", help="GPU model for a catalog price, e.g. 'RTX 4090' (with --provider).")] = None,
     provider: Annotated[str | None, typer.Option("--provider", help="Provider for a catalog price, e.g. runpod (with --gpu).")] = None,
     config: ConfigOption = None,
-    compare: Annotated[bool, typer.Option("--compare", help="Also replay SkyPilot autostop and dstack utilization_policy.")] = False,
+    compare: Annotated[bool, typer.Option("--compare", help="Also replay SkyPilot autostop -i 5 (its default) and dstack utilization_policy with its documented example (10 %, 1h) and its 5-minute minimum window.")] = False,
     fmt: Annotated[AnalyzeFormat, typer.Option("--format", "-f", help="table or json.")] = AnalyzeFormat.table,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG with utilization, loss, decisions and spend (needs matplotlib).")] = None,
     start_time: Annotated[str | None, typer.Option("--start-time", help="Wall time of the training log's first point (with --step-rate), or of an elapsed-seconds GPU log's start.")] = None,
