@@ -267,3 +267,55 @@ def test_limit_shows_the_newest_runs_and_totals_cover_all(db_url, capsys):
     assert len(out.splitlines()) == 5 and "1 older run not shown" in err
     doc = json.loads(cli(capsys, "--format", "json", "--db", db_url)[1])
     assert len(doc["rows"]) == 5 and "runs_not_shown" not in doc  # default --limit 100
+
+
+def test_accrual_adds_no_orm_objects_and_splits_at_bucket_bounds(db_url):
+    from sqlalchemy.orm import Session
+
+    flushed: list[int] = []
+
+    def count(session, context, instances) -> None:
+        flushed.append(len(session.new) + len(session.dirty))
+
+    with Ledger.open(db_url) as ledger:
+        pk = ledger.ensure_instance("sim", "s", gpu="T4", gpu_count=1, billing="on-demand",
+                                    price_per_hour=Decimal("3.6"), currency="USD")
+        run = ledger.start_run(pk, started_at=T0 + timedelta(minutes=10), command=None, log_path=None, host=None)
+        event.listen(Session, "before_flush", count)
+        try:
+            ledger.accrue(run, T0 + timedelta(minutes=50, microseconds=7), Decimal("3.6"), "USD")  # 4 buckets
+            ledger.accrue(run, T0 + timedelta(minutes=55), Decimal("3.6"), "USD")  # extends the row
+        finally:
+            event.remove(Session, "before_flush", count)
+        assert not any(flushed)
+        with ledger.session() as s:
+            rows = s.execute(select(ChargeRollup.bucket_s, ChargeRollup.duration_us, ChargeRollup.first_us,
+                                    ChargeRollup.last_us).order_by(ChargeRollup.bucket_s)).all()
+            (us,) = s.execute(select(Charge.duration_us)).one()
+        b0 = epoch_us(T0) // 10**6
+        assert [(b - b0, d) for b, d, _, _ in rows] == [(0, 5 * 60 * 10**6), (900, 900 * 10**6),
+                                                        (1800, 900 * 10**6), (2700, 10 * 60 * 10**6)]
+        assert rows[0][2] == epoch_us(T0 + timedelta(minutes=10)) and rows[-1][3] == epoch_us(T0 + timedelta(minutes=55))
+        assert us == 45 * 60 * 10**6
+
+
+def test_finish_run_takes_the_use_it_is_given_without_reading_samples(db_url):
+    from costctl.ledger.summaries import RunUse
+
+    with Ledger.open(db_url) as ledger:
+        pk = ledger.ensure_instance("sim", "u", gpu="T4", gpu_count=1, billing="on-demand",
+                                    price_per_hour=Decimal("1"), currency="USD")
+        run = ledger.start_run(pk, started_at=T0, command=None, log_path=None, host=None)
+        with Statements() as sql:
+            ledger.finish_run(run, ended_at=T0, exit_code=0, status="succeeded",
+                              use=RunUse(peak_memory_bytes=5, memory_total_bytes=16, mean_utilization=12.5,
+                                         gpu_samples=3, points=9))
+        assert not [q for q in sql.seen if re.search(r"\bsamples\b|\bprogress\b", q)]
+        with ledger.session() as s:
+            page = queries.run_page(s)
+        assert page.use[run].peak_memory_bytes == 5 and page.use[run].mean_utilization == 12.5
+        other = ledger.start_run(pk, started_at=T0, command=None, log_path=None, host=None)
+        with Statements() as sql:
+            ledger.finish_run(other, ended_at=T0, exit_code=0, status="succeeded")
+        measured = [q for q in sql.seen if re.search(r"\bsamples\b", q)]
+        assert len(measured) == 1 and "max(" in measured[0].lower() and "samples.run_id" in measured[0]
