@@ -137,7 +137,8 @@ def build(url: str, n: int) -> dict[str, int]:
         if dialect == "sqlite":
             ex("PRAGMA synchronous=OFF")
             ex("PRAGMA cache_size=-262144")
-        for ix in CHARGE_INDEXES + ("ix_samples_run_id_time", "ix_charge_rollups_bucket_s"):
+        for ix in CHARGE_INDEXES + ("ix_samples_run_id_time", "ix_charge_rollups_bucket_s",
+                                     "ix_charge_rollups_instance_pk_bucket_s"):
             ex(f"DROP INDEX IF EXISTS {ix}")
         ex("INSERT INTO instances (id, provider, provider_instance_id, gpu, gpu_count, billing, price_per_hour, "
            "currency, region, created_at) VALUES " + ", ".join(
@@ -201,6 +202,7 @@ def build(url: str, n: int) -> dict[str, int]:
         ex("CREATE INDEX ix_charges_run_id_end_at ON charges (run_id, end_at)")
         ex("CREATE INDEX ix_charges_end_at ON charges (end_at)")
         ex("CREATE INDEX ix_charge_rollups_bucket_s ON charge_rollups (bucket_s)")
+        ex("CREATE INDEX ix_charge_rollups_instance_pk_bucket_s ON charge_rollups (instance_pk, bucket_s)")
         ex("CREATE INDEX ix_samples_run_id_time ON samples (run_id, time)")
     with engine.begin() as conn:
         conn.exec_driver_sql("ANALYZE")

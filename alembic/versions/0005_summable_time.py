@@ -76,6 +76,8 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("run_id", "bucket_s", "rate_per_hour", "currency", name=op.f("pk_charge_rollups")),
     )
     op.create_index("ix_charge_rollups_bucket_s", "charge_rollups", ["bucket_s"], unique=False)
+    op.create_index("ix_charge_rollups_instance_pk_bucket_s", "charge_rollups", ["instance_pk", "bucket_s"],
+                    unique=False)
     if not context.is_offline_mode():
         _backfill(op.get_bind())
 
@@ -169,6 +171,7 @@ def _backfill(conn: sa.Connection) -> None:
 
 def downgrade() -> None:
     """Drop the rollups, the run summaries and ``charges.duration_us``."""
+    op.drop_index("ix_charge_rollups_instance_pk_bucket_s", table_name="charge_rollups")
     op.drop_index("ix_charge_rollups_bucket_s", table_name="charge_rollups")
     op.drop_table("charge_rollups")
     with op.batch_alter_table("runs") as batch:

@@ -577,8 +577,10 @@ def bill_by_day(
     hours and zones 15 or 30 minutes off UTC exact: days are made of whole UTC 15-minute
     buckets, the cut edges of the window clipped in SQL)."""
     R = ChargeRollup.__table__
-    lo, hi = session.execute(select(func.min(R.c.bucket_s), func.max(R.c.bucket_s))).one()
-    if lo is None:
+    # Two statements: each min/max alone is one step down the bucket_s index.
+    lo = session.scalar(select(func.min(R.c.bucket_s)))
+    hi = session.scalar(select(func.max(R.c.bucket_s)))
+    if lo is None or hi is None:
         return []
     S = window_slices(session, since, until)
     day = local_day_sql(S.c.bucket_s, tz, int(lo), int(hi) + BUCKET_S).label("day")

@@ -239,7 +239,10 @@ class ChargeRollup(Base):
     so ``SUM(duration_us)`` over the rows of a window equals the charges' time exactly."""
 
     __tablename__ = "charge_rollups"
-    __table_args__ = (Index("ix_charge_rollups_bucket_s", "bucket_s"),)
+    __table_args__ = (
+        Index("ix_charge_rollups_bucket_s", "bucket_s"),
+        Index("ix_charge_rollups_instance_pk_bucket_s", "instance_pk", "bucket_s"),
+    )
 
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
     bucket_s: Mapped[int] = mapped_column(BigInteger, primary_key=True)
