@@ -14,7 +14,7 @@ Each ``costctl bill --by run|instance|day|gpu --format table|json|csv --db URL``
 ``--repeat`` times (median kept) in a fresh child process per run, which imports the CLI and
 runs the same command once on an empty SQLite ledger (so lazy imports, start-up's business, are
 done), then times ``costctl.cli.main.main([...])`` in-process on the big ledger (stdout to
-/dev/null) and reports its own peak RSS (``ru_maxrss``). The child's whole wall time (start-up
+/dev/null) and reports its own peak RSS (``VmHWM``). The child's whole wall time (start-up
 and the warm-up included) is reported too.
 
 Ledgers are cached under ``--cache`` (default ``$TMPDIR/costctl-bench-bill``): ``--reuse`` uses a
@@ -79,8 +79,10 @@ t = time.perf_counter()
 code = main(args)
 elapsed = time.perf_counter() - t
 sys.stdout = real
-print(json.dumps({"code": code, "bill_s": elapsed,
-                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+# VmHWM: this process's own peak (ru_maxrss would carry the parent's peak across fork + exec)
+hwm = [line for line in open("/proc/self/status") if line.startswith("VmHWM:")]
+rss = int(hwm[0].split()[1]) / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"code": code, "bill_s": elapsed, "rss_mb": rss}))
 """
 
 
@@ -133,7 +135,10 @@ def build(url: str, n: int) -> dict[str, int]:
         with engine.connect() as conn:
             conn.exec_driver_sql("PRAGMA journal_mode=DELETE")
     with engine.begin() as conn:
-        ex = conn.exec_driver_sql
+        def ex(sql: str) -> None:
+            # psycopg reads '%' as a placeholder: the modulo operator is '%%' there
+            conn.exec_driver_sql(sql.replace("%", "%%") if dialect == "postgresql" else sql)
+
         if dialect == "sqlite":
             ex("PRAGMA synchronous=OFF")
             ex("PRAGMA cache_size=-262144")
@@ -292,7 +297,7 @@ def main() -> None:
             try:
                 with admin.connect() as conn:
                     exists = conn.exec_driver_sql(f"SELECT 1 FROM pg_database WHERE datname = '{name}'").first()
-                    if exists and not opts.reuse:
+                    if exists and not (opts.reuse and (cache / f"postgresql-{n}.built").exists()):
                         conn.exec_driver_sql(f'DROP DATABASE "{name}"')
                         exists = None
                     if not exists:
