@@ -25,7 +25,9 @@ Figures (LAST LINE, one JSON object)::
 
     {"results": [{"backend": "sqlite"|"postgresql", "charges": int, "samples": int,
                   "rollup_rows": int, "by": str, "format": str, "window": bool,
-                  "bill_s": float (median seconds of the bill call in-process),
+                  "bill_s": float (median wall seconds of the bill call in-process),
+                  "cpu_s": float (median CPU seconds of this process in that call; the
+                            database server's own CPU is not in it),
                   "process_s": float (median wall seconds of the whole child process),
                   "peak_rss_mb": float (max peak RSS of the child, MiB)}...],
      "build_s": {"sqlite:100000": float seconds to generate, ...},
@@ -75,14 +77,14 @@ sys.stdout = devnull
 if "postgresql" in args[-1]:
     import psycopg  # noqa: F401  (the driver's import is start-up, not the bill)
 main(["bill", "--by", args[2], "--format", args[4], "--db", warm])  # imports (start-up), on an empty ledger
-t = time.perf_counter()
+t, cpu = time.perf_counter(), time.process_time()
 code = main(args)
-elapsed = time.perf_counter() - t
+elapsed, cpu = time.perf_counter() - t, time.process_time() - cpu
 sys.stdout = real
 # VmHWM: this process's own peak (ru_maxrss would carry the parent's peak across fork + exec)
 hwm = [line for line in open("/proc/self/status") if line.startswith("VmHWM:")]
 rss = int(hwm[0].split()[1]) / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"code": code, "bill_s": elapsed, "rss_mb": rss}))
+print(json.dumps({"code": code, "bill_s": elapsed, "cpu_s": cpu, "rss_mb": rss}))
 """
 
 
@@ -244,7 +246,7 @@ def check_totals(url: str) -> bool:
 
 
 def time_bill(url: str, args: list[str], repeat: int, env: dict[str, str]) -> dict[str, float]:
-    bills, procs, rss = [], [], []
+    bills, cpus, procs, rss = [], [], [], []
     for _ in range(repeat):
         t = time.perf_counter()
         out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(["bill", *args, "--db", url]), env["WARM_URL"]],
@@ -256,8 +258,10 @@ def time_bill(url: str, args: list[str], repeat: int, env: dict[str, str]) -> di
         if doc["code"] != 0:
             raise SystemExit(f"bill exited {doc['code']}: {args}: {out.stderr[-2000:]}")
         bills.append(doc["bill_s"])
+        cpus.append(doc["cpu_s"])
         rss.append(doc["rss_mb"])
-    return {"bill_s": round(statistics.median(bills), 4), "process_s": round(statistics.median(procs), 4),
+    return {"bill_s": round(statistics.median(bills), 4), "cpu_s": round(statistics.median(cpus), 4),
+            "process_s": round(statistics.median(procs), 4),
             "peak_rss_mb": round(max(rss), 1)}
 
 
@@ -340,7 +344,7 @@ def main() -> None:
                                 "window": bool(extra), **figures})
                 r = results[-1]
                 print(f"{backend:10} {r['charges']:>9} {by:8} {fmt:5} {'window' if extra else '':6} "
-                      f"bill {r['bill_s']:7.3f} s  process {r['process_s']:6.2f} s  rss {r['peak_rss_mb']:6.1f} MiB",
+                      f"bill {r['bill_s']:7.3f} s  cpu {r['cpu_s']:6.3f} s  process {r['process_s']:6.2f} s  rss {r['peak_rss_mb']:6.1f} MiB",
                       flush=True)
     if not (opts.keep or opts.reuse):
         for kind, what in made:

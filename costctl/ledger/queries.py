@@ -605,7 +605,10 @@ def bill_by_day(
 def bill_by_gpu(session: Session, since: datetime | None = None, until: datetime | None = None) -> list[GpuBill]:
     """Spend per GPU type inside ``[since, until)``, by spend, largest first. A run counts with
     the card it ran on (its summary); an open run with its instance's current card."""
-    S = window_slices(session, since, until)
+    W = window_slices(session, since, until)
+    # Summed per run first, so the join to the runs meets one row per run and rate.
+    S = (select(W.c.run_id, W.c.instance_pk, W.c.currency, W.c.rate_per_hour, func.sum(W.c.us).label("us"))
+         .group_by(W.c.run_id, W.c.instance_pk, W.c.currency, W.c.rate_per_hour).subquery("per_run"))
     summarized = Run.billing.is_not(None)
     gpu = case((summarized, Run.gpu), else_=Instance.gpu).label("gpu")
     count = case((and_(summarized, Run.gpu_count.is_not(None)), Run.gpu_count), else_=Instance.gpu_count)
