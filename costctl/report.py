@@ -76,9 +76,10 @@ def records(rows: Sequence[Any]) -> list[dict[str, Any]]:
 
 def render_json(by: GroupBy, rows: Sequence[Any], totals: dict[str, Decimal],
                 since: datetime | None, until: datetime | None,
-                advice: Sequence[dict[str, Any]] = ()) -> str:
+                advice: Sequence[dict[str, Any]] = (), runs_not_shown: int | None = None) -> str:
     """``{"by", "since", "until", "rows": [...], "totals": {"USD": "1.230000"}}`` as indented JSON,
-    plus ``"advice": [...]`` (underutilization advice per run) when there is any."""
+    plus ``"advice": [...]`` (underutilization advice per run) when there is any, and
+    ``"runs_not_shown": N`` when ``--limit`` left N runs out of the rows (not of the totals)."""
     doc: dict[str, Any] = {
         "by": by,
         "since": iso_utc(since),
@@ -88,6 +89,8 @@ def render_json(by: GroupBy, rows: Sequence[Any], totals: dict[str, Decimal],
     }
     if advice:
         doc["advice"] = list(advice)
+    if runs_not_shown:
+        doc["runs_not_shown"] = runs_not_shown
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 

@@ -77,6 +77,8 @@ ByOption = Annotated[
 ]
 SinceOption = Annotated[str | None, typer.Option("--since", help="Only spend from this date/date-time on (inclusive).")]
 UntilOption = Annotated[str | None, typer.Option("--until", help="Only spend before this date/date-time (exclusive).")]
+LimitOption = Annotated[int, typer.Option("--limit", min=1,
+                                          help="--by run: show the newest N runs (totals cover every run).")]
 
 
 def run_unguarded(run: Any) -> bool:
@@ -121,6 +123,7 @@ def bill(
     fmt: FormatOption = OutputFormat.table,
     config: ConfigOption = None,
     db: DbOption = None,
+    limit: LimitOption = 100,
 ) -> None:
     """Show recorded spend. Totals are per currency (never added across currencies).
 
@@ -132,7 +135,6 @@ def bill(
     """
     from ..ledger import Ledger, MissingLedgerError, queries
     from ..ledger.engine import configured_url
-    from ..ledger.lifecycle import gpu_use_by_run
 
     settings = settings_from(config, db)
     tz = settings.watch.tz
@@ -143,6 +145,7 @@ def bill(
 
     use: dict[str, GpuUse] = {}
     rows: Sequence[Any] = []
+    hidden = 0
     try:
         ledger = Ledger.open(configured_url(settings.database_url, settings.data_dir), create=False)
     except MissingLedgerError as exc:
@@ -158,24 +161,34 @@ def bill(
                               soft_wrap=True)
         return
     with ledger, ledger.session() as session:
+        totals = None
         if by is GroupBy.run:
-            rows = queries.bill_by_run(session, start, end, unguarded=run_unguarded)
-            use = gpu_use_by_run(session)
+            page = queries.run_page(session, start, end, limit=limit, unguarded=run_unguarded)
+            rows, use, totals = page.rows, page.use, page.totals
+            hidden = page.runs_total - page.runs_shown
         elif by is GroupBy.instance:
             rows = queries.bill_by_instance(session, start, end)
         elif by is GroupBy.day:
             rows = queries.bill_by_day(session, tz, start, end)
         else:
             rows = queries.bill_by_gpu(session, start, end)
-    totals = queries.sum_by_currency([(r.currency, r.spend) for r in rows])
+    if totals is None:
+        totals = queries.sum_by_currency([(r.currency, r.spend) for r in rows])
     advice = underuse_advice_for(rows, use, settings) if use else []
+    not_shown = (f"{hidden} older run{'s' if hidden != 1 else ''} not shown (--limit {limit}); "
+                 "the totals include them") if hidden else None
 
     if fmt is OutputFormat.json:
-        sys.stdout.write(render_json(by.value, rows, totals, start, end, [a.to_dict() for a in advice]))
+        sys.stdout.write(render_json(by.value, rows, totals, start, end, [a.to_dict() for a in advice],
+                                     runs_not_shown=hidden or None))
     elif fmt is OutputFormat.csv:
         sys.stdout.write(render_csv(rows, [f.name for f in dataclasses.fields(getattr(queries, ROW_TYPES[by]))]))
+        if not_shown:
+            print(f"costctl: {not_shown}", file=sys.stderr)
     else:
         render_table(out_console, by.value, rows, totals, tz, start, end)
+        if not_shown:
+            out_console.print(not_shown, soft_wrap=True)
         for a in advice:
             out_console.print(f"advice: {a.text}")
         for r in rows:

@@ -8,29 +8,103 @@ run's start and the end of the newest charge of the same INSTANCE (any run). So:
 * a new watch on the same instance starts charging where the last charge ended, even when
   its own run started earlier than that (two watches, or a restarted one).
 
-Each accrual is one transaction. Concurrent accruals on one instance are serialised: on
-PostgreSQL by ``SELECT ... FOR UPDATE`` on the instance row, on SQLite by the write lock that
+Each accrual is one transaction, with Core statements only (no ORM objects): the charge row
+(extended or inserted, with its exact length in integer microseconds), the run's
+``last_seen_at``/``charged_until`` and the run's :class:`~costctl.ledger.schema.ChargeRollup`
+rows — the new interval split at UTC 15-minute boundaries, each piece added to its bucket with
+an upsert (``INSERT ... ON CONFLICT DO UPDATE`` on SQLite and PostgreSQL; select-then-update
+elsewhere). Concurrent accruals on one instance are serialised: on PostgreSQL by
+``SELECT ... FOR UPDATE`` on the instance row, on SQLite by the write lock that
 ``BEGIN IMMEDIATE`` takes before the first read (see :mod:`costctl.ledger.engine`).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from ..clock import ensure_utc
 from ..errors import LedgerError
 from ..money import cost_of
-from .schema import Charge, Instance, Run
+from .schema import Charge, ChargeRollup, Instance, Run
+
+#: Width of a rollup bucket, seconds (UTC 15 minutes: every time zone's midnight is on one).
+BUCKET_S = 900
+#: Microseconds per second and per bucket.
+US_PER_S = 1_000_000
+BUCKET_US = BUCKET_S * US_PER_S
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_ONE_US = timedelta(microseconds=1)
 
 
-def charge_start(session: Session, run: Run) -> datetime:
-    """Where the next charge of ``run`` starts: max(run start, newest charge end on its instance)."""
+def epoch_us(when: datetime) -> int:
+    """POSIX microseconds of aware ``when`` (exact integer arithmetic, no float)."""
+    return (ensure_utc(when) - EPOCH) // _ONE_US
+
+
+def from_epoch_us(us: int) -> datetime:
+    """Aware-UTC datetime of POSIX microseconds ``us`` (exact)."""
+    return EPOCH + timedelta(microseconds=us)
+
+
+def bucket_pieces(start_us: int, end_us: int) -> Iterator[tuple[int, int, int]]:
+    """Split ``[start_us, end_us)`` (POSIX µs) at UTC 15-minute boundaries:
+    ``(bucket_s, piece_start_us, piece_end_us)`` for each bucket it meets, in order."""
+    cursor = start_us
+    while cursor < end_us:
+        bucket_s = cursor // BUCKET_US * BUCKET_S
+        stop = min(end_us, (bucket_s + BUCKET_S) * US_PER_S)
+        yield bucket_s, cursor, stop
+        cursor = stop
+
+
+def charge_start(session: Session, run: Any) -> datetime:
+    """Where the next charge of ``run`` starts: max(run start, newest charge end on its instance).
+
+    ``run`` is anything with ``instance_pk`` and ``started_at`` (a :class:`Run`, a row)."""
     latest = session.scalar(select(func.max(Charge.end_at)).where(Charge.instance_pk == run.instance_pk))
-    return max(run.started_at, latest) if latest is not None else run.started_at
+    started = ensure_utc(run.started_at)
+    return max(started, ensure_utc(latest)) if latest is not None else started
+
+
+def add_to_rollup(session: Session, *, run_id: str, instance_pk: int, rate: Decimal, currency: str,
+                  start_us: int, end_us: int) -> None:
+    """Add the charged interval ``[start_us, end_us)`` (POSIX µs) of ``run_id`` to its 15-minute
+    buckets in ``charge_rollups`` (inside the caller's transaction)."""
+    t = ChargeRollup.__table__
+    dialect = session.get_bind().dialect.name
+    for bucket_s, lo, hi in bucket_pieces(start_us, end_us):
+        values = dict(run_id=run_id, bucket_s=bucket_s, rate_per_hour=rate, currency=currency,
+                      instance_pk=instance_pk, duration_us=hi - lo, first_us=lo, last_us=hi)
+        if dialect in ("sqlite", "postgresql"):
+            if dialect == "sqlite":
+                from sqlalchemy.dialects.sqlite import insert as dialect_insert
+            else:
+                from sqlalchemy.dialects.postgresql import insert as dialect_insert
+            stmt = dialect_insert(t).values(**values)
+            new = stmt.excluded
+            session.execute(stmt.on_conflict_do_update(
+                index_elements=[t.c.run_id, t.c.bucket_s, t.c.rate_per_hour, t.c.currency],
+                set_={
+                    "duration_us": t.c.duration_us + new.duration_us,
+                    "first_us": case((new.first_us < t.c.first_us, new.first_us), else_=t.c.first_us),
+                    "last_us": case((new.last_us > t.c.last_us, new.last_us), else_=t.c.last_us),
+                },
+            ))
+            continue
+        key = ((t.c.run_id == run_id) & (t.c.bucket_s == bucket_s) & (t.c.rate_per_hour == rate)
+               & (t.c.currency == currency))
+        row = session.execute(select(t.c.first_us, t.c.last_us).where(key)).first()
+        if row is None:
+            session.execute(insert(t).values(**values))
+        else:
+            session.execute(update(t).where(key).values(duration_us=t.c.duration_us + (hi - lo),
+                                                        first_us=min(row.first_us, lo), last_us=max(row.last_us, hi)))
 
 
 def accrue(session: Session, run_id: str, until: datetime, rate_per_hour: Decimal, currency: str) -> Decimal:
@@ -38,7 +112,8 @@ def accrue(session: Session, run_id: str, until: datetime, rate_per_hour: Decima
 
     Must run inside the caller's write transaction (which commits it). If the run's newest
     charge ends exactly where this one starts, at the same rate and currency, that row is
-    extended; otherwise a row is inserted. ``run.last_seen_at`` moves to ``until``.
+    extended; otherwise a row is inserted. ``run.last_seen_at`` moves to ``until``; the run's
+    ``charged_until`` and its rollup buckets follow the new charge.
 
     Returns:
         the newly charged amount, unrounded (``rate * seconds / 3600``), 0 when ``until`` is
@@ -58,35 +133,39 @@ def accrue(session: Session, run_id: str, until: datetime, rate_per_hour: Decima
     until = ensure_utc(until)
     currency = currency.upper()
 
-    run = session.get(Run, run_id)
+    run = session.execute(select(Run.instance_pk, Run.started_at, Run.last_seen_at).where(Run.id == run_id)).first()
     if run is None:
         raise LedgerError(f"no run {run_id!r} in the ledger")
     if session.get_bind().dialect.name == "postgresql":
         # Serialise accruals on this instance; released at commit.
         session.execute(select(Instance.id).where(Instance.id == run.instance_pk).with_for_update())
-    if until > run.last_seen_at:
-        run.last_seen_at = until
 
     start = charge_start(session, run)
     if until <= start:
+        if until > ensure_utc(run.last_seen_at):
+            session.execute(update(Run).where(Run.id == run_id).values(last_seen_at=until))
         return Decimal(0)
-    last = session.scalars(
-        select(Charge).where(Charge.run_id == run_id).order_by(Charge.end_at.desc()).limit(1)
+    start_us, until_us = epoch_us(start), epoch_us(until)
+    last = session.execute(
+        select(Charge.id, Charge.end_at, Charge.rate_per_hour, Charge.currency)
+        .where(Charge.run_id == run_id).order_by(Charge.end_at.desc()).limit(1)
     ).first()
-    if last is not None and last.end_at == start and last.rate_per_hour == rate and last.currency == currency:
-        last.end_at = until
+    if last is not None and ensure_utc(last.end_at) == start and last.rate_per_hour == rate \
+            and last.currency == currency:
+        session.execute(update(Charge).where(Charge.id == last.id).values(
+            end_at=until, duration_us=Charge.duration_us + (until_us - start_us)))
     else:
-        session.add(
-            Charge(
-                run_id=run_id,
-                instance_pk=run.instance_pk,
-                start_at=start,
-                end_at=until,
-                rate_per_hour=rate,
-                currency=currency,
-            )
-        )
+        session.execute(insert(Charge).values(
+            run_id=run_id, instance_pk=run.instance_pk, start_at=start, end_at=until,
+            rate_per_hour=rate, currency=currency, duration_us=until_us - start_us))
+    add_to_rollup(session, run_id=run_id, instance_pk=run.instance_pk, rate=rate, currency=currency,
+                  start_us=start_us, end_us=until_us)
+    values: dict[str, Any] = {"charged_until": until}
+    if until > ensure_utc(run.last_seen_at):
+        values["last_seen_at"] = until
+    session.execute(update(Run).where(Run.id == run_id).values(**values))
     return cost_of(rate, until - start)
 
 
-__all__ = ["accrue", "charge_start"]
+__all__ = ["BUCKET_S", "BUCKET_US", "US_PER_S", "accrue", "add_to_rollup", "bucket_pieces", "charge_start",
+           "epoch_us", "from_epoch_us"]

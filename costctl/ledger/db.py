@@ -26,7 +26,8 @@ from ..records import Decision, ProgressPoint, TelemetrySample
 from . import accrual
 from . import migrate as migrations
 from .engine import make_engine, parse_url, redact, translate_errors
-from .queries import charge_slices, sum_by_currency
+from .queries import spend_by_currency
+from .summaries import RunUse, summarize
 from .schema import Charge, CheckpointRow, DecisionRow, Instance, Progress, Run, Sample, StopEventRow, WasteRow
 
 
@@ -354,6 +355,9 @@ class Ledger:
                     run.ended_at = run.last_seen_at
                     run.status = "lost"
                     closed.append(run.id)
+            s.flush()
+            for run_id in closed:
+                summarize(s, run_id)
         return closed
 
     def open_runs(self, *, host: str) -> list[Run]:
@@ -384,8 +388,12 @@ class Ledger:
             run.status = "running"
             run.pid = pid
 
-    def finish_run(self, run_id: str, *, ended_at: datetime, exit_code: int | None, status: str) -> None:
-        """Mark the run ended (accrue up to ``ended_at`` first: this method charges nothing).
+    def finish_run(self, run_id: str, *, ended_at: datetime, exit_code: int | None, status: str,
+                   use: RunUse | None = None) -> None:
+        """Mark the run ended (accrue up to ``ended_at`` first: this method charges nothing) and
+        write its summary (:mod:`costctl.ledger.summaries`: the card, billing and price it ran
+        with, its GPU use and points; ``use`` gives what the caller already knows, the rest is
+        one aggregate over that run's samples), in the same transaction.
 
         Raises:
             LedgerError: no such run, or the database cannot be written.
@@ -400,6 +408,8 @@ class Ledger:
             run.status = status
             if ended_at > run.last_seen_at:
                 run.last_seen_at = ended_at
+            s.flush()
+            summarize(s, run_id, use)
 
     def record_checkpoint_request(
         self, run_id: str, *, reason: str, requested_at: datetime, deadline: datetime, signal: str | None = None
@@ -495,14 +505,14 @@ class Ledger:
     ) -> dict[str, Decimal]:
         """Recorded spend per currency (``{"USD": Decimal(...)}``, unrounded), of one instance
         and/or run or of everything, with charges clipped to ``[since, until)``. Empty when
-        nothing was charged.
+        nothing was charged. Summed in SQL from the 15-minute rollups and the charges of the
+        buckets the window cuts (:func:`costctl.ledger.queries.spend_by_currency`).
 
         Raises:
             LedgerError: the database cannot be read.
         """
         with self.session() as s:
-            slices = charge_slices(s, instance_pk=instance_pk, run_id=run_id, since=since, until=until)
-        return sum_by_currency([(c.currency, c.amount) for c in slices])
+            return spend_by_currency(s, instance_pk=instance_pk, run_id=run_id, since=since, until=until)
 
     def last_charge_end(self, instance_pk: int) -> datetime | None:
         """The end of the newest charge of instance ``instance_pk`` (any run), None before any:

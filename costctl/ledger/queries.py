@@ -8,20 +8,21 @@ only for its seconds inside the window.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
+from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import select
+from sqlalchemy import BigInteger, and_, case, cast, distinct, false, func, literal, or_, select, union_all
 from sqlalchemy.orm import Session
 
 from ..clock import ensure_utc
 from ..money import cost_of
-from .lifecycle import waste_by_run
-from .schema import Charge, Instance, Run, StopEventRow
+from .accrual import BUCKET_S, BUCKET_US, US_PER_S, epoch_us, from_epoch_us
+from .lifecycle import GpuUse, waste_by_run
+from .schema import Charge, ChargeRollup, Instance, Run, StopEventRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,118 +186,6 @@ class GpuBill:
     spend: Decimal
 
 
-def _instances(session: Session) -> dict[int, Instance]:
-    return {i.id: i for i in session.scalars(select(Instance))}
-
-
-def bill_by_run(session: Session, since: datetime | None = None, until: datetime | None = None, *,
-                unguarded: Callable[[Run], bool] | None = None) -> list[RunBill]:
-    """Runs active inside ``[since, until)``, oldest first (see :class:`RunBill`).
-
-    ``unguarded(run)``, asked of each open run, True when its watch is gone while its job runs
-    on: the run's status reads ``unguarded``."""
-    instances = _instances(session)
-    stmt = select(Run).order_by(Run.started_at, Run.id)
-    if until is not None:
-        stmt = stmt.where(Run.started_at < until)
-    runs = list(session.scalars(stmt))
-    all_charges: dict[str, list[Charge]] = defaultdict(list)
-    for c in session.scalars(select(Charge).order_by(Charge.start_at)):
-        all_charges[c.run_id].append(c)
-    wasted = waste_by_run(session, since, until)
-    stops = stop_history_by_run(session, {r.id for r in runs})
-    rows: list[RunBill] = []
-    for run in runs:
-        charges = all_charges.get(run.id, [])
-        last_charge_end = max((c.end_at for c in charges), default=None)
-        ends = [t for t in (run.ended_at, last_charge_end) if t is not None]
-        end = max(ends) if ends else run.last_seen_at
-        if not _active_in(run.started_at, end, since, until):
-            continue
-        window = _clip(run.started_at, end, since, until)
-        duration = (window[1] - window[0]).total_seconds() if window else 0.0
-        inst = instances[run.instance_pk]
-        per_currency = sum_by_currency(
-            [(c.currency, cost_of(c.rate_per_hour, w[1] - w[0]))
-             for c in charges if (w := _clip(c.start_at, c.end_at, since, until))]
-        ) or {inst.currency: Decimal(0)}
-        for currency, spend in per_currency.items():
-            rated = [c for c in charges if c.currency == currency]
-            price = rated[-1].rate_per_hour if rated else inst.price_per_hour
-            rows.append(
-                RunBill(
-                    run_id=run.id,
-                    instance_id=inst.provider_instance_id,
-                    provider=inst.provider,
-                    gpu=inst.gpu,
-                    gpu_count=inst.gpu_count,
-                    started_at=run.started_at,
-                    ended_at=run.ended_at,
-                    duration_s=duration,
-                    price_per_hour=price,
-                    currency=currency,
-                    spend=spend,
-                    status=("unguarded" if run.ended_at is None and unguarded is not None and unguarded(run)
-                            else run.status),
-                    exit_code=run.exit_code,
-                    host=run.host,
-                    billing=inst.billing,
-                    waste_s=wasted[(run.id, currency)].seconds if (run.id, currency) in wasted else 0.0,
-                    waste=wasted[(run.id, currency)].amount if (run.id, currency) in wasted else Decimal(0),
-                    stop_state=stops[run.id][-1]["state"] if run.id in stops else None,
-                    stop_attempts=max(e["attempt"] for e in stops[run.id]) if run.id in stops else None,
-                    stop_history=tuple(stops.get(run.id, ())),
-                )
-            )
-    return rows
-
-
-def stop_history_by_run(session: Session, run_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
-    """Each run's stop events, oldest first: ``{"time", "state", "attempt", "detail"}`` dicts
-    (``time`` aware UTC) — the history of the stop decision of that run, if it had one."""
-    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    if not run_ids:
-        return out
-    stmt = select(StopEventRow).order_by(StopEventRow.run_id, StopEventRow.time, StopEventRow.id)
-    for ev in session.scalars(stmt):
-        if ev.run_id in run_ids:
-            out[ev.run_id].append({"time": ev.time, "state": ev.state, "attempt": ev.attempt, "detail": ev.detail})
-    return out
-
-
-def bill_by_instance(
-    session: Session, since: datetime | None = None, until: datetime | None = None
-) -> list[InstanceBill]:
-    """Instances with charges inside ``[since, until)``, one row per currency charged in, by
-    first charge (see :class:`InstanceBill` for which rate is shown)."""
-    instances = _instances(session)
-    groups: dict[tuple[int, str], list[ChargeSlice]] = defaultdict(list)
-    for s in charge_slices(session, since=since, until=until):
-        groups[(s.instance_pk, s.currency)].append(s)
-    rows = []
-    for (pk, currency), slices in groups.items():
-        inst = instances[pk]
-        rates = [s.rate_per_hour for s in slices]
-        rows.append(
-            InstanceBill(
-                instance_id=inst.provider_instance_id,
-                provider=inst.provider,
-                gpu=inst.gpu,
-                gpu_count=inst.gpu_count,
-                billing=inst.billing,
-                region=inst.region,
-                price_per_hour=max(slices, key=lambda s: (s.start, s.end)).rate_per_hour,
-                min_price_per_hour=min(rates),
-                max_price_per_hour=max(rates),
-                currency=currency,
-                runs=len({s.run_id for s in slices}),
-                first_charge_at=min(s.start for s in slices),
-                last_charge_at=max(s.end for s in slices),
-                duration_s=sum(s.seconds for s in slices),
-                spend=sum((s.amount for s in slices), Decimal(0)),
-            )
-        )
-    return sorted(rows, key=lambda r: (r.first_charge_at, r.instance_id, r.currency))
 
 
 def split_at_midnights(start: datetime, end: datetime, tz: ZoneInfo) -> list[tuple[date, datetime, datetime]]:
@@ -315,61 +204,431 @@ def split_at_midnights(start: datetime, end: datetime, tz: ZoneInfo) -> list[tup
     return parts
 
 
+# --------------------------------------------------------------------------- summed in SQL
+#
+# Every figure of the bill is ``SUM(duration_us) ... GROUP BY key, rate, currency`` in SQL over
+# the "slices" of a window (:func:`window_slices`): the rollup rows of the whole 15-minute
+# buckets inside ``[since, until)`` plus, for a bucket that ``since`` or ``until`` cuts, one
+# aggregate over the charges of that bucket only, clipped in SQL. The integer microsecond sums
+# are multiplied by the Decimal rate in Python (rate x µs overflows 64-bit integers, and SQLite
+# would turn an overflow into REAL): :func:`amount_of_us`.
+
+US_PER_HOUR = Decimal(3_600_000_000)
+
+
+def amount_of_us(rate_per_hour: Decimal, us: int) -> Decimal:
+    """``rate_per_hour * us / 3_600_000_000``: the money for ``us`` microseconds, unrounded."""
+    return Decimal(rate_per_hour) * Decimal(int(us)) / US_PER_HOUR
+
+
+def _end_us_sql(dialect: str) -> Any:
+    """SQL for ``charges.end_at`` as POSIX microseconds (exact: no julianday, no float)."""
+    col = Charge.__table__.c.end_at
+    if dialect == "postgresql":
+        return cast(func.round(func.extract("epoch", col) * 1_000_000), BigInteger)
+    # SQLite keeps 'YYYY-MM-DD HH:MM:SS.ffffff' (UTC): whole seconds by strftime, µs by substr.
+    return (cast(func.strftime("%s", func.substr(col, 1, 19)), BigInteger) * 1_000_000
+            + cast(func.substr(col, 21, 6), BigInteger))
+
+
+def _window(since_us: int | None, until_us: int | None
+            ) -> tuple[int | None, int | None, bool, list[tuple[int, int, int]]]:
+    """``(first whole bucket, end of whole buckets, any whole bucket, edges)``: bucket starts in
+    POSIX seconds; edges are ``(bucket_s, lo_us, hi_us)`` for the buckets the window cuts."""
+    edges: list[tuple[int, int, int]] = []
+    lo_b = hi_b = None
+    if since_us is not None:
+        b = since_us // BUCKET_US * BUCKET_S
+        lo_b = b if since_us == b * US_PER_S else b + BUCKET_S
+        if lo_b != b:
+            hi = (b + BUCKET_S) * US_PER_S
+            edges.append((b, since_us, hi if until_us is None else min(hi, until_us)))
+    if until_us is not None:
+        b = until_us // BUCKET_US * BUCKET_S
+        hi_b = b
+        if until_us != b * US_PER_S and not (edges and edges[0][0] == b):
+            edges.append((b, b * US_PER_S if since_us is None else max(b * US_PER_S, since_us), until_us))
+    edges = [e for e in edges if e[2] > e[1]]
+    whole = lo_b is None or hi_b is None or lo_b < hi_b
+    return lo_b, hi_b, whole, edges
+
+
+def window_slices(session: Session, since: datetime | None = None, until: datetime | None = None, *,
+                  instance_pk: int | None = None, run_ids: Sequence[str] | None = None) -> Any:
+    """The charged time inside ``[since, until)`` as a subquery of rows ``(run_id, instance_pk,
+    bucket_s, rate_per_hour, currency, us, first_us, last_us)``: rollup rows of whole buckets,
+    and per cut bucket one aggregate of its charges clipped in SQL (index on ``end_at``: the
+    charges ending inside the cut part, plus per instance the one charge running across its end).
+    Optionally of one instance and/or some runs. Times in µs are POSIX microseconds."""
+    R = ChargeRollup.__table__
+    C = Charge.__table__
+    since_us = epoch_us(since) if since is not None else None
+    until_us = epoch_us(until) if until is not None else None
+    lo_b, hi_b, whole, edges = _window(since_us, until_us)
+    parts = []
+    if whole:
+        q = select(R.c.run_id, R.c.instance_pk, R.c.bucket_s, R.c.rate_per_hour, R.c.currency,
+                   R.c.duration_us.label("us"), R.c.first_us, R.c.last_us)
+        if lo_b is not None:
+            q = q.where(R.c.bucket_s >= lo_b)
+        if hi_b is not None:
+            q = q.where(R.c.bucket_s < hi_b)
+        if instance_pk is not None:
+            q = q.where(R.c.instance_pk == instance_pk)
+        if run_ids is not None:
+            q = q.where(R.c.run_id.in_(list(run_ids)))
+        parts.append(q)
+    dialect = session.get_bind().dialect.name
+    end_e = _end_us_sql(dialect)
+    start_e = end_e - C.c.duration_us
+    for bucket_s, lo, hi in edges:
+        lo_dt, hi_dt = from_epoch_us(lo), from_epoch_us(hi)
+        first = case((start_e > lo, start_e), else_=lo)
+        last = case((end_e < hi, end_e), else_=hi)
+        keys = (C.c.run_id, C.c.instance_pk, C.c.rate_per_hour, C.c.currency)
+        agg = (C.c.run_id, C.c.instance_pk, literal(bucket_s, BigInteger).label("bucket_s"), C.c.rate_per_hour,
+               C.c.currency, func.sum(last - first).label("us"), func.min(first).label("first_us"),
+               func.max(last).label("last_us"))
+
+        def filtered(q: Any) -> Any:
+            if instance_pk is not None:
+                q = q.where(C.c.instance_pk == instance_pk)
+            if run_ids is not None:
+                q = q.where(C.c.run_id.in_(list(run_ids)))
+            return q.group_by(*keys)
+
+        # The charges ending inside (lo, hi] ...
+        ending = filtered(select(*agg).where(C.c.end_at > lo_dt, C.c.end_at <= hi_dt))
+        # ... and, per instance with time in this bucket, the one charge running across hi.
+        c2 = C.alias("c2")
+        in_bucket = select(R.c.instance_pk).where(R.c.bucket_s == bucket_s).distinct().subquery()
+        across = (select(c2.c.id).where(c2.c.instance_pk == in_bucket.c.instance_pk, c2.c.end_at > hi_dt)
+                  .order_by(c2.c.end_at).limit(1).scalar_subquery())
+        running = filtered(select(*agg).where(C.c.id.in_(select(across).select_from(in_bucket)),
+                                              C.c.start_at < hi_dt))
+        parts += [ending, running]
+    if not parts:  # an empty window
+        parts.append(select(R.c.run_id, R.c.instance_pk, R.c.bucket_s, R.c.rate_per_hour, R.c.currency,
+                            R.c.duration_us.label("us"), R.c.first_us, R.c.last_us).where(false()))
+    return (parts[0] if len(parts) == 1 else union_all(*parts)).subquery("slices")
+
+
+def _money(rows: Any) -> dict[Any, Decimal]:
+    """``{key: amount}`` from ``(key, rate, µs)`` rows (amount summed per key, exact)."""
+    out: dict[Any, Decimal] = defaultdict(Decimal)
+    for key, rate, us in rows:
+        out[key] += amount_of_us(Decimal(str(rate)), us)
+    return out
+
+
+def spend_by_currency(session: Session, *, instance_pk: int | None = None, run_id: str | None = None,
+                      since: datetime | None = None, until: datetime | None = None) -> dict[str, Decimal]:
+    """Spend per currency inside ``[since, until)`` (of one instance and/or run), unrounded,
+    sorted by code; empty when nothing was charged. Summed in SQL (see :func:`window_slices`)."""
+    S = window_slices(session, since, until, instance_pk=instance_pk,
+                      run_ids=[run_id] if run_id is not None else None)
+    rows = session.execute(select(S.c.currency, S.c.rate_per_hour, func.sum(S.c.us))
+                           .group_by(S.c.currency, S.c.rate_per_hour))
+    return dict(sorted(_money(rows).items()))
+
+
+def _s(us: int | None) -> float:
+    return int(us or 0) / 1_000_000
+
+
+# --------------------------------------------------------------------------- by run
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    """The newest runs of a window (``rows``, oldest first, at most ``limit`` runs), the totals
+    per currency over ALL runs of the window, how many runs the window has (``runs_total``)
+    and how many are shown (``runs_shown``); ``use`` is the GPU use of the shown runs from
+    their summaries (runs with readable GPU samples only)."""
+
+    rows: list[RunBill]
+    totals: dict[str, Decimal]
+    runs_total: int
+    runs_shown: int
+    use: dict[str, GpuUse]
+
+
+def _run_end_sql() -> Any:
+    """The end of a run as :class:`RunBill` counts it: the later of ``ended_at`` and its newest
+    charge end, else whichever exists, else ``last_seen_at``."""
+    return case(
+        (and_(Run.charged_until.is_(None), Run.ended_at.is_(None)), Run.last_seen_at),
+        (Run.charged_until.is_(None), Run.ended_at),
+        (Run.ended_at.is_(None), Run.charged_until),
+        (Run.charged_until > Run.ended_at, Run.charged_until),
+        else_=Run.ended_at,
+    )
+
+
+def _active_sql(since: datetime | None, until: datetime | None) -> list[Any]:
+    end = _run_end_sql()
+    where = []
+    if until is not None:
+        where.append(Run.started_at < until)
+    if since is not None:
+        where.append(or_(end > since, and_(end == Run.started_at, Run.started_at >= since)))
+    return where
+
+
+def run_page(session: Session, since: datetime | None = None, until: datetime | None = None, *,
+             limit: int | None = 100, unguarded: Callable[[Run], bool] | None = None) -> RunPage:
+    """The runs active inside ``[since, until)`` (see :class:`RunBill`): the newest ``limit``
+    (None: all) as rows, oldest first, with the totals over all of them. Reads the runs and
+    their summaries, the rollups and the edge buckets' charges (aggregates only): never the
+    samples, never a charge row.
+
+    ``unguarded(run)``, asked of each shown open run, True when its watch is gone while its job
+    runs on: the run's status reads ``unguarded``."""
+    since = ensure_utc(since) if since else None
+    until = ensure_utc(until) if until else None
+    active = _active_sql(since, until)
+    runs_total = int(session.scalar(select(func.count()).select_from(Run).where(*active)) or 0)
+    stmt = select(Run).where(*active).order_by(Run.started_at.desc(), Run.id.desc())
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    runs = list(reversed(session.scalars(stmt).all()))
+    ids = [r.id for r in runs]
+
+    S = window_slices(session, since, until)
+    totals = dict(sorted(_money(session.execute(
+        select(S.c.currency, S.c.rate_per_hour, func.sum(S.c.us)).group_by(S.c.currency, S.c.rate_per_hour)
+    )).items()))
+    spend: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+    newest: dict[tuple[str, str], tuple[int, Decimal]] = {}
+    instances: dict[int, Instance] = {}
+    if ids:
+        W = window_slices(session, since, until, run_ids=ids)
+        for run_id, currency, rate, us in session.execute(
+                select(W.c.run_id, W.c.currency, W.c.rate_per_hour, func.sum(W.c.us))
+                .group_by(W.c.run_id, W.c.currency, W.c.rate_per_hour)):
+            spend[(run_id, currency)] += amount_of_us(Decimal(str(rate)), us)
+        R = ChargeRollup.__table__
+        for run_id, currency, rate, last in session.execute(
+                select(R.c.run_id, R.c.currency, R.c.rate_per_hour, func.max(R.c.last_us))
+                .where(R.c.run_id.in_(ids)).group_by(R.c.run_id, R.c.currency, R.c.rate_per_hour)):
+            if (run_id, currency) not in newest or last > newest[(run_id, currency)][0]:
+                newest[(run_id, currency)] = (int(last), Decimal(str(rate)))
+        pks = {r.instance_pk for r in runs}
+        instances = {i.id: i for i in session.scalars(select(Instance).where(Instance.id.in_(pks)))}
+    wasted = waste_by_run(session, since, until)
+    stops = stop_history_by_run(session, set(ids))
+    rows: list[RunBill] = []
+    use: dict[str, GpuUse] = {}
+    for run in runs:
+        inst = instances[run.instance_pk]
+        summarized = run.billing is not None
+        ends = [t for t in (run.ended_at, run.charged_until) if t is not None]
+        end = max(ends) if ends else run.last_seen_at
+        window = _clip(run.started_at, end, since, until)
+        duration = (window[1] - window[0]).total_seconds() if window else 0.0
+        own_currency = (run.price_currency or inst.currency) if summarized else inst.currency
+        per_currency = {cur: amount for (rid, cur), amount in sorted(spend.items()) if rid == run.id} \
+            or {own_currency: Decimal(0)}
+        if summarized and (run.peak_memory_bytes is not None or run.mean_utilization is not None):
+            use[run.id] = GpuUse(run.peak_memory_bytes, run.memory_total_bytes, run.mean_utilization,
+                                 int(run.gpu_samples or 0))
+        for currency, amount in per_currency.items():
+            if (run.id, currency) in newest:
+                price: Decimal | None = newest[(run.id, currency)][1]
+            elif summarized and run.price_currency == currency:
+                price = run.price_per_hour
+            else:
+                price = inst.price_per_hour
+            rows.append(RunBill(
+                run_id=run.id,
+                instance_id=inst.provider_instance_id,
+                provider=inst.provider,
+                gpu=run.gpu if summarized else inst.gpu,
+                gpu_count=(run.gpu_count if summarized and run.gpu_count is not None else inst.gpu_count),
+                started_at=run.started_at,
+                ended_at=run.ended_at,
+                duration_s=duration,
+                price_per_hour=price,
+                currency=currency,
+                spend=amount,
+                status=("unguarded" if run.ended_at is None and unguarded is not None and unguarded(run)
+                        else run.status),
+                exit_code=run.exit_code,
+                host=run.host,
+                billing=(run.billing if summarized else inst.billing) or inst.billing,
+                waste_s=wasted[(run.id, currency)].seconds if (run.id, currency) in wasted else 0.0,
+                waste=wasted[(run.id, currency)].amount if (run.id, currency) in wasted else Decimal(0),
+                stop_state=stops[run.id][-1]["state"] if run.id in stops else None,
+                stop_attempts=max(e["attempt"] for e in stops[run.id]) if run.id in stops else None,
+                stop_history=tuple(stops.get(run.id, ())),
+            ))
+    return RunPage(rows, totals, runs_total, len(runs), use)
+
+
+def bill_by_run(session: Session, since: datetime | None = None, until: datetime | None = None, *,
+                unguarded: Callable[[Run], bool] | None = None, limit: int | None = None) -> list[RunBill]:
+    """Runs active inside ``[since, until)``, oldest first (see :class:`RunBill`); the newest
+    ``limit`` only when given (see :func:`run_page`)."""
+    return run_page(session, since, until, limit=limit, unguarded=unguarded).rows
+
+
+def stop_history_by_run(session: Session, run_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """Each run's stop events, oldest first: ``{"time", "state", "attempt", "detail"}`` dicts
+    (``time`` aware UTC) — the history of the stop decision of that run, if it had one."""
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    if not run_ids:
+        return out
+    stmt = (select(StopEventRow).where(StopEventRow.run_id.in_(sorted(run_ids)))
+            .order_by(StopEventRow.run_id, StopEventRow.time, StopEventRow.id))
+    for ev in session.scalars(stmt):
+        out[ev.run_id].append({"time": ev.time, "state": ev.state, "attempt": ev.attempt, "detail": ev.detail})
+    return out
+
+
+# --------------------------------------------------------------------------- other groupings
+
+
+def bill_by_instance(
+    session: Session, since: datetime | None = None, until: datetime | None = None
+) -> list[InstanceBill]:
+    """Instances with charges inside ``[since, until)``, one row per currency charged in, by
+    first charge (see :class:`InstanceBill` for which rate is shown)."""
+    S = window_slices(session, since, until)
+    groups: dict[tuple[int, str], dict[str, Any]] = {}
+    for pk, currency, rate, us, first, last in session.execute(
+            select(S.c.instance_pk, S.c.currency, S.c.rate_per_hour, func.sum(S.c.us), func.min(S.c.first_us),
+                   func.max(S.c.last_us)).group_by(S.c.instance_pk, S.c.currency, S.c.rate_per_hour)):
+        rate = Decimal(str(rate))
+        g = groups.setdefault((pk, currency), {"us": 0, "spend": Decimal(0), "rates": [], "first": first,
+                                               "last": last, "newest": (last, rate)})
+        g["us"] += int(us)
+        g["spend"] += amount_of_us(rate, us)
+        g["rates"].append(rate)
+        g["first"], g["last"] = min(g["first"], first), max(g["last"], last)
+        if last > g["newest"][0]:
+            g["newest"] = (last, rate)
+    runs = {(pk, cur): int(n) for pk, cur, n in session.execute(
+        select(S.c.instance_pk, S.c.currency, func.count(distinct(S.c.run_id))).group_by(S.c.instance_pk, S.c.currency))}
+    instances = {i.id: i for i in session.scalars(select(Instance).where(Instance.id.in_({pk for pk, _ in groups})))}
+    rows = []
+    for (pk, currency), g in groups.items():
+        inst = instances[pk]
+        rows.append(InstanceBill(
+            instance_id=inst.provider_instance_id,
+            provider=inst.provider,
+            gpu=inst.gpu,
+            gpu_count=inst.gpu_count,
+            billing=inst.billing,
+            region=inst.region,
+            price_per_hour=g["newest"][1],
+            min_price_per_hour=min(g["rates"]),
+            max_price_per_hour=max(g["rates"]),
+            currency=currency,
+            runs=runs.get((pk, currency), 0),
+            first_charge_at=from_epoch_us(int(g["first"])),
+            last_charge_at=from_epoch_us(int(g["last"])),
+            duration_s=_s(g["us"]),
+            spend=g["spend"],
+        ))
+    return sorted(rows, key=lambda r: (r.first_charge_at, r.instance_id, r.currency))
+
+
+def utc_offsets(tz: ZoneInfo, first_s: int, last_s: int) -> list[tuple[int | None, int]]:
+    """The UTC offsets of ``tz`` (seconds) over POSIX seconds ``[first_s, last_s]``:
+    ``[(from_s, offset)]`` with ``from_s`` None for the first, each change found to the second
+    (day steps, then bisection)."""
+    def off(t: int) -> int:
+        value = datetime.fromtimestamp(t, timezone.utc).astimezone(tz).utcoffset()
+        return int(value.total_seconds()) if value is not None else 0
+
+    out: list[tuple[int | None, int]] = [(None, off(first_s))]
+    t = first_s
+    while t < last_s:
+        nxt = min(t + 86400, last_s)
+        if off(nxt) != out[-1][1]:
+            lo, hi = t, nxt  # off(lo) == current, off(hi) differs
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if off(mid) == out[-1][1] else (lo, mid)
+            out.append((hi, off(hi)))
+        t = nxt
+    return out
+
+
+def local_day_sql(bucket_s: Any, tz: ZoneInfo, first_s: int, last_s: int) -> Any:
+    """SQL for the local day number (days since 1970-01-01 in ``tz``) of a bucket start:
+    ``(bucket_s + offset) // 86400`` with the zone's offset at that time (a CASE over its
+    changes in ``[first_s, last_s]``). Offsets and DST changes fall on 15-minute bounds, so
+    a bucket never straddles a local midnight."""
+    offsets = utc_offsets(tz, first_s, last_s)
+    if len(offsets) == 1:
+        offset: Any = literal(offsets[0][1], BigInteger)
+    else:
+        whens = [(bucket_s < start, literal(prev, BigInteger))
+                 for (_, prev), (start, _) in zip(offsets, offsets[1:])]
+        offset = case(*whens, else_=literal(offsets[-1][1], BigInteger))
+    return (bucket_s + offset) // 86400
+
+
 def bill_by_day(
     session: Session, tz: ZoneInfo, since: datetime | None = None, until: datetime | None = None
 ) -> list[DayBill]:
-    """Spend per local day of ``tz`` inside ``[since, until)``, oldest first."""
-    groups: dict[tuple[date, str], list[ChargeSlice]] = defaultdict(list)
-    for s in charge_slices(session, since=since, until=until):
-        for day, lo, hi in split_at_midnights(s.start, s.end, tz):
-            groups[(day, s.currency)].append(
-                ChargeSlice(s.run_id, s.instance_pk, lo, hi, s.rate_per_hour, s.currency)
-            )
+    """Spend per local day of ``tz`` inside ``[since, until)``, oldest first (days of 23 or 25
+    hours and zones 15 or 30 minutes off UTC exact: days are made of whole UTC 15-minute
+    buckets, the cut edges of the window clipped in SQL)."""
+    R = ChargeRollup.__table__
+    # Two statements: each min/max alone is one step down the bucket_s index.
+    lo = session.scalar(select(func.min(R.c.bucket_s)))
+    hi = session.scalar(select(func.max(R.c.bucket_s)))
+    if lo is None or hi is None:
+        return []
+    S = window_slices(session, since, until)
+    day = local_day_sql(S.c.bucket_s, tz, int(lo), int(hi) + BUCKET_S).label("day")
+    spend: dict[tuple[int, str], Decimal] = defaultdict(Decimal)
+    us_by: dict[tuple[int, str], int] = defaultdict(int)
+    for d, currency, rate, us in session.execute(
+            select(day, S.c.currency, S.c.rate_per_hour, func.sum(S.c.us)).group_by(day, S.c.currency,
+                                                                                     S.c.rate_per_hour)):
+        spend[(int(d), currency)] += amount_of_us(Decimal(str(rate)), us)
+        us_by[(int(d), currency)] += int(us)
+    counts = {(int(d), cur): (int(r), int(i)) for d, cur, r, i in session.execute(
+        select(day, S.c.currency, func.count(distinct(S.c.run_id)), func.count(distinct(S.c.instance_pk)))
+        .group_by(day, S.c.currency))}
+    epoch_day = date(1970, 1, 1)
     return [
-        DayBill(
-            day=day,
-            currency=currency,
-            runs=len({s.run_id for s in slices}),
-            instances=len({s.instance_pk for s in slices}),
-            duration_s=sum(s.seconds for s in slices),
-            spend=sum((s.amount for s in slices), Decimal(0)),
-        )
-        for (day, currency), slices in sorted(groups.items())
+        DayBill(day=epoch_day + timedelta(days=d), currency=currency, runs=counts[(d, currency)][0],
+                instances=counts[(d, currency)][1], duration_s=_s(us_by[(d, currency)]), spend=amount)
+        for (d, currency), amount in sorted(spend.items())
     ]
 
 
 def bill_by_gpu(session: Session, since: datetime | None = None, until: datetime | None = None) -> list[GpuBill]:
-    """Spend per GPU type (the instance's ``gpu``) inside ``[since, until)``, by spend, largest first."""
-    instances = _instances(session)
-    groups: dict[tuple[str | None, str], list[ChargeSlice]] = defaultdict(list)
-    for s in charge_slices(session, since=since, until=until):
-        groups[(instances[s.instance_pk].gpu, s.currency)].append(s)
+    """Spend per GPU type inside ``[since, until)``, by spend, largest first. A run counts with
+    the card it ran on (its summary); an open run with its instance's current card."""
+    W = window_slices(session, since, until)
+    # Summed per run first, so the join to the runs meets one row per run and rate.
+    S = (select(W.c.run_id, W.c.instance_pk, W.c.currency, W.c.rate_per_hour, func.sum(W.c.us).label("us"))
+         .group_by(W.c.run_id, W.c.instance_pk, W.c.currency, W.c.rate_per_hour).subquery("per_run"))
+    summarized = Run.billing.is_not(None)
+    gpu = case((summarized, Run.gpu), else_=Instance.gpu).label("gpu")
+    count = case((and_(summarized, Run.gpu_count.is_not(None)), Run.gpu_count), else_=Instance.gpu_count)
+    joined = S.join(Run, Run.id == S.c.run_id).join(Instance, Instance.id == Run.instance_pk)
+    spend: dict[tuple[str | None, str], Decimal] = defaultdict(Decimal)
+    us_by: dict[tuple[str | None, str], int] = defaultdict(int)
+    gpu_us: dict[tuple[str | None, str], int] = defaultdict(int)
+    for g, currency, rate, us, gus in session.execute(
+            select(gpu, S.c.currency, S.c.rate_per_hour, func.sum(S.c.us), func.sum(S.c.us * count))
+            .select_from(joined).group_by(gpu, S.c.currency, S.c.rate_per_hour)):
+        spend[(g, currency)] += amount_of_us(Decimal(str(rate)), us)
+        us_by[(g, currency)] += int(us)
+        gpu_us[(g, currency)] += int(gus)
+    counts = {(g, cur): (int(r), int(i)) for g, cur, r, i in session.execute(
+        select(gpu, S.c.currency, func.count(distinct(S.c.run_id)), func.count(distinct(S.c.instance_pk)))
+        .select_from(joined).group_by(gpu, S.c.currency))}
     rows = [
-        GpuBill(
-            gpu=gpu,
-            currency=currency,
-            runs=len({s.run_id for s in slices}),
-            instances=len({s.instance_pk for s in slices}),
-            duration_s=sum(s.seconds for s in slices),
-            gpu_hours=sum(s.seconds * instances[s.instance_pk].gpu_count for s in slices) / 3600,
-            spend=sum((s.amount for s in slices), Decimal(0)),
-        )
-        for (gpu, currency), slices in groups.items()
+        GpuBill(gpu=g, currency=currency, runs=counts[(g, currency)][0], instances=counts[(g, currency)][1],
+                duration_s=_s(us_by[(g, currency)]), gpu_hours=gpu_us[(g, currency)] / 3_600_000_000,
+                spend=amount)
+        for (g, currency), amount in spend.items()
     ]
     return sorted(rows, key=lambda r: (r.currency, -r.spend, r.gpu or ""))
-
-
-__all__ = [
-    "ChargeSlice",
-    "charge_slices",
-    "sum_by_currency",
-    "RunBill",
-    "InstanceBill",
-    "DayBill",
-    "GpuBill",
-    "bill_by_run",
-    "bill_by_instance",
-    "bill_by_day",
-    "bill_by_gpu",
-    "split_at_midnights",
-]

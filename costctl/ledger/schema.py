@@ -10,9 +10,14 @@ Everything that costs or saves money leaves a row here:
   exactly: ``value`` is NULL and ``value_special`` holds ``"nan"``, ``"inf"`` or ``"-inf"``
   (SQLite turns a NaN REAL into NULL, so a plain float column would lose them).
 * ``charges`` — spend intervals ``[start_at, end_at)`` at ``rate_per_hour`` (currency units
-  per instance-hour) in ``currency``. The amount is never stored: it is
-  ``rate_per_hour * seconds / 3600`` (:func:`costctl.money.cost_of`), exact and unrounded.
-  Intervals of one instance never overlap (see :mod:`costctl.ledger.accrual`).
+  per instance-hour) in ``currency``, with their length as integer microseconds
+  (``duration_us``, summable in SQL). The amount is never stored: it is
+  ``rate_per_hour * duration_us / 3_600_000_000`` (:func:`costctl.money.cost_of`), exact and
+  unrounded, multiplied in Python. Intervals of one instance never overlap (see
+  :mod:`costctl.ledger.accrual`).
+* ``charge_rollups`` — the charged microseconds per run (so per instance) and UTC 15-minute
+  bucket, rate and currency, kept in the accrual's own transaction: what ``costctl bill`` sums
+  (:mod:`costctl.ledger.queries`) instead of the charges.
 * ``decisions`` — what a policy concluded and what the executor did, with evidence (JSON).
 * ``checkpoints`` — checkpoint requests and their outcomes (saved, timed out, job exited).
 * ``waste`` — paid intervals whose work was lost (last checkpoint → preemption); a share of
@@ -44,6 +49,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -109,6 +115,26 @@ class Run(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(String(16))
     pid: Mapped[int | None] = mapped_column(Integer)
+    #: The end of the run's newest charge (kept by the accrual), None before any.
+    charged_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # The run's summary, written by :meth:`Ledger.finish_run` (NULL while the run is open;
+    # ``billing`` NOT NULL marks a summarized run): the card and price it ran with, whatever
+    # the instance row says later, and its GPU use, so the bill never reads the samples.
+    gpu: Mapped[str | None] = mapped_column(String(64))
+    gpu_count: Mapped[int | None] = mapped_column(Integer)
+    billing: Mapped[str | None] = mapped_column(String(16))
+    #: Per instance-hour, in ``price_currency``: the rate of the run's newest charge, else the
+    #: instance's price at the run's end.
+    price_per_hour: Mapped[Decimal | None] = mapped_column(DecimalText())
+    price_currency: Mapped[str | None] = mapped_column(String(3))
+    #: Bytes: the most memory used on any one GPU, and that GPU's total (readable samples only).
+    peak_memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    memory_total_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    #: Percent: the mean utilization over the readable GPU samples; ``gpu_samples`` their count.
+    mean_utilization: Mapped[float | None] = mapped_column(Float)
+    gpu_samples: Mapped[int | None] = mapped_column(Integer)
+    #: Progress points (loss values) the run reported.
+    points: Mapped[int | None] = mapped_column(BigInteger)
 
     instance: Mapped[Instance] = relationship(back_populates="runs")
 
@@ -178,12 +204,14 @@ class Progress(Base):
 
 class Charge(Base):
     """Spend over ``[start_at, end_at)`` at ``rate_per_hour`` (per instance-hour) in
-    ``currency``. Use :attr:`amount` for the money (unrounded)."""
+    ``currency``; ``duration_us`` is ``end_at - start_at`` in integer microseconds (exact).
+    Use :attr:`amount` for the money (unrounded)."""
 
     __tablename__ = "charges"
     __table_args__ = (
         Index("ix_charges_instance_pk_end_at", "instance_pk", "end_at"),
         Index("ix_charges_run_id_end_at", "run_id", "end_at"),
+        Index("ix_charges_end_at", "end_at"),
         CheckConstraint("end_at > start_at", name="positive_interval"),
     )
 
@@ -194,11 +222,36 @@ class Charge(Base):
     end_at: Mapped[datetime] = mapped_column(UTCDateTime())
     rate_per_hour: Mapped[Decimal] = mapped_column(DecimalText())
     currency: Mapped[str] = mapped_column(String(3))
+    duration_us: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
 
     @property
     def amount(self) -> Decimal:
         """``rate_per_hour * (end_at - start_at) / 3600``, unrounded, in :attr:`currency`."""
         return cost_of(self.rate_per_hour, self.end_at - self.start_at)
+
+
+class ChargeRollup(Base):
+    """Charged microseconds of one run (on ``instance_pk``) inside one UTC 15-minute bucket
+    ``[bucket_s, bucket_s + 900)`` (``bucket_s``: POSIX seconds, a multiple of 900) at
+    ``rate_per_hour`` in ``currency``. ``first_us``/``last_us`` (POSIX microseconds) are the
+    earliest charged instant and the latest charge end inside the bucket. Maintained by the
+    accrual in its own transaction (a charge spanning buckets is split at their boundaries),
+    so ``SUM(duration_us)`` over the rows of a window equals the charges' time exactly."""
+
+    __tablename__ = "charge_rollups"
+    __table_args__ = (
+        Index("ix_charge_rollups_bucket_s", "bucket_s"),
+        Index("ix_charge_rollups_instance_pk_bucket_s", "instance_pk", "bucket_s"),
+    )
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    bucket_s: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    rate_per_hour: Mapped[Decimal] = mapped_column(DecimalText(), primary_key=True)
+    currency: Mapped[str] = mapped_column(String(3), primary_key=True)
+    instance_pk: Mapped[int] = mapped_column(ForeignKey("instances.id"))
+    duration_us: Mapped[int] = mapped_column(BigInteger)
+    first_us: Mapped[int] = mapped_column(BigInteger)
+    last_us: Mapped[int] = mapped_column(BigInteger)
 
 
 class DecisionRow(Base):
@@ -294,5 +347,5 @@ class StopEventRow(Base):
     detail: Mapped[str | None] = mapped_column(Text)
 
 
-__all__ = ["Base", "Instance", "Run", "Sample", "Progress", "Charge", "DecisionRow", "CheckpointRow", "WasteRow",
+__all__ = ["Base", "Instance", "Run", "Sample", "Progress", "Charge", "ChargeRollup", "DecisionRow", "CheckpointRow", "WasteRow",
            "StopEventRow", "NAMING_CONVENTION"]

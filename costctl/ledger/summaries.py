@@ -1,0 +1,76 @@
+"""A run's summary, written once when it ends (:meth:`costctl.ledger.Ledger.finish_run`).
+
+The card, GPU count and billing mode of its instance at that moment, the price it ran with
+(the rate and currency of its newest charge, else the instance's price), its GPU use (peak
+memory on any one GPU and that GPU's total, in bytes; mean utilization in percent, over its
+readable GPU samples: ONE aggregate query over that run's samples, by the index on
+``samples(run_id, time)``) and its progress points. ``costctl bill`` and the underuse advice
+read these columns, never the samples, and a past run keeps the card it ran on after its
+instance row changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from .schema import Charge, Instance, Progress, Run, Sample
+
+
+@dataclass(frozen=True, slots=True)
+class RunUse:
+    """GPU use of one run (given by the caller, or measured from its samples): peak memory
+    used on any one GPU and that GPU's total (bytes), mean utilization (percent), the number
+    of readable GPU samples, and the progress points it reported."""
+
+    peak_memory_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    mean_utilization: float | None = None
+    gpu_samples: int | None = None
+    points: int | None = None
+
+
+def measured_use(session: Session, run_id: str) -> RunUse:
+    """:class:`RunUse` of ``run_id`` from its readable GPU samples (status ``ok``; one aggregate)
+    and its progress rows (one count)."""
+    peak, total, mean, count = session.execute(
+        select(func.max(Sample.memory_used_bytes), func.max(Sample.memory_total_bytes),
+               func.avg(Sample.utilization), func.count())
+        .where(Sample.run_id == run_id, Sample.gpu_index.is_not(None), Sample.status == "ok")
+    ).one()
+    points = session.scalar(select(func.count()).select_from(Progress).where(Progress.run_id == run_id))
+    return RunUse(int(peak) if peak is not None else None, int(total) if total is not None else None,
+                  float(mean) if mean is not None else None, int(count or 0), int(points or 0))
+
+
+def summarize(session: Session, run_id: str, use: RunUse | None = None) -> None:
+    """Write ``run_id``'s summary (inside the caller's transaction); ``use`` fields left None
+    are measured (:func:`measured_use`)."""
+    run = session.execute(select(Run.instance_pk).where(Run.id == run_id)).first()
+    if run is None:
+        return
+    inst = session.execute(select(Instance.gpu, Instance.gpu_count, Instance.billing, Instance.price_per_hour,
+                                  Instance.currency).where(Instance.id == run.instance_pk)).one()
+    newest = session.execute(select(Charge.rate_per_hour, Charge.currency).where(Charge.run_id == run_id)
+                             .order_by(Charge.end_at.desc()).limit(1)).first()
+    given = use or RunUse()
+    if None in (given.peak_memory_bytes, given.memory_total_bytes, given.mean_utilization, given.gpu_samples,
+                given.points):
+        measured = measured_use(session, run_id)
+        given = RunUse(*(g if g is not None else m for g, m in zip(
+            (given.peak_memory_bytes, given.memory_total_bytes, given.mean_utilization, given.gpu_samples,
+             given.points),
+            (measured.peak_memory_bytes, measured.memory_total_bytes, measured.mean_utilization,
+             measured.gpu_samples, measured.points))))
+    price: Decimal | None = newest.rate_per_hour if newest else inst.price_per_hour
+    session.execute(update(Run).where(Run.id == run_id).values(
+        gpu=inst.gpu, gpu_count=inst.gpu_count, billing=inst.billing, price_per_hour=price,
+        price_currency=newest.currency if newest else inst.currency,
+        peak_memory_bytes=given.peak_memory_bytes, memory_total_bytes=given.memory_total_bytes,
+        mean_utilization=given.mean_utilization, gpu_samples=given.gpu_samples, points=given.points))
+
+
+__all__ = ["RunUse", "measured_use", "summarize"]
