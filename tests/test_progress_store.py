@@ -295,3 +295,29 @@ def test_store_arguments_are_checked():
         ProgressStore(points_per_interval=0)
     with pytest.raises(ValueError):
         ProgressStore().add(PointBatch(), datetime(2026, 1, 1))
+
+
+def test_the_writer_thread_writes_store_rows_and_retention_passes(ledger):
+    """The watch's path: store rows and a retention pass go through the LedgerWriter."""
+    from costctl.ledger.writer import LedgerWriter
+    from costctl.records import SignalStatus, TelemetrySample
+
+    run = _run(ledger)
+    store = ProgressStore(interval_s=10.0, points_per_interval=2)
+    writer = LedgerWriter(ledger, say=lambda text: None)
+    try:
+        batch = PointBatch()
+        for i in range(100):
+            batch.append(1.0 / (i + 1), step=i, time=T0)
+        first = writer.record_progress(run, store.add(batch, T0))
+        writer.record_progress(run, store.flush())
+        writer.record_samples(run, [TelemetrySample(time=datetime.fromtimestamp(T0, UTC), cpu_percent=5.0,
+                                                    cpu_status=SignalStatus.OK)])
+        done = writer.compact(datetime.fromtimestamp(T0, UTC) + timedelta(days=8), timedelta(days=7))
+        assert writer.flush(10).pending == 0
+        assert first.result(10) is None and done.result(10).samples == 1
+    finally:
+        writer.close(10)
+    with ledger.session() as s:
+        summary = series_summaries(s, run)[("train", "loss")]
+    assert summary.count == 100 and summary.rows == 3 and summary.min == 1 / 100 and summary.max == 1.0
