@@ -321,3 +321,22 @@ def test_the_writer_thread_writes_store_rows_and_retention_passes(ledger):
     with ledger.session() as s:
         summary = series_summaries(s, run)[("train", "loss")]
     assert summary.count == 100 and summary.rows == 3 and summary.min == 1 / 100 and summary.max == 1.0
+
+
+def test_non_finite_points_after_the_caps_are_counted_in_bulk_with_the_right_first_and_last():
+    """Both caps used up by the previous chunk (no point pending): the next chunk, NaN/inf
+    included, is counted in bulk; its first point opens the rest, its last is stored."""
+    store = ProgressStore(interval_s=1000.0, points_per_interval=1)
+    one = PointBatch()
+    one.append(1.0, step=0, time=T0)
+    one.append(NAN, step=1, time=T0)  # the first point and one non-finite: both caps used
+    two = PointBatch()
+    for step, v in enumerate([-INF, 5.0, INF, NAN, 2.0, 7.0], start=2):
+        two.append(v, step=step, time=T0)
+    rows = store.add(one, T0)
+    rows.extend(store.add(two, T0))
+    rows.extend(store.flush())
+    assert list(rows.points.steps) == [0, 1, 7]
+    (b,) = rows.buckets
+    assert (b.count, b.kept, b.nan_count, b.posinf_count, b.neginf_count) == (5, 3, 1, 1, 1)
+    assert (b.vmin, b.vmax, b.first_value, b.first_step, b.last_value, b.last_step) == (2.0, 5.0, -INF, 2, 2.0, 6)

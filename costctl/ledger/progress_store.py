@@ -280,11 +280,15 @@ class ProgressStore:
         states = [self._state(kind, name) for kind, name in batch.keys]
         times = batch.times
         interval = self.interval_s
-        tsum = sum(times)
-        if tsum == tsum and tsum not in (_INF, -_INF):  # every time known
-            lo, hi = math.floor(min(times) / interval), math.floor(max(times) / interval)
+        t0 = times[0]
+        if t0 == t0 and t0 not in (_INF, -_INF) and times.count(t0) == n:  # one read time (the usual case)
+            lo = hi = math.floor(t0 / interval)
         else:
-            lo = hi = None
+            tsum = sum(times)
+            if tsum == tsum and tsum not in (_INF, -_INF):  # every time known
+                lo, hi = math.floor(min(times) / interval), math.floor(max(times) / interval)
+            else:
+                lo = hi = None
         if lo is not None and lo == hi:
             # the whole batch in one interval: segments are runs of one series
             if len(states) == 1:
@@ -317,7 +321,7 @@ class ProgressStore:
         elif b > st.bucket:
             self._close(st, out)
             st.bucket = b
-        values = batch.values[a:z]
+        values = batch.values if a == 0 and z == len(batch) else batch.values[a:z]
         n_per = self.points_per_interval
         total = sum(values)
         if total == total and total not in (_INF, -_INF):
@@ -344,8 +348,33 @@ class ProgressStore:
                 j = z - 1
                 st.pending = (values[-1], batch.steps[j], batch.epochs[j], batch.totals[j], batch.times[j])
             return
-        # non-finite values in the segment: point by point
         steps, epochs, totals, times = batch.steps, batch.epochs, batch.totals, batch.times
+        if st.seen >= n_per and st.nonfinite_kept >= n_per:
+            # non-finite values, but nothing more to store in this interval: counted in bulk
+            st.fold_pending()
+            rest = values[:-1]
+            if rest:
+                r1 = z - 2
+                if st.count == 0:
+                    st.first = (values[0], steps[a], times[a])
+                st.last = (values[-2], steps[r1], times[r1], epochs[r1], totals[r1])
+                finite = [v for v in rest if v - v == 0]  # inf - inf and nan - nan are nan
+                pinf, ninf = rest.count(_INF), rest.count(-_INF)
+                st.count += len(rest)
+                st.posinf += pinf
+                st.neginf += ninf
+                st.nan += len(rest) - len(finite) - pinf - ninf
+                if finite:
+                    lo, hi = min(finite), max(finite)
+                    if lo < st.vmin:
+                        st.vmin = lo
+                    if hi > st.vmax:
+                        st.vmax = hi
+            j = z - 1
+            st.pending = (values[-1], steps[j], epochs[j], totals[j], times[j])
+            st.seen += z - a
+            return
+        # non-finite values in the segment while rows are still stored: point by point
         for k in range(z - a):
             i = a + k
             value = values[k]
