@@ -299,3 +299,38 @@ def test_rollup_figures_compose_per_minute():
     assert (first["memory_used_max"], first["power_sum"], first["power_count"]) == (30, 300.0, 1)
     assert SampleMinute(utilization_sum=150.0, utilization_count=2).utilization_mean == 75.0
     assert SampleMinute(power_sum=None, power_count=0).power_mean is None
+
+
+@pytest.mark.postgres
+def test_two_compactions_at_once_never_count_a_sample_twice(postgres_schema):
+    """Two watches on one PostgreSQL ledger compacting at once: the second one's DELETE waits
+    for the first's rows and, once they are gone, rolls up nothing (DELETE ... RETURNING)."""
+    import threading
+
+    from conftest import reset_postgres_schema
+
+    from costctl.ledger.sample_rollup import compact_chunk
+
+    url, schema, admin = postgres_schema
+    reset_postgres_schema(admin, schema)
+    url = url.render_as_string(hide_password=False)
+    first, second = Ledger.open(url), Ledger.open(url)
+    try:
+        populate(first, T0, 3)
+        now = T0 + RETENTION + timedelta(hours=1)
+        total = len(raw_rows(first))
+        results = {}
+        with first._write("compact telemetry") as s:  # the first compaction, not yet committed
+            results["first"] = compact_chunk(s, now=now, retention=RETENTION, max_rows=10_000)
+            waiter = threading.Thread(target=lambda: results.setdefault(
+                "second", second.compact(now, RETENTION, max_rows=10_000)))
+            waiter.start()
+            waiter.join(1.0)
+            assert waiter.is_alive()  # blocked on the rows the first one deleted
+        waiter.join(30)
+        assert results["first"].samples == total and results["second"].samples == 0
+        assert results["second"].rollups == 0
+        assert sum(m["samples"] for m in stored_minutes(first).values()) == total
+    finally:
+        first.close()
+        second.close()
