@@ -14,8 +14,8 @@ Everything that costs or saves money leaves a row here:
   (SQLite turns a NaN REAL into NULL, so a plain float column would lose them). At volume
   these are a bounded sample of the points (:mod:`costctl.ledger.progress_store`).
 * ``progress_buckets`` — per series and interval, the exact count, non-finite counts, min,
-  max, first and last of the points, for the intervals where ``progress`` does not hold every
-  point (:mod:`costctl.ledger.progress_store`).
+  max, first and last of the points that ``progress`` does not hold (a chatty job's);
+  rows plus buckets add up to every point (:mod:`costctl.ledger.progress_store`).
 * ``charges`` — spend intervals ``[start_at, end_at)`` at ``rate_per_hour`` (currency units
   per instance-hour) in ``currency``. The amount is never stored: it is
   ``rate_per_hour * seconds / 3600`` (:func:`costctl.money.cost_of`), exact and unrounded.
@@ -240,17 +240,19 @@ def _special_value(finite: float | None, special: str | None) -> float | None:
 
 
 class ProgressBucket(Base):
-    """Every progress point of one series (``kind``, ``name``) of one run in one interval
-    ``[start_at, end_at)``, summed up exactly; written only for intervals where ``progress``
-    keeps a sample of the points rather than all of them (:mod:`costctl.ledger.progress_store`).
+    """The progress points of one series (``kind``, ``name``) of one run in one interval
+    ``[start_at, end_at)`` that are *not* stored as ``progress`` rows, summed up exactly; written
+    only for intervals where the job printed more than ``progress`` keeps
+    (:mod:`costctl.ledger.progress_store`). Rows and buckets never overlap.
 
-    ``count`` is the number of points, ``kept`` how many of them are rows in ``progress`` (so a
-    series has ``count(progress rows) - sum(kept) + sum(count)`` points); ``nan_count``,
-    ``posinf_count``, ``neginf_count`` count the non-finite values; ``min``/``max`` are over the
-    finite values (NULL when there were none); ``first_*``/``last_*`` are the interval's first
-    and last point in arrival order (value as in ``progress``: ``*_value`` finite, or
-    ``*_special`` ``"nan"``/``"inf"``/``"-inf"``; step, time). ``last_epoch``/``last_total``
-    are the last ones seen in the interval.
+    ``count`` is the number of those points and ``kept`` the number of the interval's points
+    stored as rows (the interval had ``count + kept``), so a series has ``count(progress rows) +
+    sum(count)`` points; ``nan_count``, ``posinf_count``, ``neginf_count`` count their non-finite
+    values; ``min``/``max`` are over their finite values (NULL when there were none);
+    ``first_*``/``last_*`` are the first and last of them in arrival order (value as in
+    ``progress``: ``*_value`` finite, or ``*_special`` ``"nan"``/``"inf"``/``"-inf"``; step,
+    time), ``last_epoch``/``last_total`` the last one's. The interval's own first and last points
+    are always rows.
     """
 
     __tablename__ = "progress_buckets"
