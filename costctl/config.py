@@ -59,6 +59,7 @@ from .config_types import (  # noqa: F401
     parse_window,
 )
 from .errors import ConfigError
+from .paths import CONFIG_FILE_NAME
 from .policies.budget import BudgetConfig  # noqa: F401
 from .policies.divergence import DivergenceConfig  # noqa: F401
 from .policies.idle import IdleConfig  # noqa: F401
@@ -67,7 +68,6 @@ from .policies.registry import ENTRY_POINT_GROUP, discover_policies, known_polic
 from .policies.stall import StallConfig  # noqa: F401
 from .validation import one_line
 
-CONFIG_FILE_NAME = "costctl.toml"
 ENV_PREFIX = "COSTCTL_"
 
 

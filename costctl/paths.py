@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import platformdirs
-
 from .errors import ConfigError
 
 APP_NAME = "costctl"
+#: The config file looked for in the working directory (here, not in :mod:`costctl.config`, so
+#: that ``costctl init``'s signature needs no pydantic at start-up).
+CONFIG_FILE_NAME = "costctl.toml"
 
 
 def _ensure_dir(path: Path, what: str) -> Path:
@@ -43,7 +44,12 @@ def data_dir(configured: Path | None = None) -> Path:
     """
     if configured is None and os.environ.get("COSTCTL_DATA_DIR", "").strip():
         configured = Path(os.environ["COSTCTL_DATA_DIR"])
-    path = Path(configured).expanduser() if configured else Path(platformdirs.user_data_dir(APP_NAME))
+    if configured:
+        path = Path(configured).expanduser()
+    else:
+        import platformdirs  # only when the platform's default is used
+
+        path = Path(platformdirs.user_data_dir(APP_NAME))
     return _ensure_dir(path, "data dir")
 
 
@@ -62,5 +68,7 @@ def crash_log_dir() -> Path:
     if os.environ.get("COSTCTL_DATA_DIR", "").strip():
         path = Path(os.environ["COSTCTL_DATA_DIR"]) / "logs"
     else:
+        import platformdirs
+
         path = Path(platformdirs.user_log_dir(APP_NAME))
     return _ensure_dir(path, "log dir")

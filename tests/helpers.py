@@ -22,6 +22,9 @@ def costctl_env(data_dir: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_") or k == SHIELD}
     env["COSTCTL_DATA_DIR"] = str(data_dir)
     env["COSTCTL_WATCH__SAMPLE_INTERVAL"] = "1s"
+    # SSH sessions are counted by default: the host's own (a developer logged in over SSH) must
+    # not keep the suite's watches busy. A test of SSH counting passes it in ``extra``.
+    env["COSTCTL_POLICIES__IDLE__COUNT_SSH_SESSIONS"] = "false"
     env.update(extra)
     return env
 

@@ -80,14 +80,35 @@ def test_two_gpu_compare(capsys: pytest.CaptureFixture[str]) -> None:
     d = _json(capsys, *args)
     assert d["idle_stretches"] == [] and d["decisions"] == []  # machine busy: costctl never stops
     assert d["gpu_idle_stretches"]["1"][0]["final"] and d["gpu_idle_stretches"]["0"] == []
-    dstack = next(c for c in d["compare"] if c["name"] == "dstack-utilization-policy")
+    dstack = next(c for c in d["compare"] if c["variant"] == "minimum-window")
+    assert dstack["name"] == "dstack-utilization-policy"
     assert dstack["stop"] is not None and dstack["gpu"] == 1 and dstack["work_after"]
+    example = next(c for c in d["compare"] if c["variant"] == "documented-example")
+    assert example["stop"] is None  # 1h window, 8-minute log: dstack takes no decision
+    assert example["settings"] == ("dstack utilization_policy (min_gpu_utilization=10, time_window=1h, "
+                                   "dstack's documented example)")
     code, out, _ = _run(capsys, *args)
     text = " ".join(out.split())
     assert "GPU 1 idle to the end, but the machine is busy under costctl's rule" in text
     rows = [ln for ln in out.splitlines() if ln.startswith("│")]
     assert any("costctl idle" in r and "never" in r for r in rows)
     assert any("dstack-utilization-policy" in r and "12:27:30.601" in r and "cuts the run" in r for r in rows)
+    # the output says which settings each peer was replayed with
+    assert ("dstack-utilization-policy (documented-example) replays dstack utilization_policy "
+            "(min_gpu_utilization=10, time_window=1h, dstack's documented example)") in text
+    assert ("dstack-utilization-policy (minimum-window) replays dstack utilization_policy "
+            "(min_gpu_utilization=10, time_window=5m, dstack's 5-minute minimum window") in text
+    assert ("skypilot-autostop (default) replays SkyPilot autostop (sky autostop -i 5: no running job "
+            "and no SSH session for 5 min, SkyPilot's default)") in text
+
+
+def test_compare_replays_dstack_with_its_settings_whatever_the_idle_window(capsys: pytest.CaptureFixture[str]) -> None:
+    log = str(corpus_file("gpu_query_forgotten_idle.csv"))
+    a = _json(capsys, "--gpu-log", log, "--price", "2.5", "--compare", "--time-window", "10m")
+    b = _json(capsys, "--gpu-log", log, "--price", "2.5", "--compare", "--time-window", "off")
+    pick = lambda d: [(c["variant"], c["stop"]) for c in d["compare"]]  # noqa: E731
+    assert pick(a) == pick(b)
+    assert [c["variant"] for c in a["compare"]] == ["default", "documented-example", "minimum-window"]
 
 
 def test_config_file_is_used(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

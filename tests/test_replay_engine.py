@@ -98,7 +98,12 @@ def test_two_gpus_idle_gpu_reported_machine_busy_dstack_terminates() -> None:
     assert a.gpu_idle_stretches[0] == []
     assert a.stretches == [] and a.idle_total == timedelta(0)  # machine busy under costctl's rule
     assert not [d for d in a.decisions if d.decision.policy == "idle"]
-    dstack = next(p for p in a.peers if p.result.name == "dstack-utilization-policy")
+    # dstack is replayed with its own settings, not costctl's: the documented example (10 %, 1h)
+    # cannot decide on an 8-minute log; its 5-minute minimum window terminates on GPU 1
+    example, minimum = [p for p in a.peers if p.result.name == "dstack-utilization-policy"]
+    assert example.result.variant == "documented-example" and example.result.stop_time is None
+    dstack = minimum
+    assert dstack.result.variant == "minimum-window"
     assert dstack.result.stop_time is not None and dstack.result.gpu == 1
     assert dstack.work_after  # GPU 0 was still training
     sky = next(p for p in a.peers if p.result.name == "skypilot-autostop")

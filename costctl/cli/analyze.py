@@ -15,13 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..config import parse_duration
 from ..errors import UsageError
-from ..replay.analysis import AnalyzeOptions, analyze as run_analysis, to_dict
-from ..replay.pricing import resolve_price
-from ..replay.readers import read_gpu_log, read_train_log
-from ..replay.render import render
-from ..replay.timeline import place_progress
 from .common import ConfigOption, out_console, print_json, settings_from
 
 TIME_ALLOWED = "expected an ISO-8601 date-time such as 2026-02-02T01:07:37 (no offset = the logs' own clock, read as UTC)"
@@ -51,6 +45,8 @@ def parse_start_time(text: str) -> datetime:
 
 
 def _duration(text: str | None, option: str) -> timedelta | None:
+    from ..config import parse_duration
+
     if text is None:
         return None
     try:
@@ -67,7 +63,7 @@ def analyze(
     gpu: Annotated[str | None, typer.Option("--gpu", help="GPU model for a catalog price, e.g. 'RTX 4090' (with --provider).")] = None,
     provider: Annotated[str | None, typer.Option("--provider", help="Provider for a catalog price, e.g. runpod (with --gpu).")] = None,
     config: ConfigOption = None,
-    compare: Annotated[bool, typer.Option("--compare", help="Also replay SkyPilot autostop and dstack utilization_policy.")] = False,
+    compare: Annotated[bool, typer.Option("--compare", help="Also replay SkyPilot autostop -i 5 (its default) and dstack utilization_policy with its documented example (10 %, 1h) and its 5-minute minimum window.")] = False,
     fmt: Annotated[AnalyzeFormat, typer.Option("--format", "-f", help="table or json.")] = AnalyzeFormat.table,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG with utilization, loss, decisions and spend (needs matplotlib).")] = None,
     start_time: Annotated[str | None, typer.Option("--start-time", help="Wall time of the training log's first point (with --step-rate), or of an elapsed-seconds GPU log's start.")] = None,
@@ -86,6 +82,13 @@ def analyze(
     oracle stops at the first sample of the final idle stretch (or a configured plateau's
     onset). Times are shown as the logs recorded them.
     """
+    # The replay stack loads here, not when the CLI starts (costctl --help lists this command).
+    from ..replay.analysis import AnalyzeOptions, analyze as run_analysis, to_dict
+    from ..replay.pricing import resolve_price
+    from ..replay.readers import read_gpu_log, read_train_log
+    from ..replay.render import render
+    from ..replay.timeline import place_progress
+
     overrides: dict[str, Any] = {}
     idle: dict[str, Any] = {}
     if time_window is not None:

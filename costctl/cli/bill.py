@@ -13,22 +13,22 @@ import dataclasses
 import sys
 from datetime import datetime
 from enum import Enum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from collections.abc import Sequence
 from zoneinfo import ZoneInfo
 
 import typer
 
 from ..clock import ensure_utc
-from ..config import Settings
 from ..errors import CostctlError, UsageError
-from ..ledger import Ledger, MissingLedgerError, queries
-from ..ledger.engine import configured_url
-from ..ledger.lifecycle import GpuUse, gpu_use_by_run
 from ..money import Money
 from ..report import render_csv, render_json, render_table
-from ..watch.watcher import run_unguarded
 from .common import ConfigOption, DbOption, FormatOption, OutputFormat, out_console, settings_from
+
+if TYPE_CHECKING:  # the ledger (SQLAlchemy) loads when a bill runs, not for --help
+    from ..config import Settings
+    from ..ledger import queries
+    from ..ledger.lifecycle import GpuUse
 
 WHEN_ALLOWED = (
     "expected a date (2026-01-31) or an ISO-8601 date-time (2026-01-31T08:00, 2026-01-31T08:00:00Z, "
@@ -45,12 +45,13 @@ class GroupBy(str, Enum):
     gpu = "gpu"
 
 
-#: The row dataclass of each grouping (its fields are the JSON keys and CSV columns).
+#: The row dataclass of each grouping (its fields are the JSON keys and CSV columns), by its
+#: name in :mod:`costctl.ledger.queries` (imported when a bill runs).
 ROW_TYPES = {
-    GroupBy.run: queries.RunBill,
-    GroupBy.instance: queries.InstanceBill,
-    GroupBy.day: queries.DayBill,
-    GroupBy.gpu: queries.GpuBill,
+    GroupBy.run: "RunBill",
+    GroupBy.instance: "InstanceBill",
+    GroupBy.day: "DayBill",
+    GroupBy.gpu: "GpuBill",
 }
 
 
@@ -76,6 +77,14 @@ ByOption = Annotated[
 ]
 SinceOption = Annotated[str | None, typer.Option("--since", help="Only spend from this date/date-time on (inclusive).")]
 UntilOption = Annotated[str | None, typer.Option("--until", help="Only spend before this date/date-time (exclusive).")]
+
+
+def run_unguarded(run: Any) -> bool:
+    """:func:`costctl.watch.watcher.run_unguarded`, imported only when an open run is asked about
+    (the watch stack is heavy; a bill of closed runs never loads it)."""
+    from ..watch.watcher import run_unguarded as unguarded
+
+    return unguarded(run)
 
 
 def underuse_advice_for(rows: Sequence[queries.RunBill], use: dict[str, GpuUse], settings: Settings) -> list[Any]:
@@ -121,6 +130,10 @@ def bill(
     (paid time whose work was lost, a share of the spend); runs whose GPU stayed underused get
     advice naming a cheaper card and what it would have saved (JSON: "advice").
     """
+    from ..ledger import Ledger, MissingLedgerError, queries
+    from ..ledger.engine import configured_url
+    from ..ledger.lifecycle import gpu_use_by_run
+
     settings = settings_from(config, db)
     tz = settings.watch.tz
     start = parse_when(since, tz, "--since") if since else None
@@ -139,7 +152,7 @@ def bill(
         if fmt is OutputFormat.json:
             sys.stdout.write(render_json(by.value, rows, {}, start, end))
         elif fmt is OutputFormat.csv:
-            sys.stdout.write(render_csv(rows, [f.name for f in dataclasses.fields(ROW_TYPES[by])]))
+            sys.stdout.write(render_csv(rows, [f.name for f in dataclasses.fields(getattr(queries, ROW_TYPES[by]))]))
         else:
             out_console.print(f"Nothing recorded yet (no ledger database at {exc.path}; `costctl watch` creates it).",
                               soft_wrap=True)
@@ -160,7 +173,7 @@ def bill(
     if fmt is OutputFormat.json:
         sys.stdout.write(render_json(by.value, rows, totals, start, end, [a.to_dict() for a in advice]))
     elif fmt is OutputFormat.csv:
-        sys.stdout.write(render_csv(rows, [f.name for f in dataclasses.fields(ROW_TYPES[by])]))
+        sys.stdout.write(render_csv(rows, [f.name for f in dataclasses.fields(getattr(queries, ROW_TYPES[by]))]))
     else:
         render_table(out_console, by.value, rows, totals, tz, start, end)
         for a in advice:

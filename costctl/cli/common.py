@@ -7,14 +7,15 @@ import sys
 from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from ..config import Settings, load_settings
+if TYPE_CHECKING:  # config (pydantic, the policies) loads when a command reads settings, not for --help
+    from ..config import Settings
 
 ConfigOption = Annotated[
     Path | None,
@@ -47,6 +48,8 @@ def settings_from(config: Path | None, db: str | None = None, **overrides: Any) 
     Raises:
         ConfigError: one line, exit status 2.
     """
+    from ..config import load_settings
+
     extra: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
     if db:
         extra["database_url"] = db

@@ -13,14 +13,11 @@ from __future__ import annotations
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from sqlalchemy.engine import Engine
 
 from ..errors import UsageError
-from ..ledger import migrate
-from ..ledger.engine import MissingLedgerError, configured_url, make_engine, redact
 from .common import ConfigOption, DbOption, err_console, out_console, settings_from
 
 db_app = typer.Typer(
@@ -30,10 +27,15 @@ db_app = typer.Typer(
     rich_markup_mode=None,
 )
 
+if TYPE_CHECKING:  # SQLAlchemy and the migrations load inside the commands, not for --help
+    from sqlalchemy.engine import Engine
+
 
 def _url(config: Path | None, db: str | None) -> tuple[str, bool]:
     """The ledger URL, and whether it was configured (--db, COSTCTL_DATABASE_URL or
     ``database_url``) rather than the default SQLite file in the data dir."""
+    from ..ledger.engine import configured_url
+
     settings = settings_from(config, db)
     return configured_url(settings.database_url, settings.data_dir), settings.database_url is not None
 
@@ -41,6 +43,8 @@ def _url(config: Path | None, db: str | None) -> tuple[str, bool]:
 def _engine(config: Path | None, db: str | None, *, create: bool = True) -> Engine:
     """The configured ledger's engine; ``create=False`` refuses a SQLite file that does not
     exist (:class:`MissingLedgerError`) instead of creating it."""
+    from ..ledger.engine import make_engine
+
     return make_engine(_url(config, db)[0], create=create)
 
 
@@ -60,6 +64,9 @@ def upgrade(
     db: DbOption = None,
 ) -> None:
     """Migrate the database up to REVISION (creates the tables of a new database)."""
+    from ..ledger import migrate
+    from ..ledger.engine import redact
+
     engine = _engine(config, db)
     try:
         migrate.upgrade(engine, revision)
@@ -79,6 +86,9 @@ def downgrade(
 
     Asks for confirmation on a terminal; without one it refuses unless --yes (exit status 2).
     """
+    from ..ledger import migrate
+    from ..ledger.engine import redact
+
     engine = _engine(config, db, create=False)
     try:
         shown = redact(engine.url)
@@ -114,6 +124,9 @@ def current(config: ConfigOption = None, db: DbOption = None) -> None:
     Creates nothing: a configured SQLite file that does not exist is an error (exit status 1);
     the default one, before anything was recorded, reads as 'none'.
     """
+    from ..ledger import migrate
+    from ..ledger.engine import MissingLedgerError, make_engine
+
     url, configured = _url(config, db)
     try:
         engine = make_engine(url, create=False)

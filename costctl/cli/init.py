@@ -13,16 +13,18 @@ import re
 import typing
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from annotated_types import Ge, Gt, Le, Lt
-from pydantic import BaseModel
 
-from ..config import CONFIG_FILE_NAME
 from ..errors import UsageError
-from ..policies import PolicySpec, discover_policies, registrations
+from ..paths import CONFIG_FILE_NAME
 from .common import err_console
+
+if TYPE_CHECKING:  # pydantic and the policies load when a config is generated, not for --help
+    from pydantic import BaseModel
+
+    from ..policies import PolicySpec
 
 #: Markers around the generated ``[policies.*]`` tables in the example config.
 POLICIES_BEGIN = "# ---- [policies.*]: generated from each policy's config model (costctl init) ----"
@@ -48,6 +50,8 @@ def _toml_value(value: Any) -> str:
 
 
 def _bounds(metadata: list[Any]) -> str:
+    from annotated_types import Ge, Gt, Le, Lt
+
     parts = []
     for m in metadata:
         if isinstance(m, Ge):
@@ -107,6 +111,8 @@ def policy_section_toml(spec: PolicySpec) -> str:
 def policies_toml(specs: list[PolicySpec] | None = None) -> str:
     """Every registered policy's table (:func:`policy_section_toml`), in evaluation order,
     separated by blank lines."""
+    from ..policies import registrations
+
     return "\n".join(policy_section_toml(s) for s in (registrations() if specs is None else specs))
 
 
@@ -132,6 +138,8 @@ def example_config() -> str:
     Raises:
         ConfigError: a policy plugin cannot be loaded.
     """
+    from ..policies import discover_policies
+
     discover_policies()
     return splice_policies(_template(), policies_toml())
 

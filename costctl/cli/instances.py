@@ -27,27 +27,37 @@ import sys
 from datetime import datetime
 from decimal import Decimal
 from enum import Enum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
 from rich.table import Table
 
-from costctl_providers.base import Instance, Offer, Provider, Status
-from costctl_providers.registry import get_provider
-
-from ..clock import Clock, RealClock, ensure_utc
-from ..config import Settings
-from ..catalog.gpus import load_catalog
+from ..clock import RealClock, ensure_utc
 from ..errors import CostctlError, ProviderError, UsageError
-from ..cloud import DEFAULT_ACCOUNT, account_names, default_account, open_provider, provider_config  # noqa: F401 - re-exported
 from ..money import cost_of
-from ..paths import data_dir
 from ..report import money_text
 from .common import (ConfigOption, FormatOption, OutputFormat, err_console, out_console, print_json, print_table,
                      settings_from)
 
+if TYPE_CHECKING:  # the providers (and config, through costctl.cloud) load in the commands, not for --help
+    from costctl_providers.base import Instance, Offer, Provider, Status
+
+    from ..config import Settings
+
 log = logging.getLogger("costctl.cli.instances")
+
+#: Names this module used to import from :mod:`costctl.cloud` at the top, still importable from
+#: here; loaded on first use (:func:`__getattr__`).
+_CLOUD_NAMES = ("DEFAULT_ACCOUNT", "account_names", "default_account", "open_provider", "provider_config")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CLOUD_NAMES:
+        from .. import cloud
+
+        return getattr(cloud, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 ProviderOption = Annotated[
     str | None,
@@ -61,8 +71,13 @@ AccountOption = Annotated[
                                    "(instances: every configured account)."),
 ]
 
-#: Statuses in which an instance is billed for its GPU (running time keeps growing).
-_BILLED = frozenset({Status.STARTING, Status.RUNNING, Status.STOPPING})
+
+def _billed(status: Status) -> bool:
+    """Whether an instance in ``status`` is billed for its GPU (starting, running, stopping:
+    running time keeps growing)."""
+    from costctl_providers.base import Status
+
+    return status in (Status.STARTING, Status.RUNNING, Status.STOPPING)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -81,6 +96,8 @@ def listed_accounts(settings: Settings, name: str) -> list[str | None]:
     """The accounts ``instances`` lists for provider ``name``: :data:`~costctl.cloud.DEFAULT_ACCOUNT`
     (the default account) and each named account; the default one is dropped later when named
     accounts exist and it has no credential."""
+    from ..cloud import DEFAULT_ACCOUNT, account_names
+
     return [DEFAULT_ACCOUNT, *account_names(settings, name)]
 
 
@@ -88,9 +105,9 @@ def running_seconds(inst: Instance, now: datetime) -> Decimal | None:
     """Seconds the instance has run since it was last started: until ``now`` while it is
     billed (starting, running, stopping), until ``stopped_at`` otherwise. None when unknown."""
     if inst.started_at is None:
-        return Decimal(0) if inst.status not in _BILLED else None
+        return Decimal(0) if not _billed(inst.status) else None
     start = ensure_utc(inst.started_at)
-    if inst.status in _BILLED:
+    if _billed(inst.status):
         end = ensure_utc(now)
     elif inst.stopped_at is not None:
         end = ensure_utc(inst.stopped_at)
@@ -198,6 +215,8 @@ def instances(
 ) -> None:
     """List instances of every configured provider and account: account, id, GPU, status,
     billing mode, price per hour, running time, spend so far."""
+    from ..cloud import open_provider
+
     settings = settings_from(config)
     names = [provider] if provider else configured_providers(settings)
     now = RealClock().now()
@@ -265,6 +284,10 @@ def start(
 ) -> None:
     """Start (power on / resume) an instance; nothing happens if it is already running.
     Starting makes the GPU billed again."""
+    from costctl_providers.base import Status
+
+    from ..cloud import open_provider
+
     settings = settings_from(config)
     prov = open_provider(settings, provider, account=account)
     _require(prov, "start", "start instances")
@@ -292,6 +315,10 @@ def stop(
     config: ConfigOption = None,
 ) -> None:
     """Stop (power off) an instance; nothing happens if it is already stopped."""
+    from costctl_providers.base import Status
+
+    from ..cloud import open_provider
+
     settings = settings_from(config)
     prov = open_provider(settings, provider, account=account)
     _require(prov, "stop", "stop instances")
@@ -319,6 +346,10 @@ def release(
     config: ConfigOption = None,
 ) -> None:
     """Release (terminate / destroy) an instance AND ITS DATA. Asks for confirmation unless --yes."""
+    from costctl_providers.base import Status
+
+    from ..cloud import open_provider
+
     settings = settings_from(config)
     prov = open_provider(settings, provider, account=account)
     _require(prov, "release", "release instances")
@@ -382,6 +413,8 @@ def _no_offers(gpu: str, billing: str | None, providers: list[str]) -> str:
     """One line for an empty ``offers`` result, naming the GPU and the providers asked; a name
     the GPU catalog does not know gets the catalog models it may mean, or a pointer to
     ``costctl gpus``."""
+    from ..catalog.gpus import load_catalog
+
     catalog = load_catalog()
     mode = f"{billing} " if billing else ""
     where = ", ".join(providers)
@@ -405,6 +438,8 @@ def offers(
     """Current prices for a GPU type: cheapest first within each currency, per instance-hour and per GPU-hour.
 
     No offer at all is an error (exit status 1), with catalog names when the GPU name is unknown."""
+    from ..cloud import open_provider
+
     if billing is not None and billing not in ("on-demand", "spot"):
         raise UsageError(f"--billing {billing!r}: expected on-demand or spot")
     settings = settings_from(config)

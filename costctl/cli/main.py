@@ -16,7 +16,6 @@ from datetime import datetime, timezone
 import typer
 
 from ..errors import CostctlError
-from ..paths import crash_log_dir
 
 COMMAND_MODULES = ("init", "watch", "bill", "db", "gpus", "instances", "analyze")
 
@@ -70,6 +69,8 @@ def _register(argv: list[str]) -> None:
 
 
 def _crash(exc: BaseException) -> int:
+    from ..paths import crash_log_dir
+
     try:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         path = crash_log_dir() / f"crash-{stamp}.log"

@@ -8,7 +8,26 @@
   :mod:`.sample_rollup` — telemetry retention (per-minute rollups).
 """
 
-from .db import Ledger
-from .engine import MissingLedgerError
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .db import Ledger
+    from .engine import MissingLedgerError
 
 __all__ = ["Ledger", "MissingLedgerError"]
+
+
+def __getattr__(name: str) -> Any:
+    """``Ledger`` and ``MissingLedgerError``, imported on first use: a module that needs only
+    :mod:`.engine` (a URL, an engine) does not load the ORM schema and the queries with it."""
+    if name == "Ledger":
+        from .db import Ledger
+
+        return Ledger
+    if name == "MissingLedgerError":
+        from .engine import MissingLedgerError
+
+        return MissingLedgerError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

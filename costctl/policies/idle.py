@@ -32,6 +32,16 @@ over ``2 * i``, or the start) — or at the last progress point when that is lat
 policy fires at the first evaluation at which the stretch has lasted ``W``. The decision key is
 ``idle:<stretch start>``, so one stretch fires once however often it is evaluated.
 
+After the watched command exited (``History.child_running`` False with ``child_exited_at``
+set) the exit is strong evidence that the work is done, so the window is ``exit_window`` (when
+shorter than ``time_window``) and the stretch counts from the exit at the earliest: the policy
+fires once every present signal stayed idle for ``exit_window`` since ``max(stretch start,
+exit)``. A job that is restarted (OOM retry) is running again and gets ``time_window`` back.
+The same ``exit_window`` applies when no command is watched (``costctl watch`` guarding the
+machine, ``child_running`` None) to a stretch that began as the last SSH session closed while
+every other signal was already idle (the sample before it was busy only because of SSH): the
+user logged off an idle machine (a notebook left open). SSH sessions must be counted for that.
+
 The policy reads samples incrementally (O(1) work per new sample) and rescans the held window
 only when it fires, to gather the evidence.
 """
@@ -57,6 +67,13 @@ class IdleConfig(PolicyConfig):
     Names follow dstack's ``utilization_policy`` (``min_gpu_utilization``, ``time_window``),
     but costctl requires ALL GPUs to be idle (dstack stops when ANY GPU is).
     ``min_cpu_utilization`` is percent of one core, summed over the watched process tree.
+
+    Defaults (measured with ``benchmarks/bench_policies.py``): ``time_window`` 30 min while a
+    job runs or the machine is guarded; ``exit_window`` 2 min once the watched command has
+    exited, or when guarding the machine the last SSH session closed on an idle machine (strong
+    evidence that the work is done; SkyPilot waits 5 min with no job and no SSH); SSH sessions are
+    counted (as SkyPilot does): a user logged in over SSH (a notebook over a lunch break) is not
+    stopped under — the trade-off is that a session left connected keeps the instance up.
     """
 
     action: Action = Field(default="stop", description="what to do when the instance is idle: advise | stop")
@@ -65,7 +82,11 @@ class IdleConfig(PolicyConfig):
     min_gpu_utilization: Percent = Field(default=5.0, description="percent; ALL GPUs must stay below it")
     min_cpu_utilization: float = Field(default=10.0, ge=0,
                                        description="percent of one core, summed over the watched process tree")
-    count_ssh_sessions: bool = Field(default=False, description="an open SSH session keeps the instance busy")
+    count_ssh_sessions: bool = Field(default=True, description="an open SSH session keeps the instance busy")
+    exit_window: Window = Field(default=timedelta(minutes=2),
+                                description="after the watched command exited (or, guarding the machine, the last "
+                                            "SSH session closed on an idle machine): how long every present signal "
+                                            "must stay idle, or \"off\" (time_window then)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +180,8 @@ class IdlePolicy(Policy):
         self._seen = 0
         self._run_start: datetime | None = None
         self._last_time: datetime | None = None
+        self._ssh_only = False  # the newest sample was busy only because of an SSH session
+        self._logoff = False  # the current stretch began as the last SSH session closed
 
     @classmethod
     def from_config(cls, config: IdleConfig, context: PolicyContext) -> IdlePolicy | None:
@@ -188,8 +211,13 @@ class IdlePolicy(Policy):
             idle = verdict.idle is True or (verdict.idle is None and history.progress_source)
             if not idle:
                 self._run_start = None
-            elif self._run_start is None or self._last_time is None or sample.time - self._last_time > limit:
-                self._run_start = sample.time
+                self._ssh_only = verdict.busy == ("ssh",)
+            else:
+                if self._run_start is None or self._last_time is None or sample.time - self._last_time > limit:
+                    self._logoff = (self._ssh_only and self._last_time is not None
+                                    and sample.time - self._last_time <= limit)
+                    self._run_start = sample.time
+                self._ssh_only = False
             self._last_time = sample.time
 
     def idle_since(self, history: History, now: datetime) -> datetime | None:
@@ -209,28 +237,47 @@ class IdlePolicy(Policy):
                 start = history.last_progress_at
         return start
 
+    def _window(self, history: History, since: datetime) -> tuple[timedelta | None, datetime]:
+        """The window in force and where it counts from: ``exit_window`` from ``max(since,
+        exit)`` once the watched command exited, or from ``since`` when guarding the machine and
+        the stretch began at a logoff (when shorter); else ``time_window`` from ``since``."""
+        window = self.config.time_window
+        exit_window = self.config.exit_window
+        exited = history.child_exited_at
+        if window is None or exit_window is None or exit_window >= window:
+            return window, since
+        if history.child_running is False and exited is not None:
+            return exit_window, max(since, ensure_utc(exited))
+        if history.child_running is None and self._logoff and since == self._run_start:
+            return exit_window, since  # guarding the machine: the last SSH session closed on an idle machine
+        return window, since
+
     def pending(self, history: History, now: datetime) -> Pending | None:
-        """While an idle stretch runs: it fires at its start + ``time_window`` (O(1): the
-        stretch is tracked incrementally). Text ``"idle 25m of 30m"``."""
+        """While an idle stretch runs: it fires at its start + ``time_window`` (or the exit +
+        ``exit_window``; O(1): the stretch is tracked incrementally). Text ``"idle 25m of 30m"``."""
         now = ensure_utc(now)
         since = self.idle_since(history, now)
-        window = self.config.time_window
-        if since is None or window is None or since + window <= now:
+        if since is None:
             return None
-        return Pending(policy=self.name, action=self.action, at=since + window,
-                       progress=f"idle {fmt_span(now - since)} of {fmt_span(window)}")
+        window, counted_from = self._window(history, since)
+        if window is None or counted_from + window <= now:
+            return None
+        return Pending(policy=self.name, action=self.action, at=counted_from + window,
+                       progress=f"idle {fmt_span(now - counted_from)} of {fmt_span(window)}")
 
     def evaluate(self, history: History, now: datetime) -> Decision | None:
         """A ``stop`` (or ``advise``) decision when the window ``[now - W, now]`` is idle."""
         now = ensure_utc(now)
         since = self.idle_since(history, now)
-        window = self.config.time_window
-        if since is None or window is None:
+        if since is None:
+            return None
+        window, counted_from = self._window(history, since)
+        if window is None:
             return None
         window_start = now - window
         assert self._run_start is not None
-        if self._run_start > window_start:
-            return None  # no idle anchor at or before the window's start
+        if self._run_start > window_start or counted_from > window_start:
+            return None  # no idle anchor at or before the window's start (or the exit is too recent)
         last_progress = history.last_progress_at if history.progress_source else None
         if last_progress is not None and last_progress >= window_start:
             return None  # progress inside the window
@@ -280,6 +327,8 @@ class IdlePolicy(Policy):
             "max_ssh_sessions": max_ssh,
             "last_progress_at": iso(history.last_progress_at) if history.last_progress_at else None,
             "child_running": history.child_running,
+            "child_exited_at": iso(history.child_exited_at) if history.child_exited_at else None,
+            "exit_window": window != self.config.time_window,
         }
         parts = []
         if max_gpu:
@@ -291,7 +340,11 @@ class IdlePolicy(Policy):
         if "progress" in signals:
             parts.append("no new progress")
         detail = "; ".join(parts)
-        reason = (f"idle for {fmt_duration(window)} since {iso(since)}: every present signal "
+        after_exit = ""
+        if window != self.config.time_window:
+            after_exit = (f" (exit_window: the command exited at {iso(history.child_exited_at)})"
+                          if history.child_exited_at else " (exit_window: the last SSH session closed)")
+        reason = (f"idle for {fmt_duration(window)} since {iso(since)}{after_exit}: every present signal "
                   f"({', '.join(signal_list)}) stayed idle" + (f" — {detail}" if detail else ""))
         return Decision(time=now, policy=self.name, action=self.action, reason=reason,
                         evidence=evidence, key=f"idle:{iso(since)}")

@@ -30,7 +30,13 @@ from ..records import Decision, ProgressPoint, TelemetrySample
 from .engine import ReplayRun, replay_loss, replay_timeline
 from .gpu_log import GpuLog
 from .oracle import OracleStop, oracle_stop
-from .peers import SKYPILOT_DEFAULT_IDLE_MINUTES, PeerResult, dstack_utilization_policy, skypilot_autostop
+from .peers import (
+    DSTACK_SETTINGS,
+    SKYPILOT_DEFAULT_IDLE_MINUTES,
+    PeerResult,
+    dstack_utilization_policy,
+    skypilot_autostop,
+)
 from .stats import GpuStats, all_gpu_stats
 from .stretches import Stretch, gpu_stretches, machine_stretches
 from .timeline import nominal_interval
@@ -42,7 +48,8 @@ class AnalyzeOptions:
     """Knobs of an analysis.
 
     Attributes:
-        compare: also replay SkyPilot's autostop and dstack's utilization_policy.
+        compare: also replay SkyPilot's autostop (``-i skypilot_idle_minutes``) and dstack's
+            utilization_policy with its documented example and its 5-minute minimum window.
         min_stretch: idle stretches shorter than this are counted in totals but not listed.
         sample_interval: the log's nominal sampling period (default: median positive gap).
         skypilot_idle_minutes: ``sky autostop -i`` minutes for the comparison.
@@ -298,17 +305,7 @@ def analyze(
 
     peers: list[PeerReport] = []
     if options.compare and samples:
-        span = (timed[0].time, timed[-1].time) if timed else None
-        sky = skypilot_autostop(samples, idle_minutes=options.skypilot_idle_minutes,
-                                min_gpu_utilization=idle_cfg.min_gpu_utilization, job_span=span)  # type: ignore[arg-type]
-        window = idle_cfg.time_window or timedelta(minutes=30)
-        dstack = dstack_utilization_policy(samples, min_gpu_utilization=idle_cfg.min_gpu_utilization,
-                                           time_window=window)
-        for peer in (sky, dstack):
-            later = peer.stop_time is not None and any(w > peer.stop_time for w in work)
-            peers.append(PeerReport(peer, _saving(rate, end, peer.stop_time), later))
-        if idle_cfg.time_window is None:
-            notes.append("[policies.idle] time_window is off: dstack's rule is replayed with a 30 min window")
+        peers = _compare(samples, timed, work, rate, end, idle_cfg.min_gpu_utilization, options)
 
     used, absent = _signals(samples, timed, train_log)
     policies = list(run.policies) + [p for p in (loss_run.policies if loss_run else []) if p not in run.policies]
@@ -321,6 +318,25 @@ def analyze(
         decisions=decisions, oracle=oracle, oracle_saving=_saving(rate, end, oracle.time),
         peers=peers, assumptions=assumptions, notes=notes,
     )
+
+
+def _compare(samples: list[TelemetrySample], timed: list[ProgressPoint], work: list[datetime], rate: Money | None,
+             end: datetime | None, min_gpu_utilization: float, options: AnalyzeOptions) -> list[PeerReport]:
+    """The peers' rules with the settings the policy suite replays (:mod:`.peers`): SkyPilot
+    autostop ``-i`` ``options.skypilot_idle_minutes`` (default 5), and dstack's utilization_policy
+    with each of :data:`~costctl.replay.peers.DSTACK_SETTINGS` (its documented example, 10 % over
+    1h, and its 5-minute minimum window) — never costctl's own window or threshold."""
+    span = (timed[0].time, timed[-1].time) if timed else None
+    results = [skypilot_autostop(samples, idle_minutes=options.skypilot_idle_minutes,
+                                 min_gpu_utilization=min_gpu_utilization, job_span=span)]  # type: ignore[arg-type]
+    for setting in DSTACK_SETTINGS:
+        results.append(dstack_utilization_policy(samples, min_gpu_utilization=setting.min_gpu_utilization,
+                                                 time_window=setting.time_window, setting=setting))
+    out = []
+    for peer in results:
+        later = peer.stop_time is not None and any(w > peer.stop_time for w in work)
+        out.append(PeerReport(peer, _saving(rate, end, peer.stop_time), later))
+    return out
 
 
 def _iso(when: datetime | None) -> str | None:
@@ -401,7 +417,8 @@ def to_dict(a: Analysis) -> dict[str, Any]:
         },
         "compare": [
             {
-                "name": p.result.name, "rule": p.result.rule, "assumption": p.result.assumption,
+                "name": p.result.name, "variant": p.result.variant, "settings": p.result.settings,
+                "rule": p.result.rule, "assumption": p.result.assumption,
                 "stop": _iso(p.result.stop_time), "reason": p.result.reason, "gpu": p.result.gpu,
                 "saving": _m(p.saving), "work_after": p.work_after,
             }

@@ -9,9 +9,12 @@ Facts the live watch knows and a recording does not, and what the replay assumes
 
 * spend so far (for the budget policy): ``rate x (now - first record)``; the daily spend
   counts from the start of the day in ``[watch] timezone``;
-* whether the job is still running (for the stall policy): when progress is on the time axis,
-  the job is taken to run from its first to its last recorded progress point; with no timed
-  progress there is no job, and the stall policy cannot fire.
+* whether the job is still running (for the stall policy): when the caller knows the job's
+  span (``job=(start, exit)``, as a scenario of ``benchmarks/bench_policies.py`` records it) it
+  runs exactly over it; else, when progress is on the time axis, the job is taken to run from
+  its first to its last recorded progress point (an assumed end, not an observed exit: the idle
+  policy's ``exit_window`` is not applied to it); with neither there is no job, and the stall
+  policy cannot fire.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ def replay_timeline(
     rate: Money | None = None,
     sample_interval: timedelta | None = None,
     only: Iterable[str] | None = None,
+    job: tuple[datetime, datetime | None] | None = None,
 ) -> ReplayRun:
     """Drive the policy engine over recorded samples and timed progress points.
 
@@ -82,6 +86,8 @@ def replay_timeline(
         rate: price per instance-hour; enables spend for the budget policy and money in evidence.
         sample_interval: nominal sampling period (default: the median positive gap).
         only: restrict to these policy names.
+        job: ``(start, exit)`` of the watched job when known (exit None: it runs past the end);
+            ``child_running`` / ``child_exited_at`` follow it instead of the progress span.
 
     Raises:
         PolicyError: from a policy (e.g. budget caps in another currency than ``rate``).
@@ -98,7 +104,9 @@ def replay_timeline(
     history = History(sample_interval=interval, started_at=start, progress_source=bool(timed), rate=rate)
     first_progress = timed[0].time if timed else None
     last_progress = timed[-1].time if timed else None
-    if timed:
+    if job is not None:
+        first_progress = last_progress = None
+    elif timed:
         run.assumptions.append("the job is taken to run from its first to its last recorded progress point")
     clock = SimClock(start)
     tz = settings.watch.tz
@@ -111,9 +119,13 @@ def replay_timeline(
         while j < len(timed) and timed[j].time <= t:  # type: ignore[operator]
             history.add_progress(timed[j])
             j += 1
-        if last_progress is not None and first_progress is not None:
+        if job is not None:
+            exited = job[1] is not None and t >= job[1]
+            history.child_running = job[0] <= t and not exited
+            history.child_exited_at = job[1] if exited else None
+        elif last_progress is not None and first_progress is not None:
             history.child_running = first_progress <= t <= last_progress
-            history.child_exited_at = last_progress if t > last_progress else None
+            history.child_exited_at = None  # an assumed end is no observed exit (no exit_window)
         if rate is not None:
             history.spend_total, history.spend_today = _spend(rate, start, t, tz)
         run.decisions.extend(engine.evaluate(history, clock.now()))

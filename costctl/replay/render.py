@@ -161,13 +161,15 @@ def _peers(a: Analysis, console: Console, t: _Clock) -> None:
                   _m(first.saving) if first else "-", "cuts the run" if first and first.work_after else "")
     for p in a.peers:
         r = p.result
-        table.add_row(r.name, t(r.stop_time) if r.stop_time else "never", _m(p.saving),
+        table.add_row(f"{r.name} ({r.variant})" if r.variant else r.name, t(r.stop_time) if r.stop_time else "never", _m(p.saving),
                       "cuts the run" if p.work_after else "")
     table.add_row("oracle", t(a.oracle.time) if a.oracle.time else "never", _m(a.oracle_saving), "")
     console.print(table)
     console.print("  costctl idle: stop when ALL GPUs (and every other recorded signal) stayed idle for time_window")
     for p in a.peers:
-        console.print(f"  {p.result.name}: {p.result.rule}; {p.result.reason}")
+        if p.result.settings:
+            console.print(f"  {p.result.name} ({p.result.variant}) replays {p.result.settings}")
+        console.print(f"    {p.result.rule}; {p.result.reason}")
         if p.result.assumption:
             console.print(f"    assumed: {p.result.assumption}")
 

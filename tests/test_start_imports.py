@@ -1,0 +1,101 @@
+"""Fast start: each command imports only what it uses (issue 13, item 5).
+
+Each case runs the CLI's ``main`` in a fresh interpreter (a child process: this process has
+imported everything already) and reads its ``sys.modules`` afterwards. No timing here: the
+figures are benchmarks/bench_start.py's. On a failure the message names, for each module that
+should not be there, the costctl lines that imported it first.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO, costctl_env
+
+#: The heavy stacks no start-up may load unless its command uses them.
+DATABASE = ("sqlalchemy", "alembic", "mako")
+MIGRATIONS = ("alembic", "mako")
+NETWORK_AND_PROCESSES = ("requests", "psutil", "apscheduler", "costctl_providers")
+COSTCTL_STACKS = ("costctl.config", "costctl.ledger", "costctl.watch", "costctl.replay", "costctl.cloud")
+
+_CHILD = r"""
+import contextlib, io, json, sys, traceback
+
+watched = set(sys.argv[1].split(","))
+first = {}
+
+
+class Spy:
+    '''Records, for each watched module, the costctl lines on the stack when it is first imported.'''
+
+    def find_spec(self, name, path=None, target=None):
+        key = next((w for w in watched if name == w or name.startswith(w + ".")), None)
+        if key is not None and key not in first:
+            stack = traceback.extract_stack()[:-1]
+            first[key] = [f"{f.filename.rsplit('/costctl/', 1)[-1]}:{f.lineno} {f.line}" for f in stack
+                          if "/costctl/" in f.filename][-4:]
+        return None
+
+
+sys.meta_path.insert(0, Spy())
+from costctl.cli.main import main
+
+out, err = io.StringIO(), io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    code = main(sys.argv[2:])
+loaded = sorted(w for w in watched if w in sys.modules)
+print(json.dumps({"code": code, "loaded": loaded, "first": first, "out": out.getvalue(), "err": err.getvalue()}))
+"""
+
+
+def _start(tmp_path: Path, *argv: str, watched: tuple[str, ...]) -> dict:
+    """Run ``costctl ARGV`` through ``main`` in a fresh interpreter, data dir ``tmp_path``;
+    returns its exit code, output and which of ``watched`` it had imported."""
+    proc = subprocess.run([sys.executable, "-c", _CHILD, ",".join(watched), *argv], cwd=REPO,
+                          env=costctl_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def _none_of(result: dict, modules: tuple[str, ...]) -> None:
+    unwanted = [m for m in result["loaded"] if m in modules]
+    assert not unwanted, "imported: " + "; ".join(f"{m} via {result['first'].get(m)}" for m in unwanted)
+
+
+def test_help_loads_no_database_network_or_command_stack(tmp_path):
+    result = _start(tmp_path, "--help", watched=DATABASE + NETWORK_AND_PROCESSES + COSTCTL_STACKS)
+    assert result["code"] == 0 and "bill" in result["out"] and "gpus" in result["out"]
+    _none_of(result, DATABASE + NETWORK_AND_PROCESSES + COSTCTL_STACKS)
+
+
+def test_gpus_loads_the_catalog_and_no_database_or_providers(tmp_path):
+    watched = DATABASE + NETWORK_AND_PROCESSES + COSTCTL_STACKS + ("costctl.catalog",)
+    result = _start(tmp_path, "gpus", "--format", "json", watched=watched)
+    assert result["code"] == 0 and json.loads(result["out"])
+    assert "costctl.catalog" in result["loaded"]
+    _none_of(result, DATABASE + NETWORK_AND_PROCESSES + ("costctl.ledger", "costctl.watch", "costctl.replay"))
+
+
+def test_bill_before_any_ledger_loads_sqlalchemy_but_no_migrations(tmp_path):
+    watched = DATABASE + NETWORK_AND_PROCESSES + ("costctl.watch", "costctl.replay")
+    result = _start(tmp_path, "bill", watched=watched)
+    assert result["code"] == 0, result["err"]
+    assert "sqlalchemy" in result["loaded"]  # it did look for the ledger
+    _none_of(result, MIGRATIONS + NETWORK_AND_PROCESSES + ("costctl.watch", "costctl.replay"))
+
+
+@pytest.mark.xfail(strict=False, reason="needs the watch helper's costctl/ledger/migrate.py change (wip-watch): "
+                   "a ledger at head is recognised without importing Alembic")
+def test_bill_on_an_empty_ledger_at_head_runs_no_migration_code(tmp_path):
+    from costctl.ledger import Ledger
+
+    Ledger.open(f"sqlite:///{tmp_path / 'costctl.db'}").close()  # the default ledger, migrated to head
+    watched = DATABASE + NETWORK_AND_PROCESSES + ("costctl.watch", "costctl.replay")
+    result = _start(tmp_path, "bill", "--format", "json", watched=watched)
+    assert result["code"] == 0 and json.loads(result["out"]), result["err"]
+    _none_of(result, MIGRATIONS + NETWORK_AND_PROCESSES + ("costctl.watch", "costctl.replay"))
