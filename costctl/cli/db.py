@@ -162,6 +162,7 @@ def compact(
     from ..clock import utcnow
     from ..config import format_duration
     from ..ledger import Ledger
+    from ..ledger.engine import MissingLedgerError, configured_url
 
     settings = settings_from(config, db)
     retention = settings.ledger.sample_retention
