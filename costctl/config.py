@@ -270,6 +270,49 @@ class OomConfig(_Section):
     min_batch: int = Field(default=1, ge=1)
 
 
+#: Bounds of ``[ledger] sample_retention`` and ``progress_interval``.
+SAMPLE_RETENTION_MIN, SAMPLE_RETENTION_MAX = timedelta(hours=1), timedelta(days=3650)
+PROGRESS_INTERVAL_MIN, PROGRESS_INTERVAL_MAX = timedelta(seconds=1), timedelta(hours=1)
+
+
+class LedgerConfig(_Section):
+    """``[ledger]``: what the ledger keeps at volume.
+
+    Raw telemetry samples (one row per GPU per tick) are kept for ``sample_retention``, then
+    rolled up into one row per run, GPU and UTC minute and deleted (``costctl db compact``, and
+    the watch as it runs; :mod:`costctl.ledger.sample_rollup`); ``off`` keeps them raw.
+    Progress (loss) points are stored as rows up to ``progress_points_per_interval`` per series
+    and ``progress_interval`` (plus each interval's non-finite points, up to as many again, and
+    its last point); the rest of an interval is kept as one row of exact figures (count, NaN
+    and inf counts, min, max, first, last): :mod:`costctl.ledger.progress_store`.
+    """
+
+    sample_retention: Window = Field(
+        default=timedelta(days=7),
+        description="raw telemetry is kept this long, then rolled up per minute; \"off\" keeps it raw "
+                    "(1h to 87600h)")
+    progress_interval: Duration = Field(
+        default=timedelta(seconds=60),
+        description="the interval progress points are counted in (1s to 1h)")
+    progress_points_per_interval: int = Field(
+        default=20, ge=1, le=10_000,
+        description="loss points stored as rows per series and interval; the rest are summed up exactly")
+
+    @field_validator("sample_retention")
+    @classmethod
+    def _retention_bounds(cls, v: timedelta | None) -> timedelta | None:
+        if v is not None and not SAMPLE_RETENTION_MIN <= v <= SAMPLE_RETENTION_MAX:
+            raise ValueError("expected a retention from 1h to 87600h (ten years), or off")
+        return v
+
+    @field_validator("progress_interval")
+    @classmethod
+    def _interval_bounds(cls, v: timedelta) -> timedelta:
+        if not PROGRESS_INTERVAL_MIN <= v <= PROGRESS_INTERVAL_MAX:
+            raise ValueError("expected an interval from 1s to 1h")
+        return v
+
+
 class HooksConfig(_Section):
     """``[hooks]``: ``before_stop`` is a shell command run (with ``before_stop_timeout``) before
     costctl stops an instance, e.g. to sync outputs; its failure is recorded, not fatal."""
@@ -368,6 +411,7 @@ class Settings(BaseSettings):
     data_dir: Path | None = None
     instance: InstanceConfig = InstanceConfig()
     watch: WatchConfig = WatchConfig()
+    ledger: LedgerConfig = LedgerConfig()
     policies: PoliciesConfig = Field(default_factory=PoliciesConfig)  # type: ignore[valid-type]
     hooks: HooksConfig = HooksConfig()
     stop: StopConfig = StopConfig()

@@ -2,6 +2,8 @@
 
 ``costctl watch`` and ``costctl bill`` migrate to the newest schema by themselves; these
 commands are for upgrading ahead of time, downgrading, and checking where a database is.
+``compact`` applies ``[ledger] sample_retention`` (raw telemetry older than it becomes
+per-minute rows; :mod:`costctl.ledger.sample_rollup`); ``--dry-run`` only says what it would do.
 ``downgrade`` drops tables and their data: it asks on a terminal and otherwise needs
 ``--yes``. ``current`` and ``downgrade`` never create a SQLite file that does not exist.
 """
@@ -9,6 +11,7 @@ commands are for upgrading ahead of time, downgrading, and checking where a data
 from __future__ import annotations
 
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,7 +22,7 @@ from .common import ConfigOption, DbOption, err_console, out_console, settings_f
 
 db_app = typer.Typer(
     name="db",
-    help="Ledger database migrations: upgrade, downgrade, current.",
+    help="Ledger database migrations (upgrade, downgrade, current) and telemetry retention (compact).",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -139,6 +142,67 @@ def current(config: ConfigOption = None, db: DbOption = None) -> None:
         _say(f"{rev or 'none'} ({note})")
     finally:
         engine.dispose()
+
+
+def _minute(when: datetime) -> str:
+    return when.strftime("%Y-%m-%d %H:%M UTC")
+
+
+@db_app.command("compact")
+def compact(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be done; write nothing.")] = False,
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Roll up raw telemetry older than [ledger] sample_retention into per-minute rows, deleting it.
+
+    Works in short transactions of a few thousand rows (a running watch is not held up) until
+    nothing older is left, then prints what it did. --dry-run reads only (and does not migrate).
+    """
+    from ..clock import utcnow
+    from ..config import format_duration
+    from ..ledger import Ledger
+    from ..ledger.engine import MissingLedgerError, configured_url
+
+    settings = settings_from(config, db)
+    retention = settings.ledger.sample_retention
+    if retention is None:
+        _say("[ledger] sample_retention is off: raw telemetry is kept; nothing done")
+        return
+    url = configured_url(settings.database_url, settings.data_dir)
+    try:
+        ledger = Ledger.open(url, migrate=not dry_run, create=False)
+    except MissingLedgerError as exc:
+        if settings.database_url is not None:
+            raise
+        _say(f"no ledger database at {exc.path} yet; nothing to compact")
+        return
+    now = utcnow()
+    samples = rollups = 0
+    runs: set[str] = set()
+    first = last = None
+    start = None
+    with ledger:
+        while True:
+            result = ledger.compact(now, retention, dry_run=dry_run, start=start)
+            samples += result.samples
+            rollups += result.rollups
+            runs |= result.run_ids
+            if result.first_minute is not None:
+                first = first or result.first_minute
+                last = result.last_minute
+            if result.done:
+                break
+            start = result.resume_at if dry_run else None
+        shown = ledger.url
+    held = f"raw samples before {_minute(result.cutoff)} (sample_retention {format_duration(retention)})"
+    if not samples:
+        _say(f"{shown}: no {held}; nothing done")
+        return
+    verb = "would roll up" if dry_run else "rolled up"
+    span = f"{_minute(first)} to {_minute(last)}" if first is not None and last is not None else ""
+    _say(f"{shown}: {verb} {samples} {held} into {rollups} per-minute rows, {len(runs)} run(s), "
+         f"minutes {span}" + ("; dry run: nothing written" if dry_run else ""))
 
 
 def register(app: typer.Typer) -> None:

@@ -4,6 +4,8 @@
 * :mod:`.engine` — engines (SQLite WAL, one-line errors); :mod:`.migrate` — Alembic, in code;
 * :mod:`.accrual` — the no-second-twice charging rule; :mod:`.queries` — spend and bill rows;
 * :mod:`.db` — :class:`Ledger`, the API the watch loop writes through (sessions, writes, spend).
+* :mod:`.progress_store` — bounded progress (rows up to a rate, exact buckets beyond);
+  :mod:`.sample_rollup` — telemetry retention (per-minute rollups).
 """
 
 from __future__ import annotations

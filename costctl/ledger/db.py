@@ -10,25 +10,28 @@ from __future__ import annotations
 
 import uuid
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..clock import ensure_utc, utcnow
 from ..errors import LedgerError
+from ..progress.batch import PointBatch
 from ..records import Decision, ProgressPoint, TelemetrySample
-from . import accrual
+from . import accrual, progress_store, sample_rollup
 from . import migrate as migrations
 from .engine import make_engine, parse_url, redact, translate_errors
+from .progress_store import ProgressRows
 from .queries import spend_by_currency
 from .summaries import RunUse, summarize
-from .schema import Charge, CheckpointRow, DecisionRow, Instance, Progress, Run, Sample, StopEventRow, WasteRow
+from .schema import (Charge, CheckpointRow, DecisionRow, Instance, Progress, ProgressBucket, Run, Sample,
+                     StopEventRow, WasteRow)
 
 
 def _aware(value: datetime, what: str) -> datetime:
@@ -194,65 +197,73 @@ class Ledger:
     def record_samples(self, run_id: str, samples: Sequence[TelemetrySample]) -> None:
         """Store telemetry: per sample one row per GPU reading plus one CPU row (gpu_index NULL,
         utilization = CPU percent of one core). A GPU reading with an ``error`` is stored with
-        status ``error``.
+        status ``error``. One Core executemany (no ORM objects).
 
         Raises:
             LedgerError: the database cannot be written.
         """
-        rows: list[Sample] = []
+        rows: list[dict[str, Any]] = []
         for sample in samples:
             when = _aware(sample.time, "sample time")
+            source = sample.source
+            gpu_status = sample.gpu_status.value
             for gpu in sample.gpus:
-                rows.append(
-                    Sample(
-                        run_id=run_id,
-                        time=when,
-                        gpu_index=gpu.index,
-                        utilization=gpu.utilization,
-                        memory_used_bytes=gpu.memory_used_bytes,
-                        memory_total_bytes=gpu.memory_total_bytes,
-                        power_w=gpu.power_w,
-                        status="error" if gpu.error else sample.gpu_status.value,
-                        source=sample.source,
-                        error=gpu.error,
-                    )
-                )
-            rows.append(
-                Sample(
-                    run_id=run_id,
-                    time=when,
-                    gpu_index=None,
-                    utilization=sample.cpu_percent,
-                    status=sample.cpu_status.value,
-                    source=sample.source,
-                )
-            )
+                rows.append({
+                    "run_id": run_id, "time": when, "gpu_index": gpu.index, "utilization": gpu.utilization,
+                    "memory_used_bytes": gpu.memory_used_bytes, "memory_total_bytes": gpu.memory_total_bytes,
+                    "power_w": gpu.power_w, "status": "error" if gpu.error else gpu_status, "source": source,
+                    "error": gpu.error,
+                })
+            rows.append({
+                "run_id": run_id, "time": when, "gpu_index": None, "utilization": sample.cpu_percent,
+                "memory_used_bytes": None, "memory_total_bytes": None, "power_w": None,
+                "status": sample.cpu_status.value, "source": source, "error": None,
+            })
         if rows:
             with self._write("record telemetry") as s:
-                s.add_all(rows)
+                s.execute(insert(Sample.__table__), rows)
 
-    def record_progress(self, run_id: str, points: Sequence[ProgressPoint]) -> None:
-        """Store loss values (NaN and +/-inf kept exactly).
+    def record_progress(self, run_id: str,
+                        points: Sequence[ProgressPoint] | PointBatch | ProgressRows) -> None:
+        """Store loss values (NaN and +/-inf kept exactly), one Core executemany per table.
+
+        ``points`` is a list of :class:`ProgressPoint` or a :class:`PointBatch` (every point
+        becomes a ``progress`` row), or the :class:`~costctl.ledger.progress_store.ProgressRows`
+        a :class:`~costctl.ledger.progress_store.ProgressStore` emitted (the bounded record:
+        its points, and its per-interval ``progress_buckets`` rows).
 
         Raises:
+            ValueError: a naive time.
             LedgerError: the database cannot be written.
         """
-        rows = []
-        for p in points:
-            row = Progress(
-                run_id=run_id,
-                time=_aware(p.time, "progress time") if p.time is not None else None,
-                step=p.step,
-                epoch=p.epoch,
-                total=p.total,
-                kind=p.kind,
-                name=p.name,
-            )
-            row.value = p.value
-            rows.append(row)
-        if rows:
+        raw, buckets = progress_store.rows_for(run_id, points)
+        if raw or buckets:
             with self._write("record progress") as s:
-                s.add_all(rows)
+                if raw:
+                    s.execute(insert(Progress.__table__), raw)
+                if buckets:
+                    s.execute(insert(ProgressBucket.__table__), buckets)
+
+    def compact(self, now: datetime, retention: timedelta, *, max_rows: int = sample_rollup.DEFAULT_MAX_ROWS,
+                dry_run: bool = False, start: datetime | None = None) -> sample_rollup.CompactResult:
+        """One bounded pass of telemetry retention: roll up at most about ``max_rows`` raw
+        samples older than ``now - retention`` into per-minute ``sample_minutes`` rows and
+        delete them, in one short transaction (:func:`costctl.ledger.sample_rollup.compact_chunk`).
+        Call again while the result is not ``done`` (a watch: one pass every few minutes from
+        its writer thread; ``costctl db compact``: until done). ``dry_run`` only reads, and
+        goes on from ``start`` (the previous dry pass's ``resume_at``).
+
+        Raises:
+            ValueError: a naive ``now``, or a retention that is not positive.
+            LedgerError: the database cannot be read or written.
+        """
+        now = _aware(now, "now")
+        if dry_run:
+            with self.session() as s:
+                return sample_rollup.compact_chunk(s, now=now, retention=retention, max_rows=max_rows,
+                                                   dry_run=True, start=start)
+        with self._write("compact telemetry") as s:
+            return sample_rollup.compact_chunk(s, now=now, retention=retention, max_rows=max_rows, start=start)
 
     def record_decision(
         self, run_id: str, decision: Decision, *, outcome: str | None = None, dry_run: bool = False

@@ -10,13 +10,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from ..clock import ensure_utc
 from ..money import cost_of
-from .schema import Charge, Instance, Sample, WasteRow
+from .schema import Charge, Instance, Sample, SampleMinute, WasteRow
 
 #: Waste reasons that count as a preemption (with notice / seen after the fact).
 PREEMPTION_REASONS = ("preemption", "preempted")
@@ -88,18 +89,34 @@ class GpuUse:
 
 
 def gpu_use_by_run(session: Session) -> dict[str, GpuUse]:
-    """:class:`GpuUse` per run that has readable GPU samples (status ``ok``)."""
-    stmt = (
+    """:class:`GpuUse` per run that has readable GPU samples (status ``ok``), raw ones and
+    those already rolled up per minute (``sample_minutes``) together."""
+    raw = (
         select(Sample.run_id, func.max(Sample.memory_used_bytes), func.max(Sample.memory_total_bytes),
-               func.avg(Sample.utilization), func.count(Sample.id))
+               func.sum(Sample.utilization), func.count(Sample.utilization), func.count(Sample.id))
         .where(Sample.gpu_index.is_not(None), Sample.status == "ok")
         .group_by(Sample.run_id)
     )
-    out = {}
-    for run_id, peak, total, mean, count in session.execute(stmt):
-        out[run_id] = GpuUse(int(peak) if peak is not None else None, int(total) if total is not None else None,
-                             float(mean) if mean is not None else None, int(count))
-    return out
+    rolled = (
+        select(SampleMinute.run_id, func.max(SampleMinute.memory_used_max), func.max(SampleMinute.memory_total_max),
+               func.sum(SampleMinute.utilization_sum), func.sum(SampleMinute.utilization_count),
+               func.sum(SampleMinute.ok_samples))
+        .where(SampleMinute.gpu_index.is_not(None), SampleMinute.ok_samples > 0)
+        .group_by(SampleMinute.run_id)
+    )
+    acc: dict[str, list[Any]] = {}
+    for run_id, peak, total, util_sum, util_n, count in (*session.execute(raw), *session.execute(rolled)):
+        a = acc.setdefault(run_id, [None, None, 0.0, 0, 0])
+        if peak is not None and (a[0] is None or peak > a[0]):
+            a[0] = peak
+        if total is not None and (a[1] is None or total > a[1]):
+            a[1] = total
+        a[2] += float(util_sum or 0.0)
+        a[3] += int(util_n or 0)
+        a[4] += int(count or 0)
+    return {run_id: GpuUse(int(peak) if peak is not None else None, int(total) if total is not None else None,
+                           util_sum / util_n if util_n else None, count)
+            for run_id, (peak, total, util_sum, util_n, count) in acc.items()}
 
 
 __all__ = ["GpuUse", "PREEMPTION_REASONS", "SpotExposure", "Waste", "gpu_use_by_run", "spot_exposure",

@@ -6,9 +6,16 @@ Everything that costs or saves money leaves a row here:
 * ``runs`` — one ``costctl watch`` session on an instance (id: uuid4 hex).
 * ``samples`` — telemetry: one row per GPU per tick, plus one row per tick with
   ``gpu_index`` NULL for the CPU of the watched process tree (percent of one core).
+* ``sample_minutes`` — telemetry older than ``[ledger] sample_retention``, rolled up per run,
+  GPU (NULL: the CPU row) and UTC minute by :meth:`costctl.ledger.db.Ledger.compact`
+  (:mod:`costctl.ledger.sample_rollup`); the raw rows are deleted as they are rolled up.
 * ``progress`` — loss values parsed from the job. Non-finite losses (NaN, +/-inf) are kept
   exactly: ``value`` is NULL and ``value_special`` holds ``"nan"``, ``"inf"`` or ``"-inf"``
-  (SQLite turns a NaN REAL into NULL, so a plain float column would lose them).
+  (SQLite turns a NaN REAL into NULL, so a plain float column would lose them). At volume
+  these are a bounded sample of the points (:mod:`costctl.ledger.progress_store`).
+* ``progress_buckets`` — per series and interval, the exact count, non-finite counts, min,
+  max, first and last of the points that ``progress`` does not hold (a chatty job's);
+  rows plus buckets add up to every point (:mod:`costctl.ledger.progress_store`).
 * ``charges`` — spend intervals ``[start_at, end_at)`` at ``rate_per_hour`` (currency units
   per instance-hour) in ``currency``, with their length as integer microseconds
   (``duration_us``, summable in SQL). The amount is never stored: it is
@@ -145,7 +152,7 @@ class Sample(Base):
     :class:`costctl.records.SignalStatus` value; ``error`` says why a GPU could not be read."""
 
     __tablename__ = "samples"
-    __table_args__ = (Index("ix_samples_run_id_time", "run_id", "time"),)
+    __table_args__ = (Index("ix_samples_run_id_time", "run_id", "time"), Index("ix_samples_time", "time"))
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
@@ -200,6 +207,124 @@ class Progress(Base):
         else:
             self.value_finite = None
             self.value_special = "nan" if math.isnan(number) else ("inf" if number > 0 else "-inf")
+
+
+class SampleMinute(Base):
+    """Telemetry of one run, one GPU (``gpu_index`` NULL: the CPU row, percent of one core) and
+    one UTC minute ``[minute, minute + 60 s)``, rolled up from raw ``samples`` rows older than
+    ``[ledger] sample_retention`` (:mod:`costctl.ledger.sample_rollup`).
+
+    ``samples`` counts every raw row of the minute, ``ok_samples`` those with status ``ok``;
+    ``status`` is the worst status seen (``error`` > ``unknown`` > ``absent`` > ``ok``) and
+    ``error`` the first error text. The figures are over the readable (status ``ok``) readings
+    that had the value: utilization (percent) as a sum and a count (the mean is
+    ``utilization_sum / utilization_count``, see :attr:`utilization_mean`) and a max; memory used
+    and total as maxima (bytes); board power (watts) as a sum and a count. Sums and counts
+    compose: a minute rolled up in two passes (raw rows that came in late) may have two rows,
+    and every reader adds them up.
+    """
+
+    __tablename__ = "sample_minutes"
+    __table_args__ = (Index("ix_sample_minutes_run_id_minute", "run_id", "minute"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    gpu_index: Mapped[int | None] = mapped_column(Integer)
+    minute: Mapped[datetime] = mapped_column(UTCDateTime())
+    samples: Mapped[int] = mapped_column(Integer)
+    ok_samples: Mapped[int] = mapped_column(Integer)
+    utilization_sum: Mapped[float | None] = mapped_column(Float)
+    utilization_count: Mapped[int] = mapped_column(Integer)
+    utilization_max: Mapped[float | None] = mapped_column(Float)
+    memory_used_max: Mapped[int | None] = mapped_column(BigInteger)
+    memory_total_max: Mapped[int | None] = mapped_column(BigInteger)
+    power_sum: Mapped[float | None] = mapped_column(Float)
+    power_count: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    source: Mapped[str] = mapped_column(String(32))
+    error: Mapped[str | None] = mapped_column(Text)
+
+    @property
+    def utilization_mean(self) -> float | None:
+        """Mean utilization (percent) over the minute's readable readings; None without any."""
+        if not self.utilization_count or self.utilization_sum is None:
+            return None
+        return self.utilization_sum / self.utilization_count
+
+    @property
+    def power_mean(self) -> float | None:
+        """Mean board power (watts) over the minute's readable readings; None without any."""
+        if not self.power_count or self.power_sum is None:
+            return None
+        return self.power_sum / self.power_count
+
+
+def _special_value(finite: float | None, special: str | None) -> float | None:
+    if special is not None:
+        return _SPECIAL_FLOATS[special]
+    return finite
+
+
+class ProgressBucket(Base):
+    """The progress points of one series (``kind``, ``name``) of one run in one interval
+    ``[start_at, end_at)`` that are *not* stored as ``progress`` rows, summed up exactly; written
+    only for intervals where the job printed more than ``progress`` keeps
+    (:mod:`costctl.ledger.progress_store`). Rows and buckets never overlap.
+
+    ``count`` is the number of those points and ``kept`` the number of the interval's points
+    stored as rows (the interval had ``count + kept``), so a series has ``count(progress rows) +
+    sum(count)`` points; ``nan_count``, ``posinf_count``, ``neginf_count`` count their non-finite
+    values; ``min``/``max`` are over their finite values (NULL when there were none);
+    ``first_*``/``last_*`` are the first and last of them in arrival order (value as in
+    ``progress``: ``*_value`` finite, or ``*_special`` ``"nan"``/``"inf"``/``"-inf"``; step,
+    time), ``last_epoch``/``last_total`` the last one's. The interval's own first and last points
+    are always rows.
+    """
+
+    __tablename__ = "progress_buckets"
+    __table_args__ = (
+        Index("ix_progress_buckets_run_id_start_at", "run_id", "start_at"),
+        CheckConstraint("(first_value IS NULL) <> (first_special IS NULL)", name="one_first"),
+        CheckConstraint("(last_value IS NULL) <> (last_special IS NULL)", name="one_last"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    kind: Mapped[str] = mapped_column(String(8))
+    name: Mapped[str] = mapped_column(String(64))
+    start_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    end_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    count: Mapped[int] = mapped_column(BigInteger)
+    kept: Mapped[int] = mapped_column(Integer)
+    nan_count: Mapped[int] = mapped_column(BigInteger)
+    posinf_count: Mapped[int] = mapped_column(BigInteger)
+    neginf_count: Mapped[int] = mapped_column(BigInteger)
+    min: Mapped[float | None] = mapped_column(Float)
+    max: Mapped[float | None] = mapped_column(Float)
+    first_value: Mapped[float | None] = mapped_column(Float)
+    first_special: Mapped[str | None] = mapped_column(String(8))
+    first_step: Mapped[int | None] = mapped_column(BigInteger)
+    first_time: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    last_value: Mapped[float | None] = mapped_column(Float)
+    last_special: Mapped[str | None] = mapped_column(String(8))
+    last_step: Mapped[int | None] = mapped_column(BigInteger)
+    last_time: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    last_epoch: Mapped[float | None] = mapped_column(Float)
+    last_total: Mapped[int | None] = mapped_column(BigInteger)
+
+    @property
+    def first(self) -> float:
+        """The interval's first loss (NaN/inf round-trip)."""
+        value = _special_value(self.first_value, self.first_special)
+        assert value is not None
+        return value
+
+    @property
+    def last(self) -> float:
+        """The interval's last loss (NaN/inf round-trip)."""
+        value = _special_value(self.last_value, self.last_special)
+        assert value is not None
+        return value
 
 
 class Charge(Base):
@@ -347,5 +472,5 @@ class StopEventRow(Base):
     detail: Mapped[str | None] = mapped_column(Text)
 
 
-__all__ = ["Base", "Instance", "Run", "Sample", "Progress", "Charge", "ChargeRollup", "DecisionRow", "CheckpointRow", "WasteRow",
-           "StopEventRow", "NAMING_CONVENTION"]
+__all__ = ["Base", "Instance", "Run", "Sample", "SampleMinute", "Progress", "ProgressBucket", "Charge", "ChargeRollup",
+           "DecisionRow", "CheckpointRow", "WasteRow", "StopEventRow", "NAMING_CONVENTION"]

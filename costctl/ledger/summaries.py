@@ -17,7 +17,7 @@ from decimal import Decimal
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from .schema import Charge, Instance, Progress, Run, Sample
+from .schema import Charge, Instance, Progress, ProgressBucket, Run, Sample, SampleMinute
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,16 +34,29 @@ class RunUse:
 
 
 def measured_use(session: Session, run_id: str) -> RunUse:
-    """:class:`RunUse` of ``run_id`` from its readable GPU samples (status ``ok``; one aggregate)
-    and its progress rows (one count)."""
-    peak, total, mean, count = session.execute(
+    """:class:`RunUse` of ``run_id`` from its readable GPU samples (status ``ok``) together with
+    the per-minute rollups of the samples already compacted (``sample_minutes``: a run longer
+    than ``[ledger] sample_retention`` has both), and its points: progress rows plus the points
+    summed into ``progress_buckets``. Four aggregate queries, each by the run's index."""
+    peak, total, util_sum, util_n, count = session.execute(
         select(func.max(Sample.memory_used_bytes), func.max(Sample.memory_total_bytes),
-               func.avg(Sample.utilization), func.count())
+               func.sum(Sample.utilization), func.count(Sample.utilization), func.count())
         .where(Sample.run_id == run_id, Sample.gpu_index.is_not(None), Sample.status == "ok")
     ).one()
-    points = session.scalar(select(func.count()).select_from(Progress).where(Progress.run_id == run_id))
-    return RunUse(int(peak) if peak is not None else None, int(total) if total is not None else None,
-                  float(mean) if mean is not None else None, int(count or 0), int(points or 0))
+    m_peak, m_total, m_sum, m_n, m_count = session.execute(
+        select(func.max(SampleMinute.memory_used_max), func.max(SampleMinute.memory_total_max),
+               func.sum(SampleMinute.utilization_sum), func.sum(SampleMinute.utilization_count),
+               func.sum(SampleMinute.ok_samples))
+        .where(SampleMinute.run_id == run_id, SampleMinute.gpu_index.is_not(None))
+    ).one()
+    peaks = [int(v) for v in (peak, m_peak) if v is not None]
+    totals = [int(v) for v in (total, m_total) if v is not None]
+    n = int(util_n or 0) + int(m_n or 0)
+    mean = (float(util_sum or 0) + float(m_sum or 0)) / n if n else None
+    points = session.scalar(select(func.count()).select_from(Progress).where(Progress.run_id == run_id)) or 0
+    bucketed = session.scalar(select(func.sum(ProgressBucket.count)).where(ProgressBucket.run_id == run_id)) or 0
+    return RunUse(max(peaks) if peaks else None, max(totals) if totals else None, mean,
+                  int(count or 0) + int(m_count or 0), int(points) + int(bucketed))
 
 
 def summarize(session: Session, run_id: str, use: RunUse | None = None) -> None:

@@ -40,6 +40,9 @@ from tenacity import Retrying, RetryCallState, retry_if_exception, stop_never, w
 
 from ..errors import LedgerError
 from ..money import cost_of
+from ..progress.batch import PointBatch
+from .progress_store import ProgressRows
+from .sample_rollup import DEFAULT_MAX_ROWS as DEFAULT_COMPACT_ROWS
 
 TELEMETRY = "telemetry"
 DURABLE = "durable"
@@ -220,8 +223,19 @@ class LedgerWriter:
         return self.submit("record_samples", run_id, list(samples), kind=TELEMETRY, what="record telemetry")
 
     def record_progress(self, run_id: str, points: Any) -> Ticket:
-        """Telemetry (droppable): :meth:`Ledger.record_progress`."""
-        return self.submit("record_progress", run_id, list(points), kind=TELEMETRY, what="record progress")
+        """Telemetry (droppable): :meth:`Ledger.record_progress`. A
+        :class:`~costctl.progress.batch.PointBatch` or a progress store's
+        :class:`~costctl.ledger.progress_store.ProgressRows` is passed as it is (the caller
+        hands it over); other iterables of points are copied into a list."""
+        if not isinstance(points, PointBatch | ProgressRows):
+            points = list(points)
+        return self.submit("record_progress", run_id, points, kind=TELEMETRY, what="record progress")
+
+    def compact(self, now: datetime, retention: timedelta, *, max_rows: int = DEFAULT_COMPACT_ROWS) -> Ticket:
+        """Telemetry (droppable): one bounded retention pass, :meth:`Ledger.compact` (its
+        ticket's result is the :class:`~costctl.ledger.sample_rollup.CompactResult`; not
+        ``done``: submit another later)."""
+        return self.submit("compact", now, retention, max_rows=max_rows, kind=TELEMETRY, what="compact telemetry")
 
     def accrue(self, run_id: str, until: datetime, rate_per_hour: Decimal, currency: str) -> Ticket:
         """Durable: charge ``run_id`` up to ``until`` (:meth:`Ledger.accrue`). Coalesced with the

@@ -49,6 +49,7 @@ from ..errors import ConfigError, CostctlError, LedgerError, UsageError
 from ..executor import Executor
 from ..ledger.db import Ledger
 from ..ledger.lifecycle import spot_exposure
+from ..ledger.progress_store import ProgressStore
 from ..ledger.spend import SpendTracker
 from ..ledger.writer import LedgerWriter
 from ..lifecycle.controller import Lifecycle
@@ -154,6 +155,8 @@ class Watcher:
         self.clock = clock or RealClock()
         self.status = StatusLine(False if options.quiet else options.status_line)
         self.summary = RunSummary(dry_run=options.dry_run)
+        #: one bounded progress store per ledger run (costctl.ledger.progress_store)
+        self._progress_stores: dict[str, ProgressStore] = {}
         self._sampler = sampler
         self._provider = provider
         self._fds = (stdout_fd, stderr_fd)
@@ -644,8 +647,7 @@ class Watcher:
             # Queued for the writer thread: a tick never waits on the database.
             if sample is not None:
                 self.writer.record_samples(run.run_id, [sample])
-            if points:
-                self.writer.record_progress(run.run_id, points)
+            self._record_progress(run.run_id, points, now)
             self.writer.accrue(run.run_id, now, run.rate.amount, run.rate.currency)
             self._update_spend(now)
             # While a stop is carried through the policies rest (the stop is decided), and while
@@ -658,6 +660,19 @@ class Watcher:
                 self.summary.add_sample(sample)
                 self._status(now, sample)
             return decisions
+
+    def _record_progress(self, run_id: str, points: list[ProgressPoint], now: datetime) -> None:
+        """Queue the bounded record of ``points`` (and of intervals over by ``now``) for the
+        writer: every point up to ``[ledger] progress_points_per_interval`` per interval, exact
+        per-interval figures beyond (:mod:`costctl.ledger.progress_store`)."""
+        assert self.writer is not None
+        store = self._progress_stores.get(run_id)
+        if store is None:
+            cfg = self.settings.ledger
+            store = self._progress_stores[run_id] = ProgressStore(
+                interval_s=cfg.progress_interval.total_seconds(), points_per_interval=cfg.progress_points_per_interval)
+        if rows := store.add(points, now):
+            self.writer.record_progress(run_id, rows)
 
     def _read_spend(self, run: RunState, now: datetime) -> SpendTracker:
         """The run's prior spend, read from the ledger once (start-up, a move)."""
@@ -1050,7 +1065,7 @@ class Watcher:
                 with self._lock:
                     points = self._drain_progress(end)
                     if points:
-                        self.writer.record_progress(self.state.run_id, points)
+                        self._record_progress(self.state.run_id, points, end)
                         self.summary.add_progress(points)
             with self._lock:
                 if self.lifecycle is not None and self.lifecycle.requester.pending is not None:
@@ -1062,6 +1077,9 @@ class Watcher:
                 self._update_spend(end)
                 if status == "running":
                     status = "completed"
+                for run_id, store in self._progress_stores.items():  # the open intervals
+                    if rows := store.flush():
+                        self.writer.record_progress(run_id, rows)
                 self.writer.finish_run(run.run_id, ended_at=end, exit_code=self.child_status, status=status)
         except LedgerError as exc:
             self.say(f"costctl: could not close the run in the ledger: {exc.message}")
