@@ -641,12 +641,15 @@ class Watcher:
             for point in points:
                 self.history.add_progress(point)
             self.summary.add_progress(points)
-            # Queued for the writer thread: a tick never waits on the database.
-            if sample is not None:
-                self.writer.record_samples(run.run_id, [sample])
-            if points:
-                self.writer.record_progress(run.run_id, points)
-            self.writer.accrue(run.run_id, now, run.rate.amount, run.rate.currency)
+            # Queued for the writer thread: a tick never waits on the database, and its writes
+            # go in one transaction (held until all are queued). Decisions follow outside the
+            # hold: carrying one out may wait on the writer (a move waits for its new run's id).
+            with self.writer.hold():
+                if sample is not None:
+                    self.writer.record_samples(run.run_id, [sample])
+                if points:
+                    self.writer.record_progress(run.run_id, points)
+                self.writer.accrue(run.run_id, now, run.rate.amount, run.rate.currency)
             self._update_spend(now)
             # While a stop is carried through the policies rest (the stop is decided), and while
             # the job ends on the user's Ctrl-C (the user decided).
