@@ -8,6 +8,7 @@ at any moment leaves the ledger as of its last completed call. Write transaction
 
 from __future__ import annotations
 
+import math
 import threading
 import uuid
 from contextlib import contextmanager
@@ -16,7 +17,7 @@ from decimal import Decimal
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -29,6 +30,15 @@ from . import migrate as migrations
 from .engine import make_engine, parse_url, redact, translate_errors
 from .queries import charge_slices, sum_by_currency
 from .schema import Charge, CheckpointRow, DecisionRow, Instance, Progress, Run, Sample, StopEventRow, WasteRow
+
+
+def _progress_row(run_id: str, p: ProgressPoint) -> dict[str, Any]:
+    value = float(p.value)
+    finite = math.isfinite(value)
+    return {"run_id": run_id, "time": _aware(p.time, "progress time") if p.time is not None else None,
+            "step": p.step, "epoch": p.epoch, "total": p.total, "kind": p.kind, "name": p.name,
+            "value": value if finite else None,
+            "value_special": None if finite else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))}
 
 
 def _aware(value: datetime, what: str) -> datetime:
@@ -258,28 +268,17 @@ class Ledger:
             with self._write("record telemetry") as s:
                 s.add_all(rows)
 
-    def record_progress(self, run_id: str, points: Sequence[ProgressPoint]) -> None:
-        """Store loss values (NaN and +/-inf kept exactly).
+    def record_progress(self, run_id: str, points: Any) -> None:
+        """Store loss values (NaN and +/-inf kept exactly): a list of :class:`ProgressPoint` or
+        a :class:`~costctl.progress.batch.PointBatch`, one Core executemany (no ORM object per row).
 
         Raises:
             LedgerError: the database cannot be written.
         """
-        rows = []
-        for p in points:
-            row = Progress(
-                run_id=run_id,
-                time=_aware(p.time, "progress time") if p.time is not None else None,
-                step=p.step,
-                epoch=p.epoch,
-                total=p.total,
-                kind=p.kind,
-                name=p.name,
-            )
-            row.value = p.value
-            rows.append(row)
+        rows = [_progress_row(run_id, p) for p in (points.points() if hasattr(points, "points") else points)]
         if rows:
             with self._write("record progress") as s:
-                s.add_all(rows)
+                s.execute(insert(Progress.__table__), rows)
 
     def record_decision(
         self, run_id: str, decision: Decision, *, outcome: str | None = None, dry_run: bool = False

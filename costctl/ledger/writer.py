@@ -245,7 +245,11 @@ class LedgerWriter:
         return self.submit("record_samples", run_id, list(samples), kind=TELEMETRY, what="record telemetry")
 
     def record_progress(self, run_id: str, points: Any) -> Ticket:
-        """Telemetry (droppable): :meth:`Ledger.record_progress`."""
+        """Telemetry (droppable): :meth:`Ledger.record_progress`. ``points``: a list of
+        :class:`~costctl.records.ProgressPoint` or a :class:`~costctl.progress.batch.PointBatch`
+        (passed on as it is)."""
+        if hasattr(points, "values") and hasattr(points, "points"):  # a PointBatch
+            return self.submit("record_progress", run_id, points, kind=TELEMETRY, what="record progress")
         return self.submit("record_progress", run_id, list(points), kind=TELEMETRY, what="record progress")
 
     def accrue(self, run_id: str, until: datetime, rate_per_hour: Decimal, currency: str) -> Ticket:

@@ -56,6 +56,7 @@ from ..lifecycle.underuse import underuse_advice
 from ..money import Money
 from ..policies.engine import PolicyEngine
 from ..policies.history import History
+from ..progress.batch import PointBatch
 from ..progress.lines import LineParser
 from ..progress.metrics_file import MetricsFileFollower
 from ..protocols import RunState
@@ -104,6 +105,15 @@ def run_unguarded(run: Any) -> bool:
     if run.ended_at is not None or run.host != socket.gethostname() or run.pid is None:
         return False
     return not watch_alive(run.pid) and job_running(run.log_path)
+
+
+def _feed_batch(parser: LineParser, text: str, now: datetime) -> PointBatch:
+    """The points of ``text`` as one batch: ``LineParser.feed_batch`` where the parser has it,
+    else built from ``feed``'s list (a stand-in until the columnar parser lands)."""
+    feed_batch = getattr(parser, "feed_batch", None)
+    if feed_batch is not None:
+        return feed_batch(text, now)
+    return PointBatch.from_points(parser.feed(text, now))
 
 
 def _isatty(fd: int) -> bool:
@@ -159,7 +169,7 @@ class Watcher:
         self._fds = (stdout_fd, stderr_fd)
         # Threads: the output threads feed _progress_q; the scheduler's tick and notice poll and
         # the main loop's step() take _lock; the signal handler only sets _signal.
-        self._progress_q: queue.SimpleQueue[ProgressPoint] = queue.SimpleQueue()
+        self._progress_q: queue.SimpleQueue[PointBatch] = queue.SimpleQueue()
         self._lock = threading.RLock()
         self._done = threading.Event()
         self._signal: int | None = None  # the latest SIGINT/SIGTERM received
@@ -577,27 +587,31 @@ class Watcher:
 
     # ------------------------------------------------------------------ progress and the tick
     def _on_text(self, stream: str, text: str) -> None:
-        """The command's output (output threads): OOM scan, then loss lines to the queue."""
+        """The command's output (output threads): OOM scan, then the chunk's points to the queue
+        as one :class:`PointBatch`."""
         if self.lifecycle is not None:
             self.lifecycle.on_text(stream, text)
         if self._metrics is not None:
             return
-        for p in self._parsers[stream].feed(text, self.clock.now()):
-            self._progress_q.put(p)
+        batch = _feed_batch(self._parsers[stream], text, self.clock.now())
+        if batch:
+            self._progress_q.put(batch)
 
-    def _drain_progress(self, now: datetime) -> list[ProgressPoint]:
-        points: list[ProgressPoint] = []
+    def _drain_progress(self, now: datetime) -> PointBatch:
+        """Everything the output threads (and the metrics file) gave since the last drain, as one batch."""
+        out = PointBatch()
         while True:
             try:
-                points.append(self._progress_q.get_nowait())
+                out.extend(self._progress_q.get_nowait())
             except queue.Empty:
                 break
         if self._metrics is not None:
             try:
-                points.extend(self._metrics.poll(now))
+                for point in self._metrics.poll(now):
+                    out.append_point(point)
             except CostctlError as exc:
                 self.say(f"costctl: metrics file: {exc.message}")
-        return points
+        return out
 
     def _act(self, decision: Decision) -> None:
         """Carry out one policy decision: ``downsize`` to the lifecycle controller, the rest to
@@ -638,9 +652,8 @@ class Watcher:
                 sample = self._sampler.sample(now)
                 self.history.add_sample(sample)
             points = self._drain_progress(now)
-            for point in points:
-                self.history.add_progress(point)
-            self.summary.add_progress(points)
+            self.history.add_batch(points)
+            self.summary.add_batch(points)
             # Queued for the writer thread: a tick never waits on the database, and its writes
             # go in one transaction (held until all are queued). Decisions follow outside the
             # hold: carrying one out may wait on the writer (a move waits for its new run's id).
@@ -657,6 +670,9 @@ class Watcher:
             decisions = [] if resting else self.engine.evaluate(self.history, now)
             for decision in decisions:
                 self._act(decision)
+            for key, evidence in self.engine.updates(now):  # e.g. a plateau episode's repeats
+                assert self.recorder is not None
+                self.recorder.update(key, evidence)
             if sample is not None:
                 self.summary.add_sample(sample)
                 self._status(now, sample)
@@ -1054,7 +1070,7 @@ class Watcher:
                     points = self._drain_progress(end)
                     if points:
                         self.writer.record_progress(self.state.run_id, points)
-                        self.summary.add_progress(points)
+                        self.summary.add_batch(points)
             with self._lock:
                 if self.lifecycle is not None and self.lifecycle.requester.pending is not None:
                     self.lifecycle.requester.withdraw()
