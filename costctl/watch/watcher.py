@@ -70,6 +70,7 @@ from ..stopping import EXIT_STOP_FAILED, StopProcess, StopRoute, StopRunner
 from .instance import bring_up, resolve_instance
 from .attach import AttachTarget, find_target, on_exit_argv
 from .job import Job
+from .pump import ParsePump
 from .options import WatchOptions
 from ..relay.client import RelayChild, shares_one_terminal, terminal_size
 from ..relay.protocol import job_running, relay_running
@@ -191,6 +192,7 @@ class Watcher:
         self.notice_poller: NoticePoller | None = None
         self._metrics: MetricsFileFollower | None = None
         self._parsers: dict[str, LineParser] = {}
+        self._pump: ParsePump | None = None  # parses the job's output off the output thread
         self._child_done = True
         self._own_cpu = False
         self._spend_before = Decimal(0)  # spend of earlier ledger runs of this watch (same currency)
@@ -403,6 +405,9 @@ class Watcher:
             "stdout": LineParser(self.options.loss_regex),
             "stderr": LineParser(self.options.loss_regex),
         }
+        parsers = self._parsers
+        self._pump = ParsePump(lambda stream, text, now: _feed_batch(parsers[stream], text, now),
+                               self._progress_q.put, self.clock.now, on_error=self._output_failed)
         if s.checkpoint.path:
             warning = ephemeral_storage_warning(resolve_pattern(s.checkpoint.path))
             if warning:
@@ -587,15 +592,26 @@ class Watcher:
 
     # ------------------------------------------------------------------ progress and the tick
     def _on_text(self, stream: str, text: str) -> None:
-        """The command's output (output threads): OOM scan, then the chunk's points to the queue
-        as one :class:`PointBatch`."""
+        """The command's output (output threads): OOM scan, then the text to the parser thread
+        (:class:`~.pump.ParsePump`), whose batches of points the tick drains."""
         if self.lifecycle is not None:
             self.lifecycle.on_text(stream, text)
         if self._metrics is not None:
             return
-        batch = _feed_batch(self._parsers[stream], text, self.clock.now())
-        if batch:
-            self._progress_q.put(batch)
+        if self._pump is not None:
+            self._pump.put(stream, text)  # parsed on the parser thread, in big pieces
+
+    def _finish_parsing(self) -> None:
+        """The job's output ended: let the parser finish within one sample interval (a flood
+        of output never keeps the watch, and its bill, going); what is left is dropped, said once."""
+        pump = self._pump
+        if pump is None:
+            return
+        dropped = pump.drain(self.settings.watch.sample_interval.total_seconds())
+        if dropped:
+            self.say(f"costctl: {dropped} characters of the job's output were not parsed for progress in time "
+                     f"(the watch ends within one sample interval of the job's exit); the run log {self.log_path} "
+                     "has all of it")
 
     def _drain_progress(self, now: datetime) -> PointBatch:
         """Everything the output threads (and the metrics file) gave since the last drain, as one batch."""
@@ -890,6 +906,7 @@ class Watcher:
         if not self._child_done and job is not None and job.exists and not job.running:
             self._child_done = True
             status = job.wait()
+            self._finish_parsing()
             with self._lock:
                 self.history.child_running = False
                 self.history.child_exited_at = self.clock.now()
@@ -1062,6 +1079,9 @@ class Watcher:
         if self.ledger is None or self._state is None:
             return exit_code, status
         end = self._stopped_at or self.clock.now()
+        if self._pump is not None:
+            self._finish_parsing()
+            self._pump.close()
         try:
             if self._stopped_at is None:
                 self.tick(end)
