@@ -46,7 +46,7 @@ def test_drain_gives_up_at_its_deadline_and_counts_what_it_dropped():
 
     pump = ParsePump(slow, got.append, lambda: T0)
     pump.put("stdout", "1\n")
-    while pump.idle():  # the first piece is being parsed
+    while pump.pending_chars:  # wait until the first piece is being parsed
         pass
     pump.put("stderr", "2\n3\n")
     assert pump.drain(0.05) == 4 and pump.dropped_chars == 4
