@@ -13,14 +13,13 @@ from __future__ import annotations
 import importlib.util
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
+
+if TYPE_CHECKING:  # Alembic (and Mako under it) is imported by the functions that use it
+    from alembic.config import Config
 
 from ..errors import LedgerError
 from .engine import redact, translate_errors
@@ -50,6 +49,8 @@ def alembic_config(engine: Engine | None = None) -> Config:
     ``sqlalchemy.url`` is set from ``engine`` (password included: env.py may need to
     connect when no connection is passed in ``config.attributes["connection"]``).
     """
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", script_location())
     if engine is not None:
@@ -60,6 +61,8 @@ def alembic_config(engine: Engine | None = None) -> Config:
 
 def head_revision() -> str:
     """The newest revision id among costctl's migration scripts."""
+    from alembic.script import ScriptDirectory
+
     with _alembic_lock:
         head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None, "costctl_alembic has no migrations"
@@ -75,6 +78,9 @@ def _run(engine: Engine, doing: str, fn: str, revision: str) -> None:
     only takes effect outside a transaction, so it is set on the connection before BEGIN, and
     ``PRAGMA foreign_key_check`` must come back empty before the transaction commits.
     """
+    from alembic import command
+    from alembic.util import CommandError
+
     cfg = alembic_config(engine)
     sqlite = engine.dialect.name == "sqlite"
     with _alembic_lock, translate_errors(doing, engine.url):
@@ -145,6 +151,8 @@ def current_revision(engine: Engine) -> str | None:
     Raises:
         LedgerError: the database cannot be reached.
     """
+    from alembic.runtime.migration import MigrationContext
+
     with translate_errors("read the database revision", engine.url):
         with engine.connect() as connection:
             return MigrationContext.configure(connection).get_current_revision()
