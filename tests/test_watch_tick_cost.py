@@ -101,3 +101,34 @@ def test_a_failing_write_in_a_batch_loses_only_itself(tmp_path):
         assert len(session.scalars(select(Progress)).all()) == 2
     assert any("no-such-run" in line for line in lines)
     ledger.close()
+
+
+def test_telemetry_and_charges_linger_but_a_decision_or_a_flush_writes_at_once(tmp_path):
+    import time
+    from decimal import Decimal
+
+    from costctl.ledger.db import Ledger
+    from costctl.ledger.writer import LedgerWriter
+    from costctl.records import Action, Decision, TelemetrySample
+
+    ledger = Ledger.open(f"sqlite:///{tmp_path / 'l.db'}")
+    pk = ledger.ensure_instance("sim", "i-1", gpu=None, gpu_count=0, billing="on-demand",
+                                price_per_hour=Decimal("1"), currency="USD")
+    run = ledger.start_run(pk, started_at=T0, command=None, log_path=None, host="h")
+    counts = _count_transactions(ledger.engine)
+    writer = LedgerWriter(ledger, say=lambda line: None, linger_s=30)
+    from datetime import timedelta
+    for i in range(5):  # five ticks' worth
+        writer.record_samples(run, [TelemetrySample(time=T0 + timedelta(seconds=i + 1), cpu_percent=1.0)])
+        writer.accrue(run, T0 + timedelta(seconds=i + 1), Decimal("1"), "USD")
+    time.sleep(0.3)
+    assert counts["commit"] == 0 and writer.pending == 6  # the five charges coalesced into one
+    writer.record_decision(run, Decision(time=T0, policy="idle", action=Action.ADVISE, reason="r", key="k"))
+    deadline = time.monotonic() + 10
+    while writer.pending and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert writer.pending == 0 and counts["commit"] == 1  # all of it, in one transaction
+    writer.record_samples(run, [TelemetrySample(time=T0 + timedelta(seconds=10), cpu_percent=1.0)])
+    assert writer.flush(5).complete and counts["commit"] == 2
+    writer.close()
+    ledger.close()

@@ -107,6 +107,7 @@ class _Op:
     what: str
     accrual_key: tuple[str, Decimal, str] | None = None
     started: bool = False
+    at: float = field(default_factory=time.monotonic)  # when it was queued (monotonic seconds)
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,10 @@ class LedgerWriter:
         sleep: ``(seconds) -> None`` between retries; the default waits on an event that
             :meth:`flush` and :meth:`close` set, so a retry is never slept through at the end.
         max_batch: the most queued writes run in one transaction.
+        linger_s: while only telemetry and charges are queued, wait up to this many seconds
+            (since the oldest was queued) to write them in one transaction: a watch sampling
+            every second then commits every few seconds (its spend is in memory; a watch
+            killed outright leaves at most this much of its time uncharged). 0: write at once.
 
     Raises:
         nothing: writes never raise into the caller; results and failures come through tickets.
@@ -164,7 +169,7 @@ class LedgerWriter:
                  retry_initial_s: float = 0.5, retry_max_s: float = 30.0,
                  charge_start: Callable[[str], datetime | None] | None = None,
                  sleep: Callable[[float], None] | None = None, name: str = "costctl-ledger-writer",
-                 max_batch: int = 1000) -> None:
+                 max_batch: int = 1000, linger_s: float = 0.0) -> None:
         if max_pending < 1:
             raise ValueError("max_pending must be at least 1")
         self.ledger = ledger
@@ -190,6 +195,7 @@ class LedgerWriter:
         self._back_after: float | None = None
         self._back_target: int | None = None
         self.max_batch = max_batch
+        self.linger_s = linger_s
         self._held = 0  # hold() depth: the writer starts no transaction while a tick queues its writes
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -331,6 +337,7 @@ class LedgerWriter:
         deadline = time.monotonic() + timeout_s
         with self._cond:
             self._flushing = True
+            self._cond.notify_all()  # a lingering writer writes now
             self._wake.set()  # a long backoff is cut short: retry at least every second now
             while self._queue and not self._abandon:
                 left = deadline - time.monotonic()
@@ -395,8 +402,8 @@ class LedgerWriter:
         )
         while True:
             with self._cond:
-                while (not self._queue or self._held) and not self._abandon:
-                    self._cond.wait()
+                while (not self._queue or self._held or self._lingering()) and not self._abandon:
+                    self._cond.wait(self._linger_left() if self._queue and not self._held else None)
                 if self._abandon:
                     return
                 ops = list(itertools.islice(self._queue, self.max_batch))
@@ -427,6 +434,21 @@ class LedgerWriter:
                     self.say(f"costctl: a ledger write failed and was not recorded ({op.what}): {message}")
                     continue
                 self._done(op, value)
+
+    def _lingering(self) -> bool:
+        """Only telemetry and charges are queued, the oldest for less than ``linger_s``: wait
+        to write them together (caller holds _cond). A decision, a run's end, a flush or a
+        close write at once."""
+        if self.linger_s <= 0 or self._flushing or self._closed or not self._queue:
+            return False
+        if time.monotonic() - self._queue[0].at >= self.linger_s:
+            return False
+        return all(op.kind == TELEMETRY or op.accrual_key is not None for op in self._queue)
+
+    def _linger_left(self) -> float | None:
+        if not self._lingering():
+            return None
+        return max(0.01, self.linger_s - (time.monotonic() - self._queue[0].at))
 
     def _done(self, op: _Op, value: Any) -> None:
         """``op`` (the head of the queue) was written: dequeue it and resolve its ticket."""

@@ -83,6 +83,10 @@ from costctl_providers.notices import Notice, NoticePoller, detect_cloud
 #: off at once; a ledger that is down then does not hold the stop up for longer).
 SELF_STOP_FLUSH_S = 10.0
 
+#: Seconds a watch lets telemetry and charges gather before one write transaction (decisions
+#: and the run's end are written at once; the spend the policies see is in memory).
+WRITE_EVERY_S = 5.0
+
 
 def watch_alive(pid: int) -> bool:
     """Whether process ``pid`` on this host may still be a costctl watch (unsure counts as alive).
@@ -360,6 +364,7 @@ class Watcher:
         self.writer = LedgerWriter(
             self.ledger, say=self.say, max_pending=s.watch.ledger_queue_max,
             retry_max_s=s.watch.ledger_retry_max.total_seconds(), charge_start=self._charge_from,
+            linger_s=min(WRITE_EVERY_S, 5 * s.watch.sample_interval.total_seconds()),
         )
         self.recorder = DecisionRecorder(self.writer, self.summary, self.say, run_id=run_id)
         self.job = Job(self.options.command, batch=batch, resume_from=resume_from,
