@@ -7,10 +7,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TextIO
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from .money import Money
 from .records import Decision, ProgressPoint, TelemetrySample
 
@@ -166,6 +162,10 @@ class RunSummary:
 
     def print(self, run_id: str, currency: str, file: TextIO) -> None:
         """Render the summary as a small rich table on ``file`` (costctl's stderr)."""
+        from rich.console import Console  # imported here: a watch loads rich only to print this
+        from rich.table import Table
+        from rich.text import Text
+
         console = Console(file=file, highlight=False, markup=False, soft_wrap=True)
         failed = self.stop is not None and not self.stop.stopped
         table = Table(title=f"costctl run {run_id[:8]}", show_header=False, title_justify="left")

@@ -33,7 +33,7 @@ import traceback
 from dataclasses import replace
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -76,7 +76,8 @@ from ..relay.client import RelayChild, shares_one_terminal, terminal_size
 from ..relay.protocol import job_running, relay_running
 
 from costctl_providers.base import Instance, Provider
-from costctl_providers.notices import Notice, NoticePoller, detect_cloud
+if TYPE_CHECKING:  # spot instances only: imported where a notice source is looked for
+    from costctl_providers.notices import Notice, NoticePoller
 
 
 #: Seconds a watch waits for its ledger writes before it runs a self-stop (the machine may power
@@ -554,6 +555,8 @@ class Watcher:
         """Find the preemption-notice source (sim provider at once; cloud metadata in the background)."""
         cfg = self.settings.preemption
         provider = self.provider
+
+        from costctl_providers.notices import NoticePoller, detect_cloud
 
         def detect() -> None:
             found = detect_cloud(
