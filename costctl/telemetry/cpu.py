@@ -367,6 +367,7 @@ class MachineCpu:
         self._by_pid: dict[int, psutil.Process] = {}
         self._kernel: dict[_Key, bool] = {}
         self._self = psutil.Process(os.getpid())
+        self._tree = ProcChildren()  # costctl's own descendants, left out
         self._lock = threading.Lock()
         self._cgroup = cgroup if cgroup is not None else CgroupCpu.own()
         self._cgroup_last: tuple[float, float] | None = None  # (monotonic s, cgroup CPU s - own CPU s)
@@ -405,9 +406,9 @@ class MachineCpu:
         try:
             t = self._self.cpu_times()
             total = t.user + t.system + t.children_user + t.children_system
-            for child in self._self.children(recursive=True):
+            for pid in self._tree.descendants(self._self.pid):
                 try:
-                    c = child.cpu_times()
+                    c = psutil.Process(pid).cpu_times()
                     total += c.user + c.system
                 except psutil.Error:
                     continue
@@ -417,10 +418,8 @@ class MachineCpu:
 
     def _processes(self) -> list[psutil.Process]:
         excluded = {self._self.pid}
-        try:
-            excluded.update(c.pid for c in self._self.children(recursive=True))
-        except psutil.Error:
-            pass
+        self._tree.refresh()
+        excluded.update(self._tree.descendants(self._self.pid))
         out: dict[int, psutil.Process] = {}
         live_kernel: set[_Key] = set()
         for pid in psutil.pids():
