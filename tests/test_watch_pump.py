@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from datetime import datetime, timezone
 
@@ -53,3 +54,44 @@ def test_drain_gives_up_at_its_deadline_and_counts_what_it_dropped():
     release.set()
     pump.close(5)
     assert [v for b in got for v in b.values] == [1.0]
+
+
+def test_a_watch_ends_soon_after_a_flooding_job_even_with_a_slow_parser(tmp_path, monkeypatch):
+    """The parser cannot keep up: after the job's exit the watch gives it one sample interval,
+    drops the rest (counted) and ends; the passthrough got every byte."""
+    import sys
+    import time
+
+    from costctl.progress.lines import LineParser
+    from lifecycle_support import T0, FixedGpu, SimClock, drive, settings, watcher
+
+    real_feed = LineParser.feed
+
+    def slow_feed(self, chunk, now):
+        time.sleep(0.2)  # a parser far slower than the job's output
+        return real_feed(self, chunk, now)
+
+    monkeypatch.setattr(LineParser, "feed", slow_feed)
+    monkeypatch.setattr(LineParser, "feed_batch", None, raising=False)
+    s = settings(tmp_path, """
+[instance]
+provider = "sim"
+gpu = "RTX 4090"
+[watch]
+sample_interval = "1s"
+""")
+    out = tmp_path / "out"
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT)
+    n = 200_000
+    job = [sys.executable, "-c", f"import sys\nfor i in range({n}): sys.stdout.write(f'step {{i}} loss: 0.5\\n')"]
+    clock = SimClock(T0)
+    w = watcher(s, job, clock, sampler=FixedGpu(used_bytes=2**30, total_bytes=24 * 2**30, utilization=90.0),
+                devnull=fd, on_exit="leave", pty=False)
+    started = time.monotonic()
+    code, status = drive(w, clock, step_s=1, max_real_s=60)
+    assert (code, status) == (0, "completed")
+    assert time.monotonic() - started < 30
+    assert w._pump.dropped_chars > 0
+    assert 0 < w.summary.loss_points < n
+    os.close(fd)
+    assert out.read_bytes().count(b"\n") == n
