@@ -95,3 +95,26 @@ sample_interval = "1s"
     assert 0 < w.summary.loss_points < n
     os.close(fd)
     assert out.read_bytes().count(b"\n") == n
+
+
+def test_the_oom_scan_skips_chunks_without_a_message_and_still_finds_one_split_in_two():
+    from types import SimpleNamespace
+
+    from costctl.lifecycle.oom_retry import OomScanner
+    from costctl.watch.watcher import Watcher
+
+    scanner = OomScanner()
+    fed: list[str] = []
+
+    def on_text(stream, text):
+        fed.append(text)
+        scanner.feed(stream, text)
+
+    w = Watcher.__new__(Watcher)
+    w.lifecycle = SimpleNamespace(on_text=on_text)
+    w._oom_ctx = {}
+    flood = "".join(f"step {i} loss: 0.5\n" for i in range(5000))
+    w._scan_oom("stderr", flood + "RuntimeError: CUDA out of mem")
+    assert sum(len(t) for t in fed) < 100 and scanner.event is None  # only the partial line
+    w._scan_oom("stderr", "ory. Tried to allocate 2.00 GiB (GPU 0; 23.65 GiB total capacity)\n" + flood)
+    assert scanner.event is not None and scanner.event.requested_bytes == 2 * 2**30

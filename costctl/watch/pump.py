@@ -26,6 +26,10 @@ from ..progress.batch import PointBatch
 #: The most characters parsed in one call.
 MAX_PIECE_CHARS = 1 << 18
 
+#: The most characters queued for parsing; beyond it new text is dropped and counted (a parser
+#: that cannot keep up must not grow the watch's memory without bound).
+MAX_PENDING_CHARS = 32 << 20
+
 
 class ParsePump:
     """One parser thread between the output thread and the tick (see the module docstring).
@@ -47,6 +51,8 @@ class ParsePump:
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
+        self._accepting = True  # False after drain(): the job ended; resume() at its next start
+        self._pending = 0
         self._error_reported = False
         #: characters queued but not parsed when :meth:`drain` gave up (whole life)
         self.dropped_chars = 0
@@ -59,9 +65,13 @@ class ParsePump:
         if not text:
             return
         with self._cond:
-            if self._closed:
+            if self._closed or not self._accepting:
+                return
+            if self._pending + len(text) > MAX_PENDING_CHARS:
+                self.dropped_chars += len(text)
                 return
             self._queue.append((stream, text))
+            self._pending += len(text)
             self._cond.notify()
 
     def _take(self) -> tuple[str, str] | None:
@@ -75,6 +85,7 @@ class ParsePump:
             nxt = self._queue.popleft()[1]
             parts.append(nxt)
             size += len(nxt)
+        self._pending -= size
         return stream, "".join(parts) if len(parts) > 1 else text
 
     def _run(self) -> None:
@@ -116,7 +127,9 @@ class ParsePump:
 
     def drain(self, timeout_s: float) -> int:
         """Wait up to ``timeout_s`` seconds for everything queued to be parsed; then drop what
-        is left (counted in :attr:`dropped_chars`). Returns the characters dropped now."""
+        is left (counted in :attr:`dropped_chars`) and take no more text until :meth:`resume`
+        (the job ended: the output thread then passes the rest through at full speed). Returns
+        the characters dropped now."""
         deadline = time.monotonic() + max(0.0, timeout_s)
         with self._cond:
             while self._queue or self._busy:
@@ -126,8 +139,15 @@ class ParsePump:
                 self._cond.wait(min(left, 0.05))
             dropped = sum(len(t) for _, t in self._queue)
             self._queue.clear()
+            self._pending = 0
+            self._accepting = False
             self.dropped_chars += dropped
         return dropped
+
+    def resume(self) -> None:
+        """Take text again (the job was started again)."""
+        with self._cond:
+            self._accepting = True
 
     def close(self, timeout_s: float = 0.0) -> int:
         """:meth:`drain` for ``timeout_s``, then end the thread; returns the characters dropped."""

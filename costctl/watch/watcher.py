@@ -57,6 +57,7 @@ from ..money import Money
 from ..policies.engine import PolicyEngine
 from ..policies.history import History
 from ..progress.batch import PointBatch
+from ..replay.oom import _RECOGNIZERS as OOM_RECOGNIZERS
 from ..progress.lines import LineParser
 from ..progress.metrics_file import MetricsFileFollower
 from ..protocols import RunState
@@ -83,6 +84,17 @@ if TYPE_CHECKING:  # spot instances only: imported where a notice source is look
 #: Seconds a watch waits for its ledger writes before it runs a self-stop (the machine may power
 #: off at once; a ledger that is down then does not hold the stop up for longer).
 SELF_STOP_FLUSH_S = 10.0
+
+#: Seconds a watch waits, after its job's exit, for the rest of the job's output to be passed
+#: through to its stdout/stderr (no longer parsed by then, so it goes at full speed).
+PASSTHROUGH_WAIT_S = 30.0
+
+#: The interpreter's thread switch interval in a live watch (seconds; Python's default 5 ms
+#: makes the output thread wait behind the parser thread at every read: a GIL convoy).
+SWITCH_INTERVAL_S = 0.0005
+
+#: Characters of the previous chunk searched with the next one for an OOM message.
+OOM_CONTEXT_CHARS = 512
 
 #: Seconds a watch lets telemetry and charges gather before one write transaction (decisions
 #: and the run's end are written at once; the spend the policies see is in memory).
@@ -198,6 +210,7 @@ class Watcher:
         self._metrics: MetricsFileFollower | None = None
         self._parsers: dict[str, LineParser] = {}
         self._pump: ParsePump | None = None  # parses the job's output off the output thread
+        self._oom_ctx: dict[str, str] = {}  # the end of each stream's previous chunk (OOM scan)
         self._child_done = True
         self._own_cpu = False
         self._spend_before = Decimal(0)  # spend of earlier ledger runs of this watch (same currency)
@@ -490,6 +503,8 @@ class Watcher:
     def _job_started(self, child: RelayChild) -> None:
         """A (re)start of the command: telemetry and the policies follow the new process."""
         self._child_done = False
+        if self._pump is not None:
+            self._pump.resume()
         self.history.child_running = True
         self.history.child_exited_at = None
         if self._own_cpu and self._sampler is not None:
@@ -603,11 +618,26 @@ class Watcher:
         """The command's output (output threads): OOM scan, then the text to the parser thread
         (:class:`~.pump.ParsePump`), whose batches of points the tick drains."""
         if self.lifecycle is not None:
-            self.lifecycle.on_text(stream, text)
+            self._scan_oom(stream, text)
         if self._metrics is not None:
             return
         if self._pump is not None:
             self._pump.put(stream, text)  # parsed on the parser thread, in big pieces
+
+    def _scan_oom(self, stream: str, text: str) -> None:
+        """The OOM scan, cheap on a flood: the chunk (with the end of the previous one, so that
+        a message split between two chunks is seen) is searched whole with the OOM recognizers
+        (C speed); only a chunk where one matches is scanned line by line. Otherwise the scanner
+        gets just the chunk's last partial line, after a line end (its state stays exact)."""
+        assert self.lifecycle is not None
+        ctx = self._oom_ctx.get(stream, "")
+        self._oom_ctx[stream] = text[-OOM_CONTEXT_CHARS:]
+        window = ctx + text if ctx else text
+        if any(p.search(window) for p in OOM_RECOGNIZERS):
+            self.lifecycle.on_text(stream, text)
+            return
+        cut = max(text.rfind("\n"), text.rfind("\r"))
+        self.lifecycle.on_text(stream, text if cut < 0 else "\n" + text[cut + 1:])
 
     def _finish_parsing(self) -> None:
         """The job's output ended: let the parser finish within one sample interval (a flood
@@ -616,6 +646,9 @@ class Watcher:
         if pump is None:
             return
         dropped = pump.drain(self.settings.watch.sample_interval.total_seconds())
+        child = self.child
+        if child is not None:  # the rest of the output is passed through, no longer parsed
+            child.drain(PASSTHROUGH_WAIT_S)
         if dropped:
             self.say(f"costctl: {dropped} characters of the job's output were not parsed for progress in time "
                      f"(the watch ends within one sample interval of the job's exit); the run log {self.log_path} "
@@ -851,6 +884,7 @@ class Watcher:
             for s, h in old.items():
                 signal.signal(s, h)
             raise
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         interval = self.settings.watch.sample_interval.total_seconds()
         scheduler = BackgroundScheduler(timezone=timezone.utc)
         scheduler.add_job(
