@@ -118,17 +118,22 @@ def test_telemetry_and_charges_linger_but_a_decision_or_a_flush_writes_at_once(t
     counts = _count_transactions(ledger.engine)
     writer = LedgerWriter(ledger, say=lambda line: None, linger_s=30)
     from datetime import timedelta
+    writer.accrue(run, T0, Decimal("1"), "USD")  # a run's first charge is written at once
+    deadline = time.monotonic() + 10
+    while writer.pending and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert writer.pending == 0 and counts["commit"] == 1
     for i in range(5):  # five ticks' worth
         writer.record_samples(run, [TelemetrySample(time=T0 + timedelta(seconds=i + 1), cpu_percent=1.0)])
         writer.accrue(run, T0 + timedelta(seconds=i + 1), Decimal("1"), "USD")
     time.sleep(0.3)
-    assert counts["commit"] == 0 and writer.pending == 6  # the five charges coalesced into one
+    assert counts["commit"] == 1 and writer.pending == 6  # the five charges coalesced into one
     writer.record_decision(run, Decision(time=T0, policy="idle", action=Action.ADVISE, reason="r", key="k"))
     deadline = time.monotonic() + 10
     while writer.pending and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert writer.pending == 0 and counts["commit"] == 1  # all of it, in one transaction
+    assert writer.pending == 0 and counts["commit"] == 2  # all of it, in one transaction
     writer.record_samples(run, [TelemetrySample(time=T0 + timedelta(seconds=10), cpu_percent=1.0)])
-    assert writer.flush(5).complete and counts["commit"] == 2
+    assert writer.flush(5).complete and counts["commit"] == 3
     writer.close()
     ledger.close()

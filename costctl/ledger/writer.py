@@ -437,13 +437,15 @@ class LedgerWriter:
 
     def _lingering(self) -> bool:
         """Only telemetry and charges are queued, the oldest for less than ``linger_s``: wait
-        to write them together (caller holds _cond). A decision, a run's end, a flush or a
-        close write at once."""
+        to write them together (caller holds _cond). A decision, a run's end, a run's first
+        charge, a flush or a close write at once."""
         if self.linger_s <= 0 or self._flushing or self._closed or not self._queue:
             return False
         if time.monotonic() - self._queue[0].at >= self.linger_s:
             return False
-        return all(op.kind == TELEMETRY or op.accrual_key is not None for op in self._queue)
+        # A run's first charge is written at once (the bill shows the run from its start).
+        return all(op.kind == TELEMETRY or (op.accrual_key is not None and op.args[0] in self._written_to)
+                   for op in self._queue)
 
     def _linger_left(self) -> float | None:
         if not self._lingering():
