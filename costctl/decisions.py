@@ -69,11 +69,27 @@ class DecisionRecorder:
         self.say = say
         self.run_id = run_id
         self._subscribers: list[Subscriber] = []
+        self._by_key: dict[str, tuple[Any, str]] = {}  # newest decisions: key -> (ledger id, outcome)
 
     def subscribe(self, subscriber: Subscriber) -> None:
         """Call ``subscriber`` with every decision recorded from now on. A subscriber that raises
         is reported on the console and does not stop the recording or the other subscribers."""
         self._subscribers.append(subscriber)
+
+    def update(self, key: str, evidence: dict[str, Any]) -> bool:
+        """Add ``evidence`` to the recorded decision keyed ``key`` (its outcome unchanged), e.g.
+        a plateau episode's repeat count; False when that decision is not known (any more).
+
+        Raises:
+            LedgerError: the ledger could not store it (a writer's store never raises).
+        """
+        found = self._by_key.get(key)
+        update = getattr(self.store, "set_decision_outcome", None)
+        if found is None or update is None:
+            return False
+        ledger_id, outcome = found
+        update(ledger_id, outcome, evidence=evidence)
+        return True
 
     def record(self, decision: Decision, outcome: str, *, dry_run: bool = False,
                say: bool | str = True) -> RecordedDecision:
@@ -91,6 +107,10 @@ class DecisionRecorder:
         if self.run_id is None:
             raise RuntimeError("no ledger run to record the decision in")
         ledger_id = self.store.record_decision(self.run_id, decision, outcome=outcome, dry_run=dry_run)
+        if decision.key:
+            self._by_key[decision.key] = (ledger_id, outcome)
+            while len(self._by_key) > 256:
+                del self._by_key[next(iter(self._by_key))]
         self.summary.add_decision(decision)
         if say is True:
             self.say(f"costctl {decision.policy}: {decision.reason}")

@@ -7,10 +7,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TextIO
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from .money import Money
 from .records import Decision, ProgressPoint, TelemetrySample
 
@@ -88,6 +84,36 @@ class RunSummary:
                 self.best_at = (f"step {p.step}" if p.step is not None
                                 else f"epoch {p.epoch:g}" if p.epoch is not None else None)
 
+    def add_batch(self, batch: Any) -> None:
+        """Fold a :class:`~costctl.progress.batch.PointBatch` in (the same as :meth:`add_progress`,
+        one loop over its columns, no object per point)."""
+        n = len(batch)
+        if not n:
+            return
+        keys, series, values = batch.keys, batch.series, batch.values
+        train = {i for i, (kind, _) in enumerate(keys) if kind == "train"}
+        if len(train) == len(keys):
+            positions = range(n)
+        else:
+            positions = [i for i in range(n) if series[i] in train]
+            self.eval_points += n - len(positions)
+        if not positions:
+            return
+        self.loss_points += len(positions)
+        if self.first_loss is None:
+            self.first_loss = values[positions[0]]
+        self.last_loss = values[positions[-1]]
+        best, at = self.best_loss, None
+        isfinite = math.isfinite
+        for i in positions:
+            v = values[i]
+            if (best is None or v < best) and isfinite(v):
+                best, at = v, i
+        if at is not None:
+            self.best_loss = best
+            step, epoch = batch.steps[at], batch.epochs[at]
+            self.best_at = (f"step {step}" if step >= 0 else f"epoch {epoch:g}" if epoch == epoch else None)
+
     def add_decision(self, decision: Decision) -> None:
         """Remember a decision (the first plateau's progress point is kept apart)."""
         self.decisions.append(decision)
@@ -136,6 +162,10 @@ class RunSummary:
 
     def print(self, run_id: str, currency: str, file: TextIO) -> None:
         """Render the summary as a small rich table on ``file`` (costctl's stderr)."""
+        from rich.console import Console  # imported here: a watch loads rich only to print this
+        from rich.table import Table
+        from rich.text import Text
+
         console = Console(file=file, highlight=False, markup=False, soft_wrap=True)
         failed = self.stop is not None and not self.stop.stopped
         table = Table(title=f"costctl run {run_id[:8]}", show_header=False, title_justify="left")

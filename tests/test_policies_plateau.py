@@ -288,8 +288,10 @@ def test_policy_prices_the_rest_of_the_run_when_its_length_is_known() -> None:
     assert Decimal(rest["remaining_s"]) == Decimal(2 * 3600) * 800 / 200
     assert Decimal(rest["cost"]) == Decimal("2.50") * Decimal(8)
     assert rest["currency"] == "CNY" and "20.00 CNY" in decision.reason
-    # A point's own total (tqdm total) wins over History.total_steps.
-    history.add_progress(ProgressPoint(time=T0 + timedelta(hours=3), value=1.0, step=300, total=400))
+    # A point's own total (tqdm total) wins over History.total_steps (after an improvement,
+    # so that the next fire opens a new plateau episode, with a decision of its own).
+    history.add_progress(ProgressPoint(time=T0 + timedelta(hours=2, minutes=30), value=0.5, step=250))
+    history.add_progress(ProgressPoint(time=T0 + timedelta(hours=3), value=0.5, step=300, total=400))
     (decision,) = policy.decisions(history, T0 + timedelta(hours=3))
     assert Decimal(decision.evidence["rest_of_run"]["cost"]) == Decimal("2.50") * Decimal(3) * 100 / 300
 
@@ -326,3 +328,82 @@ def test_rest_of_run_from_epoch_lines() -> None:
     # 30 min for 30 of 120 epochs -> 90 min more at 1.20 USD/h
     assert Decimal(decision.evidence["rest_of_run"]["cost"]) == Decimal("1.20") * Decimal(90) / 60
     assert decision.evidence["epoch"] == 30.0 and "epoch 30" in decision.reason
+
+
+# ---------------------------------------------------------------- at volume: batches, episodes
+def _flood_values(n: int, seed: int = 7) -> list[float]:
+    """A decaying loss with noise, then long flat noisy stretches and a late second drop."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        base = 2.0 * math.exp(-i / (n / 20)) + (0.5 if i < n * 0.7 else 0.2)
+        out.append(base + rng.gauss(0, 0.01))
+    return out
+
+
+def test_one_million_points_in_batches_fire_exactly_where_the_rule_does() -> None:
+    """The batched loop (PlateauTracker.step_many) equals the point-by-point rule (which the
+    torch parity tests pin to ReduceLROnPlateau) on a 1 M-point sequence fed in chunks, and the
+    policy fed the same sequence through a bounded History counts every fire."""
+    from costctl.progress.batch import PointBatch
+
+    values = _flood_values(1_000_000)
+    kwargs = dict(patience=10, threshold=1e-4, threshold_mode="rel")
+    expected = plateau_fires(values, **kwargs)
+    assert len(expected) > 100
+    policy = PlateauPolicy(PlateauConfig(**kwargs))
+    history = _history(max_progress=10_000)
+    decisions = []
+    pos = 0
+    sizes = [1, 7, 4096, 65536, 100_000]
+    k = 0
+    while pos < len(values):
+        n = sizes[k % len(sizes)]
+        k += 1
+        batch = PointBatch()
+        for v in values[pos:pos + n]:
+            batch.append(v, step=pos, time=(T0 + timedelta(seconds=pos)).timestamp())
+            pos += 1
+        history.add_batch(batch)
+        decisions += policy.decisions(history, T0 + timedelta(seconds=pos))
+    assert policy.missed == 0 and policy.fires == len(expected)
+    assert history.progress_held <= 100_000  # max_progress, or the newest batch when larger
+    # one decision per episode: each opens at a fire preceded by an improvement since the last fire
+    tracker = PlateauTracker(**kwargs)
+    opens = []
+    for i, v in enumerate(values):
+        if tracker.step(v) and (not opens or improved):
+            opens.append(i)
+        if tracker.fires and tracker.fires[-1] == i:
+            improved = False
+        elif tracker.best == v:
+            improved = True
+    assert [d.evidence["index"] for d in decisions] == opens
+    assert 0 < len(decisions) < len(expected)
+
+
+def test_a_plateau_episode_is_one_decision_with_its_repeats_counted() -> None:
+    history = _history()
+    policy = PlateauPolicy(PlateauConfig(patience=2, threshold=1e-3, threshold_mode="abs"))
+    flat = [1.0, 0.5] + [0.5] * 30  # fires at 4, 7, 10, ... without improving: one episode
+    decisions, updates = [], []
+    for i, value in enumerate(flat):
+        now = T0 + timedelta(seconds=10 * (i + 1))
+        history.add_progress(ProgressPoint(time=now, value=value, step=i))
+        decisions += policy.decisions(history, now)
+        updates += policy.updates(now)
+    fires = plateau_fires(flat, patience=2, threshold=1e-3, threshold_mode="abs")
+    assert len(fires) == 10 and [d.evidence["index"] for d in decisions] == fires[:1]
+    assert decisions[0].evidence["repeats"] == 1
+    # updated at most once per UPDATE_EVERY_S (60 s of progress time here: every 6 points)
+    assert updates and all(key == decisions[0].key for key, _ in updates)
+    assert len(updates) <= (len(flat) * 10) // int(PlateauPolicy.UPDATE_EVERY_S) + 1
+    # the metric improves: the episode ends (its final count), and the next fire opens a new one
+    for j, value in enumerate([0.1] + [0.1] * 3):
+        now = T0 + timedelta(seconds=10 * (len(flat) + j + 1))
+        history.add_progress(ProgressPoint(time=now, value=value, step=len(flat) + j))
+        decisions += policy.decisions(history, now)
+        updates += policy.updates(now)
+    final = [e for _, e in updates if e["episode_ended"]]
+    assert len(final) == 1 and final[0]["repeats"] == len(fires)
+    assert len(decisions) == 2 and decisions[1].key != decisions[0].key

@@ -89,8 +89,6 @@ def test_bill_before_any_ledger_loads_sqlalchemy_but_no_migrations(tmp_path):
     _none_of(result, MIGRATIONS + NETWORK_AND_PROCESSES + ("costctl.watch", "costctl.replay"))
 
 
-@pytest.mark.xfail(strict=False, reason="needs the watch helper's costctl/ledger/migrate.py change (wip-watch): "
-                   "a ledger at head is recognised without importing Alembic")
 def test_bill_on_an_empty_ledger_at_head_runs_no_migration_code(tmp_path):
     from costctl.ledger import Ledger
 

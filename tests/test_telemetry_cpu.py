@@ -336,3 +336,63 @@ def test_machine_cpu_counts_short_lived_processes_through_the_cgroup(tmp_path, m
     stat.unlink()  # the counter went away: the process figure alone
     now[0] += 2.0
     assert source.read().percent == 0.0
+
+
+def _no_full_scan(monkeypatch):
+    """Any psutil call that reads every process on the host raises."""
+    def scan(*a, **k):
+        raise AssertionError("a full process scan")
+    monkeypatch.setattr(psutil, "process_iter", scan)
+    monkeypatch.setattr(psutil, "pids", scan)
+    monkeypatch.setattr(psutil.Process, "children", scan)
+    import psutil._pslinux as pslinux
+    monkeypatch.setattr(pslinux, "ppid_map", scan)
+
+
+def test_a_grandchild_started_later_is_found_without_a_full_process_scan(spawn, monkeypatch):
+    proc = spawn(
+        "import subprocess, sys, time\n"
+        "sys.stdin.readline()\n"
+        f"c = subprocess.Popen([sys.executable, '-c', {BUSY_GRANDCHILD!r}], stdout=subprocess.PIPE, text=True)\n"
+        "print(c.pid, c.stdout.readline().strip(), flush=True)\n"
+        "time.sleep(60)\n",
+        stdin=subprocess.PIPE,
+    )
+    with monkeypatch.context() as patch:
+        _no_full_scan(patch)
+        source = ProcessTreeCpu(proc.pid)
+        assert source.read().status is SignalStatus.OK
+        members = {p.pid for p in source._tracker.procs.values()}
+        assert members == {proc.pid}
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        child, grandchild = map(int, proc.stdout.readline().split())
+        spawn.extra.extend([grandchild, child])
+        for _ in range(3):
+            assert source.read().status is SignalStatus.OK
+        assert {p.pid for p in source._tracker.procs.values()} == {proc.pid, child, grandchild}
+
+
+def test_proc_children_fallback_reads_each_new_pid_once(tmp_path):
+    """Without /proc/PID/task/*/children: /proc is listed each read, but a pid's stat is read
+    only when the pid first appears."""
+    from costctl.telemetry.cpu import ProcChildren
+
+    def make(pid, ppid):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} (a b) c) S {ppid} 1 1 0\n")
+
+    make(1, 0)
+    make(10, 1)
+    make(11, 10)
+    tree = ProcChildren(str(tmp_path))
+    assert not tree.native
+    reads: list[int] = []
+    real = tree._read_ppid
+    tree._read_ppid = lambda pid: reads.append(pid) or real(pid)
+    tree.refresh()
+    assert tree.descendants(10) == [11] and sorted(reads) == [1, 10, 11]
+    make(12, 11)
+    reads.clear()
+    tree.refresh()
+    assert tree.descendants(10) == [11, 12] and reads == [12]

@@ -8,6 +8,7 @@ at any moment leaves the ledger as of its last completed call. Write transaction
 
 from __future__ import annotations
 
+import threading
 import uuid
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -52,6 +53,7 @@ class Ledger:
         self.url = redact(engine.url)
         self._read = sessionmaker(engine, expire_on_commit=False)
         self._write_sessions = sessionmaker(engine.execution_options(immediate=True), expire_on_commit=False)
+        self._local = threading.local()  # .batch: the session of the open batch() of this thread
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -98,7 +100,33 @@ class Ledger:
             yield s
 
     @contextmanager
+    def batch(self, doing: str = "write to the ledger") -> Iterator[Session]:
+        """One write transaction for several write methods called inside it (on this thread):
+        each method's own transaction joins this one, and everything commits at the end, or
+        nothing does (an error rolls the whole batch back). The ledger writer runs the writes
+        queued in one tick this way (:class:`~costctl.ledger.writer.LedgerWriter`).
+
+        Raises:
+            LedgerError: the database cannot be written (the whole batch is rolled back).
+        """
+        if getattr(self._local, "batch", None) is not None:  # already in one: join it
+            yield self._local.batch
+            return
+        with translate_errors(doing, self.engine.url), self._write_sessions() as s, s.begin():
+            self._local.batch = s
+            try:
+                yield s
+            finally:
+                self._local.batch = None
+
+    @contextmanager
     def _write(self, doing: str) -> Iterator[Session]:
+        """A write transaction, or the open :meth:`batch` of this thread (reused, committed by it)."""
+        joined = getattr(self._local, "batch", None)
+        if joined is not None:
+            with translate_errors(doing, self.engine.url):
+                yield joined
+            return
         with translate_errors(doing, self.engine.url), self._write_sessions() as s, s.begin():
             yield s
 

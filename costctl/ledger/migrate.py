@@ -11,6 +11,7 @@ other.
 from __future__ import annotations
 
 import importlib.util
+import re
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,14 +60,45 @@ def alembic_config(engine: Engine | None = None) -> Config:
     return cfg
 
 
-def head_revision() -> str:
-    """The newest revision id among costctl's migration scripts."""
-    from alembic.script import ScriptDirectory
+_REVISION_RE = re.compile(r"""^revision\s*(?::[^=]*)?=\s*["']([^"']+)["']""", re.MULTILINE)
+_DOWN_RE = re.compile(r"""^down_revision\s*(?::[^=]*)?=\s*(None|["']([^"']*)["'])""", re.MULTILINE)
 
-    with _alembic_lock:
-        head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    assert head is not None, "costctl_alembic has no migrations"
-    return head
+
+def script_revisions(versions: Path | None = None) -> dict[str, str | None]:
+    """``{revision: down_revision}`` of every migration script, read from the version files'
+    ``revision = "..."`` and ``down_revision = "..."`` lines (no Alembic import: opening a
+    ledger that is already at the newest schema loads neither Alembic nor Mako).
+
+    Args:
+        versions: the ``versions`` folder (default: the installed ``costctl_alembic`` package's).
+
+    Raises:
+        LedgerError: the package is missing, or a script names no revision.
+    """
+    folder = Path(script_location()) / "versions" if versions is None else Path(versions)
+    out: dict[str, str | None] = {}
+    for path in sorted(folder.glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        rev, down = _REVISION_RE.search(text), _DOWN_RE.search(text)
+        if rev is None or down is None:
+            raise LedgerError(f"migration script {path} names no revision/down_revision")
+        out[rev.group(1)] = None if down.group(1) == "None" else down.group(2)
+    return out
+
+
+def head_revision(versions: Path | None = None) -> str:
+    """The newest revision id among costctl's migration scripts: the one no other script
+    follows (read by :func:`script_revisions`, without Alembic).
+
+    Raises:
+        LedgerError: no scripts, or not exactly one head (a branched history).
+    """
+    revisions = script_revisions(versions)
+    heads = set(revisions) - {down for down in revisions.values() if down is not None}
+    if len(heads) != 1:
+        raise LedgerError(f"costctl's migrations have {len(heads)} heads ({', '.join(sorted(heads)) or 'none'}); "
+                          "expected exactly one")
+    return heads.pop()
 
 
 def _run(engine: Engine, doing: str, fn: str, revision: str) -> None:
@@ -146,16 +178,20 @@ def row_counts(engine: Engine, table_names: tuple[str, ...] = ("runs", "charges"
 
 
 def current_revision(engine: Engine) -> str | None:
-    """The revision the database is at, or None for a database without costctl's tables.
+    """The revision the database is at (its ``alembic_version`` table, read with SQLAlchemy:
+    no Alembic import), or None for a database without costctl's tables.
 
     Raises:
-        LedgerError: the database cannot be reached.
+        LedgerError: the database cannot be reached, or it records several revisions.
     """
-    from alembic.runtime.migration import MigrationContext
-
     with translate_errors("read the database revision", engine.url):
         with engine.connect() as connection:
-            return MigrationContext.configure(connection).get_current_revision()
+            if not sa.inspect(connection).has_table("alembic_version"):
+                return None
+            rows = connection.exec_driver_sql("SELECT version_num FROM alembic_version").fetchall()
+    if len(rows) > 1:
+        raise LedgerError(f"the database records {len(rows)} schema revisions; expected one")
+    return rows[0][0] if rows else None
 
 
-__all__ = ["script_location", "alembic_config", "head_revision", "upgrade", "downgrade", "current_revision", "row_counts"]
+__all__ = ["script_revisions", "script_location", "alembic_config", "head_revision", "upgrade", "downgrade", "current_revision", "row_counts"]

@@ -10,6 +10,12 @@ submitted; the watch never waits on the database. Each write has a kind:
   and currency are coalesced to the latest ``until`` (an accrual covers any gap since the
   run's last charge: :mod:`costctl.ledger.accrual`), so an outage queues one charge per run.
 
+The thread takes everything queued (up to ``max_batch`` writes) and runs it in ONE transaction
+(:meth:`~costctl.ledger.db.Ledger.batch`); :meth:`LedgerWriter.hold` lets a tick queue its
+writes (telemetry, progress, the charge, its decisions) before the thread starts, so a tick
+costs one short write transaction. When a batch fails for a reason other than an outage, its
+writes are run again one by one, so one bad write loses only itself.
+
 A write whose result a later one needs (a checkpoint request's id for its completion, a
 decision's id for its stop event) returns a :class:`Ticket`; pass the ticket itself as the
 later write's argument: it is replaced by its value when that write runs (order guarantees the
@@ -29,7 +35,8 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -103,6 +110,7 @@ class _Op:
     what: str
     accrual_key: tuple[str, Decimal, str] | None = None
     started: bool = False
+    at: float = field(default_factory=time.monotonic)  # when it was queued (monotonic seconds)
 
 
 @dataclass(frozen=True)
@@ -150,6 +158,11 @@ class LedgerWriter:
             written accrual).
         sleep: ``(seconds) -> None`` between retries; the default waits on an event that
             :meth:`flush` and :meth:`close` set, so a retry is never slept through at the end.
+        max_batch: the most queued writes run in one transaction.
+        linger_s: while only telemetry and charges are queued, wait up to this many seconds
+            (since the oldest was queued) to write them in one transaction: a watch sampling
+            every second then commits every few seconds (its spend is in memory; a watch
+            killed outright leaves at most this much of its time uncharged). 0: write at once.
 
     Raises:
         nothing: writes never raise into the caller; results and failures come through tickets.
@@ -158,7 +171,8 @@ class LedgerWriter:
     def __init__(self, ledger: Any, *, say: Callable[[str], None], max_pending: int = 10_000,
                  retry_initial_s: float = 0.5, retry_max_s: float = 30.0,
                  charge_start: Callable[[str], datetime | None] | None = None,
-                 sleep: Callable[[float], None] | None = None, name: str = "costctl-ledger-writer") -> None:
+                 sleep: Callable[[float], None] | None = None, name: str = "costctl-ledger-writer",
+                 max_batch: int = 1000, linger_s: float = 0.0) -> None:
         if max_pending < 1:
             raise ValueError("max_pending must be at least 1")
         self.ledger = ledger
@@ -183,10 +197,27 @@ class LedgerWriter:
         self._down_written = 0
         self._back_after: float | None = None
         self._back_target: int | None = None
+        self.max_batch = max_batch
+        self.linger_s = linger_s
+        self._held = 0  # hold() depth: the writer starts no transaction while a tick queues its writes
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------------ submitting
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        """Queue the writes submitted inside the block as one batch: the writer thread starts no
+        transaction until the block ends, then writes everything queued in one (a tick's
+        telemetry, progress and charge: one short write transaction per tick)."""
+        with self._cond:
+            self._held += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._held -= 1
+                self._cond.notify_all()
+
     def submit(self, method: str, *args: Any, kind: str = DURABLE, what: str | None = None,
                **kwargs: Any) -> Ticket:
         """Queue ``ledger.<method>(*args, **kwargs)``; returns its :class:`Ticket`. Arguments
@@ -316,6 +347,7 @@ class LedgerWriter:
         deadline = time.monotonic() + timeout_s
         with self._cond:
             self._flushing = True
+            self._cond.notify_all()  # a lingering writer writes now
             self._wake.set()  # a long backoff is cut short: retry at least every second now
             while self._queue and not self._abandon:
                 left = deadline - time.monotonic()
@@ -380,35 +412,88 @@ class LedgerWriter:
         )
         while True:
             with self._cond:
-                while not self._queue and not self._abandon:
-                    self._cond.wait()
+                while (not self._queue or self._held or self._lingering()) and not self._abandon:
+                    self._cond.wait(self._linger_left() if self._queue and not self._held else None)
                 if self._abandon:
                     return
-                op = self._queue[0]
-                op.started = True
-            try:
-                value = retrying(self._execute, op)
-            except BaseException as error:  # noqa: BLE001 - one write failed for good: say it, go on
-                if self._abandon and is_transient(error):
-                    return
-                with self._cond:
-                    self._queue.popleft()
-                    self._cond.notify_all()
-                op.ticket._fail(error if isinstance(error, LedgerError) else LedgerError(f"{op.what}: {error}"))
-                message = getattr(error, "message", None) or f"{type(error).__name__}: {error}"
-                self.say(f"costctl: a ledger write failed and was not recorded ({op.what}): {message}")
-                continue
-            with self._cond:
-                self._queue.popleft()
-                if op.accrual_key is not None:
-                    self._written_to[op.args[0]] = op.args[1]
-                self._cond.notify_all()
-            op.ticket._resolve(value)
-            self._after_success(op)
+                ops = list(itertools.islice(self._queue, self.max_batch))
+                for op in ops:
+                    op.started = True
+            if len(ops) > 1 and hasattr(self.ledger, "batch"):
+                try:
+                    values = retrying(self._execute_batch, ops)
+                except BaseException as error:  # noqa: BLE001 - one of them failed for good: one by one
+                    if self._abandon and is_transient(error):
+                        return
+                    values = None
+                if values is not None:
+                    for op, value in zip(ops, values):
+                        self._done(op, value)
+                    continue
+            for op in ops:
+                try:
+                    value = retrying(self._execute, op)
+                except BaseException as error:  # noqa: BLE001 - one write failed for good: say it, go on
+                    if self._abandon and is_transient(error):
+                        return
+                    with self._cond:
+                        self._queue.popleft()
+                        self._cond.notify_all()
+                    op.ticket._fail(error if isinstance(error, LedgerError) else LedgerError(f"{op.what}: {error}"))
+                    message = getattr(error, "message", None) or f"{type(error).__name__}: {error}"
+                    self.say(f"costctl: a ledger write failed and was not recorded ({op.what}): {message}")
+                    continue
+                self._done(op, value)
 
-    def _execute(self, op: _Op) -> Any:
-        args = tuple(a.result(0) if isinstance(a, Ticket) else a for a in op.args)
-        kwargs = {k: (v.result(0) if isinstance(v, Ticket) else v) for k, v in op.kwargs.items()}
+    def _lingering(self) -> bool:
+        """Only telemetry and charges are queued, the oldest for less than ``linger_s``: wait
+        to write them together (caller holds _cond). A decision, a run's end, a run's first
+        charge, a flush or a close write at once."""
+        if self.linger_s <= 0 or self._flushing or self._closed or not self._queue:
+            return False
+        if time.monotonic() - self._queue[0].at >= self.linger_s:
+            return False
+        # A run's first charge is written at once (the bill shows the run from its start).
+        return all(op.kind == TELEMETRY or (op.accrual_key is not None and op.args[0] in self._written_to)
+                   for op in self._queue)
+
+    def _linger_left(self) -> float | None:
+        if not self._lingering():
+            return None
+        return max(0.01, self.linger_s - (time.monotonic() - self._queue[0].at))
+
+    def _done(self, op: _Op, value: Any) -> None:
+        """``op`` (the head of the queue) was written: dequeue it and resolve its ticket."""
+        with self._cond:
+            self._queue.popleft()
+            if op.accrual_key is not None:
+                self._written_to[op.args[0]] = op.args[1]
+            self._cond.notify_all()
+        op.ticket._resolve(value)
+        self._after_success(op)
+
+    def _execute_batch(self, ops: list[_Op]) -> list[Any]:
+        """Every op of ``ops`` in one transaction (:meth:`Ledger.batch`); the values in order.
+        A ticket of an earlier op of the batch is replaced by that op's value."""
+        values: dict[int, Any] = {}
+        out: list[Any] = []
+        with self.ledger.batch("write to the ledger"):
+            for op in ops:
+                value = self._execute(op, values)
+                values[id(op.ticket)] = value
+                out.append(value)
+        return out
+
+    def _execute(self, op: _Op, batch: dict[int, Any] | None = None) -> Any:
+        def arg(a: Any) -> Any:
+            if not isinstance(a, Ticket):
+                return a
+            if batch is not None and id(a) in batch:
+                return batch[id(a)]
+            return a.result(0)
+
+        args = tuple(arg(a) for a in op.args)
+        kwargs = {k: arg(v) for k, v in op.kwargs.items()}
         return getattr(self.ledger, op.method)(*args, **kwargs)
 
     def _stop_retrying(self, state: RetryCallState) -> bool:

@@ -55,19 +55,32 @@ class DivergencePolicy(Policy):
     def decisions(self, history: History, now: datetime) -> list[Decision]:
         """One decision per non-finite streak that began among the points added since the last call."""
         now = ensure_utc(now)
-        points, missed = history.new_progress(self._seen)
-        self._seen += missed + len(points)
+        batches, missed = history.new_batches(self._seen)
+        self._seen += missed + sum(len(b) for b in batches)
         found = []
-        for point in points:
-            index = self._count.get(point.kind, 0)
-            self._count[point.kind] = index + 1
-            if point.finite:
-                self._in_streak[point.kind] = False
+        isfinite = math.isfinite
+        for batch in batches:
+            values = batch.values
+            if _all_finite(values):
+                # every value finite (a NaN or an inf makes the sum non-finite): counts only
+                for k, (kind, _) in enumerate(batch.keys):
+                    n = batch.series.count(k) if len(batch.keys) > 1 else len(values)
+                    if n:
+                        self._count[kind] = self._count.get(kind, 0) + n
+                        self._in_streak[kind] = False
                 continue
-            if self._in_streak.get(point.kind):
-                continue
-            self._in_streak[point.kind] = True
-            found.append(self._decision(now, point, index))
+            keys, series = batch.keys, batch.series
+            for i in range(len(values)):
+                kind = keys[series[i]][0]
+                index = self._count.get(kind, 0)
+                self._count[kind] = index + 1
+                if isfinite(values[i]):
+                    self._in_streak[kind] = False
+                    continue
+                if self._in_streak.get(kind):
+                    continue
+                self._in_streak[kind] = True
+                found.append(self._decision(now, batch.point(i), index))
         return found
 
     def _decision(self, now: datetime, point: ProgressPoint, index: int) -> Decision:
@@ -86,6 +99,15 @@ class DivergencePolicy(Policy):
         reason = f"{point.kind} {point.name} is {text} at {where}: the run diverged"
         return Decision(time=now, policy=self.name, action=self.action, reason=reason,
                         evidence=evidence, key=f"divergence:{point.kind}:{index}")
+
+
+def _all_finite(values) -> bool:
+    """Every value is finite: one C-speed sum (a NaN or an inf makes it non-finite; a sum of
+    finite values too large for a float raises, and then the caller looks point by point)."""
+    try:
+        return math.isfinite(math.fsum(values))
+    except (OverflowError, ValueError):
+        return False
 
 
 __all__ = ["DivergenceConfig", "DivergencePolicy"]

@@ -125,6 +125,20 @@ class PolicyEngine:
                 new.append(decision)
         return new
 
+    def updates(self, now: datetime) -> list[tuple[str, dict[str, Any]]]:
+        """Evidence the policies add to decisions they already made, as ``(key, evidence)``
+        (e.g. a plateau episode's repeat count); policies without ``updates`` give none."""
+        out: list[tuple[str, dict[str, Any]]] = []
+        for policy in self.policies:
+            get = getattr(policy, "updates", None)
+            if get is None:
+                continue
+            try:
+                out.extend(get(now))
+            except Exception:  # noqa: BLE001 - evidence updates are best effort
+                continue
+        return out
+
     def next_stop(self, history: History, now: datetime) -> Pending | None:
         """The nearest pending ``stop`` of the enabled policies (:meth:`Policy.pending`), or None.
 

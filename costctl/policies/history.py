@@ -6,19 +6,25 @@ what the instance costs per hour). It never reads a clock: every time in it come
 records themselves, and trimming is relative to the newest sample.
 
 Policies that work incrementally (idle, plateau, divergence) read "what is new since I last
-looked" through :meth:`History.new_samples` / :meth:`History.new_progress`, which count every
-record ever added (a sequence number), so trimming old records never makes a policy see a
-record twice or skip one silently.
+looked" through :meth:`History.new_samples` / :meth:`History.new_batches` (or the slower
+:meth:`History.new_progress`), which count every record ever added (a sequence number), so
+trimming old records never makes a policy see a record twice or skip one silently.
+
+Progress is kept in columns (:class:`~costctl.progress.batch.PointBatch` chunks, the newest
+``max_progress`` points and at most one chunk more), never one object per point: a job that
+prints millions of loss lines costs a few bytes per point held, and nothing per point dropped.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from ..clock import ensure_utc
 from ..money import Money
+from ..progress.batch import PointBatch
 from ..records import ProgressPoint, TelemetrySample
 
 DEFAULT_RETENTION = timedelta(hours=1)
@@ -35,7 +41,9 @@ class History:
         started_at: when the run (or the guard) started, aware UTC; used by the plateau
             policy's cost-of-the-rest estimate.
         samples: telemetry, oldest first (strictly time-ordered by :meth:`add_sample`).
-        progress: progress points in arrival order (bounded to ``max_progress`` newest).
+        progress: the progress points held, in arrival order, as objects (a compatibility
+            view built on each access: slow for many points; policies read
+            :meth:`new_batches`). Construction accepts a list of points.
         child_running: True while the watched child runs, False after it exited, None when
             there is no child (``costctl watch`` with no COMMAND guards the whole machine).
         child_exited_at: when the child exited (aware UTC), if it did.
@@ -69,14 +77,20 @@ class History:
     last_progress_at: datetime | None = None
     _samples_added: int = field(default=0, init=False, repr=False)
     _progress_added: int = field(default=0, init=False, repr=False)
+    _chunks: deque = field(default_factory=deque, init=False, repr=False)  # of PointBatch
+    _held: int = field(default=0, init=False, repr=False)
+    _open: PointBatch | None = field(default=None, init=False, repr=False)  # ours, for add_progress
+    _floor: int = field(default=0, init=False, repr=False)  # the newest add_batch's size: held whole
 
     def __post_init__(self) -> None:
         if self.sample_interval <= timedelta(0):
             raise ValueError("History.sample_interval must be positive")
         if self.started_at is not None:
             self.started_at = ensure_utc(self.started_at)
-        initial_samples, initial_progress = list(self.samples), list(self.progress)
-        self.samples, self.progress = [], []
+        initial_samples = list(self.samples)
+        initial_progress = list(object.__getattribute__(self, "progress") or ())
+        self.samples = []
+        object.__setattr__(self, "progress", None)
         for sample in initial_samples:
             self.add_sample(sample)
         for point in initial_progress:
@@ -108,21 +122,56 @@ class History:
             del self.samples[:drop]
 
     def add_progress(self, point: ProgressPoint) -> None:
-        """Append one progress point (train or eval loss) and keep only ``max_progress`` newest.
+        """Append one progress point (train or eval loss); only the ``max_progress`` newest are held.
 
         ``last_progress_at`` moves to ``point.time`` when that is later. Points without a time
         (file records with no timestamps) are kept for the loss policies but take no part in
         the time-based ones (idle, stall).
         """
-        self.progress.append(point)
+        chunk = self._open
+        if chunk is None or len(chunk) >= 4096 or not self._chunks or self._chunks[-1] is not chunk:
+            chunk = self._open = PointBatch()
+            self._chunks.append(chunk)
+        chunk.append_point(point)
         self._progress_added += 1
+        self._held += 1
         if point.time is not None:
             when = ensure_utc(point.time)
             if self.last_progress_at is None or when > self.last_progress_at:
                 self.last_progress_at = when
-        excess = len(self.progress) - self.max_progress
-        if excess > 0:
-            del self.progress[:excess]
+        self._trim()
+
+    def add_batch(self, batch: PointBatch) -> None:
+        """Append the points of ``batch`` (kept as they are: do not change the batch afterwards)."""
+        n = len(batch)
+        if not n:
+            return
+        # A batch larger than max_progress (a flood between two reads) is held whole until the
+        # next batch: the loss policies see every point.
+        self._floor = n
+        self._chunks.append(batch)
+        self._open = None
+        self._progress_added += n
+        self._held += n
+        latest = batch.latest_time()
+        if latest == latest:
+            when = datetime.fromtimestamp(latest, UTC)
+            if self.last_progress_at is None or when > self.last_progress_at:
+                self.last_progress_at = when
+        self._trim()
+
+    def _trim(self) -> None:
+        """Drop whole oldest chunks while the rest still holds ``max_progress`` points."""
+        chunks = self._chunks
+        bound = max(self.max_progress, self._floor)
+        while len(chunks) > 1 and self._held - len(chunks[0]) >= bound:
+            self._held -= len(chunks.popleft())
+
+    def __getattribute__(self, name: str):  # noqa: D105 - the compatibility view of ``progress``
+        if name == "progress":
+            batches, _ = object.__getattribute__(self, "new_batches")(0)
+            return [p for chunk in batches for p in chunk.points()]
+        return object.__getattribute__(self, name)
 
     def keep_at_least(self, retention: timedelta) -> None:
         """Raise ``retention`` to at least ``retention`` (it never shrinks)."""
@@ -150,8 +199,34 @@ class History:
         return _tail(self.samples, self._samples_added, seen)
 
     def new_progress(self, seen: int) -> tuple[list[ProgressPoint], int]:
-        """Progress points added after the first ``seen`` ones: ``(points, missed)``."""
-        return _tail(self.progress, self._progress_added, seen)
+        """Progress points added after the first ``seen`` ones: ``(points, missed)`` (objects:
+        slow for many points, see :meth:`new_batches`)."""
+        batches, missed = self.new_batches(seen)
+        return [p for b in batches for p in b.points()], missed
+
+    def new_batches(self, seen: int) -> tuple[list[PointBatch], int]:
+        """Progress added after the first ``seen`` points, as batches in order: ``(batches,
+        missed)``, ``missed`` the new points already trimmed before the caller read them."""
+        new = self._progress_added - seen
+        if new <= 0:
+            return [], 0
+        held = min(new, self.progress_held)
+        out: list[PointBatch] = []
+        need = held
+        for chunk in reversed(self._chunks):
+            if need <= 0:
+                break
+            n = len(chunk)
+            out.append(chunk if n <= need else chunk.slice(n - need))
+            need -= n
+        out.reverse()
+        return out, new - held
+
+    @property
+    def progress_held(self) -> int:
+        """How many progress points are held now: at most ``max_progress``, or the newest
+        :meth:`add_batch`'s size when larger (the columns may keep up to one chunk more, unread)."""
+        return min(self._held, max(self.max_progress, self._floor))
 
     def newest_sample(self) -> TelemetrySample | None:
         """The latest sample, or None."""
@@ -159,9 +234,18 @@ class History:
 
     def last_progress(self, kind: str | None = None) -> ProgressPoint | None:
         """The latest progress point held (of ``kind`` when given), or None."""
-        for point in reversed(self.progress):
-            if kind is None or point.kind == kind:
-                return point
+        for chunk in reversed(self._chunks):
+            if not chunk:
+                continue
+            if kind is None:
+                return chunk.point(len(chunk) - 1)
+            wanted = chunk.series_of_kind(kind)
+            if not wanted:
+                continue
+            series = chunk.series
+            for i in range(len(chunk) - 1, -1, -1):
+                if series[i] in wanted:
+                    return chunk.point(i)
         return None
 
     def samples_between(self, start: datetime, end: datetime) -> list[TelemetrySample]:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from datetime import datetime
 from decimal import Decimal
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -113,6 +114,7 @@ class PlateauTracker:
         self.last_epoch = 0
         self.last_value: float | None = None
         self.fires: list[int] = []
+        self.improved_since_fire = True  # an improvement since the latest fire (or no fire yet)
         self._ema_last = 0.0
         self._ema_n = 0
 
@@ -152,6 +154,7 @@ class PlateauTracker:
         if self.is_better(current, self.best):
             self.best = current
             self.num_bad_epochs = 0
+            self.improved_since_fire = True
         else:
             self.num_bad_epochs += 1
         if self.cooldown_counter > 0:
@@ -161,8 +164,67 @@ class PlateauTracker:
             self.cooldown_counter = self.cooldown
             self.num_bad_epochs = 0
             self.fires.append(index)
+            self.improved_since_fire = False
             return True
         return False
+
+    def step_many(self, values: Sequence[float], positions: Iterable[int] | None = None) -> list[tuple[int, bool]]:
+        """Feed ``values[i]`` for each ``i`` of ``positions`` (default: all, in order), exactly as
+        that many :meth:`step` calls would, in one tight loop (no object per value).
+
+        Returns:
+            ``(i, improved)`` for each value that fired: its position in ``values`` and whether
+            the rule saw an improvement since the previous fire. :attr:`fires` is not extended
+            (a long run would hold one index per fire); :attr:`last_epoch` counts the values.
+        """
+        if positions is None:
+            positions = range(len(values))
+        out: list[tuple[int, bool]] = []
+        best, bad, cool = self.best, self.num_bad_epochs, self.cooldown_counter
+        patience, cooldown, improved = self.patience, self.cooldown, self.improved_since_fire
+        smooth = self.smooth if self.smoothing != 0.0 else None
+        rel = self.threshold_mode == "rel"
+        minimize = self.mode == "min"
+        if minimize and rel:
+            factor, offset = 1.0 - self.threshold, 0.0
+        elif minimize:
+            factor, offset = 1.0, self.threshold
+        elif rel:
+            factor, offset = self.threshold + 1.0, 0.0
+        else:
+            factor, offset = 1.0, self.threshold
+        n = 0
+        current = self.last_value
+        for i in positions:
+            current = float(values[i])
+            if smooth is not None:
+                current = smooth(current)
+            n += 1
+            # PyTorch's _is_better with the same float operations (best * eps, or best -/+ threshold)
+            if minimize:
+                better = current < (best * factor if rel else best - offset)
+            else:
+                better = current > (best * factor if rel else best + offset)
+            if better:
+                best = current
+                bad = 0
+                improved = True
+            else:
+                bad += 1
+            if cool > 0:
+                cool -= 1
+                bad = 0
+            if bad > patience:
+                cool = cooldown
+                bad = 0
+                out.append((i, improved))
+                improved = False
+        self.best, self.num_bad_epochs, self.cooldown_counter = best, bad, cool
+        self.improved_since_fire = improved
+        self.last_epoch += n
+        if n:
+            self.last_value = current
+        return out
 
 
 def plateau_fires(values: list[float], **kwargs: Any) -> list[int]:
@@ -213,12 +275,18 @@ class PlateauPolicy(Policy):
     config_model: ClassVar[type[PlateauConfig]] = PlateauConfig
     order = 40
 
+    #: Seconds between two updates of an open episode's evidence (repeats) in the ledger.
+    UPDATE_EVERY_S = 60.0
+
     def __init__(self, config: PlateauConfig) -> None:
         self.config = config
         self.action = config.action
         self.tracker = PlateauTracker.from_config(config)
         self._seen = 0
         self.missed = 0
+        self.fires = 0  # every fire of the rule, episodes' repeats included
+        self._episode: dict[str, Any] | None = None  # the open episode (see decisions())
+        self._updates: list[tuple[str, dict[str, Any]]] = []
 
     @classmethod
     def from_config(cls, config: PlateauConfig, context: PolicyContext) -> PlateauPolicy:
@@ -226,19 +294,76 @@ class PlateauPolicy(Policy):
         return cls(config)
 
     def decisions(self, history: History, now: datetime) -> list[Decision]:
-        """One decision per fire among the progress points added since the last call."""
+        """One decision per plateau *episode* among the progress added since the last call.
+
+        The rule (ReduceLROnPlateau) sees every point and fires exactly where PyTorch would; the
+        first fire opens an episode and gives the decision (keyed by its index); later fires
+        with no improvement of the monitored value in between are *repeats* of it, counted, not
+        new decisions. The episode ends when the value improves again (a new best by the
+        threshold); the next fire opens a new one. Repeats reach the ledger through
+        :meth:`updates` (at most every :data:`UPDATE_EVERY_S` seconds, and at the episode's end).
+        """
         now = ensure_utc(now)
-        points, missed = history.new_progress(self._seen)
-        self._seen += missed + len(points)
+        batches, missed = history.new_batches(self._seen)
+        self._seen += missed + sum(len(b) for b in batches)
         self.missed += missed
         found = []
-        for point in points:
-            if point.kind != self.config.monitor:
+        monitor = self.config.monitor
+        for batch in batches:
+            wanted = batch.series_of_kind(monitor)
+            if not wanted:
                 continue
-            index = self.tracker.last_epoch
-            if self.tracker.step(point.value):
-                found.append(self._decision(history, now, point, index))
+            if len(wanted) == len(batch.keys):
+                positions = None
+            else:
+                series = batch.series
+                positions = [i for i in range(len(batch)) if series[i] in wanted]
+            base = self.tracker.last_epoch
+            fires = self.tracker.step_many(batch.values, positions)
+            self.fires += len(fires)
+            ordinal = {i: k for k, i in enumerate(positions)} if positions is not None and fires else None
+            for i, improved in fires:
+                index = base + (i if ordinal is None else ordinal[i])
+                episode = self._episode
+                if episode is not None and not improved:
+                    episode["repeats"] += 1
+                    episode["last_index"] = index
+                    episode["last"] = batch.point(i)
+                    continue
+                self._end_episode()
+                point = batch.point(i)
+                decision = self._decision(history, now, point, index)
+                found.append(decision)
+                self._episode = {"key": decision.key, "repeats": 1, "first_index": index, "last_index": index,
+                                 "last": point, "updated_at": now, "reported": 1}
+        if self._episode is not None and self.tracker.improved_since_fire:
+            self._end_episode()
+        elif self._episode is not None and self._episode["repeats"] != self._episode["reported"] and (
+                (now - self._episode["updated_at"]).total_seconds() >= self.UPDATE_EVERY_S):
+            self._queue_update(self._episode, ended=False, now=now)
         return found
+
+    def _end_episode(self) -> None:
+        episode, self._episode = self._episode, None
+        if episode is not None and episode["repeats"] != 1:
+            self._queue_update(episode, ended=True, now=episode["updated_at"])
+
+    def _queue_update(self, episode: dict[str, Any], *, ended: bool, now: datetime) -> None:
+        last: ProgressPoint = episode["last"]
+        episode["updated_at"] = now
+        episode["reported"] = episode["repeats"]
+        self._updates.append((episode["key"], {
+            "repeats": episode["repeats"], "last_index": episode["last_index"], "last_step": last.step,
+            "last_epoch": last.epoch, "last_value": finite_or_text(last.value),
+            "last_point_time": iso(last.time) if last.time is not None else None, "episode_ended": ended,
+        }))
+
+    def updates(self, now: datetime) -> list[tuple[str, dict[str, Any]]]:
+        """Evidence to add to decisions already made, as ``(key, evidence)``: an episode's
+        repeat count (``repeats``, the fires of the rule in it, the first included) and its
+        latest fire, at most every :data:`UPDATE_EVERY_S` seconds and once when it ended."""
+        out, self._updates = self._updates, []
+        return out
 
     def _decision(self, history: History, now: datetime, point: ProgressPoint, index: int) -> Decision:
         t = self.tracker
@@ -255,6 +380,7 @@ class PlateauPolicy(Policy):
             "monitored_value": finite_or_text(t.last_value),
             "best": finite_or_text(t.best),
             "bad_points": cfg.patience + 1,
+            "repeats": 1,
             "mode": cfg.mode,
             "threshold": cfg.threshold,
             "threshold_mode": cfg.threshold_mode,

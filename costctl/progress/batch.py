@@ -120,6 +120,29 @@ class PointBatch:
             batch.append_point(point)
         return batch
 
+    def slice(self, start: int, stop: int | None = None) -> PointBatch:
+        """Points ``start:stop`` as a new batch (the same keys; the columns copied)."""
+        out = PointBatch(keys=list(self.keys), _index=dict(self._index))
+        out.series = self.series[start:stop]
+        out.values = self.values[start:stop]
+        out.steps = self.steps[start:stop]
+        out.epochs = self.epochs[start:stop]
+        out.totals = self.totals[start:stop]
+        out.times = self.times[start:stop]
+        return out
+
+    def series_of_kind(self, kind: str) -> set[int]:
+        """The ``series`` indexes whose key has ``kind`` ("train" or "eval")."""
+        return {i for i, (k, _) in enumerate(self.keys) if k == kind}
+
+    def latest_time(self) -> float:
+        """The latest non-NaN ``times`` entry (POSIX seconds), NaN when there is none."""
+        best = _NAN
+        for t in self.times:
+            if t == t and not best >= t:
+                best = t
+        return best
+
     def point(self, i: int) -> ProgressPoint:
         """Point ``i`` as a :class:`ProgressPoint` (aware UTC time, or None)."""
         kind, name = self.keys[self.series[i]]

@@ -1,5 +1,9 @@
 """CPU use of the watched process tree, or of every user process on the machine (psutil).
 
+The watched tree is found without reading every process on the host (:class:`ProcChildren`:
+``/proc/PID/task/*/children``, or a pid -> parent map read once per new pid); psutil reads only
+the tree's own processes.
+
 Units: percent of **one core**, summed over processes (200 = two cores fully busy), measured
 between two consecutive reads.
 
@@ -125,6 +129,111 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+def _task_children(pid: int) -> list[int] | None:
+    """Children of ``pid`` from ``/proc/PID/task/*/children`` (Linux with CONFIG_PROC_CHILDREN);
+    [] when the process is gone, None when the kernel has no such file."""
+    base = f"/proc/{pid}/task"
+    try:
+        tids = os.listdir(base)
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return None
+    out: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"{base}/{tid}/children", "rb") as fh:
+                out.extend(int(x) for x in fh.read().split())
+        except FileNotFoundError:
+            if os.path.exists(f"{base}/{tid}"):
+                return None  # the thread is there, its children file is not: unsupported
+        except (OSError, ValueError):
+            return None
+    return out
+
+
+class ProcChildren:
+    """Who is whose child, kept across reads without reading every process on the host.
+
+    Where the kernel has ``/proc/PID/task/*/children`` only the tree's own processes are read.
+    Elsewhere the parent of each pid is read once, when the pid first appears in ``/proc`` (one
+    directory listing per read; ``/proc/PID/stat`` only for pids new since the previous read),
+    and remembered until the pid is gone. psutil is used only for the processes found.
+
+    Args:
+        proc: the procfs mount (tests pass a fake tree).
+    """
+
+    def __init__(self, proc: str = "/proc") -> None:
+        self.proc = proc
+        self.native = proc == "/proc" and os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+        self._ppid: dict[int, int] = {}
+        self._map: dict[int, list[int]] | None = None
+
+    def refresh(self) -> None:
+        """Start a new read: the pid -> parent map is brought up to date (fallback mode only)."""
+        if self.native:
+            return
+        try:
+            names = os.listdir(self.proc)
+        except OSError:
+            self._map = {}
+            return
+        pids = {int(n) for n in names if n.isdigit()}
+        known = self._ppid
+        fresh = {pid: known[pid] for pid in pids if pid in known}
+        for pid in pids - fresh.keys():
+            ppid = self._read_ppid(pid)
+            if ppid is not None:
+                fresh[pid] = ppid
+        self._ppid = fresh
+        children: dict[int, list[int]] = {}
+        for pid, ppid in fresh.items():
+            children.setdefault(ppid, []).append(pid)
+        self._map = children
+
+    def _read_ppid(self, pid: int) -> int | None:
+        try:
+            with open(f"{self.proc}/{pid}/stat", "rb") as fh:
+                data = fh.read()
+        except OSError:
+            return None
+        try:  # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+            return int(data[data.rindex(b")") + 2:].split()[1])
+        except (ValueError, IndexError):
+            return None
+
+    def forget(self, pid: int) -> None:
+        """``pid`` was seen reparented or reused: read its parent again at the next refresh."""
+        self._ppid.pop(pid, None)
+
+    def children(self, pid: int) -> list[int]:
+        """The direct children of ``pid`` (as of the last :meth:`refresh`)."""
+        if self.native:
+            found = _task_children(pid)
+            if found is not None:
+                return found
+            self.native = False
+            self.refresh()
+        if self._map is None:
+            self.refresh()
+        assert self._map is not None
+        return list(self._map.get(pid, ()))
+
+    def descendants(self, pid: int) -> list[int]:
+        """Every descendant of ``pid``, parents before children."""
+        out: list[int] = []
+        seen = {pid}
+        todo = [pid]
+        while todo:
+            for child in self.children(todo.pop()):
+                if child not in seen:
+                    seen.add(child)
+                    out.append(child)
+                    todo.append(child)
+        return out
+
+
 class ProcessTreeCpu:
     """CPU of one process and all its descendants, in percent of one core.
 
@@ -157,6 +266,8 @@ class ProcessTreeCpu:
         self.root_pid = root_pid
         self._tracker = _Tracker()
         self._lock = threading.Lock()
+        self._tree = ProcChildren()
+        self._by_pid: dict[int, psutil.Process] = {}
 
     def read(self) -> CpuRead:
         """CPU use of the tree since the previous read (see the class docstring for the rules)."""
@@ -175,35 +286,40 @@ class ProcessTreeCpu:
                 return CpuRead(SignalStatus.OK, percent=0.0)
             return CpuRead(SignalStatus.OK, percent=tally.known)
 
+    def _process(self, pid: int) -> psutil.Process | None:
+        """The kept ``Process`` of ``pid`` (its CPU measurement goes on), else a new one."""
+        proc = self._by_pid.get(pid)
+        if proc is not None and proc.is_running():  # is_running: the same process, not a reused pid
+            return proc
+        try:
+            return psutil.Process(pid)
+        except psutil.Error:
+            return None
+
     def _members(self) -> tuple[list[psutil.Process], str | None]:
         members: list[psutil.Process] = []
         seen: set[int] = set()
+        tree = self._tree
+        tree.refresh()
 
         def add_with_children(proc: psutil.Process) -> None:
             members.append(proc)
             seen.add(proc.pid)
-            try:
-                children = proc.children(recursive=True)
-            except psutil.NoSuchProcess:
-                return
-            for child in children:
-                if child.pid not in seen:
-                    seen.add(child.pid)
-                    members.append(child)
+            for pid in tree.descendants(proc.pid):
+                if pid not in seen:
+                    child = self._process(pid)
+                    if child is not None:
+                        seen.add(pid)
+                        members.append(child)
 
         if _alive(self._root):
-            try:
-                add_with_children(self._root)
-            except psutil.AccessDenied:
-                return [], f"cannot list the children of PID {self._root.pid}: access denied"
+            add_with_children(self._root)
         for proc in list(self._tracker.procs.values()):
             if proc.pid in seen or proc.pid == self._root.pid:
                 continue
             if _alive(proc):  # an orphaned member, re-parented away from the root
-                try:
-                    add_with_children(proc)
-                except psutil.AccessDenied:
-                    members.append(proc)
+                add_with_children(proc)
+        self._by_pid = {p.pid: p for p in self._tracker.procs.values()}
         return members, None
 
 
@@ -251,6 +367,7 @@ class MachineCpu:
         self._by_pid: dict[int, psutil.Process] = {}
         self._kernel: dict[_Key, bool] = {}
         self._self = psutil.Process(os.getpid())
+        self._tree = ProcChildren()  # costctl's own descendants, left out
         self._lock = threading.Lock()
         self._cgroup = cgroup if cgroup is not None else CgroupCpu.own()
         self._cgroup_last: tuple[float, float] | None = None  # (monotonic s, cgroup CPU s - own CPU s)
@@ -289,9 +406,9 @@ class MachineCpu:
         try:
             t = self._self.cpu_times()
             total = t.user + t.system + t.children_user + t.children_system
-            for child in self._self.children(recursive=True):
+            for pid in self._tree.descendants(self._self.pid):
                 try:
-                    c = child.cpu_times()
+                    c = psutil.Process(pid).cpu_times()
                     total += c.user + c.system
                 except psutil.Error:
                     continue
@@ -301,10 +418,8 @@ class MachineCpu:
 
     def _processes(self) -> list[psutil.Process]:
         excluded = {self._self.pid}
-        try:
-            excluded.update(c.pid for c in self._self.children(recursive=True))
-        except psutil.Error:
-            pass
+        self._tree.refresh()
+        excluded.update(self._tree.descendants(self._self.pid))
         out: dict[int, psutil.Process] = {}
         live_kernel: set[_Key] = set()
         for pid in psutil.pids():

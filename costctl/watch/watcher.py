@@ -33,7 +33,7 @@ import traceback
 from dataclasses import replace
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -57,10 +57,12 @@ from ..lifecycle.underuse import underuse_advice
 from ..money import Money
 from ..policies.engine import PolicyEngine
 from ..policies.history import History
+from ..progress.batch import PointBatch
+from ..replay.oom import _RECOGNIZERS as OOM_RECOGNIZERS
 from ..progress.lines import LineParser
 from ..progress.metrics_file import MetricsFileFollower
 from ..protocols import RunState
-from ..records import Action, BatchPlan, Decision, ProgressPoint, TelemetrySample
+from ..records import Action, BatchPlan, Decision, TelemetrySample
 from ..statusline import StatusLine, countdown
 from ..summary import RunSummary
 from ..telemetry.cpu import ExitedTreeCpu, MachineCpu, ProcessTreeCpu
@@ -70,17 +72,34 @@ from ..stopping import EXIT_STOP_FAILED, StopProcess, StopRoute, StopRunner
 from .instance import bring_up, resolve_instance
 from .attach import AttachTarget, find_target, on_exit_argv
 from .job import Job
+from .pump import ParsePump
 from .options import WatchOptions
 from ..relay.client import RelayChild, shares_one_terminal, terminal_size
 from ..relay.protocol import job_running, relay_running
 
 from costctl_providers.base import Instance, Provider
-from costctl_providers.notices import Notice, NoticePoller, detect_cloud
+if TYPE_CHECKING:  # spot instances only: imported where a notice source is looked for
+    from costctl_providers.notices import Notice, NoticePoller
 
 
 #: Seconds a watch waits for its ledger writes before it runs a self-stop (the machine may power
 #: off at once; a ledger that is down then does not hold the stop up for longer).
 SELF_STOP_FLUSH_S = 10.0
+
+#: Seconds a watch waits, after its job's exit, for the rest of the job's output to be passed
+#: through to its stdout/stderr (no longer parsed by then, so it goes at full speed).
+PASSTHROUGH_WAIT_S = 30.0
+
+#: The interpreter's thread switch interval in a live watch (seconds; Python's default 5 ms
+#: makes the output thread wait behind the parser thread at every read: a GIL convoy).
+SWITCH_INTERVAL_S = 0.0005
+
+#: Characters of the previous chunk searched with the next one for an OOM message.
+OOM_CONTEXT_CHARS = 512
+
+#: Seconds a watch lets telemetry and charges gather before one write transaction (decisions
+#: and the run's end are written at once; the spend the policies see is in memory).
+WRITE_EVERY_S = 5.0
 
 
 def watch_alive(pid: int) -> bool:
@@ -105,6 +124,15 @@ def run_unguarded(run: Any) -> bool:
     if run.ended_at is not None or run.host != socket.gethostname() or run.pid is None:
         return False
     return not watch_alive(run.pid) and job_running(run.log_path)
+
+
+def _feed_batch(parser: LineParser, text: str, now: datetime) -> PointBatch:
+    """The points of ``text`` as one batch: ``LineParser.feed_batch`` where the parser has it,
+    else built from ``feed``'s list (a stand-in until the columnar parser lands)."""
+    feed_batch = getattr(parser, "feed_batch", None)
+    if feed_batch is not None:
+        return feed_batch(text, now)
+    return PointBatch.from_points(parser.feed(text, now))
 
 
 def _isatty(fd: int) -> bool:
@@ -162,7 +190,7 @@ class Watcher:
         self._fds = (stdout_fd, stderr_fd)
         # Threads: the output threads feed _progress_q; the scheduler's tick and notice poll and
         # the main loop's step() take _lock; the signal handler only sets _signal.
-        self._progress_q: queue.SimpleQueue[ProgressPoint] = queue.SimpleQueue()
+        self._progress_q: queue.SimpleQueue[PointBatch] = queue.SimpleQueue()
         self._lock = threading.RLock()
         self._done = threading.Event()
         self._signal: int | None = None  # the latest SIGINT/SIGTERM received
@@ -184,6 +212,8 @@ class Watcher:
         self.notice_poller: NoticePoller | None = None
         self._metrics: MetricsFileFollower | None = None
         self._parsers: dict[str, LineParser] = {}
+        self._pump: ParsePump | None = None  # parses the job's output off the output thread
+        self._oom_ctx: dict[str, str] = {}  # the end of each stream's previous chunk (OOM scan)
         self._child_done = True
         self._own_cpu = False
         self._spend_before = Decimal(0)  # spend of earlier ledger runs of this watch (same currency)
@@ -351,6 +381,7 @@ class Watcher:
         self.writer = LedgerWriter(
             self.ledger, say=self.say, max_pending=s.watch.ledger_queue_max,
             retry_max_s=s.watch.ledger_retry_max.total_seconds(), charge_start=self._charge_from,
+            linger_s=min(WRITE_EVERY_S, 5 * s.watch.sample_interval.total_seconds()),
         )
         self.recorder = DecisionRecorder(self.writer, self.summary, self.say, run_id=run_id)
         self.job = Job(self.options.command, batch=batch, resume_from=resume_from,
@@ -396,6 +427,9 @@ class Watcher:
             "stdout": LineParser(self.options.loss_regex),
             "stderr": LineParser(self.options.loss_regex),
         }
+        parsers = self._parsers
+        self._pump = ParsePump(lambda stream, text, now: _feed_batch(parsers[stream], text, now),
+                               self._progress_q.put, self.clock.now, on_error=self._output_failed)
         if s.checkpoint.path:
             warning = ephemeral_storage_warning(resolve_pattern(s.checkpoint.path))
             if warning:
@@ -472,6 +506,8 @@ class Watcher:
     def _job_started(self, child: RelayChild) -> None:
         """A (re)start of the command: telemetry and the policies follow the new process."""
         self._child_done = False
+        if self._pump is not None:
+            self._pump.resume()
         self.history.child_running = True
         self.history.child_exited_at = None
         if self._own_cpu and self._sampler is not None:
@@ -538,6 +574,8 @@ class Watcher:
         cfg = self.settings.preemption
         provider = self.provider
 
+        from costctl_providers.notices import NoticePoller, detect_cloud
+
         def detect() -> None:
             found = detect_cloud(
                 provider=provider, instance_id=self.state.instance_id, clock=self.clock,
@@ -580,27 +618,60 @@ class Watcher:
 
     # ------------------------------------------------------------------ progress and the tick
     def _on_text(self, stream: str, text: str) -> None:
-        """The command's output (output threads): OOM scan, then loss lines to the queue."""
+        """The command's output (output threads): OOM scan, then the text to the parser thread
+        (:class:`~.pump.ParsePump`), whose batches of points the tick drains."""
         if self.lifecycle is not None:
-            self.lifecycle.on_text(stream, text)
+            self._scan_oom(stream, text)
         if self._metrics is not None:
             return
-        for p in self._parsers[stream].feed(text, self.clock.now()):
-            self._progress_q.put(p)
+        if self._pump is not None:
+            self._pump.put(stream, text)  # parsed on the parser thread, in big pieces
 
-    def _drain_progress(self, now: datetime) -> list[ProgressPoint]:
-        points: list[ProgressPoint] = []
+    def _scan_oom(self, stream: str, text: str) -> None:
+        """The OOM scan, cheap on a flood: the chunk (with the end of the previous one, so that
+        a message split between two chunks is seen) is searched whole with the OOM recognizers
+        (C speed); only a chunk where one matches is scanned line by line. Otherwise the scanner
+        gets just the chunk's last partial line, after a line end (its state stays exact)."""
+        assert self.lifecycle is not None
+        ctx = self._oom_ctx.get(stream, "")
+        self._oom_ctx[stream] = text[-OOM_CONTEXT_CHARS:]
+        window = ctx + text if ctx else text
+        if any(p.search(window) for p in OOM_RECOGNIZERS):
+            self.lifecycle.on_text(stream, text)
+            return
+        cut = max(text.rfind("\n"), text.rfind("\r"))
+        self.lifecycle.on_text(stream, text if cut < 0 else "\n" + text[cut + 1:])
+
+    def _finish_parsing(self) -> None:
+        """The job's output ended: let the parser finish within one sample interval (a flood
+        of output never keeps the watch, and its bill, going); what is left is dropped, said once."""
+        pump = self._pump
+        if pump is None:
+            return
+        dropped = pump.drain(self.settings.watch.sample_interval.total_seconds())
+        child = self.child
+        if child is not None:  # the rest of the output is passed through, no longer parsed
+            child.drain(PASSTHROUGH_WAIT_S)
+        if dropped:
+            self.say(f"costctl: {dropped} characters of the job's output were not parsed for progress in time "
+                     f"(the watch ends within one sample interval of the job's exit); the run log {self.log_path} "
+                     "has all of it")
+
+    def _drain_progress(self, now: datetime) -> PointBatch:
+        """Everything the output threads (and the metrics file) gave since the last drain, as one batch."""
+        out = PointBatch()
         while True:
             try:
-                points.append(self._progress_q.get_nowait())
+                out.extend(self._progress_q.get_nowait())
             except queue.Empty:
                 break
         if self._metrics is not None:
             try:
-                points.extend(self._metrics.poll(now))
+                for point in self._metrics.poll(now):
+                    out.append_point(point)
             except CostctlError as exc:
                 self.say(f"costctl: metrics file: {exc.message}")
-        return points
+        return out
 
     def _act(self, decision: Decision) -> None:
         """Carry out one policy decision: ``downsize`` to the lifecycle controller, the rest to
@@ -641,14 +712,16 @@ class Watcher:
                 sample = self._sampler.sample(now)
                 self.history.add_sample(sample)
             points = self._drain_progress(now)
-            for point in points:
-                self.history.add_progress(point)
-            self.summary.add_progress(points)
-            # Queued for the writer thread: a tick never waits on the database.
-            if sample is not None:
-                self.writer.record_samples(run.run_id, [sample])
-            self._record_progress(run.run_id, points, now)
-            self.writer.accrue(run.run_id, now, run.rate.amount, run.rate.currency)
+            self.history.add_batch(points)
+            self.summary.add_batch(points)
+            # Queued for the writer thread: a tick never waits on the database, and its writes
+            # go in one transaction (held until all are queued). Decisions follow outside the
+            # hold: carrying one out may wait on the writer (a move waits for its new run's id).
+            with self.writer.hold():
+                if sample is not None:
+                    self.writer.record_samples(run.run_id, [sample])
+                self._record_progress(run.run_id, points, now)
+                self.writer.accrue(run.run_id, now, run.rate.amount, run.rate.currency)
             self._update_spend(now)
             # While a stop is carried through the policies rest (the stop is decided), and while
             # the job ends on the user's Ctrl-C (the user decided).
@@ -656,12 +729,15 @@ class Watcher:
             decisions = [] if resting else self.engine.evaluate(self.history, now)
             for decision in decisions:
                 self._act(decision)
+            for key, evidence in self.engine.updates(now):  # e.g. a plateau episode's repeats
+                assert self.recorder is not None
+                self.recorder.update(key, evidence)
             if sample is not None:
                 self.summary.add_sample(sample)
                 self._status(now, sample)
             return decisions
 
-    def _record_progress(self, run_id: str, points: list[ProgressPoint], now: datetime) -> None:
+    def _record_progress(self, run_id: str, points: PointBatch, now: datetime) -> None:
         """Queue the bounded record of ``points`` (and of intervals over by ``now``) for the
         writer: every point up to ``[ledger] progress_points_per_interval`` per interval, exact
         per-interval figures beyond (:mod:`costctl.ledger.progress_store`)."""
@@ -823,6 +899,7 @@ class Watcher:
             for s, h in old.items():
                 signal.signal(s, h)
             raise
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         interval = self.settings.watch.sample_interval.total_seconds()
         scheduler = BackgroundScheduler(timezone=timezone.utc)
         scheduler.add_job(
@@ -886,6 +963,7 @@ class Watcher:
         if not self._child_done and job is not None and job.exists and not job.running:
             self._child_done = True
             status = job.wait()
+            self._finish_parsing()
             with self._lock:
                 self.history.child_running = False
                 self.history.child_exited_at = self.clock.now()
@@ -1058,6 +1136,9 @@ class Watcher:
         if self.ledger is None or self._state is None:
             return exit_code, status
         end = self._stopped_at or self.clock.now()
+        if self._pump is not None:
+            self._finish_parsing()
+            self._pump.close()
         try:
             if self._stopped_at is None:
                 self.tick(end)
@@ -1066,7 +1147,7 @@ class Watcher:
                     points = self._drain_progress(end)
                     if points:
                         self._record_progress(self.state.run_id, points, end)
-                        self.summary.add_progress(points)
+                        self.summary.add_batch(points)
             with self._lock:
                 if self.lifecycle is not None and self.lifecycle.requester.pending is not None:
                     self.lifecycle.requester.withdraw()

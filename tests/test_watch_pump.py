@@ -1,0 +1,120 @@
+"""The parser thread between the job's output and the tick (costctl.watch.pump)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from datetime import datetime, timezone
+
+from costctl.progress.batch import PointBatch
+from costctl.watch.pump import ParsePump
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def _parse(stream, text, now):
+    batch = PointBatch()
+    for line in text.splitlines():
+        batch.append(float(line))
+    return batch
+
+
+def test_texts_are_parsed_in_order_in_big_pieces_off_the_output_thread():
+    got: list[PointBatch] = []
+    calls: list[str] = []
+
+    def parse(stream, text, now):
+        calls.append(threading.current_thread().name)
+        return _parse(stream, text, now)
+
+    pump = ParsePump(parse, got.append, lambda: T0)
+    for i in range(1000):
+        pump.put("stdout", f"{i}\n")
+    assert pump.drain(10) == 0
+    pump.close()
+    values = [v for b in got for v in b.values]
+    assert values == [float(i) for i in range(1000)]
+    assert set(calls) == {"costctl-parse"} and len(calls) < 1000  # joined into pieces
+
+
+def test_drain_gives_up_at_its_deadline_and_counts_what_it_dropped():
+    release = threading.Event()
+    got: list[PointBatch] = []
+
+    def slow(stream, text, now):
+        release.wait(5)
+        return _parse(stream, text, now)
+
+    pump = ParsePump(slow, got.append, lambda: T0)
+    pump.put("stdout", "1\n")
+    while pump.pending_chars:  # wait until the first piece is being parsed
+        pass
+    pump.put("stderr", "2\n3\n")
+    assert pump.drain(0.05) == 4 and pump.dropped_chars == 4
+    release.set()
+    pump.close(5)
+    assert [v for b in got for v in b.values] == [1.0]
+
+
+def test_a_watch_ends_soon_after_a_flooding_job_even_with_a_slow_parser(tmp_path, monkeypatch):
+    """The parser cannot keep up: after the job's exit the watch gives it one sample interval,
+    drops the rest (counted) and ends; the passthrough got every byte."""
+    import sys
+    import time
+
+    from costctl.progress.lines import LineParser
+    from lifecycle_support import T0, FixedGpu, SimClock, drive, settings, watcher
+
+    real_feed = LineParser.feed
+
+    def slow_feed(self, chunk, now):
+        time.sleep(0.2)  # a parser far slower than the job's output
+        return real_feed(self, chunk, now)
+
+    monkeypatch.setattr(LineParser, "feed", slow_feed)
+    monkeypatch.setattr(LineParser, "feed_batch", None, raising=False)
+    s = settings(tmp_path, """
+[instance]
+provider = "sim"
+gpu = "RTX 4090"
+[watch]
+sample_interval = "1s"
+""")
+    out = tmp_path / "out"
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT)
+    n = 200_000
+    job = [sys.executable, "-c", f"import sys\nfor i in range({n}): sys.stdout.write(f'step {{i}} loss: 0.5\\n')"]
+    clock = SimClock(T0)
+    w = watcher(s, job, clock, sampler=FixedGpu(used_bytes=2**30, total_bytes=24 * 2**30, utilization=90.0),
+                devnull=fd, on_exit="leave", pty=False)
+    started = time.monotonic()
+    code, status = drive(w, clock, step_s=1, max_real_s=60)
+    assert (code, status) == (0, "completed")
+    assert time.monotonic() - started < 30
+    assert w._pump.dropped_chars > 0
+    assert 0 < w.summary.loss_points < n
+    os.close(fd)
+    assert out.read_bytes().count(b"\n") == n
+
+
+def test_the_oom_scan_skips_chunks_without_a_message_and_still_finds_one_split_in_two():
+    from types import SimpleNamespace
+
+    from costctl.lifecycle.oom_retry import OomScanner
+    from costctl.watch.watcher import Watcher
+
+    scanner = OomScanner()
+    fed: list[str] = []
+
+    def on_text(stream, text):
+        fed.append(text)
+        scanner.feed(stream, text)
+
+    w = Watcher.__new__(Watcher)
+    w.lifecycle = SimpleNamespace(on_text=on_text)
+    w._oom_ctx = {}
+    flood = "".join(f"step {i} loss: 0.5\n" for i in range(5000))
+    w._scan_oom("stderr", flood + "RuntimeError: CUDA out of mem")
+    assert sum(len(t) for t in fed) < 100 and scanner.event is None  # only the partial line
+    w._scan_oom("stderr", "ory. Tried to allocate 2.00 GiB (GPU 0; 23.65 GiB total capacity)\n" + flood)
+    assert scanner.event is not None and scanner.event.requested_bytes == 2 * 2**30
