@@ -35,6 +35,7 @@ from __future__ import annotations
 import codecs
 import math
 import re
+from collections.abc import Iterator
 from datetime import datetime
 
 from costctl.errors import UsageError
@@ -141,6 +142,41 @@ def _maybe_loss(line: str) -> bool:
 _Raw = tuple[str, str, float, "int | None", "float | None", "int | None"]
 # Longest text a _LOSS_RE match holds before its "loss": "validation" + one separator.
 _LOSS_LEAD = 11
+# _LOSS_RE up to its "loss": where a match may start, found in a window of _LOSS_LEAD + 4.
+_LOSS_HEAD_RE = re.compile(
+    r"(?<![A-Za-z0-9_])(?:(?:training|train|total|average|avg|mean|running|epoch|batch"
+    r"|validation|valid|val|evaluation|eval|dev|test|predict)[ _/.-]?)?loss",
+    re.IGNORECASE,
+)
+
+
+def _loss_matches(line: str, low: str | None) -> Iterator[re.Match[str]]:
+    """``_LOSS_RE.finditer(line)``, the same matches, found without trying every position.
+
+    Every match holds ``loss`` (any case) and starts at most :data:`_LOSS_LEAD` characters
+    before it (no prefix word holds ``loss``), so on an ASCII line (``low`` = its lower case,
+    same positions) only the windows before each ``loss`` are tried, in order, each start with
+    the full regex, and matches never overlap, as finditer's.
+    """
+    if low is None:
+        yield from _LOSS_RE.finditer(line)
+        return
+    find, head, full = low.find, _LOSS_HEAD_RE.search, _LOSS_RE.match
+    done = 0  # where the last match ended
+    q = find("loss")
+    while q >= 0:
+        start = max(q - _LOSS_LEAD, done)
+        while start <= q:
+            h = head(line, start, q + 4)
+            if h is None:
+                break
+            m = full(line, h.start())
+            if m is not None:
+                yield m
+                done = m.end()
+                break
+            start = h.start() + 1
+        q = find("loss", max(q + 1, done))
 
 
 def _step_epoch_total(line: str, low: str | None = None) -> tuple[int | None, float | None, int | None]:
@@ -157,11 +193,17 @@ def _step_epoch_total(line: str, low: str | None = None) -> tuple[int | None, fl
     """
     step = step_total = epoch_total = None
     epoch = None
-    m = _STEP_RE.search(line) if low is None or "step" in low or "iter" in low else None
+    if low is None:
+        m = _STEP_RE.search(line)
+    else:  # a match starts at "step"/"iter" or 7 before ("global_step")
+        q_step, q_iter = low.find("step"), low.find("iter")
+        starts = ([max(0, q_step - 7)] if q_step >= 0 else []) + ([q_iter] if q_iter >= 0 else [])
+        m = _STEP_RE.search(line, min(starts)) if starts else None
     if m:
         step = int(m["n"])
         step_total = int(m["total"]) if m["total"] else None
-    m = _EPOCH_RE.search(line) if low is None or "epoch" in low else None
+    at = 0 if low is None else low.find("epoch")
+    m = _EPOCH_RE.search(line, at) if at >= 0 else None
     if m:
         epoch = float(m["n"])
         epoch_total = int(m["total"]) if m["total"] else None
@@ -216,14 +258,10 @@ def _parse_raw(line: str) -> list[_Raw]:
     # On an ASCII line lower() keeps positions: no match can start more than _LOSS_LEAD
     # characters before the first "loss" (any case), so the scan starts there.
     low = line.lower() if line.isascii() else None
-    begin = 0
-    if low is not None:
-        first = low.find("loss")
-        if first < 0:
-            return []
-        begin = max(0, first - _LOSS_LEAD)
+    if low is not None and "loss" not in low:
+        return []
     train = evaluation = None
-    for m in _LOSS_RE.finditer(line, begin):
+    for m in _loss_matches(line, low):
         prefix = (m["prefix"] or "").lower()
         value = parse_value(m["value"])
         if value is None:
@@ -232,6 +270,8 @@ def _parse_raw(line: str) -> list[_Raw]:
             train = (m["name"], value)
         elif prefix in _EVAL_PREFIXES and evaluation is None:
             evaluation = (m["name"], value)
+        if train is not None and evaluation is not None:
+            break
     if train is None and evaluation is None:
         return []
     if train is not None and evaluation is not None and _NANOGPT_EVAL_RE.match(line):
