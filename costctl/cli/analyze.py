@@ -108,10 +108,12 @@ def analyze(
         skypilot_idle_minutes=sky_idle_minutes,
     )
     glog = read_gpu_log(gpu_log, columns=columns, start=start) if gpu_log is not None else None
-    tlog = read_train_log(train_log, loss_regex=loss_regex) if train_log is not None else None
+    tlog = read_train_log(train_log, loss_regex=loss_regex, streamed=True) if train_log is not None else None
     progress, placement = (None, None)
     if tlog is not None:
         gpu_only_start = start is not None and step_rate is None and glog is not None and glog.relative
+        if step_rate is not None:
+            tlog = tlog.materialized()  # placed in time: the timed replay takes every point at once
         progress, placement = place_progress(
             tlog, start=None if gpu_only_start else start, step_rate=step_rate
         )
