@@ -145,3 +145,32 @@ def test_times_column_is_posix_seconds() -> None:
     batch = parser.feed_batch(b"loss: 2\n", 12.5)
     assert batch.times[0] == 12.5
     assert math.isnan(parser.feed_batch("loss: 3\n", None).times[0])
+
+
+@pytest.mark.parametrize("line", [
+    "{'loss': 0.1234, 'grad_norm': 1.5, 'learning_rate': 2e-05, 'epoch': 0.5}",
+    "{'loss': 1e999, 'grad_norm': 1.5, 'learning_rate': 2e-05, 'epoch': 1e999}",
+    "{'loss': -3, 'grad_norm': 0, 'learning_rate': 1.0e-4, 'epoch': 2}",
+    "iter 100: loss 2.3456, time 1440.31ms, mfu 0.01%",
+    "iter 0: loss 10.9876, time 3ms, mfu -100.00%",
+])
+def test_fast_paths_equal_the_general_parse(line: str) -> None:
+    from costctl.progress import lines
+
+    fast = lines._parse_fast(line)
+    assert fast is not None
+    assert [tuple(map(repr, p)) for p in fast] == [tuple(map(repr, p)) for p in lines._parse_raw(line)]
+    assert _legacy("Epoch 2/9\n" + line + "\n") == _block(["Epoch 2/9\n" + line + "\n"])
+
+
+@pytest.mark.parametrize("line", [
+    "{'loss': nan, 'grad_norm': 1.5, 'learning_rate': 2e-05, 'epoch': 0.5}",
+    "{'loss': 0.1, 'grad_norm': 1.5, 'learning_rate': 2e-05, 'epoch': 0.5, 'step': 3}",
+    "iter 100: loss 2.3456, time 1440.31ms, mfu 0.01% val_loss 3.0",
+    "iter 100: loss nan, time 1440.31ms, mfu 0.01%",
+])
+def test_fast_paths_leave_other_shapes_to_the_general_parse(line: str) -> None:
+    from costctl.progress import lines
+
+    assert lines._parse_fast(line) is None
+    assert _legacy(line + "\n") == _block([line + "\n"])

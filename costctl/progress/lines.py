@@ -406,6 +406,30 @@ def candidate_lines(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+# Fast paths: lines that fully match one of these strict shapes give exactly what
+# _parse_raw gives for them (printable ASCII, one loss, no prefix, the fields named here), so
+# the general regexes are skipped. Any other line, however close, takes the general path.
+_F = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+_FAST_HF_RE = re.compile(rf"\{{'loss': ({_F}), 'grad_norm': {_F}, 'learning_rate': {_F}, 'epoch': ({_F})\}}")
+_FAST_ITER_RE = re.compile(rf"iter (\d+): loss (\d+\.\d+), time \d+(?:\.\d+)?ms, mfu -?\d+(?:\.\d+)?%")
+
+
+def _parse_fast(line: str) -> list[_Raw] | None:
+    """:func:`_parse_raw`'s result for a line of a fast-path shape, else None."""
+    if line.startswith("{'loss': "):
+        m = _FAST_HF_RE.fullmatch(line)
+        if m is not None:
+            epoch: float | None = float(m[2])
+            if not math.isfinite(epoch):  # type: ignore[arg-type]
+                epoch = None
+            return [("train", "loss", float(m[1]), None, epoch, None)]
+    elif line.startswith("iter "):
+        m = _FAST_ITER_RE.fullmatch(line)
+        if m is not None:
+            return [("train", "loss", float(m[2]), int(m[1]), None, None)]
+    return None
+
+
 def _count_line_ends(text: str) -> int:
     return text.count("\n") + text.count("\r") - text.count("\r\n")
 
@@ -548,6 +572,10 @@ class LineParser:
             if end - start > MAX_LINE_CHARS:
                 continue
             line = text[start:end]
+            raw = _parse_fast(line)
+            if raw is not None:
+                self._add(batch, raw, t)
+                continue
             header = parse_epoch_header(line)
             if header is not None:
                 self._epoch, self._epochs_total = header
