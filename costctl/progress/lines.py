@@ -1,10 +1,14 @@
-"""Training progress (the loss) parsed from a child's text output, line by line.
+"""Training progress (the loss) parsed from a child's text output, a block at a time.
 
 :func:`parse_line` is pure: one line in, the losses it reports out (``ProgressPoint`` with
-``time=None``). :class:`LineParser` sits on the live pipe: it takes arbitrary decoded chunks,
-re-assembles lines (``\\n``, ``\\r`` and ``\\r\\n`` all end a line, CRLF once; tqdm's ``\\r``
-updates are lines of their own), strips ANSI escape codes, keeps the epoch from Keras-style
-``Epoch 3/10`` header lines, and stamps each point with the time it was seen.
+``time=None``). :class:`LineParser` is the block reader that ``costctl watch`` runs on the
+child's pipe and ``costctl analyze`` on a file: :meth:`LineParser.feed_batch` takes raw bytes
+(incremental UTF-8 decoding, bad bytes replaced) or text of any size, re-assembles lines
+(``\n``, ``\r`` and ``\r\n`` all end a line, CRLF once; tqdm's ``\r`` updates are lines
+of their own), finds the candidate lines with a literal scan over the whole buffer (lines
+without ``oss``/``OSS``/``poch``/``POCH`` never reach Python code), strips ANSI escape codes,
+keeps the epoch from Keras-style ``Epoch 3/10`` header lines, and appends the points to a
+:class:`~costctl.progress.batch.PointBatch` stamped with the time the chunk was read.
 
 Recognised shapes (case-insensitive names; values may be ``nan``, ``inf``, ``-inf``)::
 
@@ -27,7 +31,7 @@ Not progress: the HF summary ``{'train_runtime': ..., 'train_loss': ...}`` and H
 ``kind="eval"``) so that the train series stays the per-iteration one.
 
 Garbage (binary junk, ``loss: abc``, lines over :data:`MAX_LINE_CHARS`) is skipped, never
-raised. The per-line cost is one substring test for lines that cannot hold a loss.
+raised. Lines that cannot hold a loss cost only the regex engine's literal scan.
 """
 
 from __future__ import annotations

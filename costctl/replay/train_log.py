@@ -9,6 +9,11 @@ x-axis the file uses (step / iteration or epoch), every other numeric column as 
 (learning rate, ``eta_seconds``, ``coco/bbox_mAP``, ``train/obj_loss``...), the summary facts
 (HF's final ``train_loss``, ``global_step``), and OOM errors found in console output.
 
+A console log can be read *streamed* (``read_console(..., streamed=True)``, what ``costctl
+analyze`` does): blocks of points flow through per-kind :class:`~.loss_stats.LossStream`
+figures and a bounded plot series, and a replay reads the file again
+(:meth:`TrainLog.iter_points`), so memory does not grow with the file.
+
 Which value is "the loss" per format:
 
 * HF / TRL ``trainer_state.json``: ``loss`` (train) and ``eval_loss`` (eval); ``predict_*``
