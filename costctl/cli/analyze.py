@@ -8,6 +8,8 @@ peers' rules (SkyPilot autostop, dstack utilization_policy).
 
 from __future__ import annotations
 
+import json
+import sys
 from datetime import datetime, timedelta, timezone
 from enum import Enum
 from pathlib import Path
@@ -22,7 +24,7 @@ from ..replay.pricing import resolve_price
 from ..replay.readers import read_gpu_log, read_train_log
 from ..replay.render import render
 from ..replay.timeline import place_progress
-from .common import ConfigOption, out_console, print_json, settings_from
+from .common import ConfigOption, out_console, settings_from
 
 TIME_ALLOWED = "expected an ISO-8601 date-time such as 2026-02-02T01:07:37 (no offset = the logs' own clock, read as UTC)"
 
@@ -132,9 +134,19 @@ def analyze(
         plot_analysis(result, plot, progress)
         result.notes.append(f"plot written to {plot}")
     if fmt is AnalyzeFormat.json:
-        print_json(to_dict(result))
+        _write_json(to_dict(result))
     else:
         render(result, out_console)
+
+
+def _write_json(data: Any) -> None:
+    """:func:`print_json`'s exact output, written piece by piece (no one giant string: a long
+    log's thousands of decisions would double the peak memory)."""
+    encoder = json.JSONEncoder(indent=2, default=str, ensure_ascii=False)
+    write = sys.stdout.write
+    for piece in encoder.iterencode(data):
+        write(piece)
+    write("\n")
 
 
 def register(app: typer.Typer) -> None:
