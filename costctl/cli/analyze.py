@@ -8,6 +8,8 @@ peers' rules (SkyPilot autostop, dstack utilization_policy).
 
 from __future__ import annotations
 
+import json
+import sys
 from datetime import datetime, timedelta, timezone
 from enum import Enum
 from pathlib import Path
@@ -16,7 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import UsageError
-from .common import ConfigOption, out_console, print_json, settings_from
+from .common import ConfigOption, out_console, settings_from
 
 TIME_ALLOWED = "expected an ISO-8601 date-time such as 2026-02-02T01:07:37 (no offset = the logs' own clock, read as UTC)"
 
@@ -111,10 +113,12 @@ def analyze(
         skypilot_idle_minutes=sky_idle_minutes,
     )
     glog = read_gpu_log(gpu_log, columns=columns, start=start) if gpu_log is not None else None
-    tlog = read_train_log(train_log, loss_regex=loss_regex) if train_log is not None else None
+    tlog = read_train_log(train_log, loss_regex=loss_regex, streamed=True) if train_log is not None else None
     progress, placement = (None, None)
     if tlog is not None:
         gpu_only_start = start is not None and step_rate is None and glog is not None and glog.relative
+        if step_rate is not None:
+            tlog = tlog.materialized()  # placed in time: the timed replay takes every point at once
         progress, placement = place_progress(
             tlog, start=None if gpu_only_start else start, step_rate=step_rate
         )
@@ -133,9 +137,19 @@ def analyze(
         plot_analysis(result, plot, progress)
         result.notes.append(f"plot written to {plot}")
     if fmt is AnalyzeFormat.json:
-        print_json(to_dict(result))
+        _write_json(to_dict(result))
     else:
         render(result, out_console)
+
+
+def _write_json(data: Any) -> None:
+    """:func:`print_json`'s exact output, written piece by piece (no one giant string: a long
+    log's thousands of decisions would double the peak memory)."""
+    encoder = json.JSONEncoder(indent=2, default=str, ensure_ascii=False)
+    write = sys.stdout.write
+    for piece in encoder.iterencode(data):
+        write(piece)
+    write("\n")
 
 
 def register(app: typer.Typer) -> None:

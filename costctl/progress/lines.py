@@ -1,10 +1,14 @@
-"""Training progress (the loss) parsed from a child's text output, line by line.
+"""Training progress (the loss) parsed from a child's text output, a block at a time.
 
 :func:`parse_line` is pure: one line in, the losses it reports out (``ProgressPoint`` with
-``time=None``). :class:`LineParser` sits on the live pipe: it takes arbitrary decoded chunks,
-re-assembles lines (``\\n``, ``\\r`` and ``\\r\\n`` all end a line, CRLF once; tqdm's ``\\r``
-updates are lines of their own), strips ANSI escape codes, keeps the epoch from Keras-style
-``Epoch 3/10`` header lines, and stamps each point with the time it was seen.
+``time=None``). :class:`LineParser` is the block reader that ``costctl watch`` runs on the
+child's pipe and ``costctl analyze`` on a file: :meth:`LineParser.feed_batch` takes raw bytes
+(incremental UTF-8 decoding, bad bytes replaced) or text of any size, re-assembles lines
+(``\n``, ``\r`` and ``\r\n`` all end a line, CRLF once; tqdm's ``\r`` updates are lines
+of their own), finds the candidate lines with a literal scan over the whole buffer (lines
+without ``oss``/``OSS``/``poch``/``POCH`` never reach Python code), strips ANSI escape codes,
+keeps the epoch from Keras-style ``Epoch 3/10`` header lines, and appends the points to a
+:class:`~costctl.progress.batch.PointBatch` stamped with the time the chunk was read.
 
 Recognised shapes (case-insensitive names; values may be ``nan``, ``inf``, ``-inf``)::
 
@@ -27,22 +31,27 @@ Not progress: the HF summary ``{'train_runtime': ..., 'train_loss': ...}`` and H
 ``kind="eval"``) so that the train series stays the per-iteration one.
 
 Garbage (binary junk, ``loss: abc``, lines over :data:`MAX_LINE_CHARS`) is skipped, never
-raised. The per-line cost is one substring test for lines that cannot hold a loss.
+raised. Lines that cannot hold a loss cost only the regex engine's literal scan.
 """
 
 from __future__ import annotations
 
+import codecs
 import math
 import re
-from dataclasses import replace
+from collections.abc import Iterator
 from datetime import datetime
 
 from costctl.errors import UsageError
+from costctl.progress.batch import NO_INT, PointBatch
 from costctl.records import ProgressPoint
+
+_NAN = float("nan")
 
 __all__ = [
     "MAX_LINE_CHARS",
     "LineParser",
+    "candidate_lines",
     "compile_loss_regex",
     "parse_epoch_header",
     "parse_line",
@@ -133,7 +142,48 @@ def _maybe_loss(line: str) -> bool:
     return "oss" in line or "OSS" in line
 
 
-def _step_epoch_total(line: str) -> tuple[int | None, float | None, int | None]:
+# A point before it becomes a record: (kind, name, value, step, epoch, total).
+_Raw = tuple[str, str, float, "int | None", "float | None", "int | None"]
+# Longest text a _LOSS_RE match holds before its "loss": "validation" + one separator.
+_LOSS_LEAD = 11
+# _LOSS_RE up to its "loss": where a match may start, found in a window of _LOSS_LEAD + 4.
+_LOSS_HEAD_RE = re.compile(
+    r"(?<![A-Za-z0-9_])(?:(?:training|train|total|average|avg|mean|running|epoch|batch"
+    r"|validation|valid|val|evaluation|eval|dev|test|predict)[ _/.-]?)?loss",
+    re.IGNORECASE,
+)
+
+
+def _loss_matches(line: str, low: str | None) -> Iterator[re.Match[str]]:
+    """``_LOSS_RE.finditer(line)``, the same matches, found without trying every position.
+
+    Every match holds ``loss`` (any case) and starts at most :data:`_LOSS_LEAD` characters
+    before it (no prefix word holds ``loss``), so on an ASCII line (``low`` = its lower case,
+    same positions) only the windows before each ``loss`` are tried, in order, each start with
+    the full regex, and matches never overlap, as finditer's.
+    """
+    if low is None:
+        yield from _LOSS_RE.finditer(line)
+        return
+    find, head, full = low.find, _LOSS_HEAD_RE.search, _LOSS_RE.match
+    done = 0  # where the last match ended
+    q = find("loss")
+    while q >= 0:
+        start = max(q - _LOSS_LEAD, done)
+        while start <= q:
+            h = head(line, start, q + 4)
+            if h is None:
+                break
+            m = full(line, h.start())
+            if m is not None:
+                yield m
+                done = m.end()
+                break
+            start = h.start() + 1
+        q = find("loss", max(q + 1, done))
+
+
+def _step_epoch_total(line: str, low: str | None = None) -> tuple[int | None, float | None, int | None]:
     """Step, epoch and run length (total) written on the same line, when present.
 
     * ``Epoch [3/80], Step [100/600]`` counts steps within an epoch: the global step is
@@ -141,19 +191,28 @@ def _step_epoch_total(line: str) -> tuple[int | None, float | None, int | None]:
     * ``epoch 3/80`` with no step: ``total`` is 80, in epochs.
     * a tqdm bar gives step and total only when the line names no epoch; with one (Lightning's
       ``Epoch 0: 50%|...| 25/50``) the bar counts batches within the epoch, not the run.
+
+    ``low`` is ``line.lower()`` for an ASCII line (the regexes are skipped when the literal
+    they start with is absent), None to run them all.
     """
     step = step_total = epoch_total = None
     epoch = None
-    m = _STEP_RE.search(line)
+    if low is None:
+        m = _STEP_RE.search(line)
+    else:  # a match starts at "step"/"iter" or 7 before ("global_step")
+        q_step, q_iter = low.find("step"), low.find("iter")
+        starts = ([max(0, q_step - 7)] if q_step >= 0 else []) + ([q_iter] if q_iter >= 0 else [])
+        m = _STEP_RE.search(line, min(starts)) if starts else None
     if m:
         step = int(m["n"])
         step_total = int(m["total"]) if m["total"] else None
-    m = _EPOCH_RE.search(line)
+    at = 0 if low is None else low.find("epoch")
+    m = _EPOCH_RE.search(line, at) if at >= 0 else None
     if m:
         epoch = float(m["n"])
         epoch_total = int(m["total"]) if m["total"] else None
     if step is None:
-        if epoch is None:
+        if epoch is None and "|" in line:
             m = _TQDM_RE.search(line)
             if m:
                 return int(m["n"]), None, int(m["total"])
@@ -163,7 +222,7 @@ def _step_epoch_total(line: str) -> tuple[int | None, float | None, int | None]:
     return step, epoch, step_total
 
 
-def _parse_dict(line: str) -> list[ProgressPoint] | None:
+def _parse_dict(line: str) -> list[_Raw] | None:
     """Points from a Hugging Face style dict line; None when the line holds no such dict."""
     start = line.find("{")
     items: dict[str, float] = {}
@@ -180,17 +239,54 @@ def _parse_dict(line: str) -> list[ProgressPoint] | None:
     epoch = items.get("epoch")
     if epoch is not None and not math.isfinite(epoch):
         epoch = None
-    points = []
+    points: list[_Raw] = []
     for keys, kind in ((_HF_TRAIN_KEYS, "train"), (_HF_EVAL_KEYS, "eval")):
         for key in keys:
             if key in items:
-                points.append(
-                    ProgressPoint(
-                        time=None, value=items[key], kind=kind, name=key, step=step, epoch=epoch
-                    )
-                )
+                points.append((kind, key, items[key], step, epoch, None))
                 break
     return points if points else None
+
+
+def _parse_raw(line: str) -> list[_Raw]:
+    """:func:`parse_line` without the records: ``(kind, name, value, step, epoch, total)`` each."""
+    if not _maybe_loss(line) or len(line) > MAX_LINE_CHARS:
+        return []
+    line = clean_line(line)
+    if "{" in line and ("{'" in line or '{"' in line):
+        points = _parse_dict(line)
+        if points is not None:
+            return points
+    if line.startswith("  ") and _HF_METRICS_BLOCK_RE.fullmatch(line):
+        return []
+    # On an ASCII line lower() keeps positions: no match can start more than _LOSS_LEAD
+    # characters before the first "loss" (any case), so the scan starts there.
+    low = line.lower() if line.isascii() else None
+    if low is not None and "loss" not in low:
+        return []
+    train = evaluation = None
+    for m in _loss_matches(line, low):
+        prefix = (m["prefix"] or "").lower()
+        value = parse_value(m["value"])
+        if value is None:
+            continue
+        if prefix in _TRAIN_PREFIXES and train is None:
+            train = (m["name"], value)
+        elif prefix in _EVAL_PREFIXES and evaluation is None:
+            evaluation = (m["name"], value)
+        if train is not None and evaluation is not None:
+            break
+    if train is None and evaluation is None:
+        return []
+    if train is not None and evaluation is not None and _NANOGPT_EVAL_RE.match(line):
+        train = None
+    step, epoch, total = _step_epoch_total(line, low)
+    points: list[_Raw] = []
+    if train is not None:
+        points.append(("train", train[0], train[1], step, epoch, total))
+    if evaluation is not None:
+        points.append(("eval", evaluation[0], evaluation[1], step, epoch, total))
+    return points
 
 
 def parse_line(line: str) -> list[ProgressPoint]:
@@ -205,40 +301,10 @@ def parse_line(line: str) -> list[ProgressPoint]:
         (``total`` is in steps, or in epochs when the line gives an epoch count but no step).
         Never raises; a line it cannot read gives ``[]``.
     """
-    if not _maybe_loss(line) or len(line) > MAX_LINE_CHARS:
-        return []
-    line = clean_line(line)
-    if "{" in line and ("{'" in line or '{"' in line):
-        points = _parse_dict(line)
-        if points is not None:
-            return points
-    if _HF_METRICS_BLOCK_RE.fullmatch(line):
-        return []
-    train = evaluation = None
-    for m in _LOSS_RE.finditer(line):
-        prefix = (m["prefix"] or "").lower()
-        value = parse_value(m["value"])
-        if value is None:
-            continue
-        if prefix in _TRAIN_PREFIXES and train is None:
-            train = (m["name"], value)
-        elif prefix in _EVAL_PREFIXES and evaluation is None:
-            evaluation = (m["name"], value)
-    if train is None and evaluation is None:
-        return []
-    if train is not None and evaluation is not None and _NANOGPT_EVAL_RE.match(line):
-        train = None
-    step, epoch, total = _step_epoch_total(line)
-    points = []
-    for found, kind in ((train, "train"), (evaluation, "eval")):
-        if found is not None:
-            points.append(
-                ProgressPoint(
-                    time=None, value=found[1], kind=kind, name=found[0],
-                    step=step, epoch=epoch, total=total,
-                )
-            )
-    return points
+    return [
+        ProgressPoint(time=None, value=value, kind=kind, name=name, step=step, epoch=epoch, total=total)  # type: ignore[arg-type]
+        for kind, name, value, step, epoch, total in _parse_raw(line)
+    ]
 
 
 def parse_epoch_header(line: str) -> tuple[int, int | None] | None:
@@ -279,14 +345,14 @@ def compile_loss_regex(pattern: str) -> re.Pattern[str]:
     return compiled
 
 
-def _parse_custom(regex: re.Pattern[str], line: str) -> list[ProgressPoint]:
+def _parse_custom(regex: re.Pattern[str], line: str) -> list[_Raw]:
     if len(line) > MAX_LINE_CHARS:
         return []
     m = regex.search(clean_line(line))
     if not m:
         return []
     groups = m.groupdict()
-    points = []
+    points: list[_Raw] = []
     step_text, epoch_text = groups.get("step"), groups.get("epoch")
     step_f = parse_value(step_text) if step_text else None
     step = int(step_f) if step_f is not None and math.isfinite(step_f) else None
@@ -295,16 +361,97 @@ def _parse_custom(regex: re.Pattern[str], line: str) -> list[ProgressPoint]:
     for text, kind, name in ((loss_text, "train", "loss"), (groups.get("eval_loss"), "eval", "eval_loss")):
         value = parse_value(text) if text else None
         if value is not None:
-            points.append(ProgressPoint(time=None, value=value, kind=kind, name=name, step=step, epoch=epoch))
+            points.append((kind, name, value, step, epoch, None))
     return points
 
 
+# Every line parse() acts on holds one of these (tested on the raw line, as parse() does).
+_CANDIDATES = (re.compile("oss"), re.compile("OSS"), re.compile("poch"), re.compile("POCH"))
+
+
+def _line_spans(text: str, literal: re.Pattern[str], spans: list[tuple[int, int]]) -> None:
+    """Append ``(start, end)`` of each line of ``text`` holding ``literal`` (once per line).
+
+    Lines end at ``\n`` or ``\r``; ``text`` must end with a line end. Only the lines with a
+    hit are looked at; the scan itself runs in the regex engine.
+    """
+    rfind, find = text.rfind, text.find
+    end = -1
+    for m in literal.finditer(text):
+        p = m.start()
+        if p < end:
+            continue
+        nl = rfind("\n", 0, p)
+        cr = rfind("\r", nl + 1, p)
+        start = (cr if cr > nl else nl) + 1
+        nl = find("\n", p)
+        if nl < 0:
+            nl = len(text)
+        cr = find("\r", p, nl)
+        end = cr if cr >= 0 else nl
+        spans.append((start, end))
+
+
+def candidate_lines(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of the lines of ``text`` that may hold a loss or an epoch header, in order.
+
+    ``text`` ends with a line end (``\n``, ``\r`` or ``\r\n``). A line that holds none of
+    ``oss``, ``OSS``, ``poch``, ``POCH`` cannot give a point nor set the epoch, so it never
+    reaches Python code.
+    """
+    spans: list[tuple[int, int]] = []
+    _line_spans(text, _CANDIDATES[0], spans)
+    extra: list[tuple[int, int]] = []
+    for literal in _CANDIDATES[1:]:
+        if literal.pattern in text:
+            _line_spans(text, literal, extra)
+    if extra:
+        spans = sorted(set(spans).union(extra))
+    return spans
+
+
+# Fast paths: lines that fully match one of these strict shapes give exactly what
+# _parse_raw gives for them (printable ASCII, one loss, no prefix, the fields named here), so
+# the general regexes are skipped. Any other line, however close, takes the general path.
+_F = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+_FAST_HF_RE = re.compile(rf"\{{'loss': ({_F}), 'grad_norm': {_F}, 'learning_rate': {_F}, 'epoch': ({_F})\}}")
+_FAST_ITER_RE = re.compile(rf"iter (\d+): loss (\d+\.\d+), time \d+(?:\.\d+)?ms, mfu -?\d+(?:\.\d+)?%")
+
+
+def _parse_fast(line: str) -> list[_Raw] | None:
+    """:func:`_parse_raw`'s result for a line of a fast-path shape, else None."""
+    if line.startswith("{'loss': "):
+        m = _FAST_HF_RE.fullmatch(line)
+        if m is not None:
+            epoch: float | None = float(m[2])
+            if not math.isfinite(epoch):  # type: ignore[arg-type]
+                epoch = None
+            return [("train", "loss", float(m[1]), None, epoch, None)]
+    elif line.startswith("iter "):
+        m = _FAST_ITER_RE.fullmatch(line)
+        if m is not None:
+            return [("train", "loss", float(m[2]), int(m[1]), None, None)]
+    return None
+
+
+def _count_line_ends(text: str) -> int:
+    return text.count("\n") + text.count("\r") - text.count("\r\n")
+
+
 class LineParser:
-    """Incremental parser for a child's decoded output (one instance per stream).
+    """Incremental parser for a child's output (one instance per stream), block at a time.
+
+    :meth:`feed_batch` takes raw bytes (decoded as UTF-8, bad bytes replaced, a sequence split
+    across chunks kept for the next one) or decoded text of any size, splits it into lines
+    (``\n``, ``\r`` and ``\r\n`` all end a line, CRLF once, also across chunks; each tqdm
+    ``\r`` redraw is a line of its own), and parses only the candidate lines (see
+    :func:`candidate_lines`) into a :class:`~costctl.progress.batch.PointBatch`. The partial
+    last line waits for the next chunk; one that grows past :data:`MAX_LINE_CHARS` is dropped
+    up to its line end.
 
     Args:
         loss_regex: a user's ``--loss-regex`` that replaces the built-in shapes
-            (see :func:`compile_loss_regex`).
+            (see :func:`compile_loss_regex`); every line is then tried.
 
     Raises:
         UsageError: ``loss_regex`` is invalid.
@@ -312,51 +459,94 @@ class LineParser:
     Example::
 
         parser = LineParser()
-        parser.feed("iter 5: loss 2.1", now)      # [] - the line is not finished yet
-        parser.feed("0\\n", now)                    # [ProgressPoint(value=2.10, step=5, ...)]
+        parser.feed_batch(b"iter 5: loss 2.1", now)      # empty: the line is not finished yet
+        parser.feed_batch(b"0\\n", now)                   # one point: value 2.10, step 5
     """
 
     def __init__(self, loss_regex: str | None = None) -> None:
         self._regex = compile_loss_regex(loss_regex) if loss_regex is not None else None
-        self._pending: list[str] = []
+        self._pending: list[str] = []  # the unfinished last line, in pieces
         self._pending_len = 0
         self._discarding = False  # inside a line that grew past MAX_LINE_CHARS
         self._after_cr = False  # the previous chunk ended in "\r" (a "\n" next completes CRLF)
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._epoch: int | None = None  # from the last "Epoch k/N" header line
         self._epochs_total: int | None = None
         #: Complete lines seen so far (every line end, CRLF once; empty lines included).
         self.lines_seen = 0
 
-    def feed(self, chunk: str, now: datetime) -> list[ProgressPoint]:
+    # -- columns ---------------------------------------------------------------------------
+    def feed_batch(self, chunk: bytes | str, now: datetime | float | None) -> PointBatch:
         """Take the next piece of output; return the points of the lines it completed.
 
         Args:
-            chunk: decoded text of any length (may split lines, CRLF pairs or escapes).
-            now: when the chunk was read (aware UTC); it becomes each point's ``time``.
+            chunk: raw bytes (UTF-8, any split) or decoded text, of any length (may split
+                lines, CRLF pairs, escapes or multi-byte characters).
+            now: when the chunk was read: aware datetime or POSIX seconds; it becomes each
+                point's ``times`` entry (None: NaN, no time).
         """
-        if not chunk:
-            return []
-        if self._after_cr and chunk[0] == "\n":
-            chunk = chunk[1:]
-        self._after_cr = chunk.endswith("\r")
-        points: list[ProgressPoint] = []
-        pos = 0
-        for m in _LINE_END_RE.finditer(chunk):
-            self._append(chunk[pos : m.start()])
-            points.extend(self._finish_line(now))
-            pos = m.end()
-        self._append(chunk[pos:])
-        return points
+        batch = PointBatch()
+        text = self._decoder.decode(chunk) if isinstance(chunk, (bytes, bytearray, memoryview)) else chunk
+        if text:
+            complete = self._complete(text)
+            if complete:
+                self.parse_block(complete, now, batch)
+        return batch
 
-    def flush(self, now: datetime) -> list[ProgressPoint]:
+    def flush_batch(self, now: datetime | float | None) -> PointBatch:
         """Parse a final line that never got its line end (call when the stream closes)."""
-        if not self._pending and not self._discarding:
-            return []
-        points = self._finish_line(now)
+        batch = PointBatch()
+        rest = self._decoder.decode(b"", final=True)
+        if rest:
+            complete = self._complete(rest)
+            if complete:
+                self.parse_block(complete, now, batch)
+        if self._pending or self._discarding:
+            line = "".join(self._pending)
+            self._pending.clear()
+            self._pending_len = 0
+            discarded, self._discarding = self._discarding, False
+            self.lines_seen += 1
+            if line and not discarded:
+                self.parse_block(line + "\n", now, batch, count=False)
         self._after_cr = False
-        return points
+        return batch
 
-    def _append(self, piece: str) -> None:
+    def _complete(self, text: str) -> str:
+        """Take ``text`` into the line state; return the complete lines it ends (with their ends)."""
+        if self._after_cr and text[0] == "\n":
+            text = text[1:]
+            if not text:
+                self._after_cr = False
+                return ""
+        self._after_cr = text[-1] == "\r"
+        pos = 0
+        if self._discarding:
+            nl = text.find("\n")
+            cr = text.find("\r", 0, nl if nl >= 0 else len(text))
+            end = cr if cr >= 0 else nl
+            if end < 0:
+                return ""
+            self._discarding = False
+            self.lines_seen += 1
+            pos = end + 2 if text.startswith("\r\n", end) else end + 1
+        cut = max(text.rfind("\n", pos), text.rfind("\r", pos)) + 1
+        if cut <= pos:  # no line end: all of it belongs to the unfinished line
+            self._keep(text[pos:] if pos else text)
+            return ""
+        if self._pending:
+            self._pending.append(text[pos:cut])
+            complete = "".join(self._pending)
+            self._pending.clear()
+            self._pending_len = 0
+        else:
+            complete = text[pos:cut]
+        if cut < len(text):
+            self._keep(text[cut:])
+        return complete
+
+    def _keep(self, piece: str) -> None:
+        """Hold ``piece`` of the unfinished line (pieces, not one string: no quadratic copies)."""
         if not piece or self._discarding:
             return
         self._pending_len += len(piece)
@@ -367,35 +557,79 @@ class LineParser:
         else:
             self._pending.append(piece)
 
-    def _finish_line(self, now: datetime) -> list[ProgressPoint]:
-        self.lines_seen += 1
-        line = "".join(self._pending)
-        self._pending.clear()
-        self._pending_len = 0
-        if self._discarding:
-            self._discarding = False
-            return []
-        if not line:
-            return []
-        return self.parse(line, now)
+    def parse_block(self, text: str, now: datetime | float | None, batch: PointBatch, *, count: bool = True) -> None:
+        """Parse complete lines ``text`` (ending with a line end) into ``batch``.
+
+        Lines longer than :data:`MAX_LINE_CHARS` are skipped; ``count`` adds the lines to
+        :attr:`lines_seen`. The epoch context carries over from block to block.
+        """
+        if count:
+            self.lines_seen += _count_line_ends(text)
+        t = _NAN if now is None else (now if isinstance(now, float) else now.timestamp())
+        if self._regex is not None:
+            regex = self._regex
+            for line in _LINE_END_RE.split(text)[:-1]:
+                if line and len(line) <= MAX_LINE_CHARS:
+                    self._add(batch, _parse_custom(regex, line), t, custom=True)
+            return
+        for start, end in candidate_lines(text):
+            if end - start > MAX_LINE_CHARS:
+                continue
+            line = text[start:end]
+            raw = _parse_fast(line)
+            if raw is not None:
+                self._add(batch, raw, t)
+                continue
+            header = parse_epoch_header(line)
+            if header is not None:
+                self._epoch, self._epochs_total = header
+                continue
+            if "oss" in line or "OSS" in line:
+                raw = _parse_raw(line)
+                if raw:
+                    self._add(batch, raw, t)
+
+    def _add(self, batch: PointBatch, raw: list[_Raw], t: float, *, custom: bool = False) -> None:
+        key_index = batch.key_index
+        for kind, name, value, step, epoch, total in raw:
+            if not custom and epoch is None and self._epoch is not None:
+                if total is None and step is None:
+                    total = self._epochs_total
+                epoch = float(self._epoch)
+            batch.series.append(key_index(kind, name))  # type: ignore[arg-type]
+            batch.values.append(value)
+            batch.steps.append(NO_INT if step is None or step < 0 else step)
+            batch.epochs.append(_NAN if epoch is None else epoch)
+            batch.totals.append(NO_INT if total is None or total < 0 else total)
+            batch.times.append(t)
+
+    # -- records (compatibility) -----------------------------------------------------------
+    def feed(self, chunk: bytes | str, now: datetime) -> list[ProgressPoint]:
+        """:meth:`feed_batch` as :class:`ProgressPoint` records stamped ``now`` (small inputs)."""
+        return _records(self.feed_batch(chunk, None), now)
+
+    def flush(self, now: datetime) -> list[ProgressPoint]:
+        """:meth:`flush_batch` as records stamped ``now``."""
+        return _records(self.flush_batch(None), now)
 
     def parse(self, line: str, now: datetime | None) -> list[ProgressPoint]:
         """Parse one complete line with this parser's state (epoch context, custom regex)."""
-        if self._regex is not None:
-            return [replace(p, time=now) for p in _parse_custom(self._regex, line)]
-        header = parse_epoch_header(line)
-        if header is not None:
-            self._epoch, self._epochs_total = header
-            return []
-        points = parse_line(line)
-        if not points:
-            return []
-        out = []
-        for point in points:
-            if point.epoch is None and self._epoch is not None:
-                total = point.total
-                if total is None and point.step is None:
-                    total = self._epochs_total
-                point = replace(point, epoch=float(self._epoch), total=total)
-            out.append(replace(point, time=now))
-        return out
+        batch = PointBatch()
+        if len(line) <= MAX_LINE_CHARS:
+            self.parse_block(line + "\n", None, batch, count=False)
+        return _records(batch, now)
+
+
+def _records(batch: PointBatch, now: datetime | None) -> list[ProgressPoint]:
+    """The batch's points as records with ``time=now`` (its own times column ignored)."""
+    out = []
+    for i in range(len(batch)):
+        kind, name = batch.keys[batch.series[i]]
+        step, epoch, total = batch.steps[i], batch.epochs[i], batch.totals[i]
+        out.append(ProgressPoint(
+            time=now, value=batch.values[i], kind=kind, name=name,
+            step=None if step == NO_INT else step,
+            epoch=None if epoch != epoch else epoch,
+            total=None if total == NO_INT else total,
+        ))
+    return out

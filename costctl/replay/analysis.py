@@ -251,7 +251,7 @@ def analyze(
     assumptions.extend(run.assumptions)
     loss_run: ReplayRun | None = None
     if train_log is not None and not timed:
-        loss_run = replay_loss(settings, train_log.points)
+        loss_run = replay_loss(settings, train_log.iter_points())
         notes.append("the training log has no wall times: its loss analysis stands on its own axis "
                      "(give --start-time and --step-rate to place it on the GPU log's time axis)")
 
@@ -386,8 +386,8 @@ def to_dict(a: Analysis) -> dict[str, Any]:
         "train_log": None if a.train_log is None else {
             "path": str(a.train_log.path) if a.train_log.path else None,
             "format": a.train_log.format,
-            "train_points": len(a.train_log.train),
-            "eval_points": len(a.train_log.eval),
+            "train_points": a.train_log.count("train"),
+            "eval_points": a.train_log.count("eval"),
             "x_axis": a.train_log.x_axis,
             "placed_on_time_axis": a.progress_placement,
             "oom_errors": len(a.train_log.oom),

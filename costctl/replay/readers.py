@@ -53,13 +53,15 @@ def read_gpu_log(
     return log
 
 
-def read_train_log(path: Path, *, loss_regex: str | None = None) -> TrainLog:
+def read_train_log(path: Path, *, loss_regex: str | None = None, streamed: bool = False) -> TrainLog:
     """Read a recorded training file or console log (format from content).
 
     Args:
         path: the file.
         loss_regex: the user's ``--loss-regex`` for console logs (see
             :func:`costctl.progress.compile_loss_regex`); forces the console reader.
+        streamed: a console log keeps no point list (bounded memory, see
+            :func:`~costctl.replay.train_log.read_console`); metrics files are read whole.
 
     Raises:
         UsageError: unreadable file, a GPU log given as a training log, or an invalid regex.
@@ -68,5 +70,5 @@ def read_train_log(path: Path, *, loss_regex: str | None = None) -> TrainLog:
     if fmt in GPU_FORMATS:
         raise UsageError(f"{path}: looks like a GPU log ({fmt}), not a training log; pass it with --gpu-log")
     if fmt == "console":
-        return read_console(path, loss_regex=loss_regex)
+        return read_console(path, loss_regex=loss_regex, streamed=streamed)
     return read_metrics(path, fmt)

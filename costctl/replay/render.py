@@ -17,7 +17,6 @@ from rich.table import Table
 from ..money import Money
 from ..policies.idle import fmt_duration
 from .analysis import Analysis, StretchReport
-from .loss_stats import summarize
 
 MIB = 2**20
 #: advisory decisions of one policy listed in the table (the rest are counted).
@@ -94,10 +93,10 @@ def _gpu_section(a: Analysis, console: Console, t: _Clock) -> None:
 def _train_section(a: Analysis, console: Console) -> None:
     log = a.train_log
     assert log is not None
-    console.print(f"training log: {log.path} ({log.format}), {len(log.train)} train-loss points, "
-                  f"{len(log.eval)} eval points")
-    for kind, points in (("train", log.train), ("eval", log.eval)):
-        s = summarize(points)
+    console.print(f"training log: {log.path} ({log.format}), {log.count('train')} train-loss points, "
+                  f"{log.count('eval')} eval points")
+    for kind in ("train", "eval"):
+        s = log.summary_of(kind)
         if s.min is None or s.first is None or s.last is None:
             continue
         line = (f"  {kind}: first {s.first.value:g}, last {s.last.value:g}, "

@@ -9,6 +9,11 @@ x-axis the file uses (step / iteration or epoch), every other numeric column as 
 (learning rate, ``eta_seconds``, ``coco/bbox_mAP``, ``train/obj_loss``...), the summary facts
 (HF's final ``train_loss``, ``global_step``), and OOM errors found in console output.
 
+A console log can be read *streamed* (``read_console(..., streamed=True)``, what ``costctl
+analyze`` does): blocks of points flow through per-kind :class:`~.loss_stats.LossStream`
+figures and a bounded plot series, and a replay reads the file again
+(:meth:`TrainLog.iter_points`), so memory does not grow with the file.
+
 Which value is "the loss" per format:
 
 * HF / TRL ``trainer_state.json``: ``loss`` (train) and ``eval_loss`` (eval); ``predict_*``
@@ -34,14 +39,16 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import UsageError
 from ..progress import LineParser, read_metrics_file
 from ..progress.lines import MAX_LINE_CHARS
+from ..progress.batch import PointBatch
 from ..progress.metrics_file import number
 from ..records import ProgressPoint
+from .loss_stats import LossStream, LossSummary, summarize
 from .oom import OomEvent, match_oom
 from .textio import SNIFF_BYTES, detect_encoding, open_text, read_all
 
@@ -77,6 +84,55 @@ class TrainLog:
     summary: dict[str, Any] = field(default_factory=dict)
     oom: list[OomEvent] = field(default_factory=list)
     path: Path | None = None
+    #: set for a streamed console log: the figures per kind; ``train``/``eval`` then hold only
+    #: the bounded plot series (see :class:`~costctl.replay.loss_stats.LossStream`).
+    streams: dict[str, LossStream] | None = None
+    #: for a streamed log: a fresh pass over the file's points, block by block.
+    source: Callable[[], Iterator[PointBatch]] | None = None
+    _eval_kept: list[ProgressPoint] | None = None
+
+    @property
+    def streamed(self) -> bool:
+        """True when the points were streamed (not kept): see :attr:`streams`."""
+        return self.streams is not None
+
+    def count(self, kind: str) -> int:
+        """How many points of ``kind`` (``"train"``/``"eval"``) the file holds."""
+        if self.streams is not None:
+            return self.streams[kind].count
+        return len(self.train if kind == "train" else self.eval)
+
+    def summary_of(self, kind: str) -> LossSummary:
+        """:func:`~costctl.replay.loss_stats.summarize` of the ``kind`` series (streamed or kept)."""
+        if self.streams is not None:
+            return self.streams[kind].summary()
+        return summarize(self.train if kind == "train" else self.eval)
+
+    def iter_points(self) -> Iterator[ProgressPoint]:
+        """Every point, train first then eval (as :attr:`points`), without keeping them all."""
+        if self.source is None:
+            yield from self.points
+            return
+        for kind in ("train", "eval"):
+            if self.count(kind) == 0:
+                continue
+            if kind == "eval" and self._eval_kept is not None:
+                yield from self._eval_kept
+                continue
+            for batch in self.source():
+                wanted = {i for i, key in enumerate(batch.keys) if key[0] == kind}
+                if wanted:
+                    series = batch.series
+                    for i in range(len(batch)):
+                        if series[i] in wanted:
+                            yield batch.point(i)
+
+    def materialized(self) -> TrainLog:
+        """This log with every point kept (for placing a streamed log on the time axis)."""
+        if self.source is None:
+            return self
+        train, evals = _split(list(self.iter_points()))
+        return TrainLog(self.format, train, evals, self.x_axis, self.series, self.summary, self.oom, self.path)
 
     def x(self, point: ProgressPoint) -> float | None:
         """The point's position on :attr:`x_axis`."""
@@ -223,19 +279,21 @@ def _may_hold_oom(text: str) -> bool:
     return "emory" in text or "allocate" in text or "OOM" in text
 
 
-def iter_console(
+def iter_console_batches(
     path: Path,
     *,
     loss_regex: str | None = None,
     oom: list[OomEvent] | None = None,
     summary: dict[str, Any] | None = None,
-) -> Iterator[ProgressPoint]:
-    """Stream the progress points of a console log, parsed by :class:`~costctl.progress.LineParser`.
+) -> Iterator[PointBatch]:
+    """Stream the progress points of a console log, one :class:`PointBatch` per read block.
 
-    Lines end at ``\n``, ``\r\n`` or a lone ``\r`` (tqdm redraws), as the live parser splits
-    them; a line longer than :data:`~costctl.progress.lines.MAX_LINE_CHARS` is skipped. Points
-    have ``time=None`` (a console log records no times). Memory stays bounded by the read
-    chunk whatever the file size.
+    The blocks (:data:`_READ_CHUNK` characters) go through the live parser's block scan
+    (:meth:`~costctl.progress.LineParser.parse_block`): lines end at ``\n``, ``\r\n`` or a
+    lone ``\r`` (tqdm redraws); a line longer than
+    :data:`~costctl.progress.lines.MAX_LINE_CHARS` is skipped; only lines holding a candidate
+    literal reach Python code. Points have no time (NaN: a console log records none). Memory
+    stays bounded by the block whatever the file size.
 
     Args:
         oom: when given, out-of-memory errors found are appended (numbered by ``\n`` lines).
@@ -248,12 +306,10 @@ def iter_console(
     parser = LineParser(loss_regex)
     line_no = 0
 
-    def scan(complete: str) -> list[ProgressPoint]:
+    def scan(complete: str) -> PointBatch:
         nonlocal line_no
-        found: list[ProgressPoint] = []
-        for line in _LINE_END.split(complete)[:-1]:
-            if len(line) <= MAX_LINE_CHARS:
-                found.extend(parser.parse(line, None))
+        batch = PointBatch()
+        parser.parse_block(complete, None, batch)
         if summary is not None and "train_runtime" in complete:
             for line in complete.split("\n"):
                 if "train_runtime" in line:
@@ -266,7 +322,7 @@ def iter_console(
                     oom.append(event)
         else:
             line_no += complete.count("\n")
-        return found
+        return batch
 
     tail = ""
     discarding = False  # inside a line longer than MAX_LINE_CHARS
@@ -286,21 +342,62 @@ def iter_console(
             if len(tail) > MAX_LINE_CHARS:
                 tail, discarding = "", True
             if complete:
-                yield from scan(complete)
+                yield scan(complete)
     if tail:
-        yield from scan(tail + "\n")
+        yield scan(tail + "\n")
 
 
-def read_console(path: Path, *, loss_regex: str | None = None) -> TrainLog:
+def iter_console(
+    path: Path,
+    *,
+    loss_regex: str | None = None,
+    oom: list[OomEvent] | None = None,
+    summary: dict[str, Any] | None = None,
+) -> Iterator[ProgressPoint]:
+    """:func:`iter_console_batches` as :class:`ProgressPoint` records (``time=None``), in order."""
+    for batch in iter_console_batches(path, loss_regex=loss_regex, oom=oom, summary=summary):
+        yield from batch.points()
+
+
+#: a streamed log keeps its eval points for the replay up to this many (else re-reads them).
+_EVAL_KEEP = 100_000
+
+
+def read_console(path: Path, *, loss_regex: str | None = None, streamed: bool = False,
+                 max_plot: int = 4096) -> TrainLog:
     """Read a whole console log (see :func:`iter_console`): points, OOM errors and HF summary.
+
+    Args:
+        streamed: keep no point list: per-kind figures (:class:`LossStream`) and a plot series
+            of at most ``max_plot`` points per kind; :meth:`TrainLog.iter_points` reads the
+            file again for a replay. Memory then does not grow with the file.
 
     Raises:
         UsageError: unreadable file, or an invalid ``loss_regex``.
     """
     oom: list[OomEvent] = []
     summary: dict[str, Any] = {}
-    train, evals = _split(list(iter_console(path, loss_regex=loss_regex, oom=oom, summary=summary)))
-    return TrainLog("console", train, evals, _x_axis(train), summary=summary, oom=oom, path=path)
+    if not streamed:
+        train, evals = _split(list(iter_console(path, loss_regex=loss_regex, oom=oom, summary=summary)))
+        return TrainLog("console", train, evals, _x_axis(train), summary=summary, oom=oom, path=path)
+    streams = {kind: LossStream(max_plot=max_plot) for kind in ("train", "eval")}
+    kept: list[ProgressPoint] | None = []
+    for batch in iter_console_batches(path, loss_regex=loss_regex, oom=oom, summary=summary):
+        for kind, stream in streams.items():
+            wanted = {i for i, key in enumerate(batch.keys) if key[0] == kind}
+            if wanted:
+                stream.add_batch(batch, wanted)
+                if kind == "eval" and kept is not None:
+                    kept.extend(p for p in batch.points() if p.kind == "eval")
+                    if len(kept) > _EVAL_KEEP:
+                        kept = None
+    train_stream = streams["train"]
+    x_axis = "step" if train_stream.count and train_stream.all_steps else "epoch"
+    return TrainLog(
+        "console", train_stream.plot_points(), streams["eval"].plot_points(), x_axis,
+        summary=summary, oom=oom, path=path, streams=streams,
+        source=lambda: iter_console_batches(path, loss_regex=loss_regex), _eval_kept=kept,
+    )
 
 
 def finite(points: list[ProgressPoint]) -> list[ProgressPoint]:

@@ -126,15 +126,6 @@ def run_unguarded(run: Any) -> bool:
     return not watch_alive(run.pid) and job_running(run.log_path)
 
 
-def _feed_batch(parser: LineParser, text: str, now: datetime) -> PointBatch:
-    """The points of ``text`` as one batch: ``LineParser.feed_batch`` where the parser has it,
-    else built from ``feed``'s list (a stand-in until the columnar parser lands)."""
-    feed_batch = getattr(parser, "feed_batch", None)
-    if feed_batch is not None:
-        return feed_batch(text, now)
-    return PointBatch.from_points(parser.feed(text, now))
-
-
 def _isatty(fd: int) -> bool:
     try:
         return os.isatty(fd)
@@ -428,7 +419,7 @@ class Watcher:
             "stderr": LineParser(self.options.loss_regex),
         }
         parsers = self._parsers
-        self._pump = ParsePump(lambda stream, text, now: _feed_batch(parsers[stream], text, now),
+        self._pump = ParsePump(lambda stream, text, now: parsers[stream].feed_batch(text, now),
                                self._progress_q.put, self.clock.now, on_error=self._output_failed)
         if s.checkpoint.path:
             warning = ephemeral_storage_warning(resolve_pattern(s.checkpoint.path))
