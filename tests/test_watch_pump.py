@@ -65,14 +65,13 @@ def test_a_watch_ends_soon_after_a_flooding_job_even_with_a_slow_parser(tmp_path
     from costctl.progress.lines import LineParser
     from lifecycle_support import T0, FixedGpu, SimClock, drive, settings, watcher
 
-    real_feed = LineParser.feed
+    real_feed = LineParser.feed_batch
 
     def slow_feed(self, chunk, now):
         time.sleep(0.2)  # a parser far slower than the job's output
         return real_feed(self, chunk, now)
 
-    monkeypatch.setattr(LineParser, "feed", slow_feed)
-    monkeypatch.setattr(LineParser, "feed_batch", None, raising=False)
+    monkeypatch.setattr(LineParser, "feed_batch", slow_feed)
     s = settings(tmp_path, """
 [instance]
 provider = "sim"
