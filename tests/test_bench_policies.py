@@ -41,7 +41,9 @@ def test_bench_policies_small_run(capsys: pytest.CaptureFixture[str]) -> None:
 def test_bench_policies_what_if_config(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     bench = _bench()
     default = bench.main(["--only", "hung_job"])
-    assert default["config"] is None and default["scenarios"]["hung_job"]["costctl"]["stop_s"] is None  # stall advises
+    hung_default = default["scenarios"]["hung_job"]["costctl"]
+    # The hung-job stop: last loss line (the hang, 2 h in) + stop_after (2 h), not a false stop.
+    assert default["config"] is None and hung_default["stop_s"] == 7200 + 7200 and not hung_default["false_stop"]
     cfg = tmp_path / "what-if.toml"
     cfg.write_text('[policies.stall]\naction = "stop"\n')
     result = bench.main(["--only", "hung_job", "--config", str(cfg)])

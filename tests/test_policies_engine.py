@@ -39,7 +39,7 @@ def sample(t: datetime, util: float, cpu: float) -> TelemetrySample:
 
 def test_builds_the_enabled_policies(settings_from) -> None:
     assert PolicyEngine(settings_from()).names == ["idle", "stall", "plateau", "divergence"]
-    s = settings_from(policies={"idle": {"time_window": "off"}, "stall": {"stall_window": "off"},
+    s = settings_from(policies={"idle": {"time_window": "off"}, "stall": {"stall_window": "off", "stop_after": "off"},
                                 "budget": {"daily": "3"}})
     assert PolicyEngine(s).names == ["budget", "plateau", "divergence"]
     assert PolicyEngine(s, only=["plateau"]).names == ["plateau"]

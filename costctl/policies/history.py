@@ -57,6 +57,13 @@ class History:
         retention: how far behind the newest sample samples are kept; the policy engine
             raises it to what the configured windows need (:meth:`keep_at_least`).
         max_progress: how many progress points are kept (the newest ones).
+        last_output_at: when the watched job last wrote any output at all (set by the watch's
+            output thread; None when unknown, e.g. a replay): a job printing anything (an eval
+            progress bar) is not hung, whatever its loss lines say.
+        longest_progress_gap: the longest time between two consecutive progress reports
+            (distinct report times) seen so far: the job's own cadence, for the stall stop.
+        progress_reports: how many distinct report times were seen (a chunk of points read at
+            one time is one report).
         last_progress_at: the latest ``time`` of any progress point ever added (kept even
             when the point itself is trimmed); None until a timed point arrives.
     """
@@ -75,6 +82,9 @@ class History:
     retention: timedelta = DEFAULT_RETENTION
     max_progress: int = DEFAULT_MAX_PROGRESS
     last_progress_at: datetime | None = None
+    last_output_at: datetime | None = None
+    longest_progress_gap: timedelta = timedelta(0)
+    progress_reports: int = 0
     _samples_added: int = field(default=0, init=False, repr=False)
     _progress_added: int = field(default=0, init=False, repr=False)
     _chunks: deque = field(default_factory=deque, init=False, repr=False)  # of PointBatch
@@ -136,9 +146,7 @@ class History:
         self._progress_added += 1
         self._held += 1
         if point.time is not None:
-            when = ensure_utc(point.time)
-            if self.last_progress_at is None or when > self.last_progress_at:
-                self.last_progress_at = when
+            self._report_at(ensure_utc(point.time).timestamp())
         self._trim()
 
     def add_batch(self, batch: PointBatch) -> None:
@@ -153,12 +161,31 @@ class History:
         self._open = None
         self._progress_added += n
         self._held += n
-        latest = batch.latest_time()
-        if latest == latest:
-            when = datetime.fromtimestamp(latest, UTC)
-            if self.last_progress_at is None or when > self.last_progress_at:
-                self.last_progress_at = when
+        times = batch.times
+        first, last = times[0], times[-1]
+        if first == last:
+            if first == first:  # not NaN: one report time (a live chunk)
+                self._report_at(first)
+        else:  # several report times (a replay's block): the cadence between each
+            for t in times:
+                if t == t:
+                    self._report_at(t)
         self._trim()
+
+    def _report_at(self, t: float) -> None:
+        """A progress report at POSIX time ``t``: moves ``last_progress_at`` and the cadence."""
+        previous = self.last_progress_at
+        if previous is None:
+            self.last_progress_at = datetime.fromtimestamp(t, UTC)
+            self.progress_reports = 1
+            return
+        gap = t - previous.timestamp()
+        if gap <= 0:
+            return
+        self.progress_reports += 1
+        if gap > self.longest_progress_gap.total_seconds():
+            self.longest_progress_gap = timedelta(seconds=gap)
+        self.last_progress_at = datetime.fromtimestamp(t, UTC)
 
     def _trim(self) -> None:
         """Drop whole oldest chunks while the rest still holds ``max_progress`` points."""

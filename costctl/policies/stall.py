@@ -7,6 +7,21 @@ running (``History.child_running is True``); after the child exits the idle poli
 
 Fires when ``now - last_progress_at >= stall_window``; the key is ``stall:<last progress time>``
 so each silent stretch fires once.
+
+**The hung-job stop** (``stop_after``, on by default): the advice above is only advice,
+because a job may legitimately be quiet for a while (a long evaluation, a checkpoint save).
+A job is *hung* — and stopped, as any stop: hook, job end, instance stop, confirmed — only
+when all of these hold:
+
+* it reported progress at least ``min_reports`` times (its cadence is known);
+* it has been silent for ``max(stop_after, cadence_factor × the longest gap between two of
+  its reports so far)`` (a job that logs once per 40-minute epoch gets 160 minutes);
+* it wrote **no output at all** for that long either, when the watch sees its output (an
+  evaluation progress bar, a warning, anything, is a sign of life).
+
+``stop_after = "off"`` keeps the stall policy advice-only. The defaults (2 h, 4×, 10 reports)
+are costctl's own: the hung-job scenario of ``benchmarks/bench_policies.py`` and the jobs that
+are quiet for a while (long setup, long evaluation) of its suite; no peer has a hung-job rule.
 """
 
 from __future__ import annotations
@@ -30,6 +45,15 @@ class StallConfig(PolicyConfig):
     action: Action = Field(default="advise", description="what to do when the job stalls: advise | stop")
     stall_window: Window = Field(default=timedelta(minutes=30),
                                  description="how long without new progress counts as a stall, or \"off\"")
+    stop_after: Window = Field(
+        default=timedelta(hours=2),
+        description="stop a hung job: silent (no progress, no output) for this long and for cadence_factor x "
+                    "its longest gap between reports, after min_reports reports; \"off\": advise only")
+    cadence_factor: float = Field(default=4.0, ge=1.0, le=100.0,
+                                  description="the hung-job stop waits this many times the job's longest gap "
+                                              "between two progress reports (when longer than stop_after)")
+    min_reports: int = Field(default=10, ge=2, le=100_000,
+                             description="progress reports needed before the hung-job stop can fire")
 
 
 @register
@@ -50,30 +74,61 @@ class StallPolicy(Policy):
 
     @classmethod
     def from_config(cls, config: StallConfig, context: PolicyContext) -> StallPolicy | None:
-        """None when ``stall_window`` is off."""
-        return cls(config) if config.stall_window is not None else None
+        """None when both ``stall_window`` and ``stop_after`` are off."""
+        return cls(config) if config.stall_window is not None or config.stop_after is not None else None
+
+    def hung_at(self, history: History) -> datetime | None:
+        """When the running job counts as hung if it stays silent (see the module docstring),
+        or None: no stop_after, too few reports, or the job is not running."""
+        cfg = self.config
+        last_at = history.last_progress_at
+        if (cfg.stop_after is None or history.child_running is not True or last_at is None
+                or history.progress_reports < cfg.min_reports):
+            return None
+        wait = max(cfg.stop_after, history.longest_progress_gap * cfg.cadence_factor)
+        start = last_at
+        if history.last_output_at is not None and history.last_output_at > start:
+            start = history.last_output_at
+        return start + wait
 
     def pending(self, history: History, now: datetime) -> Pending | None:
         """Once the running job has been silent for half of ``stall_window`` (sooner it is just
         between two log lines): it fires at its last progress + ``stall_window``. Text
-        ``"no progress for 16m of 30m"``."""
+        ``"no progress for 16m of 30m"``. Past that, while a hung-job stop is due (and at least
+        half of its wait is over), the stop's countdown: ``"silent for 1h10m of 2h (hung job)"``."""
         now = ensure_utc(now)
         window = self.config.stall_window
         last_at = history.last_progress_at
-        if window is None or history.child_running is not True or last_at is None or last_at > now:
+        if history.child_running is not True or last_at is None or last_at > now:
             return None
-        at = last_at + window
-        if at <= now or now - last_at < window / 2:
+        if window is not None:
+            at = last_at + window
+            if now - last_at < window / 2:
+                return None
+            if at > now:
+                return Pending(policy=self.name, action=self.action, at=at,
+                               progress=f"no progress for {fmt_span(now - last_at)} of {fmt_span(window)}")
+        hung = self.hung_at(history)
+        if hung is None or hung <= now:
             return None
-        return Pending(policy=self.name, action=self.action, at=at,
-                       progress=f"no progress for {fmt_span(now - last_at)} of {fmt_span(window)}")
+        start = max(last_at, history.last_output_at or last_at)
+        if now - start < (hung - start) / 2:
+            return None
+        return Pending(policy=self.name, action="stop", at=hung,
+                       progress=f"silent for {fmt_span(now - start)} of {fmt_span(hung - start)} (hung job)")
 
     def evaluate(self, history: History, now: datetime) -> Decision | None:
-        """A decision when the child runs and its last progress is ``stall_window`` old or older."""
+        """A stop when the running job is hung (:meth:`hung_at` reached), else a decision
+        (``action``) when its last progress is ``stall_window`` old or older."""
         now = ensure_utc(now)
         window = self.config.stall_window
         last_at = history.last_progress_at
-        if window is None or history.child_running is not True or last_at is None:
+        if history.child_running is not True or last_at is None:
+            return None
+        hung = self.hung_at(history)
+        if hung is not None and now >= hung:
+            return self._hung_stop(history, now, hung)
+        if window is None:
             return None
         silent = now - last_at
         if silent < window:
@@ -92,6 +147,33 @@ class StallPolicy(Policy):
                   f"while the job is still running; last progress at {iso(last_at)}")
         return Decision(time=now, policy=self.name, action=self.action, reason=reason,
                         evidence=evidence, key=f"stall:{iso(last_at)}")
+
+    def _hung_stop(self, history: History, now: datetime, hung: datetime) -> Decision:
+        cfg = self.config
+        last_at = history.last_progress_at
+        assert last_at is not None and cfg.stop_after is not None
+        start = max(last_at, history.last_output_at or last_at)
+        last = history.last_progress()
+        evidence = {
+            "last_progress_at": iso(last_at),
+            "last_output_at": iso(history.last_output_at) if history.last_output_at else None,
+            "silent_for_s": (now - start).total_seconds(),
+            "wait_s": (hung - start).total_seconds(),
+            "stop_after_s": cfg.stop_after.total_seconds(),
+            "longest_gap_s": history.longest_progress_gap.total_seconds(),
+            "cadence_factor": cfg.cadence_factor,
+            "reports": history.progress_reports,
+            "last_value": finite_or_text(last.value) if last is not None else None,
+            "last_step": last.step if last is not None else None,
+        }
+        output = ("and no output at all" if history.last_output_at is not None
+                  else "(its output is not watched)")
+        reason = (f"the job looks hung: no progress {output} for {fmt_duration(now - start)} "
+                  f"(max of stop_after {fmt_duration(cfg.stop_after)} and {cfg.cadence_factor:g}x its longest gap "
+                  f"between reports, {fmt_duration(history.longest_progress_gap)}, over {history.progress_reports} "
+                  f"reports) while it is still running; last progress at {iso(last_at)}")
+        return Decision(time=now, policy=self.name, action="stop", reason=reason,
+                        evidence=evidence, key=f"stall-stop:{iso(last_at)}")
 
 
 __all__ = ["StallConfig", "StallPolicy"]

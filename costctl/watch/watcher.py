@@ -611,6 +611,7 @@ class Watcher:
     def _on_text(self, stream: str, text: str) -> None:
         """The command's output (output threads): OOM scan, then the text to the parser thread
         (:class:`~.pump.ParsePump`), whose batches of points the tick drains."""
+        self.history.last_output_at = self.clock.now()  # any output is a sign of life (stall)
         if self.lifecycle is not None:
             self._scan_oom(stream, text)
         if self._metrics is not None:
