@@ -434,6 +434,35 @@ def _parse_fast(line: str) -> list[_Raw] | None:
     return None
 
 
+# Block fast path: one regex run over a whole block of complete lines, in line order. Each
+# alternative but the last is a strict whole-line shape whose general parse (_parse_raw) is
+# known exactly (printable ASCII only, no escape codes, bounded digits, so never over
+# MAX_LINE_CHARS); the last alternative, "other", is any other line holding a candidate literal
+# (oss/OSS/poch/POCH), handed to the per-line parser. Lines holding none of them match nothing:
+# the engine skips them. Lines end at "\n" or "\r" (tqdm redraws each a line).
+_B = r"-?\d{1,30}(?:\.\d{1,30})?(?:e[-+]?\d{1,4})?"  # the fast paths' number, bounded
+_BLOCK_RE = re.compile(
+    r"(?<![^\r\n])(?:"
+    # 1-2: HF Trainer log dict -> train "loss", epoch
+    rf"\{{'loss': ({_B}), 'grad_norm': {_B}, 'learning_rate': {_B}, 'epoch': ({_B})\}}"
+    # 3-4: nanoGPT "iter N: loss X, time T ms, mfu M%" -> train "loss", step
+    r"|iter (\d{1,18}): loss (\d{1,30}\.\d{1,30}), time \d{1,18}(?:\.\d{1,18})?ms, mfu -?\d{1,18}(?:\.\d{1,18})?%"
+    # 5-7: tqdm bar with a loss postfix -> train "loss", step n, total
+    r"| {0,8}\d{1,3}%\|[# ]{0,100}\| (\d{1,18})/(\d{1,18}) \[\d{1,4}(?::\d{1,4}){0,2}<[\d:?]{1,12}, "
+    rf"\d{{1,9}}(?:\.\d{{1,9}})?(?:it/s|s/it), loss=({_B})\]"
+    # 8-9: Keras progress line -> train "loss" (and eval "val_loss")
+    r"|\d{1,18}/\d{1,18} \[[=>.]{0,200}\] - \d{1,9}s(?: \d{1,9}[mu]?s/step)?"
+    rf" - loss: ({_B})(?: - acc: {_B})?(?: - val_loss: ({_B})(?: - val_acc: {_B})?)?"
+    # 10-11: nanoGPT eval "step N: train loss X, val loss Y" -> eval "val loss", step
+    rf"|step (\d{{1,18}}): train loss {_B}, val loss ({_B})"
+    # 12: a bare "loss: X" / "loss=X" line -> train "loss"
+    rf"|loss(?:: ?|=)({_B})"
+    # 13: any other candidate line
+    r"|([^\r\n]*?(?:oss|OSS|poch|POCH)[^\r\n]*)"
+    r")(?=[\r\n])"
+)
+
+
 def _count_line_ends(text: str) -> int:
     return text.count("\n") + text.count("\r") - text.count("\r\n")
 
@@ -572,22 +601,85 @@ class LineParser:
                 if line and len(line) <= MAX_LINE_CHARS:
                     self._add(batch, _parse_custom(regex, line), t, custom=True)
             return
-        for start, end in candidate_lines(text):
-            if end - start > MAX_LINE_CHARS:
+        self._parse_shapes(text, t, batch)
+
+    def _parse_shapes(self, text: str, t: float, batch: PointBatch) -> None:
+        """The built-in shapes over complete lines ``text``: :data:`_BLOCK_RE` over the whole
+        block; strict shapes read here, other candidate lines by :meth:`_parse_other`."""
+        key_index = batch.key_index
+        series, values, steps = batch.series.append, batch.values.append, batch.steps.append
+        epochs, totals, times = batch.epochs.append, batch.totals.append, batch.times.append
+        isfinite = math.isfinite
+        train = -1  # the ("train", "loss") series, added at its first point (keys in order)
+        for (hf, hfe, it, itl, tqn, tqt, tql, kl, kv, evs, evv, bl, other) in _BLOCK_RE.findall(text):
+            if other:
+                if len(other) <= MAX_LINE_CHARS:
+                    self._parse_other(batch, other, t)
                 continue
-            line = text[start:end]
-            raw = _parse_fast(line)
-            if raw is not None:
+            epoch_ctx = self._epoch
+            if hf:
+                e = float(hfe)
+                if not isfinite(e):
+                    self._add(batch, [("train", "loss", float(hf), None, None, None)], t)
+                    continue
+                value, step, epoch, total = float(hf), NO_INT, e, NO_INT
+            elif it:
+                value, step, total = float(itl), int(it), NO_INT
+                epoch = _NAN if epoch_ctx is None else float(epoch_ctx)
+            elif tqn:
+                value, step, total = float(tql), int(tqn), int(tqt)
+                epoch = _NAN if epoch_ctx is None else float(epoch_ctx)
+            elif evs:
+                self._add(batch, [("eval", "val loss", float(evv), int(evs), None, None)], t)
+                continue
+            else:  # Keras or a bare loss: no step, no epoch on the line
+                step = NO_INT
+                if epoch_ctx is None:
+                    epoch, total = _NAN, NO_INT
+                else:
+                    epoch = float(epoch_ctx)
+                    total = NO_INT if self._epochs_total is None else self._epochs_total
+                value = float(kl or bl)
+                if kv:
+                    if train < 0:
+                        train = key_index("train", "loss")
+                    series(train)
+                    values(value)
+                    steps(step)
+                    epochs(epoch)
+                    totals(total)
+                    times(t)
+                    value = float(kv)
+                    series(key_index("eval", "val_loss"))
+                    values(value)
+                    steps(step)
+                    epochs(epoch)
+                    totals(total)
+                    times(t)
+                    continue
+            if train < 0:
+                train = key_index("train", "loss")
+            series(train)
+            values(value)
+            steps(step)
+            epochs(epoch)
+            totals(total)
+            times(t)
+
+    def _parse_other(self, batch: PointBatch, line: str, t: float) -> None:
+        """One candidate line that no strict block shape explains: the per-line parser."""
+        raw = _parse_fast(line)
+        if raw is not None:
+            self._add(batch, raw, t)
+            return
+        header = parse_epoch_header(line)
+        if header is not None:
+            self._epoch, self._epochs_total = header
+            return
+        if "oss" in line or "OSS" in line:
+            raw = _parse_raw(line)
+            if raw:
                 self._add(batch, raw, t)
-                continue
-            header = parse_epoch_header(line)
-            if header is not None:
-                self._epoch, self._epochs_total = header
-                continue
-            if "oss" in line or "OSS" in line:
-                raw = _parse_raw(line)
-                if raw:
-                    self._add(batch, raw, t)
 
     def _add(self, batch: PointBatch, raw: list[_Raw], t: float, *, custom: bool = False) -> None:
         key_index = batch.key_index
