@@ -39,6 +39,7 @@ from __future__ import annotations
 import codecs
 import math
 import re
+from array import array
 from collections.abc import Iterator
 from datetime import datetime
 
@@ -440,27 +441,32 @@ def _parse_fast(line: str) -> list[_Raw] | None:
 # MAX_LINE_CHARS); the last alternative, "other", is any other line holding a candidate literal
 # (oss/OSS/poch/POCH), handed to the per-line parser. Lines holding none of them match nothing:
 # the engine skips them. Lines end at "\n" or "\r" (tqdm redraws each a line).
-_B = r"-?\d{1,30}(?:\.\d{1,30})?(?:e[-+]?\d{1,4})?"  # the fast paths' number, bounded
+_B = r"-?\d{1,30}+(?:\.\d{1,30}+)?+(?:e[-+]?\d{1,4}+)?+"  # the fast paths' number, bounded
+# Each match starts at the line end before its line (the leading character set lets the
+# engine skip to line ends in its own loop): the block's first line is read on its own.
 _BLOCK_RE = re.compile(
-    r"(?<![^\r\n])(?:"
+    r"[\r\n](?:"
     # 1-2: HF Trainer log dict -> train "loss", epoch
     rf"\{{'loss': ({_B}), 'grad_norm': {_B}, 'learning_rate': {_B}, 'epoch': ({_B})\}}"
     # 3-4: nanoGPT "iter N: loss X, time T ms, mfu M%" -> train "loss", step
-    r"|iter (\d{1,18}): loss (\d{1,30}\.\d{1,30}), time \d{1,18}(?:\.\d{1,18})?ms, mfu -?\d{1,18}(?:\.\d{1,18})?%"
+    r"|iter (\d{1,18}+): loss (\d{1,30}+\.\d{1,30}+), time \d{1,18}+(?:\.\d{1,18}+)?+ms, mfu -?\d{1,18}+(?:\.\d{1,18}+)?+%"
     # 5-7: tqdm bar with a loss postfix -> train "loss", step n, total
-    r"| {0,8}\d{1,3}%\|[# ]{0,100}\| (\d{1,18})/(\d{1,18}) \[\d{1,4}(?::\d{1,4}){0,2}<[\d:?]{1,12}, "
-    rf"\d{{1,9}}(?:\.\d{{1,9}})?(?:it/s|s/it), loss=({_B})\]"
+    r"| {0,8}+\d{1,3}+%\|[# ]{0,100}+\| (\d{1,18}+)/(\d{1,18}+) \[\d{1,4}+(?::\d{1,4}+){0,2}+<[\d:?]{1,12}+, "
+    rf"\d{{1,9}}+(?:\.\d{{1,9}}+)?+(?:it/s|s/it), loss=({_B})\]"
     # 8-9: Keras progress line -> train "loss" (and eval "val_loss")
-    r"|\d{1,18}/\d{1,18} \[[=>.]{0,200}\] - \d{1,9}s(?: \d{1,9}[mu]?s/step)?"
+    r"|\d{1,18}+/\d{1,18}+ \[[=>.]{0,200}+\] - \d{1,9}+s(?: \d{1,9}+[mu]?s/step)?"
     rf" - loss: ({_B})(?: - acc: {_B})?(?: - val_loss: ({_B})(?: - val_acc: {_B})?)?"
     # 10-11: nanoGPT eval "step N: train loss X, val loss Y" -> eval "val loss", step
-    rf"|step (\d{{1,18}}): train loss {_B}, val loss ({_B})"
+    rf"|step (\d{{1,18}}+): train loss {_B}, val loss ({_B})"
     # 12: a bare "loss: X" / "loss=X" line -> train "loss"
     rf"|loss(?:: ?|=)({_B})"
-    # 13: any other candidate line
-    r"|([^\r\n]*?(?:oss|OSS|poch|POCH)[^\r\n]*)"
+    # 13-14: a Keras epoch header "Epoch k/N" -> the epoch context
+    r"|Epoch (\d{1,18}+)/(\d{1,18}+)"
+    # 15: any other line holding a candidate literal (possessive: one pass over a line)
+    r"|([^\r\nopOP]*+(?:(?:o(?!ss)|O(?!SS)|p(?!och)|P(?!OCH))[^\r\nopOP]*+)*+(?:oss|OSS|poch|POCH)[^\r\n]*+)"
     r")(?=[\r\n])"
 )
+_FIRST_END_RE = re.compile(r"[\r\n]")
 
 
 def _count_line_ends(text: str) -> int:
@@ -605,41 +611,36 @@ class LineParser:
 
     def _parse_shapes(self, text: str, t: float, batch: PointBatch) -> None:
         """The built-in shapes over complete lines ``text``: :data:`_BLOCK_RE` over the whole
-        block; strict shapes read here, other candidate lines by :meth:`_parse_other`."""
+        block; strict shapes read here, other candidate lines by :meth:`_parse_other`.
+
+        Every point of the block has the time ``t``: the fast shapes leave the ``times``
+        column to be filled up at the end (the per-line path appends its own).
+        """
         key_index = batch.key_index
         series, values, steps = batch.series.append, batch.values.append, batch.steps.append
-        epochs, totals, times = batch.epochs.append, batch.totals.append, batch.times.append
+        epochs, totals = batch.epochs.append, batch.totals.append
         isfinite = math.isfinite
         train = -1  # the ("train", "loss") series, added at its first point (keys in order)
-        for (hf, hfe, it, itl, tqn, tqt, tql, kl, kv, evs, evv, bl, other) in _BLOCK_RE.findall(text):
-            if other:
-                if len(other) <= MAX_LINE_CHARS:
-                    self._parse_other(batch, other, t)
-                continue
-            epoch_ctx = self._epoch
+        first = _FIRST_END_RE.search(text).start()  # type: ignore[union-attr]
+        if first <= MAX_LINE_CHARS:
+            self._parse_other(batch, text[:first], t)
+        # The epoch context (from the last header): epoch for lines without one, and the
+        # total for lines with neither step nor epoch.
+        ctx = _NAN if self._epoch is None else float(self._epoch)
+        ctx_total = NO_INT if self._epoch is None or self._epochs_total is None else self._epochs_total
+        for (hf, hfe, it, itl, tqn, tqt, tql, kl, kv, evs, evv, bl, hn, ht, other) in _BLOCK_RE.findall(text, first):
             if hf:
                 e = float(hfe)
                 if not isfinite(e):
                     self._add(batch, [("train", "loss", float(hf), None, None, None)], t)
                     continue
                 value, step, epoch, total = float(hf), NO_INT, e, NO_INT
-            elif it:
-                value, step, total = float(itl), int(it), NO_INT
-                epoch = _NAN if epoch_ctx is None else float(epoch_ctx)
             elif tqn:
-                value, step, total = float(tql), int(tqn), int(tqt)
-                epoch = _NAN if epoch_ctx is None else float(epoch_ctx)
-            elif evs:
-                self._add(batch, [("eval", "val loss", float(evv), int(evs), None, None)], t)
-                continue
-            else:  # Keras or a bare loss: no step, no epoch on the line
-                step = NO_INT
-                if epoch_ctx is None:
-                    epoch, total = _NAN, NO_INT
-                else:
-                    epoch = float(epoch_ctx)
-                    total = NO_INT if self._epochs_total is None else self._epochs_total
-                value = float(kl or bl)
+                value, step, epoch, total = float(tql), int(tqn), ctx, int(tqt)
+            elif it:
+                value, step, epoch, total = float(itl), int(it), ctx, NO_INT
+            elif kl or bl:  # Keras or a bare loss: no step, no epoch on the line
+                value, step, epoch, total = float(kl or bl), NO_INT, ctx, ctx_total
                 if kv:
                     if train < 0:
                         train = key_index("train", "loss")
@@ -648,15 +649,26 @@ class LineParser:
                     steps(step)
                     epochs(epoch)
                     totals(total)
-                    times(t)
-                    value = float(kv)
                     series(key_index("eval", "val_loss"))
-                    values(value)
+                    values(float(kv))
                     steps(step)
                     epochs(epoch)
                     totals(total)
-                    times(t)
                     continue
+            elif evs:
+                self._add(batch, [("eval", "val loss", float(evv), int(evs), None, None)], t)
+                continue
+            elif hn:  # an "Epoch k/N" header
+                self._epoch, self._epochs_total = int(hn), int(ht)
+                ctx, ctx_total = float(self._epoch), self._epochs_total
+                continue
+            else:
+                if len(other) <= MAX_LINE_CHARS:
+                    self._parse_other(batch, other, t)
+                    if self._epoch is not None:
+                        ctx = float(self._epoch)
+                        ctx_total = NO_INT if self._epochs_total is None else self._epochs_total
+                continue
             if train < 0:
                 train = key_index("train", "loss")
             series(train)
@@ -664,7 +676,9 @@ class LineParser:
             steps(step)
             epochs(epoch)
             totals(total)
-            times(t)
+        missing = len(batch.values) - len(batch.times)
+        if missing:
+            batch.times.extend(array("d", (t,)) * missing)
 
     def _parse_other(self, batch: PointBatch, line: str, t: float) -> None:
         """One candidate line that no strict block shape explains: the per-line parser."""
