@@ -222,3 +222,14 @@ def test_near_block_shapes_go_to_the_per_line_parser(line: str) -> None:
     assert _block_kinds(line) == [False]
     text = f"Epoch 2/9\n{line}\n{line}\r\n"
     assert _block([text]) == _legacy(text)
+
+
+@pytest.mark.parametrize("window", [1, 40, 97, 4096])
+def test_block_windows_give_the_same_points(window: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from costctl.progress import lines
+
+    monkeypatch.setattr(lines, "_WINDOW", window)
+    text = "\n".join(BLOCK_FAST_LINES + BLOCK_NEAR_LINES) + "\r\n" + SYNTHETIC
+    text = text * 3
+    assert _block([text]) == _legacy(text)
+    assert _block([text.encode()]) == _legacy(text)
