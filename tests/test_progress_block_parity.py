@@ -174,3 +174,62 @@ def test_fast_paths_leave_other_shapes_to_the_general_parse(line: str) -> None:
 
     assert lines._parse_fast(line) is None
     assert _legacy(line + "\n") == _block([line + "\n"])
+
+
+BLOCK_FAST_LINES = [
+    "{'loss': 0.1234, 'grad_norm': 1.5, 'learning_rate': 2e-05, 'epoch': 0.5}",
+    "{'loss': 1e999, 'grad_norm': 1.5, 'learning_rate': 2e-05, 'epoch': 1e999}",
+    "iter 100: loss 2.3456, time 1440.31ms, mfu 0.01%",
+    "  10%|#         | 10/100 [00:10<00:10, 9.9it/s, loss=0.110]",
+    "  0%|          | 0/100 [00:00<?, 1.25s/it, loss=1e-3]",
+    "9595/9595 [==============================] - 1s - loss: 0.6200 - acc: 0.6295 - val_loss: 0.5300 - val_acc: 0.7470",
+    "10/10 [==========] - 1s 104us/step - loss: 0.8123 - acc: 0.6",
+    "step 500: train loss 2.1000, val loss 2.2000",
+    "loss: 0.5",
+    "loss=-3",
+    "Epoch 3/10",
+]
+BLOCK_NEAR_LINES = [
+    "{'loss': 0.1, 'grad_norm': 1.5, 'learning_rate': 2e-05, 'epoch': 0.5, 'step': 3}",
+    "iter 100: loss 2.3456, time 1440.31ms, mfu 0.01% val_loss 3.0",
+    "Epoch 0:  10%|#         | 10/100 [00:10<00:10, 9.9it/s, loss=0.110]",
+    " 10%|█         | 10/100 [00:10<00:10, 9.9it/s, loss=0.110]",
+    "9595/9595 [=====] - 1s - loss: 0.62 - acc: 0.63 - val_loss: 0.53 - val_top5: 0.9",
+    "\x1b[32mloss: 0.5\x1b[0m",
+    "loss: 0.5 step 3",
+    "Epoch 3/10 - loss: 0.2",
+    "Epoch 3",
+]
+
+
+def _block_kinds(line: str) -> list[bool]:
+    from costctl.progress import lines
+
+    return [not row[-1] for row in lines._BLOCK_RE.findall("\n" + line + "\n")]
+
+
+@pytest.mark.parametrize("line", BLOCK_FAST_LINES)
+def test_block_shapes_are_read_in_place_and_equal_the_legacy_parse(line: str) -> None:
+    assert _block_kinds(line) == [True]  # a strict shape: the per-line parser is not called
+    for context in ("", "Epoch 2/9\n", "Epoch 4\n"):
+        text = f"noise\n{context}{line}\r{line}\r\n{line}\n{context}{line}\n"
+        assert _block([text]) == _legacy(text), context
+        assert _block([text.encode()[i : i + 7] for i in range(0, len(text.encode()), 7)]) == _legacy(text)
+
+
+@pytest.mark.parametrize("line", BLOCK_NEAR_LINES)
+def test_near_block_shapes_go_to_the_per_line_parser(line: str) -> None:
+    assert _block_kinds(line) == [False]
+    text = f"Epoch 2/9\n{line}\n{line}\r\n"
+    assert _block([text]) == _legacy(text)
+
+
+@pytest.mark.parametrize("window", [1, 40, 97, 4096])
+def test_block_windows_give_the_same_points(window: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from costctl.progress import lines
+
+    monkeypatch.setattr(lines, "_WINDOW", window)
+    text = "\n".join(BLOCK_FAST_LINES + BLOCK_NEAR_LINES) + "\r\n" + SYNTHETIC
+    text = text * 3
+    assert _block([text]) == _legacy(text)
+    assert _block([text.encode()]) == _legacy(text)

@@ -12,6 +12,7 @@ import json
 import sys
 from datetime import datetime, timedelta, timezone
 from enum import Enum
+from itertools import islice
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -147,8 +148,10 @@ def _write_json(data: Any) -> None:
     log's thousands of decisions would double the peak memory)."""
     encoder = json.JSONEncoder(indent=2, default=str, ensure_ascii=False)
     write = sys.stdout.write
-    for piece in encoder.iterencode(data):
-        write(piece)
+    pieces = encoder.iterencode(data)
+    # Pieces are a few characters each: written in runs of 8192 (one write per run, not per piece).
+    while run := list(islice(pieces, 8192)):
+        write("".join(run))
     write("\n")
 
 

@@ -5,8 +5,10 @@
 child's pipe and ``costctl analyze`` on a file: :meth:`LineParser.feed_batch` takes raw bytes
 (incremental UTF-8 decoding, bad bytes replaced) or text of any size, re-assembles lines
 (``\n``, ``\r`` and ``\r\n`` all end a line, CRLF once; tqdm's ``\r`` updates are lines
-of their own), finds the candidate lines with a literal scan over the whole buffer (lines
-without ``oss``/``OSS``/``poch``/``POCH`` never reach Python code), strips ANSI escape codes,
+of their own), runs one compiled regex over the whole block (:data:`_BLOCK_RE`) that reads
+the commonest strict line shapes in place (HF Trainer dicts, nanoGPT, tqdm loss postfixes,
+Keras, bare ``loss: x``, ``Epoch k/N`` headers) and hands every other candidate line to the
+per-line parser (lines without ``oss``/``OSS``/``poch``/``POCH`` never reach Python code), strips ANSI escape codes,
 keeps the epoch from Keras-style ``Epoch 3/10`` header lines, and appends the points to a
 :class:`~costctl.progress.batch.PointBatch` stamped with the time the chunk was read.
 
@@ -39,7 +41,9 @@ from __future__ import annotations
 import codecs
 import math
 import re
+from array import array
 from collections.abc import Iterator
+from itertools import chain
 from datetime import datetime
 
 from costctl.errors import UsageError
@@ -434,6 +438,58 @@ def _parse_fast(line: str) -> list[_Raw] | None:
     return None
 
 
+# Block fast path: one regex run over a whole block of complete lines, in line order. Each
+# alternative but the last is a strict whole-line shape whose general parse (_parse_raw) is
+# known exactly (printable ASCII only, no escape codes, bounded digits, so never over
+# MAX_LINE_CHARS); the last alternative, "other", is any other line holding a candidate literal
+# (oss/OSS/poch/POCH), handed to the per-line parser. Lines holding none of them match nothing:
+# the engine skips them. Lines end at "\n" or "\r" (tqdm redraws each a line).
+_B = r"-?\d{1,30}+(?:\.\d{1,30}+)?+(?:e[-+]?\d{1,4}+)?+"  # the fast paths' number, bounded
+# Each match starts at the line end before its line (the leading character set lets the
+# engine skip to line ends in its own loop): the block's first line is read on its own.
+_BLOCK_RE = re.compile(
+    r"[\r\n](?:"
+    # 1-2: HF Trainer log dict -> train "loss", epoch
+    rf"\{{'loss': ({_B}), 'grad_norm': {_B}, 'learning_rate': {_B}, 'epoch': ({_B})\}}"
+    # 3-4: nanoGPT "iter N: loss X, time T ms, mfu M%" -> train "loss", step
+    r"|iter (\d{1,18}+): loss (\d{1,30}+\.\d{1,30}+), time \d{1,18}+(?:\.\d{1,18}+)?+ms, mfu -?\d{1,18}+(?:\.\d{1,18}+)?+%"
+    # 5-7: tqdm bar with a loss postfix -> train "loss", step n, total
+    r"| {0,8}+\d{1,3}+%\|[# ]{0,100}+\| (\d{1,18}+)/(\d{1,18}+) \[\d{1,4}+(?::\d{1,4}+){0,2}+<[\d:?]{1,12}+, "
+    rf"\d{{1,9}}+(?:\.\d{{1,9}}+)?+(?:it/s|s/it), loss=({_B})\]"
+    # 8-9: Keras progress line -> train "loss" (and eval "val_loss")
+    r"|\d{1,18}+/\d{1,18}+ \[[=>.]{0,200}+\] - \d{1,9}+s(?: \d{1,9}+[mu]?s/step)?"
+    rf" - loss: ({_B})(?: - acc: {_B})?(?: - val_loss: ({_B})(?: - val_acc: {_B})?)?"
+    # 10-11: nanoGPT eval "step N: train loss X, val loss Y" -> eval "val loss", step
+    rf"|step (\d{{1,18}}+): train loss {_B}, val loss ({_B})"
+    # 12: a bare "loss: X" / "loss=X" line -> train "loss"
+    rf"|loss(?:: ?|=)({_B})"
+    # 13-14: a Keras epoch header "Epoch k/N" -> the epoch context
+    r"|Epoch (\d{1,18}+)/(\d{1,18}+)"
+    # 15: any other line holding a candidate literal (possessive: one pass over a line)
+    r"|([^\r\nopOP]*+(?:(?:o(?!ss)|O(?!SS)|p(?!och)|P(?!OCH))[^\r\nopOP]*+)*+(?:oss|OSS|poch|POCH)[^\r\n]*+)"
+    r")(?=[\r\n])"
+)
+_FIRST_END_RE = re.compile(r"[\r\n]")
+#: Characters per :data:`_BLOCK_RE` window: its rows for a window stay in the CPU's cache.
+_WINDOW = 256 * 1024
+
+
+def _block_rows(text: str, pos: int) -> Iterator[list[tuple[str, ...]]]:
+    """``_BLOCK_RE.findall(text, pos)`` in pieces: the same rows, in order, window by window.
+
+    Each window ends just after a line end (so its last line's lookahead sees it) and the
+    next starts at that line end (where a match starts); ``text`` ends with a line end.
+    """
+    findall, n = _BLOCK_RE.findall, len(text)
+    while n - pos > _WINDOW:
+        end = max(text.rfind("\n", pos + 1, pos + _WINDOW), text.rfind("\r", pos + 1, pos + _WINDOW))
+        if end < 0:
+            break
+        yield findall(text, pos, end + 1)
+        pos = end
+    yield findall(text, pos)
+
+
 def _count_line_ends(text: str) -> int:
     return text.count("\n") + text.count("\r") - text.count("\r\n")
 
@@ -572,22 +628,95 @@ class LineParser:
                 if line and len(line) <= MAX_LINE_CHARS:
                     self._add(batch, _parse_custom(regex, line), t, custom=True)
             return
-        for start, end in candidate_lines(text):
-            if end - start > MAX_LINE_CHARS:
+        self._parse_shapes(text, t, batch)
+
+    def _parse_shapes(self, text: str, t: float, batch: PointBatch) -> None:
+        """The built-in shapes over complete lines ``text``: :data:`_BLOCK_RE` over the whole
+        block; strict shapes read here, other candidate lines by :meth:`_parse_other`.
+
+        Every point of the block has the time ``t``: the fast shapes leave the ``times``
+        column to be filled up at the end (the per-line path appends its own).
+        """
+        key_index = batch.key_index
+        series, values, steps = batch.series.append, batch.values.append, batch.steps.append
+        epochs, totals = batch.epochs.append, batch.totals.append
+        isfinite = math.isfinite
+        train = -1  # the ("train", "loss") series, added at its first point (keys in order)
+        first = _FIRST_END_RE.search(text).start()  # type: ignore[union-attr]
+        if first <= MAX_LINE_CHARS:
+            self._parse_other(batch, text[:first], t)
+        # The epoch context (from the last header): epoch for lines without one, and the
+        # total for lines with neither step nor epoch.
+        ctx = _NAN if self._epoch is None else float(self._epoch)
+        ctx_total = NO_INT if self._epoch is None or self._epochs_total is None else self._epochs_total
+        for (hf, hfe, it, itl, tqn, tqt, tql, kl, kv, evs, evv, bl, hn, ht, other) in chain.from_iterable(
+            _block_rows(text, first)
+        ):
+            if hf:
+                e = float(hfe)
+                if not isfinite(e):
+                    self._add(batch, [("train", "loss", float(hf), None, None, None)], t)
+                    continue
+                value, step, epoch, total = float(hf), NO_INT, e, NO_INT
+            elif tqn:
+                value, step, epoch, total = float(tql), int(tqn), ctx, int(tqt)
+            elif it:
+                value, step, epoch, total = float(itl), int(it), ctx, NO_INT
+            elif kl or bl:  # Keras or a bare loss: no step, no epoch on the line
+                value, step, epoch, total = float(kl or bl), NO_INT, ctx, ctx_total
+                if kv:
+                    if train < 0:
+                        train = key_index("train", "loss")
+                    series(train)
+                    values(value)
+                    steps(step)
+                    epochs(epoch)
+                    totals(total)
+                    series(key_index("eval", "val_loss"))
+                    values(float(kv))
+                    steps(step)
+                    epochs(epoch)
+                    totals(total)
+                    continue
+            elif evs:
+                self._add(batch, [("eval", "val loss", float(evv), int(evs), None, None)], t)
                 continue
-            line = text[start:end]
-            raw = _parse_fast(line)
-            if raw is not None:
+            elif hn:  # an "Epoch k/N" header
+                self._epoch, self._epochs_total = int(hn), int(ht)
+                ctx, ctx_total = float(self._epoch), self._epochs_total
+                continue
+            else:
+                if len(other) <= MAX_LINE_CHARS:
+                    self._parse_other(batch, other, t)
+                    if self._epoch is not None:
+                        ctx = float(self._epoch)
+                        ctx_total = NO_INT if self._epochs_total is None else self._epochs_total
+                continue
+            if train < 0:
+                train = key_index("train", "loss")
+            series(train)
+            values(value)
+            steps(step)
+            epochs(epoch)
+            totals(total)
+        missing = len(batch.values) - len(batch.times)
+        if missing:
+            batch.times.extend(array("d", (t,)) * missing)
+
+    def _parse_other(self, batch: PointBatch, line: str, t: float) -> None:
+        """One candidate line that no strict block shape explains: the per-line parser."""
+        raw = _parse_fast(line)
+        if raw is not None:
+            self._add(batch, raw, t)
+            return
+        header = parse_epoch_header(line)
+        if header is not None:
+            self._epoch, self._epochs_total = header
+            return
+        if "oss" in line or "OSS" in line:
+            raw = _parse_raw(line)
+            if raw:
                 self._add(batch, raw, t)
-                continue
-            header = parse_epoch_header(line)
-            if header is not None:
-                self._epoch, self._epochs_total = header
-                continue
-            if "oss" in line or "OSS" in line:
-                raw = _parse_raw(line)
-                if raw:
-                    self._add(batch, raw, t)
 
     def _add(self, batch: PointBatch, raw: list[_Raw], t: float, *, custom: bool = False) -> None:
         key_index = batch.key_index
