@@ -117,3 +117,27 @@ def test_the_oom_scan_skips_chunks_without_a_message_and_still_finds_one_split_i
     assert sum(len(t) for t in fed) < 100 and scanner.event is None  # only the partial line
     w._scan_oom("stderr", "ory. Tried to allocate 2.00 GiB (GPU 0; 23.65 GiB total capacity)\n" + flood)
     assert scanner.event is not None and scanner.event.requested_bytes == 2 * 2**30
+
+
+def test_after_the_exit_the_parser_gets_the_sample_interval_less_the_end_reserve():
+    """The watch ends within one sample interval of its job: the parser's drain after the exit
+    leaves END_RESERVE_S of it for the last tick, the run's close and the summary."""
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from costctl.watch import watcher as wmod
+
+    asked: list[float] = []
+
+    class _Pump:
+        def drain(self, timeout_s: float) -> int:
+            asked.append(timeout_s)
+            return 0
+
+    w = wmod.Watcher.__new__(wmod.Watcher)
+    w._pump, w.job, w.say = _Pump(), None, print
+    for interval, want in ((1, 1 - wmod.END_RESERVE_S), (5, 5 - wmod.END_RESERVE_S), (0.2, 0.0)):
+        w.settings = SimpleNamespace(watch=SimpleNamespace(sample_interval=timedelta(seconds=interval)))
+        w._finish_parsing()
+        assert asked[-1] == want
+    assert 0 < wmod.END_RESERVE_S < 1

@@ -48,6 +48,10 @@ REPLAY_BYTES = 1 << 20
 #: The most stream changes remembered (:class:`_Streams`); older output replayed from the log
 #: goes out as :data:`~.protocol.LOG` frames (stream unknown).
 MAX_STREAM_RUNS = 1 << 20
+#: Seconds the relay lets output gather in the job's (enlarged) pipes after a read, so that a
+#: job writing in small pieces is read in few large ones (the job does not wait: at this pace a
+#: 1 MiB pipe takes 200 MB/s; a read of half the pipe or more is followed at once by the next).
+GATHER_S = 0.005
 #: Linux's ``fcntl`` command to set a pipe's capacity (``F_SETPIPE_SZ``).
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 #: Seconds the pipes are still read after the job's root exited (stragglers holding them).
@@ -88,14 +92,15 @@ def _exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _enlarge_pipe(fd: int, size: int = CHUNK_BYTES) -> None:
+def _enlarge_pipe(fd: int, size: int = CHUNK_BYTES) -> int:
     """Give the pipe behind ``fd`` a capacity of ``size`` bytes where the kernel allows (Linux
     ``F_SETPIPE_SZ``, up to ``/proc/sys/fs/pipe-max-size``): the job can write that much before
-    it waits for the relay, and the relay reads it in one call. Nothing happens elsewhere."""
+    it waits for the relay, and the relay reads it in one call. Returns the pipe's capacity in
+    bytes (0: unknown, not Linux or not allowed)."""
     try:
-        fcntl.fcntl(fd, F_SETPIPE_SZ, size)
+        return int(fcntl.fcntl(fd, F_SETPIPE_SZ, size))
     except OSError:
-        pass
+        return 0
 
 
 class _Streams:
@@ -392,13 +397,18 @@ class Relay:
             pipes = {master: p.STDOUT}
         else:
             pipes = {proc.stdout.fileno(): p.STDOUT, proc.stderr.fileno(): p.STDERR}  # type: ignore[union-attr]
+        gather = master is None
         for fd, kind in pipes.items():
             if master is None:
-                _enlarge_pipe(fd)
+                gather = _enlarge_pipe(fd) >= CHUNK_BYTES and gather
             os.set_blocking(fd, False)
             self.sel.register(fd, selectors.EVENT_READ, kind)
         drain_until: float | None = None
+        read_most = 0  # the largest read of the last turn (bytes)
         while pipes:
+            if gather and 0 < read_most < CHUNK_BYTES // 2:
+                time.sleep(GATHER_S)  # let the job's output gather in its pipe: fewer, larger reads
+            read_most = 0
             for key, events in self.sel.select(0.05):
                 if key.data == "listen":
                     self._accept()
@@ -415,6 +425,7 @@ class Relay:
                             print(f"costctl relay: reading the job's output: {exc}", file=sys.stderr)
                         data = b""
                     if data:
+                        read_most = max(read_most, len(data))
                         self._on_output(key.data, data)
                     else:
                         self.sel.unregister(fd)
