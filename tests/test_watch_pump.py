@@ -141,3 +141,29 @@ def test_after_the_exit_the_parser_gets_the_sample_interval_less_the_end_reserve
         w._finish_parsing()
         assert asked[-1] == want
     assert 0 < wmod.END_RESERVE_S < 1
+
+
+def test_the_parser_thread_runs_at_a_lower_priority_than_the_watch(monkeypatch):
+    """A flood's parsing never takes a busy core from the job: on Linux the parser thread's
+    niceness is the watch's plus PARSER_NICE (capped at 19); other threads keep theirs."""
+    import sys
+
+    import pytest
+
+    from costctl.watch import pump as pmod
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("per-thread niceness is Linux's")
+    seen: list[int] = []
+
+    def parse(stream, text, now):
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return _parse(stream, text, now)
+
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    pump = ParsePump(parse, lambda b: None, lambda: T0)
+    pump.put("stdout", "1\n")
+    assert pump.drain(10) == 0
+    pump.close()
+    assert seen == [min(19, mine + pmod.PARSER_NICE)] and pmod.PARSER_NICE > 0
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
