@@ -97,7 +97,7 @@ SWITCH_INTERVAL_S = 0.0005
 #: Seconds of the sample interval after the job's exit kept for the last tick, closing the run,
 #: the summary and the process's exit; the parser gets the rest (:meth:`Watcher._finish_parsing`),
 #: so the watch ends within one sample interval of its job, whatever the job printed.
-END_RESERVE_S = 0.5
+END_RESERVE_S = 0.6
 
 #: Characters of the previous chunk searched with the next one for an OOM message.
 OOM_CONTEXT_CHARS = 512
