@@ -19,6 +19,8 @@ Figures (medians over ``--runs`` unless said otherwise), the LAST LINE one JSON 
   sampled every 20 ms from /proc (max over runs; target <= 150); ``relay_peak_rss_mb`` the
   same for the job's output relay;
 * ``lines_out``: lines that reached costctl's stdout file (must equal ``lines``);
+* ``identical``: costctl's stdout file is byte for byte the job's output alone (every run; must
+  be true);
 * ``points_seen``: progress points the watch parsed (its summary's count);
 * ``progress_rows``: rows in the ledger's ``progress`` table (and ``progress_buckets`` when
   that table exists); ``decision_rows``: decision rows per policy.
@@ -34,6 +36,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import filecmp
 import json
 import os
 import re
@@ -155,6 +158,7 @@ def run_watched(lines: int, tmp: Path, run: int) -> dict:
     db.close()
     return {"watch_s": wall, "job_s": t1 - t0, "exit_to_end_s": ended - t1, "rss": peak.peak,
             "relay_rss": peak.child_peak, "lines_out": lines_out,
+            "identical": filecmp.cmp(out, tmp / "alone.out", shallow=False),
             "points_seen": int(seen.group(1)) if seen else None, "rows": rows, "decisions": decisions}
 
 
@@ -185,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         "exit_to_end_s": round(med(w["exit_to_end_s"] for w in watched), 3),
         "watcher_peak_rss_mb": round(max(w["rss"] for w in watched), 1),
         "relay_peak_rss_mb": round(max(w["relay_rss"] for w in watched), 1),
-        "lines_out": last["lines_out"], "points_seen": last["points_seen"],
+        "lines_out": last["lines_out"], "identical": all(w["identical"] for w in watched),
+        "points_seen": last["points_seen"],
         "progress_rows": last["rows"], "decision_rows": last["decisions"],
     }
     print(json.dumps(result))

@@ -104,3 +104,31 @@ def test_console_reader_reports_oom_with_line_numbers(tmp_path: Path) -> None:
     log = read_train_log(copy)
     assert [e.line_number for e in log.oom] == sorted(EXPECTED)
     assert log.oom[0].requested_bytes == int(12.5 * MiB)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: CUDA error: out of memory",
+        "RuntimeError: cuda OUT OF Memory. Tried to allocate",  # the case-blind recognizers
+        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[64]",
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1 bytes.",
+        "torch.OutOfMemoryError",
+        "Tried to allocate 20.00 MiB (GPU 0; 4.00 GiB total capacity)",
+    ],
+)
+def test_the_prefilter_lets_every_oom_message_through(line: str) -> None:
+    from costctl.replay.oom import _RECOGNIZERS, may_hold_oom, oom_in
+
+    assert any(p.search(line) for p in _RECOGNIZERS)
+    assert may_hold_oom(line) and may_hold_oom(f"step 1 loss: 0.5\n{line}\nstep 2") and oom_in(line)
+
+
+def test_the_prefilter_passes_every_corpus_oom_message_and_stops_a_flood() -> None:
+    from costctl.replay.oom import _RECOGNIZERS, may_hold_oom, oom_in
+
+    for line in corpus_file("oom_messages_from_issues.txt").read_text().splitlines():
+        if any(p.search(line) for p in _RECOGNIZERS):
+            assert may_hold_oom(line), line
+    flood = "".join(f"step {i} loss: 0.5 - memory: 2990 Allocated memory\n" for i in range(1000))
+    assert not may_hold_oom(flood) and not oom_in(flood)

@@ -146,3 +146,36 @@ def test_a_watch_that_never_reads_does_not_hold_the_job_up(tmp_path):
     finally:
         gate.set()
         child.kill()
+
+
+def test_a_watch_far_behind_the_job_gets_every_byte_on_its_stream_from_the_log(tmp_path):
+    log = tmp_path / "run.log"
+    # 24 MiB on stdout and 6 MiB on stderr, interleaved, every 64 KiB piece different
+    code = ("import os\n"
+            "for i in range(384):\n"
+            "    os.write(1, (b'%08d' % i) * 8192)\n"
+            "    if i % 4 == 0: os.write(2, (b'E%07d' % i) * 8192)\n")
+    want_out = b"".join((b"%08d" % i) * 8192 for i in range(384))
+    want_err = b"".join((b"E%07d" % i) * 8192 for i in range(0, 384, 4))
+    gate = threading.Event()
+
+    class _Late(_Collect):
+        def write(self, stream: str, data: bytes) -> None:
+            gate.wait(60)  # stuck until the job has ended: far more behind than the relay queues
+            super().write(stream, data)
+
+    mux = _Late()
+    child = RelayChild(_py(code), mux, log_path=log)  # type: ignore[arg-type]
+    try:
+        for _ in range(3000):
+            state = p.read_state(p.state_path(log))
+            if state and state.get("ended"):
+                break
+            threading.Event().wait(0.01)
+        assert state and state["ended"], "the job was held up by a watch that does not read"
+    finally:
+        gate.set()
+    assert child.wait(60) == 0
+    assert len(log.read_bytes()) == len(want_out) + len(want_err)
+    assert mux.stream("stdout") == want_out
+    assert mux.stream("stderr") == want_err

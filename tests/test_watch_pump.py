@@ -117,3 +117,53 @@ def test_the_oom_scan_skips_chunks_without_a_message_and_still_finds_one_split_i
     assert sum(len(t) for t in fed) < 100 and scanner.event is None  # only the partial line
     w._scan_oom("stderr", "ory. Tried to allocate 2.00 GiB (GPU 0; 23.65 GiB total capacity)\n" + flood)
     assert scanner.event is not None and scanner.event.requested_bytes == 2 * 2**30
+
+
+def test_after_the_exit_the_parser_gets_the_sample_interval_less_the_end_reserve():
+    """The watch ends within one sample interval of its job: the parser's drain after the exit
+    leaves END_RESERVE_S of it for the last tick, the run's close and the summary."""
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from costctl.watch import watcher as wmod
+
+    asked: list[float] = []
+
+    class _Pump:
+        def drain(self, timeout_s: float) -> int:
+            asked.append(timeout_s)
+            return 0
+
+    w = wmod.Watcher.__new__(wmod.Watcher)
+    w._pump, w.job, w.say = _Pump(), None, print
+    for interval, want in ((1, 1 - wmod.END_RESERVE_S), (5, 5 - wmod.END_RESERVE_S), (0.2, 0.0)):
+        w.settings = SimpleNamespace(watch=SimpleNamespace(sample_interval=timedelta(seconds=interval)))
+        w._finish_parsing()
+        assert asked[-1] == want
+    assert 0 < wmod.END_RESERVE_S < 1
+
+
+def test_the_parser_thread_runs_at_a_lower_priority_than_the_watch(monkeypatch):
+    """A flood's parsing never takes a busy core from the job: on Linux the parser thread's
+    niceness is the watch's plus PARSER_NICE (capped at 19); other threads keep theirs."""
+    import sys
+
+    import pytest
+
+    from costctl.watch import pump as pmod
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("per-thread niceness is Linux's")
+    seen: list[int] = []
+
+    def parse(stream, text, now):
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return _parse(stream, text, now)
+
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    pump = ParsePump(parse, lambda b: None, lambda: T0)
+    pump.put("stdout", "1\n")
+    assert pump.drain(10) == 0
+    pump.close()
+    assert seen == [min(19, mine + pmod.PARSER_NICE)] and pmod.PARSER_NICE > 0
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine

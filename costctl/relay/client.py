@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 from pathlib import Path
 
 from ..child import OutputMux
@@ -221,42 +222,92 @@ class RelayChild:
         self.pty = self.pty or bool(self.tty)
         return int(info["pid"]), int(info["pgid"])
 
+    #: The most bytes of output frames, already received, handed to the mux in one write.
+    MERGE_BYTES = 1 << 20
+
     def _read(self) -> None:
         """The reader thread: frames to the mux until the end; a lost connection re-attaches at
-        the next offset; an exception in the mux is reported and the reading goes on."""
+        the next offset; an exception in the mux is reported and the reading goes on. Output
+        frames already received together are handed to the mux as one write per stream."""
+        reader: p.FrameReader | None = None
         while not self._eof.is_set():
             sock = self._sock
+            if sock is None:
+                reader = None
+            elif reader is None or reader.sock is not sock:
+                reader = p.FrameReader(sock)
             try:
-                frame = p.recv_frame(sock) if sock is not None else None
+                frame = reader.next() if reader is not None else None
+                frames = [frame] if frame is not None else []
+                size = len(frame[2]) if frame is not None else 0
+                while frames and size < self.MERGE_BYTES and reader is not None and reader.buffered():
+                    more = reader.next()
+                    if more is None:
+                        break
+                    frames.append(more)
+                    size += len(more[2])
             except OSError:
-                frame = None
-            if frame is None:
+                frames = []
+            if not frames:
                 if not self._reattach():
                     self._give_up()
                     break
                 continue
-            kind, offset, payload = frame
-            try:
-                self._dispatch(kind, offset, payload)
-            except Exception as exc:  # noqa: BLE001 - the output must go on being read
-                if not self._error_reported and self._on_error is not None:
-                    self._error_reported = True
-                    try:
-                        self._on_error(exc)
-                    except Exception:  # noqa: BLE001
-                        pass
+            self._dispatch_all(frames)
         if self._sock is not None:
             self._sock.close()
             self._sock = None
 
+    def _dispatch_all(self, frames: list[tuple[int, int, bytes]]) -> None:
+        """Hand frames on in order, consecutive output of one stream as one mux write."""
+        run: list[bytes] = []
+        run_stream = ""
+        for kind, offset, payload in frames:
+            if kind in (p.STDOUT, p.STDERR, p.LOG):
+                payload = self._new_output(offset, payload)
+                if not payload:
+                    continue
+                stream = "stderr" if kind == p.STDERR else "stdout"
+                if run and stream != run_stream:
+                    self._guarded(self._mux.write, run_stream, b"".join(run))
+                    run = []
+                run_stream = stream
+                run.append(payload)
+                continue
+            if run:
+                self._guarded(self._mux.write, run_stream, b"".join(run))
+                run = []
+            self._guarded(self._dispatch, kind, offset, payload)
+        if run:
+            self._guarded(self._mux.write, run_stream, b"".join(run))
+
+    def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
+        """``fn(*args)``; an exception is reported once (``on_error``) and the reading goes on."""
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - the output must go on being read
+            if not self._error_reported and self._on_error is not None:
+                self._error_reported = True
+                try:
+                    self._on_error(exc)
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def _new_output(self, offset: int, payload: bytes) -> bytes:
+        """The part of an output frame not seen before (a re-attach replays from an offset)."""
+        end = offset + len(payload)
+        if end <= self._next:
+            return b""
+        if offset < self._next:
+            payload = payload[self._next - offset:]
+        self._next = end
+        return payload
+
     def _dispatch(self, kind: int, offset: int, payload: bytes) -> None:
         if kind in (p.STDOUT, p.STDERR, p.LOG):
-            end = offset + len(payload)
-            if end <= self._next:
-                return  # seen before a re-attach
-            payload = payload[max(0, self._next - offset):]
-            self._next = end
-            self._mux.write("stderr" if kind == p.STDERR else "stdout", payload)
+            payload = self._new_output(offset, payload)
+            if payload:
+                self._mux.write("stderr" if kind == p.STDERR else "stdout", payload)
         elif kind == p.EXITED:
             self._status = int(json.loads(payload)["status"])
             self._exited.set()

@@ -5,13 +5,18 @@ The job's output is two pipes (stdout, stderr) or, with ``pty=True``, one pseudo
 both (see :func:`open_job_pty`): its bytes are then one stream, relayed as stdout frames.
 
 One thread, one ``selectors`` loop, bytes only: nothing the job writes is decoded or parsed, so
-nothing it writes can end the relay. Reading the job never waits on a watch: each watch has an
-outgoing buffer of at most :data:`CLIENT_MAX_BYTES`; a watch that falls further behind is
-disconnected (it re-attaches from its offset; the run log is the source of truth).
+nothing it writes can end the relay. Reading the job never waits on a watch, and a watch never
+misses a byte: each watch has a cursor (the log offset of the next byte it gets). While it keeps
+up, the job's output is queued for it as it is read (at most :data:`CLIENT_MAX_BYTES` queued);
+a watch further behind gets the rest from the run log (the source of truth), piece by piece
+(:data:`REPLAY_BYTES`) as its socket takes them, on the stream each byte was written to
+(:class:`_Streams`), until it has caught up. The job's exit and the end of output reach a watch
+after all the output before them.
 """
 
 from __future__ import annotations
 
+import bisect
 import errno
 import fcntl
 import json
@@ -25,18 +30,30 @@ import struct
 import sys
 import termios
 import time
-from collections import deque
+from array import array
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from . import protocol as p
 
-CHUNK_BYTES = 65536
-#: Output kept in memory for re-attaching watches (their stream ids are known only here).
-HISTORY_BYTES = 8 << 20
-#: A watch further behind than this is disconnected (it re-attaches from the log).
-CLIENT_MAX_BYTES = 16 << 20
+#: The most bytes read from the job's pipe at once (the pipes are enlarged to it where Linux lets).
+CHUNK_BYTES = 1 << 20
+#: The most bytes queued for one watch; output read while a watch has more queued is not queued
+#: for it: it gets it from the run log once its socket took what was queued (it never misses any).
+CLIENT_MAX_BYTES = 4 << 20
+#: A watch behind the job is given the log from its cursor in pieces of this size, whenever it
+#: has less than this queued.
+REPLAY_BYTES = 1 << 20
+#: The most stream changes remembered (:class:`_Streams`); older output replayed from the log
+#: goes out as :data:`~.protocol.LOG` frames (stream unknown).
+MAX_STREAM_RUNS = 1 << 20
+#: Seconds the relay lets output gather in the job's (enlarged) pipes after a read, so that a
+#: job writing in small pieces is read in few large ones (the job does not wait: at this pace a
+#: 1 MiB pipe takes 200 MB/s; a read of half the pipe or more is followed at once by the next).
+GATHER_S = 0.005
+#: Linux's ``fcntl`` command to set a pipe's capacity (``F_SETPIPE_SZ``).
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 #: Seconds the pipes are still read after the job's root exited (stragglers holding them).
 DRAIN_S = 5.0
 #: Seconds the relay waits, after the end, for attached watches to take the last frames.
@@ -75,14 +92,58 @@ def _exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-class _Client:
-    """One attached watch: its socket and the bytes not sent to it yet."""
+def _enlarge_pipe(fd: int, size: int = CHUNK_BYTES) -> int:
+    """Give the pipe behind ``fd`` a capacity of ``size`` bytes where the kernel allows (Linux
+    ``F_SETPIPE_SZ``, up to ``/proc/sys/fs/pipe-max-size``): the job can write that much before
+    it waits for the relay, and the relay reads it in one call. Returns the pipe's capacity in
+    bytes (0: unknown, not Linux or not allowed)."""
+    try:
+        return int(fcntl.fcntl(fd, F_SETPIPE_SZ, size))
+    except OSError:
+        return 0
 
-    def __init__(self, sock: socket.socket, *, attached: bool) -> None:
+
+class _Streams:
+    """Which stream each byte of the log came from: the offsets where the stream changed.
+
+    Two flat arrays (8 + 1 bytes per change), at most :data:`MAX_STREAM_RUNS` changes (the
+    oldest are forgotten; bytes before the first remembered change are :data:`~.protocol.LOG`).
+    """
+
+    def __init__(self) -> None:
+        self.starts = array("q")
+        self.kinds = bytearray()
+
+    def add(self, offset: int, kind: int) -> None:
+        """Output of ``kind`` starts at ``offset`` (no entry when the stream did not change)."""
+        if self.kinds and self.kinds[-1] == kind:
+            return
+        if len(self.kinds) >= MAX_STREAM_RUNS:
+            del self.starts[: MAX_STREAM_RUNS // 2]
+            del self.kinds[: MAX_STREAM_RUNS // 2]
+        self.starts.append(offset)
+        self.kinds.append(kind)
+
+    def at(self, offset: int) -> tuple[int, int | None]:
+        """``(kind, end)``: the stream of the byte at ``offset`` and where its run ends (None:
+        it runs on to the log's end)."""
+        i = bisect.bisect_right(self.starts, offset) - 1
+        end = self.starts[i + 1] if i + 1 < len(self.starts) else None
+        return (self.kinds[i] if i >= 0 else p.LOG), end
+
+
+class _Client:
+    """One attached watch: its socket, the bytes queued for it, and its cursor in the log."""
+
+    def __init__(self, sock: socket.socket, *, attached: bool, cursor: int = 0) -> None:
         self.sock = sock
         self.out = bytearray()
         self.attached = attached  # False until it sent the offset to resume from
         self.inbuf = b""
+        #: the log offset of the next output byte to queue for it (everything before is queued)
+        self.cursor = cursor
+        #: control frames (exit, end) waiting until its cursor reaches their offset
+        self.pending: list[tuple[int, bytes]] = []
         self.sent_to: int | None = None  # the log offset after the last output queued for it
 
 
@@ -113,8 +174,9 @@ class Relay:
         self.sel = selectors.DefaultSelector()
         self.log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.offset = os.fstat(self.log_fd).st_size
-        self.history: deque[tuple[int, int, bytes]] = deque()
-        self.history_bytes = 0
+        self.read_fd = os.open(log_path, os.O_RDONLY)
+        self.streams = _Streams()
+        self.last_progress = time.monotonic()  # when a watch last took bytes (the linger waits on it)
         self.clients: list[_Client] = []
         self.state: dict[str, Any] = {
             "version": 1, "run_id": os.environ.get("COSTCTL_RUN_ID"),
@@ -126,7 +188,7 @@ class Relay:
         self.log_error: str | None = None
         if control is not None:
             control.setblocking(False)
-            self._add_client(_Client(control, attached=True))
+            self._add_client(_Client(control, attached=True, cursor=self.offset))
         try:
             sock_path.unlink()
         except FileNotFoundError:
@@ -154,20 +216,18 @@ class Relay:
                 self.state["watch_offset"] = client.sent_to
                 self._write_state()
 
-    def _send(self, client: _Client, frame: bytes) -> None:
-        if not client.attached:
-            return
-        client.out += frame
-        if len(client.out) > CLIENT_MAX_BYTES:
-            self._drop(client)  # too far behind: it re-attaches from the log
-            return
-        self._flush(client)
-
     def _flush(self, client: _Client) -> None:
+        """Send what the socket takes; whenever less than :data:`REPLAY_BYTES` is queued and the
+        watch is behind, queue the next piece from the log first."""
         try:
-            while client.out:
+            while True:
+                if len(client.out) < REPLAY_BYTES and (client.cursor < self.offset or client.pending):
+                    self._refill(client)
+                if not client.out:
+                    break
                 sent = client.sock.send(client.out)
                 del client.out[:sent]
+                self.last_progress = time.monotonic()
         except BlockingIOError:
             pass
         except OSError:
@@ -179,6 +239,32 @@ class Relay:
         except (KeyError, ValueError):
             pass
 
+    def _refill(self, client: _Client) -> None:
+        """Queue for a watch that is behind the next piece of output from the log (on its
+        stream), then the control frames its cursor has reached."""
+        if client.cursor < self.offset:
+            kind, end = self.streams.at(client.cursor)
+            end = min(self.offset, client.cursor + REPLAY_BYTES, end if end is not None else self.offset)
+            try:
+                data = os.pread(self.read_fd, end - client.cursor, client.cursor)
+            except OSError:
+                data = b""
+            if data:
+                client.out += p.encode(kind, client.cursor, data)
+                client.cursor += len(data)
+            else:  # not in the log (it could not be written): the watch skips to what can be sent
+                client.cursor = self.offset
+            client.sent_to = client.cursor
+        while client.pending and client.pending[0][0] <= client.cursor:
+            client.out += client.pending.pop(0)[1]
+
+    def _queue_control(self, client: _Client, frame: bytes) -> None:
+        """A control frame (exit, end, ...) for one watch, after all output before it."""
+        if client.cursor >= self.offset and not client.pending:
+            client.out += frame
+        else:
+            client.pending.append((self.offset, frame))
+
     def _accept(self) -> None:
         """A watch connects to the socket (it then sends the log offset it wants from)."""
         try:
@@ -189,33 +275,23 @@ class Relay:
         self._add_client(_Client(conn, attached=False))
 
     def _broadcast(self, frame: bytes) -> None:
+        """A control frame to every attached watch (after the output it has not had yet)."""
         for client in list(self.clients):
-            self._send(client, frame)
+            if client.attached:
+                self._queue_control(client, frame)
+                self._flush(client)
 
     def _greet(self, client: _Client, since: int) -> None:
-        """A watch attached at log offset ``since``: the job's pid, what it missed, the end if over."""
+        """A watch attached at log offset ``since``: the job's pid, then everything from
+        ``since`` on (from the log, as its socket takes it), then the exit and end if over."""
         if self.state["job_pid"] is not None:
             client.out += p.encode_json(p.STARTED, self.offset, self._started_info())
-        start = self.history[0][0] if self.history else self.offset
-        if since < start:  # older than the history: from the log, stream unknown (the newest part)
-            lo = max(since, start - CLIENT_MAX_BYTES // 2)
-            try:
-                with open(self.log_path, "rb") as fh:
-                    fh.seek(lo)
-                    data = fh.read(start - lo)
-                client.out += p.encode(p.LOG, lo, data)
-            except OSError:
-                pass
-        for off, kind, data in self.history:
-            if off + len(data) <= since:
-                continue
-            cut = max(0, since - off)
-            client.out += p.encode(kind, off + cut, data[cut:])
-        client.sent_to = self.offset
+        client.cursor = min(max(0, since), self.offset)
+        client.sent_to = client.cursor
         if self.state["exit_status"] is not None:
-            client.out += p.encode_json(p.EXITED, self.offset, {"status": self.state["exit_status"]})
+            self._queue_control(client, p.encode_json(p.EXITED, self.offset, {"status": self.state["exit_status"]}))
         if self.state["ended"]:
-            client.out += p.encode(p.EOF, self.offset)
+            self._queue_control(client, p.encode(p.EOF, self.offset))
         self._flush(client)
 
     def _on_client(self, client: _Client, events: int) -> None:
@@ -264,15 +340,19 @@ class Relay:
                     print(f"costctl relay: cannot write the run log {self.log_path}: {exc}", file=sys.stderr)
                 break
         off = self.offset
+        self.streams.add(off, kind)
         self.offset += len(data)
-        self.history.append((off, kind, data))
-        self.history_bytes += len(data)
-        while self.history_bytes > HISTORY_BYTES and len(self.history) > 1:
-            self.history_bytes -= len(self.history.popleft()[2])
-        for client in self.clients:
-            if client.attached:
-                client.sent_to = self.offset
-        self._broadcast(p.encode(kind, off, data))
+        frame: bytes | None = None
+        for client in list(self.clients):
+            if not client.attached:
+                continue
+            if client.cursor == off and not client.pending and len(client.out) + len(data) <= CLIENT_MAX_BYTES:
+                if frame is None:
+                    frame = p.encode(kind, off, data)
+                client.out += frame
+                client.cursor = client.sent_to = self.offset
+            # else: it is behind; _flush gives it the log from its cursor as its socket drains
+            self._flush(client)
 
     def run(self) -> int:
         """Start the job and relay until it ended and the watches took everything; returns the
@@ -317,11 +397,18 @@ class Relay:
             pipes = {master: p.STDOUT}
         else:
             pipes = {proc.stdout.fileno(): p.STDOUT, proc.stderr.fileno(): p.STDERR}  # type: ignore[union-attr]
+        gather = master is None
         for fd, kind in pipes.items():
+            if master is None:
+                gather = _enlarge_pipe(fd) >= CHUNK_BYTES and gather
             os.set_blocking(fd, False)
             self.sel.register(fd, selectors.EVENT_READ, kind)
         drain_until: float | None = None
+        read_most = 0  # the largest read of the last turn (bytes)
         while pipes:
+            if gather and 0 < read_most < CHUNK_BYTES // 2:
+                time.sleep(GATHER_S)  # let the job's output gather in its pipe: fewer, larger reads
+            read_most = 0
             for key, events in self.sel.select(0.05):
                 if key.data == "listen":
                     self._accept()
@@ -338,6 +425,7 @@ class Relay:
                             print(f"costctl relay: reading the job's output: {exc}", file=sys.stderr)
                         data = b""
                     if data:
+                        read_most = max(read_most, len(data))
                         self._on_output(key.data, data)
                     else:
                         self.sel.unregister(fd)
@@ -392,12 +480,13 @@ class Relay:
         :data:`LINGER_S`), and the on-exit watch ``on_exit`` until it exited (at most
         :data:`ON_EXIT_WAIT_S`), then remove the socket."""
         start = time.monotonic()
-        deadline = start + LINGER_S
 
         def waiting() -> bool:
             now = time.monotonic()
             if on_exit is not None and on_exit.poll() is None and now < start + ON_EXIT_WAIT_S:
                 return True
+            # a watch still taking its output (a slow terminal) is waited for as long as it takes some
+            deadline = max(start, self.last_progress) + LINGER_S
             return bool(self.clients) and now < max(deadline, start + (ON_EXIT_WAIT_S if on_exit else 0))
 
         while waiting():
@@ -412,6 +501,7 @@ class Relay:
         except OSError:
             pass
         os.close(self.log_fd)
+        os.close(self.read_fd)
 
 
 def _ignore(signum: int, frame: Any) -> None:

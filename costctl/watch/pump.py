@@ -15,6 +15,8 @@ running minutes after its job.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from collections import deque
@@ -27,8 +29,14 @@ from ..progress.batch import PointBatch
 MAX_PIECE_CHARS = 1 << 18
 
 #: The most characters queued for parsing; beyond it new text is dropped and counted (a parser
-#: that cannot keep up must not grow the watch's memory without bound).
-MAX_PENDING_CHARS = 32 << 20
+#: that cannot keep up must not grow the watch's memory without bound). 16 Mi characters (16 MiB
+#: of ASCII) are seconds of the parser's work; a larger queue only holds more memory.
+MAX_PENDING_CHARS = 16 << 20
+
+#: The parser thread's niceness, added to the watch's own (Linux, where a thread has its own):
+#: when the machine's cores are busy, the job (and its output relay) get them first, so a job
+#: that floods its output is not slowed by the parsing of it; idle cores still parse at full speed.
+PARSER_NICE = 10
 
 
 class ParsePump:
@@ -89,6 +97,7 @@ class ParsePump:
         return stream, "".join(parts) if len(parts) > 1 else text
 
     def _run(self) -> None:
+        lower_priority()
         while True:
             with self._cond:
                 while not self._queue and not self._closed:
@@ -159,4 +168,18 @@ class ParsePump:
         return dropped
 
 
-__all__ = ["MAX_PIECE_CHARS", "ParsePump"]
+def lower_priority(nice: int = PARSER_NICE) -> bool:
+    """Raise the calling thread's niceness by ``nice`` (Linux only: there ``setpriority`` on a
+    thread id changes that thread alone; elsewhere it would renice a process). Returns whether
+    it was done."""
+    if not sys.platform.startswith("linux") or nice <= 0:
+        return False
+    tid = threading.get_native_id()
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+    except OSError:
+        return False
+    return True
+
+
+__all__ = ["MAX_PIECE_CHARS", "PARSER_NICE", "ParsePump", "lower_priority"]

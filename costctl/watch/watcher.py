@@ -58,7 +58,7 @@ from ..money import Money
 from ..policies.engine import PolicyEngine
 from ..policies.history import History
 from ..progress.batch import PointBatch
-from ..replay.oom import _RECOGNIZERS as OOM_RECOGNIZERS
+from ..replay.oom import oom_in
 from ..progress.lines import LineParser
 from ..progress.metrics_file import MetricsFileFollower
 from ..protocols import RunState
@@ -93,6 +93,11 @@ PASSTHROUGH_WAIT_S = 30.0
 #: The interpreter's thread switch interval in a live watch (seconds; Python's default 5 ms
 #: makes the output thread wait behind the parser thread at every read: a GIL convoy).
 SWITCH_INTERVAL_S = 0.0005
+
+#: Seconds of the sample interval after the job's exit kept for the last tick, closing the run,
+#: the summary and the process's exit; the parser gets the rest (:meth:`Watcher._finish_parsing`),
+#: so the watch ends within one sample interval of its job, whatever the job printed.
+END_RESERVE_S = 0.6
 
 #: Characters of the previous chunk searched with the next one for an OOM message.
 OOM_CONTEXT_CHARS = 512
@@ -628,7 +633,7 @@ class Watcher:
         ctx = self._oom_ctx.get(stream, "")
         self._oom_ctx[stream] = text[-OOM_CONTEXT_CHARS:]
         window = ctx + text if ctx else text
-        if any(p.search(window) for p in OOM_RECOGNIZERS):
+        if oom_in(window):
             self.lifecycle.on_text(stream, text)
             return
         cut = max(text.rfind("\n"), text.rfind("\r"))
@@ -640,7 +645,7 @@ class Watcher:
         pump = self._pump
         if pump is None:
             return
-        dropped = pump.drain(self.settings.watch.sample_interval.total_seconds())
+        dropped = pump.drain(max(0.0, self.settings.watch.sample_interval.total_seconds() - END_RESERVE_S))
         child = self.child
         if child is not None:  # the rest of the output is passed through, no longer parsed
             child.drain(PASSTHROUGH_WAIT_S)
