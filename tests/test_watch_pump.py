@@ -167,3 +167,41 @@ def test_the_parser_thread_runs_at_a_lower_priority_than_the_watch(monkeypatch):
     pump.close()
     assert seen == [min(19, mine + pmod.PARSER_NICE)] and pmod.PARSER_NICE > 0
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
+
+
+def test_text_dropped_on_a_full_queue_never_joins_two_lines_into_a_false_one(monkeypatch):
+    """A queue overflow drops text mid-line: the parser is told of the gap before the next
+    text, so 'step 1 loss: 1.2' + (dropped) + '34\\n...' is not read as loss 1.234."""
+    from costctl.progress.lines import LineParser
+    from costctl.watch import pump as pump_module
+
+    monkeypatch.setattr(pump_module, "MAX_PENDING_CHARS", 51)  # 30 queued + 21 after the gap
+    release = threading.Event()
+    parser = LineParser()
+    got: list[PointBatch] = []
+
+    def parse(stream, text, now):
+        release.wait(5)
+        return parser.feed_batch(text, now)
+
+    pump = ParsePump(parse, got.append, lambda: T0, on_gap=lambda stream: parser.gap())
+    pump.put("stdout", "step 1 loss: 0.5\nstep 2 loss: 1.2")  # parsed (held by release)
+    while pump.pending_chars:
+        pass
+    pump.put("stdout", "x" * 30)               # queued
+    pump.put("stdout", "9" * 30)               # dropped: over the bound -> a gap
+    pump.put("stdout", "34\nstep 3 loss: 0.25\n")  # after the gap: its first line is discarded
+    release.set()
+    assert pump.drain(5) == 0
+    pump.close(5)
+    values = [v for b in got for v in b.values]
+    assert values == [0.5, 0.25] and pump.dropped_chars == 30
+
+
+def test_line_parser_gap_discards_both_sides_of_the_cut():
+    from costctl.progress.lines import LineParser
+
+    parser = LineParser()
+    assert list(parser.feed_batch(b"loss: 1.2", T0).values) == []
+    parser.gap()
+    assert list(parser.feed_batch(b"34\nloss: 5.0\n", T0).values) == [5.0]

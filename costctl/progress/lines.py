@@ -549,6 +549,16 @@ class LineParser:
                 self.parse_block(complete, now, batch)
         return batch
 
+    def gap(self) -> None:
+        """Output was lost between the text fed so far and the next (a parse queue that
+        overflowed): the unfinished line is dropped and the next text is discarded up to its
+        first line end, so the two sides of the gap are never read as one (false) line."""
+        self._pending.clear()
+        self._pending_len = 0
+        self._discarding = True
+        self._after_cr = False
+        self._decoder.reset()
+
     def flush_batch(self, now: datetime | float | None) -> PointBatch:
         """Parse a final line that never got its line end (call when the stream closes)."""
         batch = PointBatch()

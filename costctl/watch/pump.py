@@ -50,12 +50,18 @@ class ParsePump:
     """
 
     def __init__(self, parse: Callable[[str, str, datetime], PointBatch], emit: Callable[[PointBatch], None],
-                 now: Callable[[], datetime], on_error: Callable[[BaseException], None] | None = None) -> None:
+                 now: Callable[[], datetime], on_error: Callable[[BaseException], None] | None = None,
+                 on_gap: Callable[[str], None] | None = None) -> None:
         self._parse = parse
         self._emit = emit
         self._now = now
         self._on_error = on_error
-        self._queue: deque[tuple[str, str]] = deque()
+        #: called (parser thread) with a stream whose text was dropped, before its next text is
+        #: parsed: the parser must not join the two sides of the gap into one (false) line.
+        self._on_gap = on_gap
+        self._gaps: set[str] = set()
+        #: (stream, text); text None marks a gap in that stream (text dropped before this point).
+        self._queue: deque[tuple[str, str | None]] = deque()
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
@@ -77,19 +83,27 @@ class ParsePump:
                 return
             if self._pending + len(text) > MAX_PENDING_CHARS:
                 self.dropped_chars += len(text)
+                self._gaps.add(stream)
                 return
+            if stream in self._gaps:
+                self._gaps.discard(stream)
+                self._queue.append((stream, None))
             self._queue.append((stream, text))
             self._pending += len(text)
             self._cond.notify()
 
-    def _take(self) -> tuple[str, str] | None:
-        """The next piece: consecutive texts of one stream, up to MAX_PIECE_CHARS (caller holds _cond)."""
+    def _take(self) -> tuple[str, str | None] | None:
+        """The next piece: consecutive texts of one stream, up to MAX_PIECE_CHARS, or a gap
+        marker (text None) on its own (caller holds _cond)."""
         if not self._queue:
             return None
         stream, text = self._queue.popleft()
+        if text is None:
+            return stream, None
         parts = [text]
         size = len(text)
-        while self._queue and self._queue[0][0] == stream and size < MAX_PIECE_CHARS:
+        while (self._queue and self._queue[0][0] == stream and self._queue[0][1] is not None
+               and size < MAX_PIECE_CHARS):
             nxt = self._queue.popleft()[1]
             parts.append(nxt)
             size += len(nxt)
@@ -109,6 +123,15 @@ class ParsePump:
             if piece is None:
                 continue
             stream, text = piece
+            if text is None:  # text of this stream was dropped here
+                try:
+                    if self._on_gap is not None:
+                        self._on_gap(stream)
+                finally:
+                    with self._cond:
+                        self._busy = False
+                        self._cond.notify_all()
+                continue
             try:
                 batch = self._parse(stream, text, self._now())
                 if batch:
@@ -127,7 +150,7 @@ class ParsePump:
     def pending_chars(self) -> int:
         """Characters queued and not parsed yet."""
         with self._cond:
-            return sum(len(t) for _, t in self._queue)
+            return sum(len(t) for _, t in self._queue if t is not None)
 
     def idle(self) -> bool:
         """Nothing queued and nothing being parsed."""
@@ -146,7 +169,9 @@ class ParsePump:
                 if left <= 0:
                     break
                 self._cond.wait(min(left, 0.05))
-            dropped = sum(len(t) for _, t in self._queue)
+            dropped = sum(len(t) for _, t in self._queue if t is not None)
+            if dropped:
+                self._gaps.update(stream for stream, _ in self._queue)
             self._queue.clear()
             self._pending = 0
             self._accepting = False

@@ -425,7 +425,8 @@ class Watcher:
         }
         parsers = self._parsers
         self._pump = ParsePump(lambda stream, text, now: parsers[stream].feed_batch(text, now),
-                               self._progress_q.put, self.clock.now, on_error=self._output_failed)
+                               self._progress_q.put, self.clock.now, on_error=self._output_failed,
+                               on_gap=lambda stream: parsers[stream].gap())
         if s.checkpoint.path:
             warning = ephemeral_storage_warning(resolve_pattern(s.checkpoint.path))
             if warning:
