@@ -179,3 +179,30 @@ def test_a_watch_far_behind_the_job_gets_every_byte_on_its_stream_from_the_log(t
     assert len(log.read_bytes()) == len(want_out) + len(want_err)
     assert mux.stream("stdout") == want_out
     assert mux.stream("stderr") == want_err
+
+
+def test_the_relay_sleeps_until_an_fd_is_ready_not_polling(tmp_path):
+    # The relay's loop blocks in select with no timeout: the job's pipes, the watches' sockets
+    # and a pidfd of the job (readable at its exit) wake it; nothing else does.
+    from costctl.relay.server import Relay
+
+    class Counting:
+        def __init__(self, sel):
+            self.sel, self.timeouts = sel, []
+
+        def select(self, timeout=None):
+            self.timeouts.append(timeout)
+            return self.sel.select(timeout)
+
+        def __getattr__(self, name):
+            return getattr(self.sel, name)
+
+    log = tmp_path / "run.log"
+    relay = Relay(_py("import time; print('hi', flush=True); time.sleep(1.0); raise SystemExit(5)"),
+                  log_path=log, state_path=p.state_path(log), sock_path=tmp_path / "r.sock", control=None)
+    relay.sel = Counting(relay.sel)  # type: ignore[assignment]
+    assert relay.run() == 5
+    assert log.read_bytes() == b"hi\n"
+    before_exit = relay.sel.timeouts[:2]
+    assert before_exit and all(t is None for t in before_exit), relay.sel.timeouts
+    assert len(relay.sel.timeouts) <= 8, relay.sel.timeouts  # not one per 0.05 s of the job's second

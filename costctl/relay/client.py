@@ -355,6 +355,12 @@ class RelayChild:
         """True while the job's root process has not exited."""
         return not self._exited.is_set()
 
+    def wait_exit(self, timeout: float | None = None) -> bool:
+        """Block until the job's root process exited (or the relay is gone), at most
+        ``timeout`` seconds (None: no limit); True once it has. Nothing is reaped or drained
+        (the watch's main loop sleeps on it; :meth:`wait` reaps)."""
+        return self._exited.wait(timeout)
+
     def wait(self, timeout: float | None = None) -> int:
         """Wait for the job to exit and its output to be relayed; return its exit status.
 

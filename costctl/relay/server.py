@@ -60,6 +60,19 @@ DRAIN_S = 5.0
 LINGER_S = 10.0
 #: Seconds the relay waits, after the end, for the on-exit watch it started to attach and finish.
 ON_EXIT_WAIT_S = 300.0
+#: Seconds between two looks at a child process's exit where the kernel has no pidfd (Linux
+#: before 5.3); with one, the relay's loop sleeps until an fd is ready (output, a watch, the
+#: job's exit) and never wakes otherwise.
+NO_PIDFD_POLL_S = 0.5
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd for ``pid`` (readable once it exited: the relay's loop sleeps on it), or None
+    where the kernel or the platform has none."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
 
 
 def open_job_pty(winsize: tuple[int, int] | None = None) -> tuple[int, int]:
@@ -403,15 +416,26 @@ class Relay:
                 gather = _enlarge_pipe(fd) >= CHUNK_BYTES and gather
             os.set_blocking(fd, False)
             self.sel.register(fd, selectors.EVENT_READ, kind)
+        exit_fd = _pidfd(proc.pid)
+        if exit_fd is not None:
+            self.sel.register(exit_fd, selectors.EVENT_READ, "exit")
         drain_until: float | None = None
         read_most = 0  # the largest read of the last turn (bytes)
         while pipes:
             if gather and 0 < read_most < CHUNK_BYTES // 2:
                 time.sleep(GATHER_S)  # let the job's output gather in its pipe: fewer, larger reads
             read_most = 0
-            for key, events in self.sel.select(0.05):
+            if drain_until is not None:
+                timeout: float | None = max(0.0, drain_until - time.monotonic())
+            else:
+                timeout = None if exit_fd is not None else NO_PIDFD_POLL_S
+            for key, events in self.sel.select(timeout):
                 if key.data == "listen":
                     self._accept()
+                elif key.data == "exit":  # the job's root exited: seen below
+                    self.sel.unregister(exit_fd)
+                    os.close(exit_fd)  # type: ignore[arg-type]
+                    exit_fd = None
                 elif isinstance(key.data, _Client):
                     self._on_client(key.data, events)
                 else:
@@ -441,6 +465,9 @@ class Relay:
                 break
         for fd in list(pipes):
             self.sel.unregister(fd)
+        if exit_fd is not None:
+            self.sel.unregister(exit_fd)
+            os.close(exit_fd)
         if master is not None:
             os.close(master)
         else:
@@ -480,21 +507,37 @@ class Relay:
         :data:`LINGER_S`), and the on-exit watch ``on_exit`` until it exited (at most
         :data:`ON_EXIT_WAIT_S`), then remove the socket."""
         start = time.monotonic()
+        exit_fd = _pidfd(on_exit.pid) if on_exit is not None else None
+        if exit_fd is not None:
+            self.sel.register(exit_fd, selectors.EVENT_READ, "exit")
+
+        def until() -> float:
+            # a watch still taking its output (a slow terminal) is waited for as long as it takes some
+            deadline = max(start, self.last_progress) + LINGER_S
+            return max(deadline, start + (ON_EXIT_WAIT_S if on_exit else 0))
 
         def waiting() -> bool:
             now = time.monotonic()
             if on_exit is not None and on_exit.poll() is None and now < start + ON_EXIT_WAIT_S:
                 return True
-            # a watch still taking its output (a slow terminal) is waited for as long as it takes some
-            deadline = max(start, self.last_progress) + LINGER_S
-            return bool(self.clients) and now < max(deadline, start + (ON_EXIT_WAIT_S if on_exit else 0))
+            return bool(self.clients) and now < until()
 
         while waiting():
-            for key, events in self.sel.select(0.05):
+            timeout = max(0.0, until() - time.monotonic())
+            if on_exit is not None and exit_fd is None:
+                timeout = min(timeout, NO_PIDFD_POLL_S)
+            for key, events in self.sel.select(timeout):
                 if isinstance(key.data, _Client):
                     self._on_client(key.data, events)
                 elif key.data == "listen":
                     self._accept()
+                elif key.data == "exit":  # the on-exit watch ended: waiting() sees it
+                    self.sel.unregister(exit_fd)
+                    os.close(exit_fd)  # type: ignore[arg-type]
+                    exit_fd = None
+        if exit_fd is not None:
+            self.sel.unregister(exit_fd)
+            os.close(exit_fd)
         self.listener.close()
         try:
             self.sock_path.unlink()

@@ -73,6 +73,7 @@ from .instance import bring_up, resolve_instance
 from .attach import AttachTarget, find_target, on_exit_argv
 from .job import Job
 from .pump import ParsePump
+from .wakeup import Wakeup
 from .options import WatchOptions
 from ..relay.client import RelayChild, shares_one_terminal, terminal_size
 from ..relay.protocol import job_running, relay_running
@@ -105,6 +106,16 @@ OOM_CONTEXT_CHARS = 512
 #: Seconds a watch lets telemetry and charges gather before one write transaction (decisions
 #: and the run's end are written at once; the spend the policies see is in memory).
 WRITE_EVERY_S = 5.0
+
+#: Seconds between two looks of the main loop while it follows something by polling: a pending
+#: checkpoint request (its file), a stop being carried through (its thread's end). Otherwise the
+#: loop sleeps until woken (:class:`~.wakeup.Wakeup`: a tick, a signal, the job's exit, a stop
+#: decided elsewhere) or until the end of the job's grace period.
+BUSY_POLL_S = 0.1
+
+#: The longest the main loop sleeps with nothing to follow (seconds): a safety net only, every
+#: event it reacts to wakes it (each tick does, so it also looks once per sample interval).
+IDLE_WAIT_MAX_S = 60.0
 
 
 def watch_alive(pid: int) -> bool:
@@ -189,6 +200,7 @@ class Watcher:
         self._progress_q: queue.SimpleQueue[PointBatch] = queue.SimpleQueue()
         self._lock = threading.RLock()
         self._done = threading.Event()
+        self._wakeup: Wakeup | None = None  # what run()'s main loop sleeps on (None outside run())
         self._signal: int | None = None  # the latest SIGINT/SIGTERM received
         self._signals = 0  # how many were received (a second one while the job ends kills it)
         # (signal, self._signals when it was passed to the job, monotonic deadline) while the job ends:
@@ -240,6 +252,7 @@ class Watcher:
             return
         self._stopped_at = when
         self._done.set()
+        self._wake()
 
     @property
     def stopping(self) -> StopProcess | None:
@@ -509,6 +522,19 @@ class Watcher:
         self.history.child_exited_at = None
         if self._own_cpu and self._sampler is not None:
             self._sampler.cpu = _job_cpu(child.pid)
+        if self._wakeup is not None:  # the live loop: woken at the job's exit, not polling for it
+            threading.Thread(target=self._wake_at_exit, args=(child,), name="costctl-job-exit", daemon=True).start()
+
+    def _wake_at_exit(self, child: RelayChild) -> None:
+        """Thread: wake the main loop when ``child``'s root process exits."""
+        child.wait_exit()
+        self._wake()
+
+    def _wake(self) -> None:
+        """Wake the main loop of :meth:`run` (nothing outside it); safe in a signal handler."""
+        wakeup = self._wakeup
+        if wakeup is not None:
+            wakeup.wake()
 
     def move_to(self, inst: Instance) -> None:
         """The job moves to instance ``inst``: close this ledger run (status ``downsized``) and
@@ -612,6 +638,8 @@ class Watcher:
             self.poll_notices()
         except Exception as exc:  # noqa: BLE001 - a broken notice source must not end the watch
             self.say(f"costctl: preemption notice poll failed: {type(exc).__name__}: {exc}")
+        finally:
+            self._wake()  # the lifecycle may have something for the main loop
 
     # ------------------------------------------------------------------ progress and the tick
     def _on_text(self, stream: str, text: str) -> None:
@@ -821,6 +849,8 @@ class Watcher:
                 self._tick_error_reported = True
                 where = self._crash_log("tick", exc)
                 self.say(f"costctl: error during a tick: {type(exc).__name__}: {exc}{where}")
+        finally:
+            self._wake()  # the main loop looks once per tick (a decision, the lifecycle's schedule)
 
     # ------------------------------------------------------------------ the main loop
     def _handle_winch(self, signum: int, frame: Any) -> None:
@@ -835,6 +865,7 @@ class Watcher:
         # to the terminal. Plain assignments only (see _handle_signal); the loop does the rest.
         # Where neither stdout nor stderr is a terminal (`> train.out 2>&1 &`), nothing changes.
         self._hangup = True
+        self._wake()
         if not self._terminal_fds:
             return
         self.status.gone = True
@@ -880,14 +911,16 @@ class Watcher:
     def _handle_signal(self, signum: int, frame: Any) -> None:
         # Only a plain assignment: the handler runs between two bytecodes of the main thread,
         # which may hold a lock (Event.wait holds its Condition's) that set() would wait on
-        # forever. The loop sees the flag within 0.1 s.
+        # forever. The loop is woken through its self-pipe (a write: no lock).
         self._signal = signum
         self._signals += 1
+        self._wake()
 
     def run(self) -> int:
         """Start everything, loop in real time until done, clean up; returns the exit status."""
         # SIGINT/SIGTERM are ours from before the child starts: one arriving while start() is
         # still running is passed to the job by the loop instead of killing costctl unrecorded.
+        self._wakeup = Wakeup()
         old = {s: signal.signal(s, self._handle_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         old[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._handle_hangup)
         old[signal.SIGWINCH] = signal.signal(signal.SIGWINCH, self._handle_winch)
@@ -896,6 +929,7 @@ class Watcher:
         except BaseException:
             for s, h in old.items():
                 signal.signal(s, h)
+            self._close_wakeup()
             raise
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         interval = self.settings.watch.sample_interval.total_seconds()
@@ -922,23 +956,47 @@ class Watcher:
                 self._stop_runner.join(1.0)
             for s, h in old.items():
                 signal.signal(s, h)
-            exit_code, status = self.finish(exit_code, status)
+            try:
+                exit_code, status = self.finish(exit_code, status)
+            finally:
+                self._close_wakeup()
         return exit_code
 
+    def _close_wakeup(self) -> None:
+        wakeup, self._wakeup = self._wakeup, None
+        if wakeup is not None:
+            wakeup.close()
+
     def _loop(self) -> tuple[int, str]:
+        assert self._wakeup is not None
         while True:
-            self._done.wait(0.1)
             if self._hangup and self._terminal_fds is not None:
                 self._terminal_gone()
             result = self.step()
             if result is not None:
                 return result
+            self._wakeup.wait(self._loop_timeout())
+
+    def _loop_timeout(self) -> float:
+        """How long the main loop may sleep before its next :meth:`step` unless woken (seconds):
+        up to the end of the grace period while the job ends after a signal, :data:`BUSY_POLL_S`
+        while a checkpoint request or a stop is followed, else :data:`IDLE_WAIT_MAX_S` (the
+        ticks, the signals, the job's exit and :meth:`mark_stopped` wake it)."""
+        wait = BUSY_POLL_S if self._done.is_set() else IDLE_WAIT_MAX_S  # ending: never a busy loop
+        if self._ending is not None:
+            wait = max(0.0, self._ending[2] - time.monotonic())
+        if self.executor is not None and self.executor.stop is not None:
+            wait = min(wait, BUSY_POLL_S)
+        if self.lifecycle is not None and self.lifecycle.requester.pending is not None:
+            wait = min(wait, BUSY_POLL_S)
+        return wait
 
     def step(self) -> tuple[int, str] | None:
         """One turn of the main loop: signals, stops, lifecycle, the command's exit.
 
         Returns ``(exit status, run status)`` when the watch should end, else None. The real
-        loop calls it every 0.1 s; a simulated-clock driver calls it between clock advances.
+        loop calls it when woken (:meth:`_loop_timeout`); a simulated-clock driver calls it
+        between clock advances.
         """
         if self._ending is not None:
             return self._on_ending()
