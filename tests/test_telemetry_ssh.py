@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 from collections import namedtuple
@@ -14,6 +15,7 @@ from costctl.telemetry.ssh import (
     count_ssh_sessions,
     is_ssh_session_cmdline,
     remote_logins,
+    SshSessionCounter,
     ssh_session_pids,
 )
 
@@ -46,9 +48,13 @@ def test_listener_and_helpers_do_not_count(title):
     assert not is_ssh_session_cmdline([])
 
 
-def test_a_real_process_titled_like_an_sshd_session_is_found():
-    # `exec -a` sets argv[0], which is what sshd's process title rewrite shows in /proc/PID/cmdline.
-    proc = subprocess.Popen(["bash", "-c", 'exec -a "sshd: alice@pts/7" sleep 30'])
+def test_a_real_process_titled_like_an_sshd_session_is_found(tmp_path):
+    # `exec -a` sets argv[0], which is what sshd's process title rewrite shows in /proc/PID/cmdline;
+    # run through a link named sshd, so its /proc/PID/comm is "sshd", as a real sshd's is (only
+    # processes so named have their command line read).
+    sshd = tmp_path / "sshd"
+    sshd.symlink_to(shutil.which("sleep"))
+    proc = subprocess.Popen(["bash", "-c", f'exec -a "sshd: alice@pts/7" {sshd} 30'])
     try:
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
@@ -91,3 +97,49 @@ def test_count_is_the_larger_heuristic_and_errors_only_when_both_fail():
     status, count, error = count_ssh_sessions(users=broken, processes=broken)
     assert status is SignalStatus.ERROR and count is None
     assert "utmp unreadable" in error
+
+
+def test_a_process_titled_like_a_session_but_not_named_sshd_is_not_read():
+    # Only /proc/PID/comm of most processes is read: a program that merely calls itself
+    # "sshd: ..." in argv[0] (its comm is its own name) is not an SSH session.
+    proc = subprocess.Popen(["bash", "-c", 'exec -a "sshd: mallory@pts/9" sleep 30'])
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                if psutil.Process(proc.pid).cmdline()[:1] == ["sshd: mallory@pts/9"]:
+                    break
+            except psutil.Error:
+                pass
+            time.sleep(0.01)
+        assert proc.pid not in ssh_session_pids()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_samples_a_second_apart_share_one_scan_and_a_later_one_rescans():
+    from costctl.telemetry.sampler import Sampler
+    from datetime import datetime, timezone
+
+    scans = []
+    t = [1000.0]
+
+    def scan():
+        scans.append(t[0])
+        return SignalStatus.OK, len(scans), None
+
+    sampler = Sampler(None, None, count_ssh=True, ssh_counter=SshSessionCounter(scan, clock=lambda: t[0]))
+    now = datetime(2026, 6, 1, tzinfo=timezone.utc)
+    first = sampler.sample(now)
+    t[0] += 1.0
+    second = sampler.sample(now)
+    assert scans == [1000.0] and first.ssh_sessions == second.ssh_sessions == 1
+    t[0] += 29.0  # 30 s after the scan: the idle windows are minutes, a 30 s old count is fresh enough
+    assert sampler.sample(now).ssh_sessions == 2 and len(scans) == 2
+
+
+def test_the_default_sampler_caches_its_ssh_count():
+    from costctl.telemetry.sampler import Sampler
+
+    assert isinstance(Sampler(None, None, count_ssh=True)._ssh_counter, SshSessionCounter)

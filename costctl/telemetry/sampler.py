@@ -19,7 +19,7 @@ from costctl.records import GpuReading, SignalStatus, TelemetrySample
 from costctl.telemetry.base import CpuSource, GpuSource
 from costctl.telemetry.nvidia_smi import DEFAULT_TIMEOUT_S, NvidiaSmiGpuSource
 from costctl.telemetry.nvml import NvmlGpuSource
-from costctl.telemetry.ssh import count_ssh_sessions
+from costctl.telemetry.ssh import SshSessionCounter
 
 #: the line :func:`detect_gpu_source` says once when the machine has no NVIDIA GPU.
 NO_GPU_MESSAGE = (
@@ -74,8 +74,8 @@ class Sampler:
             (cpu_status ABSENT).
         count_ssh: count open SSH sessions (``[policies.idle] count_ssh_sessions``); ABSENT
             otherwise.
-        ssh_counter: injectable ``() -> (status, count, error)``; default
-            :func:`~costctl.telemetry.ssh.count_ssh_sessions`.
+        ssh_counter: injectable ``() -> (status, count, error)``; default a
+            :class:`~costctl.telemetry.ssh.SshSessionCounter` (a scan at most every 30 s).
 
     No exception from one source can lose the sample: that source reads ERROR with the reason
     (in ``TelemetrySample.reasons``), the others are still read.
@@ -87,12 +87,12 @@ class Sampler:
         cpu: CpuSource | None,
         count_ssh: bool = False,
         *,
-        ssh_counter: Callable[[], tuple[SignalStatus, int | None, str | None]] = count_ssh_sessions,
+        ssh_counter: Callable[[], tuple[SignalStatus, int | None, str | None]] | None = None,
     ) -> None:
         self.gpu = gpu
         self.cpu = cpu
         self.count_ssh = count_ssh
-        self._ssh_counter = ssh_counter
+        self._ssh_counter = ssh_counter if ssh_counter is not None else SshSessionCounter()
 
     @property
     def source_name(self) -> str:

@@ -16,11 +16,17 @@ Two heuristics, because neither sees every session:
 
 The count is the larger of the two (they overlap on terminal logins), i.e. a lower bound of
 the true number; what matters to the idle policy is whether it is zero.
+
+Cost: on Linux the process scan reads ``/proc/PID/comm`` (a few bytes) of each process and the
+command line only of those named ``sshd`` / ``sshd-session``; and the watch counts at most
+every :data:`SSH_RESCAN_S` (:class:`SshSessionCounter`), not at every sample.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Callable
 
@@ -30,6 +36,14 @@ from costctl.records import SignalStatus
 
 _SESSION_RE = re.compile(r"^sshd(?:-session)?:\s+(?P<user>[^\s@\[\]]+)@(?P<tty>\S+)")
 _LOCAL_HOST_RE = re.compile(r"^(?::\d|(?:tmux|screen)\b)")
+
+#: Seconds a count of SSH sessions is reused before the next scan. The idle policy's windows
+#: are minutes long, so a session opened or closed is seen at most this late.
+SSH_RESCAN_S = 30.0
+
+#: ``/proc/PID/comm`` of OpenSSH's per-connection processes (its program name; the title it
+#: sets is in the command line).
+_SSHD_COMMS = frozenset({b"sshd", b"sshd-session"})
 
 
 def is_ssh_session_cmdline(cmdline: Sequence[str] | None) -> bool:
@@ -41,14 +55,37 @@ def is_ssh_session_cmdline(cmdline: Sequence[str] | None) -> bool:
     return bool(_SESSION_RE.match(" ".join(part for part in cmdline if part).strip()))
 
 
+def _proc_ssh_session_pids(proc_dir: str = "/proc") -> list[int]:
+    """Heuristic 2 from ``/proc`` directly: the command line is read only of processes whose
+    ``comm`` is ``sshd`` or ``sshd-session``. Raises OSError when ``proc_dir`` is unreadable."""
+    pids = []
+    for name in os.listdir(proc_dir):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"{proc_dir}/{name}/comm", "rb") as fh:
+                if fh.read().strip() not in _SSHD_COMMS:
+                    continue
+            with open(f"{proc_dir}/{name}/cmdline", "rb") as fh:
+                cmdline = fh.read().decode("utf-8", "replace").split("\0")
+        except OSError:  # gone, or not ours to read (hidepid)
+            continue
+        if is_ssh_session_cmdline(cmdline):
+            pids.append(int(name))
+    return pids
+
+
 def ssh_session_pids(processes: Iterable[Any] | None = None) -> list[int]:
     """PIDs of sshd per-connection processes (heuristic 2).
 
     Args:
-        processes: psutil.Process-like objects with ``.pid`` and ``.cmdline()``; default: every
-            process psutil lists. Processes we may not read are skipped.
+        processes: psutil.Process-like objects with ``.pid`` and ``.cmdline()``; default: the
+            processes of ``/proc`` named ``sshd`` / ``sshd-session`` (every process psutil
+            lists where there is no ``/proc``). Processes we may not read are skipped.
     """
     if processes is None:
+        if os.path.isdir("/proc/self"):
+            return _proc_ssh_session_pids()
         processes = psutil.process_iter()
     pids = []
     for proc in processes:
@@ -76,13 +113,13 @@ def remote_logins(users: Iterable[Any] | None = None) -> list[Any]:
 def count_ssh_sessions(
     *,
     users: Callable[[], Iterable[Any]] = psutil.users,
-    processes: Callable[[], Iterable[Any]] = psutil.process_iter,
+    processes: Callable[[], Iterable[Any] | None] = lambda: None,
 ) -> tuple[SignalStatus, int | None, str | None]:
     """Number of open SSH sessions as ``(status, count, error)``.
 
     OK with the larger of the two heuristics' counts when at least one could be read; ERROR
     (count None, counts as busy) when both failed. ``users`` / ``processes`` are injectable
-    for tests.
+    for tests (``processes`` returning None: the default scan of :func:`ssh_session_pids`).
     """
     errors = []
     counts = []
@@ -97,3 +134,29 @@ def count_ssh_sessions(
     if not counts:
         return SignalStatus.ERROR, None, "cannot count SSH sessions (" + "; ".join(errors) + ")"
     return SignalStatus.OK, max(counts), None
+
+
+class SshSessionCounter:
+    """:func:`count_ssh_sessions`, scanned at most every ``rescan_s`` seconds: the sampler
+    calls it at every sample and gets the last scan's result in between.
+
+    Args:
+        scan: the counter (default :func:`count_ssh_sessions`).
+        rescan_s: seconds a result is reused (default :data:`SSH_RESCAN_S`).
+        clock: monotonic seconds (default ``time.monotonic``; tests pass a fake).
+    """
+
+    def __init__(self, scan: Callable[[], tuple[SignalStatus, int | None, str | None]] = count_ssh_sessions,
+                 *, rescan_s: float = SSH_RESCAN_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self._scan = scan
+        self.rescan_s = rescan_s
+        self._clock = clock
+        self._last: tuple[float, tuple[SignalStatus, int | None, str | None]] | None = None
+
+    def __call__(self) -> tuple[SignalStatus, int | None, str | None]:
+        """``(status, count, error)`` as :func:`count_ssh_sessions`, from a scan at most
+        :attr:`rescan_s` old."""
+        now = self._clock()
+        if self._last is None or now - self._last[0] >= self.rescan_s or now < self._last[0]:
+            self._last = (now, self._scan())
+        return self._last[1]
