@@ -127,3 +127,64 @@ def test_the_loop_polls_only_while_it_follows_something(tmp_path):
     finally:
         w._done.clear()
         w.finish(0, "running")
+
+
+# ------------------------------------------------------------------ sample retention from the watch
+def _retention_watch(tmp_path, toml: str):
+    from lifecycle_support import watcher
+
+    s = settings(tmp_path, '[instance]\nprovider = "sim"\ngpu = "RTX 4090"\n[watch]\nsample_interval = "5s"\n'
+                 '[policies.idle]\ntime_window = "6h"\n' + toml)
+    clock = SimClock(T0)
+    w = watcher(s, [], clock, sampler=FixedGpu(used_bytes=2**30, total_bytes=24 * 2**30, utilization=90.0))
+    return w, clock
+
+
+def _queued_passes(w, clock, minutes: int, done_after: int) -> list[float]:
+    """Tick every 5 s for ``minutes``; the pass's result is ``done`` from pass ``done_after`` on.
+    Returns the seconds since the start at which a pass was queued."""
+    from costctl.ledger.sample_rollup import CompactResult
+    from costctl.ledger.writer import Ticket
+
+    queued: list[float] = []
+
+    def compact(now, retention, **kw):
+        queued.append((now - T0).total_seconds())
+        ticket = Ticket("compact telemetry")
+        ticket._resolve(CompactResult(cutoff=now - retention, resume_at=None if len(queued) > done_after else now))
+        return ticket
+
+    w.writer.compact = compact
+    for _ in range(minutes * 12):
+        w.tick(clock.now())
+        clock.advance(5)
+    return queued
+
+
+def test_the_watch_queues_a_retention_pass_every_ten_minutes_not_per_tick(tmp_path):
+    w, clock = _retention_watch(tmp_path, '[ledger]\nsample_retention = "2h"\n')
+    w.start()
+    try:
+        queued = _queued_passes(w, clock, 35, done_after=0)
+    finally:
+        w.finish(0, "completed")
+    assert queued == [60.0, 660.0, 1260.0, 1860.0]  # a minute in, then every 10 minutes
+
+
+def test_while_a_pass_leaves_work_the_next_comes_a_minute_later(tmp_path):
+    w, clock = _retention_watch(tmp_path, '[ledger]\nsample_retention = "2h"\n')
+    w.start()
+    try:
+        queued = _queued_passes(w, clock, 16, done_after=3)  # three passes with a backlog, then done
+    finally:
+        w.finish(0, "completed")
+    assert queued == [60.0, 120.0, 180.0, 240.0, 840.0]
+
+
+def test_no_pass_when_retention_is_off(tmp_path):
+    w, clock = _retention_watch(tmp_path, '[ledger]\nsample_retention = "off"\n')
+    w.start()
+    try:
+        assert _queued_passes(w, clock, 12, done_after=0) == []
+    finally:
+        w.finish(0, "completed")

@@ -51,7 +51,7 @@ from ..ledger.db import Ledger
 from ..ledger.lifecycle import spot_exposure
 from ..ledger.progress_store import ProgressStore
 from ..ledger.spend import SpendTracker
-from ..ledger.writer import LedgerWriter
+from ..ledger.writer import LedgerWriter, Ticket
 from ..lifecycle.controller import Lifecycle
 from ..lifecycle.underuse import underuse_advice
 from ..money import Money
@@ -112,6 +112,13 @@ WRITE_EVERY_S = 5.0
 #: loop sleeps until woken (:class:`~.wakeup.Wakeup`: a tick, a signal, the job's exit, a stop
 #: decided elsewhere) or until the end of the job's grace period.
 BUSY_POLL_S = 0.1
+
+#: Seconds between two sample-retention passes the watch queues (``[ledger] sample_retention``:
+#: raw telemetry older than it rolled up per minute; :meth:`~costctl.ledger.writer.LedgerWriter.compact`),
+#: and between two while the last pass left work behind (each pass is bounded: a short transaction).
+#: The first pass comes :data:`COMPACT_BACKLOG_EVERY_S` after the start.
+COMPACT_EVERY_S = 600.0
+COMPACT_BACKLOG_EVERY_S = 60.0
 
 #: The longest the main loop sleeps with nothing to follow (seconds): a safety net only, every
 #: event it reacts to wakes it (each tick does, so it also looks once per sample interval).
@@ -201,6 +208,8 @@ class Watcher:
         self._lock = threading.RLock()
         self._done = threading.Event()
         self._wakeup: Wakeup | None = None  # what run()'s main loop sleeps on (None outside run())
+        self._compact_ticket: Ticket | None = None  # the last retention pass queued (see _queue_compaction)
+        self._compact_at: datetime | None = None  # when it was queued (the start, before the first)
         self._signal: int | None = None  # the latest SIGINT/SIGTERM received
         self._signals = 0  # how many were received (a second one while the job ends kills it)
         # (signal, self._signals when it was passed to the job, monotonic deadline) while the job ends:
@@ -748,6 +757,7 @@ class Watcher:
                     self.writer.record_samples(run.run_id, [sample])
                 self._record_progress(run.run_id, points, now)
                 self.writer.accrue(run.run_id, now, run.rate.amount, run.rate.currency)
+            self._queue_compaction(now)
             self._update_spend(now)
             # While a stop is carried through the policies rest (the stop is decided), and while
             # the job ends on the user's Ctrl-C (the user decided).
@@ -762,6 +772,31 @@ class Watcher:
                 self.summary.add_sample(sample)
                 self._status(now, sample)
             return decisions
+
+    def _queue_compaction(self, now: datetime) -> None:
+        """Queue one bounded sample-retention pass for the writer when it is due: every
+        :data:`COMPACT_EVERY_S`, every :data:`COMPACT_BACKLOG_EVERY_S` while the last pass was
+        not ``done`` (older samples left), never while one is in flight; nothing when ``[ledger]
+        sample_retention`` is off."""
+        retention = self.settings.ledger.sample_retention
+        if retention is None or self.writer is None:
+            return
+        last = self._compact_ticket
+        if last is not None and not last.done:
+            return
+        if self._compact_at is None:  # the first pass: a minute in, not at start-up
+            self._compact_at = self.started_at
+            every = COMPACT_BACKLOG_EVERY_S
+        else:
+            try:
+                backlog = last is None or not last.result(0).done
+            except Exception:  # noqa: BLE001 - failed or dropped: try again a minute on
+                backlog = True
+            every = COMPACT_BACKLOG_EVERY_S if backlog else COMPACT_EVERY_S
+        if (now - self._compact_at).total_seconds() < every:
+            return
+        self._compact_ticket = self.writer.compact(now, retention)
+        self._compact_at = now
 
     def _record_progress(self, run_id: str, points: PointBatch, now: datetime) -> None:
         """Queue the bounded record of ``points`` (and of intervals over by ``now``) for the
