@@ -41,12 +41,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urljoin
 
-import requests
-from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
+# requests (and urllib3) are imported where a call is made, not with this module: a watch on
+# the sim provider, or one that makes no provider call, does not carry them (several MB).
+if TYPE_CHECKING:
+    import requests
 
 from costctl.clock import Clock, RealClock
 from costctl.errors import ProviderError
@@ -136,11 +137,20 @@ for _name in ("costctl_providers", "costctl_providers.http", "urllib3.connection
 # ----------------------------------------------------------------------------- retries
 
 
+def _requests() -> Any:
+    """The requests module (imported on first use; an HttpClient imported it already)."""
+    import requests
+
+    return requests
+
+
 def _retry_after_seconds(response: requests.Response) -> float | None:
     value = response.headers.get("Retry-After")
     if value is None:
         return None
     try:
+        from urllib3.util.retry import Retry
+
         return float(Retry().parse_retry_after(value))
     except Exception:  # noqa: BLE001 - a malformed header is just absent
         return None
@@ -211,6 +221,10 @@ class HttpClient:
             self.add_secret(auth_header[1])
             if auth_header[1].lower().startswith("bearer "):
                 self.add_secret(auth_header[1][7:].strip())
+        import requests
+        from requests.adapters import HTTPAdapter
+        from urllib3.util.retry import Retry
+
         self._session = requests.Session()
         self._session.trust_env = trust_env
         # One send per attempt: the retry rule is ours (tenacity), not urllib3's.
@@ -372,9 +386,9 @@ class HttpClient:
                 timeout=timeout if timeout is not None else self.timeout,
                 allow_redirects=False,
             )
-        except (requests.Timeout, requests.ConnectionError) as exc:
+        except (_requests().Timeout, _requests().ConnectionError) as exc:
             raise self._unavailable(where, exc, idempotent, timeout) from None
-        except requests.RequestException as exc:
+        except _requests().RequestException as exc:
             raise ProviderUnavailableError(
                 self.redact(f"{self.provider}: {where} failed: {type(exc).__name__}"), transient=False,
             ) from None
@@ -412,7 +426,7 @@ class HttpClient:
         self, where: str, exc: Exception, idempotent: bool, timeout: float | None,
     ) -> ProviderUnavailableError:
         text = str(exc).lower()
-        timed_out = isinstance(exc, requests.Timeout) or "timed out" in text or "timeout" in text
+        timed_out = isinstance(exc, _requests().Timeout) or "timed out" in text or "timeout" in text
         seconds = timeout if timeout is not None else self.timeout
         if timed_out:
             kind = f"timed out after {seconds:g}s"

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.measure import Measurement
-from rich.table import Table
 
+if TYPE_CHECKING:  # rich loads when a table or message is printed (see __getattr__)
+    from rich.console import Console
+    from rich.table import Table
 if TYPE_CHECKING:  # config (pydantic, the policies) loads when a command reads settings, not for --help
     from ..config import Settings
 
@@ -37,9 +37,21 @@ class OutputFormat(str, Enum):
 
 FormatOption = Annotated[OutputFormat, typer.Option("--format", "-f", help="table, json or csv.")]
 
-#: costctl's own messages (never the child's output) go to stderr.
-err_console = Console(stderr=True, highlight=False, markup=False)
-out_console = Console(highlight=False, markup=False)
+def __getattr__(name: str) -> Any:
+    """``err_console`` (costctl's own messages, never the child's output, go to stderr) and
+    ``out_console`` (stdout): rich consoles made on first use, so a command that prints no
+    table (``costctl watch`` until its summary) does not import rich."""
+    if name in ("err_console", "out_console"):
+        from rich.console import Console
+
+        console = globals()[name] = Console(stderr=name == "err_console", highlight=False, markup=False)
+        return console
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _console(name: str) -> Console:
+    """The module's ``err_console`` / ``out_console`` (made on first use; a test may replace it)."""
+    return globals()[name] if name in globals() else __getattr__(name)
 
 
 def settings_from(config: Path | None, db: str | None = None, **overrides: Any) -> Settings:
@@ -64,7 +76,7 @@ def print_json(data: Any) -> None:
 def print_line(text: str, *, console: Console | None = None) -> None:
     """Print a line of text: word-wrapped to the window on a terminal, one unbroken line into a
     pipe or file (so notes and messages stay greppable)."""
-    console = console or out_console
+    console = console or _console("out_console")
     console.print(text, soft_wrap=not console.is_terminal)
 
 
@@ -74,6 +86,8 @@ _MAX_TABLE_WIDTH = 10_000
 
 def natural_width(console: Console, table: Table) -> int:
     """Characters ``table`` needs to show every cell on one line, unwrapped."""
+    from rich.measure import Measurement
+
     return Measurement.get(console, console.options.update(max_width=_MAX_TABLE_WIDTH), table).maximum
 
 
@@ -94,7 +108,9 @@ def print_table(table: Table, *, droppable: Sequence[str] = (), console: Console
     Returns:
         The headers of the columns hidden (empty when nothing was).
     """
-    console = console or out_console
+    from rich.console import Console
+
+    console = console or _console("out_console")
     if not console.is_terminal:
         natural = natural_width(console, table)
         if natural > console.width:
@@ -116,6 +132,6 @@ def print_table(table: Table, *, droppable: Sequence[str] = (), console: Console
         column.overflow = "fold"
     console.print(table)
     if dropped:
-        err_console.print(f"note: columns {', '.join(dropped)} hidden to fit {console.width} columns; "
+        _console("err_console").print(f"note: columns {', '.join(dropped)} hidden to fit {console.width} columns; "
                           "widen the terminal, pipe the output or use --format json to see them", soft_wrap=True)
     return dropped
