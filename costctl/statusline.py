@@ -3,7 +3,8 @@
 Shown only when costctl's stderr is a terminal. Before the child's bytes reach the terminal
 the line is erased; it is redrawn only after a chunk that ends a line, so it never splits a
 line the child is still writing (a tqdm bar redrawing itself with ``\\r`` keeps its line).
-Rendering uses rich.
+It is drawn in reverse video (``ESC[7m``) on a terminal, cut to the terminal's width; plain
+escape codes, so that a watch does not import rich (several MB of its memory) for one line.
 """
 
 from __future__ import annotations
@@ -13,10 +14,19 @@ import sys
 import threading
 from datetime import datetime, tzinfo
 
-from rich.console import Console
-from rich.text import Text
-
 _ERASE = "\r\x1b[2K"
+_REVERSE, _RESET = "\x1b[7m", "\x1b[0m"
+
+
+def _stderr_width() -> int:
+    """Columns of the terminal on stderr (``$COLUMNS`` or 80 when it has none)."""
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        try:
+            return int(os.environ.get("COLUMNS", "80"))
+        except ValueError:
+            return 80
 
 
 def countdown(progress: str, at: datetime, now: datetime, tz: tzinfo, *, would: bool = False) -> str:
@@ -53,7 +63,6 @@ class StatusLine:
         self._line_open = False  # the child left a partial line on stderr
         self.gone = False  # the terminal went away: nothing is written any more
         self.lock = threading.RLock()
-        self._console = Console(stderr=True, highlight=False, markup=False, soft_wrap=False)
 
     def _write(self, text: str) -> None:
         """Write and flush ``text`` to stderr; once that fails (EIO: the terminal went away)
@@ -74,11 +83,13 @@ class StatusLine:
     def _draw(self) -> None:
         if not self.enabled or not self._text or self._line_open:
             return
-        width = max(20, self._console.size.width - 1)
-        text = Text(self.text[:width], style="reverse")
-        with self._console.capture() as cap:
-            self._console.print(text, end="")
-        self._write(_ERASE + cap.get())
+        width = max(20, _stderr_width() - 1)
+        text = self.text[:width]
+        try:
+            tty = sys.stderr.isatty()
+        except (AttributeError, ValueError):
+            tty = False
+        self._write(_ERASE + (_REVERSE + text + _RESET if tty else text))
         self._shown = True
 
     def clear(self) -> None:
