@@ -196,3 +196,21 @@ def test_wrong_kind_of_file_is_one_line(capsys: pytest.CaptureFixture[str], tmp_
     assert code == 2 and "--gpu-log" in err
     code, _, err = _run(capsys, "--gpu-log", str(tmp_path / "missing.csv"))
     assert code == 2 and "no such file" in err
+
+
+def test_step_rate_usage_errors_come_before_any_log_is_read(tmp_path, monkeypatch, capsys):
+    """--step-rate without --start-time is refused before the (possibly huge) log is read."""
+    from costctl.replay import readers
+
+    log = tmp_path / "train.log"
+    log.write_text("step 1 loss: 1.0\n")
+
+    def never(*args, **kwargs):
+        raise AssertionError("the log was read before the usage error")
+
+    monkeypatch.setattr(readers, "read_train_log", never)
+    for args, says in ((["--step-rate", "20"], "--start-time and --step-rate go together"),
+                       (["--step-rate", "0", "--start-time", "2026-01-01T00:00:00Z"], "--step-rate 0")):
+        code = main(["analyze", "--train-log", str(log), *args])
+        err = capsys.readouterr().err
+        assert code == 2 and says in err, err

@@ -106,6 +106,14 @@ def analyze(
     if sky_idle_minutes <= 0:
         raise UsageError(f"--sky-idle-minutes {sky_idle_minutes:g}: expected a positive number of minutes")
     start = parse_start_time(start_time) if start_time else None
+    # Usage errors before any log is read (a big log takes a while to read).
+    if step_rate is not None:
+        if train_log is None:
+            raise UsageError("--step-rate places a training log in time: give --train-log too")
+        if start is None:
+            raise UsageError("--start-time and --step-rate go together: give both to place the training log in time")
+        if step_rate <= 0:
+            raise UsageError(f"--step-rate {step_rate:g}: expected a positive number of steps (or epochs) per second")
     columns = [c.strip() for c in gpu_log_columns.split(",") if c.strip()] if gpu_log_columns else None
     options = AnalyzeOptions(
         compare=compare,

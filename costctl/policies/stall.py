@@ -170,10 +170,16 @@ class StallPolicy(Policy):
                   else "(its output is not watched)")
         reason = (f"the job looks hung: no progress {output} for {fmt_duration(now - start)} "
                   f"(max of stop_after {fmt_duration(cfg.stop_after)} and {cfg.cadence_factor:g}x its longest gap "
-                  f"between reports, {fmt_duration(history.longest_progress_gap)}, over {history.progress_reports} "
+                  f"between reports, {_gap_text(history.longest_progress_gap)}, over {history.progress_reports} "
                   f"reports) while it is still running; last progress at {iso(last_at)}")
         return Decision(time=now, policy=self.name, action="stop", reason=reason,
                         evidence=evidence, key=f"stall-stop:{iso(last_at)}")
+
+
+def _gap_text(gap: timedelta) -> str:
+    """A gap between reports as text: ``fmt_duration`` from a second up, ``"0.5s"`` below."""
+    seconds = gap.total_seconds()
+    return fmt_duration(gap) if seconds >= 1 else f"{seconds:.2g}s"
 
 
 __all__ = ["StallConfig", "StallPolicy"]
