@@ -49,6 +49,8 @@ import threading
 import time
 from pathlib import Path
 
+from _procfs import rss_mb as _rss_mb  # benchmarks/ is the script's own folder
+
 JOB = r"""
 import random, sys, time
 n = int(sys.argv[1])
@@ -63,15 +65,6 @@ with open(sys.argv[2], "w") as fh:
 """
 
 
-def _rss_mb(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
 
 
 def _children(pid: int) -> list[int]:

@@ -42,6 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _procfs import rss_mb  # benchmarks/ is the script's own folder
+
 JOB = r"""
 import sys, time
 n = int(sys.argv[1])
@@ -74,15 +76,6 @@ def cpu_s(pid: int, *, reaped: bool) -> float:
     return total / TICK
 
 
-def rss_mb(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
 
 
 def helpers(pid: int) -> list[int]:
