@@ -21,7 +21,13 @@ Figures (medians over ``--runs`` unless said otherwise), the LAST LINE one JSON 
 * ``lines_out``: lines that reached costctl's stdout file (must equal ``lines``);
 * ``identical``: costctl's stdout file is byte for byte the job's output alone (every run; must
   be true);
-* ``points_seen``: progress points the watch parsed (its summary's count);
+* ``startup_s``: seconds from the start of ``costctl watch`` to the job's first line (its
+  own interpreter's start included, as in ``alone_s``);
+* ``points_seen``: progress points the watch parsed (its summary's count, last run), to compare
+  with ``lines`` (every line is a loss point: they are equal when nothing was left unparsed);
+* ``unparsed_bytes`` / ``unparsed_lines``: what the watch said it had not parsed by its end
+  (one sample interval after the job's exit; it stays in the run log), last run; 0 when
+  nothing was left;
 * ``progress_rows``: rows in the ledger's ``progress`` table (and ``progress_buckets`` when
   that table exists); ``decision_rows``: decision rows per policy.
 
@@ -124,6 +130,7 @@ def run_watched(lines: int, tmp: Path, run: int) -> dict:
     argv = [sys.executable, "-m", "costctl", "watch", "--dry-run", "--on-exit", "leave", "--no-pty", "--",
             sys.executable, "-c", JOB, str(lines), str(times)]
     start = time.monotonic()
+    start_wall = time.time()
     with open(out, "wb") as fo, open(err, "wb") as fe:
         proc = subprocess.Popen(argv, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL, env=env)
         peak = PeakRss(proc.pid)
@@ -139,6 +146,8 @@ def run_watched(lines: int, tmp: Path, run: int) -> dict:
     text = re.sub(r"[│┃|]", " ", err.read_text())
     text = re.sub(r"\s+", " ", text)
     seen = re.search(r"\[(\d+) points\]", text)
+    left = re.search(r"([\d,]+) bytes \((?:about )?([\d,]+) lines\) of the job's output were not parsed", text)
+    unparsed = (int(left.group(1).replace(",", "")), int(left.group(2).replace(",", ""))) if left else (0, 0)
     with open(out, "rb") as fh:
         lines_out = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
     db = sqlite3.connect(data / "costctl.db")
@@ -149,7 +158,8 @@ def run_watched(lines: int, tmp: Path, run: int) -> dict:
         pass
     decisions = dict(db.execute("select policy, count(*) from decisions group by policy").fetchall())
     db.close()
-    return {"watch_s": wall, "job_s": t1 - t0, "exit_to_end_s": ended - t1, "rss": peak.peak,
+    return {"watch_s": wall, "job_s": t1 - t0, "exit_to_end_s": ended - t1, "startup_s": t0 - start_wall,
+            "unparsed_bytes": unparsed[0], "unparsed_lines": unparsed[1], "rss": peak.peak,
             "relay_rss": peak.child_peak, "lines_out": lines_out,
             "identical": filecmp.cmp(out, tmp / "alone.out", shallow=False),
             "points_seen": int(seen.group(1)) if seen else None, "rows": rows, "decisions": decisions}
@@ -170,8 +180,10 @@ def main(argv: list[str] | None = None) -> int:
             watched.append(w)
             print(f"run {run + 1}: alone {a:.2f}s, under watch {w['watch_s']:.2f}s "
                   f"(x{w['watch_s'] / a:.2f}; the job itself {w['job_s']:.2f}s; watch ended "
-                  f"{w['exit_to_end_s']:.2f}s after the job), watcher peak RSS {w['rss']:.0f} MB, "
-                  f"points {w['points_seen']}, rows {w['rows']}, decisions {w['decisions']}", flush=True)
+                  f"{w['exit_to_end_s']:.2f}s after the job; start-up {w['startup_s']:.2f}s), watcher peak RSS "
+                  f"{w['rss']:.0f} MB, points {w['points_seen']} of {args.lines} lines (unparsed at the end: "
+                  f"{w['unparsed_lines']} lines, {w['unparsed_bytes']} bytes), rows {w['rows']}, "
+                  f"decisions {w['decisions']}", flush=True)
     med = statistics.median
     last = watched[-1]
     result = {
@@ -180,10 +192,12 @@ def main(argv: list[str] | None = None) -> int:
         "ratio": round(med(w["watch_s"] / a for w, a in zip(watched, alone)), 3),
         "job_s": round(med(w["job_s"] for w in watched), 3),
         "exit_to_end_s": round(med(w["exit_to_end_s"] for w in watched), 3),
+        "startup_s": round(med(w["startup_s"] for w in watched), 3),
         "watcher_peak_rss_mb": round(max(w["rss"] for w in watched), 1),
         "relay_peak_rss_mb": round(max(w["relay_rss"] for w in watched), 1),
         "lines_out": last["lines_out"], "identical": all(w["identical"] for w in watched),
-        "points_seen": last["points_seen"],
+        "points_seen": last["points_seen"], "unparsed_lines": last["unparsed_lines"],
+        "unparsed_bytes": last["unparsed_bytes"],
         "progress_rows": last["rows"], "decision_rows": last["decisions"],
     }
     print(json.dumps(result))

@@ -12,53 +12,195 @@ from costctl.watch.pump import ParsePump
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
-def _parse(stream, text, now):
+def _parse(stream, data, now):
     batch = PointBatch()
-    for line in text.splitlines():
+    for line in data.decode().splitlines():
         batch.append(float(line))
     return batch
 
 
-def test_texts_are_parsed_in_order_in_big_pieces_off_the_output_thread():
+class _Log:
+    """A run log being appended to, as the relay does: ``write`` returns the range's offset."""
+
+    def __init__(self, path):
+        self.path = path
+        self.fh = open(path, "ab")
+
+    def write(self, data: bytes) -> int:
+        off = self.fh.tell()
+        self.fh.write(data)
+        self.fh.flush()
+        return off
+
+
+def test_ranges_are_read_back_from_the_log_and_parsed_in_order_in_big_pieces_off_the_output_thread(tmp_path):
     got: list[PointBatch] = []
     calls: list[str] = []
 
-    def parse(stream, text, now):
+    def parse(stream, data, now):
         calls.append(threading.current_thread().name)
-        return _parse(stream, text, now)
+        return _parse(stream, data, now)
 
-    pump = ParsePump(parse, got.append, lambda: T0)
+    log = _Log(tmp_path / "run.log")
+    pump = ParsePump(log.path, parse, got.append, lambda: T0)
     for i in range(1000):
-        pump.put("stdout", f"{i}\n")
+        data = f"{i}\n".encode()
+        pump.put_range("stdout", log.write(data), len(data))
     assert pump.drain(10) == 0
     pump.close()
     values = [v for b in got for v in b.values]
     assert values == [float(i) for i in range(1000)]
     assert set(calls) == {"costctl-parse"} and len(calls) < 1000  # joined into pieces
+    assert pump.parsed_bytes == pump.queued_bytes and pump.lost_bytes == 0
 
 
-def test_drain_gives_up_at_its_deadline_and_counts_what_it_dropped():
+def test_the_queue_holds_no_text_and_merges_contiguous_ranges_whatever_the_volume(tmp_path, monkeypatch):
+    """The memory bound, structurally: a parser that does not run yet (held) while 200 000
+    pieces of output (8 MB) are queued leaves a queue of a few numbers per range, not the text,
+    one range per stream change or RANGE_SPAN_S; MAX_RANGES bounds the count."""
+    from costctl.watch import pump as pmod
+
+    release = threading.Event()
+
+    def held(stream, data, now):
+        release.wait(10)
+        return PointBatch()
+
+    monkeypatch.setattr(pmod, "RANGE_SPAN_S", 3600.0)  # no time split: ranges split on the stream only
+    log = tmp_path / "run.log"
+    with open(log, "wb") as fh:
+        fh.truncate(200_000 * 40)  # 8 MB of log (zeros: held, the parser never looks at them)
+    pump = ParsePump(log, held, lambda b: None, lambda: T0)
+    off = 0
+    for i in range(200_000):
+        stream = "stderr" if i % 50_000 == 49_999 else "stdout"
+        pump.put_range(stream, off, 40)
+        off += 40
+    ranges = pump.queued_ranges()
+    assert len(ranges) <= 8 and pump.pending_bytes >= off - pmod.MAX_PIECE_BYTES
+    for entry in pump._queue:  # the queue itself: stream name, offsets, time; no bytes, no str of output
+        assert [type(x).__name__ for x in entry] == ["str", "int", "int", "datetime", "float"]
+        assert entry[0] in ("stdout", "stderr")
+    # the bound on the number of ranges: beyond it, a contiguous range merges, another is lost (a gap)
+    monkeypatch.setattr(pmod, "MAX_RANGES", len(pump._queue))
+    pump.put_range("stdout", off + 100, 10)  # not contiguous: lost, counted
+    pump.put_range("stderr", off, 100)  # contiguous with the last range: merged into it
+    assert pump.lost_bytes == 10 and pump.queued_ranges()[-1][2] == off + 100 and len(pump._queue) == pmod.MAX_RANGES
+    release.set()
+    pump.drain(0)
+    pump.close(1)
+
+
+def test_drain_leaves_the_rest_in_the_log_counted_in_bytes_and_lines(tmp_path):
     release = threading.Event()
     got: list[PointBatch] = []
 
-    def slow(stream, text, now):
+    def slow(stream, data, now):
         release.wait(5)
-        return _parse(stream, text, now)
+        return _parse(stream, data, now)
 
-    pump = ParsePump(slow, got.append, lambda: T0)
-    pump.put("stdout", "1\n")
-    while pump.pending_chars:  # wait until the first piece is being parsed
+    log = _Log(tmp_path / "run.log")
+    pump = ParsePump(log.path, slow, got.append, lambda: T0)
+    pump.put_range("stdout", log.write(b"1\n"), 2)
+    while pump.pending_bytes:  # wait until the first piece is being parsed
         pass
-    pump.put("stderr", "2\n3\n")
-    assert pump.drain(0.05) == 4 and pump.dropped_chars == 4
+    second = log.write(b"2\n3\n")
+    pump.put_range("stderr", second, 4)
+    assert pump.drain(0.05) == 4 and pump.unparsed_bytes == 4
+    info = pump.last_unparsed
+    assert (info.bytes, info.lines, info.exact, info.first_offset, info.end_offset) == (4, 2, True, second, second + 4)
+    pump.put_range("stdout", log.write(b"4\n"), 2)  # after the drain: not taken until resume()
     release.set()
     pump.close(5)
     assert [v for b in got for v in b.values] == [1.0]
 
 
+def test_output_missing_from_the_log_is_lost_counted_and_a_gap(tmp_path):
+    """The relay could not write the run log (disk full): the bytes are not there to read; they
+    are counted as lost and the parser is told of the gap (no false line joined across it)."""
+    from costctl.progress.lines import LineParser
+
+    parser = LineParser()
+    got: list[PointBatch] = []
+    gaps: list[str] = []
+    log = _Log(tmp_path / "run.log")
+    pump = ParsePump(log.path, lambda s, d, now: parser.feed_batch(d, now), got.append, lambda: T0,
+                     on_gap=lambda stream: (gaps.append(stream), parser.gap()))
+    first = log.write(b"loss: 0.5\nloss: 1.2")
+    pump.put_range("stdout", first, 19)
+    pump.put_range("stdout", first + 19, 30)  # never written to the log
+    assert pump.drain(5) == 0
+    pump.resume()
+    pump.put_range("stdout", log.write(b"34\nloss: 0.25\n"), 14)  # the log resumes at its real end
+    assert pump.drain(5) == 0
+    pump.close()
+    assert [v for b in got for v in b.values] == [0.5, 0.25]
+    assert pump.lost_bytes == 30 and gaps == ["stdout"]
+
+
+def test_a_flooding_job_is_parsed_whole_although_the_parser_lags_far_behind(tmp_path, monkeypatch):
+    """1 M loss lines from a real child at full speed, a parser slower than the job (the
+    pure-Python LineParser, slowed further): while the job runs nothing is dropped (the queue
+    holds offsets; the parser reads the run log), so every point reaches the policies and the
+    plateau rule fires exactly where it does over the whole sequence (ReduceLROnPlateau parity,
+    tests/test_policies_plateau.py). The sample interval is long, so the drain after the exit
+    has time for the backlog; the passthrough got every byte."""
+    import sys
+    import time
+
+    from costctl.policies.plateau import PlateauPolicy, plateau_fires
+    from costctl.progress.lines import LineParser
+    from helpers import CHILDREN
+    from lifecycle_support import T0 as ST0, FixedGpu, SimClock, drive, settings, watcher
+
+    real_feed = LineParser.feed_batch
+    lag = {"max": 0}
+
+    def slow_feed(self, chunk, now):
+        time.sleep(0.01)
+        return real_feed(self, chunk, now)
+
+    monkeypatch.setattr(LineParser, "feed_batch", slow_feed)
+    s = settings(tmp_path, """
+[instance]
+provider = "sim"
+gpu = "RTX 4090"
+[watch]
+sample_interval = "300s"
+[policies.plateau]
+patience = 10
+""")
+    out = tmp_path / "out"
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT)
+    n = 1_000_000
+    clock = SimClock(ST0)
+    w = watcher(s, [sys.executable, str(CHILDREN / "flood.py"), str(n)], clock, devnull=fd, on_exit="leave",
+                pty=False, sampler=FixedGpu(used_bytes=2**30, total_bytes=24 * 2**30, utilization=90.0))
+
+    def on_step(now):
+        if w._pump is not None:
+            lag["max"] = max(lag["max"], w._pump.pending_bytes)
+
+    code, status = drive(w, clock, step_s=1, max_real_s=240, on_step=on_step)
+    os.close(fd)
+    assert (code, status) == (0, "completed")
+    assert lag["max"] > 4 << 20  # the parser lagged megabytes behind the job
+    pump = w._pump
+    assert pump.lost_bytes == 0 and pump.unparsed_bytes == 0 and pump.parsed_bytes == pump.queued_bytes
+    assert w.summary.loss_points == n
+    assert out.read_bytes().count(b"\n") == n
+    values = [0.5 + (i * 7919 % 1000) / 10000 for i in range(n)]
+    policy = next(p for p in w.engine.policies if isinstance(p, PlateauPolicy))
+    expected = plateau_fires(values, patience=10, threshold=1e-4, threshold_mode="rel")
+    assert policy.missed == 0 and policy.fires == len(expected) and expected
+    plateau = [d for d in w.summary.decisions if d.policy == "plateau"]
+    assert plateau and plateau[0].evidence["index"] == expected[0]
+
+
 def test_a_watch_ends_soon_after_a_flooding_job_even_with_a_slow_parser(tmp_path, monkeypatch):
-    """The parser cannot keep up: after the job's exit the watch gives it one sample interval,
-    drops the rest (counted) and ends; the passthrough got every byte."""
+    """The parser cannot keep up: after the job's exit the watch gives it what is left of one
+    sample interval and ends; what it did not parse is said (bytes, lines, where in the run
+    log, how to read it), never silently lost; the passthrough got every byte."""
     import sys
     import time
 
@@ -86,14 +228,21 @@ sample_interval = "1s"
     clock = SimClock(T0)
     w = watcher(s, job, clock, sampler=FixedGpu(used_bytes=2**30, total_bytes=24 * 2**30, utilization=90.0),
                 devnull=fd, on_exit="leave", pty=False)
+    said: list[str] = []
+    w.say = said.append
     started = time.monotonic()
     code, status = drive(w, clock, step_s=1, max_real_s=60)
     assert (code, status) == (0, "completed")
     assert time.monotonic() - started < 30
-    assert w._pump.dropped_chars > 0
+    pump = w._pump
+    assert pump.unparsed_bytes > 0 and pump.lost_bytes == 0
+    assert pump.parsed_bytes + pump.unparsed_bytes <= pump.queued_bytes  # a piece may be parsed at the close
     assert 0 < w.summary.loss_points < n
     os.close(fd)
     assert out.read_bytes().count(b"\n") == n
+    msg = next(m for m in said if "were not parsed" in m)
+    assert str(w.log_path) in msg and "costctl analyze --train-log" in msg
+    assert f"{pump.unparsed_bytes:,} bytes" in msg
 
 
 def test_the_oom_scan_skips_chunks_without_a_message_and_still_finds_one_split_in_two():
@@ -130,12 +279,15 @@ def test_after_the_exit_the_parser_gets_the_sample_interval_less_the_end_reserve
     asked: list[float] = []
 
     class _Pump:
+        last_unparsed = None
+        lost_bytes = 0
+
         def drain(self, timeout_s: float) -> int:
             asked.append(timeout_s)
             return 0
 
     w = wmod.Watcher.__new__(wmod.Watcher)
-    w._pump, w.job, w.say = _Pump(), None, print
+    w._pump, w.job, w.say, w._parsers = _Pump(), None, print, {}
     for interval, want in ((1, 1 - wmod.END_RESERVE_S), (5, 5 - wmod.END_RESERVE_S), (0.2, 0.0)):
         w.settings = SimpleNamespace(watch=SimpleNamespace(sample_interval=timedelta(seconds=interval)))
         w._finish_parsing()
@@ -143,7 +295,7 @@ def test_after_the_exit_the_parser_gets_the_sample_interval_less_the_end_reserve
     assert 0 < wmod.END_RESERVE_S < 1
 
 
-def test_the_parser_thread_runs_at_a_lower_priority_than_the_watch(monkeypatch):
+def test_the_parser_thread_runs_at_a_lower_priority_than_the_watch(tmp_path, monkeypatch):
     """A flood's parsing never takes a busy core from the job: on Linux the parser thread's
     niceness is the watch's plus PARSER_NICE (capped at 19); other threads keep theirs."""
     import sys
@@ -161,41 +313,14 @@ def test_the_parser_thread_runs_at_a_lower_priority_than_the_watch(monkeypatch):
         return _parse(stream, text, now)
 
     mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    pump = ParsePump(parse, lambda b: None, lambda: T0)
-    pump.put("stdout", "1\n")
+    log = tmp_path / "run.log"
+    log.write_bytes(b"1\n")
+    pump = ParsePump(log, parse, lambda b: None, lambda: T0)
+    pump.put_range("stdout", 0, 2)
     assert pump.drain(10) == 0
     pump.close()
     assert seen == [min(19, mine + pmod.PARSER_NICE)] and pmod.PARSER_NICE > 0
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
-
-
-def test_text_dropped_on_a_full_queue_never_joins_two_lines_into_a_false_one(monkeypatch):
-    """A queue overflow drops text mid-line: the parser is told of the gap before the next
-    text, so 'step 1 loss: 1.2' + (dropped) + '34\\n...' is not read as loss 1.234."""
-    from costctl.progress.lines import LineParser
-    from costctl.watch import pump as pump_module
-
-    monkeypatch.setattr(pump_module, "MAX_PENDING_CHARS", 51)  # 30 queued + 21 after the gap
-    release = threading.Event()
-    parser = LineParser()
-    got: list[PointBatch] = []
-
-    def parse(stream, text, now):
-        release.wait(5)
-        return parser.feed_batch(text, now)
-
-    pump = ParsePump(parse, got.append, lambda: T0, on_gap=lambda stream: parser.gap())
-    pump.put("stdout", "step 1 loss: 0.5\nstep 2 loss: 1.2")  # parsed (held by release)
-    while pump.pending_chars:
-        pass
-    pump.put("stdout", "x" * 30)               # queued
-    pump.put("stdout", "9" * 30)               # dropped: over the bound -> a gap
-    pump.put("stdout", "34\nstep 3 loss: 0.25\n")  # after the gap: its first line is discarded
-    release.set()
-    assert pump.drain(5) == 0
-    pump.close(5)
-    values = [v for b in got for v in b.values]
-    assert values == [0.5, 0.25] and pump.dropped_chars == 30
 
 
 def test_line_parser_gap_discards_both_sides_of_the_cut():

@@ -101,6 +101,11 @@ class RelayChild:
             :func:`costctl.relay.server.open_job_pty`): its output then reaches ``mux`` as one
             stream, "stdout", in the order written; False: two pipes.
         winsize: ``(rows, columns)`` for the pty (default: costctl's terminal on fd 1, if any).
+        on_output: called (reader thread) with ``(stream, log offset, length)`` of each piece of
+            output handed to ``mux``, after it: where those bytes are in the run log (the relay
+            wrote them there first), so a parser can read them back at its own pace
+            (:class:`costctl.watch.pump.ParsePump`); bytes the log could not take are there
+            fewer (or not at all).
 
     Raises:
         UsageError: (exit status 127/126) when the command does not exist or cannot be run.
@@ -110,7 +115,8 @@ class RelayChild:
                  env: Mapping[str, str] | None = None, cwd: Path | None = None,
                  on_error: Callable[[BaseException], None] | None = None,
                  on_exit_argv: Sequence[str] | None = None, pty: bool = False,
-                 winsize: tuple[int, int] | None = None) -> None:
+                 winsize: tuple[int, int] | None = None,
+                 on_output: Callable[[str, int, int], None] | None = None) -> None:
         if not argv:
             raise UsageError("no command given after --")
         full_env = dict(os.environ)
@@ -137,14 +143,15 @@ class RelayChild:
         finally:
             theirs.close()
             err.close()
-        self._setup(argv, mux, log_path, sock_path, relay, ours, on_error)
+        self._setup(argv, mux, log_path, sock_path, relay, ours, on_error, on_output)
         self.pty = pty
         self.pid, self.pgid = self._await_start(ours)
         self._start_reader()
 
     @classmethod
     def attach(cls, log_path: Path, mux: OutputMux, *, since: int,
-               on_error: Callable[[BaseException], None] | None = None) -> RelayChild:
+               on_error: Callable[[BaseException], None] | None = None,
+               on_output: Callable[[str, int, int], None] | None = None) -> RelayChild:
         """The job of a running relay (one whose watch died), followed from log offset ``since``.
 
         Raises:
@@ -164,7 +171,7 @@ class RelayChild:
             raise UsageError(f"the run's output relay is gone ({state['socket']}: {exc.strerror or exc})") from None
         self = cls.__new__(cls)
         self._setup(list(state.get("argv") or []), mux, log_path, Path(state["socket"]),
-                    _Foreign(int(state["relay_pid"])), sock, on_error)
+                    _Foreign(int(state["relay_pid"])), sock, on_error, on_output)
         self._next = since
         self.pid, self.pgid = self._await_start(sock)
         self._next = since  # the STARTED frame carries the log's end: replay from `since`
@@ -173,10 +180,12 @@ class RelayChild:
 
     def _setup(self, argv: Sequence[str], mux: OutputMux, log_path: Path, sock_path: Path,
                relay: subprocess.Popen[bytes] | _Foreign, sock: socket.socket,
-               on_error: Callable[[BaseException], None] | None) -> None:
+               on_error: Callable[[BaseException], None] | None,
+               on_output: Callable[[str, int, int], None] | None = None) -> None:
         self.argv = list(argv)
         self._mux = mux
         self._on_error = on_error
+        self._on_output = on_output
         self.log_path = log_path
         self.state_path = p.state_path(log_path)
         self.socket_path = sock_path
@@ -184,6 +193,9 @@ class RelayChild:
         self._sock: socket.socket | None = sock
         self._next = 0  # the log offset of the next byte expected
         self._status: int | None = None
+        #: ``time.monotonic()`` when this watch learnt of the job's exit (after all its output
+        #: before it was handed on), None before
+        self.exited_monotonic: float | None = None
         self._exited = threading.Event()
         self._eof = threading.Event()
         self._error_reported = False
@@ -259,27 +271,38 @@ class RelayChild:
             self._sock = None
 
     def _dispatch_all(self, frames: list[tuple[int, int, bytes]]) -> None:
-        """Hand frames on in order, consecutive output of one stream as one mux write."""
+        """Hand frames on in order, consecutive output of one stream as one mux write (then
+        ``on_output`` with where each frame's bytes are in the run log)."""
         run: list[bytes] = []
+        spans: list[tuple[int, int]] = []
         run_stream = ""
         for kind, offset, payload in frames:
             if kind in (p.STDOUT, p.STDERR, p.LOG):
+                end = offset + len(payload)
                 payload = self._new_output(offset, payload)
                 if not payload:
                     continue
                 stream = "stderr" if kind == p.STDERR else "stdout"
                 if run and stream != run_stream:
-                    self._guarded(self._mux.write, run_stream, b"".join(run))
-                    run = []
+                    self._hand_on(run_stream, run, spans)
+                    run, spans = [], []
                 run_stream = stream
                 run.append(payload)
+                spans.append((end - len(payload), len(payload)))
                 continue
             if run:
-                self._guarded(self._mux.write, run_stream, b"".join(run))
-                run = []
+                self._hand_on(run_stream, run, spans)
+                run, spans = [], []
             self._guarded(self._dispatch, kind, offset, payload)
         if run:
-            self._guarded(self._mux.write, run_stream, b"".join(run))
+            self._hand_on(run_stream, run, spans)
+
+    def _hand_on(self, stream: str, run: list[bytes], spans: list[tuple[int, int]]) -> None:
+        """One mux write of ``run``; then ``on_output`` for each of its frames' log spans."""
+        self._guarded(self._mux.write, stream, run[0] if len(run) == 1 else b"".join(run))
+        if self._on_output is not None:
+            for offset, length in spans:
+                self._guarded(self._on_output, stream, offset, length)
 
     def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
         """``fn(*args)``; an exception is reported once (``on_error``) and the reading goes on."""
@@ -305,15 +328,22 @@ class RelayChild:
 
     def _dispatch(self, kind: int, offset: int, payload: bytes) -> None:
         if kind in (p.STDOUT, p.STDERR, p.LOG):
+            end = offset + len(payload)
             payload = self._new_output(offset, payload)
             if payload:
-                self._mux.write("stderr" if kind == p.STDERR else "stdout", payload)
+                self._hand_on("stderr" if kind == p.STDERR else "stdout", [payload],
+                              [(end - len(payload), len(payload))])
         elif kind == p.EXITED:
             self._status = int(json.loads(payload)["status"])
-            self._exited.set()
+            self._mark_exited()
         elif kind == p.EOF:
             self._eof.set()
-            self._exited.set()
+            self._mark_exited()
+
+    def _mark_exited(self) -> None:
+        if self.exited_monotonic is None:
+            self.exited_monotonic = time.monotonic()
+        self._exited.set()
 
     def _reattach(self) -> bool:
         """Connect again on the relay's socket and resume at the next offset; False when the
@@ -341,7 +371,7 @@ class RelayChild:
         status = state.get("exit_status")
         if self._status is None:
             self._status = int(status) if isinstance(status, int) else 255
-        self._exited.set()
+        self._mark_exited()
         self._eof.set()
 
     # ----------------------------------------------------------------- the Child interface

@@ -36,13 +36,16 @@ class Job:
             :class:`~costctl.relay.client.RelayChild`); False: two pipes.
         on_exit_argv: gives what the relay starts when the job ends while no watch is attached
             (see :class:`~costctl.relay.client.RelayChild`).
+        on_output: ``(stream, log offset, length)`` of each piece of output (see
+            :class:`~costctl.relay.client.RelayChild`): the progress parser reads it from the log.
     """
 
     def __init__(self, command: Sequence[str] | None, *, batch: BatchPlan | None, resume_from: str | None,
                  grace_s: float, checkpoint_request: Path, extra_env: dict[str, str],
                  run_id: Callable[[], str], on_start: Callable[[RelayChild], None], log_path: Path,
                  on_output_error: Callable[[BaseException], None] | None = None,
-                 on_exit_argv: Callable[[], list[str] | None] | None = None, pty: bool = False) -> None:
+                 on_exit_argv: Callable[[], list[str] | None] | None = None, pty: bool = False,
+                 on_output: Callable[[str, int, int], None] | None = None) -> None:
         self.command = list(command) if command else None
         self._batch = batch
         self._resume_from = resume_from
@@ -56,6 +59,7 @@ class Job:
         self._on_output_error = on_output_error
         self.pty = pty
         self._on_exit_argv = on_exit_argv
+        self._on_output = on_output
         self._starts = 0
         self.child: RelayChild | None = None
         self.status: int | None = None
@@ -97,7 +101,8 @@ class Job:
         self._starts += 1
         self.child = RelayChild(argv, self.mux, log_path=self.log_path, start=self._starts, env=env,
                                 on_error=self._on_output_error,
-                                on_exit_argv=self._on_exit_argv() if self._on_exit_argv else None, pty=self.pty)
+                                on_exit_argv=self._on_exit_argv() if self._on_exit_argv else None, pty=self.pty,
+                                on_output=self._on_output)
         self.status = None
         self._on_start(self.child)
 
@@ -110,7 +115,8 @@ class Job:
         """
         assert self.mux is not None
         self._starts = 1
-        self.child = RelayChild.attach(self.log_path, self.mux, since=since, on_error=self._on_output_error)
+        self.child = RelayChild.attach(self.log_path, self.mux, since=since, on_error=self._on_output_error,
+                                       on_output=self._on_output)
         self.status = None
         self._on_start(self.child)
 

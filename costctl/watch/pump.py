@@ -1,16 +1,35 @@
-"""The job's output, parsed off the output thread: :class:`ParsePump`.
+"""The job's output, parsed from the run log at the parser's own pace: :class:`ParsePump`.
 
-The relay's reader thread writes each chunk of the job's output through at once (costctl's
-stdout, byte for byte) and only queues its text here; one parser thread takes everything
-queued, joins it into pieces of up to :data:`MAX_PIECE_CHARS` per stream and parses each in one
-call (``LineParser.feed_batch`` → one :class:`~costctl.progress.batch.PointBatch`), so the
-passthrough never waits for parsing and the parser works in big batches (few GIL switches, few
-Python calls per point).
+The relay (:mod:`costctl.relay`) appends every byte the job writes to the run log before the
+watch gets it; the watch's output thread passes the bytes through (costctl's stdout, byte for
+byte) and queues here only *where* they are: ``(stream, log offset, length)``
+(:meth:`ParsePump.put_range`), O(1), never waiting. One parser thread reads the queued ranges
+back from the run log (``pread``, from the page cache: the bytes were just written) in pieces of
+up to :data:`MAX_PIECE_BYTES` and parses each in one call (``LineParser.feed_batch`` on bytes
+→ one :class:`~costctl.progress.batch.PointBatch`).
+
+So, whatever the job prints:
+
+* the passthrough never waits for parsing (the job is never slowed by it);
+* the queue holds no text: its memory is a few numbers per range, ranges of one stream that
+  follow each other are merged, and a new range starts only on a stream change or after
+  :data:`RANGE_SPAN_S` (the time a range was read becomes its points' time); at most
+  :data:`MAX_RANGES` are queued (beyond it a new range is merged into the last one when
+  contiguous, else counted as :attr:`ParsePump.lost_bytes`, see below);
+* every byte is parsed, however far the parser falls behind while the job runs: the
+  plateau, divergence and stall rules see every point.
+
+Loss of data, and only that, is a *gap* (``on_gap``: the parser drops its unfinished line and
+the next text up to its first line end, so the two sides are never read as one false line):
+the run log does not hold the bytes of a range (the relay could not write it: disk full), or a
+range could not be queued (:data:`MAX_RANGES`); such bytes are counted in
+:attr:`ParsePump.lost_bytes`.
 
 When the job has exited the watch gives the parser what is left of one sample interval
-(:meth:`ParsePump.drain`) and then ends: what was not parsed by then is dropped and counted
-(the run log keeps all of it), so a flood of output never keeps a watch — and its bill —
-running minutes after its job.
+(:meth:`ParsePump.drain`), then ends; what it has not parsed by then is *not* lost: it is in
+the run log, counted (:attr:`ParsePump.unparsed_bytes`, :meth:`ParsePump.unparsed`) and
+reported with the offsets to read it from (``costctl analyze --train-log LOG``), so a flood of
+output never keeps a watch — and its bill — running long after its job.
 """
 
 from __future__ import annotations
@@ -21,17 +40,27 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from ..progress.batch import PointBatch
 
-#: The most characters parsed in one call.
-MAX_PIECE_CHARS = 1 << 18
+#: The most bytes read from the run log and parsed in one call (256 KiB: few Python calls per
+#: point, bounded memory, one piece at a time; and a piece the pure-Python parser finishes in
+#: tens of milliseconds, so the drain at the job's exit does not overrun its deadline by much).
+MAX_PIECE_BYTES = 1 << 18
 
-#: The most characters queued for parsing; beyond it new text is dropped and counted (a parser
-#: that cannot keep up must not grow the watch's memory without bound). 16 Mi characters (16 MiB
-#: of ASCII) are seconds of the parser's work; a larger queue only holds more memory.
-MAX_PENDING_CHARS = 16 << 20
+#: Seconds of output one queued range spans at most: the time a range was read (its first
+#: byte's) becomes its points' time, so a parser that lags keeps the points' times within this
+#: of when the job printed them. 0.25 s: at most 4 ranges a second per stream.
+RANGE_SPAN_S = 0.25
+
+#: The most ranges queued (each a few numbers, ~100 bytes: 64 Ki ranges are ~6 MiB). It is
+#: reached only by a parser hours behind a job that switches streams all the time; then a
+#: range contiguous with the last one is merged into it (its time is the earlier one), and a
+#: range that is not is lost (counted, a gap).
+MAX_RANGES = 1 << 16
 
 #: The parser thread's niceness, added to the watch's own (Linux, where a thread has its own):
 #: when the machine's cores are busy, the job (and its output relay) get them first, so a job
@@ -39,76 +68,135 @@ MAX_PENDING_CHARS = 16 << 20
 PARSER_NICE = 10
 
 
-class ParsePump:
-    """One parser thread between the output thread and the tick (see the module docstring).
+@dataclass(frozen=True, slots=True)
+class Unparsed:
+    """Output the parser had not reached when :meth:`ParsePump.drain` gave up (it is in the
+    run log).
 
-    Args:
-        parse: ``(stream, text, now) -> PointBatch`` (the stream's LineParser).
-        emit: called (parser thread) with each non-empty batch, in output order.
-        now: the clock (the time a piece was read becomes its points' time).
-        on_error: called once with an exception the parser raised (parsing goes on).
+    Attributes:
+        bytes: bytes not parsed.
+        lines: line ends in them (counted from the run log when at most ``count_limit``
+            bytes, else estimated from the bytes per line parsed so far; see ``exact``).
+        exact: whether ``lines`` was counted.
+        first_offset / end_offset: the run log offsets of the first byte not parsed and after
+            the last one (other bytes between them were parsed).
     """
 
-    def __init__(self, parse: Callable[[str, str, datetime], PointBatch], emit: Callable[[PointBatch], None],
-                 now: Callable[[], datetime], on_error: Callable[[BaseException], None] | None = None,
-                 on_gap: Callable[[str], None] | None = None) -> None:
+    bytes: int
+    lines: int
+    exact: bool
+    first_offset: int
+    end_offset: int
+
+
+class ParsePump:
+    """One parser thread reading the run log behind the output thread (see the module docstring).
+
+    Args:
+        log_path: the run log the queued offsets are in (opened read-only on first use).
+        parse: ``(stream, data, now) -> PointBatch``: the stream's ``LineParser.feed_batch``
+            (``data`` is bytes from the log; the parser decodes UTF-8 incrementally).
+        emit: called (parser thread) with each non-empty batch, in output order.
+        now: the clock; the time a range was queued becomes its points' time.
+        on_error: called once with an exception the parser raised (parsing goes on).
+        on_gap: called (parser thread) with a stream whose output was lost before its next
+            bytes are parsed (see the module docstring).
+        lines_seen: gives the line ends parsed so far (all streams), to estimate the lines of
+            what is left unparsed; None: estimated from 1 line per 40 bytes.
+    """
+
+    def __init__(self, log_path: Path | str | None, parse: Callable[[str, bytes, datetime], PointBatch],
+                 emit: Callable[[PointBatch], None], now: Callable[[], datetime],
+                 on_error: Callable[[BaseException], None] | None = None,
+                 on_gap: Callable[[str], None] | None = None,
+                 lines_seen: Callable[[], int] | None = None) -> None:
+        self.log_path = log_path
         self._parse = parse
         self._emit = emit
         self._now = now
         self._on_error = on_error
-        #: called (parser thread) with a stream whose text was dropped, before its next text is
-        #: parsed: the parser must not join the two sides of the gap into one (false) line.
         self._on_gap = on_gap
-        self._gaps: set[str] = set()
-        #: (stream, text); text None marks a gap in that stream (text dropped before this point).
-        self._queue: deque[tuple[str, str | None]] = deque()
+        self._lines_seen = lines_seen
+        self._fd: int | None = None
+        #: [stream, start, end, time, monotonic start]; a list, so the last one can grow in place.
+        self._queue: deque[list] = deque()
+        self._gaps: set[str] = set()  # streams whose next range follows lost output
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
         self._accepting = True  # False after drain(): the job ended; resume() at its next start
-        self._pending = 0
         self._error_reported = False
-        #: characters queued but not parsed when :meth:`drain` gave up (whole life)
-        self.dropped_chars = 0
-        self.parsed_chars = 0
+        #: bytes queued but not parsed when :meth:`drain` gave up (whole life; in the run log)
+        self.unparsed_bytes = 0
+        #: what the last :meth:`drain` left unparsed (None: it left nothing)
+        self.last_unparsed: Unparsed | None = None
+        #: bytes lost: not in the run log when read, or not queued (:data:`MAX_RANGES`)
+        self.lost_bytes = 0
+        self.parsed_bytes = 0
+        self.queued_bytes = 0
         self._thread = threading.Thread(target=self._run, name="costctl-parse", daemon=True)
         self._thread.start()
 
-    def put(self, stream: str, text: str) -> None:
-        """Queue ``text`` of ``stream`` for parsing (output thread; never blocks on parsing)."""
-        if not text:
+    # ------------------------------------------------------------------ the output thread
+    def put_range(self, stream: str, offset: int, length: int) -> None:
+        """Queue ``length`` bytes of ``stream`` at run-log ``offset`` for parsing (output
+        thread; O(1), never blocks on parsing)."""
+        if length <= 0:
             return
+        end = offset + length
+        mono = time.monotonic()
         with self._cond:
             if self._closed or not self._accepting:
                 return
-            if self._pending + len(text) > MAX_PENDING_CHARS:
-                self.dropped_chars += len(text)
+            self.queued_bytes += length
+            q = self._queue
+            last = q[-1] if q else None
+            if last is not None and last[0] == stream and last[2] == offset and (
+                    mono - last[4] < RANGE_SPAN_S or len(q) >= MAX_RANGES):
+                last[2] = end
+            elif len(q) >= MAX_RANGES:
+                self.lost_bytes += length
                 self._gaps.add(stream)
                 return
-            if stream in self._gaps:
-                self._gaps.discard(stream)
-                self._queue.append((stream, None))
-            self._queue.append((stream, text))
-            self._pending += len(text)
+            else:
+                q.append([stream, offset, end, self._now(), mono])
             self._cond.notify()
 
-    def _take(self) -> tuple[str, str | None] | None:
-        """The next piece: consecutive texts of one stream, up to MAX_PIECE_CHARS, or a gap
-        marker (text None) on its own (caller holds _cond)."""
+    # ------------------------------------------------------------------ the parser thread
+    def _read(self, offset: int, length: int) -> bytes:
+        """``length`` bytes of the run log at ``offset`` (fewer: the log does not hold them)."""
+        if self._fd is None:
+            if self.log_path is None:
+                return b""
+            try:
+                self._fd = os.open(self.log_path, os.O_RDONLY)
+            except OSError:
+                return b""
+        out = []
+        got = 0
+        while got < length:
+            try:
+                data = os.pread(self._fd, length - got, offset + got)
+            except OSError:
+                break
+            if not data:
+                break
+            out.append(data)
+            got += len(data)
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def _take(self) -> tuple[str, int, int, datetime] | None:
+        """The next piece (caller holds _cond): up to MAX_PIECE_BYTES from the head range."""
         if not self._queue:
             return None
-        stream, text = self._queue.popleft()
-        if text is None:
-            return stream, None
-        parts = [text]
-        size = len(text)
-        while (self._queue and self._queue[0][0] == stream and self._queue[0][1] is not None
-               and size < MAX_PIECE_CHARS):
-            nxt = self._queue.popleft()[1]
-            parts.append(nxt)
-            size += len(nxt)
-        self._pending -= size
-        return stream, "".join(parts) if len(parts) > 1 else text
+        head = self._queue[0]
+        stream, start, end, when = head[0], head[1], head[2], head[3]
+        size = min(end - start, MAX_PIECE_BYTES)
+        if start + size >= end:
+            self._queue.popleft()
+        else:
+            head[1] = start + size
+        return stream, start, size, when
 
     def _run(self) -> None:
         lower_priority()
@@ -117,51 +205,70 @@ class ParsePump:
                 while not self._queue and not self._closed:
                     self._cond.wait()
                 if self._closed and not self._queue:
-                    return
+                    break
                 piece = self._take()
                 self._busy = piece is not None
             if piece is None:
                 continue
-            stream, text = piece
-            if text is None:  # text of this stream was dropped here
-                try:
-                    if self._on_gap is not None:
-                        self._on_gap(stream)
-                finally:
-                    with self._cond:
-                        self._busy = False
-                        self._cond.notify_all()
-                continue
+            stream, offset, size, when = piece
             try:
-                batch = self._parse(stream, text, self._now())
-                if batch:
-                    self._emit(batch)
-            except Exception as exc:  # noqa: BLE001 - parsing must go on
-                if not self._error_reported and self._on_error is not None:
-                    self._error_reported = True
-                    self._on_error(exc)
+                self._parse_piece(stream, offset, size, when)
             finally:
                 with self._cond:
-                    self.parsed_chars += len(text)
                     self._busy = False
                     self._cond.notify_all()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
-    @property
-    def pending_chars(self) -> int:
-        """Characters queued and not parsed yet."""
+    def _parse_piece(self, stream: str, offset: int, size: int, when: datetime) -> None:
+        data = self._read(offset, size)
+        lost = size - len(data)
         with self._cond:
-            return sum(len(t) for _, t in self._queue if t is not None)
+            gap = stream in self._gaps
+            self._gaps.discard(stream)
+            self.parsed_bytes += len(data)
+            self.lost_bytes += lost
+        try:
+            if gap and self._on_gap is not None:
+                self._on_gap(stream)
+            if data:
+                batch = self._parse(stream, data, when)
+                if batch:
+                    self._emit(batch)
+            if lost and self._on_gap is not None:
+                self._on_gap(stream)  # the rest of this range is not in the log
+        except Exception as exc:  # noqa: BLE001 - parsing must go on
+            if not self._error_reported and self._on_error is not None:
+                self._error_reported = True
+                self._on_error(exc)
+
+    # ------------------------------------------------------------------ the watch
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes queued and not parsed yet (the piece being parsed not included)."""
+        with self._cond:
+            return sum(r[2] - r[1] for r in self._queue)
+
+    def queued_ranges(self) -> list[tuple[str, int, int]]:
+        """The queued ranges ``(stream, start, end)`` (a copy; the queue holds no text)."""
+        with self._cond:
+            return [(r[0], r[1], r[2]) for r in self._queue]
 
     def idle(self) -> bool:
         """Nothing queued and nothing being parsed."""
         with self._cond:
             return not self._queue and not self._busy
 
-    def drain(self, timeout_s: float) -> int:
-        """Wait up to ``timeout_s`` seconds for everything queued to be parsed; then drop what
-        is left (counted in :attr:`dropped_chars`) and take no more text until :meth:`resume`
-        (the job ended: the output thread then passes the rest through at full speed). Returns
-        the characters dropped now."""
+    def drain(self, timeout_s: float, *, count_limit: int = 64 << 20) -> int:
+        """Wait up to ``timeout_s`` seconds for everything queued to be parsed; then leave what
+        is not (it stays in the run log: counted in :attr:`unparsed_bytes` and described by
+        :attr:`last_unparsed`) and take no more until :meth:`resume` (the job ended). Returns
+        the bytes left unparsed now.
+
+        ``count_limit``: the most unparsed bytes whose line ends are counted from the log (more
+        are estimated).
+        """
         deadline = time.monotonic() + max(0.0, timeout_s)
         with self._cond:
             while self._queue or self._busy:
@@ -169,28 +276,53 @@ class ParsePump:
                 if left <= 0:
                     break
                 self._cond.wait(min(left, 0.05))
-            dropped = sum(len(t) for _, t in self._queue if t is not None)
-            if dropped:
-                self._gaps.update(stream for stream, _ in self._queue)
+            ranges = [(r[1], r[2]) for r in self._queue]
             self._queue.clear()
-            self._pending = 0
             self._accepting = False
-            self.dropped_chars += dropped
-        return dropped
+            left_bytes = sum(e - s for s, e in ranges)
+            self.unparsed_bytes += left_bytes
+        self.last_unparsed = self._describe(ranges, left_bytes, count_limit) if left_bytes else None
+        return left_bytes
+
+    def _describe(self, ranges: list[tuple[int, int]], left: int, count_limit: int) -> Unparsed:
+        """Count (or estimate) the line ends of the unparsed ``ranges`` (see :class:`Unparsed`)."""
+        first, end = min(s for s, _ in ranges), max(e for _, e in ranges)
+        if left <= count_limit and self.log_path is not None:
+            lines = 0
+            try:
+                fd = os.open(self.log_path, os.O_RDONLY)
+            except OSError:
+                fd = None
+            if fd is not None:
+                try:
+                    for s, e in ranges:
+                        pos = s
+                        while pos < e:
+                            data = os.pread(fd, min(e - pos, 8 << 20), pos)
+                            if not data:
+                                break
+                            lines += data.count(b"\n")
+                            pos += len(data)
+                finally:
+                    os.close(fd)
+                return Unparsed(left, lines, True, first, end)
+        seen = self._lines_seen() if self._lines_seen is not None else 0
+        per_line = self.parsed_bytes / seen if seen and self.parsed_bytes else 40.0
+        return Unparsed(left, int(left / per_line), False, first, end)
 
     def resume(self) -> None:
-        """Take text again (the job was started again)."""
+        """Take output again (the job was started again)."""
         with self._cond:
             self._accepting = True
 
     def close(self, timeout_s: float = 0.0) -> int:
-        """:meth:`drain` for ``timeout_s``, then end the thread; returns the characters dropped."""
-        dropped = self.drain(timeout_s)
+        """:meth:`drain` for ``timeout_s``, then end the thread; returns the bytes left unparsed."""
+        left = self.drain(timeout_s)
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         self._thread.join(1.0)
-        return dropped
+        return left
 
 
 def lower_priority(nice: int = PARSER_NICE) -> bool:
@@ -207,4 +339,5 @@ def lower_priority(nice: int = PARSER_NICE) -> bool:
     return True
 
 
-__all__ = ["MAX_PIECE_CHARS", "PARSER_NICE", "ParsePump", "lower_priority"]
+__all__ = ["MAX_PIECE_BYTES", "MAX_RANGES", "PARSER_NICE", "RANGE_SPAN_S", "ParsePump", "Unparsed",
+           "lower_priority"]

@@ -409,7 +409,8 @@ class Watcher:
                        on_exit_argv=lambda: on_exit_argv(self.state.run_id, on_exit=self.options.on_exit,
                                                          config=s.config_path, dry_run=self.options.dry_run,
                                                          advise_only=self.options.advise_only),
-                       pty=shares_one_terminal() if self.options.pty is None else self.options.pty)
+                       pty=shares_one_terminal() if self.options.pty is None else self.options.pty,
+                       on_output=self._on_output_range)
 
         self.engine = PolicyEngine(s, on_error=self._policy_failed)
         self.history = History(
@@ -446,9 +447,12 @@ class Watcher:
             "stderr": LineParser(self.options.loss_regex),
         }
         parsers = self._parsers
-        self._pump = ParsePump(lambda stream, text, now: parsers[stream].feed_batch(text, now),
+        # The parser reads the job's output back from the run log (the relay wrote it there),
+        # at its own pace: nothing is dropped while the job runs (see .pump).
+        self._pump = ParsePump(self.log_path, lambda stream, data, now: parsers[stream].feed_batch(data, now),
                                self._progress_q.put, self.clock.now, on_error=self._output_failed,
-                               on_gap=lambda stream: parsers[stream].gap())
+                               on_gap=lambda stream: parsers[stream].gap(),
+                               lines_seen=lambda: sum(p.lines_seen for p in parsers.values()))
         if s.checkpoint.path:
             warning = ephemeral_storage_warning(resolve_pattern(s.checkpoint.path))
             if warning:
@@ -652,15 +656,17 @@ class Watcher:
 
     # ------------------------------------------------------------------ progress and the tick
     def _on_text(self, stream: str, text: str) -> None:
-        """The command's output (output threads): OOM scan, then the text to the parser thread
-        (:class:`~.pump.ParsePump`), whose batches of points the tick drains."""
+        """The command's output (output thread): a sign of life, and the OOM scan. Progress is
+        parsed from the run log (:meth:`_on_output_range`)."""
         self.history.last_output_at = self.clock.now()  # any output is a sign of life (stall)
         if self.lifecycle is not None:
             self._scan_oom(stream, text)
-        if self._metrics is not None:
-            return
-        if self._pump is not None:
-            self._pump.put(stream, text)  # parsed on the parser thread, in big pieces
+
+    def _on_output_range(self, stream: str, offset: int, length: int) -> None:
+        """Where a piece of the command's output is in the run log (output thread): queued for
+        the parser thread (:class:`~.pump.ParsePump`), whose batches of points the tick drains."""
+        if self._metrics is None and self._pump is not None:
+            self._pump.put_range(stream, offset, length)
 
     def _scan_oom(self, stream: str, text: str) -> None:
         """The OOM scan, cheap on a flood: the chunk (with the end of the previous one, so that
@@ -678,19 +684,43 @@ class Watcher:
         self.lifecycle.on_text(stream, text if cut < 0 else "\n" + text[cut + 1:])
 
     def _finish_parsing(self) -> None:
-        """The job's output ended: let the parser finish within one sample interval (a flood
-        of output never keeps the watch, and its bill, going); what is left is dropped, said once."""
+        """The job's output ended: let the parser finish within one sample interval of the
+        job's exit (a flood of output never keeps the watch, and its bill, going), less
+        :data:`END_RESERVE_S`; what it has not parsed by then stays in the run log and is said,
+        with how to read it (:meth:`_say_unparsed`)."""
         pump = self._pump
         if pump is None:
             return
-        dropped = pump.drain(max(0.0, self.settings.watch.sample_interval.total_seconds() - END_RESERVE_S))
         child = self.child
-        if child is not None:  # the rest of the output is passed through, no longer parsed
+        budget = max(0.0, self.settings.watch.sample_interval.total_seconds() - END_RESERVE_S)
+        exited = getattr(child, "exited_monotonic", None)
+        if exited is not None:  # count from the job's exit as this watch saw it
+            budget = max(0.0, exited + budget - time.monotonic())
+        left = pump.drain(budget)
+        if child is not None:  # the passthrough is over (the relay's end of output came first)
             child.drain(PASSTHROUGH_WAIT_S)
-        if dropped:
-            self.say(f"costctl: {dropped} characters of the job's output were not parsed for progress in time "
-                     f"(the watch ends within one sample interval of the job's exit); the run log {self.log_path} "
-                     "has all of it")
+        if not left:  # a last line without a line end: parsed now
+            for parser in self._parsers.values():
+                if batch := parser.flush_batch(self.clock.now()):
+                    self._progress_q.put(batch)
+        self._say_unparsed()
+
+    def _say_unparsed(self) -> None:
+        """Say (once per drain) what the parser left: never silently lost."""
+        pump = self._pump
+        info = pump.last_unparsed if pump is not None else None
+        if info is not None:
+            pump.last_unparsed = None
+            lines = f"{info.lines:,}" if info.exact else f"about {info.lines:,}"
+            self.say(f"costctl: {info.bytes:,} bytes ({lines} lines) of the job's output were not parsed for "
+                     f"progress by the end of the watch (one sample interval after the job's exit): the policies "
+                     f"did not see them. They are in the run log {self.log_path} (offsets {info.first_offset:,}-"
+                     f"{info.end_offset:,}); `costctl analyze --train-log {self.log_path}` reads all of it")
+        if pump is not None and pump.lost_bytes and not getattr(self, "_lost_said", False):
+            self._lost_said = True
+            self.say(f"costctl: {pump.lost_bytes:,} bytes of the job's output could not be read back from the run "
+                     f"log {self.log_path} for progress (see {self.log_path.with_suffix('.relay.err')}); the "
+                     "policies did not see them")
 
     def _drain_progress(self, now: datetime) -> PointBatch:
         """Everything the output threads (and the metrics file) gave since the last drain, as one batch."""
