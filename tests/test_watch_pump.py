@@ -6,6 +6,8 @@ import os
 import threading
 from datetime import datetime, timezone
 
+import pytest
+
 from costctl.progress.batch import PointBatch
 from costctl.watch.pump import ParsePump
 
@@ -268,7 +270,8 @@ def test_the_oom_scan_skips_chunks_without_a_message_and_still_finds_one_split_i
     assert scanner.event is not None and scanner.event.requested_bytes == 2 * 2**30
 
 
-def test_after_the_exit_the_parser_gets_the_sample_interval_less_the_end_reserve():
+def test_after_the_exit_the_parser_gets_the_sample_interval_less_the_end_reserve(monkeypatch):
+
     """The watch ends within one sample interval of its job: the parser's drain after the exit
     leaves END_RESERVE_S of it for the last tick, the run's close and the summary."""
     from datetime import timedelta
@@ -282,16 +285,26 @@ def test_after_the_exit_the_parser_gets_the_sample_interval_less_the_end_reserve
         last_unparsed = None
         lost_bytes = 0
 
+        def wait_idle(self, timeout_s: float) -> bool:
+            return True
+
         def drain(self, timeout_s: float) -> int:
             asked.append(timeout_s)
             return 0
 
+    now = [1000.0]  # a frozen monotonic clock
+    monkeypatch.setattr(wmod.time, "monotonic", lambda: now[0])
     w = wmod.Watcher.__new__(wmod.Watcher)
     w._pump, w.job, w.say, w._parsers = _Pump(), None, print, {}
     for interval, want in ((1, 1 - wmod.END_RESERVE_S), (5, 5 - wmod.END_RESERVE_S), (0.2, 0.0)):
         w.settings = SimpleNamespace(watch=SimpleNamespace(sample_interval=timedelta(seconds=interval)))
         w._finish_parsing()
-        assert asked[-1] == want
+        assert asked[-1] == pytest.approx(want)
+    # counted from the job's exit as the watch saw it (the relay's exit frame), not from now
+    w.job = SimpleNamespace(child=SimpleNamespace(exited_monotonic=now[0] - 0.3, drain=lambda timeout: None))
+    w.settings = SimpleNamespace(watch=SimpleNamespace(sample_interval=timedelta(seconds=5)))
+    w._finish_parsing()
+    assert asked[-1] == pytest.approx(5 - wmod.END_RESERVE_S - 0.3)
     assert 0 < wmod.END_RESERVE_S < 1
 
 

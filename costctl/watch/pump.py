@@ -260,6 +260,18 @@ class ParsePump:
         with self._cond:
             return not self._queue and not self._busy
 
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` seconds for everything queued to be parsed (nothing is
+        given up: the caller may wait again, or :meth:`drain`); True when it was."""
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        with self._cond:
+            while self._queue or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.05))
+        return True
+
     def drain(self, timeout_s: float, *, count_limit: int = 64 << 20) -> int:
         """Wait up to ``timeout_s`` seconds for everything queued to be parsed; then leave what
         is not (it stays in the run log: counted in :attr:`unparsed_bytes` and described by
