@@ -166,8 +166,10 @@ class History:
         if first == last:
             if first == first:  # not NaN: one report time (a live chunk)
                 self._report_at(first)
-        else:  # several report times (a replay's block): the cadence between each
-            for t in times:
+        else:  # several report times (a replay's block, or a tick's chunks): the cadence between each
+            # distinct ones, in order (C speed: a time seen before is always a no-op for
+            # _report_at, whose last time only grows)
+            for t in dict.fromkeys(times):
                 if t == t:
                     self._report_at(t)
         self._trim()
