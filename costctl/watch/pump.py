@@ -62,6 +62,12 @@ RANGE_SPAN_S = 0.25
 #: range that is not is lost (counted, a gap).
 MAX_RANGES = 1 << 16
 
+#: The most points parsed and handed on (``emit``) but not yet taken by the watch
+#: (:meth:`ParsePump.consumed`): beyond it the parser waits (nothing is lost: it reads the
+#: run log later) and asks for them to be taken (``on_backlog``). 128 Ki points are ~6 MB in
+#: a PointBatch's columns: the watch's memory stays bounded however fast the parser is.
+MAX_UNCONSUMED_POINTS = 1 << 17
+
 #: The parser thread's niceness, added to the watch's own (Linux, where a thread has its own):
 #: when the machine's cores are busy, the job (and its output relay) get them first, so a job
 #: that floods its output is not slowed by the parsing of it; idle cores still parse at full speed.
@@ -103,13 +109,16 @@ class ParsePump:
             bytes are parsed (see the module docstring).
         lines_seen: gives the line ends parsed so far (all streams), to estimate the lines of
             what is left unparsed; None: estimated from 1 line per 40 bytes.
+        on_backlog: called (parser thread) when :data:`MAX_UNCONSUMED_POINTS` points wait to
+            be taken: the watch should take them (and call :meth:`consumed`) soon.
     """
 
     def __init__(self, log_path: Path | str | None, parse: Callable[[str, bytes, datetime], PointBatch],
                  emit: Callable[[PointBatch], None], now: Callable[[], datetime],
                  on_error: Callable[[BaseException], None] | None = None,
                  on_gap: Callable[[str], None] | None = None,
-                 lines_seen: Callable[[], int] | None = None) -> None:
+                 lines_seen: Callable[[], int] | None = None,
+                 on_backlog: Callable[[], None] | None = None) -> None:
         self.log_path = log_path
         self._parse = parse
         self._emit = emit
@@ -117,6 +126,9 @@ class ParsePump:
         self._on_error = on_error
         self._on_gap = on_gap
         self._lines_seen = lines_seen
+        self.on_backlog = on_backlog
+        self._emitted = 0  # points handed on; _consumed: taken by the watch
+        self._consumed = 0
         self._fd: int | None = None
         #: [stream, start, end, time, monotonic start]; a list, so the last one can grow in place.
         self._queue: deque[list] = deque()
@@ -235,6 +247,9 @@ class ParsePump:
             if data:
                 batch = self._parse(stream, data, when)
                 if batch:
+                    self._wait_consumed()
+                    with self._cond:
+                        self._emitted += len(batch)
                     self._emit(batch)
             if lost and self._on_gap is not None:
                 self._on_gap(stream)  # the rest of this range is not in the log
@@ -243,7 +258,36 @@ class ParsePump:
                 self._error_reported = True
                 self._on_error(exc)
 
+    def _wait_consumed(self) -> None:
+        """Wait (parser thread) while too many points wait to be taken (see
+        :data:`MAX_UNCONSUMED_POINTS`); not once the pump is draining or closed."""
+        asked = False
+        with self._cond:
+            while (self._emitted - self._consumed >= MAX_UNCONSUMED_POINTS and self._accepting
+                   and not self._closed and self.on_backlog is not None):
+                if not asked:
+                    asked = True
+                    self._cond.release()
+                    try:
+                        self.on_backlog()
+                    finally:
+                        self._cond.acquire()
+                    continue
+                self._cond.wait(0.05)
+
     # ------------------------------------------------------------------ the watch
+    def consumed(self, points: int) -> None:
+        """The watch took ``points`` of the points handed on (its drain of ``emit``'s batches)."""
+        if points:
+            with self._cond:
+                self._consumed += points
+                self._cond.notify_all()
+
+    @property
+    def unconsumed_points(self) -> int:
+        """Points handed on and not yet taken by the watch."""
+        with self._cond:
+            return self._emitted - self._consumed
     @property
     def pending_bytes(self) -> int:
         """Bytes queued and not parsed yet (the piece being parsed not included)."""
@@ -291,6 +335,7 @@ class ParsePump:
             ranges = [(r[1], r[2]) for r in self._queue]
             self._queue.clear()
             self._accepting = False
+            self._cond.notify_all()  # a parser waiting for its points to be taken hands them on
             left_bytes = sum(e - s for s, e in ranges)
             self.unparsed_bytes += left_bytes
         self.last_unparsed = self._describe(ranges, left_bytes, count_limit) if left_bytes else None
@@ -351,5 +396,5 @@ def lower_priority(nice: int = PARSER_NICE) -> bool:
     return True
 
 
-__all__ = ["MAX_PIECE_BYTES", "MAX_RANGES", "PARSER_NICE", "RANGE_SPAN_S", "ParsePump", "Unparsed",
+__all__ = ["MAX_PIECE_BYTES", "MAX_RANGES", "MAX_UNCONSUMED_POINTS", "PARSER_NICE", "RANGE_SPAN_S", "ParsePump", "Unparsed",
            "lower_priority"]

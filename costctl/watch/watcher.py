@@ -246,6 +246,7 @@ class Watcher:
         self._own_cpu = False
         self._spend_before = Decimal(0)  # spend of earlier ledger runs of this watch (same currency)
         self._tick_error_reported = False
+        self._progress_due = False  # the parser asked for its points to be taken (_progress_backlog)
         self._threaded = False  # run(): the stop runs in a StopRunner thread; else step() steps it
         self._summary_from: datetime | None = None  # the first ledger run's start (earlier when attached)
         self._stop_runner: StopRunner | None = None
@@ -482,13 +483,15 @@ class Watcher:
         if early is not None and early.pump is not None:  # parsing since the job's start
             self._parsers, self._pump, self._progress_q = early.parsers, early.pump, early.progress_q
             self._pump._on_error = self._output_failed
+            self._pump.on_backlog = self._progress_backlog
         parsers = self._parsers
         # The parser reads the job's output back from the run log (the relay wrote it there),
         # at its own pace: nothing is dropped while the job runs (see .pump).
         self._pump = self._pump or ParsePump(self.log_path, lambda stream, data, now: parsers[stream].feed_batch(data, now),
                                self._progress_q.put, self.clock.now, on_error=self._output_failed,
                                on_gap=lambda stream: parsers[stream].gap(),
-                               lines_seen=lambda: sum(p.lines_seen for p in parsers.values()))
+                               lines_seen=lambda: sum(p.lines_seen for p in parsers.values()),
+                               on_backlog=self._progress_backlog)
         if s.checkpoint.path:
             warning = ephemeral_storage_warning(resolve_pattern(s.checkpoint.path))
             if warning:
@@ -745,8 +748,7 @@ class Watcher:
         while not pump.wait_idle(min(FINAL_TICK_EVERY_S, max(0.0, deadline - time.monotonic()))):
             if time.monotonic() >= deadline:
                 break
-            if self._wakeup is not None:  # the live watch (a simulated clock's driver ticks itself)
-                self._safe_tick()
+            self._progress_tick()
         left = pump.drain(max(0.0, deadline - time.monotonic()))
         if child is not None:  # the passthrough is over (the relay's end of output came first)
             child.drain(PASSTHROUGH_WAIT_S)
@@ -773,6 +775,29 @@ class Watcher:
                      f"log {self.log_path} for progress (see {self.log_path.with_suffix('.relay.err')}); the "
                      "policies did not see them")
 
+    def _progress_backlog(self) -> None:
+        """The parser waits for its points to be taken (parser thread): the main loop runs a
+        progress tick (:meth:`_progress_tick`) at its next turn."""
+        self._progress_due = True
+        self._wake()
+
+    def _progress_tick(self) -> None:
+        """Give the policies the points parsed since the last tick, between two ticks: a tick
+        at the last sample's instant (so no new sample is taken; the charge is up to then), so
+        that a fast parser's points never pile up in memory for a whole sample interval."""
+        self._progress_due = False
+        with self._lock:
+            samples = self.history.samples if getattr(self, "history", None) is not None else None
+            if not samples or self._stopped_at is not None:
+                return
+            last = samples[-1].time
+        try:
+            self.tick(last)
+        except Exception as exc:  # noqa: BLE001 - as a tick's (see _safe_tick)
+            if not self._tick_error_reported:
+                self._tick_error_reported = True
+                self.say(f"costctl: error during a tick: {type(exc).__name__}: {exc}{self._crash_log('tick', exc)}")
+
     def _drain_progress(self, now: datetime) -> PointBatch:
         """Everything the output threads (and the metrics file) gave since the last drain, as one batch."""
         out = PointBatch()
@@ -781,6 +806,8 @@ class Watcher:
                 out.extend(self._progress_q.get_nowait())
             except queue.Empty:
                 break
+        if self._pump is not None:
+            self._pump.consumed(len(out))
         if self._metrics is not None:
             try:
                 for point in self._metrics.poll(now):
@@ -1122,6 +1149,8 @@ class Watcher:
         loop calls it when woken (:meth:`_loop_timeout`); a simulated-clock driver calls it
         between clock advances.
         """
+        if self._progress_due:
+            self._progress_tick()
         if self._ending is not None:
             return self._on_ending()
         if self._signal is not None:
