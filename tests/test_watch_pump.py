@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from datetime import datetime, timezone
 
 import pytest
@@ -343,3 +344,35 @@ def test_line_parser_gap_discards_both_sides_of_the_cut():
     assert list(parser.feed_batch(b"loss: 1.2", T0).values) == []
     parser.gap()
     assert list(parser.feed_batch(b"34\nloss: 5.0\n", T0).values) == [5.0]
+
+
+def test_the_parser_waits_for_its_points_to_be_taken_and_loses_nothing(tmp_path, monkeypatch):
+    """Backpressure: at MAX_UNCONSUMED_POINTS points handed on and not taken, the parser asks
+    for them to be taken (on_backlog) and waits; the rest stays queued (offsets), and is all
+    parsed once the watch took them: memory bounded, nothing dropped."""
+    from costctl.watch import pump as pmod
+
+    monkeypatch.setattr(pmod, "MAX_UNCONSUMED_POINTS", 25)
+    monkeypatch.setattr(pmod, "MAX_PIECE_BYTES", 20)  # 10 points a piece
+    log = _Log(tmp_path / "run.log")
+    got: list[PointBatch] = []
+    asked = threading.Event()
+    pump = ParsePump(log.path, _parse, got.append, lambda: T0, on_backlog=asked.set)
+    data = "".join(f"{i}\n" for i in range(10)).encode() * 10  # 100 points, 200 bytes
+    pump.put_range("stdout", log.write(data), len(data))
+    assert asked.wait(5)
+    assert not pump.wait_idle(0.2)  # it waits: nothing more is handed on while none is taken
+    held = sum(len(b) for b in got)
+    assert 25 <= held <= 35 and pump.unconsumed_points == held and pump.pending_bytes > 0
+    taken = 0
+    deadline = time.monotonic() + 10  # a hang guard only
+    while taken < 100 and time.monotonic() < deadline:
+        n = sum(len(b) for b in got)
+        pump.consumed(n - taken)
+        taken = n
+        if taken < 100:
+            time.sleep(0.01)
+    assert pump.drain(5) == 0
+    pump.close()
+    assert [v for b in got for v in b.values] == [float(i % 10) for i in range(100)]
+    assert pump.lost_bytes == 0
