@@ -206,3 +206,32 @@ def test_the_relay_sleeps_until_an_fd_is_ready_not_polling(tmp_path):
     before_exit = relay.sel.timeouts[:2]
     assert before_exit and all(t is None for t in before_exit), relay.sel.timeouts
     assert len(relay.sel.timeouts) <= 8, relay.sel.timeouts  # not one per 0.05 s of the job's second
+
+
+def test_bytes_another_process_appends_to_the_log_are_not_relayed_and_offsets_stay_the_logs(tmp_path):
+    """The watch's before_stop hook appends its output to the run log: the relay's offsets
+    follow the file (the watch's parser reads the log back at them) and those bytes never
+    reach the watch as the job's output."""
+    import time
+
+    log = tmp_path / "run.log"
+    go = tmp_path / "go"
+    mux = _Collect()
+    spans: list[tuple[str, int, int]] = []
+    code = ("import os, time\n"
+            "os.write(1, b'a\\n')\n"
+            f"while not os.path.exists({str(go)!r}): time.sleep(0.01)\n"
+            "os.write(1, b'b\\n')\n")
+    child = RelayChild(_py(code), mux, log_path=log,  # type: ignore[arg-type]
+                       on_output=lambda stream, off, n: spans.append((stream, off, n)))
+    deadline = time.monotonic() + 20
+    while mux.stream("stdout") != b"a\n" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with open(log, "ab") as fh:
+        fh.write(b"\n[costctl before_stop hook output]\nHOOK\n")
+    go.touch()
+    assert child.wait(30) == 0
+    assert mux.stream("stdout") == b"a\nb\n"
+    data = log.read_bytes()
+    assert b"HOOK" in data
+    assert [data[off:off + n] for _, off, n in spans] == [b"a\n", b"b\n"]

@@ -52,6 +52,9 @@ MAX_STREAM_RUNS = 1 << 20
 #: job writing in small pieces is read in few large ones (the job does not wait: at this pace a
 #: 1 MiB pipe takes 200 MB/s; a read of half the pipe or more is followed at once by the next).
 GATHER_S = 0.005
+#: The stream "kind" of run-log bytes another process appended (:meth:`Relay._skip_foreign`):
+#: never relayed (not a frame kind of :mod:`.protocol`).
+SKIP = 0
 #: Linux's ``fcntl`` command to set a pipe's capacity (``F_SETPIPE_SZ``).
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 #: Seconds the pipes are still read after the job's root exited (stragglers holding them).
@@ -257,6 +260,9 @@ class Relay:
         stream), then the control frames its cursor has reached."""
         if client.cursor < self.offset:
             kind, end = self.streams.at(client.cursor)
+            if kind == SKIP:  # not the job's output (see _skip_foreign)
+                client.cursor = client.sent_to = end if end is not None else self.offset
+                return self._refill(client)
             end = min(self.offset, client.cursor + REPLAY_BYTES, end if end is not None else self.offset)
             try:
                 data = os.pread(self.read_fd, end - client.cursor, client.cursor)
@@ -342,7 +348,26 @@ class Relay:
         except OSError as exc:
             print(f"costctl relay: cannot write {self.state_path}: {exc}", file=sys.stderr)
 
+    def _skip_foreign(self) -> None:
+        """Bytes another process appended to the run log since the relay's last write (the
+        watch's before_stop hook output): not the job's output, so never relayed as it; the
+        relay's offsets follow the file (they are the log's own, which the watch's parser reads
+        back), and a watch at the old end skips them."""
+        try:
+            size = os.fstat(self.log_fd).st_size
+        except OSError:
+            return
+        if size <= self.offset:
+            return
+        old = self.offset
+        self.streams.add(old, SKIP)
+        self.offset = size
+        for client in self.clients:
+            if client.attached and client.cursor == old and not client.pending:
+                client.cursor = client.sent_to = size
+
     def _on_output(self, kind: int, data: bytes) -> None:
+        self._skip_foreign()
         view = memoryview(data)
         while view:
             try:
