@@ -34,6 +34,25 @@ Not progress: the HF summary ``{'train_runtime': ..., 'train_loss': ...}`` and H
 
 Garbage (binary junk, ``loss: abc``, lines over :data:`MAX_LINE_CHARS`) is skipped, never
 raised. Lines that cannot hold a loss cost only the regex engine's literal scan.
+
+Engines (:data:`ENGINE`; both give the same batches, column for column, and the same
+:attr:`LineParser.lines_seen`; tests/test_progress_native_parity.py holds them to the frozen
+old parser):
+
+* ``"native"``: the optional C extension ``costctl.progress._scan`` (``_scan.c``, built by
+  ``pip install`` when a C compiler is there). It scans the raw bytes (no decoding; the
+  unfinished line is kept as bytes), reads the strict shapes of :data:`_BLOCK_RE` straight into
+  point records (numbers converted as ``float()``/``int()`` do), and hands every other line
+  holding ``oss``/``OSS``/``poch``/``POCH`` back, decoded with ``errors="replace"``, to the
+  per-line parser here; it stops after a line that may be an epoch header so that the strict
+  points after it get the new epoch context. The GIL is released while a block is scanned.
+  Text input is encoded to UTF-8 and scanned the same way (text UTF-8 cannot encode, i.e. lone
+  surrogates, turns that parser to the Python engine for good, its state kept).
+* ``"python"``: the block regex and per-line parser below, on decoded text. Used when the
+  extension is not built, or when the environment variable ``COSTCTL_PARSER=python`` is set
+  (read at import), or per parser with ``LineParser(engine="python")``.
+
+A ``--loss-regex`` always runs in Python (each line decoded), whatever the engine.
 """
 
 from __future__ import annotations
