@@ -264,3 +264,21 @@ def test_fuzzed_mixtures_and_splits(parts, cuts, as_bytes: bool, tail: bool) -> 
     assert _read(pieces, "python") == expected
     if NATIVE_BUILT:
         assert _read(pieces, "native") == expected
+
+
+_digits = st.text(alphabet="0123456789", min_size=1, max_size=32)
+
+
+@needs_native
+@settings(max_examples=400, deadline=None)
+@given(
+    sign=st.sampled_from(["", "-"]), whole=_digits, frac=st.one_of(st.just(""), _digits),
+    exp=st.one_of(st.just(""), st.tuples(st.sampled_from(["", "-", "+"]), st.integers(0, 9999)).map(lambda t: f"e{t[0]}{t[1]}")),
+)
+def test_native_numbers_convert_as_float(sign: str, whole: str, frac: str, exp: str) -> None:
+    number = sign + whole + ("." + frac if frac else "") + exp
+    text = f"loss: {number}\n"
+    native = _read([text.encode()], "native")[0]
+    assert native == _legacy(text)[0]
+    if len(whole) <= 30 and len(frac) <= 30:  # the strict shape's digit bounds
+        assert native[2] == [repr(float(number))]

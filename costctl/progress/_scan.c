@@ -13,6 +13,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
 #include <locale.h>
 #include <math.h>
 #include <stdint.h>
@@ -100,8 +101,54 @@ static const char *number(const char *p, const char *e) {
     return p;
 }
 
-/* float() of the number text [p, q) (at most 68 characters by construction). */
+/* Exact powers of ten as doubles (10^22 is the largest: 5^22 < 2^53). */
+static const double pow10_exact[23] = {
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+};
+
+/* float() of the number text [p, q) (at most 68 characters by construction): the text is
+ * -?digits(.digits)?(e[-+]?digits)?. With at most 15 digits the digits are an exact integer m
+ * (< 2^53) and with a decimal exponent |k| <= 22, 10^|k| is exact too, so m * 10^k or
+ * m / 10^-k is one correctly rounded IEEE operation (Clinger's fast path, the one CPython's
+ * dtoa takes first); any other text goes to strtod_l (correctly rounded in glibc). */
 static double to_double(const char *p, const char *q) {
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
+    {
+        const char *c = p;
+        int neg = 0, digits_seen = 0, k = 0;
+        uint64_t m = 0;
+        if (c < q && *c == '-') {
+            neg = 1;
+            c++;
+        }
+        for (; c < q && *c >= '0' && *c <= '9'; c++, digits_seen++)
+            m = m * 10 + (uint64_t)(*c - '0');
+        if (c < q && *c == '.')
+            for (c++; c < q && *c >= '0' && *c <= '9'; c++, digits_seen++, k--)
+                m = m * 10 + (uint64_t)(*c - '0');
+        if (digits_seen <= 15) {
+            int ok = 1;
+            if (c < q && *c == 'e') {
+                int esign = 1, ev = 0, en = 0;
+                c++;
+                if (c < q && (*c == '-' || *c == '+'))
+                    esign = *c++ == '-' ? -1 : 1;
+                for (; c < q && *c >= '0' && *c <= '9' && en < 5; c++, en++)
+                    ev = ev * 10 + (*c - '0');
+                k += esign * ev;
+            }
+            if (c != q)
+                ok = 0; /* cannot happen: number() checked the text */
+            if (ok && (m == 0 || (k >= -22 && k <= 22))) {
+                double v = (double)m;
+                if (m != 0)
+                    v = k >= 0 ? v * pow10_exact[k] : v / pow10_exact[-k];
+                return neg ? -v : v;
+            }
+        }
+    }
+#endif
     char tmp[80];
     size_t n = (size_t)(q - p);
     if (n >= sizeof tmp)
