@@ -282,3 +282,19 @@ def test_native_numbers_convert_as_float(sign: str, whole: str, frac: str, exp: 
     assert native == _legacy(text)[0]
     if len(whole) <= 30 and len(frac) <= 30:  # the strict shape's digit bounds
         assert native[2] == [repr(float(number))]
+
+
+def test_cli_reads_a_log_the_same_with_costctl_parser_python(tmp_path: Path) -> None:
+    """COSTCTL_PARSER is costctl's own variable (the config does not refuse it) and the
+    analyze report is the same with either engine."""
+    from helpers import costctl_env, run_costctl
+
+    log = tmp_path / "train.log"
+    log.write_text("Epoch 1/2\n" + "".join(f"iter {i}: loss {3 - i / 100:.4f}, time 5.0ms, mfu 1.00%\n" for i in range(80)))
+    outs = []
+    for engine in ("python", "") if NATIVE_BUILT else ("python",):
+        env = costctl_env(tmp_path / "data", COSTCTL_PARSER=engine)
+        proc = run_costctl("analyze", "--train-log", str(log), "--format", "json", env=env)
+        assert proc.returncode == 0, proc.stderr.decode()
+        outs.append(proc.stdout)
+    assert len(set(outs)) == 1 and b"loss" in outs[0]
