@@ -6,9 +6,13 @@ under namespaced import names so that they never collide with other distribution
 * ``providers/`` -> ``costctl_providers`` (a generic ``providers`` package is too common);
 * ``alembic/``   -> ``costctl_alembic`` (a top-level ``alembic`` package would shadow the
   Alembic library itself). ``alembic/`` deliberately has no ``__init__.py``.
+
+``costctl.progress._scan`` is an optional C extension (the native log scanner, see
+``costctl/progress/lines.py``): ``optional=True`` lets a machine without a compiler install the
+package anyway, and costctl then uses its pure-Python parser, with the same results.
 """
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 packages = find_packages(include=["costctl", "costctl.*"])
 packages += ["costctl_providers"] + [
@@ -18,6 +22,14 @@ packages += ["costctl_alembic", "costctl_alembic.versions"]
 
 setup(
     packages=packages,
+    ext_modules=[
+        Extension(
+            "costctl.progress._scan",
+            sources=["costctl/progress/_scan.c"],
+            extra_compile_args=["-O2", "-std=c11", "-Wall"],
+            optional=True,
+        )
+    ],
     package_dir={
         "costctl": "costctl",
         "costctl_providers": "providers",

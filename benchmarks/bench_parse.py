@@ -8,13 +8,15 @@ ANSI-coloured lines, epoch headers and plain noise (warnings, stack traces, data
 long lines), roughly in the proportions a chatty console log has. Then it times
 
 * ``reader``: :meth:`costctl.progress.LineParser.feed_batch` over the raw file in 4 MiB blocks
+  with the chosen engine (``--engine``; default :data:`costctl.progress.lines.ENGINE`: the C
+  scanner when built, else pure Python)
   (the same reader ``costctl watch`` runs on the child's pipe and ``costctl analyze`` on a file;
   points land in a ``PointBatch``, nothing is kept);
 * ``grep -c loss`` on the same file (a lower bound: it only counts lines);
 * ``costctl analyze --train-log FILE --format json`` as a subprocess (stdout discarded): wall
   time and peak RSS (``ru_maxrss`` of that child, via ``os.wait4``).
 
-Figures (the last line is one JSON object): ``size_bytes``; ``lines`` (``\n`` and ``\r``
+Figures (the last line is one JSON object): ``engine`` ("native" or "python"); ``size_bytes``; ``lines`` (``\n`` and ``\r``
 ends); ``points``; ``reader_s`` (seconds); ``reader_mb_s`` (MB/s, 10^6 bytes); ``points_per_s``;
 ``grep_s``; ``grep_mb_s``; ``ratio_to_grep`` (reader_s / grep_s; target <= 20, aim 10);
 ``analyze_s``; ``analyze_peak_rss_mb`` (MiB; target <= 200); ``analyze_rc``. Nothing is
@@ -26,6 +28,7 @@ Usage::
     python benchmarks/bench_parse.py --size 200M     # smaller run
     python benchmarks/bench_parse.py --keep          # keep (and reuse) the generated file
     python benchmarks/bench_parse.py --no-analyze    # reader and grep only
+    python benchmarks/bench_parse.py --engine python # the pure-Python reader (COSTCTL_PARSER=python)
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from costctl.progress import lines as _lines
 from costctl.progress.lines import LineParser
 
 BLOCK = 4 << 20
@@ -135,9 +139,9 @@ def write_log(path: Path, size: int, seed: int = 0) -> int:
     return lines
 
 
-def _reader(path: Path) -> tuple[float, int, int]:
+def _reader(path: Path, engine: str) -> tuple[float, int, int]:
     """Seconds, points and lines of LineParser.feed_batch over ``path`` in BLOCK-byte blocks."""
-    parser = LineParser()
+    parser = LineParser(engine=engine)
     points = 0
     t0 = time.perf_counter()
     with path.open("rb") as fh:
@@ -147,11 +151,14 @@ def _reader(path: Path) -> tuple[float, int, int]:
     return time.perf_counter() - t0, points, parser.lines_seen
 
 
-def _analyze(path: Path) -> tuple[float, float, int]:
+def _analyze(path: Path, engine: str) -> tuple[float, float, int]:
     """Wall seconds, peak RSS (MiB) and exit status of ``costctl analyze`` on ``path``."""
     cmd = [sys.executable, "-m", "costctl", "analyze", "--train-log", str(path), "--format", "json"]
+    env = dict(os.environ)
+    if engine == "python":
+        env["COSTCTL_PARSER"] = "python"
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
     took = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -164,6 +171,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--size", type=parse_size, default=parse_size("1G"), help="log size (default 1G)")
     parser.add_argument("--keep", action="store_true", help="keep the generated file (and reuse a kept one)")
     parser.add_argument("--no-analyze", action="store_true", help="skip the costctl analyze run")
+    parser.add_argument("--engine", choices=("native", "python"), default=_lines.ENGINE,
+                        help=f"block reader engine (default {_lines.ENGINE}, costctl's choice here)")
     args = parser.parse_args(argv)
     cache = Path(tempfile.gettempdir()) / "costctl-bench-parse"
     tmp = cache if args.keep else Path(tempfile.mkdtemp(prefix="costctl-bench-"))
@@ -177,10 +186,10 @@ def main(argv: list[str] | None = None) -> dict:
             write_log(path, args.size)
             print(f"log: {path} written in {time.perf_counter() - t0:.1f} s")
         size = path.stat().st_size
-        took, points, lines = _reader(path)
-        print(f"reader (feed_batch): {took:8.2f} s  {size / took / 1e6:8.1f} MB/s  {points / took:12,.0f} points/s"
+        took, points, lines = _reader(path, args.engine)
+        print(f"reader (feed_batch, {args.engine}): {took:8.2f} s  {size / took / 1e6:8.1f} MB/s  {points / took:12,.0f} points/s"
               f"  ({size / 1e6:.1f} MB, {lines:,} lines, {points:,} points)")
-        figures: dict = {"size_bytes": size, "lines": lines, "points": points, "reader_s": round(took, 3),
+        figures: dict = {"engine": args.engine, "size_bytes": size, "lines": lines, "points": points, "reader_s": round(took, 3),
                          "reader_mb_s": round(size / took / 1e6, 2), "points_per_s": round(points / took)}
         grep = shutil.which("grep")
         if grep is None:
@@ -195,7 +204,7 @@ def main(argv: list[str] | None = None) -> dict:
             figures.update(grep_s=round(took_g, 3), grep_mb_s=round(size / took_g / 1e6, 2),
                            ratio_to_grep=round(took / took_g, 2))
         if not args.no_analyze:
-            took_a, rss, rc = _analyze(path)
+            took_a, rss, rc = _analyze(path, args.engine)
             print(f"costctl analyze:     {took_a:8.2f} s  peak RSS {rss:.1f} MiB (target <= 200)  exit {rc}")
             figures.update(analyze_s=round(took_a, 2), analyze_peak_rss_mb=round(rss, 1), analyze_rc=rc)
         print(json.dumps(figures, sort_keys=True))

@@ -447,9 +447,11 @@ class Settings(BaseSettings):
 
 # Environment variables that belong to costctl but are not settings keys.
 # Environment variables that belong to costctl but are not settings keys: the job-side protocol
-# (costctl.job), the config file's location, and the test suite's (COSTCTL_TEST_*, COSTCTL_CORPUS).
+# (costctl.job), the config file's location, the log reader's engine (COSTCTL_PARSER, read by
+# costctl.progress.lines at import) and the test suite's (COSTCTL_TEST_*, COSTCTL_CORPUS).
 _NON_SETTING_ENV = {"COSTCTL_CONFIG", "COSTCTL_CHECKPOINT_REQUEST", "COSTCTL_RESUME_FROM",
-                    "COSTCTL_BATCH_SIZE", "COSTCTL_ACCUM_STEPS", "COSTCTL_RUN_ID", "COSTCTL_CORPUS"}
+                    "COSTCTL_BATCH_SIZE", "COSTCTL_ACCUM_STEPS", "COSTCTL_RUN_ID", "COSTCTL_CORPUS",
+                    "COSTCTL_PARSER"}
 _NON_SETTING_ENV_PREFIXES = ("COSTCTL_TEST_",)
 
 

@@ -18,9 +18,12 @@ def test_bench_parse_small_run(capsys: pytest.CaptureFixture[str]) -> None:
     spec.loader.exec_module(bench)
     figures = bench.main(["--size", "300K"])
     out = capsys.readouterr().out
-    assert "reader (feed_batch):" in out and "points/s" in out
+    assert "reader (feed_batch, " in out and "points/s" in out
     assert "grep -c loss:" in out
     last = json.loads(out.strip().splitlines()[-1])
     assert last == figures and last["points"] > 1000 and last["analyze_rc"] == 0
     assert last["analyze_peak_rss_mb"] > 0 and "ratio_to_grep" in last
+    assert last["engine"] == bench._lines.ENGINE
+    python = bench.main(["--size", "100K", "--no-analyze", "--engine", "python"])
+    assert python["engine"] == "python" and python["points"] > 300
     assert bench.parse_size("1G") == 10**9 and bench.parse_size("64K") == 64_000

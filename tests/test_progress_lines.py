@@ -203,13 +203,20 @@ def test_keras_epoch_header_gives_the_epoch_of_following_lines() -> None:
     assert _facts(parser.feed("epoch 9/12 loss: 0.3\n", T0)) == [("train", "loss", 0.3, None, 9.0, 12)]
 
 
-def test_huge_lines_are_skipped_with_bounded_memory() -> None:
-    parser = LineParser()
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_huge_lines_are_skipped_with_bounded_memory(engine: str) -> None:
+    from costctl.progress import lines
+
+    if engine == "native" and lines._scan is None:
+        pytest.skip("the C extension costctl.progress._scan is not built")
+    parser = LineParser(engine=engine)
+    # the pending line is held as text (characters) or, natively, as bytes (<= 4 a character)
+    bound = MAX_LINE_CHARS if engine == "python" else lines._MAX_LINE_BYTES
     started = time.perf_counter()
     block = "x" * 4096
     for _ in range(256):  # 1 MiB without a newline, as a stuck progress bar might write
         assert parser.feed(block, T0) == []
-        assert sum(len(p) for p in parser._pending) <= MAX_LINE_CHARS
+        assert sum(len(p) for p in parser._pending) <= bound
     points = parser.feed(" loss: 9.9\nloss: 0.3\n", T0)
     assert [p.value for p in points] == [0.3]  # the 1 MiB line (which ended in a loss) is dropped whole
     assert time.perf_counter() - started < 2.0

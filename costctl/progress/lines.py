@@ -34,12 +34,32 @@ Not progress: the HF summary ``{'train_runtime': ..., 'train_loss': ...}`` and H
 
 Garbage (binary junk, ``loss: abc``, lines over :data:`MAX_LINE_CHARS`) is skipped, never
 raised. Lines that cannot hold a loss cost only the regex engine's literal scan.
+
+Engines (:data:`ENGINE`; both give the same batches, column for column, and the same
+:attr:`LineParser.lines_seen`; tests/test_progress_native_parity.py holds them to the frozen
+old parser):
+
+* ``"native"``: the optional C extension ``costctl.progress._scan`` (``_scan.c``, built by
+  ``pip install`` when a C compiler is there). It scans the raw bytes (no decoding; the
+  unfinished line is kept as bytes), reads the strict shapes of :data:`_BLOCK_RE` straight into
+  point records (numbers converted as ``float()``/``int()`` do), and hands every other line
+  holding ``oss``/``OSS``/``poch``/``POCH`` back, decoded with ``errors="replace"``, to the
+  per-line parser here; it stops after a line that may be an epoch header so that the strict
+  points after it get the new epoch context. The GIL is released while a block is scanned.
+  Text input is encoded to UTF-8 and scanned the same way (text UTF-8 cannot encode, i.e. lone
+  surrogates, turns that parser to the Python engine for good, its state kept).
+* ``"python"``: the block regex and per-line parser below, on decoded text. Used when the
+  extension is not built, or when the environment variable ``COSTCTL_PARSER=python`` is set
+  (read at import), or per parser with ``LineParser(engine="python")``.
+
+A ``--loss-regex`` always runs in Python (each line decoded), whatever the engine.
 """
 
 from __future__ import annotations
 
 import codecs
 import math
+import os
 import re
 from array import array
 from collections.abc import Iterator
@@ -53,6 +73,7 @@ from costctl.records import ProgressPoint
 _NAN = float("nan")
 
 __all__ = [
+    "ENGINE",
     "MAX_LINE_CHARS",
     "LineParser",
     "candidate_lines",
@@ -66,6 +87,28 @@ __all__ = [
 #: is dropped up to its next line end, so a child writing megabytes without a newline costs
 #: bounded memory and time.
 MAX_LINE_CHARS = 64 * 1024
+# The native engine works on bytes: a line of more than 4 bytes per character allowed cannot
+# be MAX_LINE_CHARS characters or fewer (UTF-8 holds a character in at most 4 bytes, and a
+# replaced bad byte is one character), so it is skipped, and a partial line is dropped past it.
+_MAX_LINE_BYTES = 4 * MAX_LINE_CHARS
+_I64_MAX = (1 << 63) - 1
+
+
+def _select_engine() -> tuple[str, object]:
+    """``("native", module)`` when the C scanner is built and not refused, else ``("python", None)``."""
+    if os.environ.get("COSTCTL_PARSER", "").strip().lower() == "python":
+        return "python", None
+    try:
+        from costctl.progress import _scan  # type: ignore[attr-defined]
+    except ImportError:
+        return "python", None
+    return "native", _scan
+
+
+#: The block reader in use: ``"native"`` (the C scanner ``costctl.progress._scan``, built by
+#: ``pip install`` when a C compiler is there) or ``"python"`` (no extension, or the environment
+#: variable ``COSTCTL_PARSER=python``, read at import). Both give the same points.
+ENGINE, _scan = _select_engine()
 
 # A number (atomic, so "0.12abc" cannot shrink to "0.1") or nan/inf, not followed by a letter.
 _NUMBER = r"(?>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z0-9_])"
@@ -470,6 +513,8 @@ _BLOCK_RE = re.compile(
     r")(?=[\r\n])"
 )
 _FIRST_END_RE = re.compile(r"[\r\n]")
+# The series of the native scanner's point codes 0, 1, 2.
+_CODE_KEYS = (("train", "loss"), ("eval", "val_loss"), ("eval", "val loss"))
 #: Characters per :data:`_BLOCK_RE` window: its rows for a window stay in the CPU's cache.
 _WINDOW = 256 * 1024
 
@@ -519,8 +564,16 @@ class LineParser:
         parser.feed_batch(b"0\\n", now)                   # one point: value 2.10, step 5
     """
 
-    def __init__(self, loss_regex: str | None = None) -> None:
+    def __init__(self, loss_regex: str | None = None, *, engine: str | None = None) -> None:
         self._regex = compile_loss_regex(loss_regex) if loss_regex is not None else None
+        if engine not in (None, "native", "python"):
+            raise UsageError(f"parser engine {engine!r}: expected 'native' or 'python'")
+        if engine == "native" and _scan is None:
+            raise UsageError("parser engine 'native': the C extension costctl.progress._scan is not built")
+        #: "native" or "python" (see :data:`ENGINE`); a native parser turns "python" for good
+        #: when given text that UTF-8 cannot encode (lone surrogates).
+        self.engine = engine or ENGINE
+        self._native = self.engine == "native"
         self._pending: list[str] = []  # the unfinished last line, in pieces
         self._pending_len = 0
         self._discarding = False  # inside a line that grew past MAX_LINE_CHARS
@@ -542,6 +595,20 @@ class LineParser:
                 point's ``times`` entry (None: NaN, no time).
         """
         batch = PointBatch()
+        if self._native:
+            if isinstance(chunk, str):
+                try:
+                    data = chunk.encode("utf-8")
+                except UnicodeEncodeError:  # lone surrogates: the text path keeps them as they are
+                    self._to_python()
+                    return self.feed_batch(chunk, now)
+            else:
+                data = chunk if isinstance(chunk, bytes) else bytes(chunk)
+            if data:
+                complete = self._complete_bytes(data)
+                if complete:
+                    self.parse_block(complete, now, batch)
+            return batch
         text = self._decoder.decode(chunk) if isinstance(chunk, (bytes, bytearray, memoryview)) else chunk
         if text:
             complete = self._complete(text)
@@ -562,6 +629,17 @@ class LineParser:
     def flush_batch(self, now: datetime | float | None) -> PointBatch:
         """Parse a final line that never got its line end (call when the stream closes)."""
         batch = PointBatch()
+        if self._native:
+            if self._pending or self._discarding:
+                data = b"".join(self._pending)
+                self._pending.clear()
+                self._pending_len = 0
+                discarded, self._discarding = self._discarding, False
+                self.lines_seen += 1
+                if data and not discarded:
+                    self.parse_block(data + b"\n", now, batch, count=False)
+            self._after_cr = False
+            return batch
         rest = self._decoder.decode(b"", final=True)
         if rest:
             complete = self._complete(rest)
@@ -611,6 +689,70 @@ class LineParser:
             self._keep(text[cut:])
         return complete
 
+    def _to_python(self) -> None:
+        """Turn this native parser into a pure-Python one, keeping its line state."""
+        self._native = False
+        self.engine = "python"
+        data = b"".join(self._pending)
+        self._pending.clear()
+        self._pending_len = 0
+        if data and not self._discarding:
+            text = self._decoder.decode(data)  # a sequence cut at the end stays in the decoder
+            if text:
+                self._keep(text)
+
+    def _complete_bytes(self, data: bytes) -> bytes:
+        """:meth:`_complete` on raw bytes (native engine): the same line state, in bytes.
+
+        Line ends are ASCII, which no UTF-8 sequence holds, so cutting the bytes at them and
+        decoding each line later gives the text the incremental decoder would. The unfinished
+        line is dropped past :data:`_MAX_LINE_BYTES` (it then holds more than
+        :data:`MAX_LINE_CHARS` characters); a shorter one that is too long in characters is
+        skipped when complete, so the points and :attr:`lines_seen` are the same.
+        """
+        if self._after_cr and data[0] == 10:
+            data = data[1:]
+            if not data:
+                self._after_cr = False
+                return b""
+        self._after_cr = data[-1] == 13
+        pos = 0
+        if self._discarding:
+            nl = data.find(b"\n")
+            cr = data.find(b"\r", 0, nl if nl >= 0 else len(data))
+            end = cr if cr >= 0 else nl
+            if end < 0:
+                return b""
+            self._discarding = False
+            self.lines_seen += 1
+            pos = end + 2 if data.startswith(b"\r\n", end) else end + 1
+        cut = max(data.rfind(b"\n", pos), data.rfind(b"\r", pos)) + 1
+        if cut <= pos:
+            self._keep_bytes(data[pos:] if pos else data)
+            return b""
+        if self._pending:
+            self._pending.append(data[pos:cut])
+            complete = b"".join(self._pending)
+            self._pending.clear()
+            self._pending_len = 0
+        else:
+            complete = data[pos:cut] if pos or cut < len(data) else data
+        if cut < len(data):
+            self._keep_bytes(data[cut:])
+        return complete
+
+    def _keep_bytes(self, piece: bytes) -> None:
+        """:meth:`_keep` in bytes, bounded by :data:`_MAX_LINE_BYTES`."""
+        if not piece or self._discarding:
+            return
+        self._pending_len += len(piece)
+        if self._pending_len > _MAX_LINE_BYTES:
+            self._pending.clear()
+            self._pending_len = 0
+            self._discarding = True
+        else:
+            self._pending.append(piece)
+
     def _keep(self, piece: str) -> None:
         """Hold ``piece`` of the unfinished line (pieces, not one string: no quadratic copies)."""
         if not piece or self._discarding:
@@ -623,15 +765,33 @@ class LineParser:
         else:
             self._pending.append(piece)
 
-    def parse_block(self, text: str, now: datetime | float | None, batch: PointBatch, *, count: bool = True) -> None:
+    def parse_block(self, text: str | bytes, now: datetime | float | None, batch: PointBatch, *,
+                    count: bool = True) -> None:
         """Parse complete lines ``text`` (ending with a line end) into ``batch``.
 
-        Lines longer than :data:`MAX_LINE_CHARS` are skipped; ``count`` adds the lines to
-        :attr:`lines_seen`. The epoch context carries over from block to block.
+        ``text`` is decoded text or raw UTF-8 bytes (bad bytes replaced). Lines longer than
+        :data:`MAX_LINE_CHARS` are skipped; ``count`` adds the lines to :attr:`lines_seen`.
+        The epoch context carries over from block to block.
         """
+        t = _NAN if now is None else (now if isinstance(now, float) else now.timestamp())
+        if self._native and self._regex is None:
+            buf: bytes | None
+            if isinstance(text, str):
+                try:
+                    buf = text.encode("utf-8")
+                except UnicodeEncodeError:  # lone surrogates: the text path reads them as they are
+                    buf = None
+            else:
+                buf = text
+            if buf is not None:
+                ends = self._parse_native(buf, t, batch)
+                if count:
+                    self.lines_seen += ends
+                return
+        if not isinstance(text, str):
+            text = bytes(text).decode("utf-8", "replace")
         if count:
             self.lines_seen += _count_line_ends(text)
-        t = _NAN if now is None else (now if isinstance(now, float) else now.timestamp())
         if self._regex is not None:
             regex = self._regex
             for line in _LINE_END_RE.split(text)[:-1]:
@@ -713,15 +873,84 @@ class LineParser:
         if missing:
             batch.times.extend(array("d", (t,)) * missing)
 
-    def _parse_other(self, batch: PointBatch, line: str, t: float) -> None:
-        """One candidate line that no strict block shape explains: the per-line parser."""
+    def _parse_native(self, buf: bytes, t: float, batch: PointBatch) -> int:
+        """The built-in shapes over complete lines ``buf`` (bytes) with the C scanner.
+
+        ``_scan.scan`` reads the strict shapes of :data:`_BLOCK_RE` into point records and
+        hands back the other candidate lines (decoded), each with the epoch header state at
+        it; they are read here by :meth:`_parse_other` into a side batch (sharing the batch's
+        keys), and ``_scan.merge`` interleaves both in line order. The scan stops after a line
+        that may be an epoch header the per-line parser reads, so the strict points after it
+        get the new epoch context. Series keys are added in the order they first appear.
+        Returns the number of line ends in ``buf`` (CRLF once).
+        """
+        scan, merge, key_index = _scan.scan, _scan.merge, batch.key_index  # type: ignore[attr-defined]
+        pos, n, line_ends = 0, len(buf), 0
+        while pos < n:
+            epoch, epochs_total = self._epoch, self._epochs_total
+            ctx = _NAN if epoch is None else float(epoch)
+            ctx_total = NO_INT if epoch is None or epochs_total is None else epochs_total
+            if ctx_total > _I64_MAX:  # a header's total past int64: the text path for the rest
+                rest = bytes(buf[pos:]).decode("utf-8", "replace")
+                self._parse_shapes(rest, t, batch)
+                return line_ends + _count_line_ends(rest) - (pos > 0 and rest[:1] == "\n" and buf[pos - 1] == 13)
+            pos, points, hands, first, header, stopped, ends = scan(buf, pos, ctx, ctx_total, _MAX_LINE_BYTES)
+            line_ends += ends
+            code_map = [0, 0, 0]
+            order = sorted((f, c) for c, f in enumerate(first) if f >= 0)
+            r = 0
+            side = None
+            if hands:
+                side = PointBatch(keys=batch.keys, _index=batch._index)
+                side_pos = array("q")
+                last_k = hands[-1][0]
+                for k, line, hn, ht in hands:
+                    while r < len(order) and order[r][0] < k:
+                        c = order[r][1]
+                        code_map[c] = key_index(*_CODE_KEYS[c])
+                        r += 1
+                    if hn >= 0:
+                        self._epoch, self._epochs_total = hn, ht
+                    if len(line) <= MAX_LINE_CHARS:
+                        before = len(side.values)
+                        # only the line a scan stopped after may be an epoch header
+                        self._parse_other(side, line, t, header=stopped and k == last_k)
+                        for _ in range(len(side.values) - before):
+                            side_pos.append(k)
+            for _, c in order[r:]:
+                code_map[c] = key_index(*_CODE_KEYS[c])
+            if header is not None and not stopped:
+                self._epoch, self._epochs_total = header
+            if side is not None and side.values:
+                cols = merge(points, tuple(code_map), side.series, side.values, side.steps,
+                             side.epochs, side.totals, side_pos)
+            elif points:
+                cols = merge(points, tuple(code_map), b"", b"", b"", b"", b"", b"")
+            else:
+                continue
+            batch.series.frombytes(cols[0])
+            batch.values.frombytes(cols[1])
+            batch.steps.frombytes(cols[2])
+            batch.epochs.frombytes(cols[3])
+            batch.totals.frombytes(cols[4])
+        missing = len(batch.values) - len(batch.times)
+        if missing:
+            batch.times.extend(array("d", (t,)) * missing)
+        return line_ends
+
+    def _parse_other(self, batch: PointBatch, line: str, t: float, *, header: bool = True) -> None:
+        """One candidate line that no strict block shape explains: the per-line parser.
+
+        ``header=False``: the caller knows the line is no epoch header (the native scan's
+        check), so :func:`parse_epoch_header` is skipped (it would return None).
+        """
         raw = _parse_fast(line)
         if raw is not None:
             self._add(batch, raw, t)
             return
-        header = parse_epoch_header(line)
-        if header is not None:
-            self._epoch, self._epochs_total = header
+        epoch_header = parse_epoch_header(line) if header else None
+        if epoch_header is not None:
+            self._epoch, self._epochs_total = epoch_header
             return
         if "oss" in line or "OSS" in line:
             raw = _parse_raw(line)
