@@ -410,3 +410,35 @@ def test_a_plateau_episode_is_one_decision_with_its_repeats_counted() -> None:
     final = [e for _, e in updates if e["episode_ended"]]
     assert len(final) == 1 and final[0]["repeats"] == len(fires)
     assert len(decisions) == 2 and decisions[1].key != decisions[0].key
+
+
+def test_a_decision_made_inside_a_batch_carries_the_state_it_fired_in() -> None:
+    """A fire in the middle of a large batch (a flood between two ticks, or analyze's blocks)
+    reports the rule's best and monitored value at that fire, exactly as point-by-point feeding
+    does, not the state at the end of the batch (which once said "no improvement on best 0.1004"
+    for a plateau whose best was 0.6571)."""
+    from costctl.progress.batch import PointBatch
+
+    values = _flood_values(20_000)
+    kwargs = dict(patience=10, threshold=1e-4, threshold_mode="rel")
+
+    def run(sizes: list[int]) -> list[dict]:
+        policy = PlateauPolicy(PlateauConfig(**kwargs))
+        history = _history(max_progress=100_000)
+        out, pos, k = [], 0, 0
+        while pos < len(values):
+            n = sizes[k % len(sizes)]
+            k += 1
+            batch = PointBatch()
+            for v in values[pos:pos + n]:
+                batch.append(v, step=pos, time=(T0 + timedelta(seconds=pos)).timestamp())
+                pos += 1
+            history.add_batch(batch)
+            out += policy.decisions(history, T0 + timedelta(seconds=pos))
+        return [{k: d.evidence[k] for k in ("index", "step", "value", "monitored_value", "best")}
+                | {"reason": d.reason} for d in out]
+
+    one_by_one = run([1])
+    assert len(one_by_one) > 3
+    assert run([20_000]) == one_by_one
+    assert run([7, 4096, 333]) == one_by_one

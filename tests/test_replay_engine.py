@@ -280,3 +280,31 @@ def test_same_job_gpu_table_and_console_log_on_one_axis() -> None:
     stop = a.first_stop
     assert stop is not None and stop.decision.time == final.start + timedelta(minutes=5)
     assert max(p.time for p in progress) < final.start
+
+
+def test_replay_loss_over_blocks_equals_replay_over_points() -> None:
+    """``costctl analyze`` replays a streamed log block by block (one evaluation per block, as
+    the watch per tick): the loss decisions (plateau episodes, divergence) equal those of the
+    point-by-point replay, evidence and reasons included, whatever the block size."""
+    from costctl.progress.batch import PointBatch
+
+    points = []
+    for i in range(6000):
+        value = 2.0 / (1 + i / 50) + (0.3 if i % 1500 > 1200 else 0.0)
+        if i in (3100, 3101, 4500):
+            value = float("nan")
+        points.append(ProgressPoint(time=None, value=value, kind="train", name="loss", step=i))
+    points += [ProgressPoint(time=None, value=1.0 + (i % 7) / 100, kind="eval", name="eval_loss", step=i * 100)
+               for i in range(60)]
+    settings = Settings()
+
+    def view(run) -> list[tuple]:
+        return [(d.key, d.reason, {k: v for k, v in d.evidence.items() if k != "point_time"})
+                for d in run.decisions]
+
+    expected = view(replay_loss(settings, points))
+    assert any(k.startswith("plateau:") for k, _, _ in expected)
+    assert any(k.startswith("divergence:") for k, _, _ in expected)
+    for size in (1, 97, 4096, 10_000):
+        blocks = [PointBatch.from_points(points[s:s + size]) for s in range(0, len(points), size)]
+        assert view(replay_loss(settings, blocks)) == expected, size

@@ -168,18 +168,21 @@ class PlateauTracker:
             return True
         return False
 
-    def step_many(self, values: Sequence[float], positions: Iterable[int] | None = None) -> list[tuple[int, bool]]:
+    def step_many(self, values: Sequence[float],
+                  positions: Iterable[int] | None = None) -> list[tuple[int, bool, float, float]]:
         """Feed ``values[i]`` for each ``i`` of ``positions`` (default: all, in order), exactly as
         that many :meth:`step` calls would, in one tight loop (no object per value).
 
         Returns:
-            ``(i, improved)`` for each value that fired: its position in ``values`` and whether
-            the rule saw an improvement since the previous fire. :attr:`fires` is not extended
+            ``(i, improved, best, current)`` for each value that fired: its position in
+            ``values``, whether the rule saw an improvement since the previous fire, and the
+            rule's best and (smoothed) current value at that fire (not at the end of the loop:
+            a decision's evidence is the state it fired in). :attr:`fires` is not extended
             (a long run would hold one index per fire); :attr:`last_epoch` counts the values.
         """
         if positions is None:
             positions = range(len(values))
-        out: list[tuple[int, bool]] = []
+        out: list[tuple[int, bool, float, float]] = []
         best, bad, cool = self.best, self.num_bad_epochs, self.cooldown_counter
         patience, cooldown, improved = self.patience, self.cooldown, self.improved_since_fire
         smooth = self.smooth if self.smoothing != 0.0 else None
@@ -217,7 +220,7 @@ class PlateauTracker:
             if bad > patience:
                 cool = cooldown
                 bad = 0
-                out.append((i, improved))
+                out.append((i, improved, best, current))
                 improved = False
         self.best, self.num_bad_epochs, self.cooldown_counter = best, bad, cool
         self.improved_since_fire = improved
@@ -322,7 +325,7 @@ class PlateauPolicy(Policy):
             fires = self.tracker.step_many(batch.values, positions)
             self.fires += len(fires)
             ordinal = {i: k for k, i in enumerate(positions)} if positions is not None and fires else None
-            for i, improved in fires:
+            for i, improved, best, current in fires:
                 index = base + (i if ordinal is None else ordinal[i])
                 episode = self._episode
                 if episode is not None and not improved:
@@ -332,7 +335,7 @@ class PlateauPolicy(Policy):
                     continue
                 self._end_episode()
                 point = batch.point(i)
-                decision = self._decision(history, now, point, index)
+                decision = self._decision(history, now, point, index, best=best, current=current)
                 found.append(decision)
                 self._episode = {"key": decision.key, "repeats": 1, "first_index": index, "last_index": index,
                                  "last": point, "updated_at": now, "reported": 1}
@@ -365,8 +368,8 @@ class PlateauPolicy(Policy):
         out, self._updates = self._updates, []
         return out
 
-    def _decision(self, history: History, now: datetime, point: ProgressPoint, index: int) -> Decision:
-        t = self.tracker
+    def _decision(self, history: History, now: datetime, point: ProgressPoint, index: int, *,
+                  best: float, current: float) -> Decision:
         cfg = self.config
         rest = rest_of_run_cost(history, point)
         evidence: dict[str, Any] = {
@@ -377,8 +380,8 @@ class PlateauPolicy(Policy):
             "epoch": point.epoch,
             "point_time": iso(point.time) if point.time is not None else None,
             "value": finite_or_text(point.value),
-            "monitored_value": finite_or_text(t.last_value),
-            "best": finite_or_text(t.best),
+            "monitored_value": finite_or_text(current),
+            "best": finite_or_text(best),
             "bad_points": cfg.patience + 1,
             "repeats": 1,
             "mode": cfg.mode,
@@ -395,7 +398,7 @@ class PlateauPolicy(Policy):
         where = f"step {point.step}" if point.step is not None else (
             f"epoch {point.epoch:g}" if point.epoch is not None else f"point {index}")
         reason = (f"{cfg.monitor} loss plateaued at {where}: no improvement on best "
-                  f"{_fmt(t.best)} for {cfg.patience + 1} points (ReduceLROnPlateau patience {cfg.patience}, "
+                  f"{_fmt(best)} for {cfg.patience + 1} points (ReduceLROnPlateau patience {cfg.patience}, "
                   f"threshold {cfg.threshold:g} {cfg.threshold_mode})")
         if rest is not None:
             rest_money = Money(Decimal(rest["cost"]), rest["currency"])

@@ -251,7 +251,7 @@ def analyze(
     assumptions.extend(run.assumptions)
     loss_run: ReplayRun | None = None
     if train_log is not None and not timed:
-        loss_run = replay_loss(settings, train_log.iter_points())
+        loss_run = replay_loss(settings, train_log.iter_batches())
         notes.append("the training log has no wall times: its loss analysis stands on its own axis "
                      "(give --start-time and --step-rate to place it on the GPU log's time axis)")
 

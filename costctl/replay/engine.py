@@ -26,6 +26,7 @@ from typing import Iterable
 from ..clock import SimClock
 from ..config import Settings
 from ..money import Money, cost_of
+from ..progress.batch import PointBatch
 from ..policies import History, PolicyEngine
 from ..records import Decision, ProgressPoint, TelemetrySample
 from .gpu_log import RELATIVE_EPOCH
@@ -133,19 +134,33 @@ def replay_timeline(
     return run
 
 
-def replay_loss(settings: Settings, points: Iterable[ProgressPoint]) -> ReplayRun:
+def replay_loss(settings: Settings, points: Iterable[ProgressPoint] | Iterable[PointBatch]) -> ReplayRun:
     """Run the loss policies (plateau, divergence) over points that have no wall time.
 
-    The clock advances one simulated second per point from 1970-01-01 so that decisions are
-    ordered; those times mean nothing — report a decision by its evidence's ``step``/``epoch``.
+    ``points`` are :class:`ProgressPoint` records, or :class:`PointBatch` blocks (what
+    ``costctl analyze`` streams: the engine is evaluated once per block, as the watch evaluates
+    once per tick, and the loss policies still see every point in order). The clock advances one
+    simulated second per point from 1970-01-01 so that decisions are ordered; those times mean
+    nothing — report a decision by its evidence's ``step``/``epoch``. Blocks should hold one
+    kind each (``TrainLog.iter_batches``): decisions of one block are put in point order.
     """
     engine = PolicyEngine(settings, only=LOSS_POLICIES)
     history = History(progress_source=False)
     clock = SimClock(RELATIVE_EPOCH)
     run = ReplayRun([], engine.names, history.sample_interval, False)
-    for point in points:
-        clock.advance(1)
-        history.add_progress(point)
-        run.decisions.extend(engine.evaluate(history, clock.now()))
+    for item in points:
+        if isinstance(item, PointBatch):
+            if not item:
+                continue
+            clock.advance(len(item))
+            history.add_batch(item)
+            # one evaluation saw the whole block: its decisions in point order, as point by
+            # point (each policy's own come in order; the index counts points of one kind)
+            found = sorted(engine.evaluate(history, clock.now()), key=lambda d: d.evidence.get("index", 0))
+        else:
+            clock.advance(1)
+            history.add_progress(item)
+            found = engine.evaluate(history, clock.now())
+        run.decisions.extend(found)
         run.evaluations += 1
     return run

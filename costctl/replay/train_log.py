@@ -127,6 +127,42 @@ class TrainLog:
                         if series[i] in wanted:
                             yield batch.point(i)
 
+    def iter_batches(self, size: int = 4096) -> Iterator[PointBatch]:
+        """Every point as :meth:`iter_points` gives them (train first, then eval, file order),
+        in :class:`~costctl.progress.batch.PointBatch` blocks: no object per point.
+
+        Kept points come in blocks of ``size``; a streamed log's come as the reader's blocks,
+        each cut to the points of one kind (its keys re-indexed, columns copied).
+        """
+        if self.source is None:
+            for kind_points in (self.train, self.eval):
+                for start in range(0, len(kind_points), size):
+                    yield PointBatch.from_points(kind_points[start:start + size])
+            return
+        for kind in ("train", "eval"):
+            if self.count(kind) == 0:
+                continue
+            if kind == "eval" and self._eval_kept is not None:
+                for start in range(0, len(self._eval_kept), size):
+                    yield PointBatch.from_points(self._eval_kept[start:start + size])
+                continue
+            for batch in self.source():
+                wanted = {i for i, key in enumerate(batch.keys) if key[0] == kind}
+                if not wanted:
+                    continue
+                if len(wanted) == len(batch.keys):
+                    yield batch
+                    continue
+                series = batch.series
+                out = batch.slice(0, 0)
+                keep = [i for i in range(len(batch)) if series[i] in wanted]
+                if not keep:
+                    continue
+                for column in ("series", "values", "steps", "epochs", "totals", "times"):
+                    source = getattr(batch, column)
+                    getattr(out, column).extend(source[i] for i in keep)
+                yield out
+
     def materialized(self) -> TrainLog:
         """This log with every point kept (for placing a streamed log on the time axis)."""
         if self.source is None:
