@@ -331,14 +331,14 @@ class PlateauPolicy(Policy):
                 if episode is not None and not improved:
                     episode["repeats"] += 1
                     episode["last_index"] = index
-                    episode["last"] = batch.point(i)
+                    episode["last"] = (batch, i)  # made a point only when reported (repeats are many)
                     continue
                 self._end_episode()
                 point = batch.point(i)
                 decision = self._decision(history, now, point, index, best=best, current=current)
                 found.append(decision)
                 self._episode = {"key": decision.key, "repeats": 1, "first_index": index, "last_index": index,
-                                 "last": point, "updated_at": now, "reported": 1}
+                                 "last": (batch, i), "updated_at": now, "reported": 1}
         if self._episode is not None and self.tracker.improved_since_fire:
             self._end_episode()
         elif self._episode is not None and self._episode["repeats"] != self._episode["reported"] and (
@@ -352,7 +352,8 @@ class PlateauPolicy(Policy):
             self._queue_update(episode, ended=True, now=episode["updated_at"])
 
     def _queue_update(self, episode: dict[str, Any], *, ended: bool, now: datetime) -> None:
-        last: ProgressPoint = episode["last"]
+        last_batch, last_i = episode["last"]
+        last: ProgressPoint = last_batch.point(last_i)
         episode["updated_at"] = now
         episode["reported"] = episode["repeats"]
         self._updates.append((episode["key"], {
