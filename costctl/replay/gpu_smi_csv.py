@@ -158,8 +158,19 @@ class _Grouper:
         self._readings, self._seen, self._time = [], set(), None
 
 
+_FAST_TIME = re.compile(r"\s*(\d{4})/(\d\d)/(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?\s*")
+
+
 def _row_time(row: SmiRow) -> datetime:
     cell = row.get("timestamp")
+    m = _FAST_TIME.fullmatch(cell) if cell is not None else None
+    if m is not None:  # nvidia-smi's own shape, without strptime (same value: %f pads on the right)
+        y, mo, d, h, mi, sec, frac = m.groups()
+        try:
+            return datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec),
+                            int(frac.ljust(6, "0")) if frac else 0, tzinfo=timezone.utc)
+        except ValueError:
+            pass  # out-of-range fields: parse_timestamp says why
     naive = smi_parse.parse_timestamp(cell)
     if naive is None:
         raise SmiParseError(f"line {row.line_no}: timestamp is {cell}")

@@ -103,6 +103,9 @@ def iter_lines(path: Path, block_chars: int = BLOCK_CHARS) -> Iterator[str]:
     with open_text(path) as fh:
         rest = ""
         while block := fh.read(max(1, block_chars)):
+            if "\n" not in block and "\r" not in block:
+                rest += block  # inside a long line: nothing to split yet
+                continue
             text = rest + block
             end = 0
             for m in _LINE.finditer(text):
