@@ -15,6 +15,13 @@ simulated clock (:mod:`.engine`), and returns an :class:`Analysis` with
 
 Money is ``Decimal`` in the price's currency (never float); a log without a price reports
 durations only.
+
+Memory does not grow with the GPU log: the samples flow once (after the log's first pass,
+:attr:`~costctl.replay.gpu_log.GpuLog.scan`, which gives the per-GPU figures and the nominal
+interval) through the replay engine and the streaming figures of :mod:`.streaming` (stretches,
+peers, the decimated plot series); only listed stretches, decisions and the peers' verdicts are
+kept. A kept sample list (:func:`~costctl.replay.readers.read_gpu_log`) and a streamed log
+(:func:`~costctl.replay.readers.open_gpu_log`) give the same analysis.
 """
 
 from __future__ import annotations

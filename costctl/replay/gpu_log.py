@@ -37,6 +37,8 @@ class GpuLog:
             ``"memory_used_bytes"``, ``"memory_total_bytes"``, ``"power_w"``, ``"name"``,
             ``"processes"``), for the report's "signals used".
         skipped: lines or records that could not be read (kept count, never fatal).
+        source / scan_: see below; a streamed log (``source`` set) keeps ``samples`` empty and
+            reads the file again for each :meth:`iter_samples`.
     """
 
     format: str
