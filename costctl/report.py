@@ -10,6 +10,17 @@ Rounding happens here only:
   times in the report's time zone, durations as ``H:MM:SS``.
 
 Totals are per currency and never added across currencies.
+
+The rounding rule (why rows add up to the totals): a row's exported spend is its exact amount
+(``rate x µs / 3.6e9``, which is not a finite decimal in general) rounded half-even to
+:data:`EXPORT_MONEY_PLACES` places, the currency's micro-unit; a total is the exact sum of the
+rounded amounts of every row it covers (:func:`row_totals`; by run with ``--limit``, the rounded
+amounts of every run of the window, shown or not: see
+:func:`costctl.ledger.queries.run_page`). So the ``spend`` strings of a complete JSON or CSV
+bill add up, as decimals, to its ``totals`` exactly, in every grouping; the exact total differs
+from the shown one by at most half a micro-unit per row. The table shows the same rows and
+totals to the cent (each cell rounded half-even from the 6-place amount, the footer from the
+6-place total).
 """
 
 from __future__ import annotations
@@ -19,7 +30,7 @@ import dataclasses
 import io
 import json
 from datetime import date, datetime, timezone
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any, Literal
 from collections.abc import Callable, Sequence
 from zoneinfo import ZoneInfo
@@ -44,7 +55,21 @@ def money_text(amount: Decimal | None, places: int = EXPORT_MONEY_PLACES) -> str
     """``amount`` rounded half-even to ``places`` decimals, as a string (None stays None)."""
     if amount is None:
         return None
-    return str(amount.quantize(Decimal(1).scaleb(-places)))
+    return str(amount.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN))
+
+
+def export_amount(amount: Decimal) -> Decimal:
+    """``amount`` as a bill row exports it: rounded half-even to :data:`EXPORT_MONEY_PLACES` places."""
+    return amount.quantize(Decimal(1).scaleb(-EXPORT_MONEY_PLACES), rounding=ROUND_HALF_EVEN)
+
+
+def row_totals(rows: Sequence[Any]) -> dict[str, Decimal]:
+    """Per-currency totals of bill rows under the module's rule: the exact sum of each row's
+    exported (rounded) ``spend``, sorted by currency code. ``{}`` for no rows."""
+    totals: dict[str, Decimal] = {}
+    for r in rows:
+        totals[r.currency] = totals.get(r.currency, Decimal(0)) + export_amount(r.spend)
+    return dict(sorted(totals.items()))
 
 
 def iso_utc(value: datetime | None) -> str | None:
@@ -77,7 +102,9 @@ def records(rows: Sequence[Any]) -> list[dict[str, Any]]:
 def render_json(by: GroupBy, rows: Sequence[Any], totals: dict[str, Decimal],
                 since: datetime | None, until: datetime | None,
                 advice: Sequence[dict[str, Any]] = (), runs_not_shown: int | None = None) -> str:
-    """``{"by", "since", "until", "rows": [...], "totals": {"USD": "1.230000"}}`` as indented JSON,
+    """``{"by", "since", "until", "rows": [...], "totals": {"USD": "1.230000"}}`` as indented JSON
+    (``totals``: the sums of the rows' rounded spend, see the module docstring; pass
+    :func:`row_totals` of the rows, or run_page's rounded totals),
     plus ``"advice": [...]`` (underutilization advice per run) when there is any, and
     ``"runs_not_shown": N`` when ``--limit`` left N runs out of the rows (not of the totals)."""
     doc: dict[str, Any] = {
@@ -238,6 +265,8 @@ __all__ = [
     "GroupBy",
     "EXPORT_MONEY_PLACES",
     "money_text",
+    "export_amount",
+    "row_totals",
     "iso_utc",
     "records",
     "render_json",

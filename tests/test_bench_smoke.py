@@ -40,3 +40,10 @@ def test_bench_start_small() -> None:
     figures = _run("bench_start", "--runs", "1")
     assert {"help", "gpus", "bill_empty_ledger"} <= set(figures["commands"])
     assert "sqlalchemy" not in figures["commands"]["help"]["heavy"]
+
+
+def test_bench_gpu_log_small() -> None:
+    figures = _run("bench_gpu_log", "--size", "200K", "--runs", "1")
+    assert figures["analyze_rc"] == 0 and figures["compare_rc"] == 0
+    assert figures["samples"] > 0 and figures["rows"] == 2 * figures["samples"]
+    assert figures["analyze_peak_rss_mb"] > 0 and figures["analyze_s"] > 0

@@ -88,7 +88,7 @@ def analyze(
     # The replay stack loads here, not when the CLI starts (costctl --help lists this command).
     from ..replay.analysis import AnalyzeOptions, analyze as run_analysis, to_dict
     from ..replay.pricing import resolve_price
-    from ..replay.readers import read_gpu_log, read_train_log
+    from ..replay.readers import open_gpu_log, read_train_log
     from ..replay.render import render
     from ..replay.timeline import place_progress
 
@@ -121,7 +121,7 @@ def analyze(
         sample_interval=_duration(sample_interval, "--sample-interval"),
         skypilot_idle_minutes=sky_idle_minutes,
     )
-    glog = read_gpu_log(gpu_log, columns=columns, start=start) if gpu_log is not None else None
+    glog = open_gpu_log(gpu_log, columns=columns, start=start) if gpu_log is not None else None  # streamed
     tlog = read_train_log(train_log, loss_regex=loss_regex, streamed=True) if train_log is not None else None
     progress, placement = (None, None)
     if tlog is not None:

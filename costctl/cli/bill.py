@@ -22,7 +22,7 @@ import typer
 from ..clock import ensure_utc
 from ..errors import CostctlError, UsageError
 from ..money import Money
-from ..report import render_csv, render_json, render_table
+from ..report import EXPORT_MONEY_PLACES, render_csv, render_json, render_table, row_totals
 from .common import ConfigOption, DbOption, FormatOption, OutputFormat, out_console, settings_from
 
 if TYPE_CHECKING:  # the ledger (SQLAlchemy) loads when a bill runs, not for --help
@@ -129,7 +129,9 @@ def bill(
 
     Charges are clipped to [--since, --until); a run's duration_s is its time inside that
     window. JSON: {"rows": [...], "totals": {"USD": "1.234567"}} with money as decimal strings
-    and times as ISO-8601 UTC; CSV: the rows only. Rows by run also carry billing and waste
+    and times as ISO-8601 UTC; CSV: the rows only. Each row's spend is rounded half-even to 6
+    places and each total is the exact sum of those rounded amounts (every run of the window
+    with --limit), so the rows of a complete bill add up to the totals exactly. Rows by run also carry billing and waste
     (paid time whose work was lost, a share of the spend); runs whose GPU stayed underused get
     advice naming a cheaper card and what it would have saved (JSON: "advice").
     """
@@ -163,7 +165,8 @@ def bill(
     with ledger, ledger.session() as session:
         totals = None
         if by is GroupBy.run:
-            page = queries.run_page(session, start, end, limit=limit, unguarded=run_unguarded)
+            page = queries.run_page(session, start, end, limit=limit, unguarded=run_unguarded,
+                                   places=EXPORT_MONEY_PLACES)
             rows, use, totals = page.rows, page.use, page.totals
             hidden = page.runs_total - page.runs_shown
         elif by is GroupBy.instance:
@@ -173,7 +176,7 @@ def bill(
         else:
             rows = queries.bill_by_gpu(session, start, end)
     if totals is None:
-        totals = queries.sum_by_currency([(r.currency, r.spend) for r in rows])
+        totals = row_totals(rows)  # the rows' rounded spend added: rows sum to the totals exactly
     advice = underuse_advice_for(rows, use, settings) if use else []
     not_shown = (f"{hidden} older run{'s' if hidden != 1 else ''} not shown (--limit {limit}); "
                  "the totals include them") if hidden else None

@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -376,11 +376,17 @@ def _active_sql(since: datetime | None, until: datetime | None) -> list[Any]:
 
 
 def run_page(session: Session, since: datetime | None = None, until: datetime | None = None, *,
-             limit: int | None = 100, unguarded: Callable[[Run], bool] | None = None) -> RunPage:
+             limit: int | None = 100, unguarded: Callable[[Run], bool] | None = None,
+             places: int | None = None) -> RunPage:
     """The runs active inside ``[since, until)`` (see :class:`RunBill`): the newest ``limit``
     (None: all) as rows, oldest first, with the totals over all of them. Reads the runs and
     their summaries, the rollups and the edge buckets' charges (aggregates only): never the
     samples, never a charge row.
+
+    ``places``: None, the totals are exact; else each run's amount (per currency) is rounded
+    half-even to ``places`` decimals, as its exported row is, and the totals are the sums of those
+    rounded amounts over every run of the window (shown or not), so a bill's rows add up to its
+    totals exactly (see :mod:`costctl.report`).
 
     ``unguarded(run)``, asked of each shown open run, True when its watch is gone while its job
     runs on: the run's status reads ``unguarded``."""
@@ -395,9 +401,17 @@ def run_page(session: Session, since: datetime | None = None, until: datetime | 
     ids = [r.id for r in runs]
 
     S = window_slices(session, since, until)
-    totals = dict(sorted(_money(session.execute(
-        select(S.c.currency, S.c.rate_per_hour, func.sum(S.c.us)).group_by(S.c.currency, S.c.rate_per_hour)
-    )).items()))
+    if places is None:
+        totals = dict(sorted(_money(session.execute(
+            select(S.c.currency, S.c.rate_per_hour, func.sum(S.c.us)).group_by(S.c.currency, S.c.rate_per_hour)
+        )).items()))
+    else:  # each run's amount rounded as its row is, then added (aggregate rows: one per run and rate)
+        per_run = _money(((run_id, currency), rate, us) for run_id, currency, rate, us in session.execute(
+            select(S.c.run_id, S.c.currency, S.c.rate_per_hour, func.sum(S.c.us))
+            .group_by(S.c.run_id, S.c.currency, S.c.rate_per_hour)))
+        quantum = Decimal(1).scaleb(-places)
+        totals = sum_by_currency([(cur, amount.quantize(quantum, rounding=ROUND_HALF_EVEN))
+                                  for (_, cur), amount in per_run.items()])
     spend: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
     newest: dict[tuple[str, str], tuple[int, Decimal]] = {}
     instances: dict[int, Instance] = {}

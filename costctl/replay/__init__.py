@@ -1,6 +1,8 @@
 """Replaying recorded logs: readers for GPU telemetry and training progress, and ``costctl analyze``.
 
-* :mod:`.readers` — :func:`read_gpu_log` / :func:`read_train_log`, format picked from content
+* :mod:`.readers` — :func:`read_gpu_log` / :func:`read_train_log`, format picked from content;
+  :func:`open_gpu_log` streams a GPU log (what ``costctl analyze`` reads; :mod:`.streaming`
+  holds the per-sample figures)
   (:mod:`.formats`): nvidia-smi query CSV (:mod:`.gpu_smi_csv`), the looped nvidia-smi table
   (:mod:`.gpu_smi_table`), wandb system metrics (:mod:`.gpu_wandb`), HF/Lightning/Keras/YOLO/
   detectron2/MMEngine files and console logs (:mod:`.train_log`);
@@ -15,11 +17,11 @@ from .analysis import Analysis, AnalyzeOptions, analyze, to_dict
 from .engine import replay_loss, replay_timeline
 from .gpu_log import GpuLog
 from .oom import OomEvent, find_oom, match_oom
-from .readers import read_gpu_log, read_train_log
+from .readers import open_gpu_log, read_gpu_log, read_train_log
 from .timeline import place_progress
 from .train_log import TrainLog
 
 __all__ = [
     "Analysis", "AnalyzeOptions", "GpuLog", "OomEvent", "TrainLog", "analyze", "find_oom", "match_oom",
-    "place_progress", "read_gpu_log", "read_train_log", "replay_loss", "replay_timeline", "to_dict",
+    "open_gpu_log", "place_progress", "read_gpu_log", "read_train_log", "replay_loss", "replay_timeline", "to_dict",
 ]

@@ -15,6 +15,13 @@ simulated clock (:mod:`.engine`), and returns an :class:`Analysis` with
 
 Money is ``Decimal`` in the price's currency (never float); a log without a price reports
 durations only.
+
+Memory does not grow with the GPU log: the samples flow once (after the log's first pass,
+:attr:`~costctl.replay.gpu_log.GpuLog.scan`, which gives the per-GPU figures and the nominal
+interval) through the replay engine and the streaming figures of :mod:`.streaming` (stretches,
+peers, the decimated plot series); only listed stretches, decisions and the peers' verdicts are
+kept. A kept sample list (:func:`~costctl.replay.readers.read_gpu_log`) and a streamed log
+(:func:`~costctl.replay.readers.open_gpu_log`) give the same analysis.
 """
 
 from __future__ import annotations
@@ -22,24 +29,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+from collections.abc import Iterator
 
 from ..config import Settings
 from ..money import Money, cost_of
 from ..policies import classify_sample
 from ..records import Decision, ProgressPoint, TelemetrySample
+
+#: bound on each GPU's plot series (points).
+PLOT_POINTS = 4096
 from .engine import ReplayRun, replay_loss, replay_timeline
-from .gpu_log import GpuLog
+from .gpu_log import GpuLog, LogScan
 from .oracle import OracleStop, oracle_stop
-from .peers import (
-    DSTACK_SETTINGS,
-    SKYPILOT_DEFAULT_IDLE_MINUTES,
-    PeerResult,
-    dstack_utilization_policy,
-    skypilot_autostop,
-)
-from .stats import GpuStats, all_gpu_stats
-from .stretches import Stretch, gpu_stretches, machine_stretches
-from .timeline import nominal_interval
+from .peers import DSTACK_SETTINGS, SKYPILOT_DEFAULT_IDLE_MINUTES, PeerResult
+from .stats import GpuStats
+from .streaming import DstackStream, PlotSeries, SkypilotStream, StretchStream
+from .stretches import Stretch
 from .train_log import TrainLog
 
 
@@ -126,6 +131,9 @@ class Analysis:
     peers: list[PeerReport]
     assumptions: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: per GPU, a decimated ``(time, utilization %)`` series for ``--plot`` (at most
+    #: :data:`PLOT_POINTS` points, see :class:`~costctl.replay.streaming.PlotSeries`).
+    plot_series: dict[int, list[tuple[datetime, float]]] = field(default_factory=dict)
 
     @property
     def total_spend(self) -> Money | None:
@@ -166,27 +174,12 @@ def _where(decision: Decision) -> str | None:
     return None
 
 
-def _work_times(samples: list[TelemetrySample], progress: list[ProgressPoint], settings: Settings) -> list[datetime]:
-    cfg = settings.policies.idle
-    busy = [
-        s.time for s in samples
-        if classify_sample(s, min_gpu_utilization=cfg.min_gpu_utilization,
-                           min_cpu_utilization=cfg.min_cpu_utilization).idle is not True
-    ]
-    return sorted(busy + [p.time for p in progress if p.time is not None])
-
-
-def _signals(samples: list[TelemetrySample], timed: list[ProgressPoint], train: TrainLog | None) -> tuple[list[str], list[str]]:
-    from ..records import SignalStatus
-
+def _signals(scan: LogScan | None, n: int, timed: list[ProgressPoint], train: TrainLog | None) -> tuple[list[str], list[str]]:
     used, absent = [], []
-    if samples:
-        n = len({g.index for s in samples for g in s.gpus})
-        (used if any(s.gpu_status is not SignalStatus.ABSENT for s in samples) else absent).append(
-            f"gpu utilization ({n} GPU{'s' if n != 1 else ''})"
-        )
-        (used if any(s.cpu_status is not SignalStatus.ABSENT for s in samples) else absent).append("cpu (not recorded)")
-        (used if any(s.ssh_status is not SignalStatus.ABSENT for s in samples) else absent).append("ssh sessions (not recorded)")
+    if scan is not None:
+        (used if scan.gpu_status_seen else absent).append(f"gpu utilization ({n} GPU{'s' if n != 1 else ''})")
+        (used if scan.cpu_status_seen else absent).append("cpu (not recorded)")
+        (used if scan.ssh_status_seen else absent).append("ssh sessions (not recorded)")
     else:
         absent.append("gpu utilization (no GPU log)")
     if timed:
@@ -230,14 +223,18 @@ def analyze(
 
     if gpu_log is None and train_log is None:
         raise UsageError("nothing to analyze: give --gpu-log FILE and/or --train-log FILE")
-    recorded = gpu_log.samples if gpu_log is not None else []
-    interval = nominal_interval(recorded, options.sample_interval)
-    samples = list(recorded)  # as recorded; the replay itself spreads equal times (timeline.strictly_increasing)
+    scan = gpu_log.scan if gpu_log is not None and gpu_log.sample_count else None
+    if options.sample_interval is not None:
+        interval = options.sample_interval
+    elif scan is not None and scan.interval_s is not None:
+        interval = timedelta(seconds=scan.interval_s)
+    else:
+        interval = timedelta(seconds=5)
     points = progress if progress is not None else (train_log.points if train_log else [])
     timed = sorted((p for p in points if p.time is not None), key=lambda p: p.time)  # type: ignore[arg-type,return-value]
-    times = [s.time for s in samples] + [p.time for p in timed]  # type: ignore[misc]
-    start = min(times) if times else None
-    end = max(times) if times else None
+    ends = ([scan.earliest, scan.latest] if scan is not None else []) + [p.time for p in timed[:1] + timed[-1:]]
+    start = min(ends) if ends else None  # type: ignore[type-var]
+    end = max(ends) if ends else None  # type: ignore[type-var]
     idle_cfg = settings.policies.idle
     assumptions: list[str] = []
     notes: list[str] = []
@@ -246,8 +243,49 @@ def analyze(
         if gpu_log.relative:
             notes.append("the GPU log records only elapsed seconds: times count from --start-time (default 1970-01-01)")
 
-    run: ReplayRun = replay_timeline(settings, samples, timed, rate=rate, sample_interval=interval) if times else \
-        ReplayRun([], [], interval, False)
+    # One pass over the samples feeds the replay and every streaming figure (nothing per sample kept).
+    indices = gpu_log.gpu_indices if scan is not None else []
+    progress_times = [p.time for p in timed]
+    min_gpu, min_cpu = idle_cfg.min_gpu_utilization, idle_cfg.min_cpu_utilization
+    machine = StretchStream(2 * interval, progress_times, None,  # type: ignore[arg-type]
+                            lambda s: s.duration >= options.min_stretch or s.final, machine=True)
+    per_gpu_streams = {i: StretchStream(2 * interval, [], i, lambda s: s.duration >= options.min_stretch or s.final,
+                                        machine=False) for i in indices} if len(indices) > 1 else {}
+    plots = {i: PlotSeries(PLOT_POINTS) for i in indices}
+    span = (timed[0].time, timed[-1].time) if timed else None
+    peer_streams: list[Any] = []
+    if options.compare and scan is not None:
+        peer_streams = [SkypilotStream(idle_minutes=options.skypilot_idle_minutes, min_gpu_utilization=min_gpu,
+                                       job_span=span)]  # type: ignore[arg-type]
+        peer_streams += [DstackStream(setting) for setting in DSTACK_SETTINGS]
+    last_busy: list[datetime | None] = [None]
+
+    def feed() -> Iterator[TelemetrySample]:
+        for sample in gpu_log.iter_samples():  # type: ignore[union-attr]
+            idle = classify_sample(sample, min_gpu_utilization=min_gpu, min_cpu_utilization=min_cpu).idle is True
+            machine.add(sample.time, idle)
+            if not idle and (last_busy[0] is None or sample.time > last_busy[0]):
+                last_busy[0] = sample.time
+            seen: set[int] = set()
+            for g in sample.gpus:
+                plots[g.index].add(sample.time, g.utilization)
+                if g.index in seen:
+                    continue
+                seen.add(g.index)
+                stream = per_gpu_streams.get(g.index)
+                if stream is not None:
+                    stream.add(sample.time, g.error is None and g.utilization is not None and g.utilization < min_gpu)
+            for peer in peer_streams:
+                peer.add(sample)
+            yield sample
+
+    samples_in = feed() if scan is not None else iter(())
+    if start is not None:
+        run: ReplayRun = replay_timeline(settings, samples_in, timed, rate=rate, sample_interval=interval)
+    else:
+        run = ReplayRun([], [], interval, False)
+    for _ in samples_in:  # a replay that stopped early still leaves every sample to the figures
+        pass
     assumptions.extend(run.assumptions)
     loss_run: ReplayRun | None = None
     if train_log is not None and not timed:
@@ -255,13 +293,14 @@ def analyze(
         notes.append("the training log has no wall times: its loss analysis stands on its own axis "
                      "(give --start-time and --step-rate to place it on the GPU log's time axis)")
 
-    work = _work_times(samples, timed, settings)
+    work = [t for t in (last_busy[0], progress_times[-1] if progress_times else None) if t is not None]
+    last_work = max(work) if work else None
     decisions: list[DecisionReport] = []
     stopped: datetime | None = None
     for d in run.decisions:
         after_stop = stopped is not None and d.time > stopped
         is_stop = d.action == "stop"
-        later_work = any(w > d.time for w in work)
+        later_work = last_work is not None and last_work > d.time
         decisions.append(DecisionReport(
             d, True,
             saving=_saving(rate, end, d.time) if is_stop and not after_stop else None,
@@ -274,69 +313,43 @@ def analyze(
         for d in loss_run.decisions:
             decisions.append(DecisionReport(d, False, at=_where(d)))
 
-    raw_stretches = machine_stretches(
-        samples, min_gpu_utilization=idle_cfg.min_gpu_utilization,
-        min_cpu_utilization=idle_cfg.min_cpu_utilization, sample_interval=interval,
-        progress_times=[p.time for p in timed],  # type: ignore[misc]
-    ) if samples else []
+    listed_raw = machine.finish() if scan is not None else []
     idle_stops = [d.decision.time for d in decisions if d.on_time_axis and d.decision.policy == "idle"]
 
     def report(s: Stretch) -> StretchReport:
         fired = next((t for t in idle_stops if s.start <= t <= s.end), None)
         return StretchReport(s, _money(rate, s.duration) if rate is not None else None, fired)
 
-    listed = [report(s) for s in raw_stretches if s.duration >= options.min_stretch or s.final]
-    idle_total = sum((s.duration for s in raw_stretches), timedelta(0))
+    listed = [report(s) for s in listed_raw]
+    idle_total = machine.total
     per_gpu: dict[int, list[StretchReport]] = {}
-    if gpu_log is not None and len(gpu_log.gpu_indices) > 1:
-        for index in gpu_log.gpu_indices:
-            found = gpu_stretches(samples, index, min_gpu_utilization=idle_cfg.min_gpu_utilization,
-                                  sample_interval=interval)
-            per_gpu[index] = [
-                StretchReport(s, _money(rate, s.duration) if rate is not None else None, None)
-                for s in found if s.duration >= options.min_stretch or s.final
-            ]
+    for index, stream in per_gpu_streams.items():
+        per_gpu[index] = [StretchReport(s, _money(rate, s.duration) if rate is not None else None, None)
+                          for s in stream.finish()]
 
     plateau_cfg = settings.policies.plateau if "plateau" in settings.policies.model_fields_set else None
-    if times:
-        oracle = oracle_stop(raw_stretches, timed_progress=timed, plateau=plateau_cfg)
+    if start is not None:
+        oracle = oracle_stop([machine.last] if machine.last is not None else [], timed_progress=timed,
+                             plateau=plateau_cfg)
     else:
         oracle = OracleStop(None, "no time axis (no GPU log, training log not placed in time): no stop to cost")
 
-    peers: list[PeerReport] = []
-    if options.compare and samples:
-        peers = _compare(samples, timed, work, rate, end, idle_cfg.min_gpu_utilization, options)
+    peers = [PeerReport(p.result(), _saving(rate, end, p.result().stop_time),
+                        p.result().stop_time is not None and last_work is not None and last_work > p.result().stop_time)
+             for p in peer_streams]
 
-    used, absent = _signals(samples, timed, train_log)
+    used, absent = _signals(scan, len(indices), timed, train_log)
     policies = list(run.policies) + [p for p in (loss_run.policies if loss_run else []) if p not in run.policies]
     return Analysis(
         start=start, end=end, rate=rate, gpu_log=gpu_log,
-        gpu_stats=all_gpu_stats(gpu_log) if gpu_log is not None else [],
+        gpu_stats=list(scan.stats.values()) if scan is not None else [],
         train_log=train_log, progress_placement=placement, sample_interval=interval,
         signals_used=used, signals_absent=absent, policies=policies,
         stretches=listed, gpu_idle_stretches=per_gpu, idle_total=idle_total,
         decisions=decisions, oracle=oracle, oracle_saving=_saving(rate, end, oracle.time),
         peers=peers, assumptions=assumptions, notes=notes,
+        plot_series={i: p.series() for i, p in plots.items()},
     )
-
-
-def _compare(samples: list[TelemetrySample], timed: list[ProgressPoint], work: list[datetime], rate: Money | None,
-             end: datetime | None, min_gpu_utilization: float, options: AnalyzeOptions) -> list[PeerReport]:
-    """The peers' rules with the settings the policy suite replays (:mod:`.peers`): SkyPilot
-    autostop ``-i`` ``options.skypilot_idle_minutes`` (default 5), and dstack's utilization_policy
-    with each of :data:`~costctl.replay.peers.DSTACK_SETTINGS` (its documented example, 10 % over
-    1h, and its 5-minute minimum window) — never costctl's own window or threshold."""
-    span = (timed[0].time, timed[-1].time) if timed else None
-    results = [skypilot_autostop(samples, idle_minutes=options.skypilot_idle_minutes,
-                                 min_gpu_utilization=min_gpu_utilization, job_span=span)]  # type: ignore[arg-type]
-    for setting in DSTACK_SETTINGS:
-        results.append(dstack_utilization_policy(samples, min_gpu_utilization=setting.min_gpu_utilization,
-                                                 time_window=setting.time_window, setting=setting))
-    out = []
-    for peer in results:
-        later = peer.stop_time is not None and any(w > peer.stop_time for w in work)
-        out.append(PeerReport(peer, _saving(rate, end, peer.stop_time), later))
-    return out
 
 
 def _iso(when: datetime | None) -> str | None:
@@ -367,7 +380,7 @@ def to_dict(a: Analysis) -> dict[str, Any]:
         "gpu_log": None if a.gpu_log is None else {
             "path": str(a.gpu_log.path) if a.gpu_log.path else None,
             "format": a.gpu_log.format,
-            "samples": len(a.gpu_log.samples),
+            "samples": a.gpu_log.sample_count,
             "skipped": a.gpu_log.skipped,
             "fields": list(a.gpu_log.fields),
             "gpus": [

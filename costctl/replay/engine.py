@@ -19,9 +19,9 @@ Facts the live watch knows and a recording does not, and what the replay assumes
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from ..clock import SimClock
 from ..config import Settings
@@ -30,7 +30,7 @@ from ..progress.batch import PointBatch
 from ..policies import History, PolicyEngine
 from ..records import Decision, ProgressPoint, TelemetrySample
 from .gpu_log import RELATIVE_EPOCH
-from .timeline import nominal_interval, strictly_increasing
+from .timeline import nominal_interval
 
 #: policies that read the loss alone (the ones a replay on the loss's own axis can run).
 LOSS_POLICIES = ("plateau", "divergence")
@@ -66,7 +66,7 @@ def _spend(rate: Money, start: datetime, now: datetime, tz) -> tuple[Money, Mone
 
 def replay_timeline(
     settings: Settings,
-    samples: list[TelemetrySample],
+    samples: Iterable[TelemetrySample],
     progress: Iterable[ProgressPoint] = (),
     *,
     rate: Money | None = None,
@@ -81,7 +81,8 @@ def replay_timeline(
 
     Args:
         settings: configuration (``[policies.*]``, ``[watch] timezone``).
-        samples: telemetry in time order (equal times are spread by 1 microsecond).
+        samples: telemetry in time order (equal times are spread by 1 microsecond); a list, or
+            any iterable (read once, nothing kept) when ``sample_interval`` is given.
         progress: progress points; those with ``time`` None are ignored here (see
             :func:`replay_loss`).
         rate: price per instance-hour; enables spend for the budget policy and money in evidence.
@@ -93,15 +94,22 @@ def replay_timeline(
     Raises:
         PolicyError: from a policy (e.g. budget caps in another currency than ``rate``).
     """
-    interval = nominal_interval(list(samples), sample_interval)
-    samples = strictly_increasing(list(samples))
+    if isinstance(samples, list):
+        interval = nominal_interval(samples, sample_interval)
+    elif sample_interval is None:
+        raise ValueError("replay_timeline over a stream of samples needs its sample_interval")
+    else:
+        interval = sample_interval
+    stream = _strictly_increasing(iter(samples))
     timed = sorted((p for p in progress if p.time is not None), key=lambda p: p.time)  # type: ignore[arg-type, return-value]
-    times = sorted({s.time for s in samples} | {p.time for p in timed})  # type: ignore[misc]
     engine = PolicyEngine(settings, only=only)
     run = ReplayRun([], engine.names, interval, bool(timed))
-    if not times:
+    head = next(stream, None)
+    if head is None and not timed:
         return run
-    start = times[0]
+    # every distinct time in order: the (strictly increasing) sample times merged with the progress times
+    start = min(t for t in (head.time if head is not None else None, timed[0].time if timed else None)
+                if t is not None)
     history = History(sample_interval=interval, started_at=start, progress_source=bool(timed), rate=rate)
     first_progress = timed[0].time if timed else None
     last_progress = timed[-1].time if timed else None
@@ -111,12 +119,32 @@ def replay_timeline(
         run.assumptions.append("the job is taken to run from its first to its last recorded progress point")
     clock = SimClock(start)
     tz = settings.watch.tz
-    i = j = 0
-    for t in times:
+    j = 0
+    pending = head
+
+    def merged_times():
+        nonlocal pending
+        k = 0
+        while pending is not None:
+            while k < len(timed) and timed[k].time < pending.time:  # type: ignore[operator]
+                t = timed[k].time
+                while k < len(timed) and timed[k].time == t:
+                    k += 1
+                yield t, None
+            sample, pending = pending, next(stream, None)
+            while k < len(timed) and timed[k].time == sample.time:
+                k += 1
+            yield sample.time, sample
+        while k < len(timed):
+            t = timed[k].time
+            while k < len(timed) and timed[k].time == t:
+                k += 1
+            yield t, None
+
+    for t, sample in merged_times():
         clock.set(t)
-        while i < len(samples) and samples[i].time <= t:
-            history.add_sample(samples[i])
-            i += 1
+        if sample is not None:
+            history.add_sample(sample)
         while j < len(timed) and timed[j].time <= t:  # type: ignore[operator]
             history.add_progress(timed[j])
             j += 1
@@ -164,3 +192,13 @@ def replay_loss(settings: Settings, points: Iterable[ProgressPoint] | Iterable[P
         run.decisions.extend(found)
         run.evaluations += 1
     return run
+
+
+def _strictly_increasing(samples: Iterator[TelemetrySample]) -> Iterator[TelemetrySample]:
+    """:func:`costctl.replay.timeline.strictly_increasing` one sample at a time."""
+    prev = None
+    for s in samples:
+        if prev is not None and s.time <= prev:
+            s = replace(s, time=prev + timedelta(microseconds=1))
+        prev = s.time
+        yield s

@@ -20,7 +20,8 @@ being told its columns (``columns=``, the CLI's ``--gpu-log-columns``).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,7 +31,7 @@ from ..records import GpuReading, TelemetrySample
 from ..telemetry import smi_parse
 from ..telemetry.smi_parse import Column, SmiParseError, SmiRow
 from .gpu_log import MIB, GpuLog, make_sample, recorded_fields, relative_time
-from .textio import open_text
+from .textio import iter_lines, open_text
 
 #: rows without a GPU identity whose timestamps are this close belong to one snapshot (seconds).
 SAME_SNAPSHOT_S = 0.05
@@ -145,6 +146,11 @@ class _Grouper:
         self._seen.add(key)
         self._readings.append(reading)
 
+    def drain(self) -> list[TelemetrySample]:
+        """The samples closed so far, handed over (the grouper keeps none)."""
+        out, self.samples = self.samples, []
+        return out
+
     def flush(self) -> None:
         """Close the current snapshot (if any) into a sample."""
         if self._readings and self._time is not None:
@@ -152,8 +158,19 @@ class _Grouper:
         self._readings, self._seen, self._time = [], set(), None
 
 
+_FAST_TIME = re.compile(r"\s*(\d{4})/(\d\d)/(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?\s*")
+
+
 def _row_time(row: SmiRow) -> datetime:
     cell = row.get("timestamp")
+    m = _FAST_TIME.fullmatch(cell) if cell is not None else None
+    if m is not None:  # nvidia-smi's own shape, without strptime (same value: %f pads on the right)
+        y, mo, d, h, mi, sec, frac = m.groups()
+        try:
+            return datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec),
+                            int(frac.ljust(6, "0")) if frac else 0, tzinfo=timezone.utc)
+        except ValueError:
+            pass  # out-of-range fields: parse_timestamp says why
     naive = smi_parse.parse_timestamp(cell)
     if naive is None:
         raise SmiParseError(f"line {row.line_no}: timestamp is {cell}")
@@ -172,9 +189,24 @@ def parse_smi_lines(
     Raises:
         UsageError: the log has no timestamp column, or its headerless columns cannot be told.
     """
+    counts = {"skipped": 0}
+    samples = list(iter_smi_lines(lines, columns=columns, counts=counts))
+    return samples, counts["skipped"]
+
+
+def iter_smi_lines(
+    lines: Iterable[str], *, columns: Sequence[str] | None = None, counts: dict[str, int] | None = None
+) -> Iterator[TelemetrySample]:
+    """:func:`parse_smi_lines`' samples one at a time (nothing kept); ``counts["skipped"]`` is
+    set to the skipped rows as the lines are read.
+
+    Raises:
+        UsageError: as :func:`parse_smi_lines`.
+    """
     given = smi_parse.columns_for(columns) if columns else None
     grouper = _Grouper("nvidia-smi-csv")
-    skipped = 0
+    counts = counts if counts is not None else {}
+    counts["skipped"] = skipped = 0
     inferred: tuple[Column, ...] | None = None
     for row in smi_parse.iter_rows(lines, given):
         if not row.columns:
@@ -191,10 +223,13 @@ def parse_smi_lines(
             reading = smi_parse.reading_from_row(row)
         except SmiParseError:
             skipped += 1
+            counts["skipped"] = skipped
             continue
         grouper.add(when, _identity(row), reading, has_index=row.get("index") is not None)
+        if grouper.samples:
+            yield from grouper.drain()
     grouper.flush()
-    return grouper.samples, skipped
+    yield from grouper.drain()
 
 
 def read_smi_csv(path: Path, *, columns: Sequence[str] | None = None) -> GpuLog:
@@ -203,8 +238,7 @@ def read_smi_csv(path: Path, *, columns: Sequence[str] | None = None) -> GpuLog:
     Raises:
         UsageError: unreadable file, no timestamp column, or unidentifiable headerless columns.
     """
-    with open_text(path) as fh:
-        samples, skipped = parse_smi_lines(fh, columns=columns)
+    samples, skipped = parse_smi_lines(iter_lines(path), columns=columns)
     return GpuLog("nvidia-smi-csv", samples, path=path, fields=recorded_fields(samples), skipped=skipped)
 
 
@@ -258,11 +292,27 @@ def read_custom_gpu_csv(path: Path, *, start: datetime | None = None) -> GpuLog:
     Raises:
         UsageError: unreadable file or no time column.
     """
-    with open_text(path) as fh:
-        rows = list(smi_parse.iter_rows(fh))
-    if not rows:
-        return GpuLog("gpu-csv", [], path=path)
-    names = [c.field for c in rows[0].columns]
+    counts: dict[str, int] = {}
+    samples = list(iter_custom_gpu_csv(iter_lines(path), start=start, counts=counts, path=path))
+    return GpuLog("gpu-csv", samples, path=path, relative=bool(counts.get("relative")),
+                  fields=recorded_fields(samples), skipped=counts.get("skipped", 0))
+
+
+def iter_custom_gpu_csv(lines: Iterable[str], *, start: datetime | None = None,
+                        counts: dict[str, int] | None = None, path: Path | None = None) -> Iterator[TelemetrySample]:
+    """:func:`read_custom_gpu_csv`'s samples one at a time from the file's lines; ``counts``
+    gets ``skipped`` (unreadable rows) and ``relative`` (1 when times are offsets).
+
+    Raises:
+        UsageError: no time column.
+    """
+    counts = counts if counts is not None else {}
+    counts["skipped"] = 0
+    rows_iter = iter(smi_parse.iter_rows(lines))
+    first = next(rows_iter, None)
+    if first is None:
+        return
+    names = [c.field for c in first.columns]
 
     def pick(pattern: re.Pattern[str] | tuple[str, ...]) -> str | None:
         for n in names:
@@ -272,12 +322,13 @@ def read_custom_gpu_csv(path: Path, *, start: datetime | None = None) -> GpuLog:
 
     t_abs, t_rel = pick(_TIME_ABS), pick(_TIME_REL)
     if t_abs is None and t_rel is None:
-        raise UsageError(f"{path}: GPU CSV without a time column (expected timestamp or elapsed_sec)")
+        raise UsageError(f"{path or 'GPU CSV'}: GPU CSV without a time column (expected timestamp or elapsed_sec)")
     util, used, total = pick(_UTIL), pick(_MEM_USED), pick(_MEM_TOTAL)
     power, index = pick(_POWER), pick(_INDEX)
+    counts["relative"] = int(t_abs is None)
     grouper = _Grouper("gpu-csv")
     skipped = 0
-    for row in rows:
+    for row in itertools.chain((first,), rows_iter):
         try:
             if t_abs is not None:
                 when = _parse_abs_time(row.get(t_abs))
@@ -288,6 +339,7 @@ def read_custom_gpu_csv(path: Path, *, start: datetime | None = None) -> GpuLog:
                 when = relative_time(secs, start)
         except ValueError:
             skipped += 1
+            counts["skipped"] = skipped
             continue
         u = _cell_float(row.get(util)) if util else None
         mu = _cell_float(row.get(used)) if used else None
@@ -303,11 +355,10 @@ def read_custom_gpu_csv(path: Path, *, start: datetime | None = None) -> GpuLog:
         )
         ident = f"index={int(idx_cell)}" if idx_cell is not None else None
         grouper.add(when, ident, reading, has_index=True)
+        if grouper.samples:
+            yield from grouper.drain()
     grouper.flush()
-    samples = grouper.samples
-    return GpuLog(
-        "gpu-csv", samples, path=path, relative=t_abs is None, fields=recorded_fields(samples), skipped=skipped
-    )
+    yield from grouper.drain()
 
 
 def _parse_abs_time(cell: str | None) -> datetime:

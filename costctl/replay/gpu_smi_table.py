@@ -16,14 +16,14 @@ giving index, name, power draw (W), memory used/total (MiB -> bytes) and GPU-Uti
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import UsageError
 from ..records import GpuReading, TelemetrySample
 from .gpu_log import MIB, GpuLog, make_sample, recorded_fields
-from .textio import open_text
+from .textio import iter_lines
 
 _DATE = re.compile(
     r"^\s*((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\s+(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
@@ -75,9 +75,25 @@ def parse_table_lines(lines: Iterable[str]) -> tuple[list[TelemetrySample], int]
     """Samples from the dashboard's lines, and the number of snapshots that had no readable GPU row.
 
     A snapshot with no date line before it cannot be placed in time and is counted as skipped.
+
+    Raises:
+        UsageError: snapshots without date lines.
     """
-    samples: list[TelemetrySample] = []
-    skipped = 0
+    counts = {"skipped": 0}
+    samples = list(iter_table_lines(lines, counts))
+    return samples, counts["skipped"]
+
+
+def iter_table_lines(lines: Iterable[str], counts: dict[str, int] | None = None) -> Iterator[TelemetrySample]:
+    """:func:`parse_table_lines`' samples one at a time; ``counts["skipped"]`` set as it reads.
+
+    Raises:
+        UsageError: as :func:`parse_table_lines`.
+    """
+    counts = counts if counts is not None else {}
+    samples: list[TelemetrySample] = []  # closed snapshots not yet handed over
+    produced = False
+    skipped = counts["skipped"] = 0
     snap: _Snapshot | None = None
     pending: dict | None = None
     undated = False
@@ -87,9 +103,11 @@ def parse_table_lines(lines: Iterable[str]) -> tuple[list[TelemetrySample], int]
         if m:
             if snap is not None:
                 if snap.gpus:
-                    samples.append(snap.sample())
+                    produced = True
+                    yield snap.sample()
                 else:
                     skipped += 1
+                    counts["skipped"] = skipped
             snap = _Snapshot(_parse_date(m.group(1)))
             pending = None
             continue
@@ -125,15 +143,17 @@ def parse_table_lines(lines: Iterable[str]) -> tuple[list[TelemetrySample], int]
                 snap.procs.setdefault(int(pm.group(1)), []).append(int(pm.group(2)))
     if snap is not None:
         if snap.gpus:
-            samples.append(snap.sample())
+            produced = True
+            yield snap.sample()
         else:
             skipped += 1
-    if not samples and undated:
+            counts["skipped"] = skipped
+    if not produced and undated:
         raise UsageError(
             "nvidia-smi table without date lines: cannot place snapshots in time "
             "(print them with plain `nvidia-smi`, which starts each with the date)"
         )
-    return samples, skipped
+    del samples
 
 
 def read_smi_table(path: Path) -> GpuLog:
@@ -142,6 +162,5 @@ def read_smi_table(path: Path) -> GpuLog:
     Raises:
         UsageError: unreadable file, or snapshots without date lines.
     """
-    with open_text(path) as fh:
-        samples, skipped = parse_table_lines(fh)
+    samples, skipped = parse_table_lines(iter_lines(path))
     return GpuLog("nvidia-smi-table", samples, path=path, fields=recorded_fields(samples), skipped=skipped)

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
 from ..records import GpuReading, TelemetrySample
 from .gpu_log import GpuLog, make_sample, recorded_fields
-from .textio import open_text
+from .textio import iter_lines
 
 _KEY = re.compile(r"^system\.gpu\.(\d+)\.(\w+)$")
 
@@ -66,21 +67,28 @@ def read_wandb_system(path: Path) -> GpuLog:
     Raises:
         UsageError: unreadable file.
     """
-    samples: list[TelemetrySample] = []
-    skipped = 0
-    with open_text(path) as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                skipped += 1
-                continue
-            sample = record_to_sample(record) if isinstance(record, dict) else None
-            if sample is None:
-                skipped += 1
-            else:
-                samples.append(sample)
+    counts = {"skipped": 0}
+    samples = list(iter_wandb_lines(iter_lines(path), counts))
+    skipped = counts["skipped"]
     return GpuLog("wandb-system", samples, path=path, fields=recorded_fields(samples), skipped=skipped)
+
+
+def iter_wandb_lines(lines: Iterable[str], counts: dict[str, int] | None = None) -> Iterator[TelemetrySample]:
+    """:func:`read_wandb_system`'s samples one at a time from the file's lines;
+    ``counts["skipped"]`` counts unparseable lines as it reads."""
+    counts = counts if counts is not None else {}
+    counts["skipped"] = 0
+    for line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            counts["skipped"] += 1
+            continue
+        sample = record_to_sample(record) if isinstance(record, dict) else None
+        if sample is None:
+            counts["skipped"] += 1
+        else:
+            yield sample

@@ -6,7 +6,6 @@ a one-line :class:`~costctl.errors.UsageError`. Uses the non-interactive Agg bac
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from ..errors import UsageError
@@ -54,10 +53,8 @@ def plot_analysis(a: Analysis, path: Path, progress: list[ProgressPoint] | None 
     by_name = dict(zip(panels, axes))
     if "util" in by_name:
         ax = by_name["util"]
-        for index in a.gpu_log.gpu_indices:  # type: ignore[union-attr]
-            series = a.gpu_log.readings(index)  # type: ignore[union-attr]
-            ax.plot([t for t, _ in series], [g.utilization if g.utilization is not None else math.nan for _, g in series],
-                    linewidth=0.8, label=f"GPU {index}")
+        for index, series in sorted(a.plot_series.items()):  # decimated: lows and highs kept
+            ax.plot([t for t, _ in series], [u for _, u in series], linewidth=0.8, label=f"GPU {index}")
         for r in a.stretches:
             ax.axvspan(r.stretch.start, r.stretch.end, color="grey", alpha=0.2)
         ax.set_ylabel("GPU util %")
@@ -78,7 +75,8 @@ def plot_analysis(a: Analysis, path: Path, progress: list[ProgressPoint] | None 
         ax.legend(loc="upper right", fontsize="small")
     if "spend" in by_name and a.start is not None and a.end is not None and a.rate is not None:
         ax = by_name["spend"]
-        times = [s.time for s in a.gpu_log.samples] if a.gpu_log else [p.time for p in timed]  # type: ignore[misc]
+        times = sorted({t for series in a.plot_series.values() for t, _ in series} | {p.time for p in timed})  # type: ignore[misc]
+        times = times or [a.start, a.end]
         ax.plot(times, [float(cost_of(a.rate.amount, t - a.start)) for t in times], color="tab:green")
         ax.set_ylabel(f"spend ({a.rate.currency})")
     for d in a.decisions:

@@ -13,9 +13,10 @@ from pathlib import Path
 from ..errors import UsageError
 from .formats import GPU_FORMATS, detect_file
 from .gpu_log import GpuLog
-from .gpu_smi_csv import read_custom_gpu_csv, read_smi_csv
-from .gpu_smi_table import read_smi_table
-from .gpu_wandb import read_wandb_system
+from .gpu_smi_csv import iter_custom_gpu_csv, iter_smi_lines, read_custom_gpu_csv, read_smi_csv
+from .gpu_smi_table import iter_table_lines, read_smi_table
+from .gpu_wandb import iter_wandb_lines, read_wandb_system
+from .textio import BLOCK_CHARS, iter_lines
 from .train_log import TrainLog, read_console, read_metrics
 
 
@@ -49,6 +50,46 @@ def read_gpu_log(
             f"(GPU logs: nvidia-smi --query-gpu CSV, the nvidia-smi table, wandb system metrics)"
         )
     if not log.samples:
+        raise UsageError(f"{path}: no GPU sample could be read ({log.format}, {log.skipped} unreadable records)")
+    return log
+
+
+def open_gpu_log(
+    path: Path, *, columns: Sequence[str] | None = None, start: datetime | None = None,
+    block_chars: int = BLOCK_CHARS,
+) -> GpuLog:
+    """A streamed :func:`read_gpu_log`: the file is read once here for its figures
+    (:attr:`GpuLog.scan`) and again on every :meth:`GpuLog.iter_samples`, in blocks of
+    ``block_chars`` characters; no sample is kept, so memory does not grow with the file. The
+    samples, figures and analysis equal :func:`read_gpu_log`'s whatever ``block_chars``.
+
+    Raises:
+        UsageError: as :func:`read_gpu_log`.
+    """
+    fmt = detect_file(path)
+    if columns and fmt not in ("nvidia-smi-csv",):
+        fmt = "nvidia-smi-csv"
+    if fmt not in GPU_FORMATS:
+        raise UsageError(
+            f"{path}: looks like a training log ({fmt}), not a GPU log; pass it with --train-log "
+            f"(GPU logs: nvidia-smi --query-gpu CSV, the nvidia-smi table, wandb system metrics)"
+        )
+    counts: dict[str, int] = {}
+
+    def source():
+        lines = iter_lines(path, block_chars)
+        if fmt == "nvidia-smi-csv":
+            return iter_smi_lines(lines, columns=columns, counts=counts)
+        if fmt == "nvidia-smi-table":
+            return iter_table_lines(lines, counts)
+        if fmt == "wandb-system":
+            return iter_wandb_lines(lines, counts)
+        return iter_custom_gpu_csv(lines, start=start, counts=counts, path=path)
+
+    log = GpuLog(fmt, [], path=path, source=source)
+    scan = log.scan  # the first pass
+    log.fields, log.skipped, log.relative = scan.fields, counts.get("skipped", 0), bool(counts.get("relative"))
+    if not scan.count:
         raise UsageError(f"{path}: no GPU sample could be read ({log.format}, {log.skipped} unreadable records)")
     return log
 

@@ -74,7 +74,7 @@ def _stretch_table(title: str, rows: list[StretchReport], t: _Clock, show_policy
 def _gpu_section(a: Analysis, console: Console, t: _Clock) -> None:
     g = a.gpu_log
     assert g is not None
-    console.print(f"GPU log: {g.path} ({g.format}), {len(g.samples)} samples, "
+    console.print(f"GPU log: {g.path} ({g.format}), {g.sample_count} samples, "
                   f"nominal interval {a.sample_interval.total_seconds():g} s"
                   + (f", {g.skipped} unreadable records skipped" if g.skipped else ""))
     table = Table(title="GPUs (never averaged)", title_justify="left")

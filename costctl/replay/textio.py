@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import codecs
 import io
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import UsageError
@@ -82,3 +84,35 @@ def split_lines(text: str) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
+#: characters read per block by :func:`iter_lines` (1 Mi: large reads, bounded memory).
+BLOCK_CHARS = 1 << 20
+
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)")
+
+
+def iter_lines(path: Path, block_chars: int = BLOCK_CHARS) -> Iterator[str]:
+    """The lines of ``path`` with their ends (``\n``, ``\r\n`` or a lone ``\r``, as a text file
+    opened with ``newline=""`` splits them), read in blocks of ``block_chars`` decoded characters;
+    the same lines whatever the block size.
+
+    Raises:
+        UsageError: as :func:`open_text`.
+    """
+    with open_text(path) as fh:
+        rest = ""
+        while block := fh.read(max(1, block_chars)):
+            if "\n" not in block and "\r" not in block:
+                rest += block  # inside a long line: nothing to split yet
+                continue
+            text = rest + block
+            end = 0
+            for m in _LINE.finditer(text):
+                if m.end() == len(text) and text.endswith("\r"):
+                    break  # a CR at the block's end may be half of a CRLF: wait for the next block
+                end = m.end()
+                yield m.group()
+            rest = text[end:]
+        if rest:
+            yield rest
