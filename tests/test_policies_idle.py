@@ -237,3 +237,23 @@ def test_history_rejects_out_of_order_samples() -> None:
     history.add_sample(idle_gpu(10))
     with pytest.raises(ValueError, match="time order"):
         history.add_sample(idle_gpu(10))
+
+
+def test_an_idle_stretch_builds_its_evidence_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a stretch has been idle a whole window, every later evaluation of the same stretch
+    returns the decision already made (same key, reported once) instead of scanning the whole
+    window again per sample (60 % of ``analyze --gpu-log``'s time on a long idle log); a new
+    stretch after busy work gets a new decision with its own evidence."""
+    built: list[datetime] = []
+    original = IdlePolicy._decision
+
+    def counting(self, history, now, since, window):
+        built.append(since)
+        return original(self, history, now, since, window)
+
+    monkeypatch.setattr(IdlePolicy, "_decision", counting)
+    samples = every(0, 600, lambda t: gpu(t, 0.0)) + every(605, 700, lambda t: gpu(t, 95.0)) \
+        + every(705, 1200, lambda t: gpu(t, 0.0))
+    fired = drive(Trace(samples, end=1200))
+    assert len(fired) == 2
+    assert len(built) == 2 and built[0] == at(0) and built[1] == at(705)

@@ -182,6 +182,11 @@ class IdlePolicy(Policy):
         self._last_time: datetime | None = None
         self._ssh_only = False  # the newest sample was busy only because of an SSH session
         self._logoff = False  # the current stretch began as the last SSH session closed
+        # the decision of the current stretch, once made: its key (idle:<since>) is reported
+        # once, so later evaluations of the same stretch return it as it is instead of
+        # rebuilding its evidence from the whole window every sample (the engine drops it)
+        self._made: Decision | None = None
+        self._made_since: datetime | None = None
 
     @classmethod
     def from_config(cls, config: IdleConfig, context: PolicyContext) -> IdlePolicy | None:
@@ -281,7 +286,11 @@ class IdlePolicy(Policy):
         last_progress = history.last_progress_at if history.progress_source else None
         if last_progress is not None and last_progress >= window_start:
             return None  # progress inside the window
-        return self._decision(history, now, since, window)
+        if self._made is not None and self._made_since == since:
+            return self._made  # same stretch, same key: already reported (see __init__)
+        self._made = self._decision(history, now, since, window)
+        self._made_since = since
+        return self._made
 
     def _decision(self, history: History, now: datetime, since: datetime, window: timedelta) -> Decision:
         window_start = now - window
