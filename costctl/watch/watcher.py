@@ -356,7 +356,7 @@ class Watcher:
         batch, resume_from = prepare_command(self.options, s)
 
         # The ledger is opened and written before any instance is started.
-        self.ledger = Ledger.open(url)
+        self.ledger = Ledger.open(url, isolated_migration=True)  # no Alembic left resident
         try:
             instance_pk = self.ledger.ensure_instance(
                 provider.name, instance_id, gpu=resolved.gpu_name, gpu_count=gpu_count, billing=billing,
