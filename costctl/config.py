@@ -51,6 +51,8 @@ from .config_types import (  # noqa: F401
     Section,
     Window,
     _format_duration,
+    bounded_duration,
+    bounded_window,
     _money,
     _Section,
     format_duration,
@@ -287,30 +289,18 @@ class LedgerConfig(_Section):
     and inf counts, min, max, first, last): :mod:`costctl.ledger.progress_store`.
     """
 
-    sample_retention: Window = Field(
+    sample_retention: bounded_window(SAMPLE_RETENTION_MIN, SAMPLE_RETENTION_MAX, noun="a retention",  # type: ignore[valid-type]
+                                     note="ten years") = Field(
         default=timedelta(days=7),
         description="raw telemetry is kept this long, then rolled up per minute; \"off\" keeps it raw "
                     "(1h to 87600h)")
-    progress_interval: Duration = Field(
+    progress_interval: bounded_duration(PROGRESS_INTERVAL_MIN, PROGRESS_INTERVAL_MAX,  # type: ignore[valid-type]
+                                        noun="an interval") = Field(
         default=timedelta(seconds=60),
         description="the interval progress points are counted in (1s to 1h)")
     progress_points_per_interval: int = Field(
         default=20, ge=1, le=10_000,
         description="loss points stored as rows per series and interval; the rest are summed up exactly")
-
-    @field_validator("sample_retention")
-    @classmethod
-    def _retention_bounds(cls, v: timedelta | None) -> timedelta | None:
-        if v is not None and not SAMPLE_RETENTION_MIN <= v <= SAMPLE_RETENTION_MAX:
-            raise ValueError("expected a retention from 1h to 87600h (ten years), or off")
-        return v
-
-    @field_validator("progress_interval")
-    @classmethod
-    def _interval_bounds(cls, v: timedelta) -> timedelta:
-        if not PROGRESS_INTERVAL_MIN <= v <= PROGRESS_INTERVAL_MAX:
-            raise ValueError("expected an interval from 1s to 1h")
-        return v
 
 
 class HooksConfig(_Section):

@@ -22,23 +22,53 @@ from .errors import ConfigError
 from .money import parse_decimal
 
 _DURATION_RE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m)?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$")
-DURATION_ALLOWED = "a duration like 90s, 30m, 2h, 1h30m or a number of seconds (at least 1s)"
-WINDOW_ALLOWED = DURATION_ALLOWED + ", or off"
 
 
-def parse_duration(value: Any) -> timedelta:
+#: The shortest duration a plain :data:`Duration` or :data:`Window` takes.
+MIN_DURATION = timedelta(seconds=1)
+
+
+def duration_allowed(minimum: timedelta = MIN_DURATION, maximum: timedelta | None = None, *,
+                     noun: str = "a duration", note: str = "", off: bool = False) -> str:
+    """What a duration setting allows, as the text after ``expected`` in its error message,
+    naming that setting's own bounds: ``"a duration like 90s, ... (at least 1s)"``, or, with a
+    maximum, ``"a retention from 1h to 87600h (ten years), written like 90s, ..., or off"``.
+
+    Args:
+        minimum / maximum: the bounds (inclusive; no maximum: unbounded).
+        noun: what the setting is (``"a retention"``, ``"an interval"``).
+        note: said after the maximum, in parentheses (``"ten years"``).
+        off: the setting also takes ``off``.
+    """
+    forms = "90s, 30m, 2h, 1h30m or a number of seconds"
+    if maximum is None:
+        text = f"{noun} like {forms} (at least {format_duration(minimum)})"
+    else:
+        text = (f"{noun} from {format_duration(minimum)} to {format_duration(maximum)}"
+                + (f" ({note})" if note else "") + f", written like {forms}")
+    return text + (", or off" if off else "")
+
+
+def parse_duration(value: Any, *, minimum: timedelta = MIN_DURATION, maximum: timedelta | None = None,
+                   allowed: str | None = None) -> timedelta:
     """Parse ``90s``, ``30m``, ``2h``, ``1h30m``, a bare number of seconds, or a timedelta.
 
+    Args:
+        minimum / maximum: the bounds the result must lie in (inclusive; default at least 1 s).
+        allowed: the text after ``expected`` in the error (default :func:`duration_allowed`
+            of the bounds), so every setting's message names its own bounds.
+
     Returns:
-        a positive timedelta (>= 1 s).
+        a timedelta within the bounds.
 
     Raises:
-        ValueError: for anything else, including zero, negatives and ``off``.
+        ValueError: for anything else, including zero, negatives, ``off`` and values out of bounds.
     """
+    message = f"expected {allowed or duration_allowed(minimum, maximum)}"
     if isinstance(value, timedelta):
         td = value
     elif isinstance(value, bool):
-        raise ValueError(f"expected {DURATION_ALLOWED}")
+        raise ValueError(message)
     elif isinstance(value, (int, float, Decimal)):
         td = timedelta(seconds=float(value))
     elif isinstance(value, str):
@@ -48,26 +78,28 @@ def parse_duration(value: Any) -> timedelta:
         except ValueError:
             m = _DURATION_RE.match(text)
             if not text or not m or not any(m.groups()):
-                raise ValueError(f"expected {DURATION_ALLOWED}") from None
+                raise ValueError(message) from None
             h, mi, s = (float(g) if g else 0.0 for g in m.groups())
             td = timedelta(hours=h, minutes=mi, seconds=s)
     else:
-        raise ValueError(f"expected {DURATION_ALLOWED}")
-    if td < timedelta(seconds=1):
-        raise ValueError(f"expected {DURATION_ALLOWED}")
+        raise ValueError(message)
+    if td < minimum or (maximum is not None and td > maximum):
+        raise ValueError(message)
     return td
 
 
-def parse_window(value: Any) -> timedelta | None:
-    """Like :func:`parse_duration`, but ``off`` (or ``false``) disables the window: returns None."""
+def parse_window(value: Any, *, minimum: timedelta = MIN_DURATION, maximum: timedelta | None = None,
+                 allowed: str | None = None) -> timedelta | None:
+    """Like :func:`parse_duration`, but ``off`` (or ``false``) disables the window: returns None.
+
+    Raises:
+        ValueError: as :func:`parse_duration`; its message also offers ``off``."""
     if value is None or value is False:
         return None
     if isinstance(value, str) and value.strip().lower() in {"off", "false", "none", "disabled"}:
         return None
-    try:
-        return parse_duration(value)
-    except ValueError:
-        raise ValueError(f"expected {WINDOW_ALLOWED}") from None
+    return parse_duration(value, minimum=minimum, maximum=maximum,
+                          allowed=allowed or duration_allowed(minimum, maximum, off=True))
 
 
 def format_duration(td: timedelta | None) -> str:
@@ -80,6 +112,11 @@ def format_duration(td: timedelta | None) -> str:
     if secs % 60 == 0:
         return f"{int(secs // 60)}m"
     return f"{secs:g}s"
+
+
+#: What a plain :data:`Duration` / :data:`Window` allows (the text after ``expected``).
+DURATION_ALLOWED = duration_allowed()
+WINDOW_ALLOWED = duration_allowed(off=True)
 
 
 def parse_money(value: Any) -> Decimal:
@@ -103,6 +140,26 @@ Duration = Annotated[timedelta, BeforeValidator(parse_duration), PlainSerializer
 Window = Annotated[timedelta | None, BeforeValidator(parse_window), PlainSerializer(format_duration)]
 #: Money >= 0 as Decimal; serialized as a string.
 MoneyAmount = Annotated[Decimal, BeforeValidator(parse_money), PlainSerializer(str)]
+
+
+def bounded_duration(minimum: timedelta, maximum: timedelta | None = None, **text: Any) -> Any:
+    """A :data:`Duration` type bounded to ``[minimum, maximum]`` whose error message names
+    those bounds (``text``: ``noun`` and ``note`` of :func:`duration_allowed`)."""
+    allowed = duration_allowed(minimum, maximum, **text)
+    return Annotated[timedelta, BeforeValidator(lambda v: parse_duration(v, minimum=minimum, maximum=maximum,
+                                                                         allowed=allowed)),
+                     PlainSerializer(format_duration)]
+
+
+def bounded_window(minimum: timedelta, maximum: timedelta | None = None, **text: Any) -> Any:
+    """A :data:`Window` type (a duration or ``off``) bounded to ``[minimum, maximum]``, its
+    error message naming those bounds (see :func:`bounded_duration`)."""
+    allowed = duration_allowed(minimum, maximum, off=True, **text)
+    return Annotated[timedelta | None, BeforeValidator(lambda v: parse_window(v, minimum=minimum, maximum=maximum,
+                                                                              allowed=allowed)),
+                     PlainSerializer(format_duration)]
+
+
 #: A percentage in [0, 100].
 Percent = Annotated[float, Field(ge=0, le=100)]
 #: What most policies may do when they fire.
@@ -121,6 +178,7 @@ _format_duration = format_duration
 _money = parse_money
 
 __all__ = [
-    "DURATION_ALLOWED", "WINDOW_ALLOWED", "parse_duration", "parse_window", "format_duration",
+    "DURATION_ALLOWED", "WINDOW_ALLOWED", "MIN_DURATION", "duration_allowed", "bounded_duration",
+    "bounded_window", "parse_duration", "parse_window", "format_duration",
     "parse_money", "Duration", "Window", "MoneyAmount", "Percent", "Action", "Section",
 ]

@@ -10,12 +10,19 @@ writes decisions.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .records import Decision
+from .records import Action, Decision
 from .summary import RunSummary
+
+#: Seconds (of the decisions' own clock) during which a policy's further advice is recorded but
+#: not printed live, per policy: a noisy loss in a flood of output opens one plateau episode
+#: after another (each one decision in the ledger and one row of the summary, which counts
+#: them); the console gets one line, and the next line printed after the quiet time says how
+#: many were not shown. costctl's own choice: at most one plateau line per 10 minutes.
+LIVE_QUIET_S: Mapping[str, float] = {"plateau": 600.0}
 
 
 class DecisionStore(Protocol):
@@ -60,11 +67,16 @@ class DecisionRecorder:
         say: prints one of costctl's own lines (the watch's, suppressed by --quiet).
         run_id: the ledger run decisions belong to; the watcher sets :attr:`run_id` again when
             the job moves to another instance (a new run).
+        live_quiet_s: per policy, seconds after one of its advice lines during which its further
+            advice is recorded (ledger, summary, subscribers) but not printed; counted, and the
+            next line printed says how many (default :data:`LIVE_QUIET_S`).
     """
 
     def __init__(self, store: DecisionStore, summary: RunSummary, say: Callable[[str], None],
-                 run_id: str | None = None) -> None:
+                 run_id: str | None = None, live_quiet_s: Mapping[str, float] = LIVE_QUIET_S) -> None:
         self.store = store
+        self.live_quiet_s = dict(live_quiet_s)
+        self._said: dict[str, tuple[Any, int]] = {}  # policy -> (time of its last live advice line, not shown since)
         self.summary = summary
         self.say = say
         self.run_id = run_id
@@ -112,10 +124,11 @@ class DecisionRecorder:
             while len(self._by_key) > 256:
                 del self._by_key[next(iter(self._by_key))]
         self.summary.add_decision(decision)
-        if say is True:
-            self.say(f"costctl {decision.policy}: {decision.reason}")
-        elif say:
-            self.say(say)
+        line = f"costctl {decision.policy}: {decision.reason}" if say is True else say or None
+        if line is not None:
+            line = self._live_line(decision, line)
+        if line is not None:
+            self.say(line)
         recorded = RecordedDecision(decision=decision, outcome=outcome, run_id=self.run_id,
                                     dry_run=dry_run, ledger_id=ledger_id)
         for subscriber in list(self._subscribers):
@@ -126,4 +139,21 @@ class DecisionRecorder:
         return recorded
 
 
-__all__ = ["DecisionRecorder", "DecisionStore", "RecordedDecision", "Subscriber"]
+    def _live_line(self, decision: Decision, line: str) -> str | None:
+        """``line``, or None while ``decision`` (advice) falls in its policy's quiet time; the
+        first line after it says how many were recorded and not shown."""
+        quiet = self.live_quiet_s.get(decision.policy)
+        if quiet is None or decision.action != Action.ADVISE:
+            return line
+        last = self._said.get(decision.policy)
+        if last is not None and (decision.time - last[0]).total_seconds() < quiet:
+            self._said[decision.policy] = (last[0], last[1] + 1)
+            return None
+        self._said[decision.policy] = (decision.time, 0)
+        if last is not None and last[1]:
+            line += (f" [{last[1]} more {decision.policy} advice since the last line printed: recorded, "
+                     "counted in the summary]")
+        return line
+
+
+__all__ = ["LIVE_QUIET_S", "DecisionRecorder", "DecisionStore", "RecordedDecision", "Subscriber"]

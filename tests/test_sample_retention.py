@@ -270,8 +270,13 @@ def test_ledger_settings_defaults_and_bounds(tmp_path, isolated):
     assert _load(tmp_path, 'sample_retention = "24h"').ledger.sample_retention == timedelta(hours=24)
     for body, says in [
         ('sample_retention = "30m"', "ledger.sample_retention = '30m': expected a retention from 1h to 87600h"),
-        ('sample_retention = "90000h"', "expected a retention from 1h to 87600h (ten years), or off"),
+        ('sample_retention = "90000h"', "expected a retention from 1h to 87600h (ten years)"),
         ('sample_retention = "soon"', "ledger.sample_retention"),
+        # a value the duration parser itself refuses names the setting's own bounds, not 1s
+        ("sample_retention = -5", "expected a retention from 1h to 87600h (ten years)"),
+        ('sample_retention = "0.5"', "expected a retention from 1h to 87600h"),
+        ('sample_retention = "soon"', "expected a retention from 1h to 87600h"),
+        ('progress_interval = "-5"', "expected an interval from 1s to 1h"),
         ('progress_interval = "2h"', "ledger.progress_interval = '2h': expected an interval from 1s to 1h"),
         ("progress_points_per_interval = 0", "ledger.progress_points_per_interval"),
         ("progress_points_per_interval = 100000", "ledger.progress_points_per_interval"),
@@ -279,6 +284,7 @@ def test_ledger_settings_defaults_and_bounds(tmp_path, isolated):
         with pytest.raises(ConfigError) as info:
             _load(tmp_path, body)
         assert says in info.value.message and "\n" not in info.value.message
+        assert "at least 1s" not in info.value.message
 
 
 def test_rollup_figures_compose_per_minute():
@@ -334,3 +340,25 @@ def test_two_compactions_at_once_never_count_a_sample_twice(postgres_schema):
     finally:
         first.close()
         second.close()
+
+
+def test_every_duration_setting_names_its_own_minimum():
+    """The general mechanism: a bounded duration type's message states its own bounds; the
+    plain Duration/Window keep "at least 1s" (their real minimum)."""
+    from pydantic import BaseModel, ValidationError
+
+    from costctl.config_types import Duration, bounded_duration, bounded_window
+
+    class M(BaseModel):
+        plain: Duration = timedelta(seconds=5)
+        long: bounded_duration(timedelta(minutes=5)) = timedelta(minutes=10)  # type: ignore[valid-type]
+        capped: bounded_window(timedelta(minutes=1), timedelta(hours=2)) = None  # type: ignore[valid-type]
+
+    for field, value, says in [("plain", "-5", "(at least 1s)"), ("long", "-5", "(at least 5m)"),
+                               ("long", "1m", "(at least 5m)"), ("capped", "3h", "from 1m to 2h"),
+                               ("capped", "x", "from 1m to 2h")]:
+        with pytest.raises(ValidationError) as info:
+            M(**{field: value})
+        assert says in str(info.value)
+    assert M(long="5m").long == timedelta(minutes=5) and M(capped="off").capped is None
+    assert M(capped="2h").capped == timedelta(hours=2)

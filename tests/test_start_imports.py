@@ -9,6 +9,8 @@ should not be there, the costctl lines that imported it first.
 from __future__ import annotations
 
 import json
+
+import pytest
 import subprocess
 import sys
 from pathlib import Path
@@ -96,3 +98,34 @@ def test_bill_on_an_empty_ledger_at_head_runs_no_migration_code(tmp_path):
     result = _start(tmp_path, "bill", "--format", "json", watched=watched)
     assert result["code"] == 0 and json.loads(result["out"]), result["err"]
     _none_of(result, MIGRATIONS + NETWORK_AND_PROCESSES + ("costctl.watch", "costctl.replay"))
+
+
+def test_a_watch_on_a_fresh_ledger_migrates_it_in_a_child_and_keeps_no_alembic(tmp_path):
+    """The first watch creates and migrates the ledger; Alembic and Mako run in a short-lived
+    child process (costctl.ledger.migrate.upgrade(isolated=True)), never in the watch."""
+    import sqlalchemy as sa
+
+    result = _start(tmp_path, "watch", "--dry-run", "--on-exit", "leave", "--no-pty", "--quiet", "--",
+                    sys.executable, "-c", "print('loss: 1.0')", watched=MIGRATIONS + ("costctl_alembic",))
+    assert result["code"] == 0, result["err"]
+    _none_of(result, MIGRATIONS + ("costctl_alembic",))
+    from costctl.ledger.migrate import head_revision
+
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'costctl.db'}")
+    with engine.connect() as conn:  # migrated to head, and the run recorded
+        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar_one() == head_revision()
+        assert conn.exec_driver_sql("SELECT count(*) FROM runs").scalar_one() == 1
+    engine.dispose()
+
+
+def test_an_isolated_migration_reports_a_failure_in_one_line(tmp_path):
+    import sqlalchemy as sa
+
+    from costctl.errors import LedgerError
+    from costctl.ledger import migrate
+
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    with pytest.raises(LedgerError) as info:
+        migrate.upgrade(engine, "nosuchrevision", isolated=True)
+    assert "nosuchrevision" in info.value.message and "\n" not in info.value.message
+    engine.dispose()

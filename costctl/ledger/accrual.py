@@ -20,12 +20,13 @@ elsewhere). Concurrent accruals on one instance are serialised: on PostgreSQL by
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import case, func, insert, select, update
+from sqlalchemy import bindparam, case, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from ..clock import ensure_utc
@@ -72,6 +73,32 @@ def charge_start(session: Session, run: Any) -> datetime:
     return max(started, ensure_utc(latest)) if latest is not None else started
 
 
+@functools.cache
+def _rollup_upsert(dialect: str) -> Any:
+    """The ``charge_rollups`` upsert of ``dialect`` (sqlite, postgresql), with bound parameters:
+    built once per process (building it per accrual cost more than running it)."""
+    t = ChargeRollup.__table__
+    if dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    else:
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    # bound parameters named apart from the columns (SQLAlchemy reserves the column names)
+    stmt = dialect_insert(t).values({name: bindparam(f"p_{name}") for name in _ROLLUP_COLUMNS})
+    new = stmt.excluded
+    return stmt.on_conflict_do_update(
+        index_elements=[t.c.run_id, t.c.bucket_s, t.c.rate_per_hour, t.c.currency],
+        set_={
+            "duration_us": t.c.duration_us + new.duration_us,
+            "first_us": case((new.first_us < t.c.first_us, new.first_us), else_=t.c.first_us),
+            "last_us": case((new.last_us > t.c.last_us, new.last_us), else_=t.c.last_us),
+        },
+    )
+
+
+_ROLLUP_COLUMNS = ("run_id", "bucket_s", "rate_per_hour", "currency", "instance_pk", "duration_us", "first_us",
+                   "last_us")
+
+
 def add_to_rollup(session: Session, *, run_id: str, instance_pk: int, rate: Decimal, currency: str,
                   start_us: int, end_us: int) -> None:
     """Add the charged interval ``[start_us, end_us)`` (POSIX µs) of ``run_id`` to its 15-minute
@@ -82,20 +109,7 @@ def add_to_rollup(session: Session, *, run_id: str, instance_pk: int, rate: Deci
         values = dict(run_id=run_id, bucket_s=bucket_s, rate_per_hour=rate, currency=currency,
                       instance_pk=instance_pk, duration_us=hi - lo, first_us=lo, last_us=hi)
         if dialect in ("sqlite", "postgresql"):
-            if dialect == "sqlite":
-                from sqlalchemy.dialects.sqlite import insert as dialect_insert
-            else:
-                from sqlalchemy.dialects.postgresql import insert as dialect_insert
-            stmt = dialect_insert(t).values(**values)
-            new = stmt.excluded
-            session.execute(stmt.on_conflict_do_update(
-                index_elements=[t.c.run_id, t.c.bucket_s, t.c.rate_per_hour, t.c.currency],
-                set_={
-                    "duration_us": t.c.duration_us + new.duration_us,
-                    "first_us": case((new.first_us < t.c.first_us, new.first_us), else_=t.c.first_us),
-                    "last_us": case((new.last_us > t.c.last_us, new.last_us), else_=t.c.last_us),
-                },
-            ))
+            session.execute(_rollup_upsert(dialect), {f"p_{k}": v for k, v in values.items()})
             continue
         key = ((t.c.run_id == run_id) & (t.c.bucket_s == bucket_s) & (t.c.rate_per_hour == rate)
                & (t.c.currency == currency))

@@ -58,13 +58,15 @@ class Ledger:
     # ------------------------------------------------------------------ lifecycle
 
     @classmethod
-    def open(cls, url: str, *, migrate: bool = True, create: bool = True) -> Ledger:
+    def open(cls, url: str, *, migrate: bool = True, create: bool = True, isolated_migration: bool = False) -> Ledger:
         """Open the ledger at ``url`` (any SQLAlchemy URL) and migrate it to the newest schema.
 
         With ``create`` (the default, used by ``costctl watch``) a SQLite file and its directory
         are created when missing; read-only commands (``costctl bill``) pass ``create=False``
         and get :class:`~costctl.ledger.engine.MissingLedgerError` instead, with nothing
-        created. SQLite runs in WAL mode with a busy timeout.
+        created. SQLite runs in WAL mode with a busy timeout. ``isolated_migration`` (the
+        watch) runs a needed migration in a short-lived child process, so Alembic never stays
+        in this process's memory (:func:`costctl.ledger.migrate.upgrade`).
 
         Raises:
             MissingLedgerError: ``create=False`` and the SQLite file does not exist.
@@ -77,7 +79,7 @@ class Ledger:
                 with engine.connect() as conn:
                     conn.exec_driver_sql("SELECT 1")
             if migrate:
-                migrations.upgrade(engine, "head")
+                migrations.upgrade(engine, "head", isolated=isolated_migration)
         except BaseException:
             engine.dispose()
             raise

@@ -139,17 +139,68 @@ def _run(engine: Engine, doing: str, fn: str, revision: str) -> None:
                     raw.execute("PRAGMA foreign_keys=ON")
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
+def upgrade(engine: Engine, revision: str = "head", *, isolated: bool = False) -> None:
     """Migrate the database up to ``revision`` (default: the newest).
 
     A database already at the newest revision is left alone without taking a write lock.
+
+    Args:
+        isolated: run the migration in a short-lived child process (this interpreter,
+            :func:`_upgrade_child`), so that Alembic, Mako and the migration scripts are never
+            imported into this one (a long-running watch keeps ~9 MB less resident). An
+            in-memory SQLite database is always migrated here (a child could not see it).
 
     Raises:
         LedgerError: unknown revision, unreachable database, or a failed migration — one line.
     """
     if revision == "head" and current_revision(engine) == head_revision():
         return
-    _run(engine, f"upgrade the database to {revision}", "upgrade", revision)
+    doing = f"upgrade the database to {revision}"
+    in_memory = engine.dialect.name == "sqlite" and engine.url.database in (None, "", ":memory:")
+    if not isolated or in_memory:
+        _run(engine, doing, "upgrade", revision)
+        return
+    import subprocess
+    import sys
+
+    # The URL (password included) goes through stdin, never the command line (visible in ps).
+    url = engine.url.render_as_string(hide_password=False)
+    try:
+        proc = subprocess.run([sys.executable, "-c", "from costctl.ledger.migrate import _upgrade_child; "
+                               "_upgrade_child()"], input=f"{url}\n{revision}\n", capture_output=True, text=True,
+                              timeout=MIGRATE_CHILD_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LedgerError(f"cannot {doing} ({redact(engine.url)}): the migration process failed: {exc}") from None
+    if proc.returncode != 0:
+        lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+        detail = lines[-1] if lines else f"exit status {proc.returncode}"
+        if proc.returncode == _CHILD_LEDGER_ERROR:
+            raise LedgerError(detail)
+        raise LedgerError(f"cannot {doing} ({redact(engine.url)}): the migration process failed: {detail}")
+
+
+#: Seconds a migration child process may take (a big ledger's first migration included).
+MIGRATE_CHILD_TIMEOUT_S = 3600.0
+_CHILD_LEDGER_ERROR = 3  # the child's exit status for a LedgerError (its message: stderr's last line)
+
+
+def _upgrade_child() -> None:
+    """The child process of :func:`upgrade` (``isolated=True``): reads the URL and the revision
+    from stdin (one line each), migrates, exits 0; a :class:`LedgerError` prints its one line to
+    stderr and exits :data:`_CHILD_LEDGER_ERROR`."""
+    import sys
+
+    from .engine import make_engine, parse_url
+
+    url, revision = sys.stdin.read().splitlines()[:2]
+    engine = make_engine(parse_url(url), create=True)
+    try:
+        _run(engine, f"upgrade the database to {revision}", "upgrade", revision)
+    except LedgerError as exc:
+        print(exc.message if hasattr(exc, "message") else str(exc), file=sys.stderr)
+        sys.exit(_CHILD_LEDGER_ERROR)
+    finally:
+        engine.dispose()
 
 
 def downgrade(engine: Engine, revision: str) -> None:

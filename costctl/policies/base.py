@@ -166,6 +166,13 @@ class Policy:
         action is due (``at <= now``): then :meth:`decisions` reports it."""
         return None
 
+    def due_at(self, history: History, now: datetime) -> datetime | None:
+        """The next instant after ``now`` at which this policy decides something if nothing
+        changes (a deadline: a window's end), or None (the default: none known). The watch
+        schedules a tick at it when its sample interval would reach it late, so a deadline
+        decision comes on the first tick after the deadline. Must be cheap (called every tick)."""
+        return None
+
     def decisions(self, history: History, now: datetime) -> list[Decision]:
         """All decisions reached at ``now`` (what the engine calls)."""
         if type(self).evaluate is Policy.evaluate:

@@ -139,6 +139,23 @@ class PolicyEngine:
                 continue
         return out
 
+    def next_due(self, history: History, now: datetime) -> datetime | None:
+        """The earliest deadline after ``now`` (aware UTC) of the enabled policies
+        (:meth:`Policy.due_at`), or None. Call it after :meth:`evaluate` at the same ``now``; a
+        policy whose ``due_at`` raises, or that fails, is left out."""
+        now = ensure_utc(now)
+        nearest: datetime | None = None
+        for policy in self.policies:
+            if policy.name in self.failures:
+                continue
+            try:
+                at = policy.due_at(history, now)
+            except Exception:  # noqa: BLE001 - a wakeup is never worth breaking a tick for
+                continue
+            if at is not None and at > now and (nearest is None or at < nearest):
+                nearest = at
+        return nearest
+
     def next_stop(self, history: History, now: datetime) -> Pending | None:
         """The nearest pending ``stop`` of the enabled policies (:meth:`Policy.pending`), or None.
 

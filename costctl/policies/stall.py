@@ -117,6 +117,17 @@ class StallPolicy(Policy):
         return Pending(policy=self.name, action="stop", at=hung,
                        progress=f"silent for {fmt_span(now - start)} of {fmt_span(hung - start)} (hung job)")
 
+    def due_at(self, history: History, now: datetime) -> datetime | None:
+        """The next of the stall advice's deadline (last progress + ``stall_window``) and the
+        hung-job stop's (:meth:`hung_at`) after ``now``, while the job runs; None otherwise."""
+        last_at = history.last_progress_at
+        if history.child_running is not True or last_at is None:
+            return None
+        now = ensure_utc(now)
+        found = [at for at in (last_at + self.config.stall_window if self.config.stall_window is not None else None,
+                               self.hung_at(history)) if at is not None and at > now]
+        return min(found, default=None)
+
     def evaluate(self, history: History, now: datetime) -> Decision | None:
         """A stop when the running job is hung (:meth:`hung_at` reached), else a decision
         (``action``) when its last progress is ``stall_window`` old or older."""

@@ -31,7 +31,7 @@ import threading
 import time
 import traceback
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -126,6 +126,9 @@ BUSY_POLL_S = 0.1
 COMPACT_EVERY_S = 600.0
 COMPACT_BACKLOG_EVERY_S = 60.0
 
+#: Seconds after a policy deadline that its one-off tick runs (so the clock has passed it).
+DEADLINE_SLACK_S = 0.005
+
 #: The longest the main loop sleeps with nothing to follow (seconds): a safety net only, every
 #: event it reacts to wakes it (each tick does, so it also looks once per sample interval).
 IDLE_WAIT_MAX_S = 60.0
@@ -219,6 +222,11 @@ class Watcher:
         self._lock = threading.RLock()
         self._done = threading.Event()
         self._wakeup: Wakeup | None = None  # what run()'s main loop sleeps on (None outside run())
+        self._scheduler: BackgroundScheduler | None = None  # run()'s periodic driver (None outside run())
+        #: The policies' next deadline when it falls before the next periodic tick (a tick is
+        #: scheduled at it in run(); simulated-clock drivers tick at it themselves), else None.
+        self.next_deadline: datetime | None = None
+        self._deadline_queued: datetime | None = None  # the deadline a one-off tick is scheduled for
         self._compact_ticket: Ticket | None = None  # the last retention pass queued (see _queue_compaction)
         self._compact_at: datetime | None = None  # when it was queued (the start, before the first)
         self._signal: int | None = None  # the latest SIGINT/SIGTERM received
@@ -364,9 +372,10 @@ class Watcher:
         batch, resume_from = (early.batch, early.resume_from) if early is not None else prepare_command(self.options, s)
 
         # The ledger is opened and written before any instance is started (an early job: see
-        # .launch for a ledger that fails now).
+        # .launch for a ledger that fails now); a migration runs in a child process, so no
+        # Alembic is left resident in the watch.
         try:
-            self.ledger = Ledger.open(url)
+            self.ledger = Ledger.open(url, isolated_migration=True)
         except BaseException as exc:
             if early is not None:
                 early.end_job(f"the ledger could not be opened ({getattr(exc, 'message', exc)})")
@@ -876,10 +885,31 @@ class Watcher:
             for key, evidence in self.engine.updates(now):  # e.g. a plateau episode's repeats
                 assert self.recorder is not None
                 self.recorder.update(key, evidence)
+            if self.executor is not None and self.executor.stop is not None:
+                resting = True  # a stop was decided just now
+            self._schedule_deadline(now, None if resting else self.engine.next_due(self.history, now))
             if sample is not None:
                 self.summary.add_sample(sample)
                 self._status(now, sample)
             return decisions
+
+    def _schedule_deadline(self, now: datetime, due: datetime | None) -> None:
+        """A policy deadline (a stall window's end, a hung-job stop) before the next periodic
+        tick gets a one-off tick of its own (APScheduler ``date`` job, :data:`DEADLINE_SLACK_S`
+        after it), so the decision comes on the first tick after the deadline, not up to a
+        sample interval late. Sets :attr:`next_deadline`."""
+        interval = self.settings.watch.sample_interval.total_seconds()
+        if due is None or (due - now).total_seconds() >= interval:
+            self.next_deadline = None
+            return
+        self.next_deadline = due
+        scheduler = self._scheduler
+        if scheduler is None or due == self._deadline_queued:
+            return
+        self._deadline_queued = due
+        delay = (due - now).total_seconds() + DEADLINE_SLACK_S
+        scheduler.add_job(self._safe_tick, "date", run_date=datetime.now(timezone.utc) + timedelta(seconds=delay),
+                          id="deadline", replace_existing=True, misfire_grace_time=max(1, int(interval)))
 
     def _queue_compaction(self, now: datetime) -> None:
         """Queue one bounded sample-retention pass for the writer when it is due: every
@@ -1096,12 +1126,14 @@ class Watcher:
                 max_instances=1, coalesce=True, misfire_grace_time=max(1, int(poll)), id="notices",
             )
         self._threaded = True
+        self._scheduler = scheduler
         scheduler.start()
         exit_code = 0
         status = "running"
         try:
             exit_code, status = self._loop()
         finally:
+            self._scheduler = None
             scheduler.shutdown(wait=True)
             if self._stop_runner is not None:
                 self._stop_runner.join(1.0)
