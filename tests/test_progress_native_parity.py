@@ -56,6 +56,8 @@ EDGE_LINES = [
     "1/2 [] - 1s - loss: 1", "1/2 [" + "=" * 201 + "] - 1s - loss: 1", "1/2 [=] - 1s 5ms/step - loss: 1 - acc: 1",
     "1/2 [=] - 1s 5xs/step - loss: 1", "1/2 [=] - 1s - loss: 1 - acc: x", "1/2 [=] - 1s - loss: 1 - val_loss: 2 - val_acc: 3",
     "1/2 [=] - 1s - loss: 1 - val_loss: 2 - val_acc: x", "1/2 [=] - 1s - loss: 1 - acc: 1 - val_loss: 2",
+    "step 1 loss: 0.5", "step 1 loss: nan", "step 1 loss:0.5", "step 1 loss: 0.5 ", "step " + "1" * 18 + " loss: 1",
+    "step " + "1" * 19 + " loss: 1", "step 1/2 loss: 1", "step 1  loss: 1", "step 1 loss: 1e400", "step 1 loss: -2.5e-3",
     "step 1: train loss 1, val loss 2", "step 1: train loss x, val loss 2", "step 1: train loss 1, val loss 2 ",
     "Epoch 1/2", "Epoch 0/0", "Epoch " + "1" * 18 + "/2", "Epoch " + "1" * 19 + "/2", "Epoch 3", "EPOCH 4/5",
     "  epoch 6 / 7 ", "Epoch [8/9]:", "\x1b[1mEpoch 5/6\x1b[0m", "epoch\t7", "Epoch 2/3 x", "Epoch\x082/3",

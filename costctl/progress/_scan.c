@@ -1,7 +1,7 @@
 /* costctl.progress._scan: the native block scanner behind costctl.progress.lines (ENGINE "native").
  *
  * scan() reads complete lines of raw UTF-8 bytes (no decoding) and reads the strict whole-line
- * shapes of lines._BLOCK_RE in place: HF Trainer dict, nanoGPT iter, tqdm loss postfix, Keras,
+ * shapes of lines._BLOCK_RE in place (and "step N loss: X"): HF Trainer dict, nanoGPT iter, tqdm loss postfix, Keras,
  * nanoGPT eval, bare "loss: x", "Epoch k/N" header. Every other line holding a candidate
  * literal (oss/OSS/poch/POCH) is handed back, decoded (errors="replace"), to the Python
  * per-line parser. merge() builds the batch columns from the strict points and the points the
@@ -379,6 +379,18 @@ static int try_eval(scan_t *s, const char *p, const char *e) {
     return 1;
 }
 
+/* step (\d{1,18}) loss: (B) -> train "loss", step (a custom loop's commonest line) */
+static int try_step_loss(scan_t *s, const char *p, const char *e) {
+    const char *n = NULL, *ne, *v, *ve;
+    ne = int_field(LIT(p, e, "step "), e, 18, &n);
+    v = LIT(ne, e, " loss: ");
+    ve = number(v, e);
+    if (ve != e)
+        return 0;
+    emit(s, 0, to_double(v, ve), to_int(n, ne), s->ctx, NO_INT);
+    return 1;
+}
+
 /* loss(: ?|=)(B) */
 static int try_bare(scan_t *s, const char *p, const char *e) {
     const char *v = LIT(p, e, "loss"), *ve;
@@ -470,7 +482,7 @@ static int strict_line(scan_t *s, const char *p, const char *e) {
     case 'i':
         return try_iter(s, p, e);
     case 's':
-        return try_eval(s, p, e);
+        return try_eval(s, p, e) || try_step_loss(s, p, e);
     case 'l':
         return try_bare(s, p, e);
     case 'E':
