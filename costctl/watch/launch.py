@@ -74,6 +74,12 @@ OOM_CONTEXT_CHARS = 512
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+def _no_taker_yet() -> None:
+    """The pump's ``on_backlog`` before the watch binds: nobody can take points yet (the
+    parser waits at :data:`~.pump.MAX_UNCONSUMED_POINTS`; the watch's own ``on_backlog``
+    replaces this one at its bind and is asked then)."""
+
+
 class _Pending:
     """The job's callbacks until the watch binds them (output thread; see the module docstring)."""
 
@@ -335,7 +341,11 @@ def launch_early(settings: Settings, options: WatchOptions, *, stdout_fd: int = 
     progress_q = early.progress_q
     pump = early.pump = ParsePump(early.log_path, lambda stream, data, now: parsers[stream].feed_batch(data, now),
                                   progress_q.put, clock.now, on_gap=lambda stream: parsers[stream].gap(),
-                                  lines_seen=lambda: sum(p.lines_seen for p in parsers.values()))
+                                  lines_seen=lambda: sum(p.lines_seen for p in parsers.values()),
+                                  # until the watch binds (its ledger opened, maybe migrated in a
+                                  # child: a second or more), the parser waits at the bound too:
+                                  # its points are not taken yet, so they must not pile up
+                                  on_backlog=_no_taker_yet)
     pending = early.pending = _Pending(pump if options.metrics_file is None else None)
     pump._on_error = pending.on_error
     run_id = early.run_id

@@ -261,15 +261,16 @@ class ParsePump:
     def _wait_consumed(self) -> None:
         """Wait (parser thread) while too many points wait to be taken (see
         :data:`MAX_UNCONSUMED_POINTS`); not once the pump is draining or closed."""
-        asked = False
+        asked = None  # the on_backlog already asked (a new one, set at the watch's bind, is asked too)
         with self._cond:
             while (self._emitted - self._consumed >= MAX_UNCONSUMED_POINTS and self._accepting
                    and not self._closed and self.on_backlog is not None):
-                if not asked:
-                    asked = True
+                ask = self.on_backlog
+                if ask is not asked:
+                    asked = ask
                     self._cond.release()
                     try:
-                        self.on_backlog()
+                        ask()
                     finally:
                         self._cond.acquire()
                     continue
