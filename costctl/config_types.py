@@ -65,6 +65,18 @@ def parse_duration(value: Any, *, minimum: timedelta = MIN_DURATION, maximum: ti
         ValueError: for anything else, including zero, negatives, ``off`` and values out of bounds.
     """
     message = f"expected {allowed or duration_allowed(minimum, maximum)}"
+    try:
+        td = _to_timedelta(value, message)
+    except (OverflowError, ArithmeticError, ValueError):  # 1e99 s, 1e20h: past timedelta; NaN
+        raise ValueError(message) from None
+    if td < minimum or (maximum is not None and td > maximum):
+        raise ValueError(message)
+    return td
+
+
+def _to_timedelta(value: Any, message: str) -> timedelta:
+    """:func:`parse_duration`'s reading of ``value``, unbounded (OverflowError past timedelta's
+    range, ValueError with ``message`` for what is no duration)."""
     if isinstance(value, timedelta):
         td = value
     elif isinstance(value, bool):
@@ -82,8 +94,6 @@ def parse_duration(value: Any, *, minimum: timedelta = MIN_DURATION, maximum: ti
             h, mi, s = (float(g) if g else 0.0 for g in m.groups())
             td = timedelta(hours=h, minutes=mi, seconds=s)
     else:
-        raise ValueError(message)
-    if td < minimum or (maximum is not None and td > maximum):
         raise ValueError(message)
     return td
 

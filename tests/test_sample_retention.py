@@ -362,3 +362,14 @@ def test_every_duration_setting_names_its_own_minimum():
         assert says in str(info.value)
     assert M(long="5m").long == timedelta(minutes=5) and M(capped="off").capped is None
     assert M(capped="2h").capped == timedelta(hours=2)
+
+
+@pytest.mark.parametrize("value", ["1e99", 1e99, "1e20", "1e20h", float("nan"), "nan", float("inf")])
+def test_a_duration_past_any_range_is_a_config_error_not_a_crash(value) -> None:
+    """1e99 seconds overflowed timedelta and ended `costctl bill` with "internal error"
+    (exit 70); every duration setting now answers with its own allowed range."""
+    from costctl.config_types import parse_duration, parse_window
+
+    for parse in (parse_duration, parse_window):
+        with pytest.raises(ValueError, match="expected"):
+            parse(value)

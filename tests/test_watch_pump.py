@@ -378,26 +378,22 @@ def test_the_parser_waits_for_its_points_to_be_taken_and_loses_nothing(tmp_path,
     assert pump.lost_bytes == 0
 
 
-def test_before_the_watch_binds_the_parser_waits_too_and_asks_the_watch_once_bound(tmp_path, monkeypatch):
-    """The early start's pump (the job runs while the watch opens, maybe migrates, its ledger)
-    has nobody to take its points yet: it waits at the bound instead of parsing a whole flood
-    into memory (a 2 M-line flood held ~200 MB that way), and the watch's own on_backlog, set at
-    its bind, is asked at once."""
-    from costctl.progress.lines import LineParser  # noqa: F401 - the real parser's module loads
-    from costctl.watch import launch
+def test_a_new_on_backlog_is_asked_too(tmp_path, monkeypatch):
+    """A parser waiting at the bound asks the on_backlog in force: one set while it waits (a
+    taker that arrives later) is asked at once, not only the one it asked first (no-op here)."""
     from costctl.watch import pump as pmod
 
     monkeypatch.setattr(pmod, "MAX_UNCONSUMED_POINTS", 25)
     monkeypatch.setattr(pmod, "MAX_PIECE_BYTES", 20)
     log = _Log(tmp_path / "run.log")
     got: list[PointBatch] = []
-    pump = ParsePump(log.path, _parse, got.append, lambda: T0, on_backlog=launch._no_taker_yet)
+    pump = ParsePump(log.path, _parse, got.append, lambda: T0, on_backlog=lambda: None)
     data = "".join(f"{i}\n" for i in range(10)).encode() * 10
     pump.put_range("stdout", log.write(data), len(data))
     assert not pump.wait_idle(0.3)  # waiting, not parsing on
     assert 25 <= sum(len(b) for b in got) <= 35
     bound = threading.Event()
-    pump.on_backlog = bound.set  # the watch binds
+    pump.on_backlog = bound.set
     assert bound.wait(5)
     taken = 0
     deadline = time.monotonic() + 10  # a hang guard only

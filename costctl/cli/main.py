@@ -9,7 +9,6 @@ file whose path that line names.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 import traceback
 from datetime import datetime, timezone
@@ -106,25 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-#: Set by a command that closed everything it opened and wants its process to end at once
-#: (``watch``: the ledger flushed and closed, the summary printed): :func:`run` then flushes
-#: stdout/stderr and ends the process with ``os._exit``, skipping the interpreter's teardown of
-#: a large heap and its daemon threads (0.1-0.3 s after a flood of output: time the instance
-#: bills while nothing happens). Never set in-process (tests call :func:`main`).
-EXIT_AT_ONCE = False
-
-
 def run() -> None:  # pragma: no cover - console script shim
     """Console-script entry: exit with :func:`main`'s status."""
-    code = main()
-    if EXIT_AT_ONCE:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
-    sys.exit(code)
+    sys.exit(main())
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -104,8 +104,7 @@ def watch(
     job's exit status when the watch ends with the job. COMMAND may contain the placeholders
     {batch_size}, {accum_steps} and {checkpoint} (see --batch-size, --accum-steps, --resume).
     """
-    from ..watch.launch import launch_early
-    from ..watch.options import WatchOptions
+    from ..watch import Watcher, WatchOptions  # heavy (ledger, scheduler): only when watching
 
     overrides: dict = {}
     if sample_interval is not None:
@@ -127,15 +126,7 @@ def watch(
         pty=pty,
         attach=attach,
     )
-    # The preflight, then the job, before the watch's heavy parts (the ledger's stack, the
-    # scheduler, the policies) are imported and the ledger opened (costctl.watch.launch).
-    early = launch_early(settings, options)
-    from ..watch.watcher import Watcher
-
-    code = Watcher(settings, options, early=early).run()
-    from . import main  # the run is closed: the console script may end the process at once
-
-    main.EXIT_AT_ONCE = True
+    code = Watcher(settings, options).run()
     raise typer.Exit(code)
 
 

@@ -196,19 +196,16 @@ class Ledger:
         log_path: str | None,
         host: str | None,
         pid: int | None = None,
-        run_id: str | None = None,
     ) -> str:
         """Record a new run (status ``running``) and return its id (uuid4 hex, 32 chars).
 
-        ``host`` and ``pid`` identify the watch process (see :meth:`close_lost_runs`);
-        ``run_id``: the id to record (a watch that started its job before the ledger was open
-        gave it to the job already); None: a new uuid4 hex.
+        ``host`` and ``pid`` identify the watch process (see :meth:`close_lost_runs`).
 
         Raises:
             LedgerError: no such instance, or the database cannot be written.
         """
         started_at = _aware(started_at, "started_at")
-        run_id = run_id or uuid.uuid4().hex
+        run_id = uuid.uuid4().hex
         with self._write("record the run") as s:
             if s.get(Instance, instance_pk) is None:
                 raise LedgerError(f"no instance with key {instance_pk} in the ledger")

@@ -19,22 +19,7 @@ price), :mod:`.command` (batch plan, resume checkpoint, placeholders, the child'
 :class:`costctl.decisions.DecisionRecorder`; see ``docs/architecture.md``.
 """
 
-from typing import TYPE_CHECKING, Any
-
 from .options import WatchOptions
-
-if TYPE_CHECKING:
-    from .watcher import Watcher
-
-
-def __getattr__(name: str) -> Any:
-    """``Watcher`` on first use: importing a light part of the watch (``.launch``, ``.instance``)
-    does not import the watcher's heavy stack (the ledger, the scheduler, the policies)."""
-    if name == "Watcher":
-        from .watcher import Watcher
-
-        return Watcher
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+from .watcher import Watcher
 
 __all__ = ["WatchOptions", "Watcher"]

@@ -82,8 +82,6 @@ from costctl_providers.base import Instance, Provider
 if TYPE_CHECKING:  # spot instances only: imported where a notice source is looked for
     from costctl_providers.notices import Notice, NoticePoller
 
-    from .launch import EarlyStart
-
 
 #: Seconds a watch waits for its ledger writes before it runs a self-stop (the machine may power
 #: off at once; a ledger that is down then does not hold the stop up for longer).
@@ -184,9 +182,6 @@ class Watcher:
         sampler: telemetry sampler; built from the machine (NVML → nvidia-smi → CPU) when None.
         provider: the provider adapter; opened from the configuration when None.
         stdout_fd / stderr_fd: where the command's output goes (besides the run log).
-        early: the preflight done and the job already started by
-            :func:`~.launch.launch_early` (the CLI's path: the job starts before this module's
-            heavy imports and the ledger); None: :meth:`start` does it all.
 
     Raises:
         ConfigError, LedgerError, ProviderError, UsageError: at :meth:`start`, one line each,
@@ -203,13 +198,11 @@ class Watcher:
         provider: Provider | None = None,
         stdout_fd: int = 1,
         stderr_fd: int = 2,
-        early: EarlyStart | None = None,
     ) -> None:
         self.settings = settings
         self.options = options
-        self._early = early
-        self.clock = clock or (early.clock if early is not None else RealClock())
-        self.status = early.status if early is not None else StatusLine(False if options.quiet else options.status_line)
+        self.clock = clock or RealClock()
+        self.status = StatusLine(False if options.quiet else options.status_line)
         self.summary = RunSummary(dry_run=options.dry_run)
         #: one bounded progress store per ledger run (costctl.ledger.progress_store)
         self._progress_stores: dict[str, ProgressStore] = {}
@@ -354,32 +347,22 @@ class Watcher:
         (:func:`~.instance.bring_up`), the ledger run, and the child. A refusal or a ledger that
         cannot be opened leaves nothing started."""
         s = self.settings
-        early = self._early
-        if early is not None:  # the CLI did the preflight and started the job (see .launch)
-            url, provider, resolved = early.url, early.provider, early.resolved
-        else:
-            paths.data_dir(s.data_dir)  # a data dir that cannot be created fails first
-            url = s.database_url or paths.default_database_url(s.data_dir)
-            # Resolve the provider, the price and the stop route before touching the ledger: a
-            # bad config or a watch that could not stop its instance changes nothing.
-            provider = self._provider or open_provider(s, clock=self.clock)
-            resolved = resolve_instance(s, provider, say=self.say, advise_only=self.options.advise_only)
+        paths.data_dir(s.data_dir)  # a data dir that cannot be created fails first
+        url = s.database_url or paths.default_database_url(s.data_dir)
+        # Resolve the provider, the price and the stop route before touching the ledger: a bad
+        # config or a watch that could not stop its instance changes nothing.
+        provider = self._provider or open_provider(s, clock=self.clock)
         self.provider = provider
+        resolved = resolve_instance(s, provider, say=self.say, advise_only=self.options.advise_only)
         instance_id, inst = resolved.instance_id, resolved.instance
         rate, billing, gpu_count = resolved.rate, resolved.billing, resolved.gpu_count
         route = self.route = resolved.route
         s = self.settings = resolved.settings
-        batch, resume_from = (early.batch, early.resume_from) if early is not None else prepare_command(self.options, s)
+        batch, resume_from = prepare_command(self.options, s)
 
-        # The ledger is opened and written before any instance is started (an early job: see
-        # .launch for a ledger that fails now); a migration runs in a child process, so no
-        # Alembic is left resident in the watch.
-        try:
-            self.ledger = Ledger.open(url, isolated_migration=True)
-        except BaseException as exc:
-            if early is not None:
-                early.end_job(f"the ledger could not be opened ({getattr(exc, 'message', exc)})")
-            raise
+        # The ledger is opened and written before any instance is started, and before the job; a
+        # migration runs in a child process, so no Alembic is left resident in the watch.
+        self.ledger = Ledger.open(url, isolated_migration=True)
         try:
             instance_pk = self.ledger.ensure_instance(
                 provider.name, instance_id, gpu=resolved.gpu_name, gpu_count=gpu_count, billing=billing,
@@ -391,11 +374,9 @@ class Watcher:
                                                job_running=lambda run: relay_running(run.log_path))
             target = self._attach_target(instance_pk, instance_id)
             pending = bring_up(resolved, self.options, clock=self.clock, say=self.say)
-        except BaseException as exc:
+        except BaseException:
             self.ledger.close()
             self.ledger = None
-            if early is not None:
-                early.end_job(f"the ledger could not be written ({getattr(exc, 'message', exc)})")
             raise
         if lost:
             self.say(f"costctl: closed {len(lost)} earlier run(s) on this instance whose watch died "
@@ -404,8 +385,8 @@ class Watcher:
         self.summary.advise_only = not route.stops
         if not route.stops:
             self.status.badge = "ADVISE-ONLY: nothing is stopped"
-        self.started_at = early.started_at if early is not None else self.clock.now()
-        self.started_wall = early.started_wall if early is not None else time.time()
+        self.started_at = self.clock.now()
+        self.started_wall = time.time()
         if target is not None:  # --attach: the same ledger run, its log, its job
             self.log_path = target.log_path
             self.checkpoint_request = target.log_path.with_suffix(".checkpoint-request")
@@ -413,23 +394,13 @@ class Watcher:
             run_id, run_started_at = target.run_id, target.started_at
             self._spend_before = self.ledger.spend(run_id=run_id).get(rate.currency, Decimal(0))
         else:
-            if early is not None:
-                self.log_path, self.checkpoint_request = early.log_path, early.checkpoint_request
-            else:
-                stem = f"{self.started_at.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
-                self.log_path = paths.runs_dir(s.data_dir) / f"{stem}.log"
-                self.checkpoint_request = paths.runs_dir(s.data_dir) / f"{stem}.checkpoint-request"
-            try:
-                run_id = self.ledger.start_run(
-                    instance_pk, started_at=self.started_at, command=self.options.command,
-                    log_path=str(self.log_path), host=socket.gethostname(), pid=os.getpid(),
-                    run_id=early.run_id if early is not None else None,
-                )
-            except BaseException as exc:
-                if early is not None:
-                    self.ledger.close()
-                    early.end_job(f"the ledger could not record the run ({getattr(exc, 'message', exc)})")
-                raise
+            stem = f"{self.started_at.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+            self.log_path = paths.runs_dir(s.data_dir) / f"{stem}.log"
+            self.checkpoint_request = paths.runs_dir(s.data_dir) / f"{stem}.checkpoint-request"
+            run_id = self.ledger.start_run(
+                instance_pk, started_at=self.started_at, command=self.options.command,
+                log_path=str(self.log_path), host=socket.gethostname(), pid=os.getpid(),
+            )
             run_started_at = self.started_at
         self._state = RunState(provider=provider.name, instance_id=instance_id, instance=inst, rate=rate,
                                gpu_name=resolved.gpu_name, gpu_count=gpu_count, billing=billing,
@@ -445,7 +416,7 @@ class Watcher:
             linger_s=min(WRITE_EVERY_S, 5 * s.watch.sample_interval.total_seconds()),
         )
         self.recorder = DecisionRecorder(self.writer, self.summary, self.say, run_id=run_id)
-        self.job = early.job if early is not None and early.job is not None else Job(self.options.command, batch=batch, resume_from=resume_from,
+        self.job = Job(self.options.command, batch=batch, resume_from=resume_from,
                        grace_s=s.watch.grace_period.total_seconds(), checkpoint_request=self.checkpoint_request,
                        extra_env=self.options.extra_env, run_id=lambda: self.state.run_id,
                        on_start=self._job_started, log_path=self.log_path, on_output_error=self._output_failed,
@@ -489,14 +460,10 @@ class Watcher:
             "stdout": LineParser(self.options.loss_regex),
             "stderr": LineParser(self.options.loss_regex),
         }
-        if early is not None and early.pump is not None:  # parsing since the job's start
-            self._parsers, self._pump, self._progress_q = early.parsers, early.pump, early.progress_q
-            self._pump._on_error = self._output_failed
-            self._pump.on_backlog = self._progress_backlog
         parsers = self._parsers
         # The parser reads the job's output back from the run log (the relay wrote it there),
         # at its own pace: nothing is dropped while the job runs (see .pump).
-        self._pump = self._pump or ParsePump(self.log_path, lambda stream, data, now: parsers[stream].feed_batch(data, now),
+        self._pump = ParsePump(self.log_path, lambda stream, data, now: parsers[stream].feed_batch(data, now),
                                self._progress_q.put, self.clock.now, on_error=self._output_failed,
                                on_gap=lambda stream: parsers[stream].gap(),
                                lines_seen=lambda: sum(p.lines_seen for p in parsers.values()),
@@ -507,14 +474,7 @@ class Watcher:
                 self.recorder.record(Decision(time=self.started_at, policy="checkpoint", action=Action.WARN,
                                               reason=warning, evidence={"path": s.checkpoint.path},
                                               key="checkpoint-storage"), "warned")
-        if early is not None and early.start_error is not None:
-            self.writer.finish_run(run_id, ended_at=self.clock.now(), exit_code=None, status="failed-to-start")
-            self.writer.close(s.watch.ledger_flush_timeout.total_seconds())
-            self.ledger.close()
-            raise early.start_error
-        if early is not None and early.job is not None:
-            early.bind(self)  # its output, start and errors come to this watch from now on
-        elif self.options.command:
+        if self.options.command:
             # The run log is written by the job's relay (costctl.relay), not by this process.
             self.job.mux = OutputMux(
                 None, self._on_text,
@@ -1097,17 +1057,9 @@ class Watcher:
         old = {s: signal.signal(s, self._handle_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         old[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._handle_hangup)
         old[signal.SIGWINCH] = signal.signal(signal.SIGWINCH, self._handle_winch)
-        early = self._early
-        if early is not None:  # its handlers kept the signals that came since the job's start
-            old.update(early.old_handlers)
-            early.old_handlers = {}
-            for sig in early.signals:
-                (self._handle_hangup if sig == signal.SIGHUP else self._handle_signal)(sig, None)
         try:
             self.start()
-        except BaseException as exc:
-            if early is not None and early.job is not None and early.job.running:
-                early.end_job(f"the watch could not start ({getattr(exc, 'message', exc)})")
+        except BaseException:
             for s, h in old.items():
                 signal.signal(s, h)
             self._close_wakeup()
@@ -1204,10 +1156,10 @@ class Watcher:
         if not self._child_done and job is not None and job.exists and not job.running:
             self._child_done = True
             status = job.wait()
-            with self._lock:  # before the parser's last stretch: its ticks see the job ended
+            self._finish_parsing()
+            with self._lock:
                 self.history.child_running = False
                 self.history.child_exited_at = self.clock.now()
-            self._finish_parsing()
             self.tick()  # record the last output and spend up to the exit
             if self._stopped_at is not None:
                 return None
