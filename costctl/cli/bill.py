@@ -25,7 +25,7 @@ from ..money import Money
 from ..report import EXPORT_MONEY_PLACES, render_csv, render_json, render_table, row_totals
 from .common import ConfigOption, DbOption, FormatOption, OutputFormat, out_console, settings_from
 
-if TYPE_CHECKING:  # the ledger (SQLAlchemy) loads when a bill runs, not for --help
+if TYPE_CHECKING:  # the ledger (SQLAlchemy Core, never the ORM) loads when a bill runs, not for --help
     from ..config import Settings
     from ..ledger import queries
     from ..ledger.lifecycle import GpuUse
@@ -135,8 +135,10 @@ def bill(
     (paid time whose work was lost, a share of the spend); runs whose GPU stayed underused get
     advice naming a cheaper card and what it would have saved (JSON: "advice").
     """
-    from ..ledger import Ledger, MissingLedgerError, queries
-    from ..ledger.engine import configured_url
+    # Core only: the bill reads through a plain connection (no sqlalchemy.orm, no ORM classes).
+    from ..ledger import queries
+    from ..ledger.engine import MissingLedgerError, configured_url
+    from ..ledger.reader import LedgerReader
 
     settings = settings_from(config, db)
     tz = settings.watch.tz
@@ -149,7 +151,7 @@ def bill(
     rows: Sequence[Any] = []
     hidden = 0
     try:
-        ledger = Ledger.open(configured_url(settings.database_url, settings.data_dir), create=False)
+        ledger = LedgerReader.open(configured_url(settings.database_url, settings.data_dir))
     except MissingLedgerError as exc:
         if settings.database_url is not None:  # --db, COSTCTL_DATABASE_URL or database_url: a typo?
             raise
@@ -162,7 +164,7 @@ def bill(
             out_console.print(f"Nothing recorded yet (no ledger database at {exc.path}; `costctl watch` creates it).",
                               soft_wrap=True)
         return
-    with ledger, ledger.session() as session:
+    with ledger, ledger.connection() as session:
         totals = None
         if by is GroupBy.run:
             page = queries.run_page(session, start, end, limit=limit, unguarded=run_unguarded,
