@@ -22,6 +22,8 @@ from helpers import REPO, costctl_env
 DATABASE = ("sqlalchemy", "alembic", "mako")
 MIGRATIONS = ("alembic", "mako")
 NETWORK_AND_PROCESSES = ("requests", "psutil", "apscheduler", "costctl_providers")
+#: The ORM stack: the bill reads with SQLAlchemy Core only (costctl.ledger.tables, a Connection).
+ORM = ("sqlalchemy.orm", "costctl.ledger.schema", "costctl.ledger.db", "costctl.ledger.accrual")
 COSTCTL_STACKS = ("costctl.config", "costctl.ledger", "costctl.watch", "costctl.replay", "costctl.cloud")
 
 _CHILD = r"""
@@ -94,14 +96,11 @@ def test_bill_on_an_empty_ledger_at_head_runs_no_migration_code(tmp_path):
     from costctl.ledger import Ledger
 
     Ledger.open(f"sqlite:///{tmp_path / 'costctl.db'}").close()  # the default ledger, migrated to head
-    watched = DATABASE + NETWORK_AND_PROCESSES + ("costctl.watch", "costctl.replay")
+    watched = DATABASE + NETWORK_AND_PROCESSES + ("costctl.watch", "costctl.replay", "rich") + ORM
     result = _start(tmp_path, "bill", "--format", "json", watched=watched)
     assert result["code"] == 0 and json.loads(result["out"]), result["err"]
-    _none_of(result, MIGRATIONS + NETWORK_AND_PROCESSES + ("costctl.watch", "costctl.replay"))
-
-
-#: The ORM stack: the bill reads with SQLAlchemy Core only (costctl.ledger.tables, a Connection).
-ORM = ("sqlalchemy.orm", "costctl.ledger.schema", "costctl.ledger.db", "costctl.ledger.accrual")
+    # Nor rich (nothing is rendered as a table), nor the ORM (the bill reads with Core).
+    _none_of(result, MIGRATIONS + NETWORK_AND_PROCESSES + ("costctl.watch", "costctl.replay", "rich") + ORM)
 
 
 @pytest.mark.parametrize("argv", [("bill",), ("bill", "--format", "json", "--by", "gpu"),
