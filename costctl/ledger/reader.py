@@ -24,7 +24,8 @@ def open_engine(url: str, *, migrate: bool = True, create: bool = True, isolated
     """An engine for the ledger at ``url`` (any SQLAlchemy URL), checked to answer and migrated
     to the newest schema (see :meth:`costctl.ledger.db.Ledger.open` for ``create`` and
     ``isolated_migration``). A ledger already at the newest revision is only read (no Alembic
-    import, no write lock).
+    import, no write lock); a database with no tables at all is created at the newest revision
+    in this process, also without Alembic (:func:`costctl.ledger.migrate.create_at_head`).
 
     Raises:
         MissingLedgerError: ``create=False`` and the SQLite file does not exist.
@@ -37,7 +38,11 @@ def open_engine(url: str, *, migrate: bool = True, create: bool = True, isolated
             with engine.connect() as conn:
                 conn.exec_driver_sql("SELECT 1")
         if migrate:
-            migrations.upgrade(engine, "head", isolated=isolated_migration)
+            # A database without any table (a new ledger) is created at head in place, without
+            # Alembic; one with costctl's tables (or any other) is migrated.
+            fresh = migrations.current_revision(engine) is None and migrations.create_at_head(engine)
+            if not fresh:
+                migrations.upgrade(engine, "head", isolated=isolated_migration)
     except BaseException:
         engine.dispose()
         raise
