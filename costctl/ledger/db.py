@@ -67,7 +67,9 @@ class Ledger:
         and get :class:`~costctl.ledger.engine.MissingLedgerError` instead, with nothing
         created. SQLite runs in WAL mode with a busy timeout. ``isolated_migration`` (the
         watch) runs a needed migration in a short-lived child process, so Alembic never stays
-        in this process's memory (:func:`costctl.ledger.migrate.upgrade`).
+        in this process's memory (:func:`costctl.ledger.migrate.upgrade`). A database with no
+        tables at all is created at the newest revision here, without Alembic
+        (:func:`costctl.ledger.migrate.create_at_head`).
 
         Raises:
             MissingLedgerError: ``create=False`` and the SQLite file does not exist.
