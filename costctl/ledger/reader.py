@@ -2,7 +2,8 @@
 
 :func:`open_engine` is how every ledger is opened (:meth:`costctl.ledger.db.Ledger.open` too):
 an engine, one round trip to check the database answers, and the migration to the newest
-schema when it is behind. :class:`LedgerReader` wraps such an engine for commands that only
+schema when it is behind (a database without any table is created at the newest revision
+instead, without Alembic). :class:`LedgerReader` wraps such an engine for commands that only
 read (``costctl bill``): its :meth:`~LedgerReader.connection` is a plain Core connection, which
 the queries of :mod:`costctl.ledger.queries` accept, so such a command never imports
 ``sqlalchemy.orm`` or the ORM classes of :mod:`costctl.ledger.schema`.
