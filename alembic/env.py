@@ -18,6 +18,9 @@ from typing import Any, Literal
 from alembic import context
 from sqlalchemy import Connection
 
+# The advisory lock that serialises migrations on PostgreSQL (costctl's creation of a fresh
+# ledger at head, costctl.ledger.migrate.create_at_head, takes it too).
+from costctl.ledger.migrate import PG_MIGRATION_LOCK_KEY
 from costctl.ledger.schema import Base
 from costctl.ledger.types import DecimalText, JSONText, UTCDateTime
 
@@ -27,9 +30,6 @@ target_metadata = Base.metadata
 if config.config_file_name is not None and "connection" not in config.attributes:
     # Run by hand with alembic.ini: use its logging setup (costctl itself stays quiet).
     fileConfig(config.config_file_name, disable_existing_loggers=False)
-
-#: Arbitrary 64-bit key of the advisory lock that serialises migrations on PostgreSQL.
-PG_MIGRATION_LOCK_KEY = 0x636F737463746C  # "costctl"
 
 
 def _url() -> str:

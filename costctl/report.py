@@ -31,15 +31,14 @@ import io
 import json
 from datetime import date, datetime, timezone
 from decimal import ROUND_HALF_EVEN, Decimal
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from collections.abc import Callable, Sequence
 from zoneinfo import ZoneInfo
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from .cli.common import print_table
+
+if TYPE_CHECKING:  # rich loads when a table is rendered: a JSON or CSV bill never imports it
+    from rich.console import Console
 
 GroupBy = Literal["run", "instance", "day", "gpu"]
 
@@ -240,6 +239,9 @@ def render_table(console: Console, by: GroupBy, rows: Sequence[Any], totals: dic
                  tz: ZoneInfo, since: datetime | None = None, until: datetime | None = None) -> None:
     """Print the bill as a rich table (no markup is interpreted in cells) with per-currency
     totals in the footer; times shown in ``tz``."""
+    from rich.table import Table
+    from rich.text import Text
+
     window = ""
     if since or until:
         cell = _time_cell(tz)

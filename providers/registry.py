@@ -103,7 +103,6 @@ def provider_class(name: str) -> Callable[..., Provider]:
     key = name.strip().lower()
     if key in _registered:
         return _registered[key]
-    available = ", ".join(available_providers()) or "none"
     eps = _entry_points()
     if key in eps:
         try:
@@ -123,6 +122,8 @@ def provider_class(name: str) -> Callable[..., Provider]:
             if cls is not None:
                 return cls
             raise ConfigError(f"provider {name!r}: module {module.__name__} defines no Provider class")
+    # Listed only for the error (listing reads every entry point again: not on the way to a hit).
+    available = ", ".join(available_providers()) or "none"
     raise ConfigError(f"unknown provider {name!r}; available: {available}")
 
 

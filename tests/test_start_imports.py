@@ -22,6 +22,8 @@ from helpers import REPO, costctl_env
 DATABASE = ("sqlalchemy", "alembic", "mako")
 MIGRATIONS = ("alembic", "mako")
 NETWORK_AND_PROCESSES = ("requests", "psutil", "apscheduler", "costctl_providers")
+#: The ORM stack: the bill reads with SQLAlchemy Core only (costctl.ledger.tables, a Connection).
+ORM = ("sqlalchemy.orm", "costctl.ledger.schema", "costctl.ledger.db", "costctl.ledger.accrual")
 COSTCTL_STACKS = ("costctl.config", "costctl.ledger", "costctl.watch", "costctl.replay", "costctl.cloud")
 
 _CHILD = r"""
@@ -94,10 +96,43 @@ def test_bill_on_an_empty_ledger_at_head_runs_no_migration_code(tmp_path):
     from costctl.ledger import Ledger
 
     Ledger.open(f"sqlite:///{tmp_path / 'costctl.db'}").close()  # the default ledger, migrated to head
-    watched = DATABASE + NETWORK_AND_PROCESSES + ("costctl.watch", "costctl.replay")
+    watched = DATABASE + NETWORK_AND_PROCESSES + ("costctl.watch", "costctl.replay", "rich") + ORM
     result = _start(tmp_path, "bill", "--format", "json", watched=watched)
     assert result["code"] == 0 and json.loads(result["out"]), result["err"]
-    _none_of(result, MIGRATIONS + NETWORK_AND_PROCESSES + ("costctl.watch", "costctl.replay"))
+    # Nor rich (nothing is rendered as a table), nor the ORM (the bill reads with Core).
+    _none_of(result, MIGRATIONS + NETWORK_AND_PROCESSES + ("costctl.watch", "costctl.replay", "rich") + ORM)
+
+
+@pytest.mark.parametrize("argv", [("bill",), ("bill", "--format", "json", "--by", "gpu"),
+                                  ("bill", "--by", "day", "--since", "2026-01-01T00:05"),
+                                  ("bill", "--by", "instance", "--format", "csv")])
+def test_bill_of_recorded_runs_reads_without_the_orm(tmp_path, argv):
+    """A bill of a ledger with a closed run (charged across a 15-minute edge) loads neither
+    sqlalchemy.orm nor the ORM classes, and still shows the run and its spend. (An open run
+    loads the watch stack, which asks whether its watch is gone: not a start-up case.)"""
+    from datetime import datetime, timedelta, timezone
+    from decimal import Decimal
+
+    from costctl.ledger import Ledger
+
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    with Ledger.open(f"sqlite:///{tmp_path / 'costctl.db'}") as ledger:
+        pk = ledger.ensure_instance("sim", "box-1", gpu="A10", gpu_count=1, billing="on-demand",
+                                    price_per_hour=Decimal("3.6"), currency="USD")
+        done = ledger.start_run(pk, started_at=t0, command=["train"], log_path=None, host="elsewhere")
+        ledger.accrue(done, t0 + timedelta(seconds=1000), Decimal("3.6"), "USD")
+        ledger.finish_run(done, ended_at=t0 + timedelta(seconds=1000), exit_code=0, status="succeeded")
+    result = _start(tmp_path, *argv, watched=ORM + MIGRATIONS)
+    assert result["code"] == 0, result["err"]
+    _none_of(result, ORM + MIGRATIONS)
+    if argv == ("bill",):
+        assert done[:8] in result["out"] and "1.00" in result["out"]
+    elif "json" in argv:
+        assert json.loads(result["out"])["totals"] == {"USD": "1.000000"}
+    elif "csv" in argv:
+        assert "box-1" in result["out"] and "1.000000" in result["out"]
+    else:  # 00:05 cuts the first bucket: 1000 s - 300 s charged after it
+        assert "0.70" in result["out"]
 
 
 def test_a_watch_on_a_fresh_ledger_migrates_it_in_a_child_and_keeps_no_alembic(tmp_path):

@@ -23,9 +23,12 @@ from ..clock import ensure_utc
 from ..errors import CostctlError, UsageError
 from ..money import Money
 from ..report import EXPORT_MONEY_PLACES, render_csv, render_json, render_table, row_totals
-from .common import ConfigOption, DbOption, FormatOption, OutputFormat, out_console, settings_from
+from . import common
+from .common import ConfigOption, DbOption, FormatOption, OutputFormat, settings_from
 
-if TYPE_CHECKING:  # the ledger (SQLAlchemy) loads when a bill runs, not for --help
+if TYPE_CHECKING:  # the ledger (SQLAlchemy Core, never the ORM) loads when a bill runs, not for --help
+    from rich.console import Console
+
     from ..config import Settings
     from ..ledger import queries
     from ..ledger.lifecycle import GpuUse
@@ -53,6 +56,20 @@ ROW_TYPES = {
     GroupBy.day: "DayBill",
     GroupBy.gpu: "GpuBill",
 }
+
+
+def __getattr__(name: str) -> Any:
+    """``out_console``: the console a bill prints to, :data:`costctl.cli.common.out_console`
+    unless a test set this module's own; looked up when something is printed, so a JSON or CSV
+    bill never imports rich."""
+    if name == "out_console":
+        return common._console("out_console")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _out() -> Console:
+    """This module's ``out_console`` (see :func:`__getattr__`)."""
+    return globals()["out_console"] if "out_console" in globals() else __getattr__("out_console")
 
 
 def parse_when(text: str, tz: ZoneInfo, option: str) -> datetime:
@@ -135,8 +152,10 @@ def bill(
     (paid time whose work was lost, a share of the spend); runs whose GPU stayed underused get
     advice naming a cheaper card and what it would have saved (JSON: "advice").
     """
-    from ..ledger import Ledger, MissingLedgerError, queries
-    from ..ledger.engine import configured_url
+    # Core only: the bill reads through a plain connection (no sqlalchemy.orm, no ORM classes).
+    from ..ledger import queries
+    from ..ledger.engine import MissingLedgerError, configured_url
+    from ..ledger.reader import LedgerReader
 
     settings = settings_from(config, db)
     tz = settings.watch.tz
@@ -149,7 +168,7 @@ def bill(
     rows: Sequence[Any] = []
     hidden = 0
     try:
-        ledger = Ledger.open(configured_url(settings.database_url, settings.data_dir), create=False)
+        ledger = LedgerReader.open(configured_url(settings.database_url, settings.data_dir))
     except MissingLedgerError as exc:
         if settings.database_url is not None:  # --db, COSTCTL_DATABASE_URL or database_url: a typo?
             raise
@@ -159,10 +178,10 @@ def bill(
         elif fmt is OutputFormat.csv:
             sys.stdout.write(render_csv(rows, [f.name for f in dataclasses.fields(getattr(queries, ROW_TYPES[by]))]))
         else:
-            out_console.print(f"Nothing recorded yet (no ledger database at {exc.path}; `costctl watch` creates it).",
+            _out().print(f"Nothing recorded yet (no ledger database at {exc.path}; `costctl watch` creates it).",
                               soft_wrap=True)
         return
-    with ledger, ledger.session() as session:
+    with ledger, ledger.connection() as session:
         totals = None
         if by is GroupBy.run:
             page = queries.run_page(session, start, end, limit=limit, unguarded=run_unguarded,
@@ -189,14 +208,14 @@ def bill(
         if not_shown:
             print(f"costctl: {not_shown}", file=sys.stderr)
     else:
-        render_table(out_console, by.value, rows, totals, tz, start, end)
+        render_table(_out(), by.value, rows, totals, tz, start, end)
         if not_shown:
-            out_console.print(not_shown, soft_wrap=True)
+            _out().print(not_shown, soft_wrap=True)
         for a in advice:
-            out_console.print(f"advice: {a.text}")
+            _out().print(f"advice: {a.text}")
         for r in rows:
             if getattr(r, "status", None) == "unguarded":
-                out_console.print(
+                _out().print(
                     f"unguarded: run {r.run_id[:8]}'s watch is gone but its job still runs on "
                     f"{r.provider} instance {r.instance_id}; `costctl watch --attach {r.run_id[:8]}` guards it "
                     f"again (its relay starts one when the job ends), `costctl stop {r.instance_id}` stops it",

@@ -21,8 +21,7 @@ elsewhere). Concurrent accruals on one instance are serialised: on PostgreSQL by
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -33,35 +32,8 @@ from ..clock import ensure_utc
 from ..errors import LedgerError
 from ..money import cost_of
 from .schema import Charge, ChargeRollup, Instance, Run
-
-#: Width of a rollup bucket, seconds (UTC 15 minutes: every time zone's midnight is on one).
-BUCKET_S = 900
-#: Microseconds per second and per bucket.
-US_PER_S = 1_000_000
-BUCKET_US = BUCKET_S * US_PER_S
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_ONE_US = timedelta(microseconds=1)
-
-
-def epoch_us(when: datetime) -> int:
-    """POSIX microseconds of aware ``when`` (exact integer arithmetic, no float)."""
-    return (ensure_utc(when) - EPOCH) // _ONE_US
-
-
-def from_epoch_us(us: int) -> datetime:
-    """Aware-UTC datetime of POSIX microseconds ``us`` (exact)."""
-    return EPOCH + timedelta(microseconds=us)
-
-
-def bucket_pieces(start_us: int, end_us: int) -> Iterator[tuple[int, int, int]]:
-    """Split ``[start_us, end_us)`` (POSIX µs) at UTC 15-minute boundaries:
-    ``(bucket_s, piece_start_us, piece_end_us)`` for each bucket it meets, in order."""
-    cursor = start_us
-    while cursor < end_us:
-        bucket_s = cursor // BUCKET_US * BUCKET_S
-        stop = min(end_us, (bucket_s + BUCKET_S) * US_PER_S)
-        yield bucket_s, cursor, stop
-        cursor = stop
+# The bucket arithmetic lives in .timebuckets (the bill's queries use it without this module).
+from .timebuckets import BUCKET_S, BUCKET_US, US_PER_S, bucket_pieces, epoch_us, from_epoch_us
 
 
 def charge_start(session: Session, run: Any) -> datetime:

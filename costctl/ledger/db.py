@@ -27,9 +27,10 @@ from ..progress.batch import PointBatch
 from ..records import Decision, ProgressPoint, TelemetrySample
 from . import accrual, progress_store, sample_rollup
 from . import migrate as migrations
-from .engine import make_engine, parse_url, redact, translate_errors
+from .engine import redact, translate_errors
 from .progress_store import ProgressRows
 from .queries import spend_by_currency
+from .reader import open_engine
 from .summaries import RunUse, summarize
 from .schema import (Charge, CheckpointRow, DecisionRow, Instance, Progress, ProgressBucket, Run, Sample,
                      StopEventRow, WasteRow)
@@ -66,23 +67,16 @@ class Ledger:
         and get :class:`~costctl.ledger.engine.MissingLedgerError` instead, with nothing
         created. SQLite runs in WAL mode with a busy timeout. ``isolated_migration`` (the
         watch) runs a needed migration in a short-lived child process, so Alembic never stays
-        in this process's memory (:func:`costctl.ledger.migrate.upgrade`).
+        in this process's memory (:func:`costctl.ledger.migrate.upgrade`). A database with no
+        tables at all is created at the newest revision here, without Alembic
+        (:func:`costctl.ledger.migrate.create_at_head`).
 
         Raises:
             MissingLedgerError: ``create=False`` and the SQLite file does not exist.
             LedgerError: one line for a bad URL, a missing driver, an unwritable path, an
                 unreachable server or a failed migration (password redacted).
         """
-        engine = make_engine(parse_url(url), create=create)
-        try:
-            with translate_errors("open the database", engine.url):
-                with engine.connect() as conn:
-                    conn.exec_driver_sql("SELECT 1")
-            if migrate:
-                migrations.upgrade(engine, "head", isolated=isolated_migration)
-        except BaseException:
-            engine.dispose()
-            raise
+        engine = open_engine(url, migrate=migrate, create=create, isolated_migration=isolated_migration)
         return cls(engine)
 
     def close(self) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib.util
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 from collections.abc import Iterator
 
 import sqlalchemy as sa
@@ -25,6 +25,14 @@ from sqlalchemy import event, exc
 from sqlalchemy.engine import URL, Engine
 
 from ..errors import LedgerError
+
+if TYPE_CHECKING:  # the ORM loads only where ORM objects are used (never for ``costctl bill``)
+    from sqlalchemy.orm import Session
+
+#: What the read-side queries (:mod:`costctl.ledger.queries`, :mod:`costctl.ledger.lifecycle`)
+#: run on: a Core connection (``costctl bill``) or an ORM session (everything else); they use
+#: only ``execute`` and ``scalar``, with Core statements.
+Reader = Union[sa.Connection, "Session"]
 
 #: Seconds a SQLite writer waits for another writer's lock before failing.
 SQLITE_BUSY_TIMEOUT_S = 30
@@ -176,6 +184,13 @@ def _configure_sqlite(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
+def dialect_name(reader: Reader) -> str:
+    """The dialect name (``sqlite``, ``postgresql``) of a connection's or a session's database."""
+    if isinstance(reader, sa.Connection):
+        return reader.dialect.name
+    return reader.get_bind().dialect.name
+
+
 @contextmanager
 def translate_errors(doing: str, url: URL | str) -> Iterator[None]:
     """Turn SQLAlchemy/driver errors raised inside the block into one :class:`LedgerError` line:
@@ -186,4 +201,4 @@ def translate_errors(doing: str, url: URL | str) -> Iterator[None]:
         raise LedgerError(f"cannot {doing} ({redact(url)}): {first_line(err)}") from err
 
 
-__all__ = ["MissingLedgerError", "configured_url", "make_engine", "parse_url", "redact", "first_line", "sqlite_file", "translate_errors"]
+__all__ = ["MissingLedgerError", "Reader", "configured_url", "dialect_name", "make_engine", "parse_url", "redact", "first_line", "sqlite_file", "translate_errors"]

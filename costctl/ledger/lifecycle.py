@@ -13,11 +13,15 @@ from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
 
 from ..clock import ensure_utc
 from ..money import cost_of
-from .schema import Charge, Instance, Sample, SampleMinute, WasteRow
+from . import tables
+from .engine import Reader
+
+# SQLAlchemy Core only (no ORM): ``costctl bill`` runs these on a plain connection.
+CHARGES, INSTANCES, SAMPLES = tables.charges, tables.instances, tables.samples
+SAMPLE_MINUTES, WASTE = tables.sample_minutes, tables.waste
 
 #: Waste reasons that count as a preemption (with notice / seen after the fact).
 PREEMPTION_REASONS = ("preemption", "preempted")
@@ -31,14 +35,14 @@ class Waste:
     amount: Decimal
 
 
-def waste_by_run(session: Session, since: datetime | None = None,
+def waste_by_run(session: Reader, since: datetime | None = None,
                  until: datetime | None = None) -> dict[tuple[str, str], Waste]:
     """``{(run_id, currency): Waste}`` for waste rows clipped to ``[since, until)``."""
     since = ensure_utc(since) if since else None
     until = ensure_utc(until) if until else None
     seconds: dict[tuple[str, str], float] = defaultdict(float)
     amounts: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
-    for w in session.scalars(select(WasteRow)):
+    for w in session.execute(select(WASTE)):
         if w.end_at == w.start_at:  # an instant: counted where it happened
             if (since is not None and w.start_at < since) or (until is not None and w.start_at >= until):
                 continue
@@ -67,13 +71,14 @@ class SpotExposure:
         return self.charged_s / self.preemptions if self.preemptions else None
 
 
-def spot_exposure(session: Session) -> SpotExposure:
+def spot_exposure(session: Reader) -> SpotExposure:
     """Everything the ledger has seen on spot instances (for the observed preemption rate)."""
-    spot = select(Instance.id).where(Instance.billing == "spot")
+    spot = select(INSTANCES.c.id).where(INSTANCES.c.billing == "spot")
     charged = sum(((c.end_at - c.start_at).total_seconds()
-                   for c in session.scalars(select(Charge).where(Charge.instance_pk.in_(spot)))), 0.0)
-    count = session.scalar(select(func.count(WasteRow.id)).where(
-        WasteRow.instance_pk.in_(spot), WasteRow.reason.in_(PREEMPTION_REASONS))) or 0
+                   for c in session.execute(select(CHARGES.c.start_at, CHARGES.c.end_at)
+                                            .where(CHARGES.c.instance_pk.in_(spot)))), 0.0)
+    count = session.scalar(select(func.count(WASTE.c.id)).where(
+        WASTE.c.instance_pk.in_(spot), WASTE.c.reason.in_(PREEMPTION_REASONS))) or 0
     return SpotExposure(charged, int(count))
 
 
@@ -88,21 +93,21 @@ class GpuUse:
     samples: int
 
 
-def gpu_use_by_run(session: Session) -> dict[str, GpuUse]:
+def gpu_use_by_run(session: Reader) -> dict[str, GpuUse]:
     """:class:`GpuUse` per run that has readable GPU samples (status ``ok``), raw ones and
     those already rolled up per minute (``sample_minutes``) together."""
     raw = (
-        select(Sample.run_id, func.max(Sample.memory_used_bytes), func.max(Sample.memory_total_bytes),
-               func.sum(Sample.utilization), func.count(Sample.utilization), func.count(Sample.id))
-        .where(Sample.gpu_index.is_not(None), Sample.status == "ok")
-        .group_by(Sample.run_id)
+        select(SAMPLES.c.run_id, func.max(SAMPLES.c.memory_used_bytes), func.max(SAMPLES.c.memory_total_bytes),
+               func.sum(SAMPLES.c.utilization), func.count(SAMPLES.c.utilization), func.count(SAMPLES.c.id))
+        .where(SAMPLES.c.gpu_index.is_not(None), SAMPLES.c.status == "ok")
+        .group_by(SAMPLES.c.run_id)
     )
     rolled = (
-        select(SampleMinute.run_id, func.max(SampleMinute.memory_used_max), func.max(SampleMinute.memory_total_max),
-               func.sum(SampleMinute.utilization_sum), func.sum(SampleMinute.utilization_count),
-               func.sum(SampleMinute.ok_samples))
-        .where(SampleMinute.gpu_index.is_not(None), SampleMinute.ok_samples > 0)
-        .group_by(SampleMinute.run_id)
+        select(SAMPLE_MINUTES.c.run_id, func.max(SAMPLE_MINUTES.c.memory_used_max),
+               func.max(SAMPLE_MINUTES.c.memory_total_max), func.sum(SAMPLE_MINUTES.c.utilization_sum),
+               func.sum(SAMPLE_MINUTES.c.utilization_count), func.sum(SAMPLE_MINUTES.c.ok_samples))
+        .where(SAMPLE_MINUTES.c.gpu_index.is_not(None), SAMPLE_MINUTES.c.ok_samples > 0)
+        .group_by(SAMPLE_MINUTES.c.run_id)
     )
     acc: dict[str, list[Any]] = {}
     for run_id, peak, total, util_sum, util_n, count in (*session.execute(raw), *session.execute(rolled)):

@@ -27,6 +27,10 @@ from .engine import redact, translate_errors
 
 MIGRATIONS_PACKAGE = "costctl_alembic"
 
+#: Arbitrary 64-bit key of the advisory lock that serialises migrations on PostgreSQL (taken by
+#: ``env.py`` and by :func:`create_at_head`).
+PG_MIGRATION_LOCK_KEY = 0x636F737463746C  # "costctl"
+
 # Alembic's command API keeps its context in module globals: one command at a time per process.
 _alembic_lock = threading.RLock()
 
@@ -228,6 +232,48 @@ def row_counts(engine: Engine, table_names: tuple[str, ...] = ("runs", "charges"
             }
 
 
+def _version_table() -> sa.Table:
+    """Alembic's ``alembic_version`` table, as Alembic itself defines it (``version_num``
+    VARCHAR(32) NOT NULL, primary key ``alembic_version_pkc``)."""
+    return sa.Table("alembic_version", sa.MetaData(),
+                    sa.Column("version_num", sa.String(32), nullable=False),
+                    sa.PrimaryKeyConstraint("version_num", name="alembic_version_pkc"))
+
+
+def create_at_head(engine: Engine) -> bool:
+    """Create costctl's schema at the newest revision in a database that has no tables at all:
+    the tables of :data:`costctl.ledger.tables.metadata` (what the migrations build, checked
+    by the tests) and the ``alembic_version`` row of the head revision, in one transaction,
+    without importing Alembic or running the migration scripts (a fresh ledger costs a few
+    CREATE statements, not six migrations in a child process).
+
+    Two processes creating the same database at once queue as migrations do (``BEGIN
+    IMMEDIATE`` on SQLite, the migration advisory lock on PostgreSQL); the second finds the
+    tables there and does nothing.
+
+    Returns:
+        True when it created the schema; False, with nothing changed, when the database has
+        any table (then :func:`upgrade` is the way: its migrations keep the data).
+
+    Raises:
+        LedgerError: the database cannot be reached or written — one line.
+    """
+    from .tables import metadata
+
+    head = head_revision()
+    with _alembic_lock, translate_errors("create the ledger's tables", engine.url):
+        with engine.execution_options(immediate=True).connect() as connection, connection.begin():
+            if connection.dialect.name == "postgresql":
+                connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({PG_MIGRATION_LOCK_KEY})")
+            if sa.inspect(connection).get_table_names():
+                return False
+            metadata.create_all(connection)
+            version = _version_table()
+            version.create(connection)
+            connection.execute(version.insert().values(version_num=head))
+    return True
+
+
 def current_revision(engine: Engine) -> str | None:
     """The revision the database is at (its ``alembic_version`` table, read with SQLAlchemy:
     no Alembic import), or None for a database without costctl's tables.
@@ -245,4 +291,4 @@ def current_revision(engine: Engine) -> str | None:
     return rows[0][0] if rows else None
 
 
-__all__ = ["script_revisions", "script_location", "alembic_config", "head_revision", "upgrade", "downgrade", "current_revision", "row_counts"]
+__all__ = ["PG_MIGRATION_LOCK_KEY", "create_at_head", "script_revisions", "script_location", "alembic_config", "head_revision", "upgrade", "downgrade", "current_revision", "row_counts"]

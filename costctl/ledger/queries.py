@@ -12,17 +12,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import ROUND_HALF_EVEN, Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import BigInteger, and_, case, cast, distinct, false, func, literal, or_, select, union_all
-from sqlalchemy.orm import Session
 
 from ..clock import ensure_utc
 from ..money import cost_of
-from .accrual import BUCKET_S, BUCKET_US, US_PER_S, epoch_us, from_epoch_us
+from . import tables
+from .engine import Reader, dialect_name
 from .lifecycle import GpuUse, waste_by_run
-from .schema import Charge, ChargeRollup, Instance, Run, StopEventRow
+from .timebuckets import BUCKET_S, BUCKET_US, US_PER_S, epoch_us, from_epoch_us
+
+if TYPE_CHECKING:
+    from sqlalchemy import Row
+
+# SQLAlchemy Core only (the tables of :mod:`.tables`, no ORM): ``costctl bill`` reads through a
+# plain connection and never imports ``sqlalchemy.orm``. A session works as well.
+RUNS, INSTANCES, CHARGES = tables.runs, tables.instances, tables.charges
+ROLLUPS, STOP_EVENTS = tables.charge_rollups, tables.stop_events
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +71,7 @@ def _active_in(start: datetime, end: datetime, since: datetime | None, until: da
 
 
 def charge_slices(
-    session: Session,
+    session: Reader,
     *,
     instance_pk: int | None = None,
     run_id: str | None = None,
@@ -73,17 +81,17 @@ def charge_slices(
     """Charges, optionally of one instance and/or run, clipped to ``[since, until)``, by start."""
     since = ensure_utc(since) if since else None
     until = ensure_utc(until) if until else None
-    stmt = select(Charge).order_by(Charge.start_at, Charge.id)
+    stmt = select(CHARGES).order_by(CHARGES.c.start_at, CHARGES.c.id)
     if instance_pk is not None:
-        stmt = stmt.where(Charge.instance_pk == instance_pk)
+        stmt = stmt.where(CHARGES.c.instance_pk == instance_pk)
     if run_id is not None:
-        stmt = stmt.where(Charge.run_id == run_id)
+        stmt = stmt.where(CHARGES.c.run_id == run_id)
     if since is not None:
-        stmt = stmt.where(Charge.end_at > since)
+        stmt = stmt.where(CHARGES.c.end_at > since)
     if until is not None:
-        stmt = stmt.where(Charge.start_at < until)
+        stmt = stmt.where(CHARGES.c.start_at < until)
     out = []
-    for c in session.scalars(stmt):
+    for c in session.execute(stmt):
         clipped = _clip(c.start_at, c.end_at, since, until)
         if clipped:
             out.append(ChargeSlice(c.run_id, c.instance_pk, clipped[0], clipped[1], c.rate_per_hour, c.currency))
@@ -223,7 +231,7 @@ def amount_of_us(rate_per_hour: Decimal, us: int) -> Decimal:
 
 def _end_us_sql(dialect: str) -> Any:
     """SQL for ``charges.end_at`` as POSIX microseconds (exact: no julianday, no float)."""
-    col = Charge.__table__.c.end_at
+    col = CHARGES.c.end_at
     if dialect == "postgresql":
         return cast(func.round(func.extract("epoch", col) * 1_000_000), BigInteger)
     # SQLite keeps 'YYYY-MM-DD HH:MM:SS.ffffff' (UTC): whole seconds by strftime, µs by substr.
@@ -253,15 +261,15 @@ def _window(since_us: int | None, until_us: int | None
     return lo_b, hi_b, whole, edges
 
 
-def window_slices(session: Session, since: datetime | None = None, until: datetime | None = None, *,
+def window_slices(session: Reader, since: datetime | None = None, until: datetime | None = None, *,
                   instance_pk: int | None = None, run_ids: Sequence[str] | None = None) -> Any:
     """The charged time inside ``[since, until)`` as a subquery of rows ``(run_id, instance_pk,
     bucket_s, rate_per_hour, currency, us, first_us, last_us)``: rollup rows of whole buckets,
     and per cut bucket one aggregate of its charges clipped in SQL (index on ``end_at``: the
     charges ending inside the cut part, plus per instance the one charge running across its end).
     Optionally of one instance and/or some runs. Times in µs are POSIX microseconds."""
-    R = ChargeRollup.__table__
-    C = Charge.__table__
+    R = ROLLUPS
+    C = CHARGES
     since_us = epoch_us(since) if since is not None else None
     until_us = epoch_us(until) if until is not None else None
     lo_b, hi_b, whole, edges = _window(since_us, until_us)
@@ -278,7 +286,7 @@ def window_slices(session: Session, since: datetime | None = None, until: dateti
         if run_ids is not None:
             q = q.where(R.c.run_id.in_(list(run_ids)))
         parts.append(q)
-    dialect = session.get_bind().dialect.name
+    dialect = dialect_name(session)
     end_e = _end_us_sql(dialect)
     start_e = end_e - C.c.duration_us
     for bucket_s, lo, hi in edges:
@@ -321,7 +329,7 @@ def _money(rows: Any) -> dict[Any, Decimal]:
     return out
 
 
-def spend_by_currency(session: Session, *, instance_pk: int | None = None, run_id: str | None = None,
+def spend_by_currency(session: Reader, *, instance_pk: int | None = None, run_id: str | None = None,
                       since: datetime | None = None, until: datetime | None = None) -> dict[str, Decimal]:
     """Spend per currency inside ``[since, until)`` (of one instance and/or run), unrounded,
     sorted by code; empty when nothing was charged. Summed in SQL (see :func:`window_slices`)."""
@@ -357,11 +365,11 @@ def _run_end_sql() -> Any:
     """The end of a run as :class:`RunBill` counts it: the later of ``ended_at`` and its newest
     charge end, else whichever exists, else ``last_seen_at``."""
     return case(
-        (and_(Run.charged_until.is_(None), Run.ended_at.is_(None)), Run.last_seen_at),
-        (Run.charged_until.is_(None), Run.ended_at),
-        (Run.ended_at.is_(None), Run.charged_until),
-        (Run.charged_until > Run.ended_at, Run.charged_until),
-        else_=Run.ended_at,
+        (and_(RUNS.c.charged_until.is_(None), RUNS.c.ended_at.is_(None)), RUNS.c.last_seen_at),
+        (RUNS.c.charged_until.is_(None), RUNS.c.ended_at),
+        (RUNS.c.ended_at.is_(None), RUNS.c.charged_until),
+        (RUNS.c.charged_until > RUNS.c.ended_at, RUNS.c.charged_until),
+        else_=RUNS.c.ended_at,
     )
 
 
@@ -369,14 +377,14 @@ def _active_sql(since: datetime | None, until: datetime | None) -> list[Any]:
     end = _run_end_sql()
     where = []
     if until is not None:
-        where.append(Run.started_at < until)
+        where.append(RUNS.c.started_at < until)
     if since is not None:
-        where.append(or_(end > since, and_(end == Run.started_at, Run.started_at >= since)))
+        where.append(or_(end > since, and_(end == RUNS.c.started_at, RUNS.c.started_at >= since)))
     return where
 
 
-def run_page(session: Session, since: datetime | None = None, until: datetime | None = None, *,
-             limit: int | None = 100, unguarded: Callable[[Run], bool] | None = None,
+def run_page(session: Reader, since: datetime | None = None, until: datetime | None = None, *,
+             limit: int | None = 100, unguarded: Callable[[Row[Any]], bool] | None = None,
              places: int | None = None) -> RunPage:
     """The runs active inside ``[since, until)`` (see :class:`RunBill`): the newest ``limit``
     (None: all) as rows, oldest first, with the totals over all of them. Reads the runs and
@@ -393,11 +401,11 @@ def run_page(session: Session, since: datetime | None = None, until: datetime | 
     since = ensure_utc(since) if since else None
     until = ensure_utc(until) if until else None
     active = _active_sql(since, until)
-    runs_total = int(session.scalar(select(func.count()).select_from(Run).where(*active)) or 0)
-    stmt = select(Run).where(*active).order_by(Run.started_at.desc(), Run.id.desc())
+    runs_total = int(session.scalar(select(func.count()).select_from(RUNS).where(*active)) or 0)
+    stmt = select(RUNS).where(*active).order_by(RUNS.c.started_at.desc(), RUNS.c.id.desc())
     if limit is not None:
         stmt = stmt.limit(limit)
-    runs = list(reversed(session.scalars(stmt).all()))
+    runs = list(reversed(session.execute(stmt).all()))
     ids = [r.id for r in runs]
 
     S = window_slices(session, since, until)
@@ -414,21 +422,21 @@ def run_page(session: Session, since: datetime | None = None, until: datetime | 
                                   for (_, cur), amount in per_run.items()])
     spend: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
     newest: dict[tuple[str, str], tuple[int, Decimal]] = {}
-    instances: dict[int, Instance] = {}
+    instances: dict[int, Row[Any]] = {}
     if ids:
         W = window_slices(session, since, until, run_ids=ids)
         for run_id, currency, rate, us in session.execute(
                 select(W.c.run_id, W.c.currency, W.c.rate_per_hour, func.sum(W.c.us))
                 .group_by(W.c.run_id, W.c.currency, W.c.rate_per_hour)):
             spend[(run_id, currency)] += amount_of_us(Decimal(str(rate)), us)
-        R = ChargeRollup.__table__
+        R = ROLLUPS
         for run_id, currency, rate, last in session.execute(
                 select(R.c.run_id, R.c.currency, R.c.rate_per_hour, func.max(R.c.last_us))
                 .where(R.c.run_id.in_(ids)).group_by(R.c.run_id, R.c.currency, R.c.rate_per_hour)):
             if (run_id, currency) not in newest or last > newest[(run_id, currency)][0]:
                 newest[(run_id, currency)] = (int(last), Decimal(str(rate)))
         pks = {r.instance_pk for r in runs}
-        instances = {i.id: i for i in session.scalars(select(Instance).where(Instance.id.in_(pks)))}
+        instances = {i.id: i for i in session.execute(select(INSTANCES).where(INSTANCES.c.id.in_(pks)))}
     wasted = waste_by_run(session, since, until)
     stops = stop_history_by_run(session, set(ids))
     rows: list[RunBill] = []
@@ -479,22 +487,22 @@ def run_page(session: Session, since: datetime | None = None, until: datetime | 
     return RunPage(rows, totals, runs_total, len(runs), use)
 
 
-def bill_by_run(session: Session, since: datetime | None = None, until: datetime | None = None, *,
-                unguarded: Callable[[Run], bool] | None = None, limit: int | None = None) -> list[RunBill]:
+def bill_by_run(session: Reader, since: datetime | None = None, until: datetime | None = None, *,
+                unguarded: Callable[[Row[Any]], bool] | None = None, limit: int | None = None) -> list[RunBill]:
     """Runs active inside ``[since, until)``, oldest first (see :class:`RunBill`); the newest
     ``limit`` only when given (see :func:`run_page`)."""
     return run_page(session, since, until, limit=limit, unguarded=unguarded).rows
 
 
-def stop_history_by_run(session: Session, run_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
+def stop_history_by_run(session: Reader, run_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
     """Each run's stop events, oldest first: ``{"time", "state", "attempt", "detail"}`` dicts
     (``time`` aware UTC) — the history of the stop decision of that run, if it had one."""
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     if not run_ids:
         return out
-    stmt = (select(StopEventRow).where(StopEventRow.run_id.in_(sorted(run_ids)))
-            .order_by(StopEventRow.run_id, StopEventRow.time, StopEventRow.id))
-    for ev in session.scalars(stmt):
+    stmt = (select(STOP_EVENTS).where(STOP_EVENTS.c.run_id.in_(sorted(run_ids)))
+            .order_by(STOP_EVENTS.c.run_id, STOP_EVENTS.c.time, STOP_EVENTS.c.id))
+    for ev in session.execute(stmt):
         out[ev.run_id].append({"time": ev.time, "state": ev.state, "attempt": ev.attempt, "detail": ev.detail})
     return out
 
@@ -503,7 +511,7 @@ def stop_history_by_run(session: Session, run_ids: set[str]) -> dict[str, list[d
 
 
 def bill_by_instance(
-    session: Session, since: datetime | None = None, until: datetime | None = None
+    session: Reader, since: datetime | None = None, until: datetime | None = None
 ) -> list[InstanceBill]:
     """Instances with charges inside ``[since, until)``, one row per currency charged in, by
     first charge (see :class:`InstanceBill` for which rate is shown)."""
@@ -523,7 +531,7 @@ def bill_by_instance(
             g["newest"] = (last, rate)
     runs = {(pk, cur): int(n) for pk, cur, n in session.execute(
         select(S.c.instance_pk, S.c.currency, func.count(distinct(S.c.run_id))).group_by(S.c.instance_pk, S.c.currency))}
-    instances = {i.id: i for i in session.scalars(select(Instance).where(Instance.id.in_({pk for pk, _ in groups})))}
+    instances = {i.id: i for i in session.execute(select(INSTANCES).where(INSTANCES.c.id.in_({pk for pk, _ in groups})))}
     rows = []
     for (pk, currency), g in groups.items():
         inst = instances[pk]
@@ -585,12 +593,12 @@ def local_day_sql(bucket_s: Any, tz: ZoneInfo, first_s: int, last_s: int) -> Any
 
 
 def bill_by_day(
-    session: Session, tz: ZoneInfo, since: datetime | None = None, until: datetime | None = None
+    session: Reader, tz: ZoneInfo, since: datetime | None = None, until: datetime | None = None
 ) -> list[DayBill]:
     """Spend per local day of ``tz`` inside ``[since, until)``, oldest first (days of 23 or 25
     hours and zones 15 or 30 minutes off UTC exact: days are made of whole UTC 15-minute
     buckets, the cut edges of the window clipped in SQL)."""
-    R = ChargeRollup.__table__
+    R = ROLLUPS
     # Two statements: each min/max alone is one step down the bucket_s index.
     lo = session.scalar(select(func.min(R.c.bucket_s)))
     hi = session.scalar(select(func.max(R.c.bucket_s)))
@@ -616,17 +624,17 @@ def bill_by_day(
     ]
 
 
-def bill_by_gpu(session: Session, since: datetime | None = None, until: datetime | None = None) -> list[GpuBill]:
+def bill_by_gpu(session: Reader, since: datetime | None = None, until: datetime | None = None) -> list[GpuBill]:
     """Spend per GPU type inside ``[since, until)``, by spend, largest first. A run counts with
     the card it ran on (its summary); an open run with its instance's current card."""
     W = window_slices(session, since, until)
     # Summed per run first, so the join to the runs meets one row per run and rate.
     S = (select(W.c.run_id, W.c.instance_pk, W.c.currency, W.c.rate_per_hour, func.sum(W.c.us).label("us"))
          .group_by(W.c.run_id, W.c.instance_pk, W.c.currency, W.c.rate_per_hour).subquery("per_run"))
-    summarized = Run.billing.is_not(None)
-    gpu = case((summarized, Run.gpu), else_=Instance.gpu).label("gpu")
-    count = case((and_(summarized, Run.gpu_count.is_not(None)), Run.gpu_count), else_=Instance.gpu_count)
-    joined = S.join(Run, Run.id == S.c.run_id).join(Instance, Instance.id == Run.instance_pk)
+    summarized = RUNS.c.billing.is_not(None)
+    gpu = case((summarized, RUNS.c.gpu), else_=INSTANCES.c.gpu).label("gpu")
+    count = case((and_(summarized, RUNS.c.gpu_count.is_not(None)), RUNS.c.gpu_count), else_=INSTANCES.c.gpu_count)
+    joined = S.join(RUNS, RUNS.c.id == S.c.run_id).join(INSTANCES, INSTANCES.c.id == RUNS.c.instance_pk)
     spend: dict[tuple[str | None, str], Decimal] = defaultdict(Decimal)
     us_by: dict[tuple[str | None, str], int] = defaultdict(int)
     gpu_us: dict[tuple[str | None, str], int] = defaultdict(int)

@@ -1,4 +1,6 @@
-"""The ledger's tables (SQLAlchemy 2 declarative, ``Mapped``).
+"""The ledger's ORM classes (SQLAlchemy 2 declarative, ``Mapped``), mapped onto the Core tables
+of :mod:`costctl.ledger.tables` (``__table__``: the columns, keys, indexes and constraints are
+defined there, once; a read path that needs no ORM objects uses those tables alone).
 
 Everything that costs or saves money leaves a row here:
 
@@ -44,61 +46,36 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import (
-    BigInteger,
-    Boolean,
-    CheckConstraint,
-    Float,
-    ForeignKey,
-    Index,
-    Integer,
-    MetaData,
-    String,
-    Text,
-    UniqueConstraint,
-    text,
-)
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, relationship
 
 from ..money import cost_of
-from .types import DecimalText, JSONText, UTCDateTime
-
-#: Constraint names are fixed so that Alembic's batch mode on SQLite can find them.
-NAMING_CONVENTION = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-#: Surrogate keys of the high-volume tables: BIGINT on PostgreSQL, INTEGER (rowid) on SQLite.
-BigId = BigInteger().with_variant(Integer(), "sqlite")
+from . import tables
+from .tables import BigId, NAMING_CONVENTION
 
 
 class Base(DeclarativeBase):
-    """Declarative base of the ledger; ``Base.metadata`` is Alembic's target metadata."""
+    """Declarative base of the ledger; ``Base.metadata`` (:data:`costctl.ledger.tables.metadata`)
+    is Alembic's target metadata."""
 
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    metadata = tables.metadata
 
 
 class Instance(Base):
     """A rented machine. ``price_per_hour`` is per instance-hour (all GPUs), in ``currency``;
     ``billing`` is ``on-demand``, ``spot`` or ``prepaid``."""
 
-    __tablename__ = "instances"
-    __table_args__ = (UniqueConstraint("provider", "provider_instance_id"),)
+    __table__ = tables.instances
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    provider: Mapped[str] = mapped_column(String(32))
-    provider_instance_id: Mapped[str] = mapped_column(String(128))
-    gpu: Mapped[str | None] = mapped_column(String(64))
-    gpu_count: Mapped[int] = mapped_column(Integer, default=1)
-    billing: Mapped[str] = mapped_column(String(16))
-    price_per_hour: Mapped[Decimal | None] = mapped_column(DecimalText())
-    currency: Mapped[str] = mapped_column(String(3))
-    region: Mapped[str | None] = mapped_column(String(64))
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    id: Mapped[int]
+    provider: Mapped[str]
+    provider_instance_id: Mapped[str]
+    gpu: Mapped[str | None]
+    gpu_count: Mapped[int]
+    billing: Mapped[str]
+    price_per_hour: Mapped[Decimal | None]
+    currency: Mapped[str]
+    region: Mapped[str | None]
+    created_at: Mapped[datetime]
 
     runs: Mapped[list[Run]] = relationship(back_populates="instance")
 
@@ -109,39 +86,39 @@ class Run(Base):
     watch was killed still shows how far it got. ``host`` and ``pid`` name the watch process,
     so a later watch on that host can close the run as ``lost`` once that process is gone."""
 
-    __tablename__ = "runs"
+    __table__ = tables.runs
 
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    instance_pk: Mapped[int] = mapped_column(ForeignKey("instances.id"), index=True)
-    command: Mapped[list[str] | None] = mapped_column(JSONText())
-    host: Mapped[str | None] = mapped_column(String(255))
-    log_path: Mapped[str | None] = mapped_column(Text)
-    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    exit_code: Mapped[int | None] = mapped_column(Integer)
-    status: Mapped[str] = mapped_column(String(16))
-    pid: Mapped[int | None] = mapped_column(Integer)
+    id: Mapped[str]
+    instance_pk: Mapped[int]
+    command: Mapped[list[str] | None]
+    host: Mapped[str | None]
+    log_path: Mapped[str | None]
+    started_at: Mapped[datetime]
+    ended_at: Mapped[datetime | None]
+    last_seen_at: Mapped[datetime]
+    exit_code: Mapped[int | None]
+    status: Mapped[str]
+    pid: Mapped[int | None]
     #: The end of the run's newest charge (kept by the accrual), None before any.
-    charged_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    charged_until: Mapped[datetime | None]
     # The run's summary, written by :meth:`Ledger.finish_run` (NULL while the run is open;
     # ``billing`` NOT NULL marks a summarized run): the card and price it ran with, whatever
     # the instance row says later, and its GPU use, so the bill never reads the samples.
-    gpu: Mapped[str | None] = mapped_column(String(64))
-    gpu_count: Mapped[int | None] = mapped_column(Integer)
-    billing: Mapped[str | None] = mapped_column(String(16))
+    gpu: Mapped[str | None]
+    gpu_count: Mapped[int | None]
+    billing: Mapped[str | None]
     #: Per instance-hour, in ``price_currency``: the rate of the run's newest charge, else the
     #: instance's price at the run's end.
-    price_per_hour: Mapped[Decimal | None] = mapped_column(DecimalText())
-    price_currency: Mapped[str | None] = mapped_column(String(3))
+    price_per_hour: Mapped[Decimal | None]
+    price_currency: Mapped[str | None]
     #: Bytes: the most memory used on any one GPU, and that GPU's total (readable samples only).
-    peak_memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    memory_total_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    peak_memory_bytes: Mapped[int | None]
+    memory_total_bytes: Mapped[int | None]
     #: Percent: the mean utilization over the readable GPU samples; ``gpu_samples`` their count.
-    mean_utilization: Mapped[float | None] = mapped_column(Float)
-    gpu_samples: Mapped[int | None] = mapped_column(Integer)
+    mean_utilization: Mapped[float | None]
+    gpu_samples: Mapped[int | None]
     #: Progress points (loss values) the run reported.
-    points: Mapped[int | None] = mapped_column(BigInteger)
+    points: Mapped[int | None]
 
     instance: Mapped[Instance] = relationship(back_populates="runs")
 
@@ -151,20 +128,19 @@ class Sample(Base):
     watched process tree's CPU in percent of one core, so it may exceed 100). ``status`` is a
     :class:`costctl.records.SignalStatus` value; ``error`` says why a GPU could not be read."""
 
-    __tablename__ = "samples"
-    __table_args__ = (Index("ix_samples_run_id_time", "run_id", "time"), Index("ix_samples_time", "time"))
+    __table__ = tables.samples
 
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
-    time: Mapped[datetime] = mapped_column(UTCDateTime())
-    gpu_index: Mapped[int | None] = mapped_column(Integer)
-    utilization: Mapped[float | None] = mapped_column(Float)
-    memory_used_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    memory_total_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    power_w: Mapped[float | None] = mapped_column(Float)
-    status: Mapped[str] = mapped_column(String(16))
-    source: Mapped[str] = mapped_column(String(32))
-    error: Mapped[str | None] = mapped_column(Text)
+    id: Mapped[int]
+    run_id: Mapped[str]
+    time: Mapped[datetime]
+    gpu_index: Mapped[int | None]
+    utilization: Mapped[float | None]
+    memory_used_bytes: Mapped[int | None]
+    memory_total_bytes: Mapped[int | None]
+    power_w: Mapped[float | None]
+    status: Mapped[str]
+    source: Mapped[str]
+    error: Mapped[str | None]
 
 
 _SPECIAL_FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -174,22 +150,18 @@ class Progress(Base):
     """One loss value. Read and write it through :attr:`value` (a float, NaN/inf included);
     the columns are ``value`` (finite floats) and ``value_special`` (non-finite ones)."""
 
-    __tablename__ = "progress"
-    __table_args__ = (
-        Index("ix_progress_run_id_time", "run_id", "time"),
-        CheckConstraint("(value IS NULL) <> (value_special IS NULL)", name="one_value"),
-    )
+    __table__ = tables.progress
 
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
-    time: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    step: Mapped[int | None] = mapped_column(BigInteger)
-    epoch: Mapped[float | None] = mapped_column(Float)
-    total: Mapped[int | None] = mapped_column(BigInteger)
-    kind: Mapped[str] = mapped_column(String(8))
-    name: Mapped[str] = mapped_column(String(64))
-    value_finite: Mapped[float | None] = mapped_column("value", Float)
-    value_special: Mapped[str | None] = mapped_column(String(8))
+    id: Mapped[int]
+    run_id: Mapped[str]
+    time: Mapped[datetime | None]
+    step: Mapped[int | None]
+    epoch: Mapped[float | None]
+    total: Mapped[int | None]
+    kind: Mapped[str]
+    name: Mapped[str]
+    value_finite: Mapped[float | None] = tables.progress.c.value
+    value_special: Mapped[str | None]
 
     @property
     def value(self) -> float:
@@ -224,25 +196,24 @@ class SampleMinute(Base):
     and every reader adds them up.
     """
 
-    __tablename__ = "sample_minutes"
-    __table_args__ = (Index("ix_sample_minutes_run_id_minute", "run_id", "minute"),)
+    __table__ = tables.sample_minutes
 
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
-    gpu_index: Mapped[int | None] = mapped_column(Integer)
-    minute: Mapped[datetime] = mapped_column(UTCDateTime())
-    samples: Mapped[int] = mapped_column(Integer)
-    ok_samples: Mapped[int] = mapped_column(Integer)
-    utilization_sum: Mapped[float | None] = mapped_column(Float)
-    utilization_count: Mapped[int] = mapped_column(Integer)
-    utilization_max: Mapped[float | None] = mapped_column(Float)
-    memory_used_max: Mapped[int | None] = mapped_column(BigInteger)
-    memory_total_max: Mapped[int | None] = mapped_column(BigInteger)
-    power_sum: Mapped[float | None] = mapped_column(Float)
-    power_count: Mapped[int] = mapped_column(Integer)
-    status: Mapped[str] = mapped_column(String(16))
-    source: Mapped[str] = mapped_column(String(32))
-    error: Mapped[str | None] = mapped_column(Text)
+    id: Mapped[int]
+    run_id: Mapped[str]
+    gpu_index: Mapped[int | None]
+    minute: Mapped[datetime]
+    samples: Mapped[int]
+    ok_samples: Mapped[int]
+    utilization_sum: Mapped[float | None]
+    utilization_count: Mapped[int]
+    utilization_max: Mapped[float | None]
+    memory_used_max: Mapped[int | None]
+    memory_total_max: Mapped[int | None]
+    power_sum: Mapped[float | None]
+    power_count: Mapped[int]
+    status: Mapped[str]
+    source: Mapped[str]
+    error: Mapped[str | None]
 
     @property
     def utilization_mean(self) -> float | None:
@@ -281,36 +252,31 @@ class ProgressBucket(Base):
     are always rows.
     """
 
-    __tablename__ = "progress_buckets"
-    __table_args__ = (
-        Index("ix_progress_buckets_run_id_start_at", "run_id", "start_at"),
-        CheckConstraint("(first_value IS NULL) <> (first_special IS NULL)", name="one_first"),
-        CheckConstraint("(last_value IS NULL) <> (last_special IS NULL)", name="one_last"),
-    )
+    __table__ = tables.progress_buckets
 
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
-    kind: Mapped[str] = mapped_column(String(8))
-    name: Mapped[str] = mapped_column(String(64))
-    start_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    end_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    count: Mapped[int] = mapped_column(BigInteger)
-    kept: Mapped[int] = mapped_column(Integer)
-    nan_count: Mapped[int] = mapped_column(BigInteger)
-    posinf_count: Mapped[int] = mapped_column(BigInteger)
-    neginf_count: Mapped[int] = mapped_column(BigInteger)
-    min: Mapped[float | None] = mapped_column(Float)
-    max: Mapped[float | None] = mapped_column(Float)
-    first_value: Mapped[float | None] = mapped_column(Float)
-    first_special: Mapped[str | None] = mapped_column(String(8))
-    first_step: Mapped[int | None] = mapped_column(BigInteger)
-    first_time: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    last_value: Mapped[float | None] = mapped_column(Float)
-    last_special: Mapped[str | None] = mapped_column(String(8))
-    last_step: Mapped[int | None] = mapped_column(BigInteger)
-    last_time: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    last_epoch: Mapped[float | None] = mapped_column(Float)
-    last_total: Mapped[int | None] = mapped_column(BigInteger)
+    id: Mapped[int]
+    run_id: Mapped[str]
+    kind: Mapped[str]
+    name: Mapped[str]
+    start_at: Mapped[datetime]
+    end_at: Mapped[datetime]
+    count: Mapped[int]
+    kept: Mapped[int]
+    nan_count: Mapped[int]
+    posinf_count: Mapped[int]
+    neginf_count: Mapped[int]
+    min: Mapped[float | None]
+    max: Mapped[float | None]
+    first_value: Mapped[float | None]
+    first_special: Mapped[str | None]
+    first_step: Mapped[int | None]
+    first_time: Mapped[datetime | None]
+    last_value: Mapped[float | None]
+    last_special: Mapped[str | None]
+    last_step: Mapped[int | None]
+    last_time: Mapped[datetime | None]
+    last_epoch: Mapped[float | None]
+    last_total: Mapped[int | None]
 
     @property
     def first(self) -> float:
@@ -332,22 +298,16 @@ class Charge(Base):
     ``currency``; ``duration_us`` is ``end_at - start_at`` in integer microseconds (exact).
     Use :attr:`amount` for the money (unrounded)."""
 
-    __tablename__ = "charges"
-    __table_args__ = (
-        Index("ix_charges_instance_pk_end_at", "instance_pk", "end_at"),
-        Index("ix_charges_run_id_end_at", "run_id", "end_at"),
-        Index("ix_charges_end_at", "end_at"),
-        CheckConstraint("end_at > start_at", name="positive_interval"),
-    )
+    __table__ = tables.charges
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
-    instance_pk: Mapped[int] = mapped_column(ForeignKey("instances.id"))
-    start_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    end_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    rate_per_hour: Mapped[Decimal] = mapped_column(DecimalText())
-    currency: Mapped[str] = mapped_column(String(3))
-    duration_us: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    id: Mapped[int]
+    run_id: Mapped[str]
+    instance_pk: Mapped[int]
+    start_at: Mapped[datetime]
+    end_at: Mapped[datetime]
+    rate_per_hour: Mapped[Decimal]
+    currency: Mapped[str]
+    duration_us: Mapped[int]
 
     @property
     def amount(self) -> Decimal:
@@ -363,20 +323,16 @@ class ChargeRollup(Base):
     accrual in its own transaction (a charge spanning buckets is split at their boundaries),
     so ``SUM(duration_us)`` over the rows of a window equals the charges' time exactly."""
 
-    __tablename__ = "charge_rollups"
-    __table_args__ = (
-        Index("ix_charge_rollups_bucket_s", "bucket_s"),
-        Index("ix_charge_rollups_instance_pk_bucket_s", "instance_pk", "bucket_s"),
-    )
+    __table__ = tables.charge_rollups
 
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
-    bucket_s: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    rate_per_hour: Mapped[Decimal] = mapped_column(DecimalText(), primary_key=True)
-    currency: Mapped[str] = mapped_column(String(3), primary_key=True)
-    instance_pk: Mapped[int] = mapped_column(ForeignKey("instances.id"))
-    duration_us: Mapped[int] = mapped_column(BigInteger)
-    first_us: Mapped[int] = mapped_column(BigInteger)
-    last_us: Mapped[int] = mapped_column(BigInteger)
+    run_id: Mapped[str]
+    bucket_s: Mapped[int]
+    rate_per_hour: Mapped[Decimal]
+    currency: Mapped[str]
+    instance_pk: Mapped[int]
+    duration_us: Mapped[int]
+    first_us: Mapped[int]
+    last_us: Mapped[int]
 
 
 class DecisionRow(Base):
@@ -384,19 +340,18 @@ class DecisionRow(Base):
     executor did, e.g. ``"stopped"``, ``"hook failed: ..."``); ``dry_run`` marks decisions
     that were only simulated. ``key`` identifies the event (``Decision.key``)."""
 
-    __tablename__ = "decisions"
-    __table_args__ = (Index("ix_decisions_run_id_time", "run_id", "time"),)
+    __table__ = tables.decisions
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
-    time: Mapped[datetime] = mapped_column(UTCDateTime())
-    policy: Mapped[str] = mapped_column(String(32))
-    action: Mapped[str] = mapped_column(String(16))
-    reason: Mapped[str] = mapped_column(Text)
-    evidence: Mapped[dict[str, Any]] = mapped_column(JSONText())
-    outcome: Mapped[str | None] = mapped_column(Text)
-    dry_run: Mapped[bool] = mapped_column(Boolean, default=False)
-    key: Mapped[str | None] = mapped_column(String(128))
+    id: Mapped[int]
+    run_id: Mapped[str]
+    time: Mapped[datetime]
+    policy: Mapped[str]
+    action: Mapped[str]
+    reason: Mapped[str]
+    evidence: Mapped[dict[str, Any]]
+    outcome: Mapped[str | None]
+    dry_run: Mapped[bool]
+    key: Mapped[str | None]
 
 
 class CheckpointRow(Base):
@@ -407,21 +362,20 @@ class CheckpointRow(Base):
     ``job-exited``; ``saved_at`` is the checkpoint file's time, ``save_s`` seconds from the
     request to it; ``path``/``size_bytes`` the checkpoint found."""
 
-    __tablename__ = "checkpoints"
-    __table_args__ = (Index("ix_checkpoints_run_id_requested_at", "run_id", "requested_at"),)
+    __table__ = tables.checkpoints
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
-    reason: Mapped[str] = mapped_column(String(64))
-    requested_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    deadline: Mapped[datetime] = mapped_column(UTCDateTime())
-    signal: Mapped[str | None] = mapped_column(String(16))
-    outcome: Mapped[str | None] = mapped_column(String(16))
-    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    saved_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    save_s: Mapped[float | None] = mapped_column(Float)
-    path: Mapped[str | None] = mapped_column(Text)
-    size_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    id: Mapped[int]
+    run_id: Mapped[str]
+    reason: Mapped[str]
+    requested_at: Mapped[datetime]
+    deadline: Mapped[datetime]
+    signal: Mapped[str | None]
+    outcome: Mapped[str | None]
+    completed_at: Mapped[datetime | None]
+    saved_at: Mapped[datetime | None]
+    save_s: Mapped[float | None]
+    path: Mapped[str | None]
+    size_bytes: Mapped[int | None]
 
 
 class WasteRow(Base):
@@ -431,21 +385,17 @@ class WasteRow(Base):
     These seconds are also in ``charges``: waste is a share of the spend, never added to it.
     Use :attr:`amount` for the money (unrounded)."""
 
-    __tablename__ = "waste"
-    __table_args__ = (
-        Index("ix_waste_run_id", "run_id"),
-        CheckConstraint("end_at >= start_at", name="ordered_interval"),
-    )
+    __table__ = tables.waste
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
-    instance_pk: Mapped[int] = mapped_column(ForeignKey("instances.id"))
-    start_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    end_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    rate_per_hour: Mapped[Decimal] = mapped_column(DecimalText())
-    currency: Mapped[str] = mapped_column(String(3))
-    reason: Mapped[str] = mapped_column(String(32))
-    detail: Mapped[str | None] = mapped_column(Text)
+    id: Mapped[int]
+    run_id: Mapped[str]
+    instance_pk: Mapped[int]
+    start_at: Mapped[datetime]
+    end_at: Mapped[datetime]
+    rate_per_hour: Mapped[Decimal]
+    currency: Mapped[str]
+    reason: Mapped[str]
+    detail: Mapped[str | None]
 
     @property
     def amount(self) -> Decimal:
@@ -460,17 +410,16 @@ class StopEventRow(Base):
     provider's status, an error, the self-stop command). ``decision_id`` is the stop decision it
     belongs to (NULL when that decision could not be stored)."""
 
-    __tablename__ = "stop_events"
-    __table_args__ = (Index("ix_stop_events_run_id_time", "run_id", "time"),)
+    __table__ = tables.stop_events
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
-    decision_id: Mapped[int | None] = mapped_column(ForeignKey("decisions.id"))
-    time: Mapped[datetime] = mapped_column(UTCDateTime())
-    state: Mapped[str] = mapped_column(String(16))
-    attempt: Mapped[int] = mapped_column(Integer)
-    detail: Mapped[str | None] = mapped_column(Text)
+    id: Mapped[int]
+    run_id: Mapped[str]
+    decision_id: Mapped[int | None]
+    time: Mapped[datetime]
+    state: Mapped[str]
+    attempt: Mapped[int]
+    detail: Mapped[str | None]
 
 
-__all__ = ["Base", "Instance", "Run", "Sample", "SampleMinute", "Progress", "ProgressBucket", "Charge", "ChargeRollup",
+__all__ = ["BigId", "Base", "Instance", "Run", "Sample", "SampleMinute", "Progress", "ProgressBucket", "Charge", "ChargeRollup",
            "DecisionRow", "CheckpointRow", "WasteRow", "StopEventRow", "NAMING_CONVENTION"]

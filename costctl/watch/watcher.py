@@ -36,7 +36,6 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import psutil
-from apscheduler.schedulers.background import BackgroundScheduler
 
 from .. import paths
 from ..checkpoint import ephemeral_storage_warning, resolve_pattern
@@ -81,6 +80,8 @@ from ..relay.protocol import job_running, relay_running
 from costctl_providers.base import Instance, Provider
 if TYPE_CHECKING:  # spot instances only: imported where a notice source is looked for
     from costctl_providers.notices import Notice, NoticePoller
+if TYPE_CHECKING:  # imported by run() once the job runs (not on the way to its start)
+    from apscheduler.schedulers.background import BackgroundScheduler
 
 
 #: Seconds a watch waits for its ledger writes before it runs a self-stop (the machine may power
@@ -1064,6 +1065,10 @@ class Watcher:
                 signal.signal(s, h)
             self._close_wakeup()
             raise
+        # The job runs: what only the loop needs is imported now (APScheduler: ~25 ms that the
+        # job's start does not wait for).
+        from apscheduler.schedulers.background import BackgroundScheduler
+
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         interval = self.settings.watch.sample_interval.total_seconds()
         scheduler = BackgroundScheduler(timezone=timezone.utc)

@@ -1,0 +1,272 @@
+"""The ledger's tables as SQLAlchemy Core :class:`~sqlalchemy.Table` objects, on :data:`metadata`.
+
+This module imports SQLAlchemy Core only (no ``sqlalchemy.orm``): read paths that need no ORM
+objects (``costctl bill``'s queries, :mod:`costctl.ledger.queries`) build their statements on
+these tables and start faster. The ORM classes of :mod:`costctl.ledger.schema` are mapped onto
+these same tables (``__table__``), and :data:`metadata` is Alembic's target metadata, so there is
+one definition of the schema. What each table holds is described in :mod:`costctl.ledger.schema`.
+The Alembic migrations in ``alembic/versions`` create exactly these tables; a test checks they
+match.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+
+from .types import DecimalText, JSONText, UTCDateTime
+
+#: Constraint names are fixed so that Alembic's batch mode on SQLite can find them.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+#: The ledger's schema (Alembic's target metadata).
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+#: Surrogate keys of the high-volume tables: BIGINT on PostgreSQL, INTEGER (rowid) on SQLite.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def _runs_fk() -> ForeignKey:
+    return ForeignKey("runs.id")
+
+
+def _instances_fk() -> ForeignKey:
+    return ForeignKey("instances.id")
+
+
+instances = Table(
+    "instances", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("provider", String(32), nullable=False),
+    Column("provider_instance_id", String(128), nullable=False),
+    Column("gpu", String(64)),
+    Column("gpu_count", Integer, nullable=False, default=1),
+    Column("billing", String(16), nullable=False),
+    Column("price_per_hour", DecimalText()),
+    Column("currency", String(3), nullable=False),
+    Column("region", String(64)),
+    Column("created_at", UTCDateTime(), nullable=False),
+    UniqueConstraint("provider", "provider_instance_id"),
+)
+
+runs = Table(
+    "runs", metadata,
+    Column("id", String(32), primary_key=True),
+    Column("instance_pk", Integer, _instances_fk(), nullable=False, index=True),
+    Column("command", JSONText()),
+    Column("host", String(255)),
+    Column("log_path", Text),
+    Column("started_at", UTCDateTime(), nullable=False),
+    Column("ended_at", UTCDateTime()),
+    Column("last_seen_at", UTCDateTime(), nullable=False),
+    Column("exit_code", Integer),
+    Column("status", String(16), nullable=False),
+    Column("pid", Integer),
+    Column("charged_until", UTCDateTime()),
+    Column("gpu", String(64)),
+    Column("gpu_count", Integer),
+    Column("billing", String(16)),
+    Column("price_per_hour", DecimalText()),
+    Column("price_currency", String(3)),
+    Column("peak_memory_bytes", BigInteger),
+    Column("memory_total_bytes", BigInteger),
+    Column("mean_utilization", Float),
+    Column("gpu_samples", Integer),
+    Column("points", BigInteger),
+)
+
+samples = Table(
+    "samples", metadata,
+    Column("id", BigId, primary_key=True),
+    Column("run_id", String(32), _runs_fk(), nullable=False),
+    Column("time", UTCDateTime(), nullable=False),
+    Column("gpu_index", Integer),
+    Column("utilization", Float),
+    Column("memory_used_bytes", BigInteger),
+    Column("memory_total_bytes", BigInteger),
+    Column("power_w", Float),
+    Column("status", String(16), nullable=False),
+    Column("source", String(32), nullable=False),
+    Column("error", Text),
+    Index("ix_samples_run_id_time", "run_id", "time"),
+    Index("ix_samples_time", "time"),
+)
+
+progress = Table(
+    "progress", metadata,
+    Column("id", BigId, primary_key=True),
+    Column("run_id", String(32), _runs_fk(), nullable=False),
+    Column("time", UTCDateTime()),
+    Column("step", BigInteger),
+    Column("epoch", Float),
+    Column("total", BigInteger),
+    Column("kind", String(8), nullable=False),
+    Column("name", String(64), nullable=False),
+    Column("value", Float),
+    Column("value_special", String(8)),
+    Index("ix_progress_run_id_time", "run_id", "time"),
+    CheckConstraint("(value IS NULL) <> (value_special IS NULL)", name="one_value"),
+)
+
+sample_minutes = Table(
+    "sample_minutes", metadata,
+    Column("id", BigId, primary_key=True),
+    Column("run_id", String(32), _runs_fk(), nullable=False),
+    Column("gpu_index", Integer),
+    Column("minute", UTCDateTime(), nullable=False),
+    Column("samples", Integer, nullable=False),
+    Column("ok_samples", Integer, nullable=False),
+    Column("utilization_sum", Float),
+    Column("utilization_count", Integer, nullable=False),
+    Column("utilization_max", Float),
+    Column("memory_used_max", BigInteger),
+    Column("memory_total_max", BigInteger),
+    Column("power_sum", Float),
+    Column("power_count", Integer, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("source", String(32), nullable=False),
+    Column("error", Text),
+    Index("ix_sample_minutes_run_id_minute", "run_id", "minute"),
+)
+
+progress_buckets = Table(
+    "progress_buckets", metadata,
+    Column("id", BigId, primary_key=True),
+    Column("run_id", String(32), _runs_fk(), nullable=False),
+    Column("kind", String(8), nullable=False),
+    Column("name", String(64), nullable=False),
+    Column("start_at", UTCDateTime(), nullable=False),
+    Column("end_at", UTCDateTime(), nullable=False),
+    Column("count", BigInteger, nullable=False),
+    Column("kept", Integer, nullable=False),
+    Column("nan_count", BigInteger, nullable=False),
+    Column("posinf_count", BigInteger, nullable=False),
+    Column("neginf_count", BigInteger, nullable=False),
+    Column("min", Float),
+    Column("max", Float),
+    Column("first_value", Float),
+    Column("first_special", String(8)),
+    Column("first_step", BigInteger),
+    Column("first_time", UTCDateTime()),
+    Column("last_value", Float),
+    Column("last_special", String(8)),
+    Column("last_step", BigInteger),
+    Column("last_time", UTCDateTime()),
+    Column("last_epoch", Float),
+    Column("last_total", BigInteger),
+    Index("ix_progress_buckets_run_id_start_at", "run_id", "start_at"),
+    CheckConstraint("(first_value IS NULL) <> (first_special IS NULL)", name="one_first"),
+    CheckConstraint("(last_value IS NULL) <> (last_special IS NULL)", name="one_last"),
+)
+
+charges = Table(
+    "charges", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("run_id", String(32), _runs_fk(), nullable=False),
+    Column("instance_pk", Integer, _instances_fk(), nullable=False),
+    Column("start_at", UTCDateTime(), nullable=False),
+    Column("end_at", UTCDateTime(), nullable=False),
+    Column("rate_per_hour", DecimalText(), nullable=False),
+    Column("currency", String(3), nullable=False),
+    Column("duration_us", BigInteger, nullable=False, server_default=text("0")),
+    Index("ix_charges_instance_pk_end_at", "instance_pk", "end_at"),
+    Index("ix_charges_run_id_end_at", "run_id", "end_at"),
+    Index("ix_charges_end_at", "end_at"),
+    CheckConstraint("end_at > start_at", name="positive_interval"),
+)
+
+charge_rollups = Table(
+    "charge_rollups", metadata,
+    Column("run_id", String(32), _runs_fk(), primary_key=True),
+    Column("bucket_s", BigInteger, primary_key=True),
+    Column("rate_per_hour", DecimalText(), primary_key=True),
+    Column("currency", String(3), primary_key=True),
+    Column("instance_pk", Integer, _instances_fk(), nullable=False),
+    Column("duration_us", BigInteger, nullable=False),
+    Column("first_us", BigInteger, nullable=False),
+    Column("last_us", BigInteger, nullable=False),
+    Index("ix_charge_rollups_bucket_s", "bucket_s"),
+    Index("ix_charge_rollups_instance_pk_bucket_s", "instance_pk", "bucket_s"),
+)
+
+decisions = Table(
+    "decisions", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("run_id", String(32), _runs_fk(), nullable=False),
+    Column("time", UTCDateTime(), nullable=False),
+    Column("policy", String(32), nullable=False),
+    Column("action", String(16), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("evidence", JSONText(), nullable=False),
+    Column("outcome", Text),
+    Column("dry_run", Boolean, nullable=False, default=False),
+    Column("key", String(128)),
+    Index("ix_decisions_run_id_time", "run_id", "time"),
+)
+
+checkpoints = Table(
+    "checkpoints", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("run_id", String(32), _runs_fk(), nullable=False),
+    Column("reason", String(64), nullable=False),
+    Column("requested_at", UTCDateTime(), nullable=False),
+    Column("deadline", UTCDateTime(), nullable=False),
+    Column("signal", String(16)),
+    Column("outcome", String(16)),
+    Column("completed_at", UTCDateTime()),
+    Column("saved_at", UTCDateTime()),
+    Column("save_s", Float),
+    Column("path", Text),
+    Column("size_bytes", BigInteger),
+    Index("ix_checkpoints_run_id_requested_at", "run_id", "requested_at"),
+)
+
+waste = Table(
+    "waste", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("run_id", String(32), _runs_fk(), nullable=False),
+    Column("instance_pk", Integer, _instances_fk(), nullable=False),
+    Column("start_at", UTCDateTime(), nullable=False),
+    Column("end_at", UTCDateTime(), nullable=False),
+    Column("rate_per_hour", DecimalText(), nullable=False),
+    Column("currency", String(3), nullable=False),
+    Column("reason", String(32), nullable=False),
+    Column("detail", Text),
+    Index("ix_waste_run_id", "run_id"),
+    CheckConstraint("end_at >= start_at", name="ordered_interval"),
+)
+
+stop_events = Table(
+    "stop_events", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("run_id", String(32), _runs_fk(), nullable=False),
+    Column("decision_id", Integer, ForeignKey("decisions.id")),
+    Column("time", UTCDateTime(), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("detail", Text),
+    Index("ix_stop_events_run_id_time", "run_id", "time"),
+)
+
+__all__ = ["BigId", "NAMING_CONVENTION", "metadata", "instances", "runs", "samples", "progress", "sample_minutes",
+           "progress_buckets", "charges", "charge_rollups", "decisions", "checkpoints", "waste", "stop_events"]
