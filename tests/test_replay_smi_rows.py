@@ -122,3 +122,17 @@ def test_cells_match_the_csv_module(tmp_path: Path) -> None:
     got = [cells for _, cells in iter_cells(lines)]
     assert got == [list(r.cells) for r in smi_parse.iter_rows(lines, smi_parse.parse_header("f1,f2,f3"))]
     assert [n for n, _ in iter_cells(lines)] == [1, 2, 5]
+
+
+def test_repeated_rows_and_a_full_cache_read_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    from costctl.replay import smi_rows
+
+    monkeypatch.setattr(smi_rows, "_CACHE_MAX", 16)  # the caches fill and clear many times
+    rng = random.Random(11)
+    out = ["timestamp, index, utilization.gpu [%], memory.used [MiB], power.draw [W]\n"]
+    for i in range(4000):
+        stamp = f"2026/01/01 {i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}.000"
+        for gpu in (0, 1):
+            util = rng.choice(("0 %", "0 %", "[N/A]", f"{rng.randint(0, 40)} %", "x %"))
+            out.append(f"{stamp}, {gpu}, {util}, {rng.choice((15, 15, 20000))} MiB, {rng.choice(('30 W', '[N/A]'))}\n")
+    assert _fast(out) == _reference(out)

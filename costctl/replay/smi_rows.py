@@ -155,6 +155,8 @@ class RowPlan:
         #: per column, cell -> value for the cells seen (bounded): utilization, memory and power
         #: cells repeat (an idle GPU writes the same row every second)
         self._cache: dict[tuple[int, str], float | int | None] = {}
+        #: the rest of a row (its cells but the time) -> (identity, reading): readings are frozen
+        self._rows: dict[tuple[str, ...], tuple[str | None, GpuReading]] = {}
 
     def read(self, line_no: int, cells: Sequence[str]) -> tuple[datetime, str | None, GpuReading, bool]:
         """``(time, GPU identity or None, reading, whether the row has an index column)``.
@@ -181,10 +183,19 @@ class RowPlan:
         else:
             when = time_of(cell, line_no)
             self._last_cell, self._last_time = cell, when
-        try:
-            return when, self._identity(cells), self._reading(cells), self.i_pos is not None  # type: ignore[return-value]
-        except SmiParseError as exc:
-            raise SmiParseError(f"line {line_no}: {exc}") from exc
+        # The rest of the row (all but its time) decides the reading: an idle GPU's rows repeat.
+        key = tuple(cells[:self.t_pos] + cells[self.t_pos + 1:]) if self.t_pos else tuple(cells[1:])
+        rows = self._rows
+        hit = rows.get(key)
+        if hit is None:
+            try:
+                hit = (self._identity(cells), self._reading(cells))
+            except SmiParseError as exc:
+                raise SmiParseError(f"line {line_no}: {exc}") from exc
+            if len(rows) >= _CACHE_MAX:
+                rows.clear()  # the rows that repeat now come back in at once
+            rows[key] = hit
+        return when, hit[0], hit[1], self.i_pos is not None  # type: ignore[return-value]
 
     def _identity(self, cells: Sequence[str]) -> str | None:
         for field, pos in self.ids:
