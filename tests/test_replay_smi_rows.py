@@ -128,6 +128,7 @@ def test_repeated_rows_and_a_full_cache_read_the_same(monkeypatch: pytest.Monkey
     from costctl.replay import smi_rows
 
     monkeypatch.setattr(smi_rows, "_CACHE_MAX", 16)  # the caches fill and clear many times
+    monkeypatch.setattr(smi_rows, "_ROWS_MAX", 8)
     rng = random.Random(11)
     out = ["timestamp, index, utilization.gpu [%], memory.used [MiB], power.draw [W]\n"]
     for i in range(4000):

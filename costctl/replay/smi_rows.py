@@ -37,6 +37,8 @@ _NUM_UNIT = re.compile(r"([0-9]+(?:\.[0-9]+)?)(?: ?(%|[A-Za-z]+))?")
 _FAST_TIME = re.compile(r"\s*(\d{4})/(\d\d)/(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?\s*")
 #: cells remembered per plan (all columns together): a few hundred KiB at most.
 _CACHE_MAX = 8192
+#: rows remembered per plan (~0.7 KiB each with their reading): about 1 MiB at most.
+_ROWS_MAX = 1024
 _POWER_FIELDS = ("power.draw", "power.draw.instant", "power.draw.average")
 _IDENTITY_FIELDS = ("index", "uuid", "pci.bus_id")
 
@@ -192,7 +194,7 @@ class RowPlan:
                 hit = (self._identity(cells), self._reading(cells))
             except SmiParseError as exc:
                 raise SmiParseError(f"line {line_no}: {exc}") from exc
-            if len(rows) >= _CACHE_MAX:
+            if len(rows) >= _ROWS_MAX:
                 rows.clear()  # the rows that repeat now come back in at once
             rows[key] = hit
         return when, hit[0], hit[1], self.i_pos is not None  # type: ignore[return-value]
