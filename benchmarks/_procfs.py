@@ -1,6 +1,14 @@
-"""/proc readings shared by the benchmarks that watch a live costctl process (Linux only)."""
+"""Process readings shared by the benchmarks that run or watch a costctl process (Linux only):
+``/proc`` RSS of a live process, a child's wall time and peak RSS, and ``--size`` parsing."""
 
 from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
 
 
 def rss_mb(pid: int) -> float | None:
@@ -14,3 +22,35 @@ def rss_mb(pid: int) -> float | None:
     except OSError:
         return None
     return None
+
+
+def run_child(cmd: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[float, float, int]:
+    """Run ``cmd`` to its end, stdout and stderr discarded.
+
+    Returns:
+        ``(wall seconds, peak RSS in MiB, exit status)``: the peak is the child's own
+        ``ru_maxrss`` (KiB on Linux) from ``os.wait4``, not its children's.
+    """
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(list(cmd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=None if env is None else dict(env))
+    _, status, usage = os.wait4(proc.pid, 0)
+    took = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return took, usage.ru_maxrss / 1024, proc.returncode
+
+
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMG]?)B?$", re.IGNORECASE)
+_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9}
+
+
+def parse_size(text: str) -> int:
+    """``1G``, ``500M``, ``64K`` or a byte count -> bytes (decimal units).
+
+    Raises:
+        argparse.ArgumentTypeError: not a size.
+    """
+    m = _SIZE.match(text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a size like 1G, 500M, 64K or bytes")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])

@@ -28,18 +28,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from bench_parse import parse_size
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _procfs beside it, also when loaded by path
+
+from _procfs import parse_size, run_child  # noqa: E402
 
 HEADER = ("timestamp, index, name, utilization.gpu [%], utilization.memory [%], memory.total [MiB], "
           "memory.used [MiB], memory.free [MiB]\n")
@@ -77,11 +77,7 @@ def write_log(path: Path, size: int, seed: int = 0) -> tuple[int, int]:
 
 def _analyze(path: Path, *extra: str) -> tuple[float, float, int]:
     """Wall seconds, peak RSS (MiB) and exit status of one ``costctl analyze`` on ``path``."""
-    cmd = [sys.executable, "-m", "costctl", "analyze", "--gpu-log", str(path), "--format", "json", *extra]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    return time.perf_counter() - t0, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)  # KiB on Linux
+    return run_child([sys.executable, "-m", "costctl", "analyze", "--gpu-log", str(path), "--format", "json", *extra])
 
 
 def _measure(path: Path, runs: int, *extra: str) -> tuple[float, float, int]:

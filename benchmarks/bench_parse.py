@@ -37,7 +37,6 @@ import argparse
 import json
 import os
 import random
-import re
 import shutil
 import subprocess
 import sys
@@ -45,21 +44,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from costctl.progress import lines as _lines
-from costctl.progress.lines import LineParser
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _procfs beside it, also when loaded by path
+
+from _procfs import parse_size, run_child  # noqa: E402
+
+from costctl.progress import lines as _lines  # noqa: E402
+from costctl.progress.lines import LineParser  # noqa: E402
 
 BLOCK = 4 << 20
 
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMG]?)B?$", re.IGNORECASE)
-_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9}
-
-
-def parse_size(text: str) -> int:
-    """``1G``, ``500M``, ``64K`` or a byte count -> bytes (decimal units)."""
-    m = _SIZE.match(text.strip())
-    if not m:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a size like 1G, 500M, 64K or bytes")
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+__all__ = ["main", "make_block", "parse_size", "write_log"]
 
 
 def make_block(rng: random.Random, lines: int = 20_000) -> tuple[str, int]:
@@ -157,12 +151,7 @@ def _analyze(path: Path, engine: str) -> tuple[float, float, int]:
     env = dict(os.environ)
     if engine == "python":
         env["COSTCTL_PARSER"] = "python"
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    _, status, usage = os.wait4(proc.pid, 0)
-    took = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return took, usage.ru_maxrss / 1024, proc.returncode  # ru_maxrss: KiB on Linux
+    return run_child(cmd, env)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -27,3 +27,20 @@ def test_bench_parse_small_run(capsys: pytest.CaptureFixture[str]) -> None:
     python = bench.main(["--size", "100K", "--no-analyze", "--engine", "python"])
     assert python["engine"] == "python" and python["points"] > 300
     assert bench.parse_size("1G") == 10**9 and bench.parse_size("64K") == 64_000
+
+
+def test_the_benchmarks_share_one_child_runner() -> None:
+    """bench_parse and bench_gpu_log measure their ``costctl analyze`` child with
+    ``benchmarks/_procfs.run_child`` (one copy of the wall / peak-RSS / exit-status code)."""
+    import sys
+
+    spec = importlib.util.spec_from_file_location("_procfs", BENCH.parent / "_procfs.py")
+    assert spec is not None and spec.loader is not None
+    procfs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(procfs)
+    took, rss, rc = procfs.run_child([sys.executable, "-c", "b = bytearray(64 << 20); raise SystemExit(3)"])
+    assert rc == 3 and rss >= 60 and took > 0
+    assert procfs.parse_size("1.5M") == 1_500_000
+    for name in ("bench_parse.py", "bench_gpu_log.py"):
+        source = (BENCH.parent / name).read_text()
+        assert "from _procfs import parse_size, run_child" in source and "wait4(" not in source

@@ -175,3 +175,23 @@ def test_a_raising_policy_is_skipped_reported_once_and_the_others_still_decide()
         POLICIES.update(saved_policies)
         policy_base._SPECS.clear()
         policy_base._SPECS.update(saved_specs)
+
+
+def test_history_progress_is_a_plain_view_without_an_attribute_hook() -> None:
+    """``History.progress`` is the init argument and then a read-only view of the held points;
+    no ``__getattribute__`` hook taxes every other attribute read (found by the trial)."""
+    from costctl.policies.history import History
+    from costctl.records import ProgressPoint
+
+    assert "__getattribute__" not in vars(History)
+    t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    first = ProgressPoint(time=t, value=2.0, step=1)
+    history = History(progress=[first], max_progress=2)
+    assert [p.value for p in history.progress] == [2.0]
+    for i in range(2, 6000):
+        history.add_progress(ProgressPoint(time=t + timedelta(seconds=i), value=1.0 / i, step=i))
+    held = history.progress
+    assert held[-1].step == 5999 and len(held) >= 2 and held == history.progress
+    assert History().progress == [] and "progress=[" not in repr(History())
+    with pytest.raises(AttributeError):
+        history.progress = []  # type: ignore[misc]

@@ -249,3 +249,53 @@ def test_custom_gpu_csv_columns_by_name(tmp_path: Path) -> None:
     assert [[(g.index, g.utilization, g.memory_used_bytes) for g in s.gpus] for s in log.samples] == [
         [(0, 90, int(1.5 * 2**30)), (1, 0, 2**28)], [(0, 80, int(1.5 * 2**30)), (1, 0, 2**28)]]
     assert [s.time for s in log.samples] == [T0.replace(microsecond=500000), T0.replace(second=1, microsecond=500000)]
+
+
+_CONSOLE = "iter 1: loss 2.5, time 1ms\r\niter 2: loss 2.25, time 1ms\r\n{'loss': 2.0, 'epoch': 1.0}\r\n"
+
+
+def _live(data: bytes) -> list[tuple[float, int | None, float | None]]:
+    from costctl.progress import LineParser
+
+    live = LineParser()
+    return [(p.value, p.step, p.epoch) for p in live.feed(data, T0) + live.flush(T0)]
+
+
+@pytest.mark.parametrize("junk", [b"\xff\xfe", b"\xfe\xff", b"\xff\xfe\x00\xd8\x00\xd8garbage\x07\n"])
+def test_a_bom_lookalike_on_utf8_reads_as_utf8_like_the_watch(tmp_path: Path, junk: bytes) -> None:
+    """First bytes that look like a UTF-16 BOM on a UTF-8 (or junk) log: read as UTF-8, the
+    points the live watch reads from the same bytes (found by the fresh-user trial: 0 points)."""
+    data = junk + _CONSOLE.encode()
+    path = tmp_path / "train.log"
+    path.write_bytes(data)
+    got = [(p.value, p.step, p.epoch) for p in read_train_log(path).points]
+    assert got == _live(data)
+    assert [v for v, _, _ in got] == [2.5, 2.25, 2.0]
+    streamed = read_train_log(path, streamed=True)
+    assert streamed.count("train") == 3
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_a_real_utf16_console_log_still_parses(tmp_path: Path, encoding: str) -> None:
+    """Windows PowerShell's ``python train.py > train.log`` writes UTF-16LE with a BOM."""
+    path = tmp_path / "train.log"
+    path.write_bytes(_CONSOLE.encode(encoding))
+    got = [(p.value, p.step, p.epoch) for p in read_train_log(path).points]
+    assert got == _live(_CONSOLE.encode())
+
+
+def test_encoding_is_trusted_only_when_the_text_decodes_as_it() -> None:
+    from costctl.progress.encoding import decode_bytes, detect_encoding
+
+    text = "timestamp, utilization.gpu [%]\r\n2026/01/01 00:00:00.000, 7 %\r\n"
+    assert detect_encoding(b"\xff\xfe" + text.encode("utf-16-le")) == "utf-16"
+    assert detect_encoding(b"\xfe\xff" + text.encode("utf-16-be")) == "utf-16"
+    assert detect_encoding(text.encode("utf-16-le")) == "utf-16-le"
+    assert detect_encoding(b"\xff\xfe") == "utf-16"  # an empty PowerShell file
+    assert detect_encoding(b"\xff\xfe" + text.encode()) == "utf-8"  # CJK-looking "UTF-16": not a log
+    assert detect_encoding(b"\xff\xfe\x00\xdc" + text.encode("utf-16-le")) == "utf-8"  # lone surrogate
+    assert detect_encoding(b"\x00\x00\x00\x00" * 100) == "utf-8"  # NULs, not UTF-16 text
+    # the head may end inside a character or a surrogate pair
+    head = (b"\xff\xfe" + ("x" * 100 + "\U0001f600").encode("utf-16-le"))[:-1]
+    assert detect_encoding(head) == "utf-16"
+    assert decode_bytes(b"\xff\xfe" + text.encode()) == "\ufffd\ufffd" + text

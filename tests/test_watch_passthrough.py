@@ -76,3 +76,17 @@ def test_garbage_output_is_skipped(tmp_path):
     assert proc.returncode == 0
     assert b"Traceback" not in proc.stderr
     assert b"0.5" in proc.stderr  # the summary saw the one real loss
+
+
+def test_an_over_long_line_is_said_not_silently_skipped(tmp_path):
+    """A line past MAX_LINE_CHARS (64 Ki characters) gives no point; the watch says how many
+    such lines it skipped (found by the fresh-user trial: silently 0 points)."""
+    env = costctl_env(tmp_path)
+    code = ("import sys; w = sys.stdout.write; w('iter 1: loss 2.5, time 1ms\\n'); "
+            "w('iter 2: loss 2.0 ' + 'x' * 10_000_000 + '\\n'); w('iter 3: loss 1.5, time 1ms\\n')")
+    proc = run_costctl("watch", "--on-exit", "leave", "--", sys.executable, "-c", code, env=env, timeout=120)
+    assert proc.returncode == 0
+    assert b"1 line of the job's output longer than 65,536 characters was skipped for progress" in proc.stderr
+    quiet = run_costctl("watch", "--on-exit", "leave", "--", sys.executable, "-c", code.replace("10_000_000", "10"),
+                        env=env, timeout=120)
+    assert b"longer than" not in quiet.stderr

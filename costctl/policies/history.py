@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from ..clock import ensure_utc
@@ -71,7 +71,7 @@ class History:
     sample_interval: timedelta = timedelta(seconds=5)
     started_at: datetime | None = None
     samples: list[TelemetrySample] = field(default_factory=list)
-    progress: list[ProgressPoint] = field(default_factory=list)
+    progress: InitVar[list[ProgressPoint] | None] = None  # read back through the property below
     child_running: bool | None = None
     child_exited_at: datetime | None = None
     progress_source: bool = False
@@ -92,15 +92,14 @@ class History:
     _open: PointBatch | None = field(default=None, init=False, repr=False)  # ours, for add_progress
     _floor: int = field(default=0, init=False, repr=False)  # the newest add_batch's size: held whole
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, progress: list[ProgressPoint] | None) -> None:
         if self.sample_interval <= timedelta(0):
             raise ValueError("History.sample_interval must be positive")
         if self.started_at is not None:
             self.started_at = ensure_utc(self.started_at)
         initial_samples = list(self.samples)
-        initial_progress = list(object.__getattribute__(self, "progress") or ())
+        initial_progress = list(progress or ())
         self.samples = []
-        object.__setattr__(self, "progress", None)
         for sample in initial_samples:
             self.add_sample(sample)
         for point in initial_progress:
@@ -196,12 +195,6 @@ class History:
         while len(chunks) > 1 and self._held - len(chunks[0]) >= bound:
             self._held -= len(chunks.popleft())
 
-    def __getattribute__(self, name: str):  # noqa: D105 - the compatibility view of ``progress``
-        if name == "progress":
-            batches, _ = object.__getattribute__(self, "new_batches")(0)
-            return [p for chunk in batches for p in chunk.points()]
-        return object.__getattribute__(self, name)
-
     def keep_at_least(self, retention: timedelta) -> None:
         """Raise ``retention`` to at least ``retention`` (it never shrinks)."""
         if retention > self.retention:
@@ -290,6 +283,18 @@ class History:
             else:
                 break
         return found
+
+
+def _progress_view(self: History) -> list[ProgressPoint]:
+    """The progress points held, in arrival order, as objects (built on each read)."""
+    batches, _ = self.new_batches(0)
+    return [p for chunk in batches for p in chunk.points()]
+
+
+# ``progress`` is an init-only argument (the points to start with) and, once built, this
+# read-only view: set after the dataclass is made so that its default stays the argument's
+# (an attribute read costs nothing extra, as a ``__getattribute__`` hook did on every read).
+History.progress = property(_progress_view)  # type: ignore[assignment,method-assign]
 
 
 def _tail(items: list, added: int, seen: int) -> tuple[list, int]:

@@ -75,6 +75,7 @@ _NAN = float("nan")
 __all__ = [
     "ENGINE",
     "MAX_LINE_CHARS",
+    "count_long_lines",
     "LineParser",
     "candidate_lines",
     "compile_loss_regex",
@@ -535,6 +536,34 @@ def _block_rows(text: str, pos: int) -> Iterator[list[tuple[str, ...]]]:
     yield findall(text, pos)
 
 
+def count_long_lines(text: str | bytes, limit: int = MAX_LINE_CHARS) -> int:
+    """How many lines of ``text`` (complete lines, ends ``\n``, ``\r\n`` or a lone ``\r``)
+    hold more than ``limit`` characters, line end excluded; raw bytes are UTF-8 (a line of
+    ``limit`` to ``4 * limit`` bytes is decoded, bad bytes replaced, to count its characters).
+
+    Linear in ``len(text)``: one window of ``limit + 1`` characters looked at per line end
+    found, never a Python step per short line.
+    """
+    n = len(text)
+    if n <= limit:
+        return 0
+    raw = not isinstance(text, str)
+    nl, cr = (b"\n", b"\r") if raw else ("\n", "\r")
+    found = start = 0
+    while n - start > limit:
+        window = start + limit + 1
+        end = max(text.rfind(nl, start, window), text.rfind(cr, start, window))  # type: ignore[arg-type]
+        if end >= 0:
+            start = end + 1
+            continue
+        ends = [e for e in (text.find(nl, window - 1), text.find(cr, window - 1)) if e >= 0]  # type: ignore[arg-type]
+        end = min(ends) if ends else n
+        if not raw or end - start > 4 * limit or len(bytes(text[start:end]).decode("utf-8", "replace")) > limit:
+            found += 1
+        start = end + 1
+    return found
+
+
 def _count_line_ends(text: str) -> int:
     return text.count("\n") + text.count("\r") - text.count("\r\n")
 
@@ -583,6 +612,9 @@ class LineParser:
         self._epochs_total: int | None = None
         #: Complete lines seen so far (every line end, CRLF once; empty lines included).
         self.lines_seen = 0
+        #: Lines skipped because they hold more than :data:`MAX_LINE_CHARS` characters (their
+        #: progress is not read): counted so that a reader can say so, never silently.
+        self.long_lines = 0
 
     # -- columns ---------------------------------------------------------------------------
     def feed_batch(self, chunk: bytes | str, now: datetime | float | None) -> PointBatch:
@@ -750,6 +782,7 @@ class LineParser:
             self._pending.clear()
             self._pending_len = 0
             self._discarding = True
+            self.long_lines += 1
         else:
             self._pending.append(piece)
 
@@ -762,6 +795,7 @@ class LineParser:
             self._pending.clear()
             self._pending_len = 0
             self._discarding = True
+            self.long_lines += 1
         else:
             self._pending.append(piece)
 
@@ -774,6 +808,8 @@ class LineParser:
         The epoch context carries over from block to block.
         """
         t = _NAN if now is None else (now if isinstance(now, float) else now.timestamp())
+        if len(text) > MAX_LINE_CHARS:
+            self.long_lines += count_long_lines(text)
         if self._native and self._regex is None:
             buf: bytes | None
             if isinstance(text, str):

@@ -404,6 +404,7 @@ def to_dict(a: Analysis) -> dict[str, Any]:
             "x_axis": a.train_log.x_axis,
             "placed_on_time_axis": a.progress_placement,
             "oom_errors": len(a.train_log.oom),
+            "long_lines_skipped": a.train_log.long_lines,
         },
         "sample_interval_s": a.sample_interval.total_seconds(),
         "signals_used": a.signals_used,

@@ -31,7 +31,8 @@ from ..records import GpuReading, TelemetrySample
 from ..telemetry import smi_parse
 from ..telemetry.smi_parse import Column, SmiParseError, SmiRow
 from .gpu_log import MIB, GpuLog, make_sample, recorded_fields, relative_time
-from .textio import iter_lines, open_text
+from .smi_rows import RowPlan, iter_cells, time_of
+from .textio import iter_lines
 
 #: rows without a GPU identity whose timestamps are this close belong to one snapshot (seconds).
 SAME_SNAPSHOT_S = 0.05
@@ -108,14 +109,6 @@ def infer_columns(cells: Sequence[str]) -> tuple[Column, ...]:
 
 
 # -- grouping rows into snapshots --------------------------------------------------------------
-def _identity(row: SmiRow) -> str | None:
-    for field in ("index", "uuid", "pci.bus_id"):
-        cell = row.get(field)
-        if cell is not None and not smi_parse.is_missing(cell):
-            return f"{field}={cell}"
-    return None
-
-
 class _Grouper:
     """Collects rows into one sample per snapshot (see the module docstring)."""
 
@@ -158,25 +151,6 @@ class _Grouper:
         self._readings, self._seen, self._time = [], set(), None
 
 
-_FAST_TIME = re.compile(r"\s*(\d{4})/(\d\d)/(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?\s*")
-
-
-def _row_time(row: SmiRow) -> datetime:
-    cell = row.get("timestamp")
-    m = _FAST_TIME.fullmatch(cell) if cell is not None else None
-    if m is not None:  # nvidia-smi's own shape, without strptime (same value: %f pads on the right)
-        y, mo, d, h, mi, sec, frac = m.groups()
-        try:
-            return datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec),
-                            int(frac.ljust(6, "0")) if frac else 0, tzinfo=timezone.utc)
-        except ValueError:
-            pass  # out-of-range fields: parse_timestamp says why
-    naive = smi_parse.parse_timestamp(cell)
-    if naive is None:
-        raise SmiParseError(f"line {row.line_no}: timestamp is {cell}")
-    return naive.replace(tzinfo=timezone.utc)
-
-
 def parse_smi_lines(
     lines: Iterable[str], *, columns: Sequence[str] | None = None
 ) -> tuple[list[TelemetrySample], int]:
@@ -207,25 +181,31 @@ def iter_smi_lines(
     grouper = _Grouper("nvidia-smi-csv")
     counts = counts if counts is not None else {}
     counts["skipped"] = skipped = 0
+    current: tuple[Column, ...] = tuple(given or ())
     inferred: tuple[Column, ...] | None = None
-    for row in smi_parse.iter_rows(lines, given):
-        if not row.columns:
-            if inferred is None:
-                inferred = infer_columns(row.cells)
-            row = SmiRow(row.line_no, inferred, row.cells)
-        if not any(c.field == "timestamp" for c in row.columns):
-            raise UsageError(
-                "nvidia-smi CSV without a timestamp column: the log cannot be placed in time "
-                "(record it with --query-gpu=timestamp,...)"
-            )
+    plans: dict[tuple[Column, ...], RowPlan] = {}
+    plan: RowPlan | None = None
+    is_header, add = smi_parse.is_header, grouper.add
+    for line_no, cells in iter_cells(lines):
+        if not cells[0][:1].isdigit() and is_header(cells):  # a data row starts with its timestamp
+            current, plan = smi_parse.parse_header(cells), None
+            continue
+        if plan is None:
+            cols = current
+            if not cols:
+                if inferred is None:
+                    inferred = infer_columns(cells)
+                cols = inferred
+            plan = plans.get(cols)
+            if plan is None:
+                plan = plans[cols] = RowPlan(cols)  # UsageError: no timestamp column
         try:
-            when = _row_time(row)
-            reading = smi_parse.reading_from_row(row)
+            when, identity, reading, has_index = plan.read(line_no, cells)
         except SmiParseError:
             skipped += 1
             counts["skipped"] = skipped
             continue
-        grouper.add(when, _identity(row), reading, has_index=row.get("index") is not None)
+        add(when, identity, reading, has_index=has_index)
         if grouper.samples:
             yield from grouper.drain()
     grouper.flush()

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from ..money import Money
 from ..policies.idle import fmt_duration
+from ..progress.lines import MAX_LINE_CHARS
 from .analysis import Analysis, StretchReport
 
 MIB = 2**20
@@ -95,6 +96,9 @@ def _train_section(a: Analysis, console: Console) -> None:
     assert log is not None
     console.print(f"training log: {log.path} ({log.format}), {log.count('train')} train-loss points, "
                   f"{log.count('eval')} eval points")
+    if log.long_lines:
+        console.print(f"  {log.long_lines:,} line{'s' if log.long_lines != 1 else ''} longer than "
+                      f"{MAX_LINE_CHARS:,} characters skipped: a loss on them was not read")
     for kind in ("train", "eval"):
         s = log.summary_of(kind)
         if s.min is None or s.first is None or s.last is None:

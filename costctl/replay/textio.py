@@ -2,42 +2,28 @@
 
 Windows PowerShell redirects (``nvidia-smi ... > gpu_log.csv``) write UTF-16LE with a BOM and
 CRLF line ends; a reader that assumes UTF-8 sees a NUL byte between every character. The
-encoding is picked from the first bytes (BOM, else the position of NUL bytes), never from the
-file name. Line ends are left untouched (``newline=""``) so that tqdm's carriage returns
-reach the console parser and quoted multi-line CSV fields reach :mod:`csv` intact.
+encoding is picked from the first bytes by :func:`costctl.progress.encoding.detect_encoding`
+(a BOM or NUL bytes, trusted only when the text really decodes as UTF-16), never from the
+file name. Line ends are left untouched (``newline=""``) so that tqdm's carriage returns reach
+the console parser and quoted multi-line CSV fields reach :mod:`csv` intact.
 """
 
 from __future__ import annotations
 
-import codecs
 import io
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import UsageError
+from ..progress.encoding import detect_encoding
+
+__all__ = [
+    "BLOCK_CHARS", "SNIFF_BYTES", "detect_encoding", "iter_lines", "open_text", "read_all", "read_head", "split_lines",
+]
 
 #: bytes read to sniff the encoding and the format.
 SNIFF_BYTES = 64 * 1024
-
-
-def detect_encoding(head: bytes) -> str:
-    """The Python codec name for a file whose first bytes are ``head``.
-
-    Rules: a UTF-16/UTF-8 BOM wins (``utf-16`` / ``utf-8-sig``); otherwise NUL bytes in the
-    odd (even) positions of the first 4 KiB mean UTF-16LE (BE) without a BOM; otherwise
-    ``utf-8``. Undecodable bytes are later replaced, not fatal.
-    """
-    if head.startswith(codecs.BOM_UTF16_LE) or head.startswith(codecs.BOM_UTF16_BE):
-        return "utf-16"
-    if head.startswith(codecs.BOM_UTF8):
-        return "utf-8-sig"
-    sample = head[:4096]
-    if len(sample) >= 4 and sample.count(0) * 4 >= len(sample):
-        odd_nuls = sample[1::2].count(0)
-        even_nuls = sample[0::2].count(0)
-        return "utf-16-le" if odd_nuls >= even_nuls else "utf-16-be"
-    return "utf-8"
 
 
 def open_text(path: Path) -> io.TextIOWrapper:

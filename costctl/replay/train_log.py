@@ -90,6 +90,9 @@ class TrainLog:
     #: for a streamed log: a fresh pass over the file's points, block by block.
     source: Callable[[], Iterator[PointBatch]] | None = None
     _eval_kept: list[ProgressPoint] | None = None
+    #: console logs: lines skipped for holding more than ``MAX_LINE_CHARS`` characters (a loss
+    #: on them is not read; reported, never silent).
+    long_lines: int = 0
 
     @property
     def streamed(self) -> bool:
@@ -168,7 +171,8 @@ class TrainLog:
         if self.source is None:
             return self
         train, evals = _split(list(self.iter_points()))
-        return TrainLog(self.format, train, evals, self.x_axis, self.series, self.summary, self.oom, self.path)
+        return TrainLog(self.format, train, evals, self.x_axis, self.series, self.summary, self.oom, self.path,
+                        long_lines=self.long_lines)
 
     def x(self, point: ProgressPoint) -> float | None:
         """The point's position on :attr:`x_axis`."""
@@ -321,6 +325,7 @@ def iter_console_batches(
     loss_regex: str | None = None,
     oom: list[OomEvent] | None = None,
     summary: dict[str, Any] | None = None,
+    counts: dict[str, int] | None = None,
 ) -> Iterator[PointBatch]:
     """Stream the progress points of a console log, one :class:`PointBatch` per read block.
 
@@ -335,11 +340,16 @@ def iter_console_batches(
         oom: when given, out-of-memory errors found are appended (numbered by ``\n`` lines).
         summary: when given, Hugging Face's end-of-training dict (``train_runtime``,
             ``train_loss``...) is merged into it.
+        counts: when given, ``counts["long_lines"]`` is kept at the number of lines skipped so
+            far for holding more than ``MAX_LINE_CHARS`` characters.
 
     Raises:
         UsageError: unreadable file, or an invalid ``loss_regex``.
     """
     parser = LineParser(loss_regex)
+    dropped = 0  # lines discarded here while still unfinished (longer lines reach the parser)
+    if counts is not None:
+        counts["long_lines"] = 0
     line_no = 0
 
     def scan(complete: str) -> PointBatch:
@@ -358,6 +368,8 @@ def iter_console_batches(
                     oom.append(event)
         else:
             line_no += complete.count("\n")
+        if counts is not None:
+            counts["long_lines"] = parser.long_lines + dropped
         return batch
 
     tail = ""
@@ -377,10 +389,13 @@ def iter_console_batches(
             complete, tail = text[:cut], text[cut:]
             if len(tail) > MAX_LINE_CHARS:
                 tail, discarding = "", True
+                dropped += 1
             if complete:
                 yield scan(complete)
     if tail:
         yield scan(tail + "\n")
+    if counts is not None:
+        counts["long_lines"] = parser.long_lines + dropped
 
 
 def iter_console(
@@ -413,12 +428,16 @@ def read_console(path: Path, *, loss_regex: str | None = None, streamed: bool = 
     """
     oom: list[OomEvent] = []
     summary: dict[str, Any] = {}
+    counts: dict[str, int] = {}
     if not streamed:
-        train, evals = _split(list(iter_console(path, loss_regex=loss_regex, oom=oom, summary=summary)))
-        return TrainLog("console", train, evals, _x_axis(train), summary=summary, oom=oom, path=path)
+        points = [p for batch in iter_console_batches(path, loss_regex=loss_regex, oom=oom, summary=summary,
+                                                      counts=counts) for p in batch.points()]
+        train, evals = _split(points)
+        return TrainLog("console", train, evals, _x_axis(train), summary=summary, oom=oom, path=path,
+                        long_lines=counts["long_lines"])
     streams = {kind: LossStream(max_plot=max_plot) for kind in ("train", "eval")}
     kept: list[ProgressPoint] | None = []
-    for batch in iter_console_batches(path, loss_regex=loss_regex, oom=oom, summary=summary):
+    for batch in iter_console_batches(path, loss_regex=loss_regex, oom=oom, summary=summary, counts=counts):
         for kind, stream in streams.items():
             wanted = {i for i, key in enumerate(batch.keys) if key[0] == kind}
             if wanted:
@@ -433,6 +452,7 @@ def read_console(path: Path, *, loss_regex: str | None = None, streamed: bool = 
         "console", train_stream.plot_points(), streams["eval"].plot_points(), x_axis,
         summary=summary, oom=oom, path=path, streams=streams,
         source=lambda: iter_console_batches(path, loss_regex=loss_regex), _eval_kept=kept,
+        long_lines=counts["long_lines"],
     )
 
 

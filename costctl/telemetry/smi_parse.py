@@ -30,13 +30,13 @@ Typical log reading::
 
 from __future__ import annotations
 
-import codecs
 import csv
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from costctl.progress.encoding import decode_bytes
 from costctl.records import GpuReading
 
 #: bytes per unit of memory as nvidia-smi prints it (binary units).
@@ -255,23 +255,12 @@ class _numbered:
 
 
 def decode_text(data: bytes) -> str:
-    """Decode a recorded log: UTF-16 (LE/BE, by BOM) or UTF-8 (with or without BOM).
-
-    UTF-16 without a BOM is recognised by NUL bytes in every other position. Undecodable bytes
-    become U+FFFD rather than raising (one bad line must not lose the file).
+    """Decode a recorded log: UTF-16 (LE/BE, by BOM or NUL bytes) or UTF-8 (with or without BOM),
+    as :func:`costctl.progress.encoding.detect_encoding` decides (a BOM is trusted only when the
+    bytes really are UTF-16 text). Undecodable bytes become U+FFFD rather than raising (one bad
+    line must not lose the file).
     """
-    if data.startswith(codecs.BOM_UTF16_LE):
-        return data[len(codecs.BOM_UTF16_LE) :].decode("utf-16-le", "replace")
-    if data.startswith(codecs.BOM_UTF16_BE):
-        return data[len(codecs.BOM_UTF16_BE) :].decode("utf-16-be", "replace")
-    if data.startswith(codecs.BOM_UTF8):
-        return data[len(codecs.BOM_UTF8) :].decode("utf-8", "replace")
-    head = data[:200]
-    if len(head) >= 4 and head[1::2].count(0) > len(head) // 4:
-        return data.decode("utf-16-le", "replace")
-    if len(head) >= 4 and head[0::2].count(0) > len(head) // 4:
-        return data.decode("utf-16-be", "replace")
-    return data.decode("utf-8", "replace")
+    return decode_bytes(data)
 
 
 # -- values ----------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ from ..policies.engine import PolicyEngine
 from ..policies.history import History
 from ..progress.batch import PointBatch
 from ..replay.oom import oom_in
-from ..progress.lines import LineParser
+from ..progress.lines import MAX_LINE_CHARS, LineParser
 from ..progress.metrics_file import MetricsFileFollower
 from ..protocols import RunState
 from ..records import Action, BatchPlan, Decision, TelemetrySample
@@ -739,6 +739,12 @@ class Watcher:
                      f"progress by the end of the watch (one sample interval after the job's exit): the policies "
                      f"did not see them. They are in the run log {self.log_path} (offsets {info.first_offset:,}-"
                      f"{info.end_offset:,}); `costctl analyze --train-log {self.log_path}` reads all of it")
+        long_lines = sum(p.long_lines for p in getattr(self, "_parsers", {}).values())
+        if long_lines > getattr(self, "_long_said", 0):
+            self._long_said = long_lines
+            self.say(f"costctl: {long_lines:,} line{'s' if long_lines != 1 else ''} of the job's output longer than "
+                     f"{MAX_LINE_CHARS:,} characters {'were' if long_lines != 1 else 'was'} skipped for progress: "
+                     f"a loss on them was not read (they are in the run log {self.log_path})")
         if pump is not None and pump.lost_bytes and not getattr(self, "_lost_said", False):
             self._lost_said = True
             self.say(f"costctl: {pump.lost_bytes:,} bytes of the job's output could not be read back from the run "
