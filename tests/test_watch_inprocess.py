@@ -80,3 +80,38 @@ daily = "0.02"
     assert not {"spend", "last_charge_end", "session"} & set(calls), "a tick read the ledger"
     state = json.loads((tmp_path / "data" / "sim" / "state.json").read_text())
     assert {i["status"] for i in state["instances"].values()} == {"stopped"}
+
+
+def test_a_tick_after_the_stop_ended_charges_nothing_past_it(tmp_path):
+    """The stop is confirmed inside one step; the next turn's tick runs before the watch sees it
+    ended. That tick must not charge past the stop's end: the run's charges end exactly where the
+    run does, at the provider's confirmed stop (found by a PostgreSQL outage test where a slower
+    exit path let a tick in: 39 ms charged after the instance stopped)."""
+    from costctl.ledger.schema import Charge
+
+    s = settings(tmp_path, """
+[instance]
+provider = "sim"
+gpu = "RTX 4090"
+[watch]
+sample_interval = "5s"
+[policies.idle]
+time_window = "30s"
+""")
+    clock = SimClock(T0)
+    w = watcher(s, [], clock, sampler=FixedGpu(used_bytes=0, total_bytes=24 * 2**30, utilization=0.0))
+    ticked_after_stop: list[bool] = []
+
+    def watch_for_the_stop(now):
+        stop = w.executor.stop if w.executor is not None else None
+        if stop is not None and stop.ended_at is not None and now > stop.ended_at:
+            ticked_after_stop.append(True)
+
+    code, status = drive(w, clock, step_s=5, max_real_s=60, on_step=watch_for_the_stop)
+    assert code == 0 and status == "stopped"
+    assert ticked_after_stop, "the scenario must tick after the stop ended"
+    with Session(create_engine(f"sqlite:///{tmp_path / 'data' / 'costctl.db'}")) as db:
+        run = db.scalars(select(Run)).one()
+        last = db.scalars(select(Charge).order_by(Charge.end_at.desc())).first()
+    assert run.ended_at == w.executor.stop.ended_at
+    assert last.end_at == run.ended_at, (last.end_at, run.ended_at)

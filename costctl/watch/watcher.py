@@ -836,13 +836,17 @@ class Watcher:
             # Queued for the writer thread: a tick never waits on the database, and its writes
             # go in one transaction (held until all are queued). Decisions follow outside the
             # hold: carrying one out may wait on the writer (a move waits for its new run's id).
+            # A stop that already ended (confirmed, or failed) ends the charging where the
+            # finish will: a tick that runs before the watch notices never charges past it.
+            stop = self.executor.stop if self.executor is not None else None
+            billed_to = stop.ended_at if stop is not None and stop.ended_at is not None and stop.ended_at < now else now
             with self.writer.hold():
                 if sample is not None:
                     self.writer.record_samples(run.run_id, [sample])
                 self._record_progress(run.run_id, points, now)
-                self.writer.accrue(run.run_id, now, run.rate.amount, run.rate.currency)
+                self.writer.accrue(run.run_id, billed_to, run.rate.amount, run.rate.currency)
             self._queue_compaction(now)
-            self._update_spend(now)
+            self._update_spend(billed_to)
             # While a stop is carried through the policies rest (the stop is decided), and while
             # the job ends on the user's Ctrl-C (the user decided).
             resting = self._ending is not None or (self.executor is not None and self.executor.stop is not None)
