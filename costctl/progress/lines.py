@@ -894,9 +894,11 @@ class LineParser:
                 rest = bytes(buf[pos:]).decode("utf-8", "replace")
                 self._parse_shapes(rest, t, batch)
                 return line_ends + _count_line_ends(rest) - (pos > 0 and rest[:1] == "\n" and buf[pos - 1] == 13)
-            pos, points, hands, first, header, stopped, ends = scan(buf, pos, ctx, ctx_total, _MAX_LINE_BYTES)
+            pos, points, hands, first, header, stopped, ends, names = scan(
+                buf, pos, ctx, ctx_total, _MAX_LINE_BYTES, MAX_LINE_CHARS)
             line_ends += ends
-            code_map = [0, 0, 0]
+            code_keys = _CODE_KEYS + tuple(names) if names else _CODE_KEYS
+            code_map = [0] * len(code_keys)
             order = sorted((f, c) for c, f in enumerate(first) if f >= 0)
             r = 0
             side = None
@@ -907,7 +909,7 @@ class LineParser:
                 for k, line, hn, ht in hands:
                     while r < len(order) and order[r][0] < k:
                         c = order[r][1]
-                        code_map[c] = key_index(*_CODE_KEYS[c])
+                        code_map[c] = key_index(*code_keys[c])
                         r += 1
                     if hn >= 0:
                         self._epoch, self._epochs_total = hn, ht
@@ -918,7 +920,7 @@ class LineParser:
                         for _ in range(len(side.values) - before):
                             side_pos.append(k)
             for _, c in order[r:]:
-                code_map[c] = key_index(*_CODE_KEYS[c])
+                code_map[c] = key_index(*code_keys[c])
             if header is not None and not stopped:
                 self._epoch, self._epochs_total = header
             if side is not None and side.values:
