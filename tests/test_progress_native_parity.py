@@ -156,6 +156,14 @@ def test_bench_block_parity_both_engines() -> None:
     _check(block)
 
 
+def test_bench_general_block_parity_both_engines() -> None:
+    block, _ = _bench_module().make_general_block(random.Random(11), lines=3000)
+    expected = _legacy(block)
+    assert len(expected[0][2]) > 2500 and len(expected[0][0]) > 5  # points, of several series
+    _check(block.encode(), (None, 1009, 65536))
+    _check(block)
+
+
 def test_synthetic_and_edge_lines_parity() -> None:
     text = "\n".join(BLOCK_FAST_LINES + BLOCK_NEAR_LINES + EDGE_LINES) + "\r\n" + SYNTHETIC
     _check(text.encode(), (None, 1, 7, 64))

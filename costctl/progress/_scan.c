@@ -2,9 +2,11 @@
  *
  * scan() reads complete lines of raw UTF-8 bytes (no decoding) and reads the strict whole-line
  * shapes of lines._BLOCK_RE in place (and "step N loss: X"): HF Trainer dict, nanoGPT iter, tqdm loss postfix, Keras,
- * nanoGPT eval, bare "loss: x", "Epoch k/N" header. Every other line holding a candidate
- * literal (oss/OSS/poch/POCH) is handed back, decoded (errors="replace"), to the Python
- * per-line parser. merge() builds the batch columns from the strict points and the points the
+ * nanoGPT eval, bare "loss: x", "Epoch k/N" header. Every other ASCII line holding "oss"/"OSS"
+ * is read with the general grammar of lines._parse_raw (see "The general loss-line grammar"
+ * below; scan()'s max_chars argument turns it on); the lines it is not sure of (non-ASCII,
+ * possible epoch headers, over-long numbers, integers past int64) are handed back, decoded
+ * (errors="replace"), to the Python per-line parser. merge() builds the batch columns from the strict points and the points the
  * Python side read from the handed-back lines. Numbers convert as Python's float() (strtod_l in
  * the "C" locale, correctly rounded; the shapes admit only [-]digits[.digits][e[+-]digits], so
  * nan/inf never reach it; overflow gives +-inf as float('1e400')), integers as int() (at most
@@ -1384,15 +1386,18 @@ static void scan_block(scan_t *s) {
 }
 
 PyDoc_STRVAR(scan_doc,
-"scan(buf, pos, ctx, ctx_total, max_line) -> (next_pos, points, hands, first, header, stopped, line_ends)\n\n"
+"scan(buf, pos, ctx, ctx_total, max_line, max_chars=0) -> (next_pos, points, hands, first, header, stopped,\n"
+"line_ends, names)\n\n"
 "Scan the complete lines of ``buf`` (bytes-like, ending with a line end) from byte ``pos``.\n"
 "``ctx``/``ctx_total``: the epoch context (float, NaN none; int, -1 none). ``max_line``: lines\n"
-"longer (bytes) are skipped. ``points``: bytes of 40-byte records (value d, epoch d, step q,\n"
+"longer (bytes) are skipped. ``max_chars`` (MAX_LINE_CHARS; 0: off): ASCII candidate lines no\n"
+"strict shape reads are read with the general grammar (longer ones skipped). ``points``: bytes of 40-byte records (value d, epoch d, step q,\n"
 "total q, code q); ``hands``: list of (k, line str, hn, ht) for the lines the Python parser\n"
 "reads (k strict points before it; hn/ht the last strict header before it, -1 none);\n"
 "``first``: index of the first point of each code (-1 none); ``header``: (n, total) of the last\n"
 "strict header, or None; ``stopped``: the scan stopped after a possible epoch header line;\n"
-"``line_ends``: the line ends passed (a CRLF once, also when its \\r lies before ``pos``).");
+"``line_ends``: the line ends passed (a CRLF once, also when its \\r lies before ``pos``);\n"
+"``names``: list of (kind, name) of codes 3, 4, ... (the general grammar's other series).");
 
 static PyObject *py_scan(PyObject *self, PyObject *args) {
     Py_buffer view;
@@ -1498,7 +1503,7 @@ PyDoc_STRVAR(merge_doc,
 "-> (series, values, steps, epochs, totals)\n\n"
 "Columns (bytes for array('i'), 'd', 'q', 'd', 'q') of the strict ``points`` of scan() with the\n"
 "side points inserted: side point j goes before strict point side_pos[j] (non-decreasing).\n"
-"``code_map``: the batch's series index for codes 0, 1, 2.");
+"``code_map``: the batch's series index for each code (a sequence of ints).");
 
 static PyObject *py_merge(PyObject *self, PyObject *args) {
     Py_buffer pts, ss, sv, sst, se, stt, sp;
