@@ -195,7 +195,8 @@ static const char *decimal(const char *p, const char *e, size_t max) {
  * escapes and C0 controls but tab removed, as lines._ANSI_RE and lines._CONTROL_TABLE do) and its
  * lower-case twin (ASCII lower() keeps positions; the regexes are IGNORECASE). Each regex is
  * matched by hand: the analysis of its backtracking is written beside each matcher. A line holding
- * a byte >= 0x80 (Python's Unicode \d, \s, \w and case folding differ from ASCII), a number of more
+ * a non-ASCII character other than tqdm's bar characters (bar_char(); for others Python's Unicode
+ * \d, \s, \w and case folding differ from ASCII's), a number of more
  * than GEN_MAX_NUMBER characters, an integer of more than 18 digits, a step or product past int64
  * (Python ints are unbounded) or more than GEN_MAX_NAMES distinct names is "not sure": handed back
  * to the Python parser. In the cleaned line \s is [ \t] (the other ASCII whitespace are controls,
@@ -222,7 +223,20 @@ static int is_word(unsigned char c) {
 static int is_ws(unsigned char c) { return c == ' ' || c == '\t'; }
 static int is_dig(unsigned char c) { return c >= '0' && c <= '9'; }
 
-/* clean_line() of the ASCII line [p, e) into out (room for e - p bytes): _ANSI_RE's matches
+/* The one non-ASCII kind of character read here: U+2500-U+259F, box drawing and block elements
+ * (tqdm's and rich's bars: "█▌", "━╸"), 3 UTF-8 bytes E2 94-96 xx. They are category So: not
+ * \d, \s nor \w in Python's Unicode regexes, no case folding, printable, and no ASCII class
+ * of the grammar holds them, so each stands in the cleaned line as the one byte GEN_BAR (which
+ * none of the matchers accepts either), keeping the character positions Python sees. */
+#define GEN_BAR 0x80
+static int bar_char(const char *q, const char *e) {
+    const unsigned char *u = (const unsigned char *)q;
+    if (e - q < 3 || u[0] != 0xe2 || u[1] < 0x94 || u[1] > 0x96 || u[2] < 0x80 || u[2] > 0xbf)
+        return 0;
+    return u[1] != 0x96 || u[2] <= 0x9f;
+}
+
+/* clean_line() of the line [p, e) (ASCII and bar_char()s) into out (room for e - p bytes): _ANSI_RE's matches
  * removed (re.sub: leftmost, left to right; each alternative matches in one way: CSI's three
  * classes are disjoint, OSC's body stops at its first BEL/ESC), then C0 controls but tab and DEL
  * removed (a filter after the substitution: the same as the two passes). Returns the length. */
@@ -261,6 +275,11 @@ static size_t gen_clean(const char *p, const char *e, char *out) {
                     continue;
                 }
             }
+        }
+        if (c == 0xe2) { /* a bar_char(): one character no class of the grammar holds */
+            out[o++] = (char)GEN_BAR;
+            p += 3;
+            continue;
         }
         if ((c >= 0x20 && c != 0x7f) || c == '\t')
             out[o++] = (char)c;
@@ -993,8 +1012,8 @@ static int64_t gen_code(scan_t *s, int kind, const char *name, size_t len) {
 /* A candidate line [p, e) (holding oss/OSS when found & 1, poch/POCH when found & 2) that no
  * strict shape read, read with the general grammar: 1 done (its points, if any, emitted with the
  * epoch context as LineParser._add applies it), 0 hand it back. ``header``: the raw line may be
- * an epoch header (possible_header); an ASCII one holding escapes is asked again once cleaned
- * (an ANSI-coloured "epoch 2/10 loss: 0.5" is no header), else it is handed back. */
+ * an epoch header (possible_header); one holding escapes or bar characters is asked again once
+ * cleaned (an ANSI-coloured "epoch 2/10 loss: 0.5" is no header), else it is handed back. */
 static int general_line(scan_t *s, const char *p, const char *e, int found, int header) {
     size_t n = (size_t)(e - p);
     gpoint_t pts[2];
@@ -1002,12 +1021,20 @@ static int general_line(scan_t *s, const char *p, const char *e, int found, int 
     int64_t codes[2];
     if (!(found & 1) && !header)
         return 1; /* no "oss": _parse_raw reads nothing, and the line is no header */
+    size_t chars = n;
     for (const char *q = p; q < e; q++) {
-        if ((unsigned char)*q >= 0x80)
-            return 0;
+        if ((unsigned char)*q >= 0x80) {
+            if (!bar_char(q, e))
+                return 0;
+            q += 2;
+            chars -= 2;
+            esc |= 2;
+            continue;
+        }
         esc |= *q == 0x1b;
     }
-    if (n > s->max_chars)
+    /* esc: 1 an escape, 2 a bar character (which cleaning keeps: then no header fullmatch) */
+    if (chars > s->max_chars)
         return 1; /* longer than MAX_LINE_CHARS characters: skipped (no header either) */
     if (header && !esc)
         return 0;
@@ -1021,7 +1048,7 @@ static int general_line(scan_t *s, const char *p, const char *e, int found, int 
     }
     char *c = s->clean, *low = s->low;
     n = gen_clean(p, e, c);
-    if (header && possible_header(c, c + n))
+    if (header && memchr(c, GEN_BAR, n) == NULL && possible_header(c, c + n))
         return 0;
     if (!(found & 1))
         return 1;
