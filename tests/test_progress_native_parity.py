@@ -303,7 +303,10 @@ def test_cli_reads_a_log_the_same_with_costctl_parser_python(tmp_path: Path) -> 
     from helpers import costctl_env, run_costctl
 
     log = tmp_path / "train.log"
-    log.write_text("Epoch 1/2\n" + "".join(f"iter {i}: loss {3 - i / 100:.4f}, time 5.0ms, mfu 1.00%\n" for i in range(80)))
+    log.write_text("Epoch 1/2\n" + "".join(f"iter {i}: loss {3 - i / 100:.4f}, time 5.0ms, mfu 1.00%\n" for i in range(80))
+                   + "".join(f"Epoch [2/2], Step [{i}/80], Loss: {2 - i / 100:.4f} val_loss={2.5 - i / 90:.3f}\n"
+                             f"\x1b[1m{{'epoch': 1.{i:02d}, 'loss': {2 - i / 99:.4f}, 'step': {80 + i}}}\x1b[0m\n"
+                             for i in range(1, 80)))
     outs = []
     for engine in ("python", "") if NATIVE_BUILT else ("python",):
         env = costctl_env(tmp_path / "data", COSTCTL_PARSER=engine)

@@ -300,7 +300,12 @@ def _parse_dict(line: str) -> list[_Raw] | None:
 
 
 def _parse_raw(line: str) -> list[_Raw]:
-    """:func:`parse_line` without the records: ``(kind, name, value, step, epoch, total)`` each."""
+    """:func:`parse_line` without the records: ``(kind, name, value, step, epoch, total)`` each.
+
+    The native engine reads the same rules in C (``_scan.c``, "The general loss-line grammar"):
+    a change to them here (or to the regexes they use) must be made there too;
+    tests/test_progress_native_parity.py fails on any difference.
+    """
     if not _maybe_loss(line) or len(line) > MAX_LINE_CHARS:
         return []
     line = clean_line(line)
