@@ -473,3 +473,16 @@ def test_fuzzed_general_grammar_parity(parts, context: str, cut: int) -> None:
     data = text.encode("utf-8")
     pieces = [data[:cut], data[cut:]] if 0 < cut < len(data) else [data]
     _engines_agree(text, pieces)
+
+
+def test_more_series_names_than_the_native_table_parity() -> None:
+    """Past _scan.c's GEN_MAX_NAMES (1024) distinct names in one scan, lines go to Python: the
+    same series, in the same order."""
+    names = []
+    for i in range(1100):
+        case = iter(range(14))  # the letters of the name, one bit each
+        names.append("".join(ch if ch == "_" else ch.upper() if i >> next(case) & 1 else ch for ch in "validation_loss"))
+    text = "".join(f"{name}: {i}.5 step {i}\n" for i, name in enumerate(names)) + "val_loss: 1\n"
+    expected = _legacy(text)
+    assert len(expected[0][0]) == 1101
+    _check(text.encode(), (None, 4096))
