@@ -290,7 +290,12 @@ static size_t gen_clean(const char *p, const char *e, char *out) {
 
 /* low[i:] starts with the lower-case literal s. */
 static int at(const char *low, size_t n, size_t i, const char *s, size_t k) {
-    return i + k <= n && memcmp(low + i, s, k) == 0;
+    if (i + k > n)
+        return 0;
+    for (size_t j = 0; j < k; j++) /* short literals: a loop beats a memcmp call */
+        if (low[i + j] != s[j])
+            return 0;
+    return 1;
 }
 #define AT(low, n, i, s) at((low), (n), (i), (s), sizeof(s) - 1)
 
@@ -447,7 +452,7 @@ static int gen_loss_at(const char *c, const char *low, size_t n, size_t s, lmatc
         a = 0;
         for (k = 0; k < cnt; k++) {
             size_t q = s + loss_prefixes[k].n;
-            if (!at(low, n, s, loss_prefixes[k].s, loss_prefixes[k].n))
+            if (loss_prefixes[k].s[0] != low[s] || !at(low, n, s, loss_prefixes[k].s, loss_prefixes[k].n))
                 continue;
             if (q < n && is_sep(c[q]) && AT(low, n, q + 1, "loss")) {
                 a = q + 5;
@@ -792,7 +797,7 @@ static int gen_dict(const char *c, const char *low, size_t n, gpoint_t *pts, int
         if (klen >= 13 && memcmp(key, "train", 5) == 0 && memcmp(key + klen - 8, "_runtime", 8) == 0)
             return 0; /* the end-of-training summary: not progress */
         for (k = 0; k < K_COUNT; k++) {
-            if (!seen[k] && strlen(dict_keys[k]) == klen && memcmp(dict_keys[k], key, klen) == 0) {
+            if (!seen[k] && dict_keys[k][0] == key[0] && strlen(dict_keys[k]) == klen && memcmp(dict_keys[k], key, klen) == 0) {
                 int ok;
                 val[k] = gen_number_value(c, low, vs, end, &ok);
                 if (!ok)
