@@ -236,11 +236,12 @@ static int bar_char(const char *q, const char *e) {
     return u[1] != 0x96 || u[2] <= 0x9f;
 }
 
-/* clean_line() of the line [p, e) (ASCII and bar_char()s) into out (room for e - p bytes): _ANSI_RE's matches
+/* clean_line() of the line [p, e) (ASCII and bar_char()s) into out, and its lower case into low
+ * (room for e - p bytes each): _ANSI_RE's matches
  * removed (re.sub: leftmost, left to right; each alternative matches in one way: CSI's three
  * classes are disjoint, OSC's body stops at its first BEL/ESC), then C0 controls but tab and DEL
  * removed (a filter after the substitution: the same as the two passes). Returns the length. */
-static size_t gen_clean(const char *p, const char *e, char *out) {
+static size_t gen_clean(const char *p, const char *e, char *out, char *low) {
     size_t o = 0;
     while (p < e) {
         unsigned char c = (unsigned char)*p;
@@ -277,12 +278,15 @@ static size_t gen_clean(const char *p, const char *e, char *out) {
             }
         }
         if (c == 0xe2) { /* a bar_char(): one character no class of the grammar holds */
-            out[o++] = (char)GEN_BAR;
+            low[o] = out[o] = (char)GEN_BAR;
+            o++;
             p += 3;
             continue;
         }
-        if ((c >= 0x20 && c != 0x7f) || c == '\t')
-            out[o++] = (char)c;
+        if ((c >= 0x20 && c != 0x7f) || c == '\t') {
+            out[o] = (char)c;
+            low[o++] = (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
+        }
         p++;
     }
     return o;
@@ -1052,15 +1056,11 @@ static int general_line(scan_t *s, const char *p, const char *e, int found, int 
         s->low = s->clean + s->max_chars + 1;
     }
     char *c = s->clean, *low = s->low;
-    n = gen_clean(p, e, c);
+    n = gen_clean(p, e, c, low);
     if (header && memchr(c, GEN_BAR, n) == NULL && possible_header(c, c + n))
         return 0;
     if (!(found & 1))
         return 1;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)c[i];
-        low[i] = (char)(ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
-    }
     if (find_loss(low, n, 0) >= n)
         return 1; /* "loss" not in low: no point (every key a dict point has holds it too) */
     r = gen_parse(c, low, n, pts, &npts);
