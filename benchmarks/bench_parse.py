@@ -16,7 +16,8 @@ long lines), roughly in the proportions a chatty console log has. Then it times
 * ``costctl analyze --train-log FILE --format json`` as a subprocess (stdout discarded): wall
   time and peak RSS (``ru_maxrss`` of that child, via ``os.wait4``).
 
-Figures (the last line is one JSON object): ``engine`` ("native" or "python"); ``size_bytes``; ``lines`` (``\n`` and ``\r``
+Figures (the last line is one JSON object): ``engine`` ("native" or "python"); ``mix``
+("console" or "general", see ``--mix``); ``size_bytes``; ``lines`` (``\n`` and ``\r``
 ends); ``points``; ``reader_s`` (seconds); ``reader_mb_s`` (MB/s, 10^6 bytes); ``points_per_s``;
 ``grep_s``; ``grep_mb_s``; ``ratio_to_grep`` (reader_s / grep_s; target <= 20, aim 10);
 ``analyze_s``; ``analyze_peak_rss_mb`` (MiB; target <= 200); ``analyze_rc``. Nothing is
@@ -29,6 +30,7 @@ Usage::
     python benchmarks/bench_parse.py --keep          # keep (and reuse) the generated file
     python benchmarks/bench_parse.py --no-analyze    # reader and grep only
     python benchmarks/bench_parse.py --engine python # the pure-Python reader (COSTCTL_PARSER=python)
+    python benchmarks/bench_parse.py --mix general   # mostly loss lines of no strict shape
 """
 
 from __future__ import annotations
@@ -117,10 +119,67 @@ def make_block(rng: random.Random, lines: int = 20_000) -> tuple[str, int]:
     return "".join(out), count
 
 
-def write_log(path: Path, size: int, seed: int = 0) -> int:
-    """Write about ``size`` bytes of mixed console output to ``path``; returns the line count."""
+def make_general_block(rng: random.Random, lines: int = 20_000) -> tuple[str, int]:
+    """:func:`make_block` for ``--mix general``: mostly loss lines of no strict shape (the shapes
+    the per-line grammar reads): ``iter N: loss X`` without time/mfu, ``step N loss=X``,
+    ``Epoch [e/E], Step [s/S], Loss: X``, ``train_loss: X val_loss: Y``, ANSI-coloured lines,
+    HF dicts in other key orders, with extra keys or string values, Lightning tqdm bars redrawn
+    with carriage returns, ``Epoch k | running_loss: X``, HF eval dicts, scikit-learn
+    iterations, nanoGPT eval lines and noise."""
+    out: list[str] = []
+    count = 0
+    step = 0
+    for _ in range(lines):
+        step += 1
+        loss = 4.0 * rng.random() + 0.1
+        kind = rng.random()
+        count += 1
+        if kind < 0.12:
+            out.append(f"iter {step}: loss {loss:.4f}\n")
+        elif kind < 0.22:
+            out.append(f"step {step} loss={loss:.4f}\n")
+        elif kind < 0.32:
+            out.append(f"Epoch [{step % 80 + 1}/80], Step [{step % 600 + 1}/600], Loss: {loss:.4f}\n")
+        elif kind < 0.40:
+            out.append(f"train_loss: {loss:.4f} val_loss: {loss * 1.1:.4f}\n")
+        elif kind < 0.48:
+            out.append(f"\x1b[32mINFO\x1b[0m step {step} \x1b[1mloss\x1b[0m={loss:.4f} lr=3e-4\n")
+        elif kind < 0.58:
+            out.append(f"{{'epoch': {step / 1000:.2f}, 'loss': {loss:.4f}, 'learning_rate': 2e-05, 'step': {step}}}\n")
+        elif kind < 0.64:
+            out.append(f"{{'loss': '{loss:.4f}', 'grad_norm': '{rng.random() * 3:.4f}', 'epoch': '{step / 1000:.2f}'}}\n")
+        elif kind < 0.72:
+            out.append("".join(f"Epoch 0: {p:3d}%|{'#' * (p // 10):<10}| {p // 2}/50 [00:01<00:01, 9.9it/s, "
+                               f"loss={loss + p / 1000:.3f}, v_num=1]\r" for p in range(10, 60, 20)) + "\n")
+            count += 3
+        elif kind < 0.78:
+            out.append(f"Epoch {step % 10} | running_loss: {loss:.4f} | kl_loss: 0.02\n")
+        elif kind < 0.82:
+            out.append(f"{{'eval_loss': {loss:.4f}, 'eval_runtime': 1.2, 'eval_samples_per_second': 100.0, 'epoch': 1.0}}\n")
+        elif kind < 0.85:
+            out.append(f"Iteration {step}, loss = {loss:.6f}\n")
+        elif kind < 0.88:
+            out.append(f"step {step}: train loss {loss:.4f}, val loss {loss * 1.05:.4f}\n")
+        else:
+            out.append(rng.choice((
+                "saving checkpoint to out\n", "  warnings.warn(\n", "Traceback (most recent call last):\n",
+                "loss_scale: 65536 reduced\n",
+                "Map: 100%|##########| 67349/67349 [00:03<00:00, 19000.00 examples/s]\n",
+            )))
+    return "".join(out), count
+
+
+#: ``--mix``: the block maker of each generated log.
+MIXES = {"console": make_block, "general": make_general_block}
+
+
+def write_log(path: Path, size: int, seed: int = 0, mix: str = "console") -> int:
+    """Write about ``size`` bytes of mixed console output to ``path``; returns the line count.
+
+    ``mix``: ``"console"`` (:func:`make_block`) or ``"general"`` (:func:`make_general_block`).
+    """
     rng = random.Random(seed)
-    blocks = [make_block(rng) for _ in range(4)]
+    blocks = [MIXES[mix](rng) for _ in range(4)]
     written = lines = 0
     with path.open("w", encoding="utf-8", newline="") as fh:
         k = 0
@@ -160,25 +219,28 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--size", type=parse_size, default=parse_size("1G"), help="log size (default 1G)")
     parser.add_argument("--keep", action="store_true", help="keep the generated file (and reuse a kept one)")
     parser.add_argument("--no-analyze", action="store_true", help="skip the costctl analyze run")
+    parser.add_argument("--mix", choices=tuple(MIXES), default="console",
+                        help="log lines: console (default: a chatty console's mix, strict shapes mostly) or "
+                             "general (mostly loss lines of no strict shape)")
     parser.add_argument("--engine", choices=("native", "python"), default=_lines.ENGINE,
                         help=f"block reader engine (default {_lines.ENGINE}, costctl's choice here)")
     args = parser.parse_args(argv)
     cache = Path(tempfile.gettempdir()) / "costctl-bench-parse"
     tmp = cache if args.keep else Path(tempfile.mkdtemp(prefix="costctl-bench-"))
     tmp.mkdir(exist_ok=True)
-    path = tmp / f"console-{args.size}.log"
+    path = tmp / (f"console-{args.size}.log" if args.mix == "console" else f"{args.mix}-{args.size}.log")
     try:
         if path.exists():
             print(f"log: reusing {path}")
         else:
             t0 = time.perf_counter()
-            write_log(path, args.size)
+            write_log(path, args.size, mix=args.mix)
             print(f"log: {path} written in {time.perf_counter() - t0:.1f} s")
         size = path.stat().st_size
         took, points, lines = _reader(path, args.engine)
         print(f"reader (feed_batch, {args.engine}): {took:8.2f} s  {size / took / 1e6:8.1f} MB/s  {points / took:12,.0f} points/s"
               f"  ({size / 1e6:.1f} MB, {lines:,} lines, {points:,} points)")
-        figures: dict = {"engine": args.engine, "size_bytes": size, "lines": lines, "points": points, "reader_s": round(took, 3),
+        figures: dict = {"engine": args.engine, "mix": args.mix, "size_bytes": size, "lines": lines, "points": points, "reader_s": round(took, 3),
                          "reader_mb_s": round(size / took / 1e6, 2), "points_per_s": round(points / took)}
         grep = shutil.which("grep")
         if grep is None:

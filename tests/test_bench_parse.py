@@ -26,6 +26,8 @@ def test_bench_parse_small_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert last["engine"] == bench._lines.ENGINE
     python = bench.main(["--size", "100K", "--no-analyze", "--engine", "python"])
     assert python["engine"] == "python" and python["points"] > 300
+    general = bench.main(["--size", "100K", "--no-analyze", "--mix", "general"])
+    assert general["mix"] == "general" and last["mix"] == "console" and general["points"] > 1000
     assert bench.parse_size("1G") == 10**9 and bench.parse_size("64K") == 64_000
 
 

@@ -62,6 +62,9 @@ EDGE_LINES = [
     "Epoch 1/2", "Epoch 0/0", "Epoch " + "1" * 18 + "/2", "Epoch " + "1" * 19 + "/2", "Epoch 3", "EPOCH 4/5",
     "  epoch 6 / 7 ", "Epoch [8/9]:", "\x1b[1mEpoch 5/6\x1b[0m", "epoch\t7", "Epoch 2/3 x", "Epoch\x082/3",
     "lo\x08ss: 1", "l\x00oss: 2", "loss:\x001", "\x1b[2Kloss: 3", "loss: 4\x1b[0m", "\x1b]0;loss: 5\x07",
+    " 50%|█████     | 5/10 [00:01<00:01, 5.0it/s, loss=1.25]", "Epoch 0:  50%|█████▌    | 25/50 [00:01<00:01, loss=0.5, v_num=1]",
+    "━━━━╸━━ 3/9 loss: 2", "loss:█1", "loss █ 1", "█loss 1", "{'l█': 1, 'loss': 2}", "  train_█ = 1", "  train_x = █",
+    "step 5: train loss █, val loss 2", "▟ loss 1 ■ loss 2", "\x1b]0;█\x07loss 3", "\x1b[█loss 4", "Epoch █ loss 1",
     "naïve loss: 6", "loss: ７", "lоss: 8 (cyrillic)", "\ufeffloss: 9", "poch", "POCH OSS", "oss",
 ]
 
@@ -153,6 +156,14 @@ def test_bench_block_parity_both_engines() -> None:
     expected = _legacy(block)
     assert len(expected[0][2]) > 2000  # the block does hold points
     _check(block.encode(), (None, 997, 65536))
+    _check(block)
+
+
+def test_bench_general_block_parity_both_engines() -> None:
+    block, _ = _bench_module().make_general_block(random.Random(11), lines=3000)
+    expected = _legacy(block)
+    assert len(expected[0][2]) > 2500 and len(expected[0][0]) > 5  # points, of several series
+    _check(block.encode(), (None, 1009, 65536))
     _check(block)
 
 
@@ -292,7 +303,10 @@ def test_cli_reads_a_log_the_same_with_costctl_parser_python(tmp_path: Path) -> 
     from helpers import costctl_env, run_costctl
 
     log = tmp_path / "train.log"
-    log.write_text("Epoch 1/2\n" + "".join(f"iter {i}: loss {3 - i / 100:.4f}, time 5.0ms, mfu 1.00%\n" for i in range(80)))
+    log.write_text("Epoch 1/2\n" + "".join(f"iter {i}: loss {3 - i / 100:.4f}, time 5.0ms, mfu 1.00%\n" for i in range(80))
+                   + "".join(f"Epoch [2/2], Step [{i}/80], Loss: {2 - i / 100:.4f} val_loss={2.5 - i / 90:.3f}\n"
+                             f"\x1b[1m{{'epoch': 1.{i:02d}, 'loss': {2 - i / 99:.4f}, 'step': {80 + i}}}\x1b[0m\n"
+                             for i in range(1, 80)))
     outs = []
     for engine in ("python", "") if NATIVE_BUILT else ("python",):
         env = costctl_env(tmp_path / "data", COSTCTL_PARSER=engine)
@@ -300,3 +314,175 @@ def test_cli_reads_a_log_the_same_with_costctl_parser_python(tmp_path: Path) -> 
         assert proc.returncode == 0, proc.stderr.decode()
         outs.append(proc.stdout)
     assert len(set(outs)) == 1 and b"loss" in outs[0]
+
+
+# -- the general loss-line grammar, read in C (lines._parse_raw's rules) -----------------------
+# Lines of the shapes the native scanner reads with the general grammar (not strict shapes),
+# and their near misses: each must give the points of the per-line parser exactly.
+GENERAL_LINES = [
+    "iter 100: loss 2.31", "step 5 loss=0.3", "Epoch [3/80], Step [100/600], Loss: 0.1234",
+    "train_loss: 0.5 val_loss: 0.6", "\x1b[32mINFO\x1b[0m step 3 \x1b[1mloss\x1b[0m=0.4 lr=3e-4",
+    "{'epoch': 1.5, 'Loss': 0.3, 'step': 7}", "{'loss': '0.1234', 'grad_norm': '1.1', 'epoch': '0.5'}",
+    "{\"eval_loss\": 0.66, \"eval_runtime\": 1.2, \"epoch\": 1.0}", "{'train_runtime': 10.0, 'train_loss': 0.44}",
+    "{'loss': 1, 'loss': 2, 'LOSS': 3, 'val/loss': 4, 'global_step': 9.7}", "{'step': -3.5, 'loss': 1}",
+    "{'step': -0.5, 'loss': 1}", "{'step': nan, 'iter': 4, 'loss': 1}",
+    "{'step': -1e30, 'loss': 1}", "{'epoch': inf, 'loss': 1}", "{'x': 1} loss: 2", "{'eval_acc': 0.9} loss=3",
+    "{'loss' : tensor(0.5, device='cuda:0')}", "{'loss': tensor( 7)}", "{'" + "k" * 81 + "': 1, 'loss': 2}",
+    "{'" + "k" * 80 + "': 1, 'loss': 2}", "{''loss': 1}", "{'a': 'b', 'loss': 0.5}", "{'loss\": 0.5}",
+    "{'loss': 0.5x}", "{'loss': .5e-3}", "{'loss': 5.}", "{'loss': +inf, 'epoch': -nan}",
+    "Epoch 0: 50%|###| 25/50 [00:01<00:01, loss=0.5, v_num=1]", "  5%|#    | 50/1000 [00:10<03:10, 5.0it/s, loss=2.31]",
+    "|5/10 [?, loss=1]", "| 5 /10 [1 loss=1", "|5/10  [x loss=1", "Epoch 4 | running_loss: 0.41 | kl_loss: 0.02",
+    "epoch 3/80 loss: 0.1234", "epoch 3/80. loss: 1", "epoch 3. loss 1", "epoch 1.5.3 loss 1", "epoch 1.5/3. loss 1",
+    "Epoch [0/80], Step [100/600], Loss: 1", "Epoch [3/0], Step [1/6], Loss: 1", "Epoch [3/8], Step [7/6], Loss: 1",
+    "Epoch [2.5/8], Step [3/6], Loss: 1", "step " + "1" * 19 + " loss 1", "step " + "1" * 18 + "/" + "1" * 19 + " loss 1", "epoch " + "7" * 25 + " loss 1",
+    "Iteration 5, loss = 0.42", "iteration: 5 loss 1", "iterations 5 loss 1", "global_step=12 loss: 1",
+    "xstep 5 loss 1", "step#[ 7 loss 1", "step 5.5 loss 1", "step 5/6. loss 1", "step 5 / 6 loss 1", "STEP: [3] LOSS 2",
+    "TOTAL LOSS: 3.5 STEP 4", "train/loss: 0.1 global_step 12/100", "validation loss: 0.9 eval_loss 0.8",
+    "test loss: 0.5", "predict_loss 1 loss 2", "dev-loss=1 train.loss=2", "trainingloss 1 valloss 2",
+    "totaloss 1", "mean__loss 1", "avg  loss 1", "batch_loss:\t0.5", "loss\t=\t1", "loss:nan", "loss: NaN",
+    "loss: -Infinity", "loss: infinit", "loss: info", "loss: 0.12abc", "loss: 0.12 abc", "loss: 1e", "loss: 1e5x",
+    "loss: 1.e5", "loss: .e5", "loss: +.5", "loss: tensor(0.5", "loss: tensor(x) loss 2", "loss:: 1", "loss 1:",
+    "loss= :1", "loss_scale: 65536", "lr=0.001 loss=1e-3", "loss: " + "3" * 40, "loss: 1." + "2" * 400,
+    "xloss: 1", "loss_x: 1", "loss1: 2", "val loss 1 train loss 2 val loss 3 train loss 4",
+    "step 500: train loss 2.3, val loss 2.4", "  step 5: TRAIN LOSS x,, val loss 2", "step 5: train loss ,, val loss 2",
+    "step 5: train loss 1 , val loss 2", "step 5: train loss 1,\tval loss 2",
+    "  train_loss               =     0.4479", "  eval_loss = 1 2", "  train_loss\t = 1", "   train_loss = 1",
+    "  TEST_x  =  y  ", "  predict_loss =", "\x1b[2K\x1b[1;32mepoch 2/10\x1b[0m \x1b[33mloss:\x1b[0m \x1b[1m0.5\x1b[0m \x1b]0;title\x07",
+    "\x1b]0;t\x1b\\loss 1", "\x1b]0;t loss 1", "\x1b(Bloss 1", "\x1bMloss 2", "\x1b[loss 3", "\x1b[1;2 loss 4",
+    "lo\x1b[0mss: 5", "lo\x08ss: 6", "loss:\x0b7", "loss:\x1c 8", "loss\x7f: 9", "\tloss: 10",
+    " 50%|█████     | 5/10 [00:01<00:01, 5.0it/s, loss=1.25]", "Epoch 0:  50%|█████▌    | 25/50 [00:01<00:01, loss=0.5, v_num=1]",
+    "━━━━╸━━ 3/9 loss: 2", "loss:█1", "loss █ 1", "█loss 1", "{'l█': 1, 'loss': 2}", "  train_█ = 1", "  train_x = █",
+    "step 5: train loss █, val loss 2", "▟ loss 1 ■ loss 2", "\x1b]0;█\x07loss 3", "\x1b[█loss 4", "Epoch █ loss 1",
+    "naïve loss: 6", "loss: ７", "ﬁnal loss: 0.3 ſtep 4", "Epoch 2 oss", "POCH 3 loss 1", "OSS 1",
+]
+
+_word = st.sampled_from([
+    "", "train", "Training", "TOTAL", "average", "avg", "mean", "Running", "epoch", "batch", "validation", "valid",
+    "VAL", "evaluation", "eval", "dev", "test", "predict", "x", "lr", "kl", "global",
+])
+_sep = st.sampled_from(["", " ", "_", "/", ".", "-", "__", "\t"])
+_loss_word = st.sampled_from(["loss", "Loss", "LOSS", "lOsS", "loss_scale", "losses", "oss"])
+_conn = st.sampled_from([":", "=", " ", ": ", " = ", "\t", "", "  :  ", ":\t", "::", " #", "= ="])
+_num = st.one_of(
+    st.builds(lambda s, a, b, e: s + a + b + e, st.sampled_from(["", "-", "+"]),
+              st.text("0123456789", max_size=4), st.sampled_from(["", ".", ".5", ".25", ".0001"]),
+              st.sampled_from(["", "e5", "E-3", "e+400", "e", "e-", "e99999"])),
+    st.sampled_from(["nan", "NaN", "-nan", "inf", "-Infinity", "+inf", "infinit", "tensor(0.5", "tensor( 1e-3)",
+                     "TENSOR(2)", "0.12abc", "abc", "1_0", "1" * 20, "9" * 19, "0" * 17 + "5", "'0.5'", "\"1\""]),
+)
+_counter = st.builds(
+    lambda kw, conn, n, tot, tail: kw + conn + n + tot + tail,
+    st.sampled_from(["step", "Step", "STEP", "global_step", "iter", "Iteration", "iterations", "epoch", "Epoch",
+                     "EPOCH", "xstep", "Epoch [", "Step ["]),
+    st.sampled_from(["", " ", ": ", "=", "#", " [", ":[ ", "\t", " : ", "::"]),
+    st.sampled_from(["0", "1", "3", "5", "12", "600", "1.5", "2.", "1" * 19, "7" * 18]),
+    st.sampled_from(["", "/80", "/600", " / 10", "/0", "/" + "9" * 19, "/5.", "/"]),
+    st.sampled_from(["", "]", ".", ",", "]:", "x"]),
+)
+_bar = st.builds(lambda p, b, n, t, g: f"{p}%|{b}| {n}/{t} {g}", st.sampled_from(["5", " 50", "100"]),
+                 st.sampled_from(["###", "█████▌    ", "   ", "━━╸"]), st.sampled_from(["1", "25", "1" * 19]), st.sampled_from(["50", "10"]),
+                 st.sampled_from(["[00:01<00:01, ", "[?", " [x", "["]))
+_dict_item = st.builds(lambda q1, k, q2, c, v: f"{q1}{k}{q2}{c}{v}", st.sampled_from(["'", '"']),
+                       st.sampled_from(["loss", "Loss", "train_loss", "total_loss", "eval_loss", "val_loss",
+                                        "validation_loss", "valid_loss", "eval/loss", "val/loss", "step",
+                                        "global_step", "iteration", "iter", "epoch", "train_runtime", "Train_x_runtime", "trainer_runtime",
+                                        "eval_runtime", "learning_rate", "grad_norm", "x y"]),
+                       st.sampled_from(["'", '"']), st.sampled_from([": ", ":", " : ", ": \t", " "]), _num)
+_dict = st.builds(lambda items, pre, post: pre + "{" + ", ".join(items) + "}" + post,
+                  st.lists(_dict_item, min_size=1, max_size=5), st.sampled_from(["", "  ", "INFO "]),
+                  st.sampled_from(["", " loss: 1", "\x1b[0m"]))
+_loss_frag = st.builds(lambda w, s, l, c, v: w + s + l + c + v, _word, _sep, _loss_word, _conn, _num)
+_ansi = st.sampled_from(["", "\x1b[0m", "\x1b[1;32m", "\x1b[2K", "\x1b]0;t\x07", "\x1b]0;t", "\x1b(B", "\x1bM",
+                         "\x1b[", "\x08", "\x00", "\x7f", "\t", "\x0c", "é", "█", "▌  ", "━╸", "■", "ſ", "K"])
+_frag = st.one_of(_loss_frag, _loss_frag, _counter, _bar, _ansi,
+                  st.sampled_from(["step 5: train loss 1.0, val loss 2.0", "  train_loss = 0.4", "  eval_x  =  1 ",
+                                   "|", "{", "{'", "junk", "0.12abc", "v_num=1]"]))
+_small = st.sampled_from(["0", "1", "2", "3", "6", "10", "2.5"])
+_nanogpt = st.builds(lambda lead, st_, n, a, v1, sep, b, v2, tail: f"{lead}{st_} {n}: {a} {v1}{sep}{b} {v2}{tail}",
+                     st.sampled_from(["", " ", "\t", "x"]), st.sampled_from(["step", "STEP", "Step"]),
+                     st.sampled_from(["5", "500", ""]), st.sampled_from(["train loss", "Train Loss", "train  loss"]),
+                     _num, st.sampled_from([", ", ",, ", " , ", ",\t", ",", ",  ", " ", "; ", ". "]),
+                     st.sampled_from(["val loss", "VAL LOSS", "val_loss"]), _num, st.sampled_from(["", " loss 3"]))
+_epoch_step = st.builds(lambda e, et, s_, stt, tail: f"Epoch [{e}/{et}], Step [{s_}/{stt}]{tail}",
+                        _small, _small, _small, _small,
+                        st.sampled_from([", Loss: 0.25", " loss 1", ", val_loss=2 train_loss=3", ", Loss: x"]))
+_general_line = st.one_of(
+    _dict, _nanogpt, _epoch_step,
+    st.builds(lambda fs, j: j.join(fs), st.lists(_frag, min_size=1, max_size=6),
+              st.sampled_from(["", " ", ", ", " | ", "\t", " - ", "  "])),
+)
+
+
+def _outcome(read, *args):
+    """``read(*args)``, or the name of the error it raises: a step past int64 (Python's ints
+    are unbounded) fails every engine's int64 column alike (OverflowError)."""
+    try:
+        return read(*args)
+    except OverflowError:
+        return "OverflowError"
+
+
+def _engines_agree(text: str, pieces) -> None:
+    expected = _outcome(_legacy, text)
+    assert _outcome(_read, pieces, "python") == expected
+    if NATIVE_BUILT:
+        assert _outcome(_read, pieces, "native") == expected
+
+
+# Steps past int64: the per-line parser's int is unbounded and the batch column refuses it.
+OVERFLOW_LINES = [
+    "{'step': 1e30, 'loss': 1}", "step " + "9" * 19 + " loss 1", "Epoch [3/8] Step [" + "9" * 19 + "/6] Loss: 1",
+    "Epoch [9999999999/9999999999], Step [999999999/999999999], Loss: 1",
+]
+
+
+def test_general_grammar_lines_parity() -> None:
+    for context in ("", "Epoch 2/9\n", "Epoch 4\n", "EPOCH 5/6\n"):
+        text = context + "\n".join(GENERAL_LINES) + "\n"
+        _check(text.encode(), (None, 13))
+        for line in GENERAL_LINES:
+            _check(f"{context}{line}\n{line}\r\x1b[1m{line}\x1b[0m\r\n{line}".encode())
+        for line in OVERFLOW_LINES:
+            data = f"{context}loss: 1\n{line}\n".encode()
+            _engines_agree(data.decode(), [data])
+
+
+@needs_native
+def test_general_grammar_is_read_in_c() -> None:
+    """The general shapes (ASCII, and tqdm's bar characters) give their points from the scan
+    itself: no line is handed back to Python; other non-ASCII and over-long numbers are."""
+    plain = [line for line in GENERAL_LINES if line.isascii() or set(line) & set("█▌")]
+    plain = [line for line in plain if "9" * 19 not in line and "1" * 19 not in line
+             and "2" * 400 not in line and "7" * 25 not in line]
+    data = ("\n".join(plain) + "\n").encode()
+    _, points, hands, *_ = lines._scan.scan(data, 0, float("nan"), -1, lines._MAX_LINE_BYTES, lines.MAX_LINE_CHARS)
+    assert len(points) // 40 >= 80 and [h[1] for h in hands] == []
+    for line in ("naïve loss: 6", "step " + "1" * 19 + " loss 1", "loss: 1." + "2" * 400, *OVERFLOW_LINES):
+        hands = lines._scan.scan((line + "\n").encode(), 0, float("nan"), -1, 1 << 18, 65536)[2]
+        assert [h[1] for h in hands] == [line]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    parts=st.lists(st.tuples(_general_line, st.sampled_from(["\n", "\r", "\r\n"])), min_size=1, max_size=25),
+    context=st.sampled_from(["", "Epoch 2/9\n", "Epoch 3\n"]),
+    cut=st.integers(min_value=0, max_value=2000),
+)
+def test_fuzzed_general_grammar_parity(parts, context: str, cut: int) -> None:
+    text = context + "".join(line + end for line, end in parts)
+    data = text.encode("utf-8")
+    pieces = [data[:cut], data[cut:]] if 0 < cut < len(data) else [data]
+    _engines_agree(text, pieces)
+
+
+def test_more_series_names_than_the_native_table_parity() -> None:
+    """Past _scan.c's GEN_MAX_NAMES (1024) distinct names in one scan, lines go to Python: the
+    same series, in the same order."""
+    names = []
+    for i in range(1100):
+        case = iter(range(14))  # the letters of the name, one bit each
+        names.append("".join(ch if ch == "_" else ch.upper() if i >> next(case) & 1 else ch for ch in "validation_loss"))
+    text = "".join(f"{name}: {i}.5 step {i}\n" for i, name in enumerate(names)) + "val_loss: 1\n"
+    expected = _legacy(text)
+    assert len(expected[0][0]) == 1101
+    _check(text.encode(), (None, 4096))

@@ -2,9 +2,11 @@
  *
  * scan() reads complete lines of raw UTF-8 bytes (no decoding) and reads the strict whole-line
  * shapes of lines._BLOCK_RE in place (and "step N loss: X"): HF Trainer dict, nanoGPT iter, tqdm loss postfix, Keras,
- * nanoGPT eval, bare "loss: x", "Epoch k/N" header. Every other line holding a candidate
- * literal (oss/OSS/poch/POCH) is handed back, decoded (errors="replace"), to the Python
- * per-line parser. merge() builds the batch columns from the strict points and the points the
+ * nanoGPT eval, bare "loss: x", "Epoch k/N" header. Every other ASCII line holding "oss"/"OSS"
+ * is read with the general grammar of lines._parse_raw (see "The general loss-line grammar"
+ * below; scan()'s max_chars argument turns it on); the lines it is not sure of (non-ASCII,
+ * possible epoch headers, over-long numbers, integers past int64) are handed back, decoded
+ * (errors="replace"), to the Python per-line parser. merge() builds the batch columns from the strict points and the points the
  * Python side read from the handed-back lines. Numbers convert as Python's float() (strtod_l in
  * the "C" locale, correctly rounded; the shapes admit only [-]digits[.digits][e[+-]digits], so
  * nan/inf never reach it; overflow gives +-inf as float('1e400')), integers as int() (at most
@@ -186,6 +188,740 @@ static const char *decimal(const char *p, const char *e, size_t max) {
     return p;
 }
 
+/* ---- The general loss-line grammar (lines._parse_raw) for ASCII candidate lines ----------
+ *
+ * A candidate line (holding oss/OSS) that no strict shape reads and that is printable after
+ * clean_line() is read here with exactly _parse_raw's rules, on a cleaned copy of the line (ANSI
+ * escapes and C0 controls but tab removed, as lines._ANSI_RE and lines._CONTROL_TABLE do) and its
+ * lower-case twin (ASCII lower() keeps positions; the regexes are IGNORECASE). Each regex is
+ * matched by hand: the analysis of its backtracking is written beside each matcher. A line holding
+ * a non-ASCII character other than tqdm's bar characters (bar_char(); for others Python's Unicode
+ * \d, \s, \w and case folding differ from ASCII's), a number of more
+ * than GEN_MAX_NUMBER characters, an integer of more than 18 digits, a step or product past int64
+ * (Python ints are unbounded) or more than GEN_MAX_NAMES distinct names is "not sure": handed back
+ * to the Python parser. In the cleaned line \s is [ \t] (the other ASCII whitespace are controls,
+ * removed), \d [0-9], \w [A-Za-z0-9_]. */
+
+#define GEN_HAND (-1)
+#define GEN_MAX_NUMBER 300
+#define GEN_MAX_NAMES 1024
+
+typedef struct {
+    int kind;          /* 0 train, 1 eval */
+    const char *name;  /* in the cleaned line (or a static key) */
+    size_t nlen;
+    double value;
+    int64_t step;      /* NO_INT: none or negative */
+    int step_none;     /* the line gave no step (Python's None) */
+    double epoch;      /* NaN: none */
+    int64_t total;     /* NO_INT: none */
+} gpoint_t;
+
+static int is_word(unsigned char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+static int is_ws(unsigned char c) { return c == ' ' || c == '\t'; }
+static int is_dig(unsigned char c) { return c >= '0' && c <= '9'; }
+
+/* The one non-ASCII kind of character read here: U+2500-U+259F, box drawing and block elements
+ * (tqdm's and rich's bars: "█▌", "━╸"), 3 UTF-8 bytes E2 94-96 xx. They are category So: not
+ * \d, \s nor \w in Python's Unicode regexes, no case folding, printable, and no ASCII class
+ * of the grammar holds them, so each stands in the cleaned line as the one byte GEN_BAR (which
+ * none of the matchers accepts either), keeping the character positions Python sees. */
+#define GEN_BAR 0x80
+static int bar_char(const char *q, const char *e) {
+    const unsigned char *u = (const unsigned char *)q;
+    if (e - q < 3 || u[0] != 0xe2 || u[1] < 0x94 || u[1] > 0x96 || u[2] < 0x80 || u[2] > 0xbf)
+        return 0;
+    return u[1] != 0x96 || u[2] <= 0x9f;
+}
+
+/* clean_line() of the line [p, e) (ASCII and bar_char()s) into out, and its lower case into low
+ * (room for e - p bytes each): _ANSI_RE's matches
+ * removed (re.sub: leftmost, left to right; each alternative matches in one way: CSI's three
+ * classes are disjoint, OSC's body stops at its first BEL/ESC), then C0 controls but tab and DEL
+ * removed (a filter after the substitution: the same as the two passes). Returns the length. */
+static size_t gen_clean(const char *p, const char *e, char *out, char *low) {
+    size_t o = 0;
+    while (p < e) {
+        unsigned char c = (unsigned char)*p;
+        if (c == 0x1b && p + 1 < e) {
+            unsigned char d = (unsigned char)p[1];
+            const char *q = p + 2;
+            if (d == '[') { /* \x1b\[[0-?]*[ -/]*[@-~] */
+                while (q < e && (unsigned char)*q >= 0x30 && (unsigned char)*q <= 0x3f)
+                    q++;
+                while (q < e && (unsigned char)*q >= 0x20 && (unsigned char)*q <= 0x2f)
+                    q++;
+                if (q < e && (unsigned char)*q >= 0x40 && (unsigned char)*q <= 0x7e) {
+                    p = q + 1;
+                    continue;
+                }
+                /* '[' is not in the two-byte class: no match here */
+            } else {
+                if (d == ']') { /* \x1b\][^\x07\x1b]*(?:\x07|\x1b\\) */
+                    while (q < e && *q != 0x07 && *q != 0x1b)
+                        q++;
+                    if (q < e && *q == 0x07) {
+                        p = q + 1;
+                        continue;
+                    }
+                    if (q + 1 < e && *q == 0x1b && q[1] == '\\') {
+                        p = q + 2;
+                        continue;
+                    }
+                }
+                if ((d >= 0x40 && d <= 0x5a) || (d >= 0x5c && d <= 0x5f)) { /* \x1b[@-Z\\-_] */
+                    p += 2;
+                    continue;
+                }
+            }
+        }
+        if (c == 0xe2) { /* a bar_char(): one character no class of the grammar holds */
+            low[o] = out[o] = (char)GEN_BAR;
+            o++;
+            p += 3;
+            continue;
+        }
+        if ((c >= 0x20 && c != 0x7f) || c == '\t') {
+            out[o] = (char)c;
+            low[o++] = (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
+        }
+        p++;
+    }
+    return o;
+}
+
+/* low[i:] starts with the lower-case literal s. */
+static int at(const char *low, size_t n, size_t i, const char *s, size_t k) {
+    if (i + k > n)
+        return 0;
+    for (size_t j = 0; j < k; j++) /* short literals: a loop beats a memcmp call */
+        if (low[i + j] != s[j])
+            return 0;
+    return 1;
+}
+#define AT(low, n, i, s) at((low), (n), (i), (s), sizeof(s) - 1)
+
+/* float() of the number text [p, q) (lines._NUMBER's numeric alternative: [-+]?(\d+(\.\d*)?|\.\d+)
+ * ([eE][-+]?\d+)?): Clinger's fast path for at most 15 digits and |exponent| <= 22, else
+ * strtod_l (correctly rounded, as CPython's dtoa). *ok = 0 past GEN_MAX_NUMBER characters. */
+static double gen_double(const char *p, const char *q, int *ok) {
+    const char *c = p;
+    int neg = 0, nd = 0, k = 0;
+    uint64_t m = 0;
+    *ok = 1;
+    if (c < q && (*c == '-' || *c == '+'))
+        neg = *c++ == '-';
+    for (; c < q && is_dig(*c); c++, nd++)
+        m = m * 10 + (uint64_t)(*c - '0');
+    if (c < q && *c == '.')
+        for (c++; c < q && is_dig(*c); c++, nd++, k--)
+            m = m * 10 + (uint64_t)(*c - '0');
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
+    if (nd <= 15) {
+        int fast = 1;
+        if (c < q && (*c == 'e' || *c == 'E')) {
+            int esign = 1, ev = 0, en = 0;
+            c++;
+            if (c < q && (*c == '-' || *c == '+'))
+                esign = *c++ == '-' ? -1 : 1;
+            for (; c < q && is_dig(*c); c++, en++)
+                if (en < 6)
+                    ev = ev * 10 + (*c - '0');
+            if (en >= 6)
+                fast = 0;
+            k += esign * ev;
+        }
+        if (fast && c == q && (m == 0 || (k >= -22 && k <= 22))) {
+            double v = (double)m;
+            if (m != 0)
+                v = k >= 0 ? v * pow10_exact[k] : v / pow10_exact[-k];
+            return neg ? -v : v;
+        }
+    }
+#endif
+    char tmp[GEN_MAX_NUMBER + 1];
+    size_t n = (size_t)(q - p);
+    if (n > GEN_MAX_NUMBER) {
+        *ok = 0;
+        return 0.0;
+    }
+    memcpy(tmp, p, n);
+    tmp[n] = '\0';
+    return strtod_l(tmp, NULL, c_locale);
+}
+
+/* lines._VALUE at v: (?:tensor\(\s*)?(?P<value>_NUMBER). _NUMBER is atomic: its group takes the
+ * first way it matches (sign, the longest digits[.digits*] or .digits, an exponent when whole;
+ * or nan / infinity / inf) and is never shrunk, then (?![A-Za-z0-9_]). "tensor(" is optional
+ * and greedy; without it the number would start at 't' and fail, so it is taken when there.
+ * Returns the end of the number (its start in *vs), or 0 (no match: value positions are > 0). */
+static size_t gen_value(const char *c, const char *low, size_t n, size_t v, size_t *vs) {
+    if (AT(low, n, v, "tensor(")) {
+        v += 7;
+        while (v < n && is_ws(c[v]))
+            v++;
+    }
+    size_t i = v;
+    if (i < n && (c[i] == '-' || c[i] == '+'))
+        i++;
+    if (i < n && is_dig(c[i])) {
+        while (i < n && is_dig(c[i]))
+            i++;
+        if (i < n && c[i] == '.')
+            for (i++; i < n && is_dig(c[i]); i++)
+                ;
+    } else if (i + 1 < n && c[i] == '.' && is_dig(c[i + 1])) {
+        for (i++; i < n && is_dig(c[i]); i++)
+            ;
+    } else {
+        if (AT(low, n, i, "nan"))
+            i += 3;
+        else if (AT(low, n, i, "infinity"))
+            i += 8;
+        else if (AT(low, n, i, "inf"))
+            i += 3;
+        else
+            return 0;
+        if (i < n && is_word(c[i]))
+            return 0;
+        *vs = v;
+        return i;
+    }
+    if (i < n && (c[i] == 'e' || c[i] == 'E')) {
+        size_t j = i + 1;
+        if (j < n && (c[j] == '-' || c[j] == '+'))
+            j++;
+        if (j < n && is_dig(c[j])) {
+            while (j < n && is_dig(c[j]))
+                j++;
+            i = j;
+        }
+    }
+    if (i < n && is_word(c[i]))
+        return 0;
+    *vs = v;
+    return i;
+}
+
+/* float() of a _NUMBER text [s, e): nan/inf by name (signed as float() signs them). */
+static double gen_number_value(const char *c, const char *low, size_t s, size_t e, int *ok) {
+    size_t i = s;
+    int neg = 0;
+    *ok = 1;
+    if (c[i] == '-' || c[i] == '+')
+        neg = c[i++] == '-';
+    if (low[i] == 'n')
+        return neg ? -NAN : NAN;
+    if (low[i] == 'i')
+        return neg ? -INFINITY : INFINITY;
+    return gen_double(c + s, c + e, ok);
+}
+
+/* The prefixes of lines._LOSS_RE in its order, and their set: 0 train, 1 eval, 2 dropped. */
+static const struct {
+    const char *s;
+    size_t n;
+    int set;
+} loss_prefixes[] = {
+    {"training", 8, 0}, {"train", 5, 0}, {"total", 5, 0}, {"average", 7, 0}, {"avg", 3, 0},
+    {"mean", 4, 0}, {"running", 7, 0}, {"epoch", 5, 0}, {"batch", 5, 0}, {"validation", 10, 1},
+    {"valid", 5, 1}, {"val", 3, 1}, {"evaluation", 10, 1}, {"eval", 4, 1}, {"dev", 3, 1},
+    {"test", 4, 2}, {"predict", 7, 2},
+};
+
+static int is_sep(unsigned char c) { return c == ' ' || c == '_' || c == '/' || c == '.' || c == '-'; }
+
+typedef struct {
+    size_t start, name_end, end, vs;
+    int set;
+} lmatch_t;
+
+/* lines._LOSS_RE.match at s. The name is unique at s: no prefix holds "loss" nor starts with
+ * 'l', and of two prefixes one of which starts the other ("train"/"training", "val"/"valid"/
+ * "validation", "eval"/"evaluation") only one can be followed by [sep]loss; the optional
+ * separator is greedy, then absent. After the name: \s*(?:[:=]\s*|\s+) — with W the blank run,
+ * a ':'/'=' after W puts the value after it and its blanks (the other way, value at the ':',
+ * fails); else W must be non-empty and the value starts after it. */
+static int gen_loss_at(const char *c, const char *low, size_t n, size_t s, lmatch_t *m) {
+    size_t a;
+    int set = 0;
+    if (s > 0 && is_word(c[s - 1]))
+        return 0;
+    if (AT(low, n, s, "loss")) {
+        a = s + 4;
+    } else {
+        size_t k, cnt = sizeof loss_prefixes / sizeof loss_prefixes[0];
+        a = 0;
+        for (k = 0; k < cnt; k++) {
+            size_t q = s + loss_prefixes[k].n;
+            if (loss_prefixes[k].s[0] != low[s] || !at(low, n, s, loss_prefixes[k].s, loss_prefixes[k].n))
+                continue;
+            if (q < n && is_sep(c[q]) && AT(low, n, q + 1, "loss")) {
+                a = q + 5;
+            } else if (AT(low, n, q, "loss")) {
+                a = q + 4;
+            } else
+                continue;
+            set = loss_prefixes[k].set;
+            break;
+        }
+        if (a == 0)
+            return 0;
+    }
+    if (a < n && is_word(c[a]))
+        return 0;
+    size_t w = a, v, vs = 0, end;
+    while (w < n && is_ws(c[w]))
+        w++;
+    if (w < n && (c[w] == ':' || c[w] == '=')) {
+        v = w + 1;
+        while (v < n && is_ws(c[v]))
+            v++;
+    } else {
+        if (w == a)
+            return 0;
+        v = w;
+    }
+    end = gen_value(c, low, n, v, &vs);
+    if (end == 0)
+        return 0;
+    m->start = s;
+    m->name_end = a;
+    m->end = end;
+    m->vs = vs;
+    m->set = set;
+    return 1;
+}
+
+/* The next "loss" in low at or after i, or n. */
+static size_t find_loss(const char *low, size_t n, size_t i) {
+    while (i + 4 <= n) {
+        const char *hit = memchr(low + i, 'l', n - 3 - i);
+        if (hit == NULL)
+            return n;
+        i = (size_t)(hit - low);
+        if (low[i + 1] == 'o' && low[i + 2] == 's' && low[i + 3] == 's')
+            return i;
+        i++;
+    }
+    return n;
+}
+
+/* lines._NANOGPT_EVAL_RE.match: \s*step \d+: train loss \S+, val loss  — \S+ then ", " : the
+ * run of non-blanks after "train loss " must end with ',' (at least one character before it)
+ * and be followed by " val loss ". */
+static int gen_nanogpt_eval(const char *c, const char *low, size_t n) {
+    size_t i = 0, w;
+    while (i < n && is_ws(c[i]))
+        i++;
+    if (!AT(low, n, i, "step "))
+        return 0;
+    i += 5;
+    if (i >= n || !is_dig(c[i]))
+        return 0;
+    while (i < n && is_dig(c[i]))
+        i++;
+    if (!AT(low, n, i, ": train loss "))
+        return 0;
+    i += 13;
+    for (w = i; w < n && !is_ws(c[w]); w++)
+        ;
+    if (w - i < 2 || c[w - 1] != ',')
+        return 0;
+    return AT(low, n, w, " val loss ");
+}
+
+/* lines._HF_METRICS_BLOCK_RE.fullmatch: " {2}(?:train|eval|test|predict)_\w+\s* = \s*\S+\s*".
+ * \w+ stops at the blank run before '=' (which must end with a space), then "= " and one
+ * non-blank token between optional blanks. */
+static int gen_metrics_block(const char *c, const char *low, size_t n) {
+    size_t i = 2, j;
+    if (n < 2 || c[0] != ' ' || c[1] != ' ')
+        return 0;
+    if (AT(low, n, i, "train_"))
+        i += 6;
+    else if (AT(low, n, i, "eval_") || AT(low, n, i, "test_"))
+        i += 5;
+    else if (AT(low, n, i, "predict_"))
+        i += 8;
+    else
+        return 0;
+    if (i >= n || !is_word(c[i]))
+        return 0;
+    while (i < n && is_word(c[i]))
+        i++;
+    j = i;
+    while (j < n && is_ws(c[j]))
+        j++;
+    if (j == i || c[j - 1] != ' ' || j + 1 >= n || c[j] != '=' || c[j + 1] != ' ')
+        return 0;
+    j += 2;
+    while (j < n && is_ws(c[j]))
+        j++;
+    if (j >= n)
+        return 0;
+    while (j < n && !is_ws(c[j]))
+        j++;
+    while (j < n && is_ws(c[j]))
+        j++;
+    return j == n;
+}
+
+/* int() of the digits [p, q): -1 past 18 digits (the caller hands the line back). */
+static int64_t gen_int(const char *p, const char *q) {
+    if (q - p > 18)
+        return -1;
+    return to_int(p, q);
+}
+
+/* The tail shared by _STEP_RE and _EPOCH_RE after the keyword, at a:
+ * \s*(?:[:=#]\s*|\s+)?\[?\s* — the language blanks, one of [:=#] (optional), blanks, '['
+ * (optional), blanks; its strings hold no digit, so the number starts at the first digit after
+ * the greedy scan of it, or the keyword does not match here. Returns that position or n. */
+static size_t gen_connector(const char *c, size_t n, size_t a) {
+    while (a < n && is_ws(c[a]))
+        a++;
+    if (a < n && (c[a] == ':' || c[a] == '=' || c[a] == '#')) {
+        a++;
+        while (a < n && is_ws(c[a]))
+            a++;
+    }
+    if (a < n && c[a] == '[') {
+        a++;
+        while (a < n && is_ws(c[a]))
+            a++;
+    }
+    return a < n && is_dig(c[a]) ? a : n;
+}
+
+/* _STEP_RE/_EPOCH_RE's optional total (blanks, a slash, blanks, digits) and (?![\d.]) after a
+ * number ending at i (not followed by a digit): the total when it is there and not followed by
+ * '.' (shrinking its digits leaves a digit next), else none, and then the number itself must not
+ * be followed by '.'. Returns 1 with *t0, *t1 the total's digits (t0 == t1: none), 0 no match. */
+static int gen_total(const char *c, size_t n, size_t i, size_t *t0, size_t *t1) {
+    size_t j = i;
+    *t0 = *t1 = 0;
+    while (j < n && is_ws(c[j]))
+        j++;
+    if (j < n && c[j] == '/') {
+        j++;
+        while (j < n && is_ws(c[j]))
+            j++;
+        if (j < n && is_dig(c[j])) {
+            size_t d = j;
+            while (j < n && is_dig(c[j]))
+                j++;
+            if (j >= n || c[j] != '.') {
+                *t0 = d;
+                *t1 = j;
+                return 1;
+            }
+        }
+    }
+    return i >= n || c[i] != '.';
+}
+
+/* lines._step_epoch_total: step, epoch and total from the line (None: step_none / NaN / NO_INT).
+ * Returns 0, or GEN_HAND (an integer past 18 digits or int64, an over-long epoch number). */
+static int gen_step_epoch_total(const char *c, const char *low, size_t n, int64_t *step, int *step_none,
+                                double *epoch, int64_t *total) {
+    int64_t st = -1, st_total = -1, ep_total = -1;
+    int have_step = 0, have_epoch = 0;
+    double ep = NAN;
+    size_t i;
+    /* _STEP_RE.search: (?<!\w)(?:global_step|step|iteration|iter) then the connector, \d+
+     * (greedy; shrinking it leaves a digit next), the total. "iteration" failing, "iter" would
+     * be followed by 'a': never a match. */
+    for (i = 0; i < n && !have_step; i++) {
+        size_t a;
+        char l = low[i];
+        if (l != 'g' && l != 's' && l != 'i')
+            continue;
+        if (i > 0 && is_word(c[i - 1]))
+            continue;
+        if (AT(low, n, i, "global_step"))
+            a = i + 11;
+        else if (AT(low, n, i, "step"))
+            a = i + 4;
+        else if (AT(low, n, i, "iteration"))
+            a = i + 9;
+        else if (AT(low, n, i, "iter"))
+            a = i + 4;
+        else
+            continue;
+        size_t d0 = gen_connector(c, n, a), d1, t0, t1;
+        if (d0 >= n)
+            continue;
+        for (d1 = d0; d1 < n && is_dig(c[d1]); d1++)
+            ;
+        if (!gen_total(c, n, d1, &t0, &t1))
+            continue;
+        if ((st = gen_int(c + d0, c + d1)) < 0)
+            return GEN_HAND;
+        if (t1 > t0 && (st_total = gen_int(c + t0, c + t1)) < 0)
+            return GEN_HAND;
+        have_step = 1;
+    }
+    /* _EPOCH_RE.search: (?<!\w)epoch, the connector, \d+(?:\.\d+)? (the digits, then '.' and
+     * digits when there; any shrinking leaves a digit or '.' next), the total. */
+    for (i = 0; i + 5 <= n && !have_epoch; i++) {
+        if (low[i] != 'e' || !AT(low, n, i, "epoch") || (i > 0 && is_word(c[i - 1])))
+            continue;
+        size_t d0 = gen_connector(c, n, i + 5), d1, t0, t1;
+        if (d0 >= n)
+            continue;
+        for (d1 = d0; d1 < n && is_dig(c[d1]); d1++)
+            ;
+        if (d1 + 1 < n && c[d1] == '.' && is_dig(c[d1 + 1]))
+            for (d1++; d1 < n && is_dig(c[d1]); d1++)
+                ;
+        if (!gen_total(c, n, d1, &t0, &t1))
+            continue;
+        int ok;
+        ep = gen_double(c + d0, c + d1, &ok);
+        if (!ok)
+            return GEN_HAND;
+        if (t1 > t0 && (ep_total = gen_int(c + t0, c + t1)) < 0)
+            return GEN_HAND;
+        have_epoch = 1;
+    }
+    *step_none = 1;
+    *step = NO_INT;
+    *epoch = NAN;
+    *total = NO_INT;
+    if (!have_step) {
+        if (!have_epoch && memchr(c, '|', n) != NULL) {
+            /* _TQDM_RE.search: \|\s*(\d+)/(\d+)\s*\[[\d?] (digits greedy; shrinking leaves a digit
+             * where '/' or '[' is needed) */
+            for (i = 0; i < n; i++) {
+                if (c[i] != '|')
+                    continue;
+                size_t j = i + 1, a0, a1, b0, b1;
+                while (j < n && is_ws(c[j]))
+                    j++;
+                for (a0 = a1 = j; a1 < n && is_dig(c[a1]); a1++)
+                    ;
+                if (a1 == a0 || a1 >= n || c[a1] != '/')
+                    continue;
+                for (b0 = b1 = a1 + 1; b1 < n && is_dig(c[b1]); b1++)
+                    ;
+                if (b1 == b0)
+                    continue;
+                for (j = b1; j < n && is_ws(c[j]); j++)
+                    ;
+                if (j + 1 >= n || c[j] != '[' || !(is_dig(c[j + 1]) || c[j + 1] == '?'))
+                    continue;
+                int64_t tn = gen_int(c + a0, c + a1), tt = gen_int(c + b0, c + b1);
+                if (tn < 0 || tt < 0)
+                    return GEN_HAND;
+                *step = tn;
+                *step_none = 0;
+                *total = tt;
+                return 0;
+            }
+        }
+        if (have_epoch) {
+            *epoch = ep;
+            *total = ep_total; /* -1 when none */
+        }
+        return 0;
+    }
+    *step_none = 0;
+    if (have_epoch && ep_total > 0 && st_total > 0 && ep >= 1 && st <= st_total) {
+        double whole = ep - 1.0;
+        int64_t g, t;
+        if (!(whole < 9.2e18))
+            return GEN_HAND;
+        if (__builtin_mul_overflow((int64_t)whole, st_total, &g) || __builtin_add_overflow(g, st, &g) ||
+            __builtin_mul_overflow(ep_total, st_total, &t))
+            return GEN_HAND;
+        *step = g;
+        *epoch = ep;
+        *total = t;
+        return 0;
+    }
+    *step = st;
+    *epoch = have_epoch ? ep : NAN;
+    *total = st_total;
+    return 0;
+}
+
+/* The keys _parse_dict looks at, lower case. */
+enum { K_LOSS, K_TRAIN_LOSS, K_TOTAL_LOSS, K_EVAL_LOSS, K_VAL_LOSS, K_VALIDATION_LOSS, K_VALID_LOSS,
+       K_EVAL_SLASH, K_VAL_SLASH, K_STEP, K_GLOBAL_STEP, K_ITERATION, K_ITER, K_EPOCH, K_COUNT };
+static const char *const dict_keys[K_COUNT] = {
+    "loss", "train_loss", "total_loss", "eval_loss", "val_loss", "validation_loss", "valid_loss",
+    "eval/loss", "val/loss", "step", "global_step", "iteration", "iter", "epoch",
+};
+
+/* lines._parse_dict on the cleaned line: 1 with 1-2 points, 0 no points (the training summary),
+ * 2 "None" (no such dict: the caller goes on), GEN_HAND. _DICT_ITEM_RE.finditer from the first
+ * '{': at a quote, the key is the run of non-quotes to the next quote (1-80 of them: [^'"] cannot
+ * stop early before a quote), then \s*:\s*, the value (gen_value); a failed try resumes at the
+ * next quote. items.setdefault: the first value of a key counts. */
+static int gen_dict(const char *c, const char *low, size_t n, gpoint_t *pts, int *npts) {
+    const char *brace = memchr(c, '{', n);
+    size_t i = (size_t)(brace - c);
+    int seen[K_COUNT] = {0}, any = 0, k;
+    double val[K_COUNT];
+    while (i < n) {
+        if (c[i] != '\'' && c[i] != '"') {
+            i++;
+            continue;
+        }
+        size_t j = i + 1, v, vs = 0, end;
+        while (j < n && c[j] != '\'' && c[j] != '"')
+            j++;
+        if (j >= n)
+            break; /* no closing quote: no item from here on */
+        if (j - i - 1 < 1 || j - i - 1 > 80) {
+            i = j;
+            continue;
+        }
+        v = j + 1;
+        while (v < n && is_ws(c[v]))
+            v++;
+        if (v >= n || c[v] != ':') {
+            i = j;
+            continue;
+        }
+        v++;
+        while (v < n && is_ws(c[v]))
+            v++;
+        end = gen_value(c, low, n, v, &vs);
+        if (end == 0) {
+            i = j;
+            continue;
+        }
+        const char *key = low + i + 1;
+        size_t klen = j - i - 1;
+        any = 1;
+        if (klen >= 13 && memcmp(key, "train", 5) == 0 && memcmp(key + klen - 8, "_runtime", 8) == 0)
+            return 0; /* the end-of-training summary: not progress */
+        for (k = 0; k < K_COUNT; k++) {
+            if (!seen[k] && dict_keys[k][0] == key[0] && strlen(dict_keys[k]) == klen && memcmp(dict_keys[k], key, klen) == 0) {
+                int ok;
+                val[k] = gen_number_value(c, low, vs, end, &ok);
+                if (!ok)
+                    return GEN_HAND;
+                seen[k] = 1;
+                break;
+            }
+        }
+        i = end;
+    }
+    if (!any)
+        return 2;
+    int64_t step = NO_INT;
+    int step_none = 1;
+    for (k = K_STEP; k <= K_ITER; k++) {
+        if (seen[k]) {
+            double s = val[k];
+            if (isfinite(s)) {
+                if (!(s < 9.2e18))
+                    return GEN_HAND;
+                step_none = 0;
+                step = s <= -1.0 ? NO_INT : (int64_t)s;
+            }
+            break;
+        }
+    }
+    double epoch = seen[K_EPOCH] && isfinite(val[K_EPOCH]) ? val[K_EPOCH] : NAN;
+    *npts = 0;
+    for (int kind = 0; kind < 2; kind++) {
+        int from = kind == 0 ? K_LOSS : K_EVAL_LOSS, to = kind == 0 ? K_TOTAL_LOSS : K_VAL_SLASH;
+        for (k = from; k <= to; k++) {
+            if (seen[k]) {
+                gpoint_t *p = &pts[(*npts)++];
+                p->kind = kind;
+                p->name = dict_keys[k];
+                p->nlen = strlen(dict_keys[k]);
+                p->value = val[k];
+                p->step = step;
+                p->step_none = step_none;
+                p->epoch = epoch;
+                p->total = NO_INT;
+                break;
+            }
+        }
+    }
+    return *npts ? 1 : 2;
+}
+
+/* lines._parse_raw on the cleaned line c (n bytes, low its lower case): the points in pts
+ * (0-2, *npts), or GEN_HAND. */
+static int gen_parse(const char *c, const char *low, size_t n, gpoint_t *pts, int *npts) {
+    *npts = 0;
+    const char *brace = memchr(c, '{', n);
+    if (brace != NULL) {
+        int dict = 0;
+        for (const char *b = brace; b != NULL && b < c + n - 1;
+             b = memchr(b + 1, '{', (size_t)(c + n - b - 1))) {
+            if (b[1] == '\'' || b[1] == '"') {
+                dict = 1;
+                break;
+            }
+        }
+        if (dict) {
+            int r = gen_dict(c, low, n, pts, npts);
+            if (r != 2)
+                return r;
+            *npts = 0;
+        }
+    }
+    if (gen_metrics_block(c, low, n))
+        return 0;
+    size_t q = find_loss(low, n, 0), done = 0;
+    lmatch_t train, eval, m;
+    int have_train = 0, have_eval = 0;
+    while (q < n && !(have_train && have_eval)) {
+        size_t s = q >= done + 11 ? q - 11 : done;
+        for (; s <= q; s++) {
+            if (gen_loss_at(c, low, n, s, &m)) {
+                done = m.end;
+                if (m.set == 0 && !have_train) {
+                    train = m;
+                    have_train = 1;
+                } else if (m.set == 1 && !have_eval) {
+                    eval = m;
+                    have_eval = 1;
+                }
+                break;
+            }
+        }
+        q = find_loss(low, n, q + 1 > done ? q + 1 : done);
+    }
+    if (!have_train && !have_eval)
+        return 0;
+    if (have_train && have_eval && gen_nanogpt_eval(c, low, n))
+        have_train = 0;
+    int64_t step, total;
+    int step_none;
+    double epoch;
+    if (gen_step_epoch_total(c, low, n, &step, &step_none, &epoch, &total) == GEN_HAND)
+        return GEN_HAND;
+    for (int kind = 0; kind < 2; kind++) {
+        lmatch_t *lm = kind == 0 ? (have_train ? &train : NULL) : (have_eval ? &eval : NULL);
+        if (lm == NULL)
+            continue;
+        int ok;
+        gpoint_t *p = &pts[(*npts)++];
+        p->kind = kind;
+        p->name = c + lm->start;
+        p->nlen = lm->name_end - lm->start;
+        p->value = gen_number_value(c, low, lm->vs, lm->end, &ok);
+        if (!ok)
+            return GEN_HAND;
+        p->step = step;
+        p->step_none = step_none;
+        p->epoch = epoch;
+        p->total = total;
+    }
+    return 1;
+}
+
 typedef struct {
     const char *buf;
     size_t len;
@@ -199,7 +935,18 @@ typedef struct {
     int stopped;
     int nomem;
     vec_t points, hands;
+    size_t max_chars;  /* MAX_LINE_CHARS; 0: no general reading (every other line handed back) */
+    char *clean, *low; /* scratch for one cleaned line and its lower case (max_chars each) */
+    vec_t names;       /* name_t: the series of codes 3, 4, ... */
+    vec_t name_text;   /* their names' bytes */
+    size_t last_name;  /* the entry found last (lines repeat their names) */
 } scan_t;
+
+typedef struct {
+    int kind;
+    size_t off, len;
+    int64_t first; /* index of its first point */
+} name_t;
 
 static int emit(scan_t *s, int64_t code, double value, int64_t step, double epoch, int64_t total) {
     point_t *pt = vec_push(&s->points);
@@ -207,14 +954,135 @@ static int emit(scan_t *s, int64_t code, double value, int64_t step, double epoc
         s->nomem = 1;
         return -1;
     }
-    if (s->first[code] < 0)
-        s->first[code] = (int64_t)(s->points.len - 1);
+    if (code < 3) {
+        if (s->first[code] < 0)
+            s->first[code] = (int64_t)(s->points.len - 1);
+    } else {
+        name_t *nm = (name_t *)s->names.p + (code - 3);
+        if (nm->first < 0)
+            nm->first = (int64_t)(s->points.len - 1);
+    }
     pt->code = code;
     pt->value = value;
     pt->step = step;
     pt->epoch = epoch;
     pt->total = total;
     return 0;
+}
+
+static int possible_header(const char *p, const char *e);
+
+/* The point code of series (kind, name): 0-2 the strict ones, else 3 + its entry in s->names
+ * (added when new). -1: more than GEN_MAX_NAMES names (the line is handed back) or no memory. */
+static int64_t gen_code(scan_t *s, int kind, const char *name, size_t len) {
+    if (kind == 0 && len == 4 && memcmp(name, "loss", 4) == 0)
+        return 0;
+    if (kind == 1 && len == 8 && memcmp(name, "val_loss", 8) == 0)
+        return 1;
+    if (kind == 1 && len == 8 && memcmp(name, "val loss", 8) == 0)
+        return 2;
+    name_t *names = s->names.p;
+    const char *text = s->name_text.p;
+    if (s->last_name < s->names.len) {
+        name_t *nm = &names[s->last_name];
+        if (nm->kind == kind && nm->len == len && memcmp(text + nm->off, name, len) == 0)
+            return 3 + (int64_t)s->last_name;
+    }
+    for (size_t i = 0; i < s->names.len; i++) {
+        if (names[i].kind == kind && names[i].len == len && memcmp(text + names[i].off, name, len) == 0) {
+            s->last_name = i;
+            return 3 + (int64_t)i;
+        }
+    }
+    if (s->names.len >= GEN_MAX_NAMES)
+        return -1;
+    size_t off = s->name_text.len;
+    for (size_t i = 0; i < len; i++) {
+        char *ch = vec_push(&s->name_text);
+        if (ch == NULL) {
+            s->nomem = 1;
+            return -1;
+        }
+        *ch = name[i];
+    }
+    name_t *nm = vec_push(&s->names);
+    if (nm == NULL) {
+        s->nomem = 1;
+        return -1;
+    }
+    nm->kind = kind;
+    nm->off = off;
+    nm->len = len;
+    nm->first = -1;
+    s->last_name = s->names.len - 1;
+    return 3 + (int64_t)s->last_name;
+}
+
+/* A candidate line [p, e) (holding oss/OSS when found & 1, poch/POCH when found & 2) that no
+ * strict shape read, read with the general grammar: 1 done (its points, if any, emitted with the
+ * epoch context as LineParser._add applies it), 0 hand it back. ``header``: the raw line may be
+ * an epoch header (possible_header); one holding escapes or bar characters is asked again once
+ * cleaned (an ANSI-coloured "epoch 2/10 loss: 0.5" is no header), else it is handed back. */
+static int general_line(scan_t *s, const char *p, const char *e, int found, int header) {
+    size_t n = (size_t)(e - p);
+    gpoint_t pts[2];
+    int npts = 0, r, esc = 0;
+    int64_t codes[2];
+    if (!(found & 1) && !header)
+        return 1; /* no "oss": _parse_raw reads nothing, and the line is no header */
+    size_t chars = n;
+    for (const char *q = p; q < e; q++) {
+        if ((unsigned char)*q >= 0x80) {
+            if (!bar_char(q, e))
+                return 0;
+            q += 2;
+            chars -= 2;
+            esc |= 2;
+            continue;
+        }
+        esc |= *q == 0x1b;
+    }
+    /* esc: 1 an escape, 2 a bar character (which cleaning keeps: then no header fullmatch) */
+    if (chars > s->max_chars)
+        return 1; /* longer than MAX_LINE_CHARS characters: skipped (no header either) */
+    if (header && !esc)
+        return 0;
+    if (s->clean == NULL) {
+        s->clean = malloc(2 * s->max_chars + 2);
+        if (s->clean == NULL) {
+            s->nomem = 1;
+            return 0;
+        }
+        s->low = s->clean + s->max_chars + 1;
+    }
+    char *c = s->clean, *low = s->low;
+    n = gen_clean(p, e, c, low);
+    if (header && memchr(c, GEN_BAR, n) == NULL && possible_header(c, c + n))
+        return 0;
+    if (!(found & 1))
+        return 1;
+    if (find_loss(low, n, 0) >= n)
+        return 1; /* "loss" not in low: no point (every key a dict point has holds it too) */
+    r = gen_parse(c, low, n, pts, &npts);
+    if (r == GEN_HAND)
+        return 0;
+    for (int i = 0; i < npts; i++) {
+        codes[i] = gen_code(s, pts[i].kind, pts[i].name, pts[i].nlen);
+        if (codes[i] < 0)
+            return 0;
+    }
+    for (int i = 0; i < npts; i++) {
+        double epoch = pts[i].epoch;
+        int64_t total = pts[i].total;
+        if (isnan(epoch) && !isnan(s->ctx)) {
+            if (total == NO_INT && pts[i].step_none)
+                total = s->ctx_total;
+            epoch = s->ctx;
+        }
+        if (emit(s, codes[i], pts[i].value, pts[i].step, epoch, total) < 0)
+            return 0;
+    }
+    return 1;
 }
 
 /* {'loss': (B), 'grad_norm': B, 'learning_rate': B, 'epoch': (B)} */
@@ -526,6 +1394,11 @@ static void scan_block(scan_t *s) {
         int found = literals(line, e);
         if (!found)
             continue;
+        int header = (found & 2) && possible_header(line, e);
+        if (s->max_chars && general_line(s, line, e, found, header))
+            continue;
+        if (s->nomem)
+            break;
         hand_t *h = vec_push(&s->hands);
         if (h == NULL) {
             s->nomem = 1;
@@ -536,7 +1409,7 @@ static void scan_block(scan_t *s) {
         h->end = e - buf;
         h->hn = s->hn;
         h->ht = s->ht;
-        if ((found & 2) && possible_header(line, e)) {
+        if (header) {
             s->stopped = 1; /* the Python side may change the epoch context here */
             break;
         }
@@ -545,27 +1418,30 @@ static void scan_block(scan_t *s) {
 }
 
 PyDoc_STRVAR(scan_doc,
-"scan(buf, pos, ctx, ctx_total, max_line) -> (next_pos, points, hands, first, header, stopped, line_ends)\n\n"
+"scan(buf, pos, ctx, ctx_total, max_line, max_chars=0) -> (next_pos, points, hands, first, header, stopped,\n"
+"line_ends, names)\n\n"
 "Scan the complete lines of ``buf`` (bytes-like, ending with a line end) from byte ``pos``.\n"
 "``ctx``/``ctx_total``: the epoch context (float, NaN none; int, -1 none). ``max_line``: lines\n"
-"longer (bytes) are skipped. ``points``: bytes of 40-byte records (value d, epoch d, step q,\n"
+"longer (bytes) are skipped. ``max_chars`` (MAX_LINE_CHARS; 0: off): ASCII candidate lines no\n"
+"strict shape reads are read with the general grammar (longer ones skipped). ``points``: bytes of 40-byte records (value d, epoch d, step q,\n"
 "total q, code q); ``hands``: list of (k, line str, hn, ht) for the lines the Python parser\n"
 "reads (k strict points before it; hn/ht the last strict header before it, -1 none);\n"
 "``first``: index of the first point of each code (-1 none); ``header``: (n, total) of the last\n"
 "strict header, or None; ``stopped``: the scan stopped after a possible epoch header line;\n"
-"``line_ends``: the line ends passed (a CRLF once, also when its \\r lies before ``pos``).");
+"``line_ends``: the line ends passed (a CRLF once, also when its \\r lies before ``pos``);\n"
+"``names``: list of (kind, name) of codes 3, 4, ... (the general grammar's other series).");
 
 static PyObject *py_scan(PyObject *self, PyObject *args) {
     Py_buffer view;
-    Py_ssize_t pos, max_line;
+    Py_ssize_t pos, max_line, max_chars = 0;
     double ctx;
     long long ctx_total;
-    PyObject *points = NULL, *hands = NULL, *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*ndLn", &view, &pos, &ctx, &ctx_total, &max_line))
+    PyObject *points = NULL, *hands = NULL, *result = NULL, *first = NULL, *names = NULL;
+    if (!PyArg_ParseTuple(args, "y*ndLn|n", &view, &pos, &ctx, &ctx_total, &max_line, &max_chars))
         return NULL;
     scan_t s;
     memset(&s, 0, sizeof s);
-    if (pos < 0 || pos > view.len || max_line < 0) {
+    if (pos < 0 || pos > view.len || max_line < 0 || max_chars < 0) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError, "pos out of range");
         return NULL;
@@ -580,6 +1456,9 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
     s.first[0] = s.first[1] = s.first[2] = -1;
     s.points.item = sizeof(point_t);
     s.hands.item = sizeof(hand_t);
+    s.max_chars = (size_t)max_chars;
+    s.names.item = sizeof(name_t);
+    s.name_text.item = 1;
     Py_BEGIN_ALLOW_THREADS
     scan_block(&s);
     Py_END_ALLOW_THREADS
@@ -610,14 +1489,43 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
         header = Py_NewRef(Py_None);
     if (header == NULL)
         goto done;
-    result = Py_BuildValue("(nOO(LLL)NOL)", (Py_ssize_t)s.pos, points, hands, (long long)s.first[0],
-                           (long long)s.first[1], (long long)s.first[2], header,
-                           s.stopped ? Py_True : Py_False, (long long)s.line_ends);
+    first = PyTuple_New(3 + (Py_ssize_t)s.names.len);
+    names = PyList_New((Py_ssize_t)s.names.len);
+    if (first == NULL || names == NULL) {
+        Py_DECREF(header);
+        goto done;
+    }
+    for (Py_ssize_t c = 0; c < 3 + (Py_ssize_t)s.names.len; c++) {
+        int64_t f = c < 3 ? s.first[c] : ((name_t *)s.names.p)[c - 3].first;
+        PyObject *v = PyLong_FromLongLong((long long)f);
+        if (v == NULL) {
+            Py_DECREF(header);
+            goto done;
+        }
+        PyTuple_SET_ITEM(first, c, v);
+    }
+    for (size_t i = 0; i < s.names.len; i++) {
+        name_t *nm = (name_t *)s.names.p + i;
+        PyObject *item = Py_BuildValue("(sN)", nm->kind ? "eval" : "train",
+                                       PyUnicode_DecodeASCII((const char *)s.name_text.p + nm->off, (Py_ssize_t)nm->len, "strict"));
+        if (item == NULL) {
+            Py_DECREF(header);
+            goto done;
+        }
+        PyList_SET_ITEM(names, (Py_ssize_t)i, item);
+    }
+    result = Py_BuildValue("(nOOONOLO)", (Py_ssize_t)s.pos, points, hands, first, header,
+                           s.stopped ? Py_True : Py_False, (long long)s.line_ends, names);
 done:
     Py_XDECREF(points);
     Py_XDECREF(hands);
+    Py_XDECREF(first);
+    Py_XDECREF(names);
     free(s.points.p);
     free(s.hands.p);
+    free(s.clean);
+    free(s.names.p);
+    free(s.name_text.p);
     PyBuffer_Release(&view);
     return result;
 }
@@ -627,21 +1535,36 @@ PyDoc_STRVAR(merge_doc,
 "-> (series, values, steps, epochs, totals)\n\n"
 "Columns (bytes for array('i'), 'd', 'q', 'd', 'q') of the strict ``points`` of scan() with the\n"
 "side points inserted: side point j goes before strict point side_pos[j] (non-decreasing).\n"
-"``code_map``: the batch's series index for codes 0, 1, 2.");
+"``code_map``: the batch's series index for each code (a sequence of ints).");
 
 static PyObject *py_merge(PyObject *self, PyObject *args) {
     Py_buffer pts, ss, sv, sst, se, stt, sp;
-    int m0, m1, m2;
-    PyObject *out[5] = {NULL, NULL, NULL, NULL, NULL}, *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*(iii)y*y*y*y*y*y*", &pts, &m0, &m1, &m2, &ss, &sv, &sst, &se, &stt, &sp))
+    PyObject *code_map, *out[5] = {NULL, NULL, NULL, NULL, NULL}, *result = NULL, *seq = NULL;
+    int *map = NULL;
+    Py_ssize_t ncodes = 0;
+    if (!PyArg_ParseTuple(args, "y*Oy*y*y*y*y*y*", &pts, &code_map, &ss, &sv, &sst, &se, &stt, &sp))
         return NULL;
+    seq = PySequence_Fast(code_map, "merge: code_map must be a sequence of ints");
+    if (seq == NULL)
+        goto done;
+    ncodes = PySequence_Fast_GET_SIZE(seq);
+    map = PyMem_Malloc((size_t)(ncodes ? ncodes : 1) * sizeof(int));
+    if (map == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t c = 0; c < ncodes; c++) {
+        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, c));
+        if (v == -1 && PyErr_Occurred())
+            goto done;
+        map[c] = (int)v;
+    }
     Py_ssize_t n = pts.len / (Py_ssize_t)sizeof(point_t), m = sv.len / 8;
     if (pts.len % (Py_ssize_t)sizeof(point_t) || ss.len != m * 4 || sst.len != m * 8 || se.len != m * 8 ||
         stt.len != m * 8 || sp.len != m * 8) {
         PyErr_SetString(PyExc_ValueError, "merge: column lengths differ");
         goto done;
     }
-    int map[3] = {m0, m1, m2};
     const point_t *P = pts.buf;
     const int32_t *S = ss.buf;
     const double *V = sv.buf, *E = se.buf;
@@ -653,7 +1576,7 @@ static PyObject *py_merge(PyObject *self, PyObject *args) {
         }
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (P[i].code < 0 || P[i].code > 2) {
+        if (P[i].code < 0 || P[i].code >= ncodes) {
             PyErr_SetString(PyExc_ValueError, "merge: bad code");
             goto done;
         }
@@ -692,6 +1615,8 @@ static PyObject *py_merge(PyObject *self, PyObject *args) {
 done:
     for (int c = 0; c < 5; c++)
         Py_XDECREF(out[c]);
+    Py_XDECREF(seq);
+    PyMem_Free(map);
     PyBuffer_Release(&pts);
     PyBuffer_Release(&ss);
     PyBuffer_Release(&sv);

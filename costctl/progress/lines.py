@@ -42,10 +42,14 @@ old parser):
 * ``"native"``: the optional C extension ``costctl.progress._scan`` (``_scan.c``, built by
   ``pip install`` when a C compiler is there). It scans the raw bytes (no decoding; the
   unfinished line is kept as bytes), reads the strict shapes of :data:`_BLOCK_RE` straight into
-  point records (numbers converted as ``float()``/``int()`` do), and hands every other line
-  holding ``oss``/``OSS``/``poch``/``POCH`` back, decoded with ``errors="replace"``, to the
-  per-line parser here; it stops after a line that may be an epoch header so that the strict
-  points after it get the new epoch context. The GIL is released while a block is scanned.
+  point records (numbers converted as ``float()``/``int()`` do), and reads every other ASCII
+  candidate line with :func:`_parse_raw`'s general grammar, written in C (the same ANSI and
+  control stripping, matches, prefixes, dict rules and step/epoch/total, series named as
+  written). It hands back, decoded with ``errors="replace"``, to the per-line parser here only
+  what it is not sure of: lines holding non-ASCII bytes (Unicode ``\\d``, ``\\s`` and case
+  folding), numbers over 300 characters, integers over 18 digits or steps past int64, possible
+  epoch headers; it stops after such a header line so that the points after it get the new
+  epoch context. The GIL is released while a block is scanned.
   Text input is encoded to UTF-8 and scanned the same way (text UTF-8 cannot encode, i.e. lone
   surrogates, turns that parser to the Python engine for good, its state kept).
 * ``"python"``: the block regex and per-line parser below, on decoded text. Used when the
@@ -297,7 +301,12 @@ def _parse_dict(line: str) -> list[_Raw] | None:
 
 
 def _parse_raw(line: str) -> list[_Raw]:
-    """:func:`parse_line` without the records: ``(kind, name, value, step, epoch, total)`` each."""
+    """:func:`parse_line` without the records: ``(kind, name, value, step, epoch, total)`` each.
+
+    The native engine reads the same rules in C (``_scan.c``, "The general loss-line grammar"):
+    a change to them here (or to the regexes they use) must be made there too;
+    tests/test_progress_native_parity.py fails on any difference.
+    """
     if not _maybe_loss(line) or len(line) > MAX_LINE_CHARS:
         return []
     line = clean_line(line)
@@ -912,8 +921,10 @@ class LineParser:
     def _parse_native(self, buf: bytes, t: float, batch: PointBatch) -> int:
         """The built-in shapes over complete lines ``buf`` (bytes) with the C scanner.
 
-        ``_scan.scan`` reads the strict shapes of :data:`_BLOCK_RE` into point records and
-        hands back the other candidate lines (decoded), each with the epoch header state at
+        ``_scan.scan`` reads the strict shapes of :data:`_BLOCK_RE` and the general grammar
+        of ASCII candidate lines into point records (codes 0-2 the series of
+        :data:`_CODE_KEYS`, 3 on the ``names`` it returns, in the order they first appear) and
+        hands back the lines it is not sure of (decoded), each with the epoch header state at
         it; they are read here by :meth:`_parse_other` into a side batch (sharing the batch's
         keys), and ``_scan.merge`` interleaves both in line order. The scan stops after a line
         that may be an epoch header the per-line parser reads, so the strict points after it
@@ -930,9 +941,11 @@ class LineParser:
                 rest = bytes(buf[pos:]).decode("utf-8", "replace")
                 self._parse_shapes(rest, t, batch)
                 return line_ends + _count_line_ends(rest) - (pos > 0 and rest[:1] == "\n" and buf[pos - 1] == 13)
-            pos, points, hands, first, header, stopped, ends = scan(buf, pos, ctx, ctx_total, _MAX_LINE_BYTES)
+            pos, points, hands, first, header, stopped, ends, names = scan(
+                buf, pos, ctx, ctx_total, _MAX_LINE_BYTES, MAX_LINE_CHARS)
             line_ends += ends
-            code_map = [0, 0, 0]
+            code_keys = _CODE_KEYS + tuple(names) if names else _CODE_KEYS
+            code_map = [0] * len(code_keys)
             order = sorted((f, c) for c, f in enumerate(first) if f >= 0)
             r = 0
             side = None
@@ -943,7 +956,7 @@ class LineParser:
                 for k, line, hn, ht in hands:
                     while r < len(order) and order[r][0] < k:
                         c = order[r][1]
-                        code_map[c] = key_index(*_CODE_KEYS[c])
+                        code_map[c] = key_index(*code_keys[c])
                         r += 1
                     if hn >= 0:
                         self._epoch, self._epochs_total = hn, ht
@@ -954,7 +967,7 @@ class LineParser:
                         for _ in range(len(side.values) - before):
                             side_pos.append(k)
             for _, c in order[r:]:
-                code_map[c] = key_index(*_CODE_KEYS[c])
+                code_map[c] = key_index(*code_keys[c])
             if header is not None and not stopped:
                 self._epoch, self._epochs_total = header
             if side is not None and side.values:
