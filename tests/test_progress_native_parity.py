@@ -414,8 +414,8 @@ _general_line = st.one_of(
 
 
 def _outcome(read, *args):
-    """``read(*args)``, or the name of the error it raises: a step past int64 (Python's ints
-    are unbounded) fails every engine's int64 column alike (OverflowError)."""
+    """``read(*args)``, or the name of the error it raises (none is expected: a step past
+    int64 is read as no step, see test_a_step_past_int64_keeps_its_loss)."""
     try:
         return read(*args)
     except OverflowError:
@@ -429,7 +429,7 @@ def _engines_agree(text: str, pieces) -> None:
         assert _outcome(_read, pieces, "native") == expected
 
 
-# Steps past int64: the per-line parser's int is unbounded and the batch column refuses it.
+# Steps past int64: the per-line parser's int is unbounded, the int64 column is not.
 OVERFLOW_LINES = [
     "{'step': 1e30, 'loss': 1}", "step " + "9" * 19 + " loss 1", "Epoch [3/8] Step [" + "9" * 19 + "/6] Loss: 1",
     "Epoch [9999999999/9999999999], Step [999999999/999999999], Loss: 1",
@@ -486,3 +486,17 @@ def test_more_series_names_than_the_native_table_parity() -> None:
     expected = _legacy(text)
     assert len(expected[0][0]) == 1101
     _check(text.encode(), (None, 4096))
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_a_step_past_int64_keeps_its_loss(engine: str) -> None:
+    """A step no int64 column (or ledger) holds is no step: the loss is kept, nothing raises."""
+    if engine == "native" and not NATIVE_BUILT:
+        pytest.skip("the native scanner is not built")
+    for line in OVERFLOW_LINES:
+        (_, _, values, steps, *_), _ = _read([f"{line}\n".encode()], engine)
+        assert values == ["1.0"], line
+        assert all(s == -1 or 0 <= s < 2**63 for s in steps), line
+    (_, _, _, steps, *_), _ = _read([b"{'step': 1e30, 'loss': 1}\n"], engine)
+    assert steps == [-1]
+    assert lines.parse_line("{'step': 1e30, 'loss': 1}")[0].step is None

@@ -34,6 +34,15 @@ from ..records import ProgressKind, ProgressPoint
 
 #: "absent" in the integer columns (steps, totals).
 NO_INT = -1
+#: The largest step or total a column holds (``array('q')``: signed 64-bit).
+INT64_MAX = 2**63 - 1
+
+
+def column_int(value: int | None) -> int:
+    """``value`` as an int column holds it: :data:`NO_INT` when absent, negative or past
+    :data:`INT64_MAX` (a "step" of 1e30 is no step; Python's ints are unbounded, the column
+    is not, and refusing the point would lose its loss)."""
+    return NO_INT if value is None or value < 0 or value > INT64_MAX else value
 _NAN = float("nan")
 
 
@@ -87,9 +96,9 @@ class PointBatch:
         """Add one point. ``time`` is POSIX seconds (UTC) or NaN."""
         self.series.append(self.key_index(kind, name))
         self.values.append(value)
-        self.steps.append(NO_INT if step is None or step < 0 else step)
+        self.steps.append(column_int(step))
         self.epochs.append(_NAN if epoch is None else epoch)
-        self.totals.append(NO_INT if total is None or total < 0 else total)
+        self.totals.append(column_int(total))
         self.times.append(time)
 
     def append_point(self, point: ProgressPoint) -> None:

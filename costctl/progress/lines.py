@@ -71,7 +71,7 @@ from itertools import chain
 from datetime import datetime
 
 from costctl.errors import UsageError
-from costctl.progress.batch import NO_INT, PointBatch
+from costctl.progress.batch import NO_INT, PointBatch, column_int
 from costctl.records import ProgressPoint
 
 _NAN = float("nan")
@@ -346,6 +346,12 @@ def _parse_raw(line: str) -> list[_Raw]:
     return points
 
 
+def _held(value: int | None) -> int | None:
+    """A step or total as the columns and the ledger hold it: None past int64 (see
+    :func:`costctl.progress.batch.column_int`)."""
+    return None if value is None or column_int(value) == NO_INT else value
+
+
 def parse_line(line: str) -> list[ProgressPoint]:
     """Losses reported on one line of training output (see the module docstring for shapes).
 
@@ -359,7 +365,8 @@ def parse_line(line: str) -> list[ProgressPoint]:
         Never raises; a line it cannot read gives ``[]``.
     """
     return [
-        ProgressPoint(time=None, value=value, kind=kind, name=name, step=step, epoch=epoch, total=total)  # type: ignore[arg-type]
+        ProgressPoint(time=None, value=value, kind=kind, name=name,  # type: ignore[arg-type]
+                      step=_held(step), epoch=epoch, total=_held(total))
         for kind, name, value, step, epoch, total in _parse_raw(line)
     ]
 
@@ -1015,9 +1022,9 @@ class LineParser:
                 epoch = float(self._epoch)
             batch.series.append(key_index(kind, name))  # type: ignore[arg-type]
             batch.values.append(value)
-            batch.steps.append(NO_INT if step is None or step < 0 else step)
+            batch.steps.append(column_int(step))
             batch.epochs.append(_NAN if epoch is None else epoch)
-            batch.totals.append(NO_INT if total is None or total < 0 else total)
+            batch.totals.append(column_int(total))
             batch.times.append(t)
 
     # -- records (compatibility) -----------------------------------------------------------
