@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import bindparam, case, func, insert, select, update
 from sqlalchemy.orm import Session
@@ -95,20 +95,37 @@ def add_to_rollup(session: Session, *, run_id: str, instance_pk: int, rate: Deci
                                                         first_us=min(row.first_us, lo), last_us=max(row.last_us, hi)))
 
 
+class _LastCharge(NamedTuple):
+    """The run's newest charge, as the ``last_charge`` statement reads it."""
+
+    id: int
+    end_at: datetime
+    rate_per_hour: Decimal
+    currency: str
+
+
 @functools.cache
 def _statements(dialect: str) -> dict[str, Any]:
     """The Core statements of one accrual on ``dialect``, with bound parameters: built once per
     process and dialect (an accrual runs every few seconds; building and compiling its ORM
     statements each time cost more than running them)."""
     r, c, i = Run.__table__, Charge.__table__, Instance.__table__
-    newest_on_instance = (select(func.max(c.c.end_at)).where(c.c.instance_pk == r.c.instance_pk)
-                          .scalar_subquery())
+    ci, cl = c.alias("on_instance"), c.alias("of_run")  # the subqueries' own charges
+    newest_on_instance = (select(func.max(ci.c.end_at)).where(ci.c.instance_pk == r.c.instance_pk)
+                          .correlate(r).scalar_subquery())
     stmts: dict[str, Any] = {
         "run": select(r.c.instance_pk, r.c.started_at, r.c.last_seen_at).where(r.c.id == bindparam("p_run")),
-        # On SQLite the write lock is held from BEGIN IMMEDIATE: the run and the newest charge
-        # end of its instance are read in one statement.
-        "run_and_latest": select(r.c.instance_pk, r.c.started_at, r.c.last_seen_at,
-                                 newest_on_instance.label("latest")).where(r.c.id == bindparam("p_run")),
+        # On SQLite the write lock is held from BEGIN IMMEDIATE: the run, the newest charge end
+        # of its instance and the run's newest charge are read in one statement.
+        "run_and_latest": (
+            select(r.c.instance_pk, r.c.started_at, r.c.last_seen_at, newest_on_instance.label("latest"),
+                   c.c.id.label("last_id"), c.c.end_at.label("last_end"),
+                   c.c.rate_per_hour.label("last_rate"), c.c.currency.label("last_currency"))
+            .select_from(r.outerjoin(c, c.c.id == (
+                select(cl.c.id).where(cl.c.run_id == r.c.id).order_by(cl.c.end_at.desc()).limit(1)
+                .correlate(r).scalar_subquery())))
+            .where(r.c.id == bindparam("p_run"))
+        ),
         "lock": select(i.c.id).where(i.c.id == bindparam("p_instance")).with_for_update(),
         "latest": select(func.max(c.c.end_at)).where(c.c.instance_pk == bindparam("p_instance")),
         "last_charge": (select(c.c.id, c.c.end_at, c.c.rate_per_hour, c.c.currency)
@@ -157,11 +174,14 @@ def accrue(session: Session, run_id: str, until: datetime, rate_per_hour: Decima
     conn = session.connection()
     dialect = conn.dialect.name
     q = _statements(dialect)
+    last: Any = False  # not read yet
     if dialect == "sqlite":
         run = conn.execute(q["run_and_latest"], {"p_run": run_id}).first()
         if run is None:
             raise LedgerError(f"no run {run_id!r} in the ledger")
         latest = run.latest
+        last = None if run.last_id is None else _LastCharge(run.last_id, run.last_end, run.last_rate,
+                                                            run.last_currency)
     else:
         run = conn.execute(q["run"], {"p_run": run_id}).first()
         if run is None:
@@ -178,7 +198,8 @@ def accrue(session: Session, run_id: str, until: datetime, rate_per_hour: Decima
             conn.execute(q["seen"], {"p_run": run_id, "p_seen": until})
         return Decimal(0)
     start_us, until_us = epoch_us(start), epoch_us(until)
-    last = conn.execute(q["last_charge"], {"p_run": run_id}).first()
+    if last is False:
+        last = conn.execute(q["last_charge"], {"p_run": run_id}).first()
     if last is not None and ensure_utc(last.end_at) == start and last.rate_per_hour == rate \
             and last.currency == currency:
         conn.execute(q["extend"], {"p_id": last.id, "p_end": until, "p_us": until_us - start_us})

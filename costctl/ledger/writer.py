@@ -204,6 +204,7 @@ class LedgerWriter:
         self.linger_s = linger_s
         self._held = 0  # hold() depth: the writer starts no transaction while a tick queues its writes
         self._idle = False  # the writer thread waits with no deadline (nothing queued, or held)
+        self._newest_durable: _Op | None = None  # the last durable write queued (started once written)
         self._wake_at_release = False  # a write queued inside hold() must be written at once
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -255,6 +256,8 @@ class LedgerWriter:
             op = _Op(next(self._seq), kind, method, args, kwargs, ticket, what or method)
             self._make_room()
             self._queue.append(op)
+            if kind == DURABLE:
+                self._newest_durable = op
             self._queued(op)
         return ticket
 
@@ -295,7 +298,9 @@ class LedgerWriter:
         with self._cond:
             if self._closed:
                 raise RuntimeError("the ledger writer is closed")
-            last = next((op for op in reversed(self._queue) if op.kind == DURABLE), None)
+            # The newest queued durable write (the queue is in order: once it was taken for
+            # writing, every older one was too).
+            last = self._newest_durable
             if last is not None and not last.started and last.accrual_key == key:
                 if until > last.args[1]:
                     last.args = (run_id, until, rate_per_hour, currency)
@@ -305,6 +310,7 @@ class LedgerWriter:
                      "record spend", accrual_key=key)
             self._make_room()
             self._queue.append(op)
+            self._newest_durable = op
             self._queued(op)
         return ticket
 
