@@ -104,3 +104,21 @@ def test_a_move_is_a_new_tracker_at_the_new_rate(sqlite_ledger):
     assert first.run_spend(moved) == Decimal("1.20")
     assert second.total(now) == second.run_spend(now) == Decimal("0.40") == \
         ledger.spend(instance_pk=pk2)["USD"]
+
+
+def test_figures_are_the_three_amounts_of_total_today_and_run_spend():
+    from datetime import datetime, timedelta, timezone
+    from decimal import Decimal
+    from zoneinfo import ZoneInfo
+
+    from costctl.ledger.spend import SpendTracker, day_start
+
+    tz = ZoneInfo("Asia/Shanghai")
+    start = datetime(2026, 6, 1, 15, 30, tzinfo=timezone.utc)  # 23:30 in Shanghai
+    tracker = SpendTracker(currency="USD", rate_per_hour=Decimal("2.37"), charge_from=start,
+                           prior_total=Decimal("10.5"), prior_today=Decimal("1.25"),
+                           prior_day=day_start(start, tz), tz=tz)
+    for minutes in (0, 1, 29, 30, 31, 90, 24 * 60 + 45):  # before and after the local midnight
+        now = start + timedelta(minutes=minutes, seconds=7)
+        assert tracker.figures(now) == (tracker.total(now), tracker.today(now), tracker.run_spend(now))
+    assert tracker.figures(start + timedelta(minutes=31))[1] < tracker.total(start + timedelta(minutes=31))

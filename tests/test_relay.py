@@ -235,3 +235,35 @@ def test_bytes_another_process_appends_to_the_log_are_not_relayed_and_offsets_st
     data = log.read_bytes()
     assert b"HOOK" in data
     assert [data[off:off + n] for _, off, n in spans] == [b"a\n", b"b\n"]
+
+
+def test_frame_reader_asks_small_pieces_while_sparse_and_large_ones_in_a_flood():
+    import socket as _socket
+
+    from costctl.relay import protocol as proto
+
+    a, b = _socket.socketpair()
+    try:
+        reader = proto.FrameReader(b, bufsize=1 << 20)
+        a.sendall(proto.HEADER.pack(proto.STDOUT, 0, 5) + b"hello")
+        assert reader.next() == (proto.STDOUT, 0, b"hello")
+        assert reader._ask == proto.FrameReader.SMALL_RECV  # a line now and then: 64 KiB asked
+        payload = b"x" * 60_000
+        frames = b"".join(proto.HEADER.pack(proto.STDOUT, i * 60_000, 60_000) + payload for i in range(8))
+        import threading as _threading
+
+        sender = _threading.Thread(target=a.sendall, args=(frames,))
+        sender.start()  # more than the socket holds: sent while read
+        got, asks = [], []
+        for _ in range(8):
+            got.append(reader.next())
+            asks.append(reader._ask)
+        sender.join(10)
+        assert [f[2] for f in got] == [payload] * 8
+        assert 1 << 20 in asks  # a full recv: large pieces while the flood lasts
+        a.sendall(proto.HEADER.pack(proto.STDOUT, 0, 3) + b"end")
+        assert reader.next() == (proto.STDOUT, 0, b"end")
+        assert reader._ask == proto.FrameReader.SMALL_RECV  # sparse again
+    finally:
+        a.close()
+        b.close()

@@ -220,15 +220,17 @@ def test_access_denied_skips_a_member_but_an_unreadable_root_is_error(spawn, mon
     source.read()
     time.sleep(TICK)
 
-    real = psutil.Process.cpu_percent
+    import costctl.telemetry.cpu as cpu_mod
+
+    real = cpu_mod._read_stat
     denied = {grandchild}
 
-    def cpu_percent(self, interval=None):
-        if self.pid in denied:
-            raise psutil.AccessDenied(self.pid)
-        return real(self, interval)
+    def read_stat(pid):
+        if pid in denied:
+            raise PermissionError(13, "Permission denied", f"/proc/{pid}/stat")
+        return real(pid)
 
-    monkeypatch.setattr(psutil.Process, "cpu_percent", cpu_percent)
+    monkeypatch.setattr(cpu_mod, "_read_stat", read_stat)
     skipped = source.read()
     assert skipped.status is SignalStatus.OK and skipped.percent < 5.0  # only the sleeper
     denied.add(proc.pid)
@@ -396,3 +398,27 @@ def test_proc_children_fallback_reads_each_new_pid_once(tmp_path):
     reads.clear()
     tree.refresh()
     assert tree.descendants(10) == [11, 12] and reads == [12]
+
+
+def test_proc_stat_parse_reads_state_cpu_threads_and_start_past_an_odd_comm():
+    from costctl.telemetry.cpu import ProcStat
+
+    # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
+    # cutime cstime priority nice num_threads itrealvalue starttime ...
+    line = b"42 (a) b (c)) S 1 42 42 0 -1 4194560 10 0 0 0 7 5 100 100 20 0 3 0 98765 1000 200\n"
+    st = ProcStat.parse(line)
+    assert (st.state, st.cpu_ticks, st.num_threads, st.start_ticks) == ("S", 12, 3, 98765)
+    with pytest.raises(ValueError):
+        ProcStat.parse(b"garbage")
+
+
+@pytest.mark.realtime  # a CPU reading of a real busy process
+def test_a_reused_root_pid_is_not_taken_for_the_job(spawn, monkeypatch):
+    proc = spawn("while True:\n    pass\n")  # busy: read as the job, it would not be 0
+    source = ProcessTreeCpu(proc.pid)
+    assert source.read().status is SignalStatus.OK
+    time.sleep(TICK)
+    assert source.read().percent > 20.0
+    time.sleep(TICK)
+    source._root_start -= 1  # as if the pid now belonged to a process started at another time
+    assert source.read() == CpuRead(SignalStatus.OK, 0.0)  # the job is gone: its tree is idle

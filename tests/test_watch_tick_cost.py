@@ -137,3 +137,44 @@ def test_telemetry_and_charges_linger_but_a_decision_or_a_flush_writes_at_once(t
     assert writer.flush(5).complete and counts["commit"] == 3
     writer.close()
     ledger.close()
+
+
+def test_a_batch_writes_its_telemetry_in_one_insert_per_table(tmp_path):
+    """Five ticks' samples and progress, with their coalesced charge, lingered into one batch:
+    one executemany for the samples, one for the progress rows, every row written."""
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from sqlalchemy import func, select
+
+    from costctl.ledger.db import Ledger
+    from costctl.ledger.schema import Progress, Sample
+    from costctl.ledger.writer import LedgerWriter
+    from costctl.records import ProgressPoint, TelemetrySample
+
+    ledger = Ledger.open(f"sqlite:///{tmp_path / 'l.db'}")
+    pk = ledger.ensure_instance("sim", "i-1", gpu=None, gpu_count=0, billing="on-demand",
+                                price_per_hour=Decimal("1"), currency="USD")
+    run = ledger.start_run(pk, started_at=T0, command=None, log_path=None, host="h")
+    inserts: dict[str, int] = {}
+
+    def on_execute(conn, cursor, statement, parameters, context, executemany):
+        if statement.startswith("INSERT INTO"):
+            table = statement.split()[2]
+            inserts[table] = inserts.get(table, 0) + 1
+
+    event.listen(ledger.engine, "before_cursor_execute", on_execute)
+    writer = LedgerWriter(ledger, say=lambda line: None)
+    with writer.hold():
+        for i in range(5):
+            at = T0 + timedelta(seconds=i + 1)
+            writer.record_samples(run, [TelemetrySample(time=at, cpu_percent=1.0)])
+            writer.record_progress(run, [ProgressPoint(time=at, value=1.0 / (i + 1))])
+            writer.accrue(run, at, Decimal("1"), "USD")
+    assert writer.flush(10).complete
+    writer.close()
+    assert inserts.get("samples") == 1 and inserts.get("progress") == 1
+    with ledger.session() as s:
+        assert s.scalar(select(func.count()).select_from(Sample)) == 5
+        assert s.scalar(select(func.count()).select_from(Progress)) == 5
+    ledger.close()

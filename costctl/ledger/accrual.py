@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import bindparam, case, func, insert, select, update
 from sqlalchemy.orm import Session
@@ -72,16 +72,18 @@ _ROLLUP_COLUMNS = ("run_id", "bucket_s", "rate_per_hour", "currency", "instance_
 
 
 def add_to_rollup(session: Session, *, run_id: str, instance_pk: int, rate: Decimal, currency: str,
-                  start_us: int, end_us: int) -> None:
+                  start_us: int, end_us: int, connection: Any = None) -> None:
     """Add the charged interval ``[start_us, end_us)`` (POSIX µs) of ``run_id`` to its 15-minute
-    buckets in ``charge_rollups`` (inside the caller's transaction)."""
+    buckets in ``charge_rollups`` (inside the caller's transaction; ``connection``: the
+    session's connection, when the caller has it)."""
     t = ChargeRollup.__table__
-    dialect = session.get_bind().dialect.name
+    conn = connection if connection is not None else session.connection()
+    dialect = conn.dialect.name
     for bucket_s, lo, hi in bucket_pieces(start_us, end_us):
         values = dict(run_id=run_id, bucket_s=bucket_s, rate_per_hour=rate, currency=currency,
                       instance_pk=instance_pk, duration_us=hi - lo, first_us=lo, last_us=hi)
         if dialect in ("sqlite", "postgresql"):
-            session.execute(_rollup_upsert(dialect), {f"p_{k}": v for k, v in values.items()})
+            conn.execute(_rollup_upsert(dialect), {f"p_{k}": v for k, v in values.items()})
             continue
         key = ((t.c.run_id == run_id) & (t.c.bucket_s == bucket_s) & (t.c.rate_per_hour == rate)
                & (t.c.currency == currency))
@@ -93,13 +95,63 @@ def add_to_rollup(session: Session, *, run_id: str, instance_pk: int, rate: Deci
                                                         first_us=min(row.first_us, lo), last_us=max(row.last_us, hi)))
 
 
+class _LastCharge(NamedTuple):
+    """The run's newest charge, as the ``last_charge`` statement reads it."""
+
+    id: int
+    end_at: datetime
+    rate_per_hour: Decimal
+    currency: str
+
+
+@functools.cache
+def _statements(dialect: str) -> dict[str, Any]:
+    """The Core statements of one accrual on ``dialect``, with bound parameters: built once per
+    process and dialect (an accrual runs every few seconds; building and compiling its ORM
+    statements each time cost more than running them)."""
+    r, c, i = Run.__table__, Charge.__table__, Instance.__table__
+    ci, cl = c.alias("on_instance"), c.alias("of_run")  # the subqueries' own charges
+    newest_on_instance = (select(func.max(ci.c.end_at)).where(ci.c.instance_pk == r.c.instance_pk)
+                          .correlate(r).scalar_subquery())
+    stmts: dict[str, Any] = {
+        "run": select(r.c.instance_pk, r.c.started_at, r.c.last_seen_at).where(r.c.id == bindparam("p_run")),
+        # On SQLite the write lock is held from BEGIN IMMEDIATE: the run, the newest charge end
+        # of its instance and the run's newest charge are read in one statement.
+        "run_and_latest": (
+            select(r.c.instance_pk, r.c.started_at, r.c.last_seen_at, newest_on_instance.label("latest"),
+                   c.c.id.label("last_id"), c.c.end_at.label("last_end"),
+                   c.c.rate_per_hour.label("last_rate"), c.c.currency.label("last_currency"))
+            .select_from(r.outerjoin(c, c.c.id == (
+                select(cl.c.id).where(cl.c.run_id == r.c.id).order_by(cl.c.end_at.desc()).limit(1)
+                .correlate(r).scalar_subquery())))
+            .where(r.c.id == bindparam("p_run"))
+        ),
+        "lock": select(i.c.id).where(i.c.id == bindparam("p_instance")).with_for_update(),
+        "latest": select(func.max(c.c.end_at)).where(c.c.instance_pk == bindparam("p_instance")),
+        "last_charge": (select(c.c.id, c.c.end_at, c.c.rate_per_hour, c.c.currency)
+                        .where(c.c.run_id == bindparam("p_run")).order_by(c.c.end_at.desc()).limit(1)),
+        "extend": (update(c).where(c.c.id == bindparam("p_id"))
+                   .values(end_at=bindparam("p_end"), duration_us=c.c.duration_us + bindparam("p_us"))),
+        "insert": insert(c).values(run_id=bindparam("p_run"), instance_pk=bindparam("p_instance"),
+                                   start_at=bindparam("p_start"), end_at=bindparam("p_end"),
+                                   rate_per_hour=bindparam("p_rate"), currency=bindparam("p_currency"),
+                                   duration_us=bindparam("p_us")),
+        "seen": update(r).where(r.c.id == bindparam("p_run")).values(last_seen_at=bindparam("p_seen")),
+        "charged": update(r).where(r.c.id == bindparam("p_run")).values(charged_until=bindparam("p_until")),
+        "charged_seen": (update(r).where(r.c.id == bindparam("p_run"))
+                         .values(charged_until=bindparam("p_until"), last_seen_at=bindparam("p_seen"))),
+    }
+    return stmts
+
+
 def accrue(session: Session, run_id: str, until: datetime, rate_per_hour: Decimal, currency: str) -> Decimal:
     """Charge ``run_id``'s instance up to ``until`` at ``rate_per_hour`` (per instance-hour).
 
     Must run inside the caller's write transaction (which commits it). If the run's newest
     charge ends exactly where this one starts, at the same rate and currency, that row is
     extended; otherwise a row is inserted. ``run.last_seen_at`` moves to ``until``; the run's
-    ``charged_until`` and its rollup buckets follow the new charge.
+    ``charged_until`` and its rollup buckets follow the new charge. Prebuilt Core statements
+    on the session's connection (:func:`_statements`).
 
     Returns:
         the newly charged amount, unrounded (``rate * seconds / 3600``), 0 when ``until`` is
@@ -119,37 +171,48 @@ def accrue(session: Session, run_id: str, until: datetime, rate_per_hour: Decima
     until = ensure_utc(until)
     currency = currency.upper()
 
-    run = session.execute(select(Run.instance_pk, Run.started_at, Run.last_seen_at).where(Run.id == run_id)).first()
-    if run is None:
-        raise LedgerError(f"no run {run_id!r} in the ledger")
-    if session.get_bind().dialect.name == "postgresql":
-        # Serialise accruals on this instance; released at commit.
-        session.execute(select(Instance.id).where(Instance.id == run.instance_pk).with_for_update())
-
-    start = charge_start(session, run)
+    conn = session.connection()
+    dialect = conn.dialect.name
+    q = _statements(dialect)
+    last: Any = False  # not read yet
+    if dialect == "sqlite":
+        run = conn.execute(q["run_and_latest"], {"p_run": run_id}).first()
+        if run is None:
+            raise LedgerError(f"no run {run_id!r} in the ledger")
+        latest = run.latest
+        last = None if run.last_id is None else _LastCharge(run.last_id, run.last_end, run.last_rate,
+                                                            run.last_currency)
+    else:
+        run = conn.execute(q["run"], {"p_run": run_id}).first()
+        if run is None:
+            raise LedgerError(f"no run {run_id!r} in the ledger")
+        if dialect == "postgresql":
+            # Serialise accruals on this instance; released at commit.
+            conn.execute(q["lock"], {"p_instance": run.instance_pk})
+        latest = conn.execute(q["latest"], {"p_instance": run.instance_pk}).scalar()
+    started = ensure_utc(run.started_at)
+    start = max(started, ensure_utc(latest)) if latest is not None else started
+    last_seen = ensure_utc(run.last_seen_at)
     if until <= start:
-        if until > ensure_utc(run.last_seen_at):
-            session.execute(update(Run).where(Run.id == run_id).values(last_seen_at=until))
+        if until > last_seen:
+            conn.execute(q["seen"], {"p_run": run_id, "p_seen": until})
         return Decimal(0)
     start_us, until_us = epoch_us(start), epoch_us(until)
-    last = session.execute(
-        select(Charge.id, Charge.end_at, Charge.rate_per_hour, Charge.currency)
-        .where(Charge.run_id == run_id).order_by(Charge.end_at.desc()).limit(1)
-    ).first()
+    if last is False:
+        last = conn.execute(q["last_charge"], {"p_run": run_id}).first()
     if last is not None and ensure_utc(last.end_at) == start and last.rate_per_hour == rate \
             and last.currency == currency:
-        session.execute(update(Charge).where(Charge.id == last.id).values(
-            end_at=until, duration_us=Charge.duration_us + (until_us - start_us)))
+        conn.execute(q["extend"], {"p_id": last.id, "p_end": until, "p_us": until_us - start_us})
     else:
-        session.execute(insert(Charge).values(
-            run_id=run_id, instance_pk=run.instance_pk, start_at=start, end_at=until,
-            rate_per_hour=rate, currency=currency, duration_us=until_us - start_us))
+        conn.execute(q["insert"], {"p_run": run_id, "p_instance": run.instance_pk, "p_start": start,
+                                   "p_end": until, "p_rate": rate, "p_currency": currency,
+                                   "p_us": until_us - start_us})
     add_to_rollup(session, run_id=run_id, instance_pk=run.instance_pk, rate=rate, currency=currency,
-                  start_us=start_us, end_us=until_us)
-    values: dict[str, Any] = {"charged_until": until}
-    if until > ensure_utc(run.last_seen_at):
-        values["last_seen_at"] = until
-    session.execute(update(Run).where(Run.id == run_id).values(**values))
+                  start_us=start_us, end_us=until_us, connection=conn)
+    if until > last_seen:
+        conn.execute(q["charged_seen"], {"p_run": run_id, "p_until": until, "p_seen": until})
+    else:
+        conn.execute(q["charged"], {"p_run": run_id, "p_until": until})
     return cost_of(rate, until - start)
 
 

@@ -42,6 +42,34 @@ def _aware(value: datetime, what: str) -> datetime:
     return ensure_utc(value)
 
 
+#: The Core inserts of the telemetry writes, built once (executemany with one dict per row).
+_SAMPLE_INSERT = insert(Sample.__table__)
+_PROGRESS_INSERT = insert(Progress.__table__)
+_BUCKET_INSERT = insert(ProgressBucket.__table__)
+
+
+def _sample_rows(run_id: str, samples: Sequence[TelemetrySample]) -> list[dict[str, Any]]:
+    """The ``samples`` rows of ``samples`` (see :meth:`Ledger.record_samples`)."""
+    rows: list[dict[str, Any]] = []
+    for sample in samples:
+        when = _aware(sample.time, "sample time")
+        source = sample.source
+        gpu_status = sample.gpu_status.value
+        for gpu in sample.gpus:
+            rows.append({
+                "run_id": run_id, "time": when, "gpu_index": gpu.index, "utilization": gpu.utilization,
+                "memory_used_bytes": gpu.memory_used_bytes, "memory_total_bytes": gpu.memory_total_bytes,
+                "power_w": gpu.power_w, "status": "error" if gpu.error else gpu_status, "source": source,
+                "error": gpu.error,
+            })
+        rows.append({
+            "run_id": run_id, "time": when, "gpu_index": None, "utilization": sample.cpu_percent,
+            "memory_used_bytes": None, "memory_total_bytes": None, "power_w": None,
+            "status": sample.cpu_status.value, "source": source, "error": None,
+        })
+    return rows
+
+
 class Ledger:
     """Spend, telemetry, progress and decisions, in any SQLAlchemy database.
 
@@ -226,26 +254,10 @@ class Ledger:
         Raises:
             LedgerError: the database cannot be written.
         """
-        rows: list[dict[str, Any]] = []
-        for sample in samples:
-            when = _aware(sample.time, "sample time")
-            source = sample.source
-            gpu_status = sample.gpu_status.value
-            for gpu in sample.gpus:
-                rows.append({
-                    "run_id": run_id, "time": when, "gpu_index": gpu.index, "utilization": gpu.utilization,
-                    "memory_used_bytes": gpu.memory_used_bytes, "memory_total_bytes": gpu.memory_total_bytes,
-                    "power_w": gpu.power_w, "status": "error" if gpu.error else gpu_status, "source": source,
-                    "error": gpu.error,
-                })
-            rows.append({
-                "run_id": run_id, "time": when, "gpu_index": None, "utilization": sample.cpu_percent,
-                "memory_used_bytes": None, "memory_total_bytes": None, "power_w": None,
-                "status": sample.cpu_status.value, "source": source, "error": None,
-            })
+        rows = _sample_rows(run_id, samples)
         if rows:
             with self._write("record telemetry") as s:
-                s.execute(insert(Sample.__table__), rows)
+                s.connection().execute(_SAMPLE_INSERT, rows)
 
     def record_progress(self, run_id: str,
                         points: Sequence[ProgressPoint] | PointBatch | ProgressRows) -> None:
@@ -260,13 +272,39 @@ class Ledger:
             ValueError: a naive time.
             LedgerError: the database cannot be written.
         """
-        raw, buckets = progress_store.rows_for(run_id, points)
-        if raw or buckets:
-            with self._write("record progress") as s:
-                if raw:
-                    s.execute(insert(Progress.__table__), raw)
-                if buckets:
-                    s.execute(insert(ProgressBucket.__table__), buckets)
+        self.record_telemetry(progress=[(run_id, points)])
+
+    def record_telemetry(
+        self, *, samples: Sequence[tuple[str, Sequence[TelemetrySample]]] = (),
+        progress: Sequence[tuple[str, Sequence[ProgressPoint] | PointBatch | ProgressRows]] = (),
+    ) -> None:
+        """Store several :meth:`record_samples` and :meth:`record_progress` writes at once
+        (``(run_id, samples)`` / ``(run_id, points)`` pairs, in order): one Core executemany
+        per table for all of them (the ledger writer merges the telemetry of a batch this way).
+
+        Raises:
+            ValueError: a naive time.
+            LedgerError: the database cannot be written.
+        """
+        sample_rows: list[dict[str, Any]] = []
+        for run_id, items in samples:
+            sample_rows.extend(_sample_rows(run_id, items))
+        raw: list[dict[str, Any]] = []
+        buckets: list[dict[str, Any]] = []
+        for run_id, points in progress:
+            r, b = progress_store.rows_for(run_id, points)
+            raw.extend(r)
+            buckets.extend(b)
+        if not (sample_rows or raw or buckets):
+            return
+        with self._write("record telemetry" if sample_rows else "record progress") as s:
+            conn = s.connection()
+            if sample_rows:
+                conn.execute(_SAMPLE_INSERT, sample_rows)
+            if raw:
+                conn.execute(_PROGRESS_INSERT, raw)
+            if buckets:
+                conn.execute(_BUCKET_INSERT, buckets)
 
     def compact(self, now: datetime, retention: timedelta, *, max_rows: int = sample_rollup.DEFAULT_MAX_ROWS,
                 dry_run: bool = False, start: datetime | None = None) -> sample_rollup.CompactResult:

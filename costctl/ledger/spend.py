@@ -83,6 +83,16 @@ class SpendTracker:
         prior = self.prior_today if day <= self.prior_day else Decimal(0)
         return prior + self._charged(max(self.charge_from, day), now)
 
+    def figures(self, now: datetime) -> tuple[Decimal, Decimal, Decimal]:
+        """``(total(now), today(now), run_spend(now))`` at once (a tick's figures): this run's
+        charges are computed once, and once more only when the day began after its charging
+        did. The same amounts as the three methods (unrounded Decimal)."""
+        spent = self._charged(self.charge_from, now)
+        day = day_start(now, self.tz)
+        prior = self.prior_today if day <= self.prior_day else Decimal(0)
+        since_day = spent if day <= self.charge_from else self._charged(day, now)
+        return self.prior_total + spent, prior + since_day, spent
+
     def _charged(self, start: datetime, now: datetime) -> Decimal:
         span = ensure_utc(now) - start
         return cost_of(self.rate_per_hour, span) if span > timedelta(0) else Decimal(0)

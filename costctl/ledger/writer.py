@@ -54,6 +54,9 @@ from .sample_rollup import DEFAULT_MAX_ROWS as DEFAULT_COMPACT_ROWS
 TELEMETRY = "telemetry"
 DURABLE = "durable"
 
+#: The writes a batch merges (:meth:`Ledger.record_telemetry`): return nothing, need no ticket.
+_MERGED = frozenset({"record_samples", "record_progress"})
+
 
 class Ticket:
     """The result of one submitted write, available once the writer thread executed it.
@@ -200,6 +203,9 @@ class LedgerWriter:
         self.max_batch = max_batch
         self.linger_s = linger_s
         self._held = 0  # hold() depth: the writer starts no transaction while a tick queues its writes
+        self._idle = False  # the writer thread waits with no deadline (nothing queued, or held)
+        self._newest_durable: _Op | None = None  # the last durable write queued (started once written)
+        self._wake_at_release = False  # a write queued inside hold() must be written at once
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -216,7 +222,21 @@ class LedgerWriter:
         finally:
             with self._cond:
                 self._held -= 1
-                self._cond.notify_all()
+                # The writer is woken only when it must look: it sleeps with no deadline, or a
+                # write that is not lingered over was queued (a lingering writer wakes at its
+                # deadline by itself: one wake-up per write transaction, not one per write).
+                if not self._held and self._queue and (self._idle or self._wake_at_release):
+                    self._wake_at_release = False
+                    self._cond.notify_all()
+
+    def _queued(self, op: _Op) -> None:
+        """``op`` was queued: wake the writer thread if it must look now (caller holds _cond)."""
+        urgent = self.linger_s <= 0 or not self._lingerable(op)
+        if self._held:
+            self._wake_at_release = self._wake_at_release or urgent
+            return
+        if urgent or self._idle:
+            self._cond.notify_all()
 
     def submit(self, method: str, *args: Any, kind: str = DURABLE, what: str | None = None,
                **kwargs: Any) -> Ticket:
@@ -236,7 +256,9 @@ class LedgerWriter:
             op = _Op(next(self._seq), kind, method, args, kwargs, ticket, what or method)
             self._make_room()
             self._queue.append(op)
-            self._cond.notify_all()
+            if kind == DURABLE:
+                self._newest_durable = op
+            self._queued(op)
         return ticket
 
     def _make_room(self) -> None:
@@ -276,7 +298,9 @@ class LedgerWriter:
         with self._cond:
             if self._closed:
                 raise RuntimeError("the ledger writer is closed")
-            last = next((op for op in reversed(self._queue) if op.kind == DURABLE), None)
+            # The newest queued durable write (the queue is in order: once it was taken for
+            # writing, every older one was too).
+            last = self._newest_durable
             if last is not None and not last.started and last.accrual_key == key:
                 if until > last.args[1]:
                     last.args = (run_id, until, rate_per_hour, currency)
@@ -286,7 +310,8 @@ class LedgerWriter:
                      "record spend", accrual_key=key)
             self._make_room()
             self._queue.append(op)
-            self._cond.notify_all()
+            self._newest_durable = op
+            self._queued(op)
         return ticket
 
     def record_decision(self, run_id: str, decision: Any, *, outcome: str | None = None,
@@ -413,7 +438,10 @@ class LedgerWriter:
         while True:
             with self._cond:
                 while (not self._queue or self._held or self._lingering()) and not self._abandon:
-                    self._cond.wait(self._linger_left() if self._queue and not self._held else None)
+                    timeout = self._linger_left() if self._queue and not self._held else None
+                    self._idle = timeout is None
+                    self._cond.wait(timeout)
+                self._idle = False
                 if self._abandon:
                     return
                 ops = list(itertools.islice(self._queue, self.max_batch))
@@ -454,8 +482,11 @@ class LedgerWriter:
         if time.monotonic() - self._queue[0].at >= self.linger_s:
             return False
         # A run's first charge is written at once (the bill shows the run from its start).
-        return all(op.kind == TELEMETRY or (op.accrual_key is not None and op.args[0] in self._written_to)
-                   for op in self._queue)
+        return all(self._lingerable(op) for op in self._queue)
+
+    def _lingerable(self, op: _Op) -> bool:
+        """Whether ``op`` may wait for the linger (telemetry, or a charge of a run already charged)."""
+        return op.kind == TELEMETRY or (op.accrual_key is not None and op.args[0] in self._written_to)
 
     def _linger_left(self) -> float | None:
         if not self._lingering():
@@ -477,11 +508,32 @@ class LedgerWriter:
         A ticket of an earlier op of the batch is replaced by that op's value."""
         values: dict[int, Any] = {}
         out: list[Any] = []
+        merge = hasattr(self.ledger, "record_telemetry")
+        samples: list[tuple[str, Any]] = []
+        progress: list[tuple[str, Any]] = []
+
+        def write_telemetry() -> None:
+            if samples or progress:
+                self.ledger.record_telemetry(samples=samples, progress=progress)
+                samples.clear()
+                progress.clear()
+
         with self.ledger.batch("write to the ledger"):
             for op in ops:
+                if merge and op.method in _MERGED and not op.kwargs \
+                        and not any(isinstance(a, Ticket) for a in op.args):
+                    # The batch's telemetry goes in one executemany per table, written before
+                    # the next write that is not a charge (charges touch other tables).
+                    (samples if op.method == "record_samples" else progress).append(op.args)
+                    values[id(op.ticket)] = None
+                    out.append(None)
+                    continue
+                if op.method != "accrue":
+                    write_telemetry()
                 value = self._execute(op, values)
                 values[id(op.ticket)] = value
                 out.append(value)
+            write_telemetry()
         return out
 
     def _execute(self, op: _Op, batch: dict[int, Any] | None = None) -> Any:

@@ -87,14 +87,23 @@ class FrameReader:
     """Frames from a socket, read in large pieces (one ``recv`` of up to ``bufsize`` bytes
     serves many frames: few system calls, and so few waits for the GIL, per megabyte).
 
+    The piece asked for adapts: :data:`SMALL_RECV` bytes while the output is sparse (each
+    ``recv`` allocates what it asks for: 1 MiB per line of a job printing once a second cost
+    more than the line), ``bufsize`` once a ``recv`` came back full, and small again once one
+    came back with less than :data:`SMALL_RECV`.
+
     Args:
         sock: a blocking socket.
         bufsize: the most bytes asked of one ``recv``.
     """
 
+    #: Bytes asked of one ``recv`` while the output is sparse.
+    SMALL_RECV = 1 << 16
+
     def __init__(self, sock: socket.socket, bufsize: int = 1 << 20) -> None:
         self.sock = sock
         self.bufsize = bufsize
+        self._ask = min(self.SMALL_RECV, bufsize)
         self._buf = bytearray()
         self._pos = 0
 
@@ -104,9 +113,15 @@ class FrameReader:
             if self._pos:
                 del self._buf[:self._pos]
                 self._pos = 0
-            chunk = self.sock.recv(max(self.bufsize, n - len(self._buf)))
+            ask = max(self._ask, n - len(self._buf))
+            chunk = self.sock.recv(ask)
             if not chunk:
                 return False
+            got = len(chunk)
+            if got >= ask:
+                self._ask = self.bufsize  # a flood: large pieces
+            elif got < self.SMALL_RECV:
+                self._ask = min(self.SMALL_RECV, self.bufsize)
             self._buf += chunk
         return True
 

@@ -52,6 +52,10 @@ MAX_STREAM_RUNS = 1 << 20
 #: job writing in small pieces is read in few large ones (the job does not wait: at this pace a
 #: 1 MiB pipe takes 200 MB/s; a read of half the pipe or more is followed at once by the next).
 GATHER_S = 0.005
+
+#: Seconds: after a select that slept at least this long for the job's output, the relay does
+#: not pause to gather more (the output is sparse: nothing gathers in 5 ms).
+GATHER_AFTER_WAIT_S = 0.05
 #: The stream "kind" of run-log bytes another process appended (:meth:`Relay._skip_foreign`):
 #: never relayed (not a frame kind of :mod:`.protocol`).
 SKIP = 0
@@ -446,15 +450,22 @@ class Relay:
             self.sel.register(exit_fd, selectors.EVENT_READ, "exit")
         drain_until: float | None = None
         read_most = 0  # the largest read of the last turn (bytes)
+        waited = 0.0  # how long the last turn's select slept (seconds)
         while pipes:
-            if gather and 0 < read_most < CHUNK_BYTES // 2:
-                time.sleep(GATHER_S)  # let the job's output gather in its pipe: fewer, larger reads
+            # Let the job's output gather in its pipe (fewer, larger reads), unless the last
+            # turn had slept long for it: a job printing now and then is read at once, with
+            # no pause (and no extra wake-up) per line.
+            if gather and 0 < read_most < CHUNK_BYTES // 2 and waited < GATHER_AFTER_WAIT_S:
+                time.sleep(GATHER_S)
             read_most = 0
             if drain_until is not None:
                 timeout: float | None = max(0.0, drain_until - time.monotonic())
             else:
                 timeout = None if exit_fd is not None else NO_PIDFD_POLL_S
-            for key, events in self.sel.select(timeout):
+            before = time.monotonic()
+            ready = self.sel.select(timeout)
+            waited = time.monotonic() - before
+            for key, events in ready:
                 if key.data == "listen":
                     self._accept()
                 elif key.data == "exit":  # the job's root exited: seen below

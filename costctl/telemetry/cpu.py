@@ -1,4 +1,4 @@
-"""CPU use of the watched process tree, or of every user process on the machine (psutil).
+"""CPU use of the watched process tree (raw /proc reads), or of every user process on the machine (psutil).
 
 The watched tree is found without reading every process on the host (:class:`ProcChildren`:
 ``/proc/PID/task/*/children``, or a pid -> parent map read once per new pid); psutil reads only
@@ -121,6 +121,116 @@ class _Tracker:
         return tally
 
 
+#: Clock ticks per second of ``/proc/PID/stat``'s time fields (utime, stime, starttime).
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _read_stat(pid: int) -> bytes:
+    """The raw ``/proc/PID/stat`` of ``pid`` (one ``os.read``).
+
+    Raises:
+        FileNotFoundError / ProcessLookupError: no such process; PermissionError: not readable.
+    """
+    fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """The fields of one ``/proc/PID/stat`` read that the tree source uses.
+
+    Attributes:
+        state: one letter (R, S, D, Z, ...); ``Z``: an exited, unreaped process.
+        cpu_ticks: utime + stime, clock ticks (:data:`CLK_TCK` per second).
+        num_threads: threads of the process.
+        start_ticks: start time after boot, clock ticks (with the pid: the process's identity).
+    """
+
+    state: str
+    cpu_ticks: int
+    num_threads: int
+    start_ticks: int
+
+    @classmethod
+    def parse(cls, data: bytes) -> ProcStat:
+        """Parse ``pid (comm) state ppid ...`` (comm may hold spaces and parentheses).
+
+        Raises:
+            ValueError: not a stat line."""
+        try:
+            f = data[data.rindex(b")") + 2:].split()
+            return cls(chr(f[0][0]), int(f[11]) + int(f[12]), int(f[17]), int(f[19]))
+        except (IndexError, ValueError) as exc:
+            raise ValueError(f"not a /proc/PID/stat line: {data[:80]!r}") from exc
+
+
+def read_stat(pid: int) -> ProcStat | None:
+    """:class:`ProcStat` of ``pid``; None when there is no such process.
+
+    Raises:
+        PermissionError: the process exists but its stat may not be read."""
+    try:
+        return ProcStat.parse(_read_stat(pid))
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return None
+
+
+def _boot_seconds() -> float:
+    """Seconds since boot on the clock of ``starttime`` (CLOCK_BOOTTIME where there is one)."""
+    return time.clock_gettime(getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC))
+
+
+@dataclass
+class _Member:
+    """One process of the watched tree, kept across reads (its identity: pid + start ticks)."""
+
+    pid: int
+    start_ticks: int
+    cpu_ticks: int
+    at: float  # boot seconds of the read that gave cpu_ticks
+
+
+class _TreeTracker:
+    """The tree's members kept across reads, keyed by ``(pid, start ticks)`` (a reused pid is
+    a new process); their CPU from raw ``/proc/PID/stat`` reads (no psutil on the tick's path)."""
+
+    def __init__(self) -> None:
+        self.procs: dict[tuple[int, int], _Member] = {}
+        self._previous: float | None = None  # boot seconds of the previous measure
+
+    def measure(self, found: Iterable[tuple[int, ProcStat]], now: float) -> _Tally:
+        """Sum the CPU of ``found`` (pid, its stat read now) since the previous read, percent
+        of one core: a known member its CPU ticks since its previous read over that span, a
+        new one its CPU since creation (as :func:`_since_creation`). The kept set becomes
+        exactly ``found``."""
+        previous, self._previous = self._previous, now
+        tally = _Tally()
+        kept: dict[tuple[int, int], _Member] = {}
+        for pid, st in found:
+            key = (pid, st.start_ticks)
+            if key in kept:
+                continue
+            known = self.procs.get(key)
+            if known is not None:
+                span = now - known.at
+                if span > 0:
+                    tally.known += 100.0 * (st.cpu_ticks - known.cpu_ticks) / CLK_TCK / span
+                known.cpu_ticks, known.at = st.cpu_ticks, now
+                kept[key] = known
+            else:
+                created = st.start_ticks / CLK_TCK
+                span = now - previous if previous is not None and created >= previous else now - created
+                tally.known += 100.0 * st.cpu_ticks / CLK_TCK / max(span, 0.01)
+                tally.new.append(pid)
+                kept[key] = _Member(pid, st.start_ticks, st.cpu_ticks, now)
+            tally.measured += 1
+        self.procs = kept
+        return tally
+
+
 def _alive(proc: psutil.Process) -> bool:
     """Running and not a zombie (an exited child nobody has reaped yet uses no CPU)."""
     try:
@@ -207,8 +317,27 @@ class ProcChildren:
         """``pid`` was seen reparented or reused: read its parent again at the next refresh."""
         self._ppid.pop(pid, None)
 
-    def children(self, pid: int) -> list[int]:
-        """The direct children of ``pid`` (as of the last :meth:`refresh`)."""
+    def children(self, pid: int, num_threads: int | None = None) -> list[int]:
+        """The direct children of ``pid`` (as of the last :meth:`refresh`). ``num_threads``
+        (from its stat, when known): a single-threaded process's children are read from its
+        one thread's ``children`` file, without listing ``/proc/PID/task``."""
+        if self.native and num_threads == 1:
+            try:
+                fd = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY)
+                try:
+                    data = os.read(fd, 65536)
+                    while len(data) % 65536 == 0 and data:  # a very long list: read the rest
+                        more = os.read(fd, 65536)
+                        if not more:
+                            break
+                        data += more
+                finally:
+                    os.close(fd)
+                return [int(x) for x in data.split()]
+            except (FileNotFoundError, ProcessLookupError):
+                return []  # gone (the kernel has the file: checked at start)
+            except (OSError, ValueError):
+                pass  # read it the general way
         if self.native:
             found = _task_children(pid)
             if found is not None:
@@ -241,7 +370,8 @@ class ProcessTreeCpu:
         root_pid: the watched job (the child costctl started, or ``--pid``).
 
     Raises:
-        UsageError: no process with ``root_pid`` exists when the source is created.
+        UsageError: no process with ``root_pid`` exists (or it may not be read) when the
+            source is created.
 
     Reading rules (:meth:`read`):
 
@@ -249,78 +379,94 @@ class ProcessTreeCpu:
       runs (a worker re-parented to init when its parent died is still the job's work);
     * a member seen for the first time counts its CPU time since it was created (the module
       docstring), so a worker started between two reads is measured, not guessed;
-    * a member we may not read (``AccessDenied``) is skipped, but an unreadable root is ERROR;
+    * a member we may not read (``PermissionError``) is skipped, but an unreadable root is ERROR;
     * after the root has exited (or is an unreaped zombie) and no member remains: OK 0.0 — the
       job is gone, so its tree is idle.
+
+    Each read costs one raw ``/proc/PID/stat`` read per member (state, CPU ticks, threads,
+    start time: a reused pid has another start time, so it is not taken for the member) and
+    one ``children`` file per single-threaded member (``/proc/PID/task`` is listed only for
+    multi-threaded ones); no psutil.
     """
 
     name = "cpu"
 
     def __init__(self, root_pid: int) -> None:
         try:
-            self._root = psutil.Process(root_pid)
-        except psutil.NoSuchProcess as exc:
-            raise UsageError(f"no process with PID {root_pid}: give the PID of a running process") from exc
-        except psutil.AccessDenied as exc:  # pragma: no cover - Process() reads only /proc/PID/stat
+            st = read_stat(root_pid)
+        except PermissionError as exc:
             raise UsageError(f"cannot watch PID {root_pid}: permission denied") from exc
+        if st is None:
+            raise UsageError(f"no process with PID {root_pid}: give the PID of a running process")
         self.root_pid = root_pid
-        self._tracker = _Tracker()
+        self._root_start = st.start_ticks  # the root's identity (pid reuse)
+        self._tracker = _TreeTracker()
         self._lock = threading.Lock()
         self._tree = ProcChildren()
-        self._by_pid: dict[int, psutil.Process] = {}
 
     def read(self) -> CpuRead:
         """CPU use of the tree since the previous read (see the class docstring for the rules)."""
         with self._lock:
-            members, error = self._members()
-            if error is not None:
-                return CpuRead(SignalStatus.ERROR, error=error)
-            tally = self._tracker.measure(members)
-            if self._root.pid in tally.denied and _alive(self._root):
+            now = _boot_seconds()
+            found, denied = self._members()
+            tally = self._tracker.measure(found, now)
+            if self.root_pid in denied:
                 return CpuRead(
                     SignalStatus.ERROR,
-                    error=f"cannot read the CPU use of PID {self._root.pid}: access denied",
+                    error=f"cannot read the CPU use of PID {self.root_pid}: access denied",
                 )
             if not tally.measured:
                 # Root gone and no descendant left (or only unreadable ones): the job is idle.
                 return CpuRead(SignalStatus.OK, percent=0.0)
             return CpuRead(SignalStatus.OK, percent=tally.known)
 
-    def _process(self, pid: int) -> psutil.Process | None:
-        """The kept ``Process`` of ``pid`` (its CPU measurement goes on), else a new one."""
-        proc = self._by_pid.get(pid)
-        if proc is not None and proc.is_running():  # is_running: the same process, not a reused pid
-            return proc
-        try:
-            return psutil.Process(pid)
-        except psutil.Error:
-            return None
-
-    def _members(self) -> tuple[list[psutil.Process], str | None]:
-        members: list[psutil.Process] = []
+    def _members(self) -> tuple[list[tuple[int, ProcStat]], list[int]]:
+        """The tree's processes with their stat read now, and the pids that may not be read."""
+        found: list[tuple[int, ProcStat]] = []
+        denied: list[int] = []
         seen: set[int] = set()
         tree = self._tree
         tree.refresh()
 
-        def add_with_children(proc: psutil.Process) -> None:
-            members.append(proc)
-            seen.add(proc.pid)
-            for pid in tree.descendants(proc.pid):
-                if pid not in seen:
-                    child = self._process(pid)
-                    if child is not None:
-                        seen.add(pid)
-                        members.append(child)
+        def add_with_children(pid: int, st: ProcStat) -> None:
+            found.append((pid, st))
+            seen.add(pid)
+            todo: list[tuple[int, ProcStat | None]] = [(pid, st)]
+            while todo:
+                parent, pst = todo.pop()
+                for child in tree.children(parent, pst.num_threads if pst is not None else None):
+                    if child in seen:
+                        continue
+                    seen.add(child)
+                    try:
+                        cst = read_stat(child)
+                    except PermissionError:
+                        denied.append(child)
+                        todo.append((child, None))
+                        continue
+                    if cst is not None:
+                        found.append((child, cst))
+                        todo.append((child, cst))
 
-        if _alive(self._root):
-            add_with_children(self._root)
-        for proc in list(self._tracker.procs.values()):
-            if proc.pid in seen or proc.pid == self._root.pid:
+        root = self.root_pid
+        try:
+            rst = read_stat(root)
+        except PermissionError:
+            denied.append(root)
+            rst = None
+        if rst is not None and rst.start_ticks == self._root_start and rst.state != "Z":
+            add_with_children(root, rst)
+        for member in list(self._tracker.procs.values()):
+            if member.pid in seen or member.pid == root:
                 continue
-            if _alive(proc):  # an orphaned member, re-parented away from the root
-                add_with_children(proc)
-        self._by_pid = {p.pid: p for p in self._tracker.procs.values()}
-        return members, None
+            try:
+                st = read_stat(member.pid)
+            except PermissionError:
+                continue
+            # an orphaned member, re-parented away from the root, that still runs
+            if st is not None and st.start_ticks == member.start_ticks and st.state != "Z":
+                add_with_children(member.pid, st)
+        return found, denied
 
 
 class ExitedTreeCpu:

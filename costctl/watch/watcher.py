@@ -937,7 +937,7 @@ class Watcher:
         assert self._spend is not None
         run = self.state
         cur = run.rate.currency
-        total, today, spent = self._spend.total(now), self._spend.today(now), self._spend.run_spend(now)
+        total, today, spent = self._spend.figures(now)
         self.history.spend_total = Money(total, cur)
         self.history.spend_today = Money(today, cur)
         self.history.rate = run.rate
