@@ -36,7 +36,9 @@ to a cheaper card that fits or advises (the configured action is also kept in th
 from __future__ import annotations
 
 import math
+from array import array
 from datetime import datetime
+from itertools import compress
 from decimal import Decimal
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Literal
@@ -181,7 +183,24 @@ class PlateauTracker:
             (a long run would hold one index per fire); :attr:`last_epoch` counts the values.
         """
         if positions is None:
-            positions = range(len(values))
+            seq = values
+        else:
+            positions = list(positions)
+            seq = array("d", map(values.__getitem__, positions))
+        out = self._run(seq)
+        if positions is not None:
+            out = [(positions[k], improved, best, current) for k, improved, best, current in out]
+        return out
+
+    def _run(self, seq: Sequence[float]) -> list[tuple[int, bool, float, float]]:
+        """:meth:`step_many` over every value of ``seq``; fires as ``(k, improved, best, current)``.
+
+        Without smoothing and with no NaN in ``seq``, a run of values that are not better than
+        ``best`` only counts (``num_bad_epochs``, the cooldown) and fires every
+        ``cooldown + patience + 1`` values: such runs are found with C-level ``min``/``max``
+        over slices and their fires computed arithmetically, not value by value. The result is
+        the same as the value-by-value loop (the same comparisons against the same ``best``).
+        """
         out: list[tuple[int, bool, float, float]] = []
         best, bad, cool = self.best, self.num_bad_epochs, self.cooldown_counter
         patience, cooldown, improved = self.patience, self.cooldown, self.improved_since_fire
@@ -196,13 +215,42 @@ class PlateauTracker:
             factor, offset = self.threshold + 1.0, 0.0
         else:
             factor, offset = 1.0, self.threshold
-        n = 0
+        n = len(seq)
         current = self.last_value
-        for i in positions:
-            current = float(values[i])
+        total = sum(seq) if smooth is None else math.nan
+        bulk = total == total  # no NaN (nor +inf with -inf): min/max over a slice are exact
+        period = cooldown + patience + 1
+        k = 0
+        while k < n:
+            if bulk and cool == 0:
+                # PyTorch's _is_better: better iff current < best * factor (or best - offset), or >
+                thr = (best * factor if rel else best - offset) if minimize else (
+                    best * factor if rel else best + offset)
+                j = _first_better(seq, k, thr, minimize)
+                m = j - k  # values k..j-1 are not better: they only count
+                need = patience + 1 - bad
+                if m >= need:
+                    f = k + need - 1
+                    out.append((f, improved, best, float(seq[f])))
+                    improved = False
+                    rest = m - need
+                    for _ in range(rest // period):
+                        f += period
+                        out.append((f, False, best, float(seq[f])))
+                    rest %= period
+                    if rest <= cooldown:
+                        cool, bad = cooldown - rest, 0
+                    else:
+                        cool, bad = 0, rest - cooldown
+                else:
+                    bad += m
+                if j >= n:
+                    current = float(seq[n - 1])
+                    break
+                k = j  # seq[j] is better: the step below takes it
+            current = float(seq[k])
             if smooth is not None:
                 current = smooth(current)
-            n += 1
             # PyTorch's _is_better with the same float operations (best * eps, or best -/+ threshold)
             if minimize:
                 better = current < (best * factor if rel else best - offset)
@@ -220,14 +268,41 @@ class PlateauTracker:
             if bad > patience:
                 cool = cooldown
                 bad = 0
-                out.append((i, improved, best, current))
+                out.append((k, improved, best, current))
                 improved = False
+            k += 1
         self.best, self.num_bad_epochs, self.cooldown_counter = best, bad, cool
         self.improved_since_fire = improved
         self.last_epoch += n
         if n:
             self.last_value = current
         return out
+
+
+def _first_better(seq: Sequence[float], k: int, thr: float, minimize: bool) -> int:
+    """The first index ``>= k`` whose value is better than ``thr`` (``< thr`` when
+    ``minimize``, else ``> thr``), ``len(seq)`` if none; ``seq`` holds no NaN. Scans with
+    C-level ``min``/``max`` over growing slices, then halves the slice that holds the hit."""
+    n = len(seq)
+    width = 64
+    while k < n:
+        end = min(n, k + width)
+        seg = seq[k:end]
+        if (min(seg) < thr) if minimize else (max(seg) > thr):
+            while len(seg) > 16:
+                half = len(seg) // 2
+                head = seg[:half]
+                if (min(head) < thr) if minimize else (max(head) > thr):
+                    seg = head
+                else:
+                    seg, k = seg[half:], k + half
+            for t, v in enumerate(seg):
+                if (v < thr) if minimize else (v > thr):
+                    return k + t
+        k = end
+        if width < 1 << 16:
+            width *= 2
+    return n
 
 
 def plateau_fires(values: list[float], **kwargs: Any) -> list[int]:
@@ -313,20 +388,22 @@ class PlateauPolicy(Policy):
         found = []
         monitor = self.config.monitor
         for batch in batches:
-            wanted = batch.series_of_kind(monitor)
-            if not wanted:
-                continue
-            if len(wanted) == len(batch.keys):
+            mask = batch.mask_of(batch.series_of_kind(monitor))
+            if mask is None:
                 positions = None
             else:
-                series = batch.series
-                positions = [i for i in range(len(batch)) if series[i] in wanted]
+                positions = list(compress(range(len(batch)), mask))
+                if not positions:
+                    continue
             base = self.tracker.last_epoch
-            fires = self.tracker.step_many(batch.values, positions)
+            # the monitored values (cut out at C speed when the batch mixes kinds); a fire's k is
+            # its ordinal among them, positions[k] its place in the batch
+            fires = self.tracker.step_many(batch.values if positions is None
+                                           else array("d", compress(batch.values, mask)))
             self.fires += len(fires)
-            ordinal = {i: k for k, i in enumerate(positions)} if positions is not None and fires else None
-            for i, improved, best, current in fires:
-                index = base + (i if ordinal is None else ordinal[i])
+            for k, improved, best, current in fires:
+                index = base + k
+                i = k if positions is None else positions[k]
                 episode = self._episode
                 if episode is not None and not improved:
                     episode["repeats"] += 1

@@ -1627,9 +1627,55 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(select_doc,
+"select(mask, column, itemsize) -> bytes\n\n"
+"The items of ``column`` (a buffer such as an array('d'), of ``itemsize`` bytes each) whose byte in\n"
+"``mask`` (one byte per item) is non-zero, in order, as raw bytes (``array.frombytes``\n"
+"rebuilds the column). ``mask`` must be as long as ``column`` has items.");
+
+static PyObject *py_select(PyObject *self, PyObject *args) {
+    Py_buffer mb, cb;
+    PyObject *result = NULL;
+    (void)self;
+    Py_ssize_t isz;
+    if (!PyArg_ParseTuple(args, "y*y*n", &mb, &cb, &isz))
+        return NULL;
+    Py_ssize_t n = isz > 0 ? cb.len / isz : -1;
+    if (isz <= 0 || mb.len != n || n * isz != cb.len) {
+        PyErr_SetString(PyExc_ValueError, "select: itemsize, mask and column lengths disagree");
+        goto done;
+    }
+    const unsigned char *m = (const unsigned char *)mb.buf;
+    Py_ssize_t count = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        count += m[i] != 0;
+    result = PyBytes_FromStringAndSize(NULL, count * isz);
+    if (result == NULL)
+        goto done;
+    {
+        char *dst = PyBytes_AS_STRING(result);
+        const char *src = (const char *)cb.buf;
+        if (isz == 8) {
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (m[i]) { memcpy(dst, src + i * 8, 8); dst += 8; }
+        } else if (isz == 4) {
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (m[i]) { memcpy(dst, src + i * 4, 4); dst += 4; }
+        } else {
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (m[i]) { memcpy(dst, src + i * isz, (size_t)isz); dst += isz; }
+        }
+    }
+done:
+    PyBuffer_Release(&mb);
+    PyBuffer_Release(&cb);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan", py_scan, METH_VARARGS, scan_doc},
     {"merge", py_merge, METH_VARARGS, merge_doc},
+    {"select", py_select, METH_VARARGS, select_doc},
     {NULL, NULL, 0, NULL},
 };
 

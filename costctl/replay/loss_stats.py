@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from array import array
 from collections.abc import Container
+from itertools import compress
 from dataclasses import dataclass
 
 from ..records import ProgressPoint
@@ -113,47 +115,100 @@ class LossStream:
         self._running = math.inf
         self._last_imp: ProgressPoint | None = None
         self._first_nonfinite: ProgressPoint | None = None
-        self._buckets: list[list] = []  # [low point, high point] per run of _width points
+        self._buckets: list[list] = []  # see _plot_chunk
         self._width = 1
         self._fill = 0
 
-    def add_batch(self, batch, indices: Container[int]) -> None:
+    def add_batch(self, batch, indices: Container[int] | None = None) -> None:
         """Take the points of ``batch`` (a :class:`~costctl.progress.batch.PointBatch`) whose
-        series is in ``indices``, in order."""
-        values, series, steps = batch.values, batch.series, batch.steps
+        series is in ``indices`` (None: every point), in order.
+
+        The figures are computed per column chunk, not per point: the wanted points are cut
+        out with :func:`itertools.compress`; count, first/last, min/max and the plot runs come
+        from C-level ``min``/``max``/``index`` over the chunk's values; only the running
+        minimum (last significant improvement) loops in Python, and only over the prefix up to
+        the chunk's minimum when that is a new low. A :class:`ProgressPoint` is made only for
+        a point that becomes a figure.
+        """
+        mask = None if indices is None else batch.mask_of(indices)
+        values = batch.values
+        if mask is None:
+            vals = values
+            n = len(vals)
+            pos = range(n)
+        else:
+            pos = list(compress(range(len(values)), mask))
+            n = len(pos)
+            vals = array("d", compress(values, mask))
+        if n == 0:
+            return
         point = batch.point
-        isfinite = math.isfinite
-        improvement = self.improvement
-        for i in range(len(values)):
-            if series[i] not in indices:
-                continue
-            v = values[i]
-            self.count += 1
-            if self._first is None:
-                self._first = point(i)
-            self._last = (batch, i)
-            if steps[i] < 0:
+        base = self.count  # points of this stream before the chunk
+        self.count = base + n
+        if self._first is None:
+            self._first = point(pos[0])
+        self._last = (batch, pos[-1])
+        if self.all_steps:
+            steps = batch.steps
+            if min(steps if mask is None else compress(steps, mask)) < 0:
                 self.all_steps = False
-            if not isfinite(v):
-                self.nonfinite += 1
+        total = sum(vals)
+        if total - total == 0.0:  # every value finite (a finite sum: none is NaN/inf)
+            fin = vals
+            fk = None  # fin[k] is vals[k]
+        else:
+            flags = bytes([v - v == 0.0 for v in vals])
+            nonfinite = n - sum(flags)
+            if nonfinite:
+                self.nonfinite += nonfinite
                 if self._first_nonfinite is None:
-                    self._first_nonfinite = point(i)
-                continue
-            self._last_finite = (batch, i)
-            p = None
-            if self._min is None or v < self._min.value:
-                p = point(i)
-                self._min = p
-            if self._max is None or v > self._max.value:
-                p = p or point(i)
-                self._max = p
-            running = self._running
-            if v < running:
-                if running == math.inf or (running - v) / abs(running) > improvement:
-                    p = p or point(i)
-                    self._last_imp = p
-                self._running = v
-            self._plot(v, p, batch, i)
+                    self._first_nonfinite = point(pos[flags.index(0)])
+            if nonfinite == n:
+                return
+            fin = array("d", compress(vals, flags))
+            fk = list(compress(range(n), flags)) if nonfinite else None
+        nf = len(fin)
+
+        def at(k: int) -> int:
+            """Batch position of fin[k]."""
+            return pos[k if fk is None else fk[k]]
+
+        def rank(k: int) -> int:
+            """1-based position of fin[k] among this stream's points (NaN/inf counted)."""
+            return base + 1 + (k if fk is None else fk[k])
+
+        made: dict[int, ProgressPoint] = {}  # one record per point, shared by the figures
+
+        def record(k: int) -> ProgressPoint:
+            p = made.get(k)
+            if p is None:
+                p = made[k] = point(at(k))
+            return p
+
+        self._last_finite = (batch, at(nf - 1))
+        low = min(fin)
+        high = max(fin)
+        if self._min is None or low < self._min.value:
+            self._min = record(fin.index(low))
+        if self._max is None or high > self._max.value:
+            self._max = record(fin.index(high))
+        running = self._running
+        if low < running:
+            improvement = self.improvement
+            inf = math.inf
+            imp = -1
+            stop = fin.index(low) + 1  # no new low after the chunk's (first) minimum
+            k = 0
+            for v in fin[:stop] if stop < nf else fin:
+                if v < running:
+                    if running == inf or (running - v) / abs(running) > improvement:
+                        imp = k
+                    running = v
+                k += 1
+            self._running = running
+            if imp >= 0:
+                self._last_imp = record(imp)
+        self._plot_chunk(fin, record, rank)
 
     def add(self, p: ProgressPoint) -> None:
         """Take one point (the slow path)."""
@@ -163,37 +218,54 @@ class LossStream:
         batch.append_point(p)
         self.add_batch(batch, (0,))
 
-    def _plot(self, v: float, p: ProgressPoint | None, batch, i: int) -> None:
-        # bucket: [low point, high point, low's position, high's position]
-        pos = self.count
-        if self._fill == 0:
-            p = p or batch.point(i)
-            self._buckets.append([p, p, pos, pos])
-        else:
-            bucket = self._buckets[-1]
-            if v < bucket[0].value:
-                bucket[0], bucket[2] = p or batch.point(i), pos
-            elif v > bucket[1].value:
-                bucket[1], bucket[3] = p or batch.point(i), pos
-        self._fill += 1
-        if self._fill >= self._width:
-            self._fill = 0
-            if 2 * len(self._buckets) > self.max_plot:
-                merged = []
-                for a, b in zip(self._buckets[0::2], self._buckets[1::2] + [None]):
-                    if b is not None:
-                        low = a if a[0].value <= b[0].value else b
-                        high = a if a[1].value >= b[1].value else b
-                        a = [low[0], high[1], low[2], high[3]]
-                    merged.append(a)
-                self._buckets = merged
-                self._width *= 2
+    def _plot_chunk(self, fin, record, rank) -> None:
+        """Feed the finite values ``fin`` to the plot runs, a run's segment at a time.
+
+        A bucket is ``[low point, high point, low's rank, high's rank, low value, high value]``:
+        the first lowest and first highest finite point of a run of ``_width`` consecutive
+        finite points; when more than ``max_plot / 2`` runs are complete, neighbours merge
+        pairwise and the width doubles (as point by point: the same runs, the same points)."""
+        buckets = self._buckets
+        width, fill = self._width, self._fill
+        nf = len(fin)
+        k = 0
+        while k < nf:
+            end = min(nf, k + width - fill)
+            seg = fin[k:end]
+            lo, hi = min(seg), max(seg)
+            if fill == 0:
+                klo, khi = k + seg.index(lo), k + seg.index(hi)
+                plo = record(klo)
+                buckets.append([plo, plo if khi == klo else record(khi), rank(klo), rank(khi), lo, hi])
+            else:
+                bucket = buckets[-1]
+                if lo < bucket[4]:
+                    klo = k + seg.index(lo)
+                    bucket[0], bucket[2], bucket[4] = record(klo), rank(klo), lo
+                if hi > bucket[5]:
+                    khi = k + seg.index(hi)
+                    bucket[1], bucket[3], bucket[5] = record(khi), rank(khi), hi
+            fill += end - k
+            k = end
+            if fill >= width:
+                fill = 0
+                if 2 * len(buckets) > self.max_plot:
+                    merged = []
+                    for a, b in zip(buckets[0::2], buckets[1::2] + [None]):
+                        if b is not None:
+                            low = a if a[4] <= b[4] else b
+                            high = a if a[5] >= b[5] else b
+                            a = [low[0], high[1], low[2], high[3], low[4], high[5]]
+                        merged.append(a)
+                    buckets = self._buckets = merged
+                    width *= 2
+        self._width, self._fill = width, fill
 
     def plot_points(self) -> list[ProgressPoint]:
         """The bounded plot series in order (each run's low and high finite point)."""
         out: list[ProgressPoint] = []
-        for low, high, low_pos, high_pos in self._buckets:
-            if low is high:
+        for low, high, low_pos, high_pos, _, _ in self._buckets:
+            if low_pos == high_pos:
                 out.append(low)
             else:
                 out.extend((low, high) if low_pos < high_pos else (high, low))
