@@ -47,6 +47,7 @@ from pydantic import Field
 
 from ..clock import ensure_utc
 from ..money import Money, cost_of
+from ..progress.batch import take
 from ..records import Decision, ProgressPoint, RestOfRun
 from .base import Policy, PolicyConfig, PolicyContext, iso, register
 from .history import History, finite_or_text
@@ -389,39 +390,50 @@ class PlateauPolicy(Policy):
         monitor = self.config.monitor
         for batch in batches:
             mask = batch.mask_of(batch.series_of_kind(monitor))
-            if mask is None:
-                positions = None
-            else:
-                positions = list(compress(range(len(batch)), mask))
-                if not positions:
-                    continue
+            if mask is not None and not any(mask):
+                continue
             base = self.tracker.last_epoch
             # the monitored values (cut out at C speed when the batch mixes kinds); a fire's k is
             # its ordinal among them, positions[k] its place in the batch
-            fires = self.tracker.step_many(batch.values if positions is None
-                                           else array("d", compress(batch.values, mask)))
+            fires = self.tracker.step_many(batch.values if mask is None
+                                           else take(batch.values, mask))
             self.fires += len(fires)
+            positions = None if mask is None or not fires else list(compress(range(len(batch)), mask))
+            # a fire with no improvement since the previous one repeats the open episode: runs
+            # of those only count (the episode notes the run's last one)
+            repeats, last_k = 0, -1
             for k, improved, best, current in fires:
+                if not improved and (self._episode is not None or repeats):
+                    repeats += 1
+                    last_k = k
+                    continue
+                if repeats:
+                    self._repeat(batch, positions, base, repeats, last_k)
+                    repeats = 0
+                self._end_episode()
                 index = base + k
                 i = k if positions is None else positions[k]
-                episode = self._episode
-                if episode is not None and not improved:
-                    episode["repeats"] += 1
-                    episode["last_index"] = index
-                    episode["last"] = (batch, i)  # made a point only when reported (repeats are many)
-                    continue
-                self._end_episode()
                 point = batch.point(i)
                 decision = self._decision(history, now, point, index, best=best, current=current)
                 found.append(decision)
                 self._episode = {"key": decision.key, "repeats": 1, "first_index": index, "last_index": index,
                                  "last": (batch, i), "updated_at": now, "reported": 1}
+            if repeats:
+                self._repeat(batch, positions, base, repeats, last_k)
         if self._episode is not None and self.tracker.improved_since_fire:
             self._end_episode()
         elif self._episode is not None and self._episode["repeats"] != self._episode["reported"] and (
                 (now - self._episode["updated_at"]).total_seconds() >= self.UPDATE_EVERY_S):
             self._queue_update(self._episode, ended=False, now=now)
         return found
+
+    def _repeat(self, batch: Any, positions: list[int] | None, base: int, repeats: int, last_k: int) -> None:
+        """Add ``repeats`` fires to the open episode, the last at ordinal ``last_k`` of the batch."""
+        episode = self._episode
+        assert episode is not None
+        episode["repeats"] += repeats
+        episode["last_index"] = base + last_k
+        episode["last"] = (batch, last_k if positions is None else positions[last_k])  # a point only when reported
 
     def _end_episode(self) -> None:
         episode, self._episode = self._episode, None

@@ -62,6 +62,17 @@ def _select():
     return _SELECT[0]
 
 
+def take(column: array, mask: bytes) -> array:
+    """The entries of ``column`` whose ``mask`` byte is set (:meth:`PointBatch.mask_of`), as a
+    new array of the same type (copied in C by ``_scan.select`` where built)."""
+    select = _select()
+    if select is None:
+        return array(column.typecode, compress(column, mask))
+    part = array(column.typecode)
+    part.frombytes(select(mask, column, column.itemsize))
+    return part
+
+
 def _ts(time: datetime | None) -> float:
     """Aware datetime -> POSIX seconds; None -> NaN."""
     return _NAN if time is None else time.timestamp()
@@ -185,15 +196,8 @@ class PointBatch:
         if mask is None:
             return self
         out = PointBatch(keys=list(self.keys), _index=dict(self._index))
-        select = _select()
         for name in ("series", "values", "steps", "epochs", "totals", "times"):
-            column = getattr(self, name)
-            if select is not None:
-                part = array(column.typecode)
-                part.frombytes(select(mask, column, column.itemsize))
-            else:
-                part = array(column.typecode, compress(column, mask))
-            setattr(out, name, part)
+            setattr(out, name, take(getattr(self, name), mask))
         return out
 
     def latest_time(self) -> float:

@@ -17,6 +17,7 @@ from collections.abc import Container
 from itertools import compress
 from dataclasses import dataclass
 
+from ..progress.batch import PointBatch, take
 from ..records import ProgressPoint
 
 
@@ -139,7 +140,7 @@ class LossStream:
         else:
             pos = list(compress(range(len(values)), mask))
             n = len(pos)
-            vals = array("d", compress(values, mask))
+            vals = take(values, mask)
         if n == 0:
             return
         point = batch.point
@@ -212,7 +213,6 @@ class LossStream:
 
     def add(self, p: ProgressPoint) -> None:
         """Take one point (the slow path)."""
-        from ..progress.batch import PointBatch
 
         batch = PointBatch()
         batch.append_point(p)
