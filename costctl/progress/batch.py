@@ -220,6 +220,24 @@ class PointBatch:
             total=None if total == NO_INT else total,
         )
 
+    def row(self, i: int) -> tuple:
+        """Point ``i`` as a plain tuple ``((kind, name), value, step, epoch, total, time)`` of
+        its column entries (cheap; :meth:`point_of_row` makes the record later)."""
+        return (self.keys[self.series[i]], self.values[i], self.steps[i], self.epochs[i], self.totals[i],
+                self.times[i])
+
+    @staticmethod
+    def point_of_row(row: tuple) -> ProgressPoint:
+        """The :class:`ProgressPoint` of a :meth:`row` (the same record :meth:`point` makes)."""
+        (kind, name), value, step, epoch, total, t = row
+        return ProgressPoint(
+            time=None if math.isnan(t) else datetime.fromtimestamp(t, UTC),
+            value=value, kind=kind, name=name,
+            step=None if step == NO_INT else step,
+            epoch=None if math.isnan(epoch) else epoch,
+            total=None if total == NO_INT else total,
+        )
+
     def points(self) -> Iterator[ProgressPoint]:
         """Every point as a :class:`ProgressPoint`, in order (slow: one object each)."""
         for i in range(len(self.values)):

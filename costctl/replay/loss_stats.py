@@ -209,7 +209,8 @@ class LossStream:
             self._running = running
             if imp >= 0:
                 self._last_imp = record(imp)
-        self._plot_chunk(fin, record, rank)
+        row = batch.row
+        self._plot_chunk(fin, lambda k: row(at(k)), rank)
 
     def add(self, p: ProgressPoint) -> None:
         """Take one point (the slow path)."""
@@ -221,7 +222,9 @@ class LossStream:
     def _plot_chunk(self, fin, record, rank) -> None:
         """Feed the finite values ``fin`` to the plot runs, a run's segment at a time.
 
-        A bucket is ``[low point, high point, low's rank, high's rank, low value, high value]``:
+        A bucket is ``[low row, high row, low's rank, high's rank, low value, high value]``
+        (rows: :meth:`~costctl.progress.batch.PointBatch.row`, made records by
+        :meth:`plot_points`):
         the first lowest and first highest finite point of a run of ``_width`` consecutive
         finite points; when more than ``max_plot / 2`` runs are complete, neighbours merge
         pairwise and the width doubles (as point by point: the same runs, the same points)."""
@@ -264,11 +267,12 @@ class LossStream:
     def plot_points(self) -> list[ProgressPoint]:
         """The bounded plot series in order (each run's low and high finite point)."""
         out: list[ProgressPoint] = []
+        make = PointBatch.point_of_row
         for low, high, low_pos, high_pos, _, _ in self._buckets:
             if low_pos == high_pos:
-                out.append(low)
+                out.append(make(low))
             else:
-                out.extend((low, high) if low_pos < high_pos else (high, low))
+                out.extend((make(low), make(high)) if low_pos < high_pos else (make(high), make(low)))
         return out
 
     def summary(self) -> LossSummary:

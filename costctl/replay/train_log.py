@@ -367,7 +367,7 @@ def iter_console_batches(
                 event = match_oom(line, line_no)
                 if event is not None:
                     oom.append(event)
-        else:
+        elif oom is not None:  # line numbers matter only for OOM events
             line_no += complete.count("\n")
         if counts is not None:
             counts["long_lines"] = parser.long_lines + dropped
