@@ -94,6 +94,10 @@ class TrainLog:
     #: read block (:func:`_cut`), kept while they take at most ``_EVAL_CUTS_BYTES`` (else None:
     #: a replay reads the file again for them).
     _eval_cuts: list[PointBatch] | None = None
+    #: a streamed console log read with ``replay=`` (:func:`read_console`): that loss replay
+    #: (a :class:`~costctl.replay.engine.LossReplay`), already fed every train block in order
+    #: during the read; the eval blocks are still to come (``iter_batches(kinds=("eval",))``).
+    train_replay: Any = None
     #: console logs: lines skipped for holding more than ``MAX_LINE_CHARS`` characters (a loss
     #: on them is not read; reported, never silent).
     long_lines: int = 0
@@ -135,19 +139,21 @@ class TrainLog:
                 if cut:
                     yield from cut.points()
 
-    def iter_batches(self, size: int = 4096) -> Iterator[PointBatch]:
+    def iter_batches(self, size: int = 4096, kinds: tuple[str, ...] = ("train", "eval")) -> Iterator[PointBatch]:
         """Every point as :meth:`iter_points` gives them (train first, then eval, file order),
         in :class:`~costctl.progress.batch.PointBatch` blocks: no object per point.
 
         Kept points come in blocks of ``size``; a streamed log's come as the reader's blocks,
-        each cut to the points of one kind (its keys re-indexed, columns copied).
+        each cut to the points of one kind (its keys kept, columns copied). ``kinds``: only
+        those kinds' points (in that order).
         """
         if self.source is None:
-            for kind_points in (self.train, self.eval):
+            for kind in kinds:
+                kind_points = self.train if kind == "train" else self.eval
                 for start in range(0, len(kind_points), size):
                     yield PointBatch.from_points(kind_points[start:start + size])
             return
-        for kind in ("train", "eval"):
+        for kind in kinds:
             if self.count(kind) == 0:
                 continue
             if kind == "eval" and self._eval_kept is not None:
@@ -421,13 +427,17 @@ _POINT_BYTES = 44
 
 
 def read_console(path: Path, *, loss_regex: str | None = None, streamed: bool = False,
-                 max_plot: int = 4096) -> TrainLog:
+                 max_plot: int = 4096, replay: Any = None) -> TrainLog:
     """Read a whole console log (see :func:`iter_console`): points, OOM errors and HF summary.
 
     Args:
         streamed: keep no point list: per-kind figures (:class:`LossStream`) and a plot series
             of at most ``max_plot`` points per kind; :meth:`TrainLog.iter_points` reads the
             file again for a replay. Memory then does not grow with the file.
+        replay: with ``streamed``, an object with ``add(batch)`` (a
+            :class:`~costctl.replay.engine.LossReplay`) fed each block's train points, in
+            order, during the read, as ``iter_batches()`` would give them; kept as
+            :attr:`TrainLog.train_replay` (saves reading the file again for the replay).
 
     Raises:
         UsageError: unreadable file, or an invalid ``loss_regex``.
@@ -451,6 +461,8 @@ def read_console(path: Path, *, loss_regex: str | None = None, streamed: bool = 
                 continue
             cut = batch.cut(mask)
             stream.add_batch(cut)
+            if kind == "train" and replay is not None and cut:
+                replay.add(cut)
             if kind == "eval" and cuts is not None:
                 cuts.append(cut)
                 cut_bytes += len(cut) * _POINT_BYTES
@@ -466,6 +478,7 @@ def read_console(path: Path, *, loss_regex: str | None = None, streamed: bool = 
         "console", train_stream.plot_points(), streams["eval"].plot_points(), x_axis,
         summary=summary, oom=oom, path=path, streams=streams,
         source=lambda: iter_console_batches(path, loss_regex=loss_regex), _eval_kept=kept, _eval_cuts=cuts,
+        train_replay=replay,
         long_lines=counts["long_lines"],
     )
 
