@@ -188,13 +188,32 @@ class PlateauTracker:
         else:
             positions = list(positions)
             seq = array("d", map(values.__getitem__, positions))
-        out = self._run(seq)
+        out = self._expand(self.step_runs(seq), seq)
         if positions is not None:
             out = [(positions[k], improved, best, current) for k, improved, best, current in out]
         return out
 
-    def _run(self, seq: Sequence[float]) -> list[tuple[int, bool, float, float]]:
-        """:meth:`step_many` over every value of ``seq``; fires as ``(k, improved, best, current)``.
+    def _expand(self, runs: list[tuple], seq: Sequence[float]) -> list[tuple[int, bool, float, float]]:
+        """:meth:`step_runs`'s result with each run of repeats written out fire by fire."""
+        if all(len(item) == 4 for item in runs):
+            return runs  # type: ignore[return-value]
+        period = self.cooldown + self.patience + 1
+        out: list[tuple[int, bool, float, float]] = []
+        for item in runs:
+            if len(item) == 4:
+                out.append(item)
+                continue
+            last, improved, best, _, count = item
+            for t in range(count - 1, -1, -1):
+                k = last - t * period
+                out.append((k, improved, best, float(seq[k])))
+        return out
+
+    def step_runs(self, seq: Sequence[float]) -> list[tuple]:
+        """:meth:`step_many` over every value of ``seq``, fires as ``(k, improved, best, current)``,
+        except that ``count`` further fires every ``cooldown + patience + 1`` values of one run of
+        not-better values (all with ``improved`` False, the same ``best``) come as one
+        ``(k_last, False, best, current_at_k_last, count)``.
 
         Without smoothing and with no NaN in ``seq``, a run of values that are not better than
         ``best`` only counts (``num_bad_epochs``, the cooldown) and fires every
@@ -202,7 +221,7 @@ class PlateauTracker:
         over slices and their fires computed arithmetically, not value by value. The result is
         the same as the value-by-value loop (the same comparisons against the same ``best``).
         """
-        out: list[tuple[int, bool, float, float]] = []
+        out: list[tuple] = []
         best, bad, cool = self.best, self.num_bad_epochs, self.cooldown_counter
         patience, cooldown, improved = self.patience, self.cooldown, self.improved_since_fire
         smooth = self.smooth if self.smoothing != 0.0 else None
@@ -235,9 +254,10 @@ class PlateauTracker:
                     out.append((f, improved, best, float(seq[f])))
                     improved = False
                     rest = m - need
-                    for _ in range(rest // period):
-                        f += period
-                        out.append((f, False, best, float(seq[f])))
+                    more = rest // period
+                    if more:  # their fires repeat every period values: one entry for them all
+                        f += more * period
+                        out.append((f, False, best, float(seq[f]), more))
                     rest %= period
                     if rest <= cooldown:
                         cool, bad = cooldown - rest, 0
@@ -395,14 +415,18 @@ class PlateauPolicy(Policy):
             base = self.tracker.last_epoch
             # the monitored values (cut out at C speed when the batch mixes kinds); a fire's k is
             # its ordinal among them, positions[k] its place in the batch
-            fires = self.tracker.step_many(batch.values if mask is None
-                                           else take(batch.values, mask))
-            self.fires += len(fires)
+            fires = self.tracker.step_runs(batch.values if mask is None else take(batch.values, mask))
+            self.fires += sum(1 if len(item) == 4 else item[4] for item in fires)
             positions = None if mask is None or not fires else list(compress(range(len(batch)), mask))
             # a fire with no improvement since the previous one repeats the open episode: runs
             # of those only count (the episode notes the run's last one)
             repeats, last_k = 0, -1
-            for k, improved, best, current in fires:
+            for item in fires:
+                if len(item) == 5:  # a run of repeats (after a fire: an episode is open)
+                    repeats += item[4]
+                    last_k = item[0]
+                    continue
+                k, improved, best, current = item
                 if not improved and (self._episode is not None or repeats):
                     repeats += 1
                     last_k = k

@@ -1672,10 +1672,38 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(contains_any_doc,
+"contains_any(buf, needles) -> bool\n\n"
+"True when any of ``needles`` (a tuple of non-empty bytes) occurs in ``buf`` (bytes-like):\n"
+"``any(n in buf for n in needles)`` with memmem.");
+
+static PyObject *py_contains_any(PyObject *self, PyObject *args) {
+    Py_buffer hb;
+    PyObject *needles;
+    int found = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*O!", &hb, &PyTuple_Type, &needles))
+        return NULL;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(needles) && !found; k++) {
+        PyObject *needle = PyTuple_GET_ITEM(needles, k);
+        if (!PyBytes_Check(needle)) {
+            PyBuffer_Release(&hb);
+            PyErr_SetString(PyExc_TypeError, "contains_any: needles must be bytes");
+            return NULL;
+        }
+        Py_ssize_t nl = PyBytes_GET_SIZE(needle);
+        if (nl == 0 || memmem(hb.buf, (size_t)hb.len, PyBytes_AS_STRING(needle), (size_t)nl) != NULL)
+            found = 1;
+    }
+    PyBuffer_Release(&hb);
+    return PyBool_FromLong(found);
+}
+
 static PyMethodDef methods[] = {
     {"scan", py_scan, METH_VARARGS, scan_doc},
     {"merge", py_merge, METH_VARARGS, merge_doc},
     {"select", py_select, METH_VARARGS, select_doc},
+    {"contains_any", py_contains_any, METH_VARARGS, contains_any_doc},
     {NULL, NULL, 0, NULL},
 };
 
