@@ -47,7 +47,7 @@ from pydantic import Field
 
 from ..clock import ensure_utc
 from ..money import Money, cost_of
-from ..progress.batch import take
+from ..progress.batch import native, take
 from ..records import Decision, ProgressPoint, RestOfRun
 from .base import Policy, PolicyConfig, PolicyContext, iso, register
 from .history import History, finite_or_text
@@ -215,10 +215,11 @@ class PlateauTracker:
         not-better values (all with ``improved`` False, the same ``best``) come as one
         ``(k_last, False, best, current_at_k_last, count)``.
 
-        Without smoothing and with no NaN in ``seq``, a run of values that are not better than
-        ``best`` only counts (``num_bad_epochs``, the cooldown) and fires every
-        ``cooldown + patience + 1`` values: such runs are found with C-level ``min``/``max``
-        over slices and their fires computed arithmetically, not value by value. The result is
+        Without smoothing, a run of values that are not better than ``best`` only counts
+        (``num_bad_epochs``, the cooldown) and fires every ``cooldown + patience + 1`` values:
+        such runs are found in one C pass (``_scan.first_beyond`` over an array('d'); else,
+        with no NaN in ``seq``, C-level ``min``/``max`` over slices) and their fires computed
+        arithmetically, not value by value. The result is
         the same as the value-by-value loop (the same comparisons against the same ``best``).
         """
         out: list[tuple] = []
@@ -237,8 +238,14 @@ class PlateauTracker:
             factor, offset = 1.0, self.threshold
         n = len(seq)
         current = self.last_value
-        total = sum(seq) if smooth is None else math.nan
-        bulk = total == total  # no NaN (nor +inf with -inf): min/max over a slice are exact
+        scan = native()
+        if smooth is not None:
+            bulk, beyond = False, None
+        elif scan is not None and isinstance(seq, array) and seq.typecode == "d":
+            bulk, beyond = True, scan.first_beyond  # C: compares as Python does (NaN never better)
+        else:
+            total = sum(seq)
+            bulk, beyond = total == total, None  # no NaN (nor +inf with -inf): min/max over a slice are exact
         period = cooldown + patience + 1
         k = 0
         while k < n:
@@ -246,7 +253,7 @@ class PlateauTracker:
                 # PyTorch's _is_better: better iff current < best * factor (or best - offset), or >
                 thr = (best * factor if rel else best - offset) if minimize else (
                     best * factor if rel else best + offset)
-                j = _first_better(seq, k, thr, minimize)
+                j = beyond(seq, k, thr, minimize) if beyond is not None else _first_better(seq, k, thr, minimize)
                 m = j - k  # values k..j-1 are not better: they only count
                 need = patience + 1 - bad
                 if m >= need:

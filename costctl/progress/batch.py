@@ -48,18 +48,25 @@ def column_int(value: int | None) -> int:
 _NAN = float("nan")
 
 
-_SELECT: list = []
+_NATIVE: list = []
 
 
-def _select():
-    """The native column cut (``_scan.select``), or None where the C extension is not built
-    or ``COSTCTL_PARSER=python`` picks the pure-Python engine."""
-    if not _SELECT:
+def native():
+    """The C helpers (``costctl.progress._scan``: ``select``, ``extremes``, ``first_beyond``,
+    ``new_lows``, ``contains_any``), or None where the extension is not built or
+    ``COSTCTL_PARSER=python`` picks the pure-Python engine (callers then compute the same in
+    Python)."""
+    if not _NATIVE:
         from . import lines
 
         scan = lines._scan if lines.ENGINE == "native" else None
-        _SELECT.append(getattr(scan, "select", None))
-    return _SELECT[0]
+        _NATIVE.append(scan if scan is not None and hasattr(scan, "new_lows") else None)
+    return _NATIVE[0]
+
+
+def _select():
+    scan = native()
+    return None if scan is None else scan.select
 
 
 def take(column: array, mask: bytes) -> array:

@@ -17,7 +17,7 @@ from collections.abc import Container
 from itertools import compress
 from dataclasses import dataclass
 
-from ..progress.batch import PointBatch, take
+from ..progress.batch import PointBatch, native, take
 from ..records import ProgressPoint
 
 
@@ -89,6 +89,51 @@ def mean_value(points: list[ProgressPoint]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def _extremes(values, start: int, stop: int) -> tuple[float, int, float, int, int]:
+    """``(low, i_low, high, i_high, nonfinite)`` over ``values[start:stop]``: the first lowest
+    and first highest finite value and their indexes (NaN and -1 when none is finite), and the
+    count of NaN/inf values. C (``_scan.extremes``) for an array('d') where built."""
+    scan = native()
+    if scan is not None and isinstance(values, array) and values.typecode == "d":
+        return scan.extremes(values, start, stop)
+    seg = values[start:stop]
+    total = sum(seg)
+    if seg and total - total == 0.0:  # every value finite
+        low, high = min(seg), max(seg)
+        return low, start + seg.index(low), high, start + seg.index(high), 0
+    low = high = math.nan
+    i_low = i_high = -1
+    bad = 0
+    for i, v in enumerate(seg, start):
+        if v - v != 0.0:
+            bad += 1
+        elif i_low < 0:
+            low = high = v
+            i_low = i_high = i
+        elif v < low:
+            low, i_low = v, i
+        elif v > high:
+            high, i_high = v, i
+    return low, i_low, high, i_high, bad
+
+
+def _new_lows(values, start: int, stop: int, running: float, improvement: float) -> tuple[float, int]:
+    """The running minimum over the finite ``values[start:stop]`` from ``running``, and the
+    index of the last new low that improved on the one before by more than ``improvement``
+    (relative; any first low), -1 when none (see the module docstring). C where built."""
+    scan = native()
+    if scan is not None and isinstance(values, array) and values.typecode == "d":
+        return scan.new_lows(values, start, stop, running, improvement)
+    last = -1
+    for i in range(start, stop):
+        v = values[i]
+        if v < running:
+            if running == math.inf or (running - v) / abs(running) > improvement:
+                last = i
+            running = v
+    return running, last
+
+
 class LossStream:
     """:class:`LossSummary` figures kept while points stream by, plus a bounded plot series.
 
@@ -125,11 +170,11 @@ class LossStream:
         series is in ``indices`` (None: every point), in order.
 
         The figures are computed per column chunk, not per point: the wanted points are cut
-        out with :func:`itertools.compress`; count, first/last, min/max and the plot runs come
-        from C-level ``min``/``max``/``index`` over the chunk's values; only the running
-        minimum (last significant improvement) loops in Python, and only over the prefix up to
-        the chunk's minimum when that is a new low. A :class:`ProgressPoint` is made only for
-        a point that becomes a figure.
+        out by a byte mask; count, first/last, min/max, the running minimum (last significant
+        improvement, walked only up to the chunk's minimum when that is a new low) and the plot
+        runs come from one pass each over the chunk's values (:func:`_extremes`,
+        :func:`_new_lows`: C where built). A :class:`ProgressPoint` is made only for a point
+        that becomes a figure.
         """
         mask = None if indices is None else batch.mask_of(indices)
         values = batch.values
@@ -153,21 +198,20 @@ class LossStream:
             steps = batch.steps
             if min(steps if mask is None else compress(steps, mask)) < 0:
                 self.all_steps = False
-        total = sum(vals)
-        if total - total == 0.0:  # every value finite (a finite sum: none is NaN/inf)
+        low, i_low, high, i_high, nonfinite = _extremes(vals, 0, n)
+        if not nonfinite:
             fin = vals
             fk = None  # fin[k] is vals[k]
         else:
-            flags = bytes([v - v == 0.0 for v in vals])
-            nonfinite = n - sum(flags)
-            if nonfinite:
-                self.nonfinite += nonfinite
-                if self._first_nonfinite is None:
-                    self._first_nonfinite = point(pos[flags.index(0)])
+            flags = bytes([v - v == 0.0 for v in vals])  # finite
+            self.nonfinite += nonfinite
+            if self._first_nonfinite is None:
+                self._first_nonfinite = point(pos[flags.index(0)])
             if nonfinite == n:
                 return
             fin = array("d", compress(vals, flags))
-            fk = list(compress(range(n), flags)) if nonfinite else None
+            fk = list(compress(range(n), flags))
+            low, i_low, high, i_high, _ = _extremes(fin, 0, len(fin))
         nf = len(fin)
 
         def at(k: int) -> int:
@@ -187,26 +231,13 @@ class LossStream:
             return p
 
         self._last_finite = (batch, at(nf - 1))
-        low = min(fin)
-        high = max(fin)
         if self._min is None or low < self._min.value:
-            self._min = record(fin.index(low))
+            self._min = record(i_low)
         if self._max is None or high > self._max.value:
-            self._max = record(fin.index(high))
-        running = self._running
-        if low < running:
-            improvement = self.improvement
-            inf = math.inf
-            imp = -1
-            stop = fin.index(low) + 1  # no new low after the chunk's (first) minimum
-            k = 0
-            for v in fin[:stop] if stop < nf else fin:
-                if v < running:
-                    if running == inf or (running - v) / abs(running) > improvement:
-                        imp = k
-                    running = v
-                k += 1
-            self._running = running
+            self._max = record(i_high)
+        if low < self._running:
+            # no new low after the chunk's (first) minimum: the running minimum's walk stops there
+            self._running, imp = _new_lows(fin, 0, i_low + 1, self._running, self.improvement)
             if imp >= 0:
                 self._last_imp = record(imp)
         row = batch.row
@@ -230,23 +261,20 @@ class LossStream:
         pairwise and the width doubles (as point by point: the same runs, the same points)."""
         buckets = self._buckets
         width, fill = self._width, self._fill
+        extremes = _extremes
         nf = len(fin)
         k = 0
         while k < nf:
             end = min(nf, k + width - fill)
-            seg = fin[k:end]
-            lo, hi = min(seg), max(seg)
+            lo, klo, hi, khi, _ = extremes(fin, k, end)
             if fill == 0:
-                klo, khi = k + seg.index(lo), k + seg.index(hi)
                 plo = record(klo)
                 buckets.append([plo, plo if khi == klo else record(khi), rank(klo), rank(khi), lo, hi])
             else:
                 bucket = buckets[-1]
                 if lo < bucket[4]:
-                    klo = k + seg.index(lo)
                     bucket[0], bucket[2], bucket[4] = record(klo), rank(klo), lo
                 if hi > bucket[5]:
-                    khi = k + seg.index(hi)
                     bucket[1], bucket[3], bucket[5] = record(khi), rank(khi), hi
             fill += end - k
             k = end

@@ -45,7 +45,7 @@ from typing import Any
 from ..errors import UsageError
 from ..progress import LineParser, read_metrics_file
 from ..progress.lines import MAX_LINE_CHARS
-from ..progress.batch import PointBatch
+from ..progress.batch import PointBatch, native
 from ..progress.metrics_file import number
 from ..records import ProgressPoint
 from .loss_stats import LossStream, LossSummary, summarize
@@ -331,10 +331,8 @@ def _may_hold_oom(text: str) -> bool:
 
     With the C scanner built: one memmem per word over the UTF-8 bytes (ASCII words occur in
     the bytes exactly where they occur in the text), faster than ``str.__contains__``."""
-    from ..progress import lines
-
-    scan = lines._scan if lines.ENGINE == "native" else None
-    if scan is not None and hasattr(scan, "contains_any"):
+    scan = native()
+    if scan is not None:
         return scan.contains_any(text.encode("utf-8", "surrogatepass"), _OOM_NEEDLES)
     return any(w in text for w in _OOM_WORDS)
 
