@@ -30,6 +30,7 @@ from array import array
 from collections.abc import Container, Iterable, Iterator
 from itertools import compress
 from dataclasses import dataclass, field
+from functools import lru_cache
 from datetime import UTC, datetime
 
 from ..records import ProgressKind, ProgressPoint
@@ -67,6 +68,12 @@ def native():
 def _select():
     scan = native()
     return None if scan is None else scan.select
+
+
+@lru_cache(maxsize=256)
+def _mask_table(flags: tuple[bool, ...]) -> bytes:
+    """``bytes.translate`` table: series index -> 1 if ``flags[index]`` else 0."""
+    return bytes(1 if i < len(flags) and flags[i] else 0 for i in range(256))
 
 
 def take(column: array, mask: bytes) -> array:
@@ -193,8 +200,7 @@ class PointBatch:
             # the low byte of each int32 entry is the whole index (< 256)
             raw = series.tobytes()
             low = raw[0::4] if sys.byteorder == "little" else raw[3::4]
-            table = bytes(1 if i < len(flags) and flags[i] else 0 for i in range(256))
-            return low.translate(table)
+            return low.translate(_mask_table(tuple(flags)))
         return bytes(1 if flags[k] else 0 for k in series)
 
     def cut(self, mask: bytes | None) -> PointBatch:
