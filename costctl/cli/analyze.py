@@ -125,7 +125,12 @@ def analyze(
     glog = open_gpu_log(gpu_log, columns=columns, start=start) if gpu_log is not None else None  # streamed
     # the loss replay is fed the train points while the log is read (one read, not two); a log
     # placed in time (--step-rate) is replayed on the time axis instead and does not use it
-    pre_replay = LossReplay(settings) if train_log is not None and step_rate is None else None
+    pre_replay = None
+    if train_log is not None and step_rate is None:
+        try:
+            pre_replay = LossReplay(settings)
+        except Exception:  # noqa: BLE001 - the replay after the read raises it, where it always did
+            pre_replay = None
     tlog = (read_train_log(train_log, loss_regex=loss_regex, streamed=True, replay=pre_replay)
             if train_log is not None else None)
     progress, placement = (None, None)
