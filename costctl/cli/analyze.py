@@ -88,6 +88,7 @@ def analyze(
     # The replay stack loads here, not when the CLI starts (costctl --help lists this command).
     from ..replay.analysis import AnalyzeOptions, analyze as run_analysis, to_dict
     from ..replay.pricing import resolve_price
+    from ..replay.engine import LossReplay
     from ..replay.readers import open_gpu_log, read_train_log
     from ..replay.render import render
     from ..replay.timeline import place_progress
@@ -122,7 +123,16 @@ def analyze(
         skypilot_idle_minutes=sky_idle_minutes,
     )
     glog = open_gpu_log(gpu_log, columns=columns, start=start) if gpu_log is not None else None  # streamed
-    tlog = read_train_log(train_log, loss_regex=loss_regex, streamed=True) if train_log is not None else None
+    # the loss replay is fed the train points while the log is read (one read, not two); a log
+    # placed in time (--step-rate) is replayed on the time axis instead and does not use it
+    pre_replay = None
+    if train_log is not None and step_rate is None:
+        try:
+            pre_replay = LossReplay(settings)
+        except Exception:  # noqa: BLE001 - the replay after the read raises it, where it always did
+            pre_replay = None
+    tlog = (read_train_log(train_log, loss_regex=loss_regex, streamed=True, replay=pre_replay)
+            if train_log is not None else None)
     progress, placement = (None, None)
     if tlog is not None:
         gpu_only_start = start is not None and step_rate is None and glog is not None and glog.relative

@@ -10,6 +10,7 @@ again. (Lightning's ``EarlyStopping(check_finite=True)`` stops on the first non-
 from __future__ import annotations
 
 import math
+from array import array
 from datetime import datetime
 from typing import ClassVar
 
@@ -17,6 +18,7 @@ from pydantic import Field
 
 from ..clock import ensure_utc
 from ..config_types import Action
+from ..progress.batch import native
 from ..records import Decision, ProgressPoint
 from .base import Policy, PolicyConfig, PolicyContext, iso, register
 from .history import History, finite_or_text
@@ -102,8 +104,12 @@ class DivergencePolicy(Policy):
 
 
 def _all_finite(values) -> bool:
-    """Every value is finite: one C-speed sum (a NaN or an inf makes it non-finite; a sum of
-    finite values too large for a float raises, and then the caller looks point by point)."""
+    """Every value is finite: one C pass (``_scan.extremes``) over an array('d') where built,
+    else one C-speed sum (a NaN or an inf makes it non-finite; a sum of finite values too
+    large for a float raises, and then the caller looks point by point)."""
+    scan = native()
+    if scan is not None and isinstance(values, array) and values.typecode == "d":
+        return scan.extremes(values, 0, len(values))[4] == 0
     try:
         return math.isfinite(math.fsum(values))
     except (OverflowError, ValueError):

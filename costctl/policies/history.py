@@ -18,6 +18,7 @@ prints millions of loss lines costs a few bytes per point held, and nothing per 
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 from dataclasses import InitVar, dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -29,6 +30,9 @@ from ..records import ProgressPoint, TelemetrySample
 
 DEFAULT_RETENTION = timedelta(hours=1)
 DEFAULT_MAX_PROGRESS = 100_000
+
+#: the bytes of an array("d") NaN entry (what a batch with no times holds).
+_NAN_BYTES = array("d", [float("nan")]).tobytes()
 
 
 @dataclass(slots=True)
@@ -165,6 +169,8 @@ class History:
         if first == last:
             if first == first:  # not NaN: one report time (a live chunk)
                 self._report_at(first)
+        elif first != first and last != last and times.tobytes() == _NAN_BYTES * n:
+            pass  # no time at all (a file replay without timestamps): no report
         else:  # several report times (a replay's block, or a tick's chunks): the cadence between each
             # distinct ones, in order (C speed: a time seen before is always a no-op for
             # _report_at, whose last time only grows)

@@ -36,7 +36,9 @@ to a cheaper card that fits or advises (the configured action is also kept in th
 from __future__ import annotations
 
 import math
+from array import array
 from datetime import datetime
+from itertools import compress
 from decimal import Decimal
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Literal
@@ -45,6 +47,7 @@ from pydantic import Field
 
 from ..clock import ensure_utc
 from ..money import Money, cost_of
+from ..progress.batch import native, take
 from ..records import Decision, ProgressPoint, RestOfRun
 from .base import Policy, PolicyConfig, PolicyContext, iso, register
 from .history import History, finite_or_text
@@ -181,8 +184,45 @@ class PlateauTracker:
             (a long run would hold one index per fire); :attr:`last_epoch` counts the values.
         """
         if positions is None:
-            positions = range(len(values))
+            seq = values
+        else:
+            positions = list(positions)
+            seq = array("d", map(values.__getitem__, positions))
+        out = self._expand(self.step_runs(seq), seq)
+        if positions is not None:
+            out = [(positions[k], improved, best, current) for k, improved, best, current in out]
+        return out
+
+    def _expand(self, runs: list[tuple], seq: Sequence[float]) -> list[tuple[int, bool, float, float]]:
+        """:meth:`step_runs`'s result with each run of repeats written out fire by fire."""
+        if all(len(item) == 4 for item in runs):
+            return runs  # type: ignore[return-value]
+        period = self.cooldown + self.patience + 1
         out: list[tuple[int, bool, float, float]] = []
+        for item in runs:
+            if len(item) == 4:
+                out.append(item)
+                continue
+            last, improved, best, _, count = item
+            for t in range(count - 1, -1, -1):
+                k = last - t * period
+                out.append((k, improved, best, float(seq[k])))
+        return out
+
+    def step_runs(self, seq: Sequence[float]) -> list[tuple]:
+        """:meth:`step_many` over every value of ``seq``, fires as ``(k, improved, best, current)``,
+        except that ``count`` further fires every ``cooldown + patience + 1`` values of one run of
+        not-better values (all with ``improved`` False, the same ``best``) come as one
+        ``(k_last, False, best, current_at_k_last, count)``.
+
+        Without smoothing, a run of values that are not better than ``best`` only counts
+        (``num_bad_epochs``, the cooldown) and fires every ``cooldown + patience + 1`` values:
+        such runs are found in one C pass (``_scan.first_beyond`` over an array('d'); else,
+        with no NaN in ``seq``, C-level ``min``/``max`` over slices) and their fires computed
+        arithmetically, not value by value. The result is
+        the same as the value-by-value loop (the same comparisons against the same ``best``).
+        """
+        out: list[tuple] = []
         best, bad, cool = self.best, self.num_bad_epochs, self.cooldown_counter
         patience, cooldown, improved = self.patience, self.cooldown, self.improved_since_fire
         smooth = self.smooth if self.smoothing != 0.0 else None
@@ -196,13 +236,49 @@ class PlateauTracker:
             factor, offset = self.threshold + 1.0, 0.0
         else:
             factor, offset = 1.0, self.threshold
-        n = 0
+        n = len(seq)
         current = self.last_value
-        for i in positions:
-            current = float(values[i])
+        scan = native()
+        if smooth is not None:
+            bulk, beyond = False, None
+        elif scan is not None and isinstance(seq, array) and seq.typecode == "d":
+            bulk, beyond = True, scan.first_beyond  # C: compares as Python does (NaN never better)
+        else:
+            total = sum(seq)
+            bulk, beyond = total == total, None  # no NaN (nor +inf with -inf): min/max over a slice are exact
+        period = cooldown + patience + 1
+        k = 0
+        while k < n:
+            if bulk and cool == 0:
+                # PyTorch's _is_better: better iff current < best * factor (or best - offset), or >
+                thr = (best * factor if rel else best - offset) if minimize else (
+                    best * factor if rel else best + offset)
+                j = beyond(seq, k, thr, minimize) if beyond is not None else _first_better(seq, k, thr, minimize)
+                m = j - k  # values k..j-1 are not better: they only count
+                need = patience + 1 - bad
+                if m >= need:
+                    f = k + need - 1
+                    out.append((f, improved, best, float(seq[f])))
+                    improved = False
+                    rest = m - need
+                    more = rest // period
+                    if more:  # their fires repeat every period values: one entry for them all
+                        f += more * period
+                        out.append((f, False, best, float(seq[f]), more))
+                    rest %= period
+                    if rest <= cooldown:
+                        cool, bad = cooldown - rest, 0
+                    else:
+                        cool, bad = 0, rest - cooldown
+                else:
+                    bad += m
+                if j >= n:
+                    current = float(seq[n - 1])
+                    break
+                k = j  # seq[j] is better: the step below takes it
+            current = float(seq[k])
             if smooth is not None:
                 current = smooth(current)
-            n += 1
             # PyTorch's _is_better with the same float operations (best * eps, or best -/+ threshold)
             if minimize:
                 better = current < (best * factor if rel else best - offset)
@@ -220,14 +296,41 @@ class PlateauTracker:
             if bad > patience:
                 cool = cooldown
                 bad = 0
-                out.append((i, improved, best, current))
+                out.append((k, improved, best, current))
                 improved = False
+            k += 1
         self.best, self.num_bad_epochs, self.cooldown_counter = best, bad, cool
         self.improved_since_fire = improved
         self.last_epoch += n
         if n:
             self.last_value = current
         return out
+
+
+def _first_better(seq: Sequence[float], k: int, thr: float, minimize: bool) -> int:
+    """The first index ``>= k`` whose value is better than ``thr`` (``< thr`` when
+    ``minimize``, else ``> thr``), ``len(seq)`` if none; ``seq`` holds no NaN. Scans with
+    C-level ``min``/``max`` over growing slices, then halves the slice that holds the hit."""
+    n = len(seq)
+    width = 64
+    while k < n:
+        end = min(n, k + width)
+        seg = seq[k:end]
+        if (min(seg) < thr) if minimize else (max(seg) > thr):
+            while len(seg) > 16:
+                half = len(seg) // 2
+                head = seg[:half]
+                if (min(head) < thr) if minimize else (max(head) > thr):
+                    seg = head
+                else:
+                    seg, k = seg[half:], k + half
+            for t, v in enumerate(seg):
+                if (v < thr) if minimize else (v > thr):
+                    return k + t
+        k = end
+        if width < 1 << 16:
+            width *= 2
+    return n
 
 
 def plateau_fires(values: list[float], **kwargs: Any) -> list[int]:
@@ -313,38 +416,55 @@ class PlateauPolicy(Policy):
         found = []
         monitor = self.config.monitor
         for batch in batches:
-            wanted = batch.series_of_kind(monitor)
-            if not wanted:
+            mask = batch.mask_of(batch.series_of_kind(monitor))
+            if mask is not None and not any(mask):
                 continue
-            if len(wanted) == len(batch.keys):
-                positions = None
-            else:
-                series = batch.series
-                positions = [i for i in range(len(batch)) if series[i] in wanted]
             base = self.tracker.last_epoch
-            fires = self.tracker.step_many(batch.values, positions)
-            self.fires += len(fires)
-            ordinal = {i: k for k, i in enumerate(positions)} if positions is not None and fires else None
-            for i, improved, best, current in fires:
-                index = base + (i if ordinal is None else ordinal[i])
-                episode = self._episode
-                if episode is not None and not improved:
-                    episode["repeats"] += 1
-                    episode["last_index"] = index
-                    episode["last"] = (batch, i)  # made a point only when reported (repeats are many)
+            # the monitored values (cut out at C speed when the batch mixes kinds); a fire's k is
+            # its ordinal among them, positions[k] its place in the batch
+            fires = self.tracker.step_runs(batch.values if mask is None else take(batch.values, mask))
+            self.fires += sum(1 if len(item) == 4 else item[4] for item in fires)
+            positions = None if mask is None or not fires else list(compress(range(len(batch)), mask))
+            # a fire with no improvement since the previous one repeats the open episode: runs
+            # of those only count (the episode notes the run's last one)
+            repeats, last_k = 0, -1
+            for item in fires:
+                if len(item) == 5:  # a run of repeats (after a fire: an episode is open)
+                    repeats += item[4]
+                    last_k = item[0]
                     continue
+                k, improved, best, current = item
+                if not improved and (self._episode is not None or repeats):
+                    repeats += 1
+                    last_k = k
+                    continue
+                if repeats:
+                    self._repeat(batch, positions, base, repeats, last_k)
+                    repeats = 0
                 self._end_episode()
+                index = base + k
+                i = k if positions is None else positions[k]
                 point = batch.point(i)
                 decision = self._decision(history, now, point, index, best=best, current=current)
                 found.append(decision)
                 self._episode = {"key": decision.key, "repeats": 1, "first_index": index, "last_index": index,
                                  "last": (batch, i), "updated_at": now, "reported": 1}
+            if repeats:
+                self._repeat(batch, positions, base, repeats, last_k)
         if self._episode is not None and self.tracker.improved_since_fire:
             self._end_episode()
         elif self._episode is not None and self._episode["repeats"] != self._episode["reported"] and (
                 (now - self._episode["updated_at"]).total_seconds() >= self.UPDATE_EVERY_S):
             self._queue_update(self._episode, ended=False, now=now)
         return found
+
+    def _repeat(self, batch: Any, positions: list[int] | None, base: int, repeats: int, last_k: int) -> None:
+        """Add ``repeats`` fires to the open episode, the last at ordinal ``last_k`` of the batch."""
+        episode = self._episode
+        assert episode is not None
+        episode["repeats"] += repeats
+        episode["last_index"] = base + last_k
+        episode["last"] = (batch, last_k if positions is None else positions[last_k])  # a point only when reported
 
     def _end_episode(self) -> None:
         episode, self._episode = self._episode, None

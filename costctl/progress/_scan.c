@@ -1627,9 +1627,200 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(select_doc,
+"select(mask, column, itemsize) -> bytes\n\n"
+"The items of ``column`` (a buffer such as an array('d'), of ``itemsize`` bytes each) whose byte in\n"
+"``mask`` (one byte per item) is non-zero, in order, as raw bytes (``array.frombytes``\n"
+"rebuilds the column). ``mask`` must be as long as ``column`` has items.");
+
+static PyObject *py_select(PyObject *self, PyObject *args) {
+    Py_buffer mb, cb;
+    PyObject *result = NULL;
+    (void)self;
+    Py_ssize_t isz;
+    if (!PyArg_ParseTuple(args, "y*y*n", &mb, &cb, &isz))
+        return NULL;
+    Py_ssize_t n = isz > 0 ? cb.len / isz : -1;
+    if (isz <= 0 || mb.len != n || n * isz != cb.len) {
+        PyErr_SetString(PyExc_ValueError, "select: itemsize, mask and column lengths disagree");
+        goto done;
+    }
+    const unsigned char *m = (const unsigned char *)mb.buf;
+    Py_ssize_t count = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        count += m[i] != 0;
+    result = PyBytes_FromStringAndSize(NULL, count * isz);
+    if (result == NULL)
+        goto done;
+    {
+        char *dst = PyBytes_AS_STRING(result);
+        const char *src = (const char *)cb.buf;
+        if (isz == 8) {
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (m[i]) { memcpy(dst, src + i * 8, 8); dst += 8; }
+        } else if (isz == 4) {
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (m[i]) { memcpy(dst, src + i * 4, 4); dst += 4; }
+        } else {
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (m[i]) { memcpy(dst, src + i * isz, (size_t)isz); dst += isz; }
+        }
+    }
+done:
+    PyBuffer_Release(&mb);
+    PyBuffer_Release(&cb);
+    return result;
+}
+
+PyDoc_STRVAR(contains_any_doc,
+"contains_any(buf, needles) -> bool\n\n"
+"True when any of ``needles`` (a tuple of non-empty bytes) occurs in ``buf`` (bytes-like):\n"
+"``any(n in buf for n in needles)`` with memmem.");
+
+static PyObject *py_contains_any(PyObject *self, PyObject *args) {
+    Py_buffer hb;
+    PyObject *needles;
+    int found = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*O!", &hb, &PyTuple_Type, &needles))
+        return NULL;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(needles) && !found; k++) {
+        PyObject *needle = PyTuple_GET_ITEM(needles, k);
+        if (!PyBytes_Check(needle)) {
+            PyBuffer_Release(&hb);
+            PyErr_SetString(PyExc_TypeError, "contains_any: needles must be bytes");
+            return NULL;
+        }
+        Py_ssize_t nl = PyBytes_GET_SIZE(needle);
+        if (nl == 0 || memmem(hb.buf, (size_t)hb.len, PyBytes_AS_STRING(needle), (size_t)nl) != NULL)
+            found = 1;
+    }
+    PyBuffer_Release(&hb);
+    return PyBool_FromLong(found);
+}
+
+static int double_view(PyObject *obj, Py_buffer *view, Py_ssize_t *n) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (view->itemsize != 8 || view->format == NULL || strcmp(view->format, "d") != 0) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_TypeError, "expected a buffer of doubles (array('d'))");
+        return -1;
+    }
+    *n = view->len / 8;
+    return 0;
+}
+
+PyDoc_STRVAR(extremes_doc,
+"extremes(values, start, stop) -> (low, i_low, high, i_high, nonfinite)\n\n"
+"Over ``values[start:stop]`` (an array('d')): the first lowest and the first highest finite\n"
+"value and their indexes (-1 and NaN when none is finite), and how many are NaN/inf.");
+
+static PyObject *py_extremes(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t start, stop, n;
+    Py_buffer view;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Onn", &obj, &start, &stop))
+        return NULL;
+    if (double_view(obj, &view, &n) < 0)
+        return NULL;
+    if (start < 0) start = 0;
+    if (stop > n) stop = n;
+    const double *v = (const double *)view.buf;
+    double lo = NAN, hi = NAN;
+    Py_ssize_t ilo = -1, ihi = -1, bad = 0;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        double x = v[i];
+        if (!isfinite(x)) { bad++; continue; }
+        if (ilo < 0) { lo = hi = x; ilo = ihi = i; continue; }
+        if (x < lo) { lo = x; ilo = i; }
+        if (x > hi) { hi = x; ihi = i; }
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(dndnn)", lo, ilo, hi, ihi, bad);
+}
+
+PyDoc_STRVAR(first_beyond_doc,
+"first_beyond(values, start, threshold, below) -> int\n\n"
+"The first index >= ``start`` of ``values`` (an array('d')) with ``values[i] < threshold``\n"
+"(``below`` true) or ``values[i] > threshold`` (false), as Python compares floats (a NaN\n"
+"is never beyond); ``len(values)`` when none is.");
+
+static PyObject *py_first_beyond(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t start, n, i;
+    double thr;
+    int below;
+    Py_buffer view;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Ondp", &obj, &start, &thr, &below))
+        return NULL;
+    if (double_view(obj, &view, &n) < 0)
+        return NULL;
+    const double *v = (const double *)view.buf;
+    i = start < 0 ? 0 : start;
+    if (below) {
+        for (; i < n; i++)
+            if (v[i] < thr) break;
+    } else {
+        for (; i < n; i++)
+            if (v[i] > thr) break;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(i);
+}
+
+PyDoc_STRVAR(new_lows_doc,
+"new_lows(values, start, stop, running, improvement) -> (running, i_last)\n\n"
+"The running minimum over ``values[start:stop]`` (finite values of an array('d')) from\n"
+"``running``, and the index of the last new low that improved on the previous one by more\n"
+"than ``improvement`` (relative; any low when ``running`` was inf), -1 when none. The same\n"
+"float operations as loss_stats' Python loop; ZeroDivisionError as it raises.");
+
+static PyObject *py_new_lows(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t start, stop, n, last = -1;
+    double running, imp;
+    Py_buffer view;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Onndd", &obj, &start, &stop, &running, &imp))
+        return NULL;
+    if (double_view(obj, &view, &n) < 0)
+        return NULL;
+    if (start < 0) start = 0;
+    if (stop > n) stop = n;
+    const double *v = (const double *)view.buf;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        double x = v[i];
+        if (x < running) {
+            if (running == INFINITY) {
+                last = i;
+            } else {
+                double a = fabs(running);
+                if (a == 0.0) {
+                    PyBuffer_Release(&view);
+                    PyErr_SetString(PyExc_ZeroDivisionError, "float division by zero");
+                    return NULL;
+                }
+                if ((running - x) / a > imp)
+                    last = i;
+            }
+            running = x;
+        }
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(dn)", running, last);
+}
+
 static PyMethodDef methods[] = {
     {"scan", py_scan, METH_VARARGS, scan_doc},
     {"merge", py_merge, METH_VARARGS, merge_doc},
+    {"select", py_select, METH_VARARGS, select_doc},
+    {"contains_any", py_contains_any, METH_VARARGS, contains_any_doc},
+    {"extremes", py_extremes, METH_VARARGS, extremes_doc},
+    {"first_beyond", py_first_beyond, METH_VARARGS, first_beyond_doc},
+    {"new_lows", py_new_lows, METH_VARARGS, new_lows_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -25,9 +25,12 @@ drops the step), so -1 is a safe "absent".
 from __future__ import annotations
 
 import math
+import sys
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
+from itertools import compress
 from dataclasses import dataclass, field
+from functools import lru_cache
 from datetime import UTC, datetime
 
 from ..records import ProgressKind, ProgressPoint
@@ -44,6 +47,44 @@ def column_int(value: int | None) -> int:
     is not, and refusing the point would lose its loss)."""
     return NO_INT if value is None or value < 0 or value > INT64_MAX else value
 _NAN = float("nan")
+
+
+_NATIVE: list = []
+
+
+def native():
+    """The C helpers (``costctl.progress._scan``: ``select``, ``extremes``, ``first_beyond``,
+    ``new_lows``, ``contains_any``), or None where the extension is not built or
+    ``COSTCTL_PARSER=python`` picks the pure-Python engine (callers then compute the same in
+    Python)."""
+    if not _NATIVE:
+        from . import lines
+
+        scan = lines._scan if lines.ENGINE == "native" else None
+        _NATIVE.append(scan if scan is not None and hasattr(scan, "new_lows") else None)
+    return _NATIVE[0]
+
+
+def _select():
+    scan = native()
+    return None if scan is None else scan.select
+
+
+@lru_cache(maxsize=256)
+def _mask_table(flags: tuple[bool, ...]) -> bytes:
+    """``bytes.translate`` table: series index -> 1 if ``flags[index]`` else 0."""
+    return bytes(1 if i < len(flags) and flags[i] else 0 for i in range(256))
+
+
+def take(column: array, mask: bytes) -> array:
+    """The entries of ``column`` whose ``mask`` byte is set (:meth:`PointBatch.mask_of`), as a
+    new array of the same type (copied in C by ``_scan.select`` where built)."""
+    select = _select()
+    if select is None:
+        return array(column.typecode, compress(column, mask))
+    part = array(column.typecode)
+    part.frombytes(select(mask, column, column.itemsize))
+    return part
 
 
 def _ts(time: datetime | None) -> float:
@@ -144,6 +185,34 @@ class PointBatch:
         """The ``series`` indexes whose key has ``kind`` ("train" or "eval")."""
         return {i for i, (k, _) in enumerate(self.keys) if k == kind}
 
+    def mask_of(self, wanted: Container[int]) -> bytes | None:
+        """A byte per point, 1 where its ``series`` is in ``wanted`` else 0, for
+        :func:`itertools.compress` over the columns (C speed: no Python code per point); None
+        when every key is wanted (no cut needed). b"" when the batch is empty."""
+        n = len(self.values)
+        flags = [i in wanted for i in range(len(self.keys))]
+        if all(flags):
+            return None
+        if not any(flags):
+            return bytes(n)
+        series = self.series
+        if len(flags) <= 256 and series.itemsize == 4:
+            # the low byte of each int32 entry is the whole index (< 256)
+            raw = series.tobytes()
+            low = raw[0::4] if sys.byteorder == "little" else raw[3::4]
+            return low.translate(_mask_table(tuple(flags)))
+        return bytes(1 if flags[k] else 0 for k in series)
+
+    def cut(self, mask: bytes | None) -> PointBatch:
+        """The points whose ``mask`` byte (:meth:`mask_of`) is set, as a new batch with the same
+        keys (``self`` itself when ``mask`` is None)."""
+        if mask is None:
+            return self
+        out = PointBatch(keys=list(self.keys), _index=dict(self._index))
+        for name in ("series", "values", "steps", "epochs", "totals", "times"):
+            setattr(out, name, take(getattr(self, name), mask))
+        return out
+
     def latest_time(self) -> float:
         """The latest non-NaN ``times`` entry (POSIX seconds), NaN when there is none."""
         best = _NAN
@@ -159,6 +228,24 @@ class PointBatch:
         return ProgressPoint(
             time=None if math.isnan(t) else datetime.fromtimestamp(t, UTC),
             value=self.values[i], kind=kind, name=name,
+            step=None if step == NO_INT else step,
+            epoch=None if math.isnan(epoch) else epoch,
+            total=None if total == NO_INT else total,
+        )
+
+    def row(self, i: int) -> tuple:
+        """Point ``i`` as a plain tuple ``((kind, name), value, step, epoch, total, time)`` of
+        its column entries (cheap; :meth:`point_of_row` makes the record later)."""
+        return (self.keys[self.series[i]], self.values[i], self.steps[i], self.epochs[i], self.totals[i],
+                self.times[i])
+
+    @staticmethod
+    def point_of_row(row: tuple) -> ProgressPoint:
+        """The :class:`ProgressPoint` of a :meth:`row` (the same record :meth:`point` makes)."""
+        (kind, name), value, step, epoch, total, t = row
+        return ProgressPoint(
+            time=None if math.isnan(t) else datetime.fromtimestamp(t, UTC),
+            value=value, kind=kind, name=name,
             step=None if step == NO_INT else step,
             epoch=None if math.isnan(epoch) else epoch,
             total=None if total == NO_INT else total,

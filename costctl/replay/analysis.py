@@ -289,7 +289,13 @@ def analyze(
     assumptions.extend(run.assumptions)
     loss_run: ReplayRun | None = None
     if train_log is not None and not timed:
-        loss_run = replay_loss(settings, train_log.iter_batches())
+        pre = train_log.train_replay
+        if pre is not None and pre.settings is settings:  # fed the train blocks during the read
+            for batch in train_log.iter_batches(kinds=("eval",)):
+                pre.add(batch)
+            loss_run = pre.run
+        else:
+            loss_run = replay_loss(settings, train_log.iter_batches())
         notes.append("the training log has no wall times: its loss analysis stands on its own axis "
                      "(give --start-time and --step-rate to place it on the GPU log's time axis)")
 

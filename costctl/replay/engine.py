@@ -172,14 +172,30 @@ def replay_loss(settings: Settings, points: Iterable[ProgressPoint] | Iterable[P
     nothing — report a decision by its evidence's ``step``/``epoch``. Blocks should hold one
     kind each (``TrainLog.iter_batches``): decisions of one block are put in point order.
     """
-    engine = PolicyEngine(settings, only=LOSS_POLICIES)
-    history = History(progress_source=False)
-    clock = SimClock(RELATIVE_EPOCH)
-    run = ReplayRun([], engine.names, history.sample_interval, False)
+    replay = LossReplay(settings)
     for item in points:
+        replay.add(item)
+    return replay.run
+
+
+class LossReplay:
+    """:func:`replay_loss` fed one item at a time (``add``), so that a reader can feed it while
+    it reads (``costctl analyze`` feeds the train blocks of a console log during its one read);
+    :attr:`run` holds the decisions so far. Feeding the same items gives the same run."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.engine = PolicyEngine(settings, only=LOSS_POLICIES)
+        self.history = History(progress_source=False)
+        self.clock = SimClock(RELATIVE_EPOCH)
+        self.run = ReplayRun([], self.engine.names, self.history.sample_interval, False)
+
+    def add(self, item: ProgressPoint | PointBatch) -> None:
+        """Feed one point or one block (see :func:`replay_loss`)."""
+        engine, history, clock = self.engine, self.history, self.clock
         if isinstance(item, PointBatch):
             if not item:
-                continue
+                return
             clock.advance(len(item))
             history.add_batch(item)
             # one evaluation saw the whole block: its decisions in point order, as point by
@@ -189,9 +205,8 @@ def replay_loss(settings: Settings, points: Iterable[ProgressPoint] | Iterable[P
             clock.advance(1)
             history.add_progress(item)
             found = engine.evaluate(history, clock.now())
-        run.decisions.extend(found)
-        run.evaluations += 1
-    return run
+        self.run.decisions.extend(found)
+        self.run.evaluations += 1
 
 
 def _strictly_increasing(samples: Iterator[TelemetrySample]) -> Iterator[TelemetrySample]:

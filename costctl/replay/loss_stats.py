@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import math
 import statistics
+from array import array
 from collections.abc import Container
+from itertools import compress
 from dataclasses import dataclass
 
+from ..progress.batch import PointBatch, native, take
 from ..records import ProgressPoint
 
 
@@ -86,6 +89,51 @@ def mean_value(points: list[ProgressPoint]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def _extremes(values, start: int, stop: int) -> tuple[float, int, float, int, int]:
+    """``(low, i_low, high, i_high, nonfinite)`` over ``values[start:stop]``: the first lowest
+    and first highest finite value and their indexes (NaN and -1 when none is finite), and the
+    count of NaN/inf values. C (``_scan.extremes``) for an array('d') where built."""
+    scan = native()
+    if scan is not None and isinstance(values, array) and values.typecode == "d":
+        return scan.extremes(values, start, stop)
+    seg = values[start:stop]
+    total = sum(seg)
+    if seg and total - total == 0.0:  # every value finite
+        low, high = min(seg), max(seg)
+        return low, start + seg.index(low), high, start + seg.index(high), 0
+    low = high = math.nan
+    i_low = i_high = -1
+    bad = 0
+    for i, v in enumerate(seg, start):
+        if v - v != 0.0:
+            bad += 1
+        elif i_low < 0:
+            low = high = v
+            i_low = i_high = i
+        elif v < low:
+            low, i_low = v, i
+        elif v > high:
+            high, i_high = v, i
+    return low, i_low, high, i_high, bad
+
+
+def _new_lows(values, start: int, stop: int, running: float, improvement: float) -> tuple[float, int]:
+    """The running minimum over the finite ``values[start:stop]`` from ``running``, and the
+    index of the last new low that improved on the one before by more than ``improvement``
+    (relative; any first low), -1 when none (see the module docstring). C where built."""
+    scan = native()
+    if scan is not None and isinstance(values, array) and values.typecode == "d":
+        return scan.new_lows(values, start, stop, running, improvement)
+    last = -1
+    for i in range(start, stop):
+        v = values[i]
+        if v < running:
+            if running == math.inf or (running - v) / abs(running) > improvement:
+                last = i
+            running = v
+    return running, last
+
+
 class LossStream:
     """:class:`LossSummary` figures kept while points stream by, plus a bounded plot series.
 
@@ -113,90 +161,146 @@ class LossStream:
         self._running = math.inf
         self._last_imp: ProgressPoint | None = None
         self._first_nonfinite: ProgressPoint | None = None
-        self._buckets: list[list] = []  # [low point, high point] per run of _width points
+        self._buckets: list[list] = []  # see _plot_chunk
         self._width = 1
         self._fill = 0
 
-    def add_batch(self, batch, indices: Container[int]) -> None:
+    def add_batch(self, batch, indices: Container[int] | None = None) -> None:
         """Take the points of ``batch`` (a :class:`~costctl.progress.batch.PointBatch`) whose
-        series is in ``indices``, in order."""
-        values, series, steps = batch.values, batch.series, batch.steps
+        series is in ``indices`` (None: every point), in order.
+
+        The figures are computed per column chunk, not per point: the wanted points are cut
+        out by a byte mask; count, first/last, min/max, the running minimum (last significant
+        improvement, walked only up to the chunk's minimum when that is a new low) and the plot
+        runs come from one pass each over the chunk's values (:func:`_extremes`,
+        :func:`_new_lows`: C where built). A :class:`ProgressPoint` is made only for a point
+        that becomes a figure.
+        """
+        mask = None if indices is None else batch.mask_of(indices)
+        values = batch.values
+        if mask is None:
+            vals = values
+            n = len(vals)
+            pos = range(n)
+        else:
+            pos = list(compress(range(len(values)), mask))
+            n = len(pos)
+            vals = take(values, mask)
+        if n == 0:
+            return
         point = batch.point
-        isfinite = math.isfinite
-        improvement = self.improvement
-        for i in range(len(values)):
-            if series[i] not in indices:
-                continue
-            v = values[i]
-            self.count += 1
-            if self._first is None:
-                self._first = point(i)
-            self._last = (batch, i)
-            if steps[i] < 0:
+        base = self.count  # points of this stream before the chunk
+        self.count = base + n
+        if self._first is None:
+            self._first = point(pos[0])
+        self._last = (batch, pos[-1])
+        if self.all_steps:
+            steps = batch.steps
+            if min(steps if mask is None else compress(steps, mask)) < 0:
                 self.all_steps = False
-            if not isfinite(v):
-                self.nonfinite += 1
-                if self._first_nonfinite is None:
-                    self._first_nonfinite = point(i)
-                continue
-            self._last_finite = (batch, i)
-            p = None
-            if self._min is None or v < self._min.value:
-                p = point(i)
-                self._min = p
-            if self._max is None or v > self._max.value:
-                p = p or point(i)
-                self._max = p
-            running = self._running
-            if v < running:
-                if running == math.inf or (running - v) / abs(running) > improvement:
-                    p = p or point(i)
-                    self._last_imp = p
-                self._running = v
-            self._plot(v, p, batch, i)
+        low, i_low, high, i_high, nonfinite = _extremes(vals, 0, n)
+        if not nonfinite:
+            fin = vals
+            fk = None  # fin[k] is vals[k]
+        else:
+            flags = bytes([v - v == 0.0 for v in vals])  # finite
+            self.nonfinite += nonfinite
+            if self._first_nonfinite is None:
+                self._first_nonfinite = point(pos[flags.index(0)])
+            if nonfinite == n:
+                return
+            fin = array("d", compress(vals, flags))
+            fk = list(compress(range(n), flags))
+            low, i_low, high, i_high, _ = _extremes(fin, 0, len(fin))
+        nf = len(fin)
+
+        def at(k: int) -> int:
+            """Batch position of fin[k]."""
+            return pos[k if fk is None else fk[k]]
+
+        def rank(k: int) -> int:
+            """1-based position of fin[k] among this stream's points (NaN/inf counted)."""
+            return base + 1 + (k if fk is None else fk[k])
+
+        made: dict[int, ProgressPoint] = {}  # one record per point, shared by the figures
+
+        def record(k: int) -> ProgressPoint:
+            p = made.get(k)
+            if p is None:
+                p = made[k] = point(at(k))
+            return p
+
+        self._last_finite = (batch, at(nf - 1))
+        if self._min is None or low < self._min.value:
+            self._min = record(i_low)
+        if self._max is None or high > self._max.value:
+            self._max = record(i_high)
+        if low < self._running:
+            # no new low after the chunk's (first) minimum: the running minimum's walk stops there
+            self._running, imp = _new_lows(fin, 0, i_low + 1, self._running, self.improvement)
+            if imp >= 0:
+                self._last_imp = record(imp)
+        row = batch.row
+        self._plot_chunk(fin, lambda k: row(at(k)), rank)
 
     def add(self, p: ProgressPoint) -> None:
         """Take one point (the slow path)."""
-        from ..progress.batch import PointBatch
 
         batch = PointBatch()
         batch.append_point(p)
         self.add_batch(batch, (0,))
 
-    def _plot(self, v: float, p: ProgressPoint | None, batch, i: int) -> None:
-        # bucket: [low point, high point, low's position, high's position]
-        pos = self.count
-        if self._fill == 0:
-            p = p or batch.point(i)
-            self._buckets.append([p, p, pos, pos])
-        else:
-            bucket = self._buckets[-1]
-            if v < bucket[0].value:
-                bucket[0], bucket[2] = p or batch.point(i), pos
-            elif v > bucket[1].value:
-                bucket[1], bucket[3] = p or batch.point(i), pos
-        self._fill += 1
-        if self._fill >= self._width:
-            self._fill = 0
-            if 2 * len(self._buckets) > self.max_plot:
-                merged = []
-                for a, b in zip(self._buckets[0::2], self._buckets[1::2] + [None]):
-                    if b is not None:
-                        low = a if a[0].value <= b[0].value else b
-                        high = a if a[1].value >= b[1].value else b
-                        a = [low[0], high[1], low[2], high[3]]
-                    merged.append(a)
-                self._buckets = merged
-                self._width *= 2
+    def _plot_chunk(self, fin, record, rank) -> None:
+        """Feed the finite values ``fin`` to the plot runs, a run's segment at a time.
+
+        A bucket is ``[low row, high row, low's rank, high's rank, low value, high value]``
+        (rows: :meth:`~costctl.progress.batch.PointBatch.row`, made records by
+        :meth:`plot_points`):
+        the first lowest and first highest finite point of a run of ``_width`` consecutive
+        finite points; when more than ``max_plot / 2`` runs are complete, neighbours merge
+        pairwise and the width doubles (as point by point: the same runs, the same points)."""
+        buckets = self._buckets
+        width, fill = self._width, self._fill
+        extremes = _extremes
+        nf = len(fin)
+        k = 0
+        while k < nf:
+            end = min(nf, k + width - fill)
+            lo, klo, hi, khi, _ = extremes(fin, k, end)
+            if fill == 0:
+                plo = record(klo)
+                buckets.append([plo, plo if khi == klo else record(khi), rank(klo), rank(khi), lo, hi])
+            else:
+                bucket = buckets[-1]
+                if lo < bucket[4]:
+                    bucket[0], bucket[2], bucket[4] = record(klo), rank(klo), lo
+                if hi > bucket[5]:
+                    bucket[1], bucket[3], bucket[5] = record(khi), rank(khi), hi
+            fill += end - k
+            k = end
+            if fill >= width:
+                fill = 0
+                if 2 * len(buckets) > self.max_plot:
+                    merged = []
+                    for a, b in zip(buckets[0::2], buckets[1::2] + [None]):
+                        if b is not None:
+                            low = a if a[4] <= b[4] else b
+                            high = a if a[5] >= b[5] else b
+                            a = [low[0], high[1], low[2], high[3], low[4], high[5]]
+                        merged.append(a)
+                    buckets = self._buckets = merged
+                    width *= 2
+        self._width, self._fill = width, fill
 
     def plot_points(self) -> list[ProgressPoint]:
         """The bounded plot series in order (each run's low and high finite point)."""
         out: list[ProgressPoint] = []
-        for low, high, low_pos, high_pos in self._buckets:
-            if low is high:
-                out.append(low)
+        make = PointBatch.point_of_row
+        for low, high, low_pos, high_pos, _, _ in self._buckets:
+            if low_pos == high_pos:
+                out.append(make(low))
             else:
-                out.extend((low, high) if low_pos < high_pos else (high, low))
+                out.extend((make(low), make(high)) if low_pos < high_pos else (make(high), make(low)))
         return out
 
     def summary(self) -> LossSummary:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 from datetime import datetime
 from pathlib import Path
 
@@ -94,7 +95,8 @@ def open_gpu_log(
     return log
 
 
-def read_train_log(path: Path, *, loss_regex: str | None = None, streamed: bool = False) -> TrainLog:
+def read_train_log(path: Path, *, loss_regex: str | None = None, streamed: bool = False,
+                   replay: Any = None) -> TrainLog:
     """Read a recorded training file or console log (format from content).
 
     Args:
@@ -111,5 +113,5 @@ def read_train_log(path: Path, *, loss_regex: str | None = None, streamed: bool 
     if fmt in GPU_FORMATS:
         raise UsageError(f"{path}: looks like a GPU log ({fmt}), not a training log; pass it with --gpu-log")
     if fmt == "console":
-        return read_console(path, loss_regex=loss_regex, streamed=streamed)
+        return read_console(path, loss_regex=loss_regex, streamed=streamed, replay=replay if streamed else None)
     return read_metrics(path, fmt)

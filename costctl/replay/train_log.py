@@ -45,7 +45,7 @@ from typing import Any
 from ..errors import UsageError
 from ..progress import LineParser, read_metrics_file
 from ..progress.lines import MAX_LINE_CHARS
-from ..progress.batch import PointBatch
+from ..progress.batch import PointBatch, native
 from ..progress.metrics_file import number
 from ..records import ProgressPoint
 from .loss_stats import LossStream, LossSummary, summarize
@@ -90,6 +90,14 @@ class TrainLog:
     #: for a streamed log: a fresh pass over the file's points, block by block.
     source: Callable[[], Iterator[PointBatch]] | None = None
     _eval_kept: list[ProgressPoint] | None = None
+    #: for a streamed log with more eval points than ``_EVAL_KEEP``: the eval points of each
+    #: read block (:func:`_cut`), kept while they take at most ``_EVAL_CUTS_BYTES`` (else None:
+    #: a replay reads the file again for them).
+    _eval_cuts: list[PointBatch] | None = None
+    #: a streamed console log read with ``replay=`` (:func:`read_console`): that loss replay
+    #: (a :class:`~costctl.replay.engine.LossReplay`), already fed every train block in order
+    #: during the read; the eval blocks are still to come (``iter_batches(kinds=("eval",))``).
+    train_replay: Any = None
     #: console logs: lines skipped for holding more than ``MAX_LINE_CHARS`` characters (a loss
     #: on them is not read; reported, never silent).
     long_lines: int = 0
@@ -122,49 +130,43 @@ class TrainLog:
             if kind == "eval" and self._eval_kept is not None:
                 yield from self._eval_kept
                 continue
+            if kind == "eval" and self._eval_cuts is not None:
+                for cut in self._eval_cuts:
+                    yield from cut.points()
+                continue
             for batch in self.source():
-                wanted = {i for i, key in enumerate(batch.keys) if key[0] == kind}
-                if wanted:
-                    series = batch.series
-                    for i in range(len(batch)):
-                        if series[i] in wanted:
-                            yield batch.point(i)
+                cut = _cut(batch, kind)
+                if cut:
+                    yield from cut.points()
 
-    def iter_batches(self, size: int = 4096) -> Iterator[PointBatch]:
+    def iter_batches(self, size: int = 4096, kinds: tuple[str, ...] = ("train", "eval")) -> Iterator[PointBatch]:
         """Every point as :meth:`iter_points` gives them (train first, then eval, file order),
         in :class:`~costctl.progress.batch.PointBatch` blocks: no object per point.
 
         Kept points come in blocks of ``size``; a streamed log's come as the reader's blocks,
-        each cut to the points of one kind (its keys re-indexed, columns copied).
+        each cut to the points of one kind (its keys kept, columns copied). ``kinds``: only
+        those kinds' points (in that order).
         """
         if self.source is None:
-            for kind_points in (self.train, self.eval):
+            for kind in kinds:
+                kind_points = self.train if kind == "train" else self.eval
                 for start in range(0, len(kind_points), size):
                     yield PointBatch.from_points(kind_points[start:start + size])
             return
-        for kind in ("train", "eval"):
+        for kind in kinds:
             if self.count(kind) == 0:
                 continue
             if kind == "eval" and self._eval_kept is not None:
                 for start in range(0, len(self._eval_kept), size):
                     yield PointBatch.from_points(self._eval_kept[start:start + size])
                 continue
+            if kind == "eval" and self._eval_cuts is not None:
+                yield from self._eval_cuts  # the blocks a second read would give, kept
+                continue
             for batch in self.source():
-                wanted = {i for i, key in enumerate(batch.keys) if key[0] == kind}
-                if not wanted:
-                    continue
-                if len(wanted) == len(batch.keys):
-                    yield batch
-                    continue
-                series = batch.series
-                out = batch.slice(0, 0)
-                keep = [i for i in range(len(batch)) if series[i] in wanted]
-                if not keep:
-                    continue
-                for column in ("series", "values", "steps", "epochs", "totals", "times"):
-                    source = getattr(batch, column)
-                    getattr(out, column).extend(source[i] for i in keep)
-                yield out
+                cut = _cut(batch, kind)
+                if cut:
+                    yield cut
 
     def materialized(self) -> TrainLog:
         """This log with every point kept (for placing a streamed log on the time axis)."""
@@ -182,6 +184,11 @@ class TrainLog:
     def points(self) -> list[ProgressPoint]:
         """Train and eval points together, train first (for feeding a History)."""
         return self.train + self.eval
+
+
+def _cut(batch: PointBatch, kind: str) -> PointBatch:
+    """The points of ``kind`` in ``batch`` (``batch`` itself when all are), keys kept."""
+    return batch.cut(batch.mask_of(batch.series_of_kind(kind)))
 
 
 def _record_x(record: dict[str, Any]) -> float | None:
@@ -315,8 +322,19 @@ def _summary_dict(line: str) -> dict[str, Any]:
     return {str(k): v for k, v in value.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
+_OOM_WORDS = ("emory", "allocate", "OOM")
+_OOM_NEEDLES = tuple(w.encode() for w in _OOM_WORDS)
+
+
 def _may_hold_oom(text: str) -> bool:
-    return "emory" in text or "allocate" in text or "OOM" in text
+    """Whether ``text`` holds one of the words every OOM message has (a cheap prefilter).
+
+    With the C scanner built: one memmem per word over the UTF-8 bytes (ASCII words occur in
+    the bytes exactly where they occur in the text), faster than ``str.__contains__``."""
+    scan = native()
+    if scan is not None:
+        return scan.contains_any(text.encode("utf-8", "surrogatepass"), _OOM_NEEDLES)
+    return any(w in text for w in _OOM_WORDS)
 
 
 def iter_console_batches(
@@ -366,7 +384,7 @@ def iter_console_batches(
                 event = match_oom(line, line_no)
                 if event is not None:
                     oom.append(event)
-        else:
+        elif oom is not None:  # line numbers matter only for OOM events
             line_no += complete.count("\n")
         if counts is not None:
             counts["long_lines"] = parser.long_lines + dropped
@@ -412,16 +430,25 @@ def iter_console(
 
 #: a streamed log keeps its eval points for the replay up to this many (else re-reads them).
 _EVAL_KEEP = 100_000
+#: ... and keeps the eval points of each read block (columns) while they take at most this
+#: many bytes, so a replay need not read the file a third time for them.
+_EVAL_CUTS_BYTES = 64 << 20
+#: bytes per point in a batch's columns (series i, values d, steps q, epochs d, totals q, times d).
+_POINT_BYTES = 44
 
 
 def read_console(path: Path, *, loss_regex: str | None = None, streamed: bool = False,
-                 max_plot: int = 4096) -> TrainLog:
+                 max_plot: int = 4096, replay: Any = None) -> TrainLog:
     """Read a whole console log (see :func:`iter_console`): points, OOM errors and HF summary.
 
     Args:
         streamed: keep no point list: per-kind figures (:class:`LossStream`) and a plot series
             of at most ``max_plot`` points per kind; :meth:`TrainLog.iter_points` reads the
             file again for a replay. Memory then does not grow with the file.
+        replay: with ``streamed``, an object with ``add(batch)`` (a
+            :class:`~costctl.replay.engine.LossReplay`) fed each block's train points, in
+            order, during the read, as ``iter_batches()`` would give them; kept as
+            :attr:`TrainLog.train_replay` (saves reading the file again for the replay).
 
     Raises:
         UsageError: unreadable file, or an invalid ``loss_regex``.
@@ -436,22 +463,33 @@ def read_console(path: Path, *, loss_regex: str | None = None, streamed: bool = 
         return TrainLog("console", train, evals, _x_axis(train), summary=summary, oom=oom, path=path,
                         long_lines=counts["long_lines"])
     streams = {kind: LossStream(max_plot=max_plot) for kind in ("train", "eval")}
-    kept: list[ProgressPoint] | None = []
+    cuts: list[PointBatch] | None = []  # the eval points of each block, while small enough
+    cut_bytes = 0
     for batch in iter_console_batches(path, loss_regex=loss_regex, oom=oom, summary=summary, counts=counts):
         for kind, stream in streams.items():
-            wanted = {i for i, key in enumerate(batch.keys) if key[0] == kind}
-            if wanted:
-                stream.add_batch(batch, wanted)
-                if kind == "eval" and kept is not None:
-                    kept.extend(p for p in batch.points() if p.kind == "eval")
-                    if len(kept) > _EVAL_KEEP:
-                        kept = None
+            mask = batch.mask_of(batch.series_of_kind(kind))
+            if mask is not None and not any(mask):
+                continue
+            cut = batch.cut(mask)
+            stream.add_batch(cut)
+            if kind == "train" and replay is not None and cut:
+                replay.add(cut)
+            if kind == "eval" and cuts is not None:
+                cuts.append(cut)
+                cut_bytes += len(cut) * _POINT_BYTES
+                if cut_bytes > _EVAL_CUTS_BYTES:
+                    cuts = None
+    kept: list[ProgressPoint] | None = None
+    if cuts is not None and streams["eval"].count <= _EVAL_KEEP:
+        kept = [p for cut in cuts for p in cut.points()]
+        cuts = None
     train_stream = streams["train"]
     x_axis = "step" if train_stream.count and train_stream.all_steps else "epoch"
     return TrainLog(
         "console", train_stream.plot_points(), streams["eval"].plot_points(), x_axis,
         summary=summary, oom=oom, path=path, streams=streams,
-        source=lambda: iter_console_batches(path, loss_regex=loss_regex), _eval_kept=kept,
+        source=lambda: iter_console_batches(path, loss_regex=loss_regex), _eval_kept=kept, _eval_cuts=cuts,
+        train_replay=replay,
         long_lines=counts["long_lines"],
     )
 
