@@ -274,6 +274,7 @@ def test_open_sqlite_creates_directory_and_uses_wal(tmp_path):
         with ledger.engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
             assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 1000
+            assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL: WAL's, no fsync per commit
         assert ledger.revision() is not None
 
 

@@ -267,3 +267,35 @@ def test_frame_reader_asks_small_pieces_while_sparse_and_large_ones_in_a_flood()
     finally:
         a.close()
         b.close()
+
+
+def test_read_chunk_reads_small_output_whole_and_a_flood_in_big_pieces_in_order():
+    import fcntl
+    import os
+
+    from costctl.relay.server import read_chunk
+
+    r, w = os.pipe()
+    try:
+        fcntl.fcntl(r, 1031, 1 << 20)  # F_SETPIPE_SZ, as the relay enlarges the job's pipes
+    except OSError:
+        pass
+    os.set_blocking(r, False)
+    small = memoryview(bytearray(16))
+    os.write(w, b"step 1 loss: 0.5\n")  # 17 bytes: more than the small buffer
+    assert read_chunk(r, small, limit=1024) == b"step 1 loss: 0.5\n"
+    os.write(w, b"short\n")
+    assert read_chunk(r, small, limit=1024) == b"short\n"
+    payload = bytes(range(256)) * 40  # 10 240 bytes
+    os.write(w, payload)
+    got = b""
+    pieces = 0
+    while len(got) < len(payload):
+        got += read_chunk(r, small, limit=4096)
+        pieces += 1
+    assert got == payload and pieces == 3  # limit-sized pieces, nothing lost or reordered
+    with pytest.raises(BlockingIOError):
+        read_chunk(r, small)
+    os.close(w)
+    assert read_chunk(r, small) == b""  # the end
+    os.close(r)

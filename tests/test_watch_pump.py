@@ -408,3 +408,71 @@ def test_a_new_on_backlog_is_asked_too(tmp_path, monkeypatch):
     assert pump.drain(5) == 0
     pump.close()
     assert [v for b in got for v in b.values] == [float(i % 10) for i in range(100)]
+
+
+def test_a_small_range_is_parsed_inline_when_the_parser_is_idle_and_nothing_is_queued(tmp_path):
+    """Sparse output (a line a second) is parsed by the output thread itself: no parser-thread
+    wake-up per line. The same points, in order."""
+    calls: list[str] = []
+    got: list[PointBatch] = []
+
+    def parse(stream, data, now):
+        calls.append(threading.current_thread().name)
+        return _parse(stream, data, now)
+
+    log = _Log(tmp_path / "run.log")
+    pump = ParsePump(log.path, parse, got.append, lambda: T0, inline_max_bytes=4096)
+    for i in range(50):
+        data = f"{i}\n".encode()
+        pump.put_range("stdout", log.write(data), len(data))
+        assert pump.idle()  # parsed before put_range returned
+    assert set(calls) == {threading.current_thread().name} and len(calls) == 50
+    assert [v for b in got for v in b.values] == [float(i) for i in range(50)]
+    assert pump.parsed_bytes == pump.queued_bytes
+    pump.close()
+
+
+def test_a_big_range_or_a_busy_parser_still_goes_to_the_parser_thread(tmp_path):
+    release = threading.Event()
+    calls: list[str] = []
+    got: list[PointBatch] = []
+
+    def parse(stream, data, now):
+        calls.append(threading.current_thread().name)
+        if threading.current_thread().name == "costctl-parse":
+            release.wait(10)
+        return _parse(stream, data, now)
+
+    log = _Log(tmp_path / "run.log")
+    pump = ParsePump(log.path, parse, got.append, lambda: T0, inline_max_bytes=16)
+    big = "".join(f"{i}\n" for i in range(100)).encode()  # over inline_max_bytes: queued
+    pump.put_range("stdout", log.write(big), len(big))
+    while not calls:  # the parser thread took it (and is held)
+        time.sleep(0.001)
+    pump.put_range("stdout", log.write(b"100\n"), 4)  # small, but the parser is busy: queued, in order
+    assert pump.pending_bytes == 4
+    release.set()
+    assert pump.drain(10) == 0
+    pump.close()
+    assert set(calls) == {"costctl-parse"}
+    assert [v for b in got for v in b.values] == [float(i) for i in range(101)]
+
+
+def test_no_inline_parse_when_points_wait_to_be_taken(tmp_path, monkeypatch):
+    from costctl.watch import pump as pmod
+
+    calls: list[str] = []
+
+    def parse(stream, data, now):
+        calls.append(threading.current_thread().name)
+        return _parse(stream, data, now)
+
+    log = _Log(tmp_path / "run.log")
+    pump = ParsePump(log.path, parse, lambda b: None, lambda: T0, inline_max_bytes=4096)
+    monkeypatch.setattr(pmod, "MAX_UNCONSUMED_POINTS", 4097)  # one point short of the inline margin
+    pump.put_range("stdout", log.write(b"1\n"), 2)
+    assert calls == [threading.current_thread().name]
+    pump.put_range("stdout", log.write(b"2\n"), 2)  # 1 point unconsumed: no room left for an inline piece
+    assert pump.drain(10) == 0
+    assert calls[-1] == "costctl-parse"
+    pump.close()

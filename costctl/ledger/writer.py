@@ -58,23 +58,29 @@ DURABLE = "durable"
 _MERGED = frozenset({"record_samples", "record_progress"})
 
 
+#: Guards the hand-over between a ticket's writer and a waiter (:meth:`Ticket.result`): most
+#: tickets are never waited for, so their Event is made only when one is.
+_TICKET_LOCK = threading.Lock()
+
+
 class Ticket:
     """The result of one submitted write, available once the writer thread executed it.
 
     Pass a ticket as an argument of a later write to use its value there."""
 
-    __slots__ = ("what", "_event", "_value", "_error")
+    __slots__ = ("what", "_done", "_event", "_value", "_error")
 
     def __init__(self, what: str) -> None:
         self.what = what
-        self._event = threading.Event()
+        self._done = False
+        self._event: threading.Event | None = None  # made by the first result() that must wait
         self._value: Any = None
         self._error: BaseException | None = None
 
     @property
     def done(self) -> bool:
         """The write was executed (or failed for good, or was dropped)."""
-        return self._event.is_set()
+        return self._done
 
     def result(self, timeout: float | None = None) -> Any:
         """The write's return value (e.g. a row id), waiting up to ``timeout`` seconds.
@@ -83,19 +89,31 @@ class Ticket:
             TimeoutError: not executed within ``timeout``.
             LedgerError: the write failed for good or was dropped.
         """
-        if not self._event.wait(timeout):
-            raise TimeoutError(f"{self.what}: not written within {timeout}s")
+        if not self._done:
+            with _TICKET_LOCK:
+                if not self._done and self._event is None:
+                    self._event = threading.Event()
+                event = self._event
+            if event is not None and not event.wait(timeout):
+                raise TimeoutError(f"{self.what}: not written within {timeout}s")
         if self._error is not None:
             raise self._error
         return self._value
 
+    def _settle(self) -> None:
+        with _TICKET_LOCK:
+            self._done = True
+            event = self._event
+        if event is not None:
+            event.set()
+
     def _resolve(self, value: Any) -> None:
         self._value = value
-        self._event.set()
+        self._settle()
 
     def _fail(self, error: BaseException) -> None:
         self._error = error
-        self._event.set()
+        self._settle()
 
     def __repr__(self) -> str:
         state = "pending" if not self.done else ("failed" if self._error else repr(self._value))

@@ -82,6 +82,11 @@ class OomScanner:
             self.event, self.stream = found, stream
         return found
 
+    def pending(self, stream: str) -> bool:
+        """Whether a partial line of ``stream`` waits for its end (feeding a line end then
+        scans it); False: the next :meth:`feed` starts at a line start."""
+        return bool(self._tails.get(stream))
+
     def finish(self) -> OomEvent | None:
         """Scan the unterminated last lines too (at the child's exit); returns the last event."""
         for stream, tail in list(self._tails.items()):

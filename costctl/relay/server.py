@@ -39,6 +39,8 @@ from . import protocol as p
 
 #: The most bytes read from the job's pipe at once (the pipes are enlarged to it where Linux lets).
 CHUNK_BYTES = 1 << 20
+#: The size of the relay's reused first-read buffer (:func:`read_chunk`).
+SMALL_READ_BYTES = 1 << 16
 #: The most bytes queued for one watch; output read while a watch has more queued is not queued
 #: for it: it gets it from the run log once its socket took what was queued (it never misses any).
 CLIENT_MAX_BYTES = 4 << 20
@@ -106,6 +108,23 @@ def open_job_pty(winsize: tuple[int, int] | None = None) -> tuple[int, int]:
 def set_winsize(fd: int, rows: int, cols: int) -> None:
     """Set the window size (``TIOCSWINSZ``) of the pty behind ``fd`` (master or slave)."""
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+def read_chunk(fd: int, small: memoryview, limit: int = CHUNK_BYTES) -> bytes:
+    """Up to ``limit`` bytes of the job's output from ``fd`` (b"": its end), read first into
+    the reused buffer ``small``: a line now and then costs one small copy, not the map and
+    unmap of a ``limit``-sized buffer per read (``os.read``); a full ``small`` (a flood) is
+    followed by one read of up to the rest. Raises ``OSError`` (``BlockingIOError``: nothing
+    to read) as ``os.read`` when the first read does."""
+    n = os.readv(fd, [small])
+    if n < len(small):
+        return bytes(small[:n])
+    head = bytes(small)
+    try:
+        rest = os.read(fd, limit - n)
+    except OSError:  # nothing more now (EAGAIN), or EIO: the head now, the next read says it
+        return head
+    return head + rest if rest else head
 
 
 def _exit_status(returncode: int) -> int:
@@ -196,6 +215,7 @@ class Relay:
         self.offset = os.fstat(self.log_fd).st_size
         self.read_fd = os.open(log_path, os.O_RDONLY)
         self.streams = _Streams()
+        self._small = memoryview(bytearray(SMALL_READ_BYTES))  # the first read of each turn (read_chunk)
         self.last_progress = time.monotonic()  # when a watch last took bytes (the linger waits on it)
         self.clients: list[_Client] = []
         self.state: dict[str, Any] = {
@@ -477,7 +497,7 @@ class Relay:
                 else:
                     fd = key.fd
                     try:
-                        data = os.read(fd, CHUNK_BYTES)
+                        data = read_chunk(fd, self._small)
                     except BlockingIOError:
                         continue
                     except OSError as exc:  # EIO on a pty master: every holder of the slave closed it

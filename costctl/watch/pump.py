@@ -8,9 +8,15 @@ back from the run log (``pread``, from the page cache: the bytes were just writt
 up to :data:`MAX_PIECE_BYTES` and parses each in one call (``LineParser.feed_batch`` on bytes
 → one :class:`~costctl.progress.batch.PointBatch`).
 
+A job that prints now and then (a line a second) would wake the parser thread for every line;
+instead the output thread parses a small range itself when it finds the parser idle with nothing
+queued (``inline_max_bytes``, the watch's :data:`INLINE_MAX_BYTES`): the same code, one parser
+at a time, in well under a millisecond.
+
 So, whatever the job prints:
 
-* the passthrough never waits for parsing (the job is never slowed by it);
+* the passthrough never waits for the parser thread (the job is never slowed by a backlog: a
+  range is parsed inline only when nothing is queued, and only a small one);
 * the queue holds no text: its memory is a few numbers per range, ranges of one stream that
   follow each other are merged, and a new range starts only on a stream change or after
   :data:`RANGE_SPAN_S` (the time a range was read becomes its points' time); at most
@@ -68,6 +74,13 @@ MAX_RANGES = 1 << 16
 #: a PointBatch's columns: the watch's memory stays bounded however fast the parser is.
 MAX_UNCONSUMED_POINTS = 1 << 17
 
+#: The watch's ``inline_max_bytes`` (:class:`ParsePump`): the most bytes of one range the
+#: output thread parses itself when the parser is idle with nothing queued, so that a job that
+#: prints a line now and then is parsed without waking the parser thread for each line (4 KiB:
+#: well under a millisecond for the in-place scanner, a few for the per-line parser; the
+#: passthrough waits no longer than that, and never while the parser has work).
+INLINE_MAX_BYTES = 4096
+
 #: The parser thread's niceness, added to the watch's own (Linux, where a thread has its own):
 #: when the machine's cores are busy, the job (and its output relay) get them first, so a job
 #: that floods its output is not slowed by the parsing of it; idle cores still parse at full speed.
@@ -111,6 +124,9 @@ class ParsePump:
             what is left unparsed; None: estimated from 1 line per 40 bytes.
         on_backlog: called (parser thread) when :data:`MAX_UNCONSUMED_POINTS` points wait to
             be taken: the watch should take them (and call :meth:`consumed`) soon.
+        inline_max_bytes: a range of at most this many bytes that finds the parser idle and
+            nothing queued is parsed by the caller of :meth:`put_range` (0: never; see
+            :data:`INLINE_MAX_BYTES`).
     """
 
     def __init__(self, log_path: Path | str | None, parse: Callable[[str, bytes, datetime], PointBatch],
@@ -118,8 +134,9 @@ class ParsePump:
                  on_error: Callable[[BaseException], None] | None = None,
                  on_gap: Callable[[str], None] | None = None,
                  lines_seen: Callable[[], int] | None = None,
-                 on_backlog: Callable[[], None] | None = None) -> None:
+                 on_backlog: Callable[[], None] | None = None, inline_max_bytes: int = 0) -> None:
         self.log_path = log_path
+        self.inline_max_bytes = inline_max_bytes
         self._parse = parse
         self._emit = emit
         self._now = now
@@ -135,6 +152,7 @@ class ParsePump:
         self._gaps: set[str] = set()  # streams whose next range follows lost output
         self._cond = threading.Condition()
         self._busy = False
+        self._consume_waiters = 0  # parsers waiting in _wait_consumed (consumed() wakes them)
         self._closed = False
         self._accepting = True  # False after drain(): the job ended; resume() at its next start
         self._error_reported = False
@@ -152,7 +170,10 @@ class ParsePump:
     # ------------------------------------------------------------------ the output thread
     def put_range(self, stream: str, offset: int, length: int) -> None:
         """Queue ``length`` bytes of ``stream`` at run-log ``offset`` for parsing (output
-        thread; O(1), never blocks on parsing)."""
+        thread; never waits for the parser). A range of at most ``inline_max_bytes`` that
+        finds the parser idle, nothing queued and room for its points is parsed here, at once
+        (the same :meth:`_parse_piece`, one parser at a time): sparse output costs no thread
+        wake-up per line."""
         if length <= 0:
             return
         end = offset + length
@@ -161,6 +182,24 @@ class ParsePump:
             if self._closed or not self._accepting:
                 return
             self.queued_bytes += length
+            q = self._queue
+            if (length <= self.inline_max_bytes and not q and not self._busy and stream not in self._gaps
+                    and self._emitted - self._consumed < MAX_UNCONSUMED_POINTS - INLINE_MAX_BYTES):
+                self._busy = True
+                when = self._now()
+            else:
+                when = None
+        if when is not None:
+            try:
+                self._parse_piece(stream, offset, length, when)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()  # drain()/wait_idle() (no waiter: no wake-up)
+            return
+        with self._cond:
+            if self._closed or not self._accepting:
+                return
             q = self._queue
             last = q[-1] if q else None
             if last is not None and last[0] == stream and last[2] == offset and (
@@ -274,7 +313,11 @@ class ParsePump:
                     finally:
                         self._cond.acquire()
                     continue
-                self._cond.wait(0.05)
+                self._consume_waiters += 1
+                try:
+                    self._cond.wait(0.05)
+                finally:
+                    self._consume_waiters -= 1
 
     # ------------------------------------------------------------------ the watch
     def consumed(self, points: int) -> None:
@@ -282,7 +325,8 @@ class ParsePump:
         if points:
             with self._cond:
                 self._consumed += points
-                self._cond.notify_all()
+                if self._consume_waiters:  # else nobody waits on it: no wake-up per tick
+                    self._cond.notify_all()
 
     @property
     def unconsumed_points(self) -> int:
@@ -397,5 +441,5 @@ def lower_priority(nice: int = PARSER_NICE) -> bool:
     return True
 
 
-__all__ = ["MAX_PIECE_BYTES", "MAX_RANGES", "MAX_UNCONSUMED_POINTS", "PARSER_NICE", "RANGE_SPAN_S", "ParsePump", "Unparsed",
+__all__ = ["INLINE_MAX_BYTES", "MAX_PIECE_BYTES", "MAX_RANGES", "MAX_UNCONSUMED_POINTS", "PARSER_NICE", "RANGE_SPAN_S", "ParsePump", "Unparsed",
            "lower_priority"]

@@ -71,7 +71,7 @@ from ..stopping import EXIT_STOP_FAILED, StopProcess, StopRoute, StopRunner
 from .instance import bring_up, resolve_instance
 from .attach import AttachTarget, find_target, on_exit_argv
 from .job import Job
-from .pump import ParsePump
+from .pump import INLINE_MAX_BYTES, ParsePump
 from .wakeup import Wakeup
 from .options import WatchOptions
 from ..relay.client import RelayChild, shares_one_terminal, terminal_size
@@ -81,7 +81,7 @@ from costctl_providers.base import Instance, Provider
 if TYPE_CHECKING:  # spot instances only: imported where a notice source is looked for
     from costctl_providers.notices import Notice, NoticePoller
 if TYPE_CHECKING:  # imported by run() once the job runs (not on the way to its start)
-    from apscheduler.schedulers.background import BackgroundScheduler
+    from .scheduler import LoopScheduler
 
 
 #: Seconds a watch waits for its ledger writes before it runs a self-stop (the machine may power
@@ -108,9 +108,13 @@ FINAL_TICK_EVERY_S = 0.1
 #: Characters of the previous chunk searched with the next one for an OOM message.
 OOM_CONTEXT_CHARS = 512
 
-#: Seconds a watch lets telemetry and charges gather before one write transaction (decisions
-#: and the run's end are written at once; the spend the policies see is in memory).
-WRITE_EVERY_S = 5.0
+#: Seconds a watch lets telemetry and charges gather before one write transaction, at most
+#: :data:`WRITE_EVERY_TICKS` sample intervals (decisions, a run's first charge and its end are
+#: written at once; the spend the policies and the budget cap see is in memory). A watch killed
+#: outright (kill -9) leaves its charges up to its last transaction: at most this much unbilled.
+WRITE_EVERY_S = 10.0
+#: The most sample intervals of telemetry and charges gathered into one write transaction.
+WRITE_EVERY_TICKS = 10
 
 #: Seconds between two looks of the main loop while it follows something by polling: a pending
 #: checkpoint request (its file), a stop being carried through (its thread's end). Otherwise the
@@ -216,7 +220,7 @@ class Watcher:
         self._lock = threading.RLock()
         self._done = threading.Event()
         self._wakeup: Wakeup | None = None  # what run()'s main loop sleeps on (None outside run())
-        self._scheduler: BackgroundScheduler | None = None  # run()'s periodic driver (None outside run())
+        self._scheduler: LoopScheduler | None = None  # run()'s periodic driver (None outside run())
         #: The policies' next deadline when it falls before the next periodic tick (a tick is
         #: scheduled at it in run(); simulated-clock drivers tick at it themselves), else None.
         self.next_deadline: datetime | None = None
@@ -414,7 +418,7 @@ class Watcher:
         self.writer = LedgerWriter(
             self.ledger, say=self.say, max_pending=s.watch.ledger_queue_max,
             retry_max_s=s.watch.ledger_retry_max.total_seconds(), charge_start=self._charge_from,
-            linger_s=min(WRITE_EVERY_S, 5 * s.watch.sample_interval.total_seconds()),
+            linger_s=min(WRITE_EVERY_S, WRITE_EVERY_TICKS * s.watch.sample_interval.total_seconds()),
         )
         self.recorder = DecisionRecorder(self.writer, self.summary, self.say, run_id=run_id)
         self.job = Job(self.options.command, batch=batch, resume_from=resume_from,
@@ -468,7 +472,7 @@ class Watcher:
                                self._progress_q.put, self.clock.now, on_error=self._output_failed,
                                on_gap=lambda stream: parsers[stream].gap(),
                                lines_seen=lambda: sum(p.lines_seen for p in parsers.values()),
-                               on_backlog=self._progress_backlog)
+                               on_backlog=self._progress_backlog, inline_max_bytes=INLINE_MAX_BYTES)
         if s.checkpoint.path:
             warning = ephemeral_storage_warning(resolve_pattern(s.checkpoint.path))
             if warning:
@@ -697,6 +701,8 @@ class Watcher:
             self.lifecycle.on_text(stream, text)
             return
         cut = max(text.rfind("\n"), text.rfind("\r"))
+        if cut == len(text) - 1 and not self.lifecycle.oom.pending(stream):
+            return  # a whole line (or lines) and nothing before it: the scanner's state is unchanged
         self.lifecycle.on_text(stream, text if cut < 0 else "\n" + text[cut + 1:])
 
     def _finish_parsing(self) -> None:
@@ -777,11 +783,9 @@ class Watcher:
     def _drain_progress(self, now: datetime) -> PointBatch:
         """Everything the output threads (and the metrics file) gave since the last drain, as one batch."""
         out = PointBatch()
-        while True:
-            try:
-                out.extend(self._progress_q.get_nowait())
-            except queue.Empty:
-                break
+        q = self._progress_q
+        while not q.empty():  # only this thread takes from it: a non-empty queue has a batch
+            out.extend(q.get_nowait())
         if self._pump is not None:
             self._pump.consumed(len(out))
         if self._metrics is not None:
@@ -986,6 +990,7 @@ class Watcher:
                  "the other policies go on")
 
     def _safe_tick(self) -> None:
+        """A scheduled tick (run by the main loop, :meth:`_loop`, which steps right after it)."""
         try:
             self.tick()
         except Exception as exc:  # noqa: BLE001 - keep guarding; the traceback goes to a log file
@@ -993,8 +998,6 @@ class Watcher:
                 self._tick_error_reported = True
                 where = self._crash_log("tick", exc)
                 self.say(f"costctl: error during a tick: {type(exc).__name__}: {exc}{where}")
-        finally:
-            self._wake()  # the main loop looks once per tick (a decision, the lifecycle's schedule)
 
     # ------------------------------------------------------------------ the main loop
     def _handle_winch(self, signum: int, frame: Any) -> None:
@@ -1076,12 +1079,16 @@ class Watcher:
             self._close_wakeup()
             raise
         # The job runs: what only the loop needs is imported now (APScheduler: ~25 ms that the
-        # job's start does not wait for).
-        from apscheduler.schedulers.background import BackgroundScheduler
+        # job's start does not wait for). The ticks run in this thread, driven by the main loop
+        # (LoopScheduler); the notice poll, an HTTP call that may take seconds, on a pool thread.
+        from apscheduler.executors.pool import ThreadPoolExecutor
+
+        from .scheduler import LoopScheduler
 
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         interval = self.settings.watch.sample_interval.total_seconds()
-        scheduler = BackgroundScheduler(timezone=timezone.utc)
+        scheduler = LoopScheduler(self._wake, timezone=timezone.utc,
+                                  executors={"threads": ThreadPoolExecutor(max_workers=1)})
         scheduler.add_job(
             self._safe_tick, "interval", seconds=interval, next_run_time=datetime.now(timezone.utc),
             max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)), id="tick",
@@ -1091,6 +1098,7 @@ class Watcher:
             scheduler.add_job(
                 self._safe_poll_notices, "interval", seconds=poll, next_run_time=datetime.now(timezone.utc),
                 max_instances=1, coalesce=True, misfire_grace_time=max(1, int(poll)), id="notices",
+                executor="threads",
             )
         self._threaded = True
         self._scheduler = scheduler
@@ -1122,6 +1130,9 @@ class Watcher:
         while True:
             if self._hangup and self._terminal_fds is not None:
                 self._terminal_gone()
+            scheduler = self._scheduler
+            if scheduler is not None and scheduler.wait_s() == 0.0:
+                scheduler.run_due()  # the ticks that are due, in this thread; then the step
             result = self.step()
             if result is not None:
                 return result
@@ -1131,7 +1142,8 @@ class Watcher:
         """How long the main loop may sleep before its next :meth:`step` unless woken (seconds):
         up to the end of the grace period while the job ends after a signal, :data:`BUSY_POLL_S`
         while a checkpoint request or a stop is followed, else :data:`IDLE_WAIT_MAX_S` (the
-        ticks, the signals, the job's exit and :meth:`mark_stopped` wake it)."""
+        signals, the job's exit and :meth:`mark_stopped` wake it); never past the next
+        scheduled job (:class:`~.scheduler.LoopScheduler`: the ticks run in this loop)."""
         wait = BUSY_POLL_S if self._done.is_set() else IDLE_WAIT_MAX_S  # ending: never a busy loop
         if self._ending is not None:
             wait = max(0.0, self._ending[2] - time.monotonic())
@@ -1139,7 +1151,9 @@ class Watcher:
             wait = min(wait, BUSY_POLL_S)
         if self.lifecycle is not None and self.lifecycle.requester.pending is not None:
             wait = min(wait, BUSY_POLL_S)
-        return wait
+        scheduler = self._scheduler
+        due = scheduler.wait_s() if scheduler is not None else None
+        return wait if due is None else min(wait, due)
 
     def step(self) -> tuple[int, str] | None:
         """One turn of the main loop: signals, stops, lifecycle, the command's exit.
