@@ -183,35 +183,30 @@ class ParsePump:
                 return
             self.queued_bytes += length
             q = self._queue
-            if (length <= self.inline_max_bytes and not q and not self._busy and stream not in self._gaps
-                    and self._emitted - self._consumed < MAX_UNCONSUMED_POINTS - INLINE_MAX_BYTES):
+            inline = (length <= self.inline_max_bytes and not q and not self._busy and stream not in self._gaps
+                      and self._emitted - self._consumed < MAX_UNCONSUMED_POINTS - self.inline_max_bytes)
+            if inline:
                 self._busy = True
                 when = self._now()
             else:
-                when = None
-        if when is not None:
-            try:
-                self._parse_piece(stream, offset, length, when)
-            finally:
-                with self._cond:
-                    self._busy = False
-                    self._cond.notify_all()  # drain()/wait_idle() (no waiter: no wake-up)
-            return
-        with self._cond:
-            if self._closed or not self._accepting:
+                last = q[-1] if q else None
+                if last is not None and last[0] == stream and last[2] == offset and (
+                        mono - last[4] < RANGE_SPAN_S or len(q) >= MAX_RANGES):
+                    last[2] = end
+                elif len(q) >= MAX_RANGES:
+                    self.lost_bytes += length
+                    self._gaps.add(stream)
+                    return
+                else:
+                    q.append([stream, offset, end, self._now(), mono])
+                self._cond.notify()
                 return
-            q = self._queue
-            last = q[-1] if q else None
-            if last is not None and last[0] == stream and last[2] == offset and (
-                    mono - last[4] < RANGE_SPAN_S or len(q) >= MAX_RANGES):
-                last[2] = end
-            elif len(q) >= MAX_RANGES:
-                self.lost_bytes += length
-                self._gaps.add(stream)
-                return
-            else:
-                q.append([stream, offset, end, self._now(), mono])
-            self._cond.notify()
+        try:
+            self._parse_piece(stream, offset, length, when)
+        finally:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()  # drain()/wait_idle() (no waiter: no wake-up)
 
     # ------------------------------------------------------------------ the parser thread
     def _read(self, offset: int, length: int) -> bytes:

@@ -97,7 +97,8 @@ class LoopScheduler(BaseScheduler):
 
     def shutdown(self, wait: bool = True) -> None:
         """Stop the scheduler and its executors (``wait``: let a thread executor's running jobs
-        end). Later :meth:`run_due` calls run nothing."""
+        end); later :meth:`run_due` calls run nothing. (Abstract in ``BaseScheduler``: each
+        scheduler says how its own loop ends; this one has no thread of its own to stop.)"""
         super().shutdown(wait)
 
     def wait_s(self) -> float | None:
