@@ -135,7 +135,9 @@ def test_samples_a_second_apart_share_one_scan_and_a_later_one_rescans():
     t[0] += 1.0
     second = sampler.sample(now)
     assert scans == [1000.0] and first.ssh_sessions == second.ssh_sessions == 1
-    t[0] += 29.0  # 30 s after the scan: the idle windows are minutes, a 30 s old count is fresh enough
+    t[0] += 58.0  # 59 s after the scan: still the same count (the idle windows are minutes)
+    assert sampler.sample(now).ssh_sessions == 1 and len(scans) == 1
+    t[0] += 1.0  # SSH_RESCAN_S (60 s) after the scan: a new one
     assert sampler.sample(now).ssh_sessions == 2 and len(scans) == 2
 
 

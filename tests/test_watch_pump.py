@@ -476,3 +476,38 @@ def test_no_inline_parse_when_points_wait_to_be_taken(tmp_path, monkeypatch):
     assert pump.drain(10) == 0
     assert calls[-1] == "costctl-parse"
     pump.close()
+
+
+def test_an_inline_parse_does_not_wake_the_parser_thread(tmp_path, monkeypatch):
+    """The parser thread waits for work on its own condition: the inline path's "idle again"
+    (for drain()/wait_idle()) is not a wake-up of the parser thread per output line."""
+    import types
+
+    from costctl.watch import pump as pmod
+
+    wakes: list[str] = []
+
+    class CountingCondition(threading.Condition):
+        def wait(self, timeout=None):
+            woke = super().wait(timeout)
+            if woke and threading.current_thread().name == "costctl-parse":
+                wakes.append("woke")
+            return woke
+
+    fake = types.SimpleNamespace(Condition=CountingCondition, RLock=threading.RLock, Thread=threading.Thread,
+                                 current_thread=threading.current_thread, get_native_id=threading.get_native_id)
+    monkeypatch.setattr(pmod, "threading", fake)
+    log = _Log(tmp_path / "run.log")
+    got: list[PointBatch] = []
+    pump = ParsePump(log.path, _parse, got.append, lambda: T0, inline_max_bytes=4096)
+    for i in range(20):
+        data = f"{i}\n".encode()
+        pump.put_range("stdout", log.write(data), len(data))
+        time.sleep(0.002)  # the parser thread, had it been woken, is waiting again
+    assert wakes == []
+    big = "".join(f"{i}\n" for i in range(2000)).encode()  # over inline_max_bytes: the parser thread's
+    pump.put_range("stdout", log.write(big), len(big))
+    assert pump.drain(10) == 0
+    assert wakes == ["woke"]
+    pump.close()
+    assert len([v for b in got for v in b.values]) == 2020

@@ -184,6 +184,9 @@ class _Client:
         #: control frames (exit, end) waiting until its cursor reaches their offset
         self.pending: list[tuple[int, bytes]] = []
         self.sent_to: int | None = None  # the log offset after the last output queued for it
+        #: the selector events it is registered for (modified only when they change: one
+        #: ``epoll_ctl`` fewer per line relayed)
+        self.events = selectors.EVENT_READ
 
 
 class Relay:
@@ -274,8 +277,11 @@ class Relay:
             self._drop(client)
             return
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if client.out else 0)
+        if events == client.events:
+            return
         try:
             self.sel.modify(client.sock, events, client)
+            client.events = events
         except (KeyError, ValueError):
             pass
 

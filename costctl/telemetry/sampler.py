@@ -75,7 +75,7 @@ class Sampler:
         count_ssh: count open SSH sessions (``[policies.idle] count_ssh_sessions``); ABSENT
             otherwise.
         ssh_counter: injectable ``() -> (status, count, error)``; default a
-            :class:`~costctl.telemetry.ssh.SshSessionCounter` (a scan at most every 30 s).
+            :class:`~costctl.telemetry.ssh.SshSessionCounter` (a scan at most every 60 s).
 
     No exception from one source can lose the sample: that source reads ERROR with the reason
     (in ``TelemetrySample.reasons``), the others are still read.

@@ -38,8 +38,9 @@ _SESSION_RE = re.compile(r"^sshd(?:-session)?:\s+(?P<user>[^\s@\[\]]+)@(?P<tty>\
 _LOCAL_HOST_RE = re.compile(r"^(?::\d|(?:tmux|screen)\b)")
 
 #: Seconds a count of SSH sessions is reused before the next scan. The idle policy's windows
-#: are minutes long, so a session opened or closed is seen at most this late.
-SSH_RESCAN_S = 30.0
+#: are minutes long (SkyPilot's autostop looks once a minute), so a session opened or closed is
+#: seen at most this late; a scan reads ``/proc/PID/comm`` of every process on the host.
+SSH_RESCAN_S = 60.0
 
 #: ``/proc/PID/comm`` of OpenSSH's per-connection processes (its program name; the title it
 #: sets is in the command line).

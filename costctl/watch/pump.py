@@ -150,7 +150,11 @@ class ParsePump:
         #: [stream, start, end, time, monotonic start]; a list, so the last one can grow in place.
         self._queue: deque[list] = deque()
         self._gaps: set[str] = set()  # streams whose next range follows lost output
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)
+        #: the parser thread's own wait for work, on the same lock: an inline parse's "idle
+        #: again" (notified on ``_cond``, for drain()/wait_idle()) does not wake it.
+        self._work = threading.Condition(lock)
         self._busy = False
         self._consume_waiters = 0  # parsers waiting in _wait_consumed (consumed() wakes them)
         self._closed = False
@@ -199,7 +203,7 @@ class ParsePump:
                     return
                 else:
                     q.append([stream, offset, end, self._now(), mono])
-                self._cond.notify()
+                self._work.notify()
                 return
         try:
             self._parse_piece(stream, offset, length, when)
@@ -249,7 +253,7 @@ class ParsePump:
         while True:
             with self._cond:
                 while not self._queue and not self._closed:
-                    self._cond.wait()
+                    self._work.wait()
                 if self._closed and not self._queue:
                     break
                 piece = self._take()
@@ -418,6 +422,7 @@ class ParsePump:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            self._work.notify_all()
         self._thread.join(1.0)
         return left
 
