@@ -40,7 +40,7 @@ from .cli.common import print_table
 if TYPE_CHECKING:  # rich loads when a table is rendered: a JSON or CSV bill never imports it
     from rich.console import Console
 
-GroupBy = Literal["run", "instance", "day", "gpu"]
+GroupBy = Literal["run", "chain", "instance", "day", "gpu"]
 
 #: Decimal places of money in JSON and CSV (micro-units: a 1 s charge at 0.10/h is 0.000028).
 EXPORT_MONEY_PLACES = 6
@@ -100,12 +100,14 @@ def records(rows: Sequence[Any]) -> list[dict[str, Any]]:
 
 def render_json(by: GroupBy, rows: Sequence[Any], totals: dict[str, Decimal],
                 since: datetime | None, until: datetime | None,
-                advice: Sequence[dict[str, Any]] = (), runs_not_shown: int | None = None) -> str:
+                advice: Sequence[dict[str, Any]] = (), runs_not_shown: int | None = None,
+                chains_not_shown: int | None = None, expanded: Sequence[Any] | None = None) -> str:
     """``{"by", "since", "until", "rows": [...], "totals": {"USD": "1.230000"}}`` as indented JSON
     (``totals``: the sums of the rows' rounded spend, see the module docstring; pass
     :func:`row_totals` of the rows, or run_page's rounded totals),
     plus ``"advice": [...]`` (underutilization advice per run) when there is any, and
-    ``"runs_not_shown": N`` when ``--limit`` left N runs out of the rows (not of the totals)."""
+    ``"runs_not_shown": N`` when ``--limit`` left N runs out of the rows (not of the totals)
+    (``"chains_not_shown"`` by chain), and ``"runs": [...]`` (run rows) for ``--expand``."""
     doc: dict[str, Any] = {
         "by": by,
         "since": iso_utc(since),
@@ -117,6 +119,10 @@ def render_json(by: GroupBy, rows: Sequence[Any], totals: dict[str, Decimal],
         doc["advice"] = list(advice)
     if runs_not_shown:
         doc["runs_not_shown"] = runs_not_shown
+    if chains_not_shown:
+        doc["chains_not_shown"] = chains_not_shown
+    if expanded is not None:
+        doc["runs"] = records(expanded)
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -186,6 +192,7 @@ Column = tuple[str, Callable[[Any], str], str]  # header, cell text, justify
 #: Columns hidden first, in this order, when the table does not fit a terminal.
 DROPPABLE: dict[str, tuple[str, ...]] = {
     "run": ("STARTED", "WASTE", "INSTANCE"),
+    "chain": ("STARTED", "INSTANCE", "WASTE", "PREEMPTED"),
     "instance": ("FIRST CHARGE", "LAST CHARGE", "RUNS", "BILLING"),
 }
 
@@ -202,6 +209,19 @@ def _columns(by: GroupBy, tz: ZoneInfo) -> list[Column]:
             ("STATUS", _status_cell, "left"),
             ("PRICE/h", lambda r: money_cell(r.price_per_hour, r.currency) + (" spot" if r.billing == "spot" else ""),
              "right"),
+            ("WASTE", lambda r: money_cell(r.waste) if r.waste else "-", "right"),
+            ("SPEND", lambda r: money_cell(r.spend, r.currency), "right"),
+        ]
+    if by == "chain":
+        return [
+            ("CHAIN", lambda r: r.chain_id[:12], "left"),
+            ("RUNS", lambda r: str(r.runs), "right"),
+            ("INSTANCE", lambda r: f"{r.provider}:{r.instance_id}", "left"),
+            ("GPU", lambda r: r.gpu or "-", "left"),
+            ("STARTED", lambda r: t(r.started_at), "left"),
+            ("DURATION", lambda r: duration_cell(r.duration_s), "right"),
+            ("STATUS", _status_cell, "left"),
+            ("PREEMPTED", lambda r: str(r.preemptions) if r.preemptions else "-", "right"),
             ("WASTE", lambda r: money_cell(r.waste) if r.waste else "-", "right"),
             ("SPEND", lambda r: money_cell(r.spend, r.currency), "right"),
         ]
@@ -236,9 +256,10 @@ def _columns(by: GroupBy, tz: ZoneInfo) -> list[Column]:
 
 
 def render_table(console: Console, by: GroupBy, rows: Sequence[Any], totals: dict[str, Decimal],
-                 tz: ZoneInfo, since: datetime | None = None, until: datetime | None = None) -> None:
+                 tz: ZoneInfo, since: datetime | None = None, until: datetime | None = None,
+                 title: str | None = None) -> None:
     """Print the bill as a rich table (no markup is interpreted in cells) with per-currency
-    totals in the footer; times shown in ``tz``."""
+    totals in the footer; times shown in ``tz``; ``title`` replaces "Spend by ..."."""
     from rich.table import Table
     from rich.text import Text
 
@@ -249,12 +270,12 @@ def render_table(console: Console, by: GroupBy, rows: Sequence[Any], totals: dic
     if not rows:
         console.print(Text(f"No charges recorded{window}."))
         return
-    table = Table(title=Text(f"Spend by {by}{window} ({tz.key})"), show_footer=True, title_justify="left")
+    table = Table(title=Text(title or f"Spend by {by}{window} ({tz.key})"), show_footer=True, title_justify="left")
     columns = _columns(by, tz)
     total_text = "\n".join(money_cell(amount, cur) for cur, amount in totals.items()) or "-"
     for i, (header, _, justify) in enumerate(columns):
         footer = "TOTAL" if i == 0 else (total_text if i == len(columns) - 1 else "")
-        table.add_column(header, justify=justify, footer=Text(footer), no_wrap=header in {"RUN", "SPEND"})  # type: ignore[arg-type]
+        table.add_column(header, justify=justify, footer=Text(footer), no_wrap=header in {"RUN", "CHAIN", "SPEND"})  # type: ignore[arg-type]
     for row in rows:
         alarm = getattr(row, "status", None) in ALARM_STATUSES
         table.add_row(*(Text(cell(row)) for _, cell, _ in columns), style="bold red" if alarm else None)

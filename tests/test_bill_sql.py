@@ -163,7 +163,7 @@ def test_every_format_and_grouping_through_the_cli(db_url, capsys, monkeypatch):
         want_totals = {cur: str(v.quantize(SIX)) for cur, v in oracle.totals(s, since, until).items()}
         want_days = {(d.isoformat(), cur): str(v[0].quantize(SIX))
                      for (d, cur), v in oracle.by_day(s, ZoneInfo("America/New_York"), since, until).items()}
-    for by in ("run", "instance", "day", "gpu"):
+    for by in ("run", "chain", "instance", "day", "gpu"):
         code, out, err = cli(capsys, "--by", by, "--format", "json", "--db", db_url, *window)
         assert code == 0, err
         doc = json.loads(out)
@@ -213,7 +213,7 @@ def test_bill_never_reads_samples_and_charges_only_in_edge_aggregates(db_url, ca
             gpu_status=SignalStatus.OK, cpu_percent=1.0, cpu_status=SignalStatus.OK, source="test")])
     cut = ["--since", (T0 + timedelta(hours=2, seconds=7)).isoformat(),
            "--until", (T0 + timedelta(hours=20, seconds=3)).isoformat()]
-    for by in ("run", "instance", "day", "gpu"):
+    for by in ("run", "chain", "instance", "day", "gpu"):
         for window in ([], cut):
             with Statements() as sql:
                 code, out, err = cli(capsys, "--by", by, "--format", "json", "--db", db_url, *window)

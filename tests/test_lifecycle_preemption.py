@@ -106,6 +106,16 @@ def test_notice_checkpoints_before_the_deadline_resume_continues_and_the_bill_sh
     assert second["status"] == "completed" and Decimal(second["waste"]) == 0
     table = run_costctl("bill", env=costctl_env(tmp_path / "data"))
     assert b"WASTE" in table.stdout and b"spot" in table.stdout
+    # the resumed run is linked to the run it continues: one chain in the bill, with its waste
+    with _db(tmp_path) as db:
+        run2 = db.scalars(select(Run).where(Run.id != run1.id)).one()
+    assert (run2.continues_run_id, run2.resumed_from) == (run1.id, cp.path)
+    chains = run_costctl("bill", "--by", "chain", "--format", "json", env=costctl_env(tmp_path / "data"))
+    assert chains.returncode == 0, chains.stderr.decode()
+    (chain,) = json.loads(chains.stdout)["rows"]
+    assert chain["run_ids"] == [run1.id, run2.id] and chain["preemptions"] == 1 and chain["resumes"] == 1
+    assert chain["waste"] == first["waste"] and chain["status"] == "completed"
+    assert Decimal(chain["spend"]) == Decimal(first["spend"]) + Decimal(second["spend"])
 
 
 IGNORES = "import time\nwhile True:\n    print('loss: 1.0', flush=True)\n    time.sleep(0.05)\n"

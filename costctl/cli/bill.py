@@ -43,6 +43,7 @@ class GroupBy(str, Enum):
     """Row grouping of the bill."""
 
     run = "run"
+    chain = "chain"
     instance = "instance"
     day = "day"
     gpu = "gpu"
@@ -52,6 +53,7 @@ class GroupBy(str, Enum):
 #: name in :mod:`costctl.ledger.queries` (imported when a bill runs).
 ROW_TYPES = {
     GroupBy.run: "RunBill",
+    GroupBy.chain: "ChainBill",
     GroupBy.instance: "InstanceBill",
     GroupBy.day: "DayBill",
     GroupBy.gpu: "GpuBill",
@@ -90,12 +92,15 @@ def parse_when(text: str, tz: ZoneInfo, option: str) -> datetime:
 
 
 ByOption = Annotated[
-    GroupBy, typer.Option("--by", help="Group rows by run, instance, day (in [watch] timezone) or gpu (GPU type).")
+    GroupBy, typer.Option("--by", help="Group rows by run, chain (a job's run and the runs that resumed it), "
+                                       "instance, day (in [watch] timezone) or gpu (GPU type).")
 ]
 SinceOption = Annotated[str | None, typer.Option("--since", help="Only spend from this date/date-time on (inclusive).")]
 UntilOption = Annotated[str | None, typer.Option("--until", help="Only spend before this date/date-time (exclusive).")]
 LimitOption = Annotated[int, typer.Option("--limit", min=1,
-                                          help="--by run: show the newest N runs (totals cover every run).")]
+                                          help="--by run / chain: show the newest N runs / chains "
+                                               "(totals cover every one).")]
+ExpandOption = Annotated[bool, typer.Option("--expand", help="--by chain: also list each chain's runs.")]
 
 
 def run_unguarded(run: Any) -> bool:
@@ -141,6 +146,7 @@ def bill(
     config: ConfigOption = None,
     db: DbOption = None,
     limit: LimitOption = 100,
+    expand: ExpandOption = False,
 ) -> None:
     """Show recorded spend. Totals are per currency (never added across currencies).
 
@@ -163,9 +169,12 @@ def bill(
     end = parse_when(until, tz, "--until") if until else None
     if start and end and start >= end:
         raise UsageError(f"--since {since!r} is not before --until {until!r}")
+    if expand and by is not GroupBy.chain:
+        raise UsageError("--expand goes with --by chain (it lists each chain's runs)")
 
     use: dict[str, GpuUse] = {}
     rows: Sequence[Any] = []
+    chain_runs: Sequence[Any] = []
     hidden = 0
     try:
         ledger = LedgerReader.open(configured_url(settings.database_url, settings.data_dir))
@@ -188,6 +197,11 @@ def bill(
                                    places=EXPORT_MONEY_PLACES)
             rows, use, totals = page.rows, page.use, page.totals
             hidden = page.runs_total - page.runs_shown
+        elif by is GroupBy.chain:
+            chains = queries.chain_page(session, start, end, limit=limit, unguarded=run_unguarded,
+                                        places=EXPORT_MONEY_PLACES)
+            rows, totals, chain_runs = chains.rows, chains.totals, chains.runs
+            hidden = chains.chains_total - chains.chains_shown
         elif by is GroupBy.instance:
             rows = queries.bill_by_instance(session, start, end)
         elif by is GroupBy.day:
@@ -197,18 +211,25 @@ def bill(
     if totals is None:
         totals = row_totals(rows)  # the rows' rounded spend added: rows sum to the totals exactly
     advice = underuse_advice_for(rows, use, settings) if use else []
-    not_shown = (f"{hidden} older run{'s' if hidden != 1 else ''} not shown (--limit {limit}); "
+    what = "chain" if by is GroupBy.chain else "run"
+    not_shown = (f"{hidden} older {what}{'s' if hidden != 1 else ''} not shown (--limit {limit}); "
                  "the totals include them") if hidden else None
+
 
     if fmt is OutputFormat.json:
         sys.stdout.write(render_json(by.value, rows, totals, start, end, [a.to_dict() for a in advice],
-                                     runs_not_shown=hidden or None))
+                                     runs_not_shown=hidden or None if by is not GroupBy.chain else None,
+                                     chains_not_shown=hidden or None if by is GroupBy.chain else None,
+                                     expanded=chain_runs if expand else None))
     elif fmt is OutputFormat.csv:
         sys.stdout.write(render_csv(rows, [f.name for f in dataclasses.fields(getattr(queries, ROW_TYPES[by]))]))
         if not_shown:
             print(f"costctl: {not_shown}", file=sys.stderr)
     else:
         render_table(_out(), by.value, rows, totals, tz, start, end)
+        if expand and chain_runs:
+            render_table(_out(), "run", chain_runs, row_totals(chain_runs), tz, start, end,
+                         title="Runs of the chains above")
         if not_shown:
             _out().print(not_shown, soft_wrap=True)
         for a in advice:

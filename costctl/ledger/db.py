@@ -13,6 +13,7 @@ import uuid
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -25,7 +26,7 @@ from ..clock import ensure_utc, utcnow
 from ..errors import LedgerError
 from ..progress.batch import PointBatch
 from ..records import Decision, ProgressPoint, TelemetrySample
-from . import accrual, progress_store, sample_rollup
+from . import accrual, progress_store, sample_rollup, tables
 from . import migrate as migrations
 from .engine import redact, translate_errors
 from .progress_store import ProgressRows
@@ -218,10 +219,14 @@ class Ledger:
         log_path: str | None,
         host: str | None,
         pid: int | None = None,
+        continues_run_id: str | None = None,
+        resumed_from: str | None = None,
     ) -> str:
         """Record a new run (status ``running``) and return its id (uuid4 hex, 32 chars).
 
-        ``host`` and ``pid`` identify the watch process (see :meth:`close_lost_runs`).
+        ``host`` and ``pid`` identify the watch process (see :meth:`close_lost_runs`);
+        ``continues_run_id`` / ``resumed_from``: a resumed run's link to the run it continues
+        and the checkpoint it resumed from (:meth:`continued_run` finds the run).
 
         Raises:
             LedgerError: no such instance, or the database cannot be written.
@@ -231,20 +236,53 @@ class Ledger:
         with self._write("record the run") as s:
             if s.get(Instance, instance_pk) is None:
                 raise LedgerError(f"no instance with key {instance_pk} in the ledger")
-            s.add(
-                Run(
-                    id=run_id,
-                    instance_pk=instance_pk,
-                    command=list(command) if command is not None else None,
-                    host=host,
-                    log_path=log_path,
-                    started_at=started_at,
-                    last_seen_at=started_at,
-                    status="running",
-                    pid=pid,
-                )
-            )
+            # Core, naming only the columns given: a fresh run's INSERT names no link column.
+            values: dict[str, Any] = dict(
+                id=run_id, instance_pk=instance_pk, command=list(command) if command is not None else None,
+                host=host, log_path=log_path, started_at=started_at, last_seen_at=started_at,
+                status="running", pid=pid)
+            if continues_run_id is not None:
+                values["continues_run_id"] = continues_run_id
+            if resumed_from is not None:
+                values["resumed_from"] = resumed_from
+            s.connection().execute(insert(tables.runs).values(**values))
         return run_id
+
+    def continued_run(self, checkpoint: str, *, command: Sequence[str] | None,
+                      before: datetime, scan: int = 200) -> str | None:
+        """The run a ``--resume`` from ``checkpoint`` continues: the newest run that recorded
+        saving that checkpoint (a checkpoint row with that path, request answered), else the
+        newest run of the same ``command`` started before ``before`` among the newest
+        ``scan`` runs; None when neither exists (a first run resumed from a checkpoint made
+        elsewhere). Paths are compared as given and resolved (a relative path from the job's
+        working directory and its absolute form are the same checkpoint).
+
+        Raises:
+            LedgerError: the database cannot be read.
+        """
+        before = _aware(before, "before")
+        names = {checkpoint}
+        try:
+            names.add(str(Path(checkpoint).resolve()))
+        except OSError:
+            pass
+        with self.session() as s:
+            conn = s.connection()
+            ck = tables.checkpoints
+            row = conn.execute(
+                select(ck.c.run_id).where(ck.c.path.in_(sorted(names)), ck.c.outcome.in_(("saved", "acknowledged")))
+                .order_by(ck.c.requested_at.desc(), ck.c.id.desc()).limit(1)).first()
+            if row is not None:
+                return str(row.run_id)
+            if command is None:
+                return None
+            r = tables.runs
+            wanted = list(command)
+            for run in conn.execute(select(r.c.id, r.c.command).where(r.c.started_at < before)
+                                    .order_by(r.c.started_at.desc(), r.c.id.desc()).limit(scan)):
+                if run.command == wanted:
+                    return str(run.id)
+        return None
 
     def record_samples(self, run_id: str, samples: Sequence[TelemetrySample]) -> None:
         """Store telemetry: per sample one row per GPU reading plus one CPU row (gpu_index NULL,

@@ -8,7 +8,7 @@ only for its seconds inside the window.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -385,7 +385,7 @@ def _active_sql(since: datetime | None, until: datetime | None) -> list[Any]:
 
 def run_page(session: Reader, since: datetime | None = None, until: datetime | None = None, *,
              limit: int | None = 100, unguarded: Callable[[Row[Any]], bool] | None = None,
-             places: int | None = None) -> RunPage:
+             places: int | None = None, run_ids: Collection[str] | None = None) -> RunPage:
     """The runs active inside ``[since, until)`` (see :class:`RunBill`): the newest ``limit``
     (None: all) as rows, oldest first, with the totals over all of them. Reads the runs and
     their summaries, the rollups and the edge buckets' charges (aggregates only): never the
@@ -397,10 +397,15 @@ def run_page(session: Reader, since: datetime | None = None, until: datetime | N
     totals exactly (see :mod:`costctl.report`).
 
     ``unguarded(run)``, asked of each shown open run, True when its watch is gone while its job
-    runs on: the run's status reads ``unguarded``."""
+    runs on: the run's status reads ``unguarded``.
+
+    ``run_ids``: only these runs are counted and shown (the totals still cover every run of
+    the window)."""
     since = ensure_utc(since) if since else None
     until = ensure_utc(until) if until else None
     active = _active_sql(since, until)
+    if run_ids is not None:
+        active.append(RUNS.c.id.in_(sorted(run_ids)))
     runs_total = int(session.scalar(select(func.count()).select_from(RUNS).where(*active)) or 0)
     stmt = select(RUNS).where(*active).order_by(RUNS.c.started_at.desc(), RUNS.c.id.desc())
     if limit is not None:
@@ -505,6 +510,135 @@ def stop_history_by_run(session: Reader, run_ids: set[str]) -> dict[str, list[di
     for ev in session.execute(stmt):
         out[ev.run_id].append({"time": ev.time, "state": ev.state, "attempt": ev.attempt, "detail": ev.detail})
     return out
+
+
+# --------------------------------------------------------------------------- chains of runs
+
+
+@dataclass(frozen=True, slots=True)
+class ChainBill:
+    """One job's chain of runs (per currency): a run and the runs that resumed it, linked by
+    ``runs.continues_run_id`` (``costctl watch --resume``), inside the window.
+
+    ``chain_id`` is the first run's id; ``run_ids`` the runs of the chain active in the window,
+    oldest first (``runs`` of them); ``started_at`` the first one's start, ``ended_at`` the
+    newest one's end (None while it runs); ``status``/``exit_code`` the newest run's;
+    ``preemptions`` the runs that ended preempted; ``resumes`` the runs that resumed from a
+    checkpoint (the newest's checkpoint in ``resumed_from``); ``duration_s``, ``spend``,
+    ``waste_s``, ``waste`` the sums over its runs (as :class:`RunBill` counts them)."""
+
+    chain_id: str
+    runs: int
+    run_ids: tuple[str, ...]
+    instance_id: str
+    provider: str
+    gpu: str | None
+    started_at: datetime
+    ended_at: datetime | None
+    duration_s: float
+    currency: str
+    spend: Decimal
+    status: str
+    exit_code: int | None
+    preemptions: int
+    resumes: int
+    resumed_from: str | None
+    waste_s: float = 0.0
+    waste: Decimal = Decimal(0)
+
+
+@dataclass(frozen=True, slots=True)
+class ChainPage:
+    """The newest chains of a window (``rows``, oldest first, at most ``limit`` chains), the
+    totals per currency over ALL chains of the window (the sums of each chain's rounded spend,
+    as :func:`run_page`'s), how many chains the window has and how many are shown, and the
+    :class:`RunBill` rows of the shown chains' runs (``--expand``)."""
+
+    rows: list[ChainBill]
+    totals: dict[str, Decimal]
+    chains_total: int
+    chains_shown: int
+    runs: list[RunBill]
+
+
+def chain_roots(session: Reader) -> dict[str, str]:
+    """``{run_id: first run of its chain}`` for every linked run (a run absent from the map is
+    its own chain). Reads only the linked runs' ids; a cycle (impossible through costctl, but a
+    hand-edited ledger) ends at the first run seen twice."""
+    parent = {r.id: r.continues_run_id for r in session.execute(
+        select(RUNS.c.id, RUNS.c.continues_run_id).where(RUNS.c.continues_run_id.is_not(None)))}
+    roots: dict[str, str] = {}
+    for run_id in parent:
+        seen = [run_id]
+        cur = run_id
+        while cur in parent and parent[cur] not in seen:
+            cur = parent[cur]
+            if cur in roots:
+                cur = roots[cur]
+                break
+            seen.append(cur)
+        for member in seen:
+            roots[member] = cur
+    return roots
+
+
+def chain_page(session: Reader, since: datetime | None = None, until: datetime | None = None, *,
+               limit: int | None = 100, unguarded: Callable[[Row[Any]], bool] | None = None,
+               places: int = 6) -> ChainPage:
+    """The chains of runs active inside ``[since, until)`` (see :class:`ChainBill`): the newest
+    ``limit`` (None: all; ordered by their newest run's start) as rows, oldest first, with the
+    totals over all of them. Aggregates only (the runs' ids and links, one sum per run and
+    rate): never a charge row, never the samples.
+
+    ``places``: each chain's amount is rounded half-even to ``places`` decimals and the totals
+    are the sums of those rounded amounts, so the rows of a complete bill add up to its totals."""
+    since = ensure_utc(since) if since else None
+    until = ensure_utc(until) if until else None
+    roots = chain_roots(session)
+    ordered: list[str] = []  # chains, newest first (by their newest run active in the window)
+    members: dict[str, list[str]] = defaultdict(list)
+    for run in session.execute(select(RUNS.c.id).where(*_active_sql(since, until))
+                               .order_by(RUNS.c.started_at.desc(), RUNS.c.id.desc())):
+        root = roots.get(run.id, run.id)
+        if root not in members:
+            ordered.append(root)
+        members[root].append(run.id)
+    # Totals: each chain's exact amount (its runs' sums per rate) rounded once, then added.
+    S = window_slices(session, since, until)
+    per_chain: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+    for run_id, currency, rate, us in session.execute(
+            select(S.c.run_id, S.c.currency, S.c.rate_per_hour, func.sum(S.c.us))
+            .group_by(S.c.run_id, S.c.currency, S.c.rate_per_hour)):
+        per_chain[(roots.get(run_id, run_id), currency)] += amount_of_us(Decimal(str(rate)), us)
+    quantum = Decimal(1).scaleb(-places)
+    totals = sum_by_currency([(cur, amount.quantize(quantum, rounding=ROUND_HALF_EVEN))
+                              for (_, cur), amount in per_chain.items()])
+    shown = ordered if limit is None else ordered[:limit]
+    wanted = {run_id for root in shown for run_id in members[root]}
+    runs = run_page(session, since, until, limit=None, unguarded=unguarded, run_ids=wanted).rows if wanted else []
+    resumed = {r.id: r.resumed_from for r in session.execute(
+        select(RUNS.c.id, RUNS.c.resumed_from).where(RUNS.c.id.in_(sorted(wanted))))} if wanted else {}
+    by_chain: dict[tuple[str, str], list[RunBill]] = defaultdict(list)
+    for r in runs:  # oldest first
+        by_chain[(roots.get(r.run_id, r.run_id), r.currency)].append(r)
+    rows: list[ChainBill] = []
+    for root in reversed(shown):
+        for (chain, currency), group in sorted(by_chain.items()):
+            if chain != root:
+                continue
+            last = group[-1]
+            ids = tuple(dict.fromkeys(r.run_id for r in group))
+            newest_resume = next((resumed[i] for i in reversed(ids) if resumed.get(i)), None)
+            rows.append(ChainBill(
+                chain_id=root, runs=len(ids), run_ids=ids, instance_id=last.instance_id, provider=last.provider,
+                gpu=last.gpu, started_at=group[0].started_at, ended_at=last.ended_at,
+                duration_s=sum(r.duration_s for r in group), currency=currency,
+                spend=sum((r.spend for r in group), Decimal(0)), status=last.status, exit_code=last.exit_code,
+                preemptions=sum(1 for r in group if r.status == "preempted"),
+                resumes=sum(1 for i in ids if resumed.get(i)), resumed_from=newest_resume,
+                waste_s=sum(r.waste_s for r in group), waste=sum((r.waste for r in group), Decimal(0)),
+            ))
+    return ChainPage(rows, totals, len(ordered), len(shown), runs)
 
 
 # --------------------------------------------------------------------------- other groupings

@@ -119,6 +119,10 @@ class Run(Base):
     gpu_samples: Mapped[int | None]
     #: Progress points (loss values) the run reported.
     points: Mapped[int | None]
+    #: A resumed run (``costctl watch --resume``): the run it continues and the checkpoint it
+    #: resumed from (None for a fresh start). ``costctl bill --by chain`` follows these links.
+    continues_run_id: Mapped[str | None]
+    resumed_from: Mapped[str | None]
 
     instance: Mapped[Instance] = relationship(back_populates="runs")
 

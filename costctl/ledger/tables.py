@@ -93,6 +93,11 @@ runs = Table(
     Column("mean_utilization", Float),
     Column("gpu_samples", Integer),
     Column("points", BigInteger),
+    # A resumed run: the run it continues (the one that saved the checkpoint it resumed from,
+    # else the newest earlier run of the same command) and that checkpoint's path. A link,
+    # not a foreign key: the bill follows the links to show a job's chain of runs.
+    Column("continues_run_id", String(32), index=True),
+    Column("resumed_from", Text),
 )
 
 samples = Table(

@@ -402,9 +402,13 @@ class Watcher:
             stem = f"{self.started_at.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
             self.log_path = paths.runs_dir(s.data_dir) / f"{stem}.log"
             self.checkpoint_request = paths.runs_dir(s.data_dir) / f"{stem}.checkpoint-request"
+            # A resumed job's run is linked to the run it continues (the bill shows the chain).
+            continues = (self.ledger.continued_run(resume_from, command=self.options.command, before=self.started_at)
+                         if resume_from else None)
             run_id = self.ledger.start_run(
                 instance_pk, started_at=self.started_at, command=self.options.command,
                 log_path=str(self.log_path), host=socket.gethostname(), pid=os.getpid(),
+                continues_run_id=continues, resumed_from=resume_from,
             )
             run_started_at = self.started_at
         self._state = RunState(provider=provider.name, instance_id=instance_id, instance=inst, rate=rate,
