@@ -28,14 +28,17 @@ Example::
     for epoch in range(start + 1, epochs + 1):
         train_one_epoch(...)
         if job.checkpoint_requested():
-            save_checkpoint(...)
-            job.acknowledge_checkpoint()
+            t0 = time.time()
+            save_checkpoint(path)
+            job.acknowledge_checkpoint(checkpoint=path, step=epoch, started_at=t0)
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+from datetime import datetime, timezone
 from pathlib import Path
 
 __all__ = [
@@ -43,7 +46,9 @@ __all__ = [
     "ENV_BATCH_SIZE",
     "ENV_CHECKPOINT_REQUEST",
     "ENV_RESUME_FROM",
+    "ACK_SUFFIX",
     "accum_steps",
+    "ack_path",
     "acknowledge_checkpoint",
     "batch_size",
     "checkpoint_request_path",
@@ -56,6 +61,8 @@ ENV_CHECKPOINT_REQUEST = "COSTCTL_CHECKPOINT_REQUEST"
 ENV_RESUME_FROM = "COSTCTL_RESUME_FROM"
 ENV_BATCH_SIZE = "COSTCTL_BATCH_SIZE"
 ENV_ACCUM_STEPS = "COSTCTL_ACCUM_STEPS"
+#: The acknowledgement record is the request file's name plus this.
+ACK_SUFFIX = ".ack.json"
 
 _signal_requested = False
 
@@ -75,25 +82,85 @@ def checkpoint_requested() -> bool:
     return path is not None and path.exists()
 
 
-def acknowledge_checkpoint(path: str | os.PathLike[str] | None = None) -> None:
-    """Mark the request as handled: delete the request file and clear a signal request.
+def ack_path(request: str | os.PathLike[str]) -> Path:
+    """Where the acknowledgement record of request file ``request`` goes: beside it, its name
+    plus ``.ack.json``."""
+    p = Path(request)
+    return p.with_name(p.name + ACK_SUFFIX)
 
-    Call it after the checkpoint file is completely written (e.g. after ``os.replace`` of a
-    temporary file), so that costctl never finds a half-written checkpoint.
+
+def _iso(value: datetime | float | None) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return datetime.fromtimestamp(value, timezone.utc).isoformat()
+    if value.tzinfo is None:
+        raise ValueError(f"{value!r} is a naive datetime: pass an aware UTC time")
+    return value.astimezone(timezone.utc).isoformat()
+
+
+def acknowledge_checkpoint(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    checkpoint: str | os.PathLike[str] | None = None,
+    step: int | None = None,
+    started_at: datetime | float | None = None,
+    ended_at: datetime | float | None = None,
+) -> Path | None:
+    """Mark the request as handled: write the acknowledgement record (see the module
+    docstring), then delete the request file and clear a signal request.
+
+    Call it after the checkpoint is completely written (files closed, e.g. after
+    ``os.replace`` of a temporary file): costctl may end the job as soon as it reads the record.
 
     Args:
-        path: the request file to remove; defaults to ``$COSTCTL_CHECKPOINT_REQUEST``.
-            A file that is already gone is fine.
+        path: the request file; defaults to ``$COSTCTL_CHECKPOINT_REQUEST``. A request that is
+            already gone is fine (the record then names no request).
+        checkpoint: the checkpoint saved (file or directory); None lets costctl find the
+            newest new match of ``[checkpoint] path``.
+        step: the training step it holds.
+        started_at / ended_at: when the save began and ended: aware datetimes or seconds
+            since the epoch (``time.time()``); ``ended_at`` defaults to now.
+
+    Returns:
+        The record's path, or None when no request file is configured.
+
+    Raises:
+        ValueError: a naive datetime.
     """
     global _signal_requested
     _signal_requested = False
     target = Path(path) if path is not None else checkpoint_request_path()
     if target is None:
-        return
+        return None
+    try:
+        requested = json.loads(target.read_text()).get("requested_at")
+    except (OSError, ValueError, AttributeError):
+        requested = None
+    record = {
+        "version": 1,
+        "request": requested,
+        "checkpoint": os.path.abspath(os.fspath(checkpoint)) if checkpoint is not None else None,
+        "step": int(step) if step is not None else None,
+        "save_started_at": _iso(started_at),
+        "save_ended_at": _iso(ended_at if ended_at is not None else datetime.now(timezone.utc)),
+        "pid": os.getpid(),
+    }
+    out = ack_path(target)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(record) + "\n")
+        os.replace(tmp, out)
+    except OSError:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
     try:
         target.unlink()
     except FileNotFoundError:
         pass
+    return out
 
 
 def resume_path() -> str | None:
