@@ -445,8 +445,8 @@ class CheckpointRequester:
         except FileNotFoundError:
             pass
 
-    def _on_clock(self, mtime_ns: int, now: datetime) -> datetime:
-        behind = max(0.0, self._wall() - mtime_ns / 1e9)
+    def _on_clock(self, mtime_ns: int, now: datetime, wall_now: float | None = None) -> datetime:
+        behind = max(0.0, (self._wall() if wall_now is None else wall_now) - mtime_ns / 1e9)
         return now - timedelta(seconds=behind)
 
     def _new_checkpoint(self, attempt: CheckpointAttempt) -> CheckpointFile | None:
@@ -490,12 +490,12 @@ class CheckpointRequester:
         except (TypeError, ValueError):
             return None
 
-    def _wall_on_clock(self, value: Any, now: datetime) -> datetime | None:
+    def _wall_on_clock(self, value: Any, now: datetime, wall_now: float) -> datetime | None:
         try:
             wall = ensure_utc(datetime.fromisoformat(value)).timestamp()
         except (TypeError, ValueError):
             return None
-        return self._on_clock(int(wall * 1e9), now)
+        return now - timedelta(seconds=max(0.0, wall_now - wall))
 
     def poll(self, *, job_running: bool = True) -> CheckpointAttempt | None:
         """Follow the pending request; returns the attempt when it ends on this call, else None.
@@ -512,8 +512,9 @@ class CheckpointRequester:
             if record is not None:
                 attempt.record = record
                 attempt.step = record.get("step") if isinstance(record.get("step"), int) else None
-                attempt.save_started_at = self._wall_on_clock(record.get("save_started_at"), now)
-                attempt.save_ended_at = self._wall_on_clock(record.get("save_ended_at"), now)
+                wall_now = self._wall()
+                attempt.save_started_at = self._wall_on_clock(record.get("save_started_at"), now, wall_now)
+                attempt.save_ended_at = self._wall_on_clock(record.get("save_ended_at"), now, wall_now)
         if not attempt.acknowledged and (attempt.record is not None or not self.request_path.exists()):
             attempt.acknowledged = True
             attempt.save_s = max(0.0, (now - attempt.requested_at).total_seconds())
