@@ -8,7 +8,7 @@ Usage::
     trainer.train(resume_from_checkpoint=os.environ.get("COSTCTL_RESUME_FROM") or None)
 
 and in ``costctl.toml``: ``[checkpoint] path = "<output_dir>/checkpoint-*"`` (the Trainer saves
-``checkpoint-<step>/`` directories; costctl takes the newest by modification time).
+``checkpoint-<step>/`` directories; ``--resume`` takes the newest intact one).
 
 After each ``check_every_n_steps``-th optimizer step the callback checks for costctl's request
 (:func:`costctl.job.checkpoint_requested`: one ``stat`` call), OR-s the answer over all ranks

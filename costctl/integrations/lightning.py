@@ -84,7 +84,7 @@ def _acknowledge_when_written(trainer: Any, path: str, step: int, started: float
     """Acknowledge once ``path`` is closed; returns how: ``"sync"``, ``"executor"``, ``"watcher"``
     or ``"skipped"`` (a non-zero rank under an asynchronous CheckpointIO)."""
     io = getattr(getattr(trainer, "strategy", None), "checkpoint_io", None)
-    if type(io).__name__ != "AsyncCheckpointIO":
+    if not any(c.__name__ == "AsyncCheckpointIO" for c in type(io).__mro__):
         job.acknowledge_checkpoint(checkpoint=path, step=step, started_at=started)
         return "sync"
     if not getattr(trainer, "is_global_zero", True):
