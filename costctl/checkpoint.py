@@ -528,6 +528,7 @@ class CheckpointRequester:
         if found is not None:
             if attempt.record is not None:
                 done, attempt.complete_by = Outcome.SAVED, "acknowledgement"
+                attempt.check = check_checkpoint(found.path)[1]  # for the evidence; the job's word decides
             else:
                 ok, attempt.check = is_complete(found.path)
                 if ok and (attempt.acknowledged or not job_running or attempt._complete_seen == found.path):

@@ -115,7 +115,7 @@ def acknowledge_checkpoint(
 
     Args:
         path: the request file; defaults to ``$COSTCTL_CHECKPOINT_REQUEST``. A request that is
-            already gone is fine (the record then names no request).
+            already gone is fine: nothing is written (another rank answered it, or nobody asked).
         checkpoint: the checkpoint saved (file or directory); None lets costctl find the
             newest new match of ``[checkpoint] path``.
         step: the training step it holds.
@@ -123,7 +123,7 @@ def acknowledge_checkpoint(
             since the epoch (``time.time()``); ``ended_at`` defaults to now.
 
     Returns:
-        The record's path, or None when no request file is configured.
+        The record's path, or None when no request file is configured or it is gone.
 
     Raises:
         ValueError: a naive datetime.
@@ -134,8 +134,12 @@ def acknowledge_checkpoint(
     if target is None:
         return None
     try:
-        requested = json.loads(target.read_text()).get("requested_at")
-    except (OSError, ValueError, AttributeError):
+        text = target.read_text()
+    except OSError:
+        return None  # answered already (e.g. by another rank on this machine): no second record
+    try:
+        requested = json.loads(text).get("requested_at")
+    except (ValueError, AttributeError):
         requested = None
     record = {
         "version": 1,

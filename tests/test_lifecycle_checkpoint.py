@@ -163,6 +163,8 @@ def test_the_record_for_this_request_ends_it_at_once_and_a_stale_one_is_ignored(
     assert done.outcome is Outcome.SAVED and done.complete_by == "acknowledgement" and done.checkpoint.path == cp
     assert done.step == 30 and done.save_ended_at - done.save_started_at == timedelta(seconds=0.5)
     assert not req.ack_path.exists()  # consumed
+    # another rank acknowledging the same, already answered request writes no second record
+    assert job.acknowledge_checkpoint(checkpoint=cp, step=30) is None and not req.ack_path.exists()
     ev = done.evidence()
     assert ev["complete_by"] == "acknowledgement" and ev["step"] == 30
     # a record without a path: the newest new match of the pattern is the checkpoint
