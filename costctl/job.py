@@ -1,13 +1,25 @@
 """The training-job side of costctl's protocol: a few environment variables and one file.
 
-Import this from a training script (it imports nothing heavy: only ``os``, ``signal`` and
-``pathlib``). ``costctl watch`` sets, in the child's environment:
+Import this from a training script (it imports nothing heavy: only ``os``, ``signal``,
+``json``, ``datetime`` and ``pathlib``). ``costctl watch`` sets, in the child's environment:
 
 * ``COSTCTL_CHECKPOINT_REQUEST`` - a file path. When that file exists, costctl asks for a
-  checkpoint: save one at the next safe point (e.g. the end of the current epoch or step),
-  then delete the file (:func:`acknowledge_checkpoint`). costctl then waits, up to its
-  deadline, for a checkpoint file newer than the request to appear where the user told it to
-  look. The job never needs a signal handler: by default costctl sends no signal.
+  checkpoint: save one at the next safe point (e.g. the end of the current epoch or step), then
+  call :func:`acknowledge_checkpoint`: it writes the *acknowledgement record* beside the
+  request (:func:`ack_path`) and deletes the request. costctl ends the job (on a preemption)
+  only once it has the record for the request it made, or, without one, once a new checkpoint
+  under ``[checkpoint] path`` passes the format check of :mod:`costctl.checkpoint_integrity`.
+  The job never needs a signal handler: by default costctl sends no signal.
+
+  The record is one JSON object, written atomically (a temporary file, then ``os.replace``)::
+
+      {"version": 1,
+       "request": "2026-01-05T10:00:00+00:00",   # requested_at of the request answered, or null
+       "checkpoint": "/abs/out/checkpoint-30",   # the checkpoint saved (file or directory), or null
+       "step": 30,                                # the training step saved, or null
+       "save_started_at": "2026-01-05T10:00:01.200000+00:00",  # aware UTC (wall clock), or null
+       "save_ended_at": "2026-01-05T10:00:01.900000+00:00",    # aware UTC (wall clock)
+       "pid": 4242}
 * ``COSTCTL_RESUME_FROM`` - set by ``costctl watch --resume``: the checkpoint (file or
   directory) to continue from. Continue the epoch/step count from it; do not restart.
 * ``COSTCTL_BATCH_SIZE`` / ``COSTCTL_ACCUM_STEPS`` - set by ``--on-oom retry`` after a CUDA
