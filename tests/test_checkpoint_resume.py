@@ -79,3 +79,33 @@ def test_resume_with_no_intact_checkpoint_is_a_usage_error_naming_each(tmp_path)
     assert len(_skips(err)) == 2
     assert "--resume: none of the 2 checkpoints matching [checkpoint] path" in err and "is intact" in err
     assert not (tmp_path / "data" / "costctl.db").exists()
+
+
+def test_the_restarts_costctl_makes_itself_take_the_newest_intact_checkpoint(tmp_path):
+    """OOM retry and downsize restart from :meth:`Lifecycle.resume_point`: a half-written newer
+    checkpoint is passed over (and named), one older than the watch is not a resume point."""
+    from types import SimpleNamespace
+
+    from costctl.clock import SimClock
+    from costctl.lifecycle.controller import Lifecycle
+    from lifecycle_support import T0, settings
+
+    out_dir = tmp_path / "out"
+    before_watch = write_hf_checkpoint(out_dir, 5)
+    _age(before_watch, 1000)
+    started = time.time() - 500
+    intact = write_hf_checkpoint(out_dir, 10)
+    cut = write_hf_checkpoint(out_dir, 20, state=False)
+    _age(intact, 300)
+    _age(cut, 100)
+    s = settings(tmp_path, f'[checkpoint]\npath = "{out_dir}/checkpoint-*"\nperiodic = "off"\n')
+    said: list[str] = []
+    none = SimpleNamespace()
+    lc = Lifecycle(s, clock=SimClock(T0), run=SimpleNamespace(state=SimpleNamespace(billing="on-demand")),
+                   job=SimpleNamespace(pid=None), instances=none, log=none, stopper=none, ledger=none, summary=none,
+                   say=said.append, request_path=tmp_path / "req", started_wall=started)
+    assert lc.resume_point() == str(intact)
+    assert said == [f"costctl: skipped checkpoint {cut} (no trainer_state.json (transformers writes it last): "
+                    "has config.json, model.safetensors, optimizer.pt)"]
+    truncate(intact / "model.safetensors", 10)
+    assert lc.resume_point() is None  # the only other one predates the watch
