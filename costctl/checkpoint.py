@@ -342,7 +342,6 @@ class CheckpointAttempt:
     _request_mtime_ns: int = 0
     _complete_seen: Path | None = field(default=None, repr=False)
     _before: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)
-    _candidate: CheckpointFile | None = field(default=None, repr=False)
 
     def evidence(self) -> dict[str, Any]:
         """JSON-ready facts for a decision's evidence."""
