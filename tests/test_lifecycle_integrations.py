@@ -233,6 +233,43 @@ def test_lightning_acknowledges_with_its_record_after_the_file_is_closed(tmp_pat
     assert not ack.exists() and request.exists()
 
 
+def test_an_async_checkpoint_io_without_an_executor_is_acknowledged_once_the_file_is_whole(tmp_path, monkeypatch):
+    lt = _lightning(monkeypatch)
+    request = tmp_path / "request"
+    ack = tmp_path / "request.ack.json"
+    monkeypatch.setenv("COSTCTL_CHECKPOINT_REQUEST", str(request))
+    request.write_text(json.dumps({"requested_at": "2026-06-01T08:00:00+00:00"}))
+    gate = threading.Event()
+
+    class AsyncCheckpointIO:  # an older shape: its own thread, no executor to queue on
+        _error = None
+
+        def save_checkpoint(self, path: str) -> None:
+            def write() -> None:
+                gate.wait(10)
+                whole = write_torch_zip(tmp_path / "staging.bin").read_bytes()
+                with open(path, "wb") as fh:
+                    fh.write(whole[:100])  # the writer is half-way
+                    fh.flush()
+                    time.sleep(0.3)
+                    fh.write(whole[100:])
+
+            threading.Thread(target=write, daemon=True).start()
+
+    cb = lt.CostctlCheckpoint(dirpath=tmp_path / "ckpt")
+    cb.on_train_batch_end(_trainer(tmp_path, AsyncCheckpointIO()), None, None, None, 0)
+    assert cb.acknowledged_by == ["watcher"]
+    path = tmp_path / "ckpt" / "costctl-epoch=1-step=10.ckpt"
+    gate.set()
+    deadline = time.monotonic() + 20
+    while not ack.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    record = json.loads(ack.read_text())
+    assert record["checkpoint"] == str(path)
+    # acknowledged after the last write (the half-way file sat unchanged for 0.3 s: not taken)
+    assert datetime.fromisoformat(record["save_ended_at"]).timestamp() >= path.stat().st_mtime - 0.01
+
+
 RANK = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, {repo!r})
