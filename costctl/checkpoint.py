@@ -7,16 +7,28 @@ Protocol (the job's side is :mod:`costctl.job`):
    Only when ``[checkpoint] signal`` is set does it also send that signal — to the worker
    processes (:func:`worker_processes`), never to a launcher: SIGUSR1's default action ends a
    process with no handler, and torchrun's agent handles only SIGTERM, SIGINT, SIGHUP and SIGQUIT.
-2. The job saves at its next safe point and deletes the request file (its acknowledgement).
-3. costctl polls (:meth:`CheckpointRequester.poll`) until a *new* checkpoint appears under
-   ``[checkpoint] path`` (a file, a directory or a glob): a match whose modification time is
-   later than the request file's, or one that changed since the request; the newest by mtime
-   wins, whatever its name (``last-v1.ckpt`` beside an older ``last.ckpt`` is simply newer).
-   A file counts once it is complete: seen unchanged (size and mtime) on two polls in a row,
-   or the job acknowledged the request.
-4. The attempt ends as ``saved`` (with the checkpoint and how long it took), ``acknowledged``
-   (the job deleted the request but no checkpoint matched ``path``, or no ``path`` is set),
-   ``timed-out`` (deadline passed; the request is withdrawn) or ``job-exited``.
+2. The job saves at its next safe point, writes the *acknowledgement record* beside the
+   request (``<request>.ack.json``, :func:`costctl.job.acknowledge_checkpoint`; the schema is
+   in :mod:`costctl.job`: the request it answers, the checkpoint path, the step, the save's
+   start and end as aware UTC ISO times; written atomically) and deletes the request. The
+   ready callbacks (:mod:`costctl.integrations`) write it once the framework's save returned.
+3. costctl polls (:meth:`CheckpointRequester.poll`). The attempt is ``saved``:
+
+   * as soon as the record *for this request* (its ``request`` equals the request's
+     ``requested_at``) arrives: the checkpoint is the one it names, else the newest new match
+     of ``[checkpoint] path``;
+   * without a record, when a *new* match of ``[checkpoint] path`` (a file, a directory or a
+     glob; modified after the request, or changed since it; the newest by mtime, whatever its
+     name) passes :func:`costctl.checkpoint_integrity.is_complete` — an explicit marker or
+     the format check (safetensors header, torch zip end record, Hugging Face directory with
+     ``trainer_state.json`` and whole weights) — on two polls in a row, the second look
+     giving the job's record a chance to arrive first. A job that deleted the request by
+     hand (no record) gets its complete match at once. A file of unknown format is never
+     complete by itself: unchanged size and mtime prove nothing (a Hugging Face save pauses
+     between ``config.json`` and the weights).
+4. Otherwise it ends as ``acknowledged`` (the job acknowledged, but nothing matched ``path``
+   within :data:`ACK_GRACE_S`, or no ``path`` is set), ``timed-out`` (deadline passed with no
+   complete checkpoint; the request is withdrawn) or ``job-exited``.
 
 Times are read from the watch's clock (real or simulated); a checkpoint's own time is its
 file's mtime, expressed on that clock (``now - (wall now - mtime)``), so simulated-clock tests
@@ -40,10 +52,12 @@ from typing import Any
 
 import psutil
 
+from .checkpoint_integrity import check_checkpoint, is_complete
 from .clock import Clock, ensure_utc
+from .job import ack_path
 
 #: Names never taken for checkpoints: temporary files of an atomic write in progress.
-_PARTIAL_SUFFIXES = (".tmp", ".partial", ".part", ".incomplete", ".lock")
+_PARTIAL_SUFFIXES = (".tmp", ".partial", ".part", ".incomplete", ".lock", ".ack.json")
 #: Seconds to wait, after the job acknowledged a request, for its checkpoint to match ``path``.
 ACK_GRACE_S = 5.0
 #: Wrapper processes a configured signal passes through to their children.
@@ -133,6 +147,32 @@ def newest_checkpoint(pattern: str) -> CheckpointFile | None:
     """The match with the latest modification time (ties: the later name), or None."""
     found = find_checkpoints(pattern)
     return found[-1] if found else None
+
+
+def newest_intact_checkpoint(
+    pattern: str,
+    *,
+    on_skip: Callable[[CheckpointFile, str], None] | None = None,
+    newer_than_s: float | None = None,
+) -> CheckpointFile | None:
+    """The newest match of ``pattern`` that passes
+    :func:`costctl.checkpoint_integrity.check_checkpoint` (a truncated or empty newer one is
+    passed over), or None.
+
+    Args:
+        on_skip: called with each newer match passed over and the reason (one line).
+        newer_than_s: consider only matches modified at or after this time (seconds since
+            the epoch).
+    """
+    for cp in reversed(find_checkpoints(pattern)):
+        if newer_than_s is not None and cp.mtime_ns / 1e9 < newer_than_s:
+            break
+        ok, why = check_checkpoint(cp.path)
+        if ok:
+            return cp
+        if on_skip is not None:
+            on_skip(cp, why)
+    return None
 
 
 # ----------------------------------------------------------------------------- signals
@@ -273,6 +313,12 @@ class CheckpointAttempt:
         checkpoint: the new checkpoint (for ``saved``).
         saved_at: the checkpoint's mtime on the watch's clock.
         save_s: seconds from the request to the checkpoint (``saved``) or to the acknowledgement.
+        record: the job's acknowledgement record for this request (see :mod:`costctl.job`), or None.
+        complete_by: what showed the checkpoint whole: ``"acknowledgement"``, ``"format check"``
+            (or the explicit marker; :func:`costctl.checkpoint_integrity.is_complete`).
+        check: the last completeness check's one-line reason.
+        step: the step the record names.
+        save_started_at / save_ended_at: the save itself per the record, on the watch's clock.
     """
 
     reason: str
@@ -287,9 +333,15 @@ class CheckpointAttempt:
     save_s: float | None = None
     acknowledged: bool = False
     ledger_id: int | None = None
+    record: dict[str, Any] | None = None
+    complete_by: str | None = None
+    check: str | None = None
+    step: int | None = None
+    save_started_at: datetime | None = None
+    save_ended_at: datetime | None = None
     _request_mtime_ns: int = 0
+    _complete_seen: Path | None = field(default=None, repr=False)
     _before: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)
-    _candidate: CheckpointFile | None = field(default=None, repr=False)
 
     def evidence(self) -> dict[str, Any]:
         """JSON-ready facts for a decision's evidence."""
@@ -303,6 +355,11 @@ class CheckpointAttempt:
             "checkpoint": str(self.checkpoint.path) if self.checkpoint else None,
             "saved_at": self.saved_at.isoformat() if self.saved_at else None,
             "save_s": self.save_s,
+            "complete_by": self.complete_by,
+            "check": self.check,
+            "step": self.step,
+            "save_started_at": self.save_started_at.isoformat() if self.save_started_at else None,
+            "save_ended_at": self.save_ended_at.isoformat() if self.save_ended_at else None,
         }
 
 
@@ -357,6 +414,7 @@ class CheckpointRequester:
         before = {str(c.path): c.state for c in find_checkpoints(self.pattern)} if self.pattern else {}
         attempt = CheckpointAttempt(reason=reason, requested_at=now, deadline=deadline, signal=self.signal,
                                     _before=before)
+        self._drop_ack()
         self._write_request(attempt)
         try:
             attempt._request_mtime_ns = self.request_path.stat().st_mtime_ns
@@ -386,8 +444,8 @@ class CheckpointRequester:
         except FileNotFoundError:
             pass
 
-    def _on_clock(self, mtime_ns: int, now: datetime) -> datetime:
-        behind = max(0.0, self._wall() - mtime_ns / 1e9)
+    def _on_clock(self, mtime_ns: int, now: datetime, wall_now: float | None = None) -> datetime:
+        behind = max(0.0, (self._wall() if wall_now is None else wall_now) - mtime_ns / 1e9)
         return now - timedelta(seconds=behind)
 
     def _new_checkpoint(self, attempt: CheckpointAttempt) -> CheckpointFile | None:
@@ -402,6 +460,42 @@ class CheckpointRequester:
                 fresh.append(c)
         return fresh[-1] if fresh else None
 
+    @property
+    def ack_path(self) -> Path:
+        """Where the job writes its acknowledgement record (:func:`costctl.job.ack_path`)."""
+        return ack_path(self.request_path)
+
+    def _drop_ack(self) -> None:
+        try:
+            self.ack_path.unlink()
+        except OSError:
+            pass
+
+    def _read_ack(self, attempt: CheckpointAttempt) -> dict[str, Any] | None:
+        """The job's record when it answers ``attempt``'s request, else None (a stale or
+        unreadable one is ignored)."""
+        try:
+            mtime_ns = self.ack_path.stat().st_mtime_ns
+            record = json.loads(self.ack_path.read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(record, dict):
+            return None
+        answered = record.get("request")
+        if answered is None:
+            return record if mtime_ns >= attempt._request_mtime_ns else None
+        try:
+            return record if ensure_utc(datetime.fromisoformat(answered)) == attempt.requested_at else None
+        except (TypeError, ValueError):
+            return None
+
+    def _wall_on_clock(self, value: Any, now: datetime, wall_now: float) -> datetime | None:
+        try:
+            wall = ensure_utc(datetime.fromisoformat(value)).timestamp()
+        except (TypeError, ValueError):
+            return None
+        return now - timedelta(seconds=max(0.0, wall_now - wall))
+
     def poll(self, *, job_running: bool = True) -> CheckpointAttempt | None:
         """Follow the pending request; returns the attempt when it ends on this call, else None.
 
@@ -412,17 +506,33 @@ class CheckpointRequester:
         if attempt is None:
             return None
         now = self.clock.now()
-        if not attempt.acknowledged and not self.request_path.exists():
+        if attempt.record is None:
+            record = self._read_ack(attempt)
+            if record is not None:
+                attempt.record = record
+                attempt.step = record.get("step") if isinstance(record.get("step"), int) else None
+                wall_now = self._wall()
+                attempt.save_started_at = self._wall_on_clock(record.get("save_started_at"), now, wall_now)
+                attempt.save_ended_at = self._wall_on_clock(record.get("save_ended_at"), now, wall_now)
+        if not attempt.acknowledged and (attempt.record is not None or not self.request_path.exists()):
             attempt.acknowledged = True
             attempt.save_s = max(0.0, (now - attempt.requested_at).total_seconds())
-        found = self._new_checkpoint(attempt)
+        found: CheckpointFile | None = None
+        named = attempt.record.get("checkpoint") if attempt.record else None
+        if named:
+            found = _stat_entry(Path(named))
+        if found is None:
+            found = self._new_checkpoint(attempt)
         done: Outcome | None = None
         if found is not None:
-            stable = attempt._candidate is not None and attempt._candidate.path == found.path \
-                and attempt._candidate.state == found.state
-            if stable or attempt.acknowledged or not job_running or now >= attempt.deadline:
-                done = Outcome.SAVED
-            attempt._candidate = found
+            if attempt.record is not None:
+                done, attempt.complete_by = Outcome.SAVED, "acknowledgement"
+                attempt.check = check_checkpoint(found.path)[1]  # for the evidence; the job's word decides
+            else:
+                ok, attempt.check = is_complete(found.path)
+                if ok and (attempt.acknowledged or not job_running or attempt._complete_seen == found.path):
+                    done, attempt.complete_by = Outcome.SAVED, "format check"
+                attempt._complete_seen = found.path if ok else None
         if done is None:
             late = attempt.acknowledged and attempt.save_s is not None and \
                 now >= attempt.requested_at + timedelta(seconds=attempt.save_s + ACK_GRACE_S)
@@ -438,11 +548,13 @@ class CheckpointRequester:
         attempt.completed_at = now
         if done is Outcome.SAVED and found is not None:
             attempt.checkpoint = found
-            saved_at = max(attempt.requested_at, min(now, self._on_clock(found.mtime_ns, now)))
+            end = attempt.save_ended_at or self._on_clock(found.mtime_ns, now)
+            saved_at = max(attempt.requested_at, min(now, end))
             attempt.saved_at = saved_at
             attempt.save_s = (saved_at - attempt.requested_at).total_seconds()
         if not attempt.acknowledged:
             self.withdraw()
+        self._drop_ack()
         self.pending = None
         return attempt
 
@@ -455,6 +567,7 @@ __all__ = [
     "ephemeral_storage_warning",
     "find_checkpoints",
     "newest_checkpoint",
+    "newest_intact_checkpoint",
     "resolve_pattern",
     "send_to_workers",
     "worker_processes",

@@ -201,8 +201,8 @@ class CheckpointConfig(_Section):
     (see :mod:`costctl.job`); only when ``signal`` is set does it also send that signal, to the
     worker processes (the ranks a launcher such as torchrun started, never the launcher
     itself). ``path`` is a file, a directory or a glob (``checkpoints/*.pt``, ``out/**/*.ckpt``)
-    where the job writes checkpoints; the newest match by modification time is the one to
-    resume from. ``deadline`` is how long a request may take. Periodic requests (``periodic``:
+    where the job writes checkpoints; the newest match by modification time that passes the
+    integrity check (:mod:`costctl.checkpoint_integrity`) is the one to resume from. ``deadline`` is how long a request may take. Periodic requests (``periodic``:
     ``auto`` = on spot/interruptible instances) follow Young/Daly's interval from the measured
     save time (``save_time`` until one is measured) and the mean time between preemptions
     (``mtbf`` until the ledger has observed some), clamped to ``[min_interval, max_interval]``.

@@ -1,13 +1,25 @@
 """The training-job side of costctl's protocol: a few environment variables and one file.
 
-Import this from a training script (it imports nothing heavy: only ``os``, ``signal`` and
-``pathlib``). ``costctl watch`` sets, in the child's environment:
+Import this from a training script (it imports nothing heavy: only ``os``, ``signal``,
+``json``, ``datetime`` and ``pathlib``). ``costctl watch`` sets, in the child's environment:
 
 * ``COSTCTL_CHECKPOINT_REQUEST`` - a file path. When that file exists, costctl asks for a
-  checkpoint: save one at the next safe point (e.g. the end of the current epoch or step),
-  then delete the file (:func:`acknowledge_checkpoint`). costctl then waits, up to its
-  deadline, for a checkpoint file newer than the request to appear where the user told it to
-  look. The job never needs a signal handler: by default costctl sends no signal.
+  checkpoint: save one at the next safe point (e.g. the end of the current epoch or step), then
+  call :func:`acknowledge_checkpoint`: it writes the *acknowledgement record* beside the
+  request (:func:`ack_path`) and deletes the request. costctl ends the job (on a preemption)
+  only once it has the record for the request it made, or, without one, once a new checkpoint
+  under ``[checkpoint] path`` passes the format check of :mod:`costctl.checkpoint_integrity`.
+  The job never needs a signal handler: by default costctl sends no signal.
+
+  The record is one JSON object, written atomically (a temporary file, then ``os.replace``)::
+
+      {"version": 1,
+       "request": "2026-01-05T10:00:00+00:00",   # requested_at of the request answered, or null
+       "checkpoint": "/abs/out/checkpoint-30",   # the checkpoint saved (file or directory), or null
+       "step": 30,                                # the training step saved, or null
+       "save_started_at": "2026-01-05T10:00:01.200000+00:00",  # aware UTC (wall clock), or null
+       "save_ended_at": "2026-01-05T10:00:01.900000+00:00",    # aware UTC (wall clock)
+       "pid": 4242}
 * ``COSTCTL_RESUME_FROM`` - set by ``costctl watch --resume``: the checkpoint (file or
   directory) to continue from. Continue the epoch/step count from it; do not restart.
 * ``COSTCTL_BATCH_SIZE`` / ``COSTCTL_ACCUM_STEPS`` - set by ``--on-oom retry`` after a CUDA
@@ -28,14 +40,17 @@ Example::
     for epoch in range(start + 1, epochs + 1):
         train_one_epoch(...)
         if job.checkpoint_requested():
-            save_checkpoint(...)
-            job.acknowledge_checkpoint()
+            t0 = time.time()
+            save_checkpoint(path)
+            job.acknowledge_checkpoint(checkpoint=path, step=epoch, started_at=t0)
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+from datetime import datetime, timezone
 from pathlib import Path
 
 __all__ = [
@@ -43,7 +58,9 @@ __all__ = [
     "ENV_BATCH_SIZE",
     "ENV_CHECKPOINT_REQUEST",
     "ENV_RESUME_FROM",
+    "ACK_SUFFIX",
     "accum_steps",
+    "ack_path",
     "acknowledge_checkpoint",
     "batch_size",
     "checkpoint_request_path",
@@ -56,6 +73,8 @@ ENV_CHECKPOINT_REQUEST = "COSTCTL_CHECKPOINT_REQUEST"
 ENV_RESUME_FROM = "COSTCTL_RESUME_FROM"
 ENV_BATCH_SIZE = "COSTCTL_BATCH_SIZE"
 ENV_ACCUM_STEPS = "COSTCTL_ACCUM_STEPS"
+#: The acknowledgement record is the request file's name plus this.
+ACK_SUFFIX = ".ack.json"
 
 _signal_requested = False
 
@@ -75,25 +94,89 @@ def checkpoint_requested() -> bool:
     return path is not None and path.exists()
 
 
-def acknowledge_checkpoint(path: str | os.PathLike[str] | None = None) -> None:
-    """Mark the request as handled: delete the request file and clear a signal request.
+def ack_path(request: str | os.PathLike[str]) -> Path:
+    """Where the acknowledgement record of request file ``request`` goes: beside it, its name
+    plus ``.ack.json``."""
+    p = Path(request)
+    return p.with_name(p.name + ACK_SUFFIX)
 
-    Call it after the checkpoint file is completely written (e.g. after ``os.replace`` of a
-    temporary file), so that costctl never finds a half-written checkpoint.
+
+def _iso(value: datetime | float | None) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return datetime.fromtimestamp(value, timezone.utc).isoformat()
+    if value.tzinfo is None:
+        raise ValueError(f"{value!r} is a naive datetime: pass an aware UTC time")
+    return value.astimezone(timezone.utc).isoformat()
+
+
+def acknowledge_checkpoint(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    checkpoint: str | os.PathLike[str] | None = None,
+    step: int | None = None,
+    started_at: datetime | float | None = None,
+    ended_at: datetime | float | None = None,
+) -> Path | None:
+    """Mark the request as handled: write the acknowledgement record (see the module
+    docstring), then delete the request file and clear a signal request.
+
+    Call it after the checkpoint is completely written (files closed, e.g. after
+    ``os.replace`` of a temporary file): costctl may end the job as soon as it reads the record.
 
     Args:
-        path: the request file to remove; defaults to ``$COSTCTL_CHECKPOINT_REQUEST``.
-            A file that is already gone is fine.
+        path: the request file; defaults to ``$COSTCTL_CHECKPOINT_REQUEST``. A request that is
+            already gone is fine: nothing is written (another rank answered it, or nobody asked).
+        checkpoint: the checkpoint saved (file or directory); None lets costctl find the
+            newest new match of ``[checkpoint] path``.
+        step: the training step it holds.
+        started_at / ended_at: when the save began and ended: aware datetimes or seconds
+            since the epoch (``time.time()``); ``ended_at`` defaults to now.
+
+    Returns:
+        The record's path, or None when no request file is configured or it is gone.
+
+    Raises:
+        ValueError: a naive datetime.
     """
     global _signal_requested
     _signal_requested = False
     target = Path(path) if path is not None else checkpoint_request_path()
     if target is None:
-        return
+        return None
+    try:
+        text = target.read_text()
+    except OSError:
+        return None  # answered already (e.g. by another rank on this machine): no second record
+    try:
+        requested = json.loads(text).get("requested_at")
+    except (ValueError, AttributeError):
+        requested = None
+    record = {
+        "version": 1,
+        "request": requested,
+        "checkpoint": os.path.abspath(os.fspath(checkpoint)) if checkpoint is not None else None,
+        "step": int(step) if step is not None else None,
+        "save_started_at": _iso(started_at),
+        "save_ended_at": _iso(ended_at if ended_at is not None else datetime.now(timezone.utc)),
+        "pid": os.getpid(),
+    }
+    out = ack_path(target)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(record) + "\n")
+        os.replace(tmp, out)
+    except OSError:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
     try:
         target.unlink()
     except FileNotFoundError:
         pass
+    return out
 
 
 def resume_path() -> str | None:

@@ -135,10 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         requested = job.checkpoint_requested()
         periodic = args.save_every > 0 and epoch % args.save_every == 0
         if requested or periodic or epoch == args.epochs:
+            save_started = time.time()
             path = save(args, clf, epoch, rng, history)
             saved_at = epoch
-            if requested:
-                job.acknowledge_checkpoint()
+            if requested:  # the record: which file, which epoch, when the save began and ended
+                job.acknowledge_checkpoint(checkpoint=path, step=epoch, started_at=save_started)
             why = "on request" if requested else ("periodic" if periodic else "final")
             print(f"checkpoint saved ({why}): {path} (epoch {epoch})")
 

@@ -3,6 +3,7 @@ signals only to worker processes, and a job with no handler surviving a request.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -10,7 +11,7 @@ import sys
 import textwrap
 import time
 from collections import namedtuple
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import psutil
@@ -18,6 +19,8 @@ import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
+from costctl import job
+from costctl.checkpoint_integrity import marker_path
 from costctl.checkpoint import (
     ACK_GRACE_S,
     CheckpointRequester,
@@ -29,6 +32,7 @@ from costctl.checkpoint import (
     worker_processes,
 )
 from costctl.ledger.schema import CheckpointRow
+from checkpoint_files import write_hf_checkpoint, write_torch_zip
 from lifecycle_support import PY, T0, SimClock, drive, log_text, settings, watcher
 
 REPO_SRC = str(Path(__file__).resolve().parents[1])
@@ -43,12 +47,18 @@ def _requester(tmp_path: Path, clock: SimClock, pattern: str | None) -> Checkpoi
     return CheckpointRequester(tmp_path / "req" / "checkpoint-request", pattern, clock)
 
 
+def _zip_at(path: Path, mtime: float, payload: int = 512) -> Path:
+    write_torch_zip(path, payload)
+    os.utime(path, (mtime, mtime))
+    return path
+
+
 def test_the_newest_checkpoint_by_mtime_wins_whatever_its_name(tmp_path):
     d = tmp_path / "ckpt"
     d.mkdir()
     old = time.time() - 3600
-    _touch(d / "last.ckpt", old)
-    _touch(d / "last-v1.ckpt", old - 10)  # sorts after last.ckpt by name, older by time
+    _zip_at(d / "last.ckpt", old)
+    _zip_at(d / "last-v1.ckpt", old - 10)  # sorts after last.ckpt by name, older by time
     _touch(d / ".last.ckpt.tmp", time.time() + 5)  # an atomic write in progress: never a checkpoint
     pattern = resolve_pattern(str(d))
     assert pattern == str(d / "*")
@@ -59,40 +69,59 @@ def test_the_newest_checkpoint_by_mtime_wins_whatever_its_name(tmp_path):
     attempt = req.request("periodic", T0 + timedelta(seconds=60))
     assert req.request_path.exists() and '"reason": "periodic"' in req.request_path.read_text()
     assert req.poll() is None  # old files do not count
-    _touch(d / "last.ckpt", time.time() + 1, b"new weights")  # Lightning overwrote last.ckpt
+    _zip_at(d / "last.ckpt", time.time() + 1, 2048)  # Lightning overwrote last.ckpt (a whole zip)
     clock.advance(1)
-    assert req.poll() is None  # seen once: may still be growing
+    assert req.poll() is None  # whole, but one more look lets the job's record arrive first
     clock.advance(1)
     done = req.poll()
     assert done is attempt and done.outcome is Outcome.SAVED and done.checkpoint.path == d / "last.ckpt"
+    assert done.complete_by == "format check" and "zip archive" in done.check
     assert not req.request_path.exists()  # withdrawn: the job never acknowledged
     # next time the job writes last-v1.ckpt beside the older last.ckpt: that one is the new checkpoint
     req.request("periodic", T0 + timedelta(seconds=120))
-    _touch(d / "last-v1.ckpt", time.time() + 2, b"newer")
-    os.remove(req.request_path)  # the job acknowledges: no second look needed
+    _zip_at(d / "last-v1.ckpt", time.time() + 2, 1024)
+    os.remove(req.request_path)  # a script that deletes the request by hand: no second look needed
     clock.advance(1)
     done = req.poll()
     assert done.outcome is Outcome.SAVED and done.checkpoint.path == d / "last-v1.ckpt"
     assert newest_checkpoint(pattern).path == d / "last-v1.ckpt"
 
 
-def test_a_checkpoint_still_being_written_is_not_taken_until_it_stops_changing(tmp_path):
+def test_a_checkpoint_is_not_taken_while_cut_short_however_long_it_stays_unchanged(tmp_path):
     d = tmp_path / "ckpt"
     d.mkdir()
     clock = SimClock(T0)
-    req = _requester(tmp_path, clock, str(d / "*.pt"))
+    req = _requester(tmp_path, clock, str(d / "*"))
     req.request("downsize", T0 + timedelta(minutes=10))
-    with open(d / "model.pt", "wb") as fh:
-        fh.write(b"a" * 1000)
-        fh.flush()
-        assert req.poll() is None
-        fh.write(b"b" * 1000)
-        fh.flush()
+    whole = write_torch_zip(tmp_path / "whole.pt", 5000).read_bytes()
+    (d / "model.pt").write_bytes(whole[: len(whole) // 2])  # the writer paused half-way
+    for _ in range(5):  # unchanged size and mtime on every look: still not a checkpoint
         clock.advance(1)
-        assert req.poll() is None  # size changed since the last look
+        assert req.poll() is None
+    assert "truncated" in req.pending.check
+    (d / "model.pt").write_bytes(whole)
+    clock.advance(1)
+    assert req.poll() is None
     clock.advance(1)
     done = req.poll()
-    assert done.outcome is Outcome.SAVED and done.checkpoint.size == 2000
+    assert done.outcome is Outcome.SAVED and done.checkpoint.size == len(whole)
+    # a format costctl cannot check is never complete by itself: the deadline passes, nothing saved
+    req = _requester(tmp_path, clock, str(d / "*.npz"))
+    req.request("periodic", clock.now() + timedelta(seconds=10))
+    (d / "state.npz").write_bytes(b"arrays")
+    for _ in range(9):
+        clock.advance(1)
+        assert req.poll() is None
+    clock.advance(1)
+    done = req.poll()
+    assert done.outcome is Outcome.TIMED_OUT and done.checkpoint is None and "no format check" in done.check
+    # ... unless the job marks it complete
+    req.request("periodic", clock.now() + timedelta(seconds=10))
+    (d / "state2.npz").write_bytes(b"arrays")
+    marker_path(d / "state2.npz").write_text("")
+    req.poll()
+    clock.advance(1)
+    assert req.poll().checkpoint.path == d / "state2.npz"
 
 
 def test_a_new_file_with_a_coarse_mtime_equal_to_the_request_still_counts(tmp_path):
@@ -102,11 +131,49 @@ def test_a_new_file_with_a_coarse_mtime_equal_to_the_request_still_counts(tmp_pa
     req = _requester(tmp_path, clock, str(d / "*"))
     req.request("periodic", T0 + timedelta(minutes=1))
     mtime = req.request_path.stat().st_mtime_ns
-    (d / "a.pt").write_bytes(b"x")
+    write_torch_zip(d / "a.pt")
     os.utime(d / "a.pt", ns=(mtime, mtime))  # same timestamp as the request (coarse file system clock)
     req.poll()
     clock.advance(1)
     assert req.poll().outcome is Outcome.SAVED
+
+
+def test_the_record_for_this_request_ends_it_at_once_and_a_stale_one_is_ignored(tmp_path, monkeypatch):
+    d = tmp_path / "out"
+    d.mkdir()
+    clock = SimClock(T0)
+    req = _requester(tmp_path, clock, str(d / "checkpoint-*"))
+    req.request("preemption", T0 + timedelta(seconds=60))
+    monkeypatch.setenv("COSTCTL_CHECKPOINT_REQUEST", str(req.request_path))
+    # a record left from an earlier request: not an answer to this one
+    req.ack_path.write_text(json.dumps({"version": 1, "request": (T0 - timedelta(hours=1)).isoformat(),
+                                        "checkpoint": str(d / "checkpoint-1"), "step": 1}))
+    clock.advance(1)
+    assert req.poll() is None and req.pending.record is None
+    cp = write_hf_checkpoint(d, 30, state=False)  # no trainer_state.json yet: the format check says no
+    clock.advance(1)
+    assert req.poll() is None
+    wall = time.time()
+    record = job.acknowledge_checkpoint(checkpoint=cp, step=30, started_at=wall - 0.5, ended_at=wall)
+    assert record == req.ack_path and not req.request_path.exists()
+    body = json.loads(record.read_text())
+    assert body["request"] == T0.isoformat() and body["checkpoint"] == str(cp) and body["step"] == 30
+    assert datetime.fromisoformat(body["save_ended_at"]).tzinfo is not None
+    done = req.poll()  # no second look: the job said so
+    assert done.outcome is Outcome.SAVED and done.complete_by == "acknowledgement" and done.checkpoint.path == cp
+    assert done.step == 30 and done.save_ended_at - done.save_started_at == timedelta(seconds=0.5)
+    assert not req.ack_path.exists()  # consumed
+    # another rank acknowledging the same, already answered request writes no second record
+    assert job.acknowledge_checkpoint(checkpoint=cp, step=30) is None and not req.ack_path.exists()
+    ev = done.evidence()
+    assert ev["complete_by"] == "acknowledgement" and ev["step"] == 30
+    # a record without a path: the newest new match of the pattern is the checkpoint
+    req.request("periodic", clock.now() + timedelta(seconds=60))
+    cp2 = write_hf_checkpoint(d, 40, weights=False, state=False)
+    os.utime(cp2 / "config.json")
+    job.acknowledge_checkpoint()
+    done = req.poll()
+    assert done.outcome is Outcome.SAVED and done.checkpoint.path == cp2
 
 
 def test_timeout_acknowledgement_and_job_exit(tmp_path):

@@ -69,7 +69,8 @@ def watch(
     no_status: Annotated[bool, typer.Option("--no-status", help="No live status line.")] = False,
     resume: Annotated[
         bool,
-        typer.Option("--resume", help="Restart COMMAND from the newest checkpoint under [checkpoint] path: "
+        typer.Option("--resume", help="Restart COMMAND from the newest intact checkpoint under [checkpoint] path "
+                     "(newer ones that are empty or cut short are skipped, each named on stderr): "
                      "{checkpoint} in COMMAND and $COSTCTL_RESUME_FROM name it."),
     ] = False,
     on_oom: Annotated[

@@ -8,24 +8,44 @@ Usage::
     trainer.train(resume_from_checkpoint=os.environ.get("COSTCTL_RESUME_FROM") or None)
 
 and in ``costctl.toml``: ``[checkpoint] path = "<output_dir>/checkpoint-*"`` (the Trainer saves
-``checkpoint-<step>/`` directories; costctl takes the newest by modification time).
+``checkpoint-<step>/`` directories; ``--resume`` takes the newest intact one).
 
 After each ``check_every_n_steps``-th optimizer step the callback checks for costctl's request
 (:func:`costctl.job.checkpoint_requested`: one ``stat`` call), OR-s the answer over all ranks
 (one tiny all-reduce under ``torch.distributed``) and sets ``control.should_save`` on every
-rank, so they all enter the Trainer's save together. When the save is done (``on_save``) the
-request is acknowledged (:func:`costctl.job.acknowledge_checkpoint`). ``transformers`` is
-imported only when the class is first used.
+rank, so they all enter the Trainer's save together. When the save is done (``on_save``:
+transformers calls it after ``Trainer._save_checkpoint`` returned, which writes
+``trainer_state.json`` last) the world-zero process acknowledges the request with its record
+(:func:`costctl.job.acknowledge_checkpoint`): the checkpoint ``<output_dir>/checkpoint-<step>``,
+the step, and the save's start and end. The start is the oldest file time in that directory
+(its first file written), not earlier than the step at which the save was asked for; the end
+is the moment ``on_save`` runs. ``transformers`` is imported only when the class is first used.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 from .. import job
 from ._dist import any_rank
 
 __all__ = ["CostctlCheckpointCallback"]
+
+
+def _first_write(path: str, not_before: float) -> float:
+    """Seconds since the epoch of the oldest file in ``path`` (the save's first write), never
+    before ``not_before``; ``not_before`` when there is none."""
+    oldest = None
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                mtime = os.stat(os.path.join(root, name)).st_mtime
+            except OSError:
+                continue
+            oldest = mtime if oldest is None else min(oldest, mtime)
+    return max(not_before, oldest) if oldest is not None else not_before
 
 
 def _build() -> type:
@@ -47,19 +67,29 @@ def _build() -> type:
                 raise ValueError("check_every_n_steps must be >= 1")
             self.check_every_n_steps = check_every_n_steps
             self.requested = False
+            self.requested_wall: float | None = None
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
             if state.global_step % self.check_every_n_steps:
                 return control
             if any_rank(job.checkpoint_requested(), getattr(args, "device", None)):
                 control.should_save = True
+                if not self.requested:
+                    self.requested_wall = time.time()
                 self.requested = True
             return control
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-            if self.requested:
-                job.acknowledge_checkpoint()
-                self.requested = False
+            if not self.requested:
+                return control
+            ended = time.time()
+            self.requested = False
+            if not getattr(state, "is_world_process_zero", True):
+                return control  # only the process that writes trainer_state.json acknowledges
+            step = int(state.global_step)
+            path = os.path.join(str(args.output_dir), f"checkpoint-{step}")
+            started = _first_write(path, self.requested_wall or ended)
+            job.acknowledge_checkpoint(checkpoint=path, step=step, started_at=started, ended_at=ended)
             return control
 
     return CostctlCheckpointCallback

@@ -14,7 +14,21 @@ After every ``check_every_n_steps``-th training batch the callback checks for co
 (``reduce_boolean_decision(..., all=False)``: any rank that saw it; on Lightning versions
 without ``all``, one all-reduce through ``torch.distributed``), then calls
 ``trainer.save_checkpoint`` on all ranks (it is a collective in sharded strategies; rank 0
-writes) and acknowledges the request. Files are named from ``filename`` (``{epoch}`` and
+writes) and acknowledges the request with its record (:func:`costctl.job.acknowledge_checkpoint`:
+the file, the step, the save's start and end) once the file is closed:
+
+* with the default, synchronous CheckpointIO, when ``trainer.save_checkpoint`` returned (it
+  ends with a barrier, so every rank may acknowledge). ``on_save_checkpoint`` would be too
+  early: Lightning calls it while it builds the checkpoint dict, before anything is written.
+* with ``AsyncCheckpointIO`` (the save runs on its one-thread executor; Lightning has no hook
+  for "the async save finished"), the global-zero rank queues the acknowledgement on that
+  same executor, right behind the save, so it runs once the file is closed, and not at all
+  when the save failed (``_error`` set: costctl then times out). A CheckpointIO without such
+  an executor: a background thread acknowledges once the file passes
+  :func:`costctl.checkpoint_integrity.check_checkpoint` (its zip end record is written
+  last), giving up after ``async_timeout_s``.
+
+Files are named from ``filename`` (``{epoch}`` and
 ``{step}`` filled in) in ``dirpath`` (default: the ModelCheckpoint callback's directory, else
 ``<default_root_dir>/checkpoints``). Lightning (``lightning.pytorch``, or the older
 ``pytorch_lightning``) is imported only when the class is first used.
@@ -22,7 +36,10 @@ writes) and acknowledges the request. Files are named from ``filename`` (``{epoc
 
 from __future__ import annotations
 
+import json
 import os
+import threading
+import time
 from typing import Any
 
 from .. import job
@@ -52,6 +69,51 @@ def _any_rank(trainer: Any, flag: bool) -> bool:
         return any_rank(flag, getattr(trainer.strategy, "root_device", None))
 
 
+def _request_id() -> str | None:
+    """The pending request's ``requested_at`` (it tells one request from the next; a merged
+    request keeps it), or None."""
+    path = job.checkpoint_request_path()
+    try:
+        value = json.loads(path.read_text()).get("requested_at") if path is not None else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(value) if value is not None else None
+
+
+def _acknowledge_when_written(trainer: Any, path: str, step: int, started: float, timeout_s: float) -> str:
+    """Acknowledge once ``path`` is closed; returns how: ``"sync"``, ``"executor"``, ``"watcher"``
+    or ``"skipped"`` (a non-zero rank under an asynchronous CheckpointIO)."""
+    io = getattr(getattr(trainer, "strategy", None), "checkpoint_io", None)
+    if not any(c.__name__ == "AsyncCheckpointIO" for c in type(io).__mro__):
+        job.acknowledge_checkpoint(checkpoint=path, step=step, started_at=started)
+        return "sync"
+    if not getattr(trainer, "is_global_zero", True):
+        return "skipped"  # only rank 0 writes, on its own thread: it acknowledges
+    request = job.checkpoint_request_path()
+
+    def ack() -> None:
+        if getattr(io, "_error", None) is None:
+            job.acknowledge_checkpoint(request, checkpoint=path, step=step, started_at=started)
+
+    executor = getattr(io, "_executor", None)
+    if executor is not None and hasattr(executor, "submit"):
+        executor.submit(ack)  # one worker, first in first out: runs after the save
+        return "executor"
+
+    def watch() -> None:
+        from ..checkpoint_integrity import check_checkpoint
+
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if check_checkpoint(path)[0]:
+                ack()
+                return
+            time.sleep(0.05)
+
+    threading.Thread(target=watch, name="costctl-ack", daemon=True).start()
+    return "watcher"
+
+
 def _build() -> type:
     Callback = _callback_base()
 
@@ -62,18 +124,23 @@ def _build() -> type:
             dirpath: directory for the checkpoints (see the module docstring for the default).
             filename: name pattern with ``{epoch}`` and ``{step}``.
             check_every_n_steps: look for a request every N training batches.
+            async_timeout_s: with an asynchronous CheckpointIO that has no executor to queue
+                on, how long (seconds) to wait for the file to be whole before giving up.
         """
 
         def __init__(self, dirpath: str | os.PathLike[str] | None = None,
                      filename: str = "costctl-epoch={epoch}-step={step}.ckpt",
-                     check_every_n_steps: int = 1) -> None:
+                     check_every_n_steps: int = 1, async_timeout_s: float = 600.0) -> None:
             super().__init__()
             if check_every_n_steps < 1:
                 raise ValueError("check_every_n_steps must be >= 1")
             self.dirpath = os.fspath(dirpath) if dirpath is not None else None
             self.filename = filename
             self.check_every_n_steps = check_every_n_steps
+            self.async_timeout_s = async_timeout_s
             self.saved: list[str] = []
+            self.acknowledged_by: list[str] = []
+            self._served: str | None = None
 
         def checkpoint_path(self, trainer: Any) -> str:
             """Where the next requested checkpoint goes."""
@@ -86,12 +153,18 @@ def _build() -> type:
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             if trainer.global_step % self.check_every_n_steps:
                 return
-            if not _any_rank(trainer, job.checkpoint_requested()):
+            seen = job.checkpoint_requested()
+            if seen and self._served is not None and _request_id() == self._served:
+                seen = False  # the request this callback saved for, still awaiting an async acknowledgement
+            if not _any_rank(trainer, seen):
                 return
+            self._served = _request_id()
             path = self.checkpoint_path(trainer)
+            started = time.time()
             trainer.save_checkpoint(path)
             self.saved.append(path)
-            job.acknowledge_checkpoint()
+            self.acknowledged_by.append(_acknowledge_when_written(
+                trainer, path, int(trainer.global_step), started, self.async_timeout_s))
 
     return CostctlCheckpoint
 

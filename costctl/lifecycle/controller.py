@@ -36,7 +36,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint import CheckpointAttempt, CheckpointRequester, Outcome, newest_checkpoint, resolve_pattern
+from ..checkpoint import (
+    CheckpointAttempt,
+    CheckpointRequester,
+    Outcome,
+    newest_intact_checkpoint,
+    resolve_pattern,
+)
 from ..clock import Clock
 from ..config import Settings
 from ..errors import CostctlError
@@ -205,13 +211,15 @@ class Lifecycle:
         """Nothing more to do: the outcome is recorded and the schedule moves on."""
 
     def resume_point(self) -> str | None:
-        """The newest checkpoint under ``[checkpoint] path`` written since this watch started, or None."""
+        """The newest intact checkpoint under ``[checkpoint] path`` written since this watch
+        started (:func:`~costctl.checkpoint.newest_intact_checkpoint`; each newer one passed
+        over is named), or None."""
         if not self.pattern:
             return None
-        newest = newest_checkpoint(self.pattern)
-        if newest is None or newest.mtime_ns / 1e9 < self.started_wall:
-            return None
-        return str(newest.path)
+        newest = newest_intact_checkpoint(
+            self.pattern, newer_than_s=self.started_wall,
+            on_skip=lambda cp, why: self.say(f"costctl: skipped checkpoint {cp.path} ({why})"))
+        return str(newest.path) if newest is not None else None
 
     # ------------------------------------------------------------------ preemption
     def on_notice(self, notice: Notice) -> None:
@@ -388,7 +396,7 @@ class Lifecycle:
         now = self.clock.now()
         cp = attempt.checkpoint.path if attempt.checkpoint else None
         if cp is None and attempt.outcome is Outcome.ACKNOWLEDGED and self.pattern:
-            newest = newest_checkpoint(self.pattern)
+            newest = newest_intact_checkpoint(self.pattern)
             cp = newest.path if newest else None
         if cp is None or self.run.stopped_at is not None or self._notice_keys:
             self.log.record(Decision(time=now, policy="downsize", action=Action.ADVISE,

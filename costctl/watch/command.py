@@ -9,10 +9,11 @@ a user mistake, not a failed run); :func:`child_argv_env` gives the argv and env
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..checkpoint import newest_checkpoint, resolve_pattern
+from ..checkpoint import CheckpointFile, find_checkpoints, newest_intact_checkpoint, resolve_pattern
 from ..child import check_command
 from ..config import Settings
 from ..errors import UsageError
@@ -21,8 +22,28 @@ from ..progress.lines import compile_loss_regex
 from .options import WatchOptions
 
 
-def prepare_command(opts: WatchOptions, s: Settings) -> tuple[BatchPlan | None, str | None]:
+def _to_stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def skipped_line(cp: CheckpointFile, reason: str, cwd: Path | None = None) -> str:
+    """The one line ``--resume`` prints for a checkpoint it passed over (path relative to ``cwd``
+    when under it)."""
+    try:
+        shown = cp.path.relative_to(cwd or Path.cwd())
+    except ValueError:
+        shown = cp.path
+    return f"costctl: skipped checkpoint {shown} ({reason})"
+
+
+def prepare_command(opts: WatchOptions, s: Settings, *,
+                    warn: Callable[[str], None] = _to_stderr) -> tuple[BatchPlan | None, str | None]:
     """Batch size, accumulation and the resume checkpoint; validates the placeholders.
+
+    With ``--resume`` the checkpoint is the newest match of ``[checkpoint] path`` that passes
+    :func:`costctl.checkpoint_integrity.check_checkpoint`; each newer one passed over (empty,
+    truncated, a Hugging Face directory without ``trainer_state.json`` or whole weights) is
+    named with the reason, one line each, through ``warn`` (default: stderr, even with --quiet).
 
     Returns:
         ``(batch plan, resume checkpoint)``: the plan is None when no batch size is known
@@ -31,7 +52,7 @@ def prepare_command(opts: WatchOptions, s: Settings) -> tuple[BatchPlan | None, 
 
     Raises:
         UsageError: a bad ``$COSTCTL_BATCH_SIZE``, ``{batch_size}`` without a known batch size,
-            or ``--resume`` with no checkpoint to resume from; a bad ``--loss-regex``; a command
+            or ``--resume`` with no (intact) checkpoint to resume from; a bad ``--loss-regex``; a command
             that cannot be run (exit status 127/126).
     """
 
@@ -52,9 +73,19 @@ def prepare_command(opts: WatchOptions, s: Settings) -> tuple[BatchPlan | None, 
     if opts.resume:
         if not s.checkpoint.path:
             raise UsageError("--resume needs [checkpoint] path (where the job writes its checkpoints)")
-        newest = newest_checkpoint(resolve_pattern(s.checkpoint.path))
-        if newest is None:
+        pattern = resolve_pattern(s.checkpoint.path)
+        if not find_checkpoints(pattern):
             raise UsageError(f"--resume: no checkpoint matches [checkpoint] path {s.checkpoint.path!r}")
+        skipped: list[str] = []
+
+        def skip(cp: CheckpointFile, reason: str) -> None:
+            skipped.append(str(cp.path))
+            warn(skipped_line(cp, reason))
+
+        newest = newest_intact_checkpoint(pattern, on_skip=skip)
+        if newest is None:
+            raise UsageError(f"--resume: none of the {len(skipped)} checkpoints matching [checkpoint] path "
+                             f"{s.checkpoint.path!r} is intact (each is named above with what is wrong)")
         resume_from = str(newest.path)
     if opts.command:
         argv = render_command(opts.command, batch_size=batch.batch_size if batch else None,

@@ -22,8 +22,9 @@ class WatchOptions:
             (the preflight does not refuse) and every stop decision is recorded as advice.
         quiet: no messages of costctl's own on stderr except errors (the child's bytes still pass).
         status_line: None = on when stderr is a terminal.
-        resume: restart the command from the newest checkpoint under ``[checkpoint] path``
-            (``{checkpoint}`` in the command and ``$COSTCTL_RESUME_FROM``).
+        resume: restart the command from the newest intact checkpoint under ``[checkpoint] path``
+            (:func:`costctl.checkpoint.newest_intact_checkpoint`; ``{checkpoint}`` in the command
+            and ``$COSTCTL_RESUME_FROM``).
         on_oom: ``retry`` (halve the batch, double accumulation, restart) or ``advise``.
         batch_size / accum_steps: the job's batch size and gradient-accumulation steps, for
             ``{batch_size}``/``{accum_steps}`` and ``$COSTCTL_BATCH_SIZE``/``$COSTCTL_ACCUM_STEPS``
