@@ -7,8 +7,14 @@ import argparse
 import os
 import re
 import subprocess
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
+
+#: The working directory of the costctl processes a benchmark starts: never the checkout, where
+#: ``python -m costctl`` would import the source tree instead of the installed package (whose C
+#: scanner was built by ``pip install``; a non-editable install leaves none in the tree).
+NEUTRAL_CWD = tempfile.gettempdir()
 
 
 def rss_mb(pid: int) -> float | None:
@@ -33,7 +39,7 @@ def run_child(cmd: Sequence[str], env: Mapping[str, str] | None = None) -> tuple
     """
     t0 = time.perf_counter()
     proc = subprocess.Popen(list(cmd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=None if env is None else dict(env))
+                            env=None if env is None else dict(env), cwd=NEUTRAL_CWD)
     _, status, usage = os.wait4(proc.pid, 0)
     took = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)

@@ -52,6 +52,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import sqlalchemy as sa
+from _procfs import NEUTRAL_CWD  # benchmarks/ is the script's own folder
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -250,7 +251,7 @@ def time_bill(url: str, args: list[str], repeat: int, env: dict[str, str]) -> di
     for _ in range(repeat):
         t = time.perf_counter()
         out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(["bill", *args, "--db", url]), env["WARM_URL"]],
-                             capture_output=True, text=True, env=env, timeout=600)
+                             capture_output=True, text=True, env=env, timeout=600, cwd=NEUTRAL_CWD)
         procs.append(time.perf_counter() - t)
         if out.returncode != 0:
             raise SystemExit(f"bill failed: {args}: {out.stderr[-2000:]}")

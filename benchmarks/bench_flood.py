@@ -55,7 +55,7 @@ import threading
 import time
 from pathlib import Path
 
-from _procfs import rss_mb as _rss_mb  # benchmarks/ is the script's own folder
+from _procfs import NEUTRAL_CWD, rss_mb as _rss_mb  # benchmarks/ is the script's own folder
 
 JOB = r"""
 import random, sys, time
@@ -132,7 +132,7 @@ def run_watched(lines: int, tmp: Path, run: int) -> dict:
     start = time.monotonic()
     start_wall = time.time()
     with open(out, "wb") as fo, open(err, "wb") as fe:
-        proc = subprocess.Popen(argv, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL, env=env)
+        proc = subprocess.Popen(argv, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL, env=env, cwd=NEUTRAL_CWD)
         peak = PeakRss(proc.pid)
         peak.start()
         code = proc.wait()

@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _procfs import rss_mb  # benchmarks/ is the script's own folder
+from _procfs import NEUTRAL_CWD, rss_mb  # benchmarks/ is the script's own folder
 
 JOB = r"""
 import sys, time
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         argv_ = [sys.executable, "-m", "costctl", "watch", "--dry-run", "--on-exit", "leave", "--no-pty", "--",
                  sys.executable, "-c", JOB, str(total)]
         with open(tmp / "out", "wb") as fo, open(tmp / "err", "wb") as fe:
-            proc = subprocess.Popen(argv_, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL, env=env)
+            proc = subprocess.Popen(argv_, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL, env=env, cwd=NEUTRAL_CWD)
             pid = proc.pid
             time.sleep(args.warmup)
             relays = helpers(pid)

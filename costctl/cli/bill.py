@@ -91,13 +91,16 @@ def parse_when(text: str, tz: ZoneInfo, option: str) -> datetime:
     return ensure_utc(value)
 
 
+#: The most runs / chains ``--limit`` may ask for (a 32-bit SQL integer bound).
+MAX_LIMIT = 2**31 - 1
+
 ByOption = Annotated[
     GroupBy, typer.Option("--by", help="Group rows by run, chain (a job's run and the runs that resumed it), "
                                        "instance, day (in [watch] timezone) or gpu (GPU type).")
 ]
 SinceOption = Annotated[str | None, typer.Option("--since", help="Only spend from this date/date-time on (inclusive).")]
 UntilOption = Annotated[str | None, typer.Option("--until", help="Only spend before this date/date-time (exclusive).")]
-LimitOption = Annotated[int, typer.Option("--limit", min=1,
+LimitOption = Annotated[int, typer.Option("--limit", min=1, max=MAX_LIMIT,
                                           help="--by run / chain: show the newest N runs / chains "
                                                "(totals cover every one).")]
 ExpandOption = Annotated[bool, typer.Option("--expand", help="--by chain: also list each chain's runs.")]

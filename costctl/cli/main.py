@@ -8,7 +8,9 @@ file whose path that line names.
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
 import sys
 import traceback
 from datetime import datetime, timezone
@@ -68,6 +70,22 @@ def _register(argv: list[str]) -> None:
         importlib.import_module(f"{__package__}.{name}").register(app)
 
 
+#: errno values of a write to stdout that failed for a reason outside costctl: a full disk
+#: (``> /dev/full``), a quota, a file too big, an I/O error, a reader that closed the pipe.
+OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EPIPE})
+
+
+def _discard_stdout() -> None:
+    """Point fd 1 at /dev/null, so the interpreter's own flush at exit fails no more (Python's
+    documented remedy for a closed pipe, ``signal`` docs "Note on SIGPIPE")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
 def _crash(exc: BaseException) -> int:
     from ..paths import crash_log_dir
 
@@ -88,12 +106,22 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         _register(args)
-        app(args=args, prog_name="costctl")  # standalone: usage errors print and SystemExit
+        try:
+            app(args=args, prog_name="costctl")  # standalone: usage errors print and SystemExit
+        finally:
+            sys.stdout.flush()  # a full disk or a closed pipe under stdout is seen here, not at exit
     except SystemExit as exc:
         code = exc.code
         if code is None:
             return 0
         return code if isinstance(code, int) else 1
+    except OSError as exc:
+        if exc.errno not in OUTPUT_ERRNOS or exc.filename is not None:
+            return _crash(exc)
+        _discard_stdout()
+        if exc.errno != errno.EPIPE:  # a reader that went away (`| head`) wants no message
+            print(f"costctl: cannot write the output: {exc.strerror} (errno {exc.errno})", file=sys.stderr)
+        return 1
     except CostctlError as exc:
         print(f"costctl: {exc.message}", file=sys.stderr)
         return exc.exit_code

@@ -391,16 +391,27 @@ class RelayChild:
         (the watch's main loop sleeps on it; :meth:`wait` reaps)."""
         return self._exited.wait(timeout)
 
-    def wait(self, timeout: float | None = None) -> int:
+    def wait(self, timeout: float | None = None, *, end_wait_s: float = 5 + 1) -> int:
         """Wait for the job to exit and its output to be relayed; return its exit status.
+
+        The exit is seen once everything the job wrote before it was handed on (the relay sends
+        the exit after that output). ``end_wait_s``: seconds to wait after that for the end of
+        the output — what processes the job left behind still write while they hold its
+        output (the relay reads them until :data:`~.server.DRAIN_S` after the exit; they stay
+        in the run log); :attr:`output_ended` says whether the end came.
 
         Raises:
             subprocess.TimeoutExpired: if ``timeout`` (seconds) passes first.
         """
         if not self._exited.wait(timeout):
             raise subprocess.TimeoutExpired(self.argv, timeout or 0)
-        self.drain(timeout=5 + 1)
+        self.drain(timeout=end_wait_s)
         return self._status if self._status is not None else 255
+
+    @property
+    def output_ended(self) -> bool:
+        """True once the relay's end of output came (no process of the job holds its output)."""
+        return self._eof.is_set()
 
     def drain(self, timeout: float = 5) -> None:
         """Wait (up to ``timeout`` seconds) for the relay's end of output, then flush decoders."""

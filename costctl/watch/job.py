@@ -141,10 +141,14 @@ class Job:
         self.status = self.child.kill()
         return self.status
 
-    def wait(self) -> int:
-        """Reap the exited command; returns its exit status."""
+    def wait(self, end_wait_s: float | None = None) -> int:
+        """Reap the exited command; returns its exit status. ``end_wait_s``: at most this many
+        seconds for the rest of its output after the exit (see :meth:`RelayChild.wait`)."""
         assert self.child is not None
-        self.status = self.child.wait()
+        if end_wait_s is not None and isinstance(self.child, RelayChild):
+            self.status = self.child.wait(end_wait_s=end_wait_s)
+        else:
+            self.status = self.child.wait()
         return self.status
 
     def restart(self, *, batch: BatchPlan | None = None, resume_from: str | None = None) -> None:

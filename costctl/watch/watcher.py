@@ -88,9 +88,6 @@ if TYPE_CHECKING:  # imported by run() once the job runs (not on the way to its 
 #: off at once; a ledger that is down then does not hold the stop up for longer).
 SELF_STOP_FLUSH_S = 10.0
 
-#: Seconds a watch waits, after its job's exit, for the rest of the job's output to be passed
-#: through to its stdout/stderr (no longer parsed by then, so it goes at full speed).
-PASSTHROUGH_WAIT_S = 30.0
 
 #: The interpreter's thread switch interval in a live watch (seconds; Python's default 5 ms
 #: makes the output thread wait behind the parser thread at every read: a GIL convoy).
@@ -709,6 +706,13 @@ class Watcher:
             return  # a whole line (or lines) and nothing before it: the scanner's state is unchanged
         self.lifecycle.on_text(stream, text if cut < 0 else "\n" + text[cut + 1:])
 
+    def _end_budget(self) -> float:
+        """Seconds left of the watch's end budget: one sample interval from the job's exit (as
+        this watch saw it), less :data:`END_RESERVE_S`."""
+        budget = max(0.0, self.settings.watch.sample_interval.total_seconds() - END_RESERVE_S)
+        exited = getattr(self.child, "exited_monotonic", None)
+        return budget if exited is None else max(0.0, exited + budget - time.monotonic())
+
     def _finish_parsing(self) -> None:
         """The job's output ended: let the parser finish within one sample interval of the
         job's exit (a flood of output never keeps the watch, and its bill, going), less
@@ -718,11 +722,7 @@ class Watcher:
         if pump is None:
             return
         child = self.child
-        budget = max(0.0, self.settings.watch.sample_interval.total_seconds() - END_RESERVE_S)
-        exited = getattr(child, "exited_monotonic", None)
-        if exited is not None:  # count from the job's exit as this watch saw it
-            budget = max(0.0, exited + budget - time.monotonic())
-        deadline = time.monotonic() + budget
+        deadline = time.monotonic() + self._end_budget()
         # The policies take what is parsed as it comes (a tick every FINAL_TICK_EVERY_S), so
         # that the last tick does not meet a whole interval's points at once.
         while not pump.wait_idle(min(FINAL_TICK_EVERY_S, max(0.0, deadline - time.monotonic()))):
@@ -730,8 +730,18 @@ class Watcher:
                 break
             self._progress_tick()
         left = pump.drain(max(0.0, deadline - time.monotonic()))
-        if child is not None:  # the passthrough is over (the relay's end of output came first)
-            child.drain(PASSTHROUGH_WAIT_S)
+        if child is not None:
+            # Everything the job wrote before its exit was passed through (the relay sends the
+            # exit after it); what processes it left behind write after the exit is awaited
+            # only within the same budget: they never keep the watch, and its bill, going.
+            child.drain(max(0.0, deadline - time.monotonic()))
+            if not getattr(child, "output_ended", True) and not getattr(self, "_stragglers_said", False):
+                self._stragglers_said = True
+                from ..relay.server import DRAIN_S
+
+                self.say(f"costctl: processes the job left behind still hold its output; what they write "
+                         f"from now on is not shown here (the relay keeps it in the run log {self.log_path} "
+                         f"for {DRAIN_S:g} s after the job's exit)")
         if not left:  # a last line without a line end: parsed now
             for parser in self._parsers.values():
                 if batch := parser.flush_batch(self.clock.now()):
@@ -1188,7 +1198,7 @@ class Watcher:
             return code, "preempted" if self.lifecycle is not None and self.lifecycle.preempted else "stopped"
         if not self._child_done and job is not None and job.exists and not job.running:
             self._child_done = True
-            status = job.wait()
+            status = job.wait(end_wait_s=self._end_budget())
             self._finish_parsing()
             with self._lock:
                 self.history.child_running = False
