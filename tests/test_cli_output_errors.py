@@ -44,3 +44,9 @@ def test_an_out_of_range_limit_is_a_usage_error(tmp_path):
         err = res.stderr.decode()
         assert res.returncode == 2 and "--limit" in err and "internal error" not in err, err
     assert run_costctl("bill", "--limit", "2147483647", env=costctl_env(tmp_path / "data")).returncode == 0
+
+
+def test_an_empty_window_bound_is_an_error_not_no_bound(tmp_path):
+    for option in ("--since", "--until"):
+        res = run_costctl("bill", option, "", env=costctl_env(tmp_path / "data"))
+        assert res.returncode == 2 and f"{option} ''" in res.stderr.decode()

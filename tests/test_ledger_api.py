@@ -279,18 +279,19 @@ def test_open_sqlite_creates_directory_and_uses_wal(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "url, message",
+    "url, message, code",
     [
-        ("not a url", "is not valid"),
-        ("nosuchdb://x/y", "unknown database kind"),
-        ("postgresql+psycopg://postgres@127.0.0.1:1/x", "cannot open the database"),
+        ("not a url", "is not valid", 2),  # configuration errors: exit status 2
+        ("nosuchdb://x/y", "unknown database kind", 2),
+        ("postgresql+psycopg://postgres@127.0.0.1:1/x", "cannot open the database", 1),
     ],
 )
-def test_open_errors_are_one_line(url, message):
+def test_open_errors_are_one_line(url, message, code):
     with pytest.raises(LedgerError) as info:
         Ledger.open(url)
     text = info.value.message
     assert message in text and "\n" not in text
+    assert info.value.exit_code == code
 
 
 def test_open_unwritable_path_is_one_line(tmp_path):

@@ -168,8 +168,8 @@ def bill(
 
     settings = settings_from(config, db)
     tz = settings.watch.tz
-    start = parse_when(since, tz, "--since") if since else None
-    end = parse_when(until, tz, "--until") if until else None
+    start = parse_when(since, tz, "--since") if since is not None else None  # "" is an error, not "no bound"
+    end = parse_when(until, tz, "--until") if until is not None else None
     if start and end and start >= end:
         raise UsageError(f"--since {since!r} is not before --until {until!r}")
     if expand and by is not GroupBy.chain:

@@ -85,7 +85,7 @@ def parse_url(url: str) -> URL:
     try:
         parsed = sa.make_url(url)
     except exc.ArgumentError:
-        raise LedgerError(f"database URL {url!r} is not valid (expected {URL_EXAMPLES})") from None
+        raise LedgerError(f"database URL {url!r} is not valid (expected {URL_EXAMPLES})", exit_code=2) from None
     if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
         if not parsed.database.startswith("file:"):
             parsed = parsed.set(database=str(Path(parsed.database).expanduser()))
@@ -154,12 +154,14 @@ def make_engine(url: str | URL, *, create: bool = True) -> Engine:
         engine = sa.create_engine(parsed, **kwargs)
     except exc.NoSuchModuleError:
         raise LedgerError(
-            f"database URL {shown}: unknown database kind {parsed.drivername!r} (expected {URL_EXAMPLES})"
+            f"database URL {shown}: unknown database kind {parsed.drivername!r} (expected {URL_EXAMPLES})",
+            exit_code=2,  # a configuration error (--db, database_url)
         ) from None
     except ImportError as err:
         raise LedgerError(
             f"database URL {shown}: its driver is not installed ({err}); "
-            "for PostgreSQL install costctl[postgres] and use postgresql+psycopg://"
+            "for PostgreSQL install costctl[postgres] and use postgresql+psycopg://",
+            exit_code=2,
         ) from None
     if engine.dialect.name == "sqlite":
         _configure_sqlite(engine)
