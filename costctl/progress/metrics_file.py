@@ -297,10 +297,11 @@ def _detect(head: bytes, *, final: bool) -> str | None:
         return None  # the first line is still being written
     if stripped.startswith("{"):
         try:
-            json.loads(stripped.split("\n", 1)[0])
-            return "jsonl"
+            first = json.loads(stripped.split("\n", 1)[0])
         except ValueError:
             return "document"
+        # a trainer_state.json written on one line (json.dumps without indent) is a document
+        return "document" if isinstance(first, dict) and isinstance(first.get("log_history"), list) else "jsonl"
     return "csv"
 
 

@@ -54,6 +54,17 @@ from .textio import SNIFF_BYTES, detect_encoding, open_text, read_all
 
 #: ``(x, value)``: x is the record's step (or epoch where the file has no step), None if neither.
 SeriesPoint = tuple[float | None, float]
+#: ``(grad_norm, loss on the same record or None, step or None, epoch or None)``.
+GradNormRecord = tuple[float, "float | None", "int | None", "float | None"]
+#: the names a gradient norm is logged under (HF, Lightning/W&B style, Megatron's console).
+GRAD_NORM_KEYS = ("grad_norm", "train/grad_norm", "grad norm", "gradient_norm")
+# A logged gradient norm on a console line: HF dicts ('grad_norm': 1.2 / '1.2'), Megatron
+# ("| grad norm: nan |"), "grad_norm=..." postfixes. Run only over blocks holding the literal.
+_GRAD_NORM_RE = re.compile(
+    r"""(?<![A-Za-z0-9_])grad[_ ]norm['"]?\s*[:=]\s*['"]?(?:tensor\(\s*)?"""
+    r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z0-9_])",
+    re.IGNORECASE,
+)
 
 _LOSS_KEYS = {"yolo-csv": ("train/box_loss", "val/box_loss")}
 _STEP_KEYS = ("step", "global_step", "iteration", "iter")
@@ -101,6 +112,11 @@ class TrainLog:
     #: console logs: lines skipped for holding more than ``MAX_LINE_CHARS`` characters (a loss
     #: on them is not read; reported, never silent).
     long_lines: int = 0
+    #: the logged gradient norms in log order, ``(value, loss, step, epoch)``: ``loss`` is the
+    #: train loss logged on the same record (None when the record has none); read from HF dict
+    #: lines, ``trainer_state.json``/``trainer_log.jsonl`` records, CSV ``grad_norm`` columns and
+    #: Megatron's ``| grad norm: X |``. For :mod:`costctl.policies.grad_norm`.
+    grad_norms: list[GradNormRecord] = field(default_factory=list)
 
     @property
     def streamed(self) -> bool:
@@ -174,7 +190,7 @@ class TrainLog:
             return self
         train, evals = _split(list(self.iter_points()))
         return TrainLog(self.format, train, evals, self.x_axis, self.series, self.summary, self.oom, self.path,
-                        long_lines=self.long_lines)
+                        long_lines=self.long_lines, grad_norms=self.grad_norms)
 
     def x(self, point: ProgressPoint) -> float | None:
         """The point's position on :attr:`x_axis`."""
@@ -288,7 +304,53 @@ def read_metrics(path: Path, fmt: str) -> TrainLog:
     names = {p.name for p in points}
     for name in names:
         series.pop(name, None)
-    return TrainLog(fmt, train, evals, _x_axis(train), series, summary, path=path)
+    return TrainLog(fmt, train, evals, _x_axis(train), series, summary, path=path,
+                    grad_norms=_metrics_grad_norms(series, train))
+
+
+def _metrics_grad_norms(series: dict[str, list[SeriesPoint]], train: list[ProgressPoint]) -> list[GradNormRecord]:
+    """The gradient-norm column of a metrics file with the train loss of the same record
+    (matched on the record's step, or epoch where it has none)."""
+    key = next((k for k in GRAD_NORM_KEYS if k in series), None)
+    if key is None:
+        return []
+    loss_at: dict[float, float] = {}
+    for p in train:
+        x = p.step if p.step is not None else p.epoch
+        if x is not None:
+            loss_at.setdefault(float(x), p.value)
+    by_step = any(p.step is not None for p in train)
+    out: list[GradNormRecord] = []
+    for x, value in series[key]:
+        step = int(x) if x is not None and by_step and math.isfinite(x) else None
+        epoch = x if x is not None and not by_step else None
+        out.append((value, loss_at.get(x) if x is not None else None, step, epoch))
+    return out
+
+
+def console_grad_norms(text: str, out: list[GradNormRecord]) -> None:
+    """Append the gradient norms logged on the complete lines ``text`` to ``out``, each with
+    the loss, step and epoch :func:`~costctl.progress.parse_line` reads on its line.
+
+    Cheap: a block without ``rad_norm``/``rad norm`` (either case) costs four substring scans; the regex runs over
+    blocks that hold it and each line with a match is parsed once.
+    """
+    if not any(w in text for w in ("rad_norm", "rad norm", "RAD_NORM", "RAD NORM")):
+        return
+    from ..progress import parse_line
+
+    done_line = -1
+    for m in _GRAD_NORM_RE.finditer(text):
+        start = max(text.rfind("\n", 0, m.start()), text.rfind("\r", 0, m.start())) + 1
+        if start == done_line:
+            continue  # one gradient norm per line (the first)
+        done_line = start
+        ends = [e for e in (text.find("\n", m.end()), text.find("\r", m.end())) if e >= 0]
+        line = text[start:min(ends) if ends else len(text)]
+        value = float(m.group(1))
+        train = [p for p in parse_line(line) if p.kind == "train"]
+        p = train[0] if train else None
+        out.append((value, p.value if p else None, p.step if p else None, p.epoch if p else None))
 
 
 def _read_points(path: Path, text: str, loss_key: str | None, eval_key: str | None) -> list[ProgressPoint]:
@@ -344,6 +406,7 @@ def iter_console_batches(
     oom: list[OomEvent] | None = None,
     summary: dict[str, Any] | None = None,
     counts: dict[str, int] | None = None,
+    grad_norms: list[GradNormRecord] | None = None,
 ) -> Iterator[PointBatch]:
     """Stream the progress points of a console log, one :class:`PointBatch` per read block.
 
@@ -360,6 +423,7 @@ def iter_console_batches(
             ``train_loss``...) is merged into it.
         counts: when given, ``counts["long_lines"]`` is kept at the number of lines skipped so
             far for holding more than ``MAX_LINE_CHARS`` characters.
+        grad_norms: when given, the logged gradient norms are appended (:func:`console_grad_norms`).
 
     Raises:
         UsageError: unreadable file, or an invalid ``loss_regex``.
@@ -374,6 +438,8 @@ def iter_console_batches(
         nonlocal line_no
         batch = PointBatch()
         parser.parse_block(complete, None, batch)
+        if grad_norms is not None:
+            console_grad_norms(complete, grad_norms)
         if summary is not None and "train_runtime" in complete:
             for line in complete.split("\n"):
                 if "train_runtime" in line:
@@ -456,16 +522,18 @@ def read_console(path: Path, *, loss_regex: str | None = None, streamed: bool = 
     oom: list[OomEvent] = []
     summary: dict[str, Any] = {}
     counts: dict[str, int] = {}
+    grads: list[GradNormRecord] = []
     if not streamed:
         points = [p for batch in iter_console_batches(path, loss_regex=loss_regex, oom=oom, summary=summary,
-                                                      counts=counts) for p in batch.points()]
+                                                      counts=counts, grad_norms=grads) for p in batch.points()]
         train, evals = _split(points)
         return TrainLog("console", train, evals, _x_axis(train), summary=summary, oom=oom, path=path,
-                        long_lines=counts["long_lines"])
+                        long_lines=counts["long_lines"], grad_norms=grads)
     streams = {kind: LossStream(max_plot=max_plot) for kind in ("train", "eval")}
     cuts: list[PointBatch] | None = []  # the eval points of each block, while small enough
     cut_bytes = 0
-    for batch in iter_console_batches(path, loss_regex=loss_regex, oom=oom, summary=summary, counts=counts):
+    for batch in iter_console_batches(path, loss_regex=loss_regex, oom=oom, summary=summary, counts=counts,
+                                      grad_norms=grads):
         for kind, stream in streams.items():
             mask = batch.mask_of(batch.series_of_kind(kind))
             if mask is not None and not any(mask):
@@ -490,7 +558,7 @@ def read_console(path: Path, *, loss_regex: str | None = None, streamed: bool = 
         summary=summary, oom=oom, path=path, streams=streams,
         source=lambda: iter_console_batches(path, loss_regex=loss_regex), _eval_kept=kept, _eval_cuts=cuts,
         train_replay=replay,
-        long_lines=counts["long_lines"],
+        long_lines=counts["long_lines"], grad_norms=grads,
     )
 
 
