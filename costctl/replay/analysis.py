@@ -45,6 +45,7 @@ from .peers import DSTACK_SETTINGS, SKYPILOT_DEFAULT_IDLE_MINUTES, PeerResult
 from .stats import GpuStats
 from .streaming import DstackStream, PlotSeries, SkypilotStream, StretchStream
 from .stretches import Stretch
+from .series_figures import series_figures
 from .train_log import TrainLog
 
 
@@ -440,6 +441,7 @@ def to_dict(a: Analysis) -> dict[str, Any]:
             "placed_on_time_axis": a.progress_placement,
             "oom_errors": len(a.train_log.oom),
             "long_lines_skipped": a.train_log.long_lines,
+            "series": series_figures(a.train_log),
         },
         "sample_interval_s": a.sample_interval.total_seconds(),
         "signals_used": a.signals_used,
