@@ -44,7 +44,8 @@ EVAL_KEYS: tuple[str, ...] = (
     "val_loss", "eval_loss", "validation_loss", "valid_loss", "val/loss", "eval/loss",
     "val_loss_epoch", "val_loss_step",
 )
-STEP_KEYS: tuple[str, ...] = ("step", "global_step", "iteration", "iter", "trainer/global_step")
+#: Step keys in order of preference (``current_steps``: LLaMA-Factory's ``trainer_log.jsonl``).
+STEP_KEYS: tuple[str, ...] = ("step", "global_step", "iteration", "iter", "trainer/global_step", "current_steps")
 EPOCH_KEYS: tuple[str, ...] = ("epoch",)
 
 # A summary entry (HF's final {'train_runtime':..., 'train_loss':...}) is not progress.

@@ -67,7 +67,7 @@ _GRAD_NORM_RE = re.compile(
 )
 
 _LOSS_KEYS = {"yolo-csv": ("train/box_loss", "val/box_loss")}
-_STEP_KEYS = ("step", "global_step", "iteration", "iter")
+_STEP_KEYS = ("step", "global_step", "iteration", "iter", "current_steps")
 _READ_CHUNK = 1 << 20
 
 
