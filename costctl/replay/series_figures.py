@@ -20,6 +20,7 @@ import math
 from typing import Any
 
 from ..policies.history import finite_or_text
+from .loss_stats import LossSummary
 from .train_log import GRAD_NORM_KEYS, SeriesPoint, TrainLog
 
 #: formats whose rows are one per epoch.
@@ -60,6 +61,25 @@ def _column(name: str, kind: str, fmt: str, points: list[SeriesPoint], by_step: 
     }
 
 
+def _table_like(log: TrainLog, kind: str) -> bool:
+    """The kept primary series is per epoch (a column table's: every point has an epoch, no step)."""
+    points = log._kept[kind]
+    return bool(points) and all(p.step is None and p.epoch is not None for p in points) and \
+        len({p.epoch for p in points}) == len(points)
+
+
+def _summary_entry(name: str, kind: str, gran: str, s: LossSummary, *, primary: bool) -> dict[str, Any]:
+    best = s.min
+    return {
+        "name": name, "kind": kind, "granularity": gran, "primary": primary,
+        "count": s.count, "nonfinite": s.nonfinite,
+        "first": finite_or_text(s.first.value) if s.first else None,
+        "last": finite_or_text(s.last.value) if s.last else None,
+        "min": best.value if best else None,
+        "argmin": {"step": best.step if best else None, "epoch": best.epoch if best else None},
+    }
+
+
 def series_figures(log: TrainLog) -> list[dict[str, Any]]:
     """The figures of every loss series of ``log`` (primary train first, then eval, then the others)."""
     out: list[dict[str, Any]] = []
@@ -67,16 +87,11 @@ def series_figures(log: TrainLog) -> list[dict[str, Any]]:
         if not log.count(kind):
             continue
         s = log.summary_of(kind)
-        name = s.first.name if s.first is not None else "loss"
-        best = s.min
-        out.append({
-            "name": name, "kind": kind, "granularity": granularity(log.format, name), "primary": True,
-            "count": s.count, "nonfinite": s.nonfinite,
-            "first": finite_or_text(s.first.value) if s.first else None,
-            "last": finite_or_text(s.last.value) if s.last else None,
-            "min": best.value if best else None,
-            "argmin": {"step": best.step if best else None, "epoch": best.epoch if best else None},
-        })
+        name = log.primary_names.get(kind) or (s.first.name if s.first is not None else "loss")
+        gran = "epoch" if log.format == "console" and kind in log._kept and _table_like(log, kind) else granularity(log.format, name)
+        out.append(_summary_entry(name, kind, gran, s, primary=True))
+    for kind, name, gran, s in log.extra:
+        out.append(_summary_entry(name, kind, gran, s, primary=False))
     by_step = log.x_axis == "step"
     for name, points in log.series.items():
         if "loss" not in name.lower() or name in GRAD_NORM_KEYS or not points:

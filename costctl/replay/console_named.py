@@ -1,0 +1,247 @@
+"""Named loss series in a console log that the live line grammar reads as one (or not at all).
+
+``costctl analyze`` runs this beside :class:`~costctl.progress.LineParser` on each block of a
+console log (:func:`~costctl.replay.train_log.iter_console_batches`). Two shapes:
+
+* **Several named losses on one line** (GANs: ``[D loss: 0.69] [G loss: 0.70]``,
+  ``Loss_D: 1.74  Loss_G: 5.12``, ``loss_D: 0.405, loss_G_fake: 0.300``; Lightning's bar
+  ``loss=0.5, train_loss_step=0.48, train_loss_epoch=0.52``): a line holding two or more
+  distinct *train-side* loss names (eval names -- ``val``/``eval``/``valid``... prefixes -- do
+  not count; ``test``/``predict`` and ``loss scale`` are not losses) gives one point per name,
+  each its own series, and is taken away from the line parser (so no series mixes them).
+* **Column tables**: a header row whose first column is ``Epoch`` and which names loss
+  columns (``box_loss obj_loss cls_loss``, or YOLOv5's ``box obj cls total`` beside
+  ``gpu_mem``), then rows ``k/N v1 v2 ...`` (tqdm refreshes of one row each): one point per
+  loss column per epoch, from the **final refresh** of the epoch's row (counted once).
+
+Repeated values: on a line with a progress bar (tqdm refreshes redraw the same postfix), a
+point equal to the previous point of its series (same value, and same step where the line has
+one; any step for a per-epoch series, which a bar shows unchanged all the next epoch) is a
+redraw and is counted once.
+
+Which series is the primary one (the one the loss policies watch), over every train series
+the log holds, line-parser ones included (:func:`choose_primary`):
+
+1. ``--loss NAME`` when given (an exact series name);
+2. else a series whose name holds ``total`` (a detector's total, ``total_loss``);
+3. else a per-batch series named as the single-loss grammar names a train loss (``loss``,
+   ``train_loss``, ``running_loss``... with a known prefix);
+4. else the first per-batch series the log shows, else the first series.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from ..errors import UsageError
+from ..progress.lines import candidate_lines, clean_line
+from ..records import ProgressPoint
+from .loss_stats import LossStream
+
+_NUMBER = r"(?>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z0-9_])"
+# A named loss: "D loss", "Loss_D", "loss_G_fake", "d_loss", "train_loss_step" then its value.
+_NAMED_RE = re.compile(
+    r"(?<![A-Za-z0-9_])(?P<name>(?:[A-Za-z][A-Za-z0-9]{0,15}[ _])?loss(?:_[A-Za-z0-9]+){0,3})"
+    rf"(?![A-Za-z0-9_(])\s*(?:[:=]\s*|\s+)(?:tensor\(\s*)?(?P<value>{_NUMBER})",
+    re.IGNORECASE,
+)
+_EVAL_HEADS = {"val", "valid", "validation", "eval", "evaluation", "dev", "v"}
+_DROP_HEADS = {"test", "predict"}
+_KNOWN_TRAIN_HEADS = {"", "train", "training", "total", "avg", "average", "mean", "running", "epoch", "batch"}
+_EPOCH_HEADS = ("epoch", "avg", "average", "mean")
+# YOLOv5 console columns (no "loss" in the name) when the header also has gpu_mem.
+_YOLO_LOSS_COLUMNS = {"box", "obj", "cls", "dfl", "seg", "kobj", "kpt", "total"}
+_ROW_EPOCH_RE = re.compile(r"(\d+)/(\d+)")
+
+
+def _head(name: str) -> str:
+    """The word before ``loss`` (``"val"`` for ``val_loss``, ``""`` for ``loss_D``)."""
+    low = name.lower()
+    at = low.find("loss")
+    return low if at < 0 else low[:at].rstrip(" _/.-")
+
+
+def kind_of(name: str) -> str | None:
+    """``"train"``, ``"eval"`` or None (test/predict, loss scale: not a loss series)."""
+    low = name.lower()
+    if "scale" in low:
+        return None
+    head = _head(name)
+    if head in _DROP_HEADS:
+        return None
+    return "eval" if head in _EVAL_HEADS else "train"
+
+
+def granularity_of(name: str) -> str:
+    """``"epoch"`` for an epoch-level name (``train_loss_epoch``, ``avg loss``, ``Average loss``),
+    else ``"batch"``."""
+    low = name.lower()
+    return "epoch" if low.endswith("_epoch") or _head(name).startswith(_EPOCH_HEADS) else "batch"
+
+
+def named_losses(line: str) -> list[tuple[str, str, float]]:
+    """``(kind, name, value)`` of each named loss on ``line`` (first value of a name kept), when
+    the line holds two or more distinct train-side names; else ``[]``."""
+    seen: dict[str, tuple[str, str, float]] = {}
+    for m in _NAMED_RE.finditer(line):
+        name = m["name"]
+        kind = kind_of(name)
+        if kind is None or name in seen:
+            continue
+        seen[name] = (kind, name, float(m["value"]))
+    if sum(1 for k, _, _ in seen.values() if k == "train") < 2:
+        return []
+    return list(seen.values())
+
+
+def choose_primary(names: list[str], wanted: str | None = None) -> str | None:
+    """The primary train series among ``names`` (first-seen order), by the module's rule.
+
+    Raises:
+        UsageError: ``wanted`` is not one of ``names``.
+    """
+    if wanted is not None:
+        if wanted not in names:
+            allowed = ", ".join(repr(n) for n in names) or "none"
+            raise UsageError(f"--loss {wanted!r}: no such train loss series in the log (it has {allowed})")
+        return wanted
+    if not names:
+        return None
+    for n in names:
+        if "total" in n.lower():
+            return n
+    batch = [n for n in names if granularity_of(n) == "batch"]
+    for n in batch:
+        if _head(n) in _KNOWN_TRAIN_HEADS and n.lower().endswith("loss"):
+            return n
+    return batch[0] if batch else names[0]
+
+
+@dataclass
+class NamedSeries:
+    """One series this reader found: its points (kept: such logs are small) and figures."""
+
+    kind: str
+    name: str
+    granularity: str
+    points: list[ProgressPoint] = field(default_factory=list)
+    stream: LossStream = field(default_factory=LossStream)
+
+    def add(self, p: ProgressPoint, *, redraw_check: bool) -> None:
+        if redraw_check and self.points:
+            last = self.points[-1]
+            same = last.value == p.value or (math.isnan(last.value) and math.isnan(p.value))
+            if same and (self.granularity == "epoch" or last.step == p.step):
+                return  # a redraw of the same state: counted once
+        self.points.append(p)
+        self.stream.add(p)
+
+
+class NamedLossReader:
+    """Reads the module's shapes from a console log's blocks (:meth:`take`), in order."""
+
+    def __init__(self) -> None:
+        self.series: dict[tuple[str, str], NamedSeries] = {}
+        self._table: list[str] | None = None  # header columns
+        self._loss_columns: list[int] = []
+        self._row: tuple[int, list[str]] | None = None  # the newest refresh of the current row
+
+    def take(self, text: str) -> str:
+        """Read complete lines ``text``; return it with the multi-loss lines emptied (their line
+        ends kept) for the line parser."""
+        if self._table is not None or "poch" in text or "POCH" in text:
+            self._tables(text)
+        if text.count("oss") + text.count("OSS") < 2:
+            return text
+        cut: list[tuple[int, int]] = []
+        from ..progress.lines import _step_epoch_total
+
+        for start, end in candidate_lines(text):
+            seg = text[start:end]
+            if seg.count("oss") + seg.count("OSS") < 2:
+                continue
+            line = clean_line(seg)
+            found = named_losses(line)
+            if not found:
+                continue
+            step, epoch, total = _step_epoch_total(line)
+            bar = "|" in line and ("it/s" in line or "s/it" in line)
+            for kind, name, value in found:
+                self._add(kind, name, ProgressPoint(time=None, value=value, kind=kind, name=name,  # type: ignore[arg-type]
+                                                    step=step, epoch=epoch, total=total), redraw=bar)
+            cut.append((start, end))
+        if not cut:
+            return text
+        pieces, pos = [], 0
+        for start, end in cut:
+            pieces.append(text[pos:start])
+            pos = end
+        pieces.append(text[pos:])
+        return "".join(pieces)
+
+    def _add(self, kind: str, name: str, p: ProgressPoint, *, redraw: bool) -> None:
+        s = self.series.get((kind, name))
+        if s is None:
+            s = self.series[(kind, name)] = NamedSeries(kind, name, granularity_of(name))
+        s.add(p, redraw_check=redraw)
+
+    # -- column tables ---------------------------------------------------------------------
+    def _tables(self, text: str) -> None:
+        for raw in re.split(r"\r\n|\r|\n", text):
+            if not raw.strip():
+                continue
+            line = clean_line(raw)
+            tokens = line.split()
+            if tokens and tokens[0].lower() == "epoch" and len(tokens) >= 3:
+                self._header(tokens)
+                continue
+            if self._table is None:
+                continue
+            head = line.split(":", 1)[0].split()
+            if len(head) != len(self._table):
+                continue
+            m = _ROW_EPOCH_RE.fullmatch(head[0])
+            if m is None:
+                continue
+            epoch = int(m[1])
+            if self._row is not None and self._row[0] != epoch:
+                self._emit_row()
+            self._row = (epoch, head)
+
+    def _header(self, tokens: list[str]) -> None:
+        low = [t.lower() for t in tokens]
+        yolo = "gpu_mem" in low
+        columns = [i for i, t in enumerate(low) if i > 0 and ("loss" in t or (yolo and t in _YOLO_LOSS_COLUMNS))]
+        if not columns:
+            return
+        if self._table != tokens:
+            self._emit_row()
+        self._table, self._loss_columns = tokens, columns
+
+    def _emit_row(self) -> None:
+        if self._row is None or self._table is None:
+            return
+        epoch, cells = self._row
+        self._row = None
+        for i in self._loss_columns:
+            try:
+                value = float(cells[i])
+            except ValueError:
+                continue
+            name = self._table[i]
+            self._add("train", name, ProgressPoint(time=None, value=value, kind="train", name=name,
+                                                   step=None, epoch=float(epoch), total=None), redraw=False)
+        # a table's series are per epoch whatever their names
+        for i in self._loss_columns:
+            s = self.series.get(("train", self._table[i]))
+            if s is not None:
+                s.granularity = "epoch"
+
+    def finish(self) -> None:
+        """The log ended: the last row's final refresh counts."""
+        self._emit_row()
+
+
+__all__ = ["NamedLossReader", "NamedSeries", "choose_primary", "granularity_of", "kind_of", "named_losses"]
