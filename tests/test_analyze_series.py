@@ -37,7 +37,7 @@ CORPUS = [
     ("hf_trainer_state_no_progress.json", ("loss", "train", "batch"), 100, 2.2538, 2.2816, 1.9218, (110, None)),
     ("hf_trl_grpo_state_loss_zero.json", ("loss", "train", "batch"), 1, 0.0, 0.0, 0.0, (10, None)),
     ("hf_stdout_cpt_cmd.txt", ("loss", "train", "batch"), 10, 1.1409, 0.2645, 0.2645, (None, 9.11)),
-    ("hf_stdout_cpt_cmd.txt", ("eval_loss", "eval", "batch"), 10, 0.6598, 0.4917, 0.4853, (None, 6.0)),
+    ("hf_stdout_cpt_cmd.txt", ("eval_loss", "eval", "epoch"), 10, 0.6598, 0.4917, 0.4853, (None, 6.0)),
     ("hf_stdout_slurm_bert_sst2.log", ("loss", "train", "batch"), 47, 0.6879, 0.1306, 0.1296, (None, 2.29)),
     ("hf_stdout_slurm_bert_sst2.log", ("eval_loss", "eval", "batch"), 4, 0.3684, 0.3033, 0.2884, (None, 1.91)),
     ("lightning_metrics_resumed_run.csv", ("train_loss_step", "train", "batch"), 1126, 3.7083, 3.9139, 3.3786, (141249, None)),

@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
-from ..progress.lines import candidate_lines, clean_line
+from ..progress.lines import candidate_lines, clean_line, parse_epoch_header
 from ..records import ProgressPoint
 from .loss_stats import LossStream
 
@@ -79,6 +79,42 @@ def granularity_of(name: str) -> str:
     else ``"batch"``."""
     low = name.lower()
     return "epoch" if low.endswith("_epoch") or _head(name).startswith(_EPOCH_HEADS) else "batch"
+
+
+class EpochShape:
+    """Whether a series holds one value per epoch, from its points' columns: every point has
+    an integral epoch and no step, and no epoch repeats (a per-epoch average, a table row).
+    Kept per series while the points stream by (bounded by the number of epochs)."""
+
+    def __init__(self) -> None:
+        self.ok = True
+        self._epochs: set[float] = set()
+        self._count = 0
+
+    def add(self, epochs, steps) -> None:
+        """Take the ``epochs`` (NaN: none) and ``steps`` (negative / None: none) of some points."""
+        if not self.ok:
+            return
+        for e in epochs:
+            if e != e or e != int(e) or e in self._epochs:
+                self.ok = False
+                return
+            self._epochs.add(e)
+        for st in steps:
+            if st is not None and st >= 0:
+                self.ok = False
+                return
+
+    @property
+    def per_epoch(self) -> bool:
+        return self.ok and bool(self._epochs)
+
+
+def series_granularity(name: str, shape: EpochShape | None) -> str:
+    """``"epoch"`` by the name (:func:`granularity_of`) or by the data (:class:`EpochShape`)."""
+    if granularity_of(name) == "epoch" or (shape is not None and shape.per_epoch):
+        return "epoch"
+    return "batch"
 
 
 def named_losses(line: str) -> list[tuple[str, str, float]]:
@@ -128,6 +164,7 @@ class NamedSeries:
     granularity: str
     points: list[ProgressPoint] = field(default_factory=list)
     stream: LossStream = field(default_factory=LossStream)
+    shape: EpochShape = field(default_factory=EpochShape)
 
     def add(self, p: ProgressPoint, *, redraw_check: bool) -> None:
         if redraw_check and self.points:
@@ -137,6 +174,7 @@ class NamedSeries:
                 return  # a redraw of the same state: counted once
         self.points.append(p)
         self.stream.add(p)
+        self.shape.add((math.nan if p.epoch is None else p.epoch,), (p.step,))
 
 
 class NamedLossReader:
@@ -147,13 +185,14 @@ class NamedLossReader:
         self._table: list[str] | None = None  # header columns
         self._loss_columns: list[int] = []
         self._row: tuple[int, list[str]] | None = None  # the newest refresh of the current row
+        self._epoch: int | None = None  # from the last "epoch 3:" header line
 
     def take(self, text: str) -> str:
         """Read complete lines ``text``; return it with the multi-loss lines emptied (their line
         ends kept) for the line parser."""
         if self._table is not None or "poch" in text or "POCH" in text:
             self._tables(text)
-        if text.count("oss") + text.count("OSS") < 2:
+        if text.count("oss") + text.count("OSS") < 2 and self._table is None:
             return text
         cut: list[tuple[int, int]] = []
         from ..progress.lines import _step_epoch_total
@@ -161,12 +200,18 @@ class NamedLossReader:
         for start, end in candidate_lines(text):
             seg = text[start:end]
             if seg.count("oss") + seg.count("OSS") < 2:
+                if "poch" in seg or "POCH" in seg:
+                    header = parse_epoch_header(seg.rstrip(" :"))
+                    if header is not None:
+                        self._epoch = header[0]
                 continue
             line = clean_line(seg)
             found = named_losses(line)
             if not found:
                 continue
             step, epoch, total = _step_epoch_total(line)
+            if epoch is None and step is None and self._epoch is not None:
+                epoch = float(self._epoch)
             bar = "|" in line and ("it/s" in line or "s/it" in line)
             for kind, name, value in found:
                 self._add(kind, name, ProgressPoint(time=None, value=value, kind=kind, name=name,  # type: ignore[arg-type]
@@ -244,4 +289,4 @@ class NamedLossReader:
         self._emit_row()
 
 
-__all__ = ["NamedLossReader", "NamedSeries", "choose_primary", "granularity_of", "kind_of", "named_losses"]
+__all__ = ["EpochShape", "NamedLossReader", "series_granularity", "NamedSeries", "choose_primary", "granularity_of", "kind_of", "named_losses"]

@@ -61,13 +61,6 @@ def _column(name: str, kind: str, fmt: str, points: list[SeriesPoint], by_step: 
     }
 
 
-def _table_like(log: TrainLog, kind: str) -> bool:
-    """The kept primary series is per epoch (a column table's: every point has an epoch, no step)."""
-    points = log._kept[kind]
-    return bool(points) and all(p.step is None and p.epoch is not None for p in points) and \
-        len({p.epoch for p in points}) == len(points)
-
-
 def _summary_entry(name: str, kind: str, gran: str, s: LossSummary, *, primary: bool) -> dict[str, Any]:
     best = s.min
     return {
@@ -88,7 +81,7 @@ def series_figures(log: TrainLog) -> list[dict[str, Any]]:
             continue
         s = log.summary_of(kind)
         name = log.primary_names.get(kind) or (s.first.name if s.first is not None else "loss")
-        gran = "epoch" if log.format == "console" and kind in log._kept and _table_like(log, kind) else granularity(log.format, name)
+        gran = log.granularities.get((kind, name)) or granularity(log.format, name)
         out.append(_summary_entry(name, kind, gran, s, primary=True))
     for kind, name, gran, s in log.extra:
         out.append(_summary_entry(name, kind, gran, s, primary=False))

@@ -38,6 +38,7 @@ import math
 import re
 import tempfile
 from dataclasses import dataclass, field
+from itertools import compress
 from pathlib import Path
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -48,7 +49,7 @@ from ..progress.lines import MAX_LINE_CHARS
 from ..progress.batch import PointBatch, native
 from ..progress.metrics_file import number
 from ..records import ProgressPoint
-from .console_named import NamedLossReader, NamedSeries, choose_primary, granularity_of
+from .console_named import EpochShape, NamedLossReader, NamedSeries, choose_primary, granularity_of, series_granularity
 from .loss_stats import LossStream, LossSummary, summarize
 from .oom import OomEvent, match_oom
 from .textio import SNIFF_BYTES, detect_encoding, open_text, read_all
@@ -124,6 +125,8 @@ class TrainLog:
     extra: list[tuple[str, str, str, LossSummary]] = field(default_factory=list)
     #: kind -> the name of the primary series when the log has several of that kind.
     primary_names: dict[str, str] = field(default_factory=dict)
+    #: (kind, name) -> "batch" / "epoch" for a console log's series, where told from the data.
+    granularities: dict[tuple[str, str], str] = field(default_factory=dict)
     #: kind -> the primary series' points when they are kept here (not re-read from the file).
     _kept: dict[str, list[ProgressPoint]] = field(default_factory=dict)
     #: kind -> the one series name a re-read keeps of that kind.
@@ -582,6 +585,7 @@ def read_console(path: Path, *, loss_regex: str | None = None, streamed: bool = 
         return log
     streams = {kind: LossStream(max_plot=max_plot) for kind in ("train", "eval")}
     by_name: dict[tuple[str, str], LossStream] = {}
+    shapes: dict[tuple[str, str], EpochShape] = {}
     cuts: list[PointBatch] | None = []  # the eval points of each block, while small enough
     cut_bytes = 0
     for batch in iter_console_batches(path, loss_regex=loss_regex, oom=oom, summary=summary, counts=counts,
@@ -604,7 +608,14 @@ def read_console(path: Path, *, loss_regex: str | None = None, streamed: bool = 
                 one = by_name.get(key)
                 if one is None:
                     one = by_name[key] = LossStream(max_plot=max_plot)
-                one.add_batch(batch, None if len(batch.keys) == 1 else {i})
+                    shapes[key] = EpochShape()
+                whole = len(batch.keys) == 1
+                one.add_batch(batch, None if whole else {i})
+                shape = shapes[key]
+                if shape.ok:
+                    mask = None if whole else batch.mask_of({i})
+                    shape.add(batch.epochs if mask is None else compress(batch.epochs, mask),
+                              batch.steps if mask is None else compress(batch.steps, mask))
     kept: list[ProgressPoint] | None = None
     if cuts is not None and streams["eval"].count <= _EVAL_KEEP:
         kept = [p for cut in cuts for p in cut.points()]
@@ -620,17 +631,28 @@ def read_console(path: Path, *, loss_regex: str | None = None, streamed: bool = 
         long_lines=counts["long_lines"], grad_norms=grads,
     )
     _split_series(log, named, loss_name, {k: v for k, v in by_name.items() if k[0] == "train"},
-                  {k: v for k, v in by_name.items() if k[0] == "eval"})
+                  {k: v for k, v in by_name.items() if k[0] == "eval"}, shapes)
     return log
 
 
 def _split_series(log: TrainLog, named: NamedLossReader | None, loss_name: str | None,
                   train_names: dict[tuple[str, str], LossStream | None],
-                  eval_names: dict[tuple[str, str], LossStream | None]) -> None:
+                  eval_names: dict[tuple[str, str], LossStream | None],
+                  shapes: dict[tuple[str, str], EpochShape] | None = None) -> None:
     """Pick the primary train (and eval) series of a console log and move the others to
     :attr:`TrainLog.extra`. ``*_names``: the line parser's series of that kind in first-seen
     order, each with its own figures (None when the kind has one series: the kind's figures)."""
     found = named.series if named is not None else {}
+    if shapes is None:  # kept points: the shapes from them
+        shapes = {}
+        for p in log.train + log.eval:
+            shapes.setdefault((p.kind, p.name), EpochShape()).add(
+                (math.nan if p.epoch is None else p.epoch,), (p.step,))
+    for key, series in found.items():
+        log.granularities[key] = series.granularity if series.granularity == "epoch" else \
+            series_granularity(series.name, series.shape)
+    for key, shape in shapes.items():
+        log.granularities.setdefault(key, series_granularity(key[1], shape))
     for kind, parsed in (("train", train_names), ("eval", eval_names)):
         mine = [n for (k, n) in found if k == kind]
         names = [n for (_, n) in parsed] + [n for n in mine if (kind, n) not in parsed]
@@ -646,12 +668,12 @@ def _split_series(log: TrainLog, named: NamedLossReader | None, loss_name: str |
                 continue
             series = found.get((kind, n))
             if series is not None and (kind, n) not in parsed:
-                log.extra.append((kind, n, series.granularity, series.stream.summary()))
+                log.extra.append((kind, n, log.granularities[(kind, n)], series.stream.summary()))
             else:
                 stream = parsed.get((kind, n))
                 figures = stream.summary() if stream is not None else summarize(
                     [p for p in (log.train if kind == "train" else log.eval) if p.name == n])
-                log.extra.append((kind, n, granularity_of(n), figures))
+                log.extra.append((kind, n, log.granularities.get((kind, n), granularity_of(n)), figures))
         if (kind, primary) in parsed:
             if log.streams is None:
                 points = [p for p in (log.train if kind == "train" else log.eval) if p.name == primary]
