@@ -3,7 +3,9 @@
 ``costctl analyze`` runs this beside :class:`~costctl.progress.LineParser` on each block of a
 console log (:func:`~costctl.replay.train_log.iter_console_batches`). Two shapes:
 
-* **Several named losses on one line** (GANs: ``[D loss: 0.69] [G loss: 0.70]``,
+* **Named losses the line grammar cannot read** (a word joined to ``loss`` by ``_``:
+  ``train_loss_step=0.48``, ``kl_loss: 0.02``), alone or several on a line, and
+* **several named losses on one line** (GANs: ``[D loss: 0.69] [G loss: 0.70]``,
   ``Loss_D: 1.74  Loss_G: 5.12``, ``loss_D: 0.405, loss_G_fake: 0.300``; Lightning's bar
   ``loss=0.5, train_loss_step=0.48, train_loss_epoch=0.52``): a line holding two or more
   distinct *train-side* loss names (eval names -- ``val``/``eval``/``valid``... prefixes -- do
@@ -127,9 +129,24 @@ def named_losses(line: str) -> list[tuple[str, str, float]]:
         if kind is None or name in seen:
             continue
         seen[name] = (kind, name, float(m["value"]))
-    if sum(1 for k, _, _ in seen.values() if k == "train") < 2:
-        return []
-    return list(seen.values())
+    train = [n for k, n, _ in seen.values() if k == "train"]
+    if len(train) >= 2 or (train and _grammar_blind(train[0])):
+        return list(seen.values())
+    return []
+
+
+# The names the line grammar reads (costctl.progress.lines._LOSS_RE): "loss" with a known prefix.
+_GRAMMAR_NAME_RE = re.compile(
+    r"(?:(?:training|train|total|average|avg|mean|running|epoch|batch|validation|valid|val"
+    r"|evaluation|eval|dev|test|predict)[ _/.-]?)?loss", re.IGNORECASE)
+
+
+def _grammar_blind(name: str) -> bool:
+    """The line grammar cannot read a loss named ``name`` (``train_loss_step``, ``kl_loss``,
+    ``Loss_D``: a word joined to ``loss`` by ``_``), so a line whose one loss it is is read here."""
+    low = name.lower()
+    joined = "loss_" in low or (low.endswith("_loss") and low != "loss")
+    return joined and _GRAMMAR_NAME_RE.fullmatch(name) is None
 
 
 def choose_primary(names: list[str], wanted: str | None = None) -> str | None:
@@ -192,14 +209,15 @@ class NamedLossReader:
         ends kept) for the line parser."""
         if self._table is not None or "poch" in text or "POCH" in text:
             self._tables(text)
-        if text.count("oss") + text.count("OSS") < 2 and self._table is None:
+        if "oss" not in text and "OSS" not in text:
             return text
         cut: list[tuple[int, int]] = []
         from ..progress.lines import _step_epoch_total
 
         for start, end in candidate_lines(text):
             seg = text[start:end]
-            if seg.count("oss") + seg.count("OSS") < 2:
+            low = seg.lower()
+            if low.count("loss") < 2 and "loss_" not in low and "_loss" not in low:
                 if "poch" in seg or "POCH" in seg:
                     header = parse_epoch_header(seg.rstrip(" :"))
                     if header is not None:
