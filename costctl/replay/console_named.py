@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
-from ..progress.lines import candidate_lines, clean_line, parse_epoch_header
+from ..progress.lines import clean_line, parse_epoch_header
 from ..records import ProgressPoint
 from .loss_stats import LossStream
 
@@ -194,6 +194,48 @@ class NamedSeries:
         self.shape.add((math.nan if p.epoch is None else p.epoch,), (p.step,))
 
 
+# A line worth reading here holds a loss joined by "_" (train_loss_step, Loss_D, kl_loss) or two
+# "loss" words (D loss ... G loss); found by the regex engine over the whole block, on its
+# lower-case copy (an ASCII block: same positions) with case-sensitive patterns that start with
+# a literal, which the engine finds with its fast search (IGNORECASE would try every position).
+_HINT_LOW = (re.compile(r"_loss"), re.compile(r"loss(?:_|[^\r\n]*loss)"))
+_HINT_ANY = re.compile(r"loss_|_loss|loss[^\r\n]*?loss", re.IGNORECASE)
+
+
+def _hints(text: str) -> list[int]:
+    """Positions (in order, one or more per line) of the lines of ``text`` worth reading here."""
+    if text.isascii():
+        low = text.lower()
+        found = [m.start() for m in _HINT_LOW[0].finditer(low)]
+        found += [m.start() for m in _HINT_LOW[1].finditer(low)]
+        return sorted(found)
+    return [m.start() for m in _HINT_ANY.finditer(text)]
+# An epoch header line ("epoch 3:", "Epoch 3/10"): only where a named-loss line needs its epoch.
+_EPOCH_LINE_RE = re.compile(r"(?im)^[ \t]*epoch[ \t]*\d+[ \t]*(?:/[ \t]*\d+)?[ \t]*:?[ \t]*$")
+# A column-table header: "Epoch" then two or more column names, at the start of its line
+# (the regex starts with the literal, found fast; the line start is checked per match).
+_TABLE_HEADER_RE = re.compile(r"Epoch[ \t]+[A-Za-z_]\S*[ \t]+[A-Za-z_/]\S*")
+
+
+def _has_table_header(text: str) -> bool:
+    for m in _TABLE_HEADER_RE.finditer(text):
+        start, _ = _line_bounds(text, m.start(), m.start())
+        if not text[start:m.start()].strip(" \t"):
+            return True
+    return False
+
+
+def _line_bounds(text: str, start: int, end: int) -> tuple[int, int]:
+    """``(start, end)`` of the line holding ``text[start:end]`` (``\n``/``\r`` end a line)."""
+    nl = text.rfind("\n", 0, start)
+    cr = text.rfind("\r", nl + 1, start)
+    first = max(nl, cr) + 1
+    nl = text.find("\n", end)
+    stop = len(text) if nl < 0 else nl
+    cr = text.find("\r", end, stop)
+    return first, (cr if cr >= 0 else stop)
+
+
 class NamedLossReader:
     """Reads the module's shapes from a console log's blocks (:meth:`take`), in order."""
 
@@ -207,22 +249,28 @@ class NamedLossReader:
     def take(self, text: str) -> str:
         """Read complete lines ``text``; return it with the multi-loss lines emptied (their line
         ends kept) for the line parser."""
-        if self._table is not None or "poch" in text or "POCH" in text:
+        if self._table is not None or _has_table_header(text):
             self._tables(text)
         if "oss" not in text and "OSS" not in text:
             return text
         cut: list[tuple[int, int]] = []
         from ..progress.lines import _step_epoch_total
 
-        for start, end in candidate_lines(text):
-            seg = text[start:end]
-            low = seg.lower()
-            if low.count("loss") < 2 and "loss_" not in low and "_loss" not in low:
-                if "poch" in seg or "POCH" in seg:
-                    header = parse_epoch_header(seg.rstrip(" :"))
-                    if header is not None:
-                        self._epoch = header[0]
+        hits = _hints(text)
+        headers = [m.start() for m in _EPOCH_LINE_RE.finditer(text)] if hits and self._epoch_context(text) else []
+        h = 0
+        done = -1
+        for hit in hits:
+            start, end = _line_bounds(text, hit, hit)
+            if start == done:
                 continue
+            done = start
+            while h < len(headers) and headers[h] < start:  # epoch headers above this line
+                header = parse_epoch_header(text[headers[h]:_line_bounds(text, headers[h], headers[h])[1]].strip().rstrip(":"))
+                if header is not None:
+                    self._epoch = header[0]
+                h += 1
+            seg = text[start:end]
             line = clean_line(seg)
             found = named_losses(line)
             if not found:
@@ -243,6 +291,10 @@ class NamedLossReader:
             pos = end
         pieces.append(text[pos:])
         return "".join(pieces)
+
+    @staticmethod
+    def _epoch_context(text: str) -> bool:
+        return "poch" in text or "POCH" in text
 
     def _add(self, kind: str, name: str, p: ProgressPoint, *, redraw: bool) -> None:
         s = self.series.get((kind, name))

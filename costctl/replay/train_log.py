@@ -62,6 +62,12 @@ GradNormRecord = tuple[float, "float | None", "int | None", "float | None"]
 GRAD_NORM_KEYS = ("grad_norm", "train/grad_norm", "grad norm", "gradient_norm")
 # A logged gradient norm on a console line: HF dicts ('grad_norm': 1.2 / '1.2'), Megatron
 # ("| grad norm: nan |"), "grad_norm=..." postfixes. Run only over blocks holding the literal.
+# The same on an ASCII block's lower-case copy, case-sensitive: starts with a literal the regex
+# engine finds fast (the word boundary before it is checked per match).
+_GRAD_NORM_LOW_RE = re.compile(
+    r"""grad[_ ]norm['"]?\s*[:=]\s*['"]?(?:tensor\(\s*)?"""
+    r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?))(?![a-z0-9_])"
+)
 _GRAD_NORM_RE = re.compile(
     r"""(?<![A-Za-z0-9_])grad[_ ]norm['"]?\s*[:=]\s*['"]?(?:tensor\(\s*)?"""
     r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z0-9_])",
@@ -362,6 +368,18 @@ def _metrics_grad_norms(series: dict[str, list[SeriesPoint]], train: list[Progre
     return out
 
 
+def _line_bounds(text: str, start: int, end: int) -> tuple[int, int]:
+    """``(start, end)`` of the line of ``text`` holding ``text[start:end]`` (``\n``/``\r``
+    end a line); each search stops at the nearer ``\n``, so the cost is the line's length."""
+    nl = text.rfind("\n", 0, start)
+    cr = text.rfind("\r", nl + 1, start)
+    first = max(nl, cr) + 1
+    nl = text.find("\n", end)
+    stop = len(text) if nl < 0 else nl
+    cr = text.find("\r", end, stop)
+    return first, (cr if cr >= 0 else stop)
+
+
 def console_grad_norms(text: str, out: list[GradNormRecord]) -> None:
     """Append the gradient norms logged on the complete lines ``text`` to ``out``, each with
     the loss, step and epoch :func:`~costctl.progress.parse_line` reads on its line.
@@ -374,13 +392,16 @@ def console_grad_norms(text: str, out: list[GradNormRecord]) -> None:
     from ..progress import parse_line
 
     done_line = -1
-    for m in _GRAD_NORM_RE.finditer(text):
-        start = max(text.rfind("\n", 0, m.start()), text.rfind("\r", 0, m.start())) + 1
+    ascii_text = text.isascii()
+    low = text.lower() if ascii_text else text
+    for m in (_GRAD_NORM_LOW_RE if ascii_text else _GRAD_NORM_RE).finditer(low):
+        if m.start() and (low[m.start() - 1].isalnum() or low[m.start() - 1] == "_"):
+            continue  # "xgrad_norm": not the key
+        start, end = _line_bounds(text, m.start(), m.end())
         if start == done_line:
             continue  # one gradient norm per line (the first)
         done_line = start
-        ends = [e for e in (text.find("\n", m.end()), text.find("\r", m.end())) if e >= 0]
-        line = text[start:min(ends) if ends else len(text)]
+        line = text[start:end]
         value = float(m.group(1))
         train = [p for p in parse_line(line) if p.kind == "train"]
         p = train[0] if train else None
