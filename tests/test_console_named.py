@@ -80,3 +80,18 @@ def test_lightning_bar_named_losses_redraws_counted_once(tmp_path: Path) -> None
     f = _figures(log)
     assert f[("train", "train_loss_step")] == (4, 0.9, 0.6, 0.6)
     assert f[("train", "train_loss_epoch")][0] == 1  # shown on every refresh of epoch 1: one value
+
+
+@pytest.mark.parametrize("extra", ["", "época ✓\n"])  # an ASCII block, and one that is not
+def test_gan_named_losses_each_own_series_and_dcgan_loss_d(tmp_path: Path, extra: str) -> None:
+    text = extra + "".join(f"[{i}/5][0/1583]\tLoss_D: {1.7 - 0.1 * i:.4f}\tLoss_G: {5.1 - 0.5 * i:.4f}\t"
+                           f"D(x): 0.55\tD(G(z)): 0.57 / 0.01\n" for i in range(5))
+    log_file = tmp_path / "dcgan.log"
+    log_file.write_text(text, encoding="utf-8")
+    log = read_console(log_file, streamed=True)
+    f = _figures(log)
+    assert log.primary_names["train"] == "Loss_D"
+    assert f[("train", "Loss_D")] == (5, 1.7, 1.3, 1.3)
+    assert f[("train", "Loss_G")] == (5, 5.1, 3.1, 3.1)
+    assert len(list(log.iter_batches(kinds=("train",)))) >= 1
+    assert [p.value for p in log.iter_points()] == [1.7, 1.6, 1.5, 1.4, 1.3]
