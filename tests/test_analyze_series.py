@@ -85,3 +85,31 @@ def test_transformers5_string_dicts_train_and_eval_apart(tmp_path: Path, capsys)
     assert (train["count"], train["first"], train["last"], train["min"]) == (3, 0.695, 0.6011, 0.5123)
     assert train["argmin"]["epoch"] == 0.2
     assert (ev["count"], ev["first"]) == (1, 0.6)
+
+
+def test_llamafactory_trainer_log_null_loss_skipped_and_current_steps_is_the_step(tmp_path: Path, capsys) -> None:
+    log = tmp_path / "trainer_log.jsonl"
+    rows = [
+        {"current_steps": 10, "total_steps": 30, "loss": 1.2345, "lr": 4.9e-05, "epoch": 0.33},
+        {"current_steps": 20, "total_steps": 30, "loss": 1.1, "lr": 4.5e-05, "epoch": 0.67},
+        {"current_steps": 20, "total_steps": 30, "eval_loss": 1.3, "epoch": 0.67},
+        {"current_steps": 30, "total_steps": 30, "loss": None, "eval_loss": 1.25, "epoch": 1.0},
+        {"current_steps": 30, "total_steps": 30, "loss": 1.05, "lr": 1e-05, "epoch": 1.0},
+    ]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    by = series_of(capsys, log)
+    train, ev = by[("loss", "train", "batch")], by[("eval_loss", "eval", "batch")]
+    assert (train["count"], train["first"], train["last"], train["min"], train["argmin"]["step"]) == (3, 1.2345, 1.05, 1.05, 30)
+    assert (ev["count"], ev["first"], ev["last"]) == (2, 1.3, 1.25)
+
+
+def test_loss_option_on_a_metrics_file_picks_the_column(capsys) -> None:
+    path = corpus_file("lightning_metrics_resumed_run.csv")
+    code = main(["analyze", "--train-log", str(path), "--loss", "train_loss_epoch", "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    primary = [s for s in json.loads(out)["train_log"]["series"] if s["primary"] and s["kind"] == "train"]
+    assert [(s["name"], s["count"], s["first"]) for s in primary] == [("train_loss_epoch", 4, pytest.approx(3.6696, abs=5e-5))]
+    code = main(["analyze", "--train-log", str(path), "--loss", "nope"])
+    _, err = capsys.readouterr()
+    assert code != 0 and "--loss 'nope'" in err and "train_loss_step" in err
