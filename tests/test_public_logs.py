@@ -72,3 +72,30 @@ def test_loss_option_picks_the_primary_and_names_the_choices(capsys) -> None:
     code = main(["analyze", "--train-log", str(LOGS / "advgan_named_losses_resnet56.log"), "--loss", "loss_X"])
     _, err = capsys.readouterr()
     assert code != 0 and "--loss 'loss_X'" in err and "'loss_D'" in err and "Traceback" not in err
+
+
+def _grad_decisions(d: dict) -> list[dict]:
+    return [x for x in d["decisions"] if x["key"].startswith("divergence:grad_norm")]
+
+
+def test_real_loss_zero_with_nan_grad_norms_is_divergence_not_a_silent_best_0(capsys) -> None:
+    d = _analyze(capsys, "hf_loss_zero_grad_norm_nan_pink_issue6.log")
+    s = _series(d)["loss"]
+    assert (s["count"], s["first"], s["last"], s["min"]) == (13, 0.0, 0.0, 0.0)
+    [g] = _grad_decisions(d)
+    assert g["policy"] == "divergence" and g["action"] == "advise" and g["evidence"]["streak"] == 3
+    assert any("best is 0" in n and "13 grad_norm" in n for n in d["notes"])
+    d = _analyze(capsys, "hf_grad_norm_nan_then_loss_zero_modernbert_issue233.log")
+    s = _series(d)["loss"]
+    assert (s["count"], s["first"], s["last"], s["min"]) == (3, 0.2051, 0.0, 0.0)
+    [g] = _grad_decisions(d)
+    assert g["at"] == "epoch 0.53"
+
+
+def test_real_isolated_nan_grad_norm_under_mixed_precision_is_not_divergence(capsys) -> None:
+    d = _analyze(capsys, "mmocr_isolated_grad_norm_nan_issue32.log")
+    by = _series(d)
+    assert (by["loss"]["count"], by["loss"]["first"], by["loss"]["last"], by["loss"]["primary"]) == (2, 1.9091, 0.9186, True)
+    assert (by["loss_ce"]["first"], by["vertical_bbox_loss"]["last"]) == (1.2757, 0.1055)
+    assert _grad_decisions(d) == [] and [x for x in d["decisions"] if x["policy"] == "divergence"] == []
+    assert any("1 isolated non-finite grad_norm" in n for n in d["notes"])

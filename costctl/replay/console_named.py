@@ -45,7 +45,7 @@ from .loss_stats import LossStream
 _NUMBER = r"(?>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z0-9_])"
 # A named loss: "D loss", "Loss_D", "loss_G_fake", "d_loss", "train_loss_step" then its value.
 _NAMED_RE = re.compile(
-    r"(?<![A-Za-z0-9_])(?P<name>(?:[A-Za-z][A-Za-z0-9]{0,15}[ _])?loss(?:_[A-Za-z0-9]+){0,3})"
+    r"(?<![A-Za-z0-9_])(?P<name>(?:[A-Za-z][A-Za-z0-9]{0,15}(?:_[A-Za-z0-9]{1,15}){0,3}[ _])?loss(?:_[A-Za-z0-9]+){0,3})"
     rf"(?![A-Za-z0-9_(])\s*(?:[:=]\s*|\s+)(?:tensor\(\s*)?(?P<value>{_NUMBER})",
     re.IGNORECASE,
 )
