@@ -99,3 +99,10 @@ def test_real_isolated_nan_grad_norm_under_mixed_precision_is_not_divergence(cap
     assert (by["loss_ce"]["first"], by["vertical_bbox_loss"]["last"]) == (1.2757, 0.1055)
     assert _grad_decisions(d) == [] and [x for x in d["decisions"] if x["policy"] == "divergence"] == []
     assert any("1 isolated non-finite grad_norm" in n for n in d["notes"])
+
+
+def test_real_megatron_nan_grad_norms_without_a_loss_are_divergence(capsys) -> None:
+    d = _analyze(capsys, "megatron_grad_norm_nan_issue396.log")
+    assert d["train_log"]["train_points"] == 0
+    [g] = _grad_decisions(d)
+    assert g["at"] == "step 5428" and g["evidence"]["metric"] == "grad_norm"

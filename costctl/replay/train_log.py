@@ -390,6 +390,7 @@ def console_grad_norms(text: str, out: list[GradNormRecord]) -> None:
     if not any(w in text for w in ("rad_norm", "rad norm", "RAD_NORM", "RAD NORM")):
         return
     from ..progress import parse_line
+    from ..progress.lines import _step_epoch_total, clean_line
 
     done_line = -1
     ascii_text = text.isascii()
@@ -404,8 +405,11 @@ def console_grad_norms(text: str, out: list[GradNormRecord]) -> None:
         line = text[start:end]
         value = float(m.group(1))
         train = [p for p in parse_line(line) if p.kind == "train"]
-        p = train[0] if train else None
-        out.append((value, p.value if p else None, p.step if p else None, p.epoch if p else None))
+        if train:
+            out.append((value, train[0].value, train[0].step, train[0].epoch))
+        else:  # no loss on the line (Megatron prints none for a skipped iteration): where it is
+            step, epoch, _ = _step_epoch_total(clean_line(line))
+            out.append((value, None, step, epoch))
 
 
 def _read_points(path: Path, text: str, loss_key: str | None, eval_key: str | None) -> list[ProgressPoint]:
