@@ -249,6 +249,7 @@ class Watcher:
         self._metrics: MetricsFileFollower | None = None
         self._auto_metrics: Path | None = None
         self._auto_seen = False  # the output thread saw the job's metrics file
+        self._auto_checked = float("-inf")  # when it last looked (monotonic seconds)
         self._parsers: dict[str, LineParser] = {}
         self._pump: ParsePump | None = None  # parses the job's output off the output thread
         self._oom_ctx: dict[str, str] = {}  # the end of each stream's previous chunk (OOM scan)
@@ -698,8 +699,14 @@ class Watcher:
         the parser thread (:class:`~.pump.ParsePump`), whose batches of points the tick drains."""
         if self._metrics is None and self._pump is not None:
             auto = self._auto_metrics
-            if auto is not None and not self._auto_seen and auto.exists():
-                self._auto_seen = True  # the job writes its metrics file: output from here on is not progress
+            if auto is not None and not self._auto_seen:
+                # one stat per 0.1 s of output at most (a job that never writes the file pays
+                # nothing per line); the HF callback creates it in on_train_begin, long before
+                # its first logged loss
+                mono = time.monotonic()
+                if mono - self._auto_checked >= 0.1:
+                    self._auto_checked = mono
+                    self._auto_seen = auto.exists()  # from here on the output is not progress
             if not self._auto_seen:
                 self._pump.put_range(stream, offset, length)
 
