@@ -25,6 +25,11 @@ Import this from a training script (it imports nothing heavy: only ``os``, ``sig
 * ``COSTCTL_BATCH_SIZE`` / ``COSTCTL_ACCUM_STEPS`` - set by ``--on-oom retry`` after a CUDA
   out-of-memory crash: the per-device (micro-)batch size halved and gradient-accumulation
   steps doubled, so the effective batch ``batch_size * accum_steps`` stays the same.
+* ``COSTCTL_METRICS_FILE`` - a file path where the job may append its logged metrics as JSON
+  lines at full precision (:func:`log_metrics`; the Hugging Face callback does it in
+  ``on_log``). Once the file exists, costctl reads the progress from it instead of from the
+  job's output (which stays the fallback: printed values may be rounded, transformers 5
+  prints four significant digits).
 
 Only where the user configures a signal does costctl also send one (to the worker processes,
 never to a torchrun agent); :func:`request_checkpoint_on_signal` turns such a signal into a
@@ -57,6 +62,7 @@ __all__ = [
     "ENV_ACCUM_STEPS",
     "ENV_BATCH_SIZE",
     "ENV_CHECKPOINT_REQUEST",
+    "ENV_METRICS_FILE",
     "ENV_RESUME_FROM",
     "ACK_SUFFIX",
     "accum_steps",
@@ -65,6 +71,8 @@ __all__ = [
     "batch_size",
     "checkpoint_request_path",
     "checkpoint_requested",
+    "log_metrics",
+    "metrics_file_path",
     "request_checkpoint_on_signal",
     "resume_path",
 ]
@@ -73,6 +81,7 @@ ENV_CHECKPOINT_REQUEST = "COSTCTL_CHECKPOINT_REQUEST"
 ENV_RESUME_FROM = "COSTCTL_RESUME_FROM"
 ENV_BATCH_SIZE = "COSTCTL_BATCH_SIZE"
 ENV_ACCUM_STEPS = "COSTCTL_ACCUM_STEPS"
+ENV_METRICS_FILE = "COSTCTL_METRICS_FILE"
 #: The acknowledgement record is the request file's name plus this.
 ACK_SUFFIX = ".ack.json"
 
@@ -177,6 +186,45 @@ def acknowledge_checkpoint(
     except FileNotFoundError:
         pass
     return out
+
+
+def metrics_file_path() -> Path | None:
+    """Where to append logged metrics (``$COSTCTL_METRICS_FILE``), or None when unset/empty."""
+    value = os.environ.get(ENV_METRICS_FILE, "").strip()
+    return Path(value) if value else None
+
+
+def log_metrics(metrics: dict, *, step: int | None = None, epoch: float | None = None,
+                path: Path | None = None) -> bool:
+    """Append one JSON line of ``metrics`` (with ``step``/``epoch`` when given) to the metrics
+    file (``path``, default :func:`metrics_file_path`); floats at full precision, NaN/inf as
+    JSON's ``NaN``/``Infinity`` (which costctl reads). Values that are not numbers, strings or
+    booleans are left out. Returns False (writing nothing) when there is no metrics file.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    import json
+
+    target = path if path is not None else metrics_file_path()
+    if target is None:
+        return False
+    record: dict = {}
+    if step is not None:
+        record["step"] = step
+    if epoch is not None:
+        record["epoch"] = epoch
+    for key, value in metrics.items():
+        if isinstance(value, (bool, int, float, str)):
+            record[str(key)] = value
+        elif hasattr(value, "item"):  # a 0-d tensor / numpy scalar
+            try:
+                record[str(key)] = float(value.item())
+            except (TypeError, ValueError):
+                continue
+    with open(target, "a", encoding="utf-8") as fh:  # one write per record: a line appears whole
+        fh.write(json.dumps(record) + "\n")
+    return True
 
 
 def resume_path() -> str | None:

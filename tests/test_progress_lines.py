@@ -35,6 +35,15 @@ def _facts(points):
         ("{'eval_loss': 0.6597685217857361, 'eval_rouge-1': 46.5406, 'eval_runtime': 2725.7664, 'epoch': 1.0}",
          [("eval", "eval_loss", 0.6597685217857361, None, 1.0, None)]),
         ('{"loss": 0.25, "step": 120, "epoch": 2}', [("train", "loss", 0.25, 120, 2.0, None)]),
+        # transformers 5.x: values printed as strings (f"{v:.4g}")
+        ("{'loss': '0.695', 'grad_norm': '1.21', 'learning_rate': '4.9e-05', 'epoch': '0.1'}",
+         [("train", "loss", 0.695, None, 0.1, None)]),
+        ("{'eval_loss': '0.6598', 'eval_runtime': '2726', 'epoch': '1'}", [("eval", "eval_loss", 0.6598, None, 1.0, None)]),
+        ("{'loss': 'inf', 'grad_norm': 'nan', 'epoch': '0.2', 'step': '40'}",
+         [("train", "loss", math.inf, 40, 0.2, None)]),
+        # a quote opened and not closed (or closed by the other quote): no value
+        ("{'loss': '0.695, 'epoch': '0.1'}", []),
+        ("{'loss': \"0.695', 'epoch': 0.1}", []),
         # a stale tqdm bar in front of the dict (SLURM log): its count is not the dict's step
         (" 21%|██        | 100/471 [00:36<02:13,  2.79it/s]{'loss': 0.6879, 'grad_norm': 3.1, 'epoch': 0.06}",
          [("train", "loss", 0.6879, None, 0.06, None)]),

@@ -77,6 +77,7 @@ def analyze(
     min_stretch: Annotated[str, typer.Option("--min-stretch", help="List idle stretches at least this long.")] = "5m",
     gpu_log_columns: Annotated[str | None, typer.Option("--gpu-log-columns", help="--query-gpu fields in order, for a headerless nvidia-smi CSV without units.")] = None,
     loss_regex: Annotated[str | None, typer.Option("--loss-regex", help="Regex with a (?P<loss>...) group for an unusual console log.")] = None,
+    loss: Annotated[str | None, typer.Option("--loss", help="Which train loss series the policies watch when the log has several (e.g. 'G loss', 'train_loss_epoch'); default: a 'total' one, else the plain per-batch loss, else the first.")] = None,
     sky_idle_minutes: Annotated[float, typer.Option("--sky-idle-minutes", help="sky autostop -i MINUTES for --compare.")] = 5.0,
 ) -> None:
     """Replay the configured policies over recorded logs and show what they would have saved.
@@ -131,7 +132,8 @@ def analyze(
             pre_replay = LossReplay(settings)
         except Exception:  # noqa: BLE001 - the replay after the read raises it, where it always did
             pre_replay = None
-    tlog = (read_train_log(train_log, loss_regex=loss_regex, streamed=True, replay=pre_replay)
+    tlog = (read_train_log(train_log, loss_regex=loss_regex, streamed=True, replay=pre_replay,
+                           loss_name=loss)
             if train_log is not None else None)
     progress, placement = (None, None)
     if tlog is not None:

@@ -20,6 +20,13 @@ transformers calls it after ``Trainer._save_checkpoint`` returned, which writes
 the step, and the save's start and end. The start is the oldest file time in that directory
 (its first file written), not earlier than the step at which the save was asked for; the end
 is the moment ``on_save`` runs. ``transformers`` is imported only when the class is first used.
+
+Full-precision progress: transformers 5 prints its log dicts with four significant digits
+(``'loss': '0.695'``), coarser than ``ReduceLROnPlateau``'s default threshold. When costctl
+runs the job (``$COSTCTL_METRICS_FILE`` set), the callback creates that file in
+``on_train_begin`` and appends each ``on_log`` dict to it as a JSON line with the exact floats,
+``step`` (``state.global_step``) and ``epoch``, on the main process only; costctl then reads
+the progress from the file, and from the printed lines only when there is no such file.
 """
 
 from __future__ import annotations
@@ -77,6 +84,18 @@ def _build() -> type:
                 if not self.requested:
                     self.requested_wall = time.time()
                 self.requested = True
+            return control
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            path = job.metrics_file_path()
+            if path is not None and getattr(state, "is_world_process_zero", True):
+                path.touch()  # from now on costctl reads the progress from the file
+            return control
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> Any:
+            if logs and getattr(state, "is_world_process_zero", True):
+                job.log_metrics(dict(logs), step=getattr(state, "global_step", None),
+                                epoch=getattr(state, "epoch", None))
             return control
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:

@@ -5,6 +5,10 @@ non-finite values of one kind is one *streak*; each streak gives one decision, k
 ``divergence:<kind>:<n>`` with ``n`` the 0-based index (among that kind's points) of the
 streak's first non-finite value. A finite value ends the streak, so a later NaN is reported
 again. (Lightning's ``EarlyStopping(check_finite=True)`` stops on the first non-finite value.)
+
+Non-finite *gradient norms* follow :mod:`costctl.policies.grad_norm` (divergence only when
+they persist ``grad_norm_streak`` logged values in a row, or come with a non-finite loss);
+``costctl analyze`` applies it to the gradient norms a training log records.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from ..config_types import Action
 from ..progress.batch import native
 from ..records import Decision, ProgressPoint
 from .base import Policy, PolicyConfig, PolicyContext, iso, register
+from .grad_norm import DEFAULT_STREAK
 from .history import History, finite_or_text
 
 
@@ -28,6 +33,11 @@ class DivergenceConfig(PolicyConfig):
     """``[policies.divergence]``: a NaN or infinite loss."""
 
     action: Action = Field(default="advise", description="what to do when the loss turns NaN/inf: advise | stop")
+    grad_norm_streak: int = Field(
+        default=DEFAULT_STREAK, ge=1,
+        description="logged non-finite grad norms in a row that are divergence (an isolated one is an fp16 "
+                    "loss-scaling skip); one with a non-finite loss on the same log always is",
+    )
 
 
 @register

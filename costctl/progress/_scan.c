@@ -790,7 +790,13 @@ static int gen_dict(const char *c, const char *low, size_t n, gpoint_t *pts, int
         v++;
         while (v < n && is_ws(c[v]))
             v++;
-        end = gen_value(c, low, n, v, &vs);
+        /* (?P<q>['"]?)value(?P=q): a quoted value (transformers 5 prints '0.695') needs the
+         * same quote after it; with none there, no item (an empty q cannot start at a quote) */
+        char quote = v < n && (c[v] == '\'' || c[v] == '"') ? c[v] : 0;
+        size_t ve = gen_value(c, low, n, quote ? v + 1 : v, &vs);
+        end = ve;
+        if (ve != 0 && quote)
+            end = ve < n && c[ve] == quote ? ve + 1 : 0;
         if (end == 0) {
             i = j;
             continue;
@@ -803,7 +809,7 @@ static int gen_dict(const char *c, const char *low, size_t n, gpoint_t *pts, int
         for (k = 0; k < K_COUNT; k++) {
             if (!seen[k] && dict_keys[k][0] == key[0] && strlen(dict_keys[k]) == klen && memcmp(dict_keys[k], key, klen) == 0) {
                 int ok;
-                val[k] = gen_number_value(c, low, vs, end, &ok);
+                val[k] = gen_number_value(c, low, vs, ve, &ok);
                 if (!ok)
                     return GEN_HAND;
                 seen[k] = 1;

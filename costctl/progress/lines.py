@@ -147,8 +147,11 @@ _EPOCH_HEADER_RE = re.compile(
 )
 # tqdm: "{l_bar}{bar}| {n}/{total} [{elapsed}<{remaining}, {rate}{postfix}]".
 _TQDM_RE = re.compile(r"\|\s*(?P<n>\d+)/(?P<total>\d+)\s*\[[\d?]")
-# A Python-repr or JSON dict entry: 'key': value.
-_DICT_ITEM_RE = re.compile(rf"""['"](?P<key>[^'"]{{1,80}})['"]\s*:\s*{_VALUE}""", re.IGNORECASE)
+# A Python-repr or JSON dict entry: 'key': value, the value bare or quoted ('key': '0.695':
+# transformers 5 prints its log dicts' values as strings, f"{v:.4g}").
+_DICT_ITEM_RE = re.compile(
+    rf"""['"](?P<key>[^'"]{{1,80}})['"]\s*:\s*(?P<q>['"]?){_VALUE}(?P=q)""", re.IGNORECASE
+)
 # Hugging Face Trainer.log_metrics block: "  train_loss               =      0.4479".
 _HF_METRICS_BLOCK_RE = re.compile(
     r" {2}(?:train|eval|test|predict)_\w+\s* = \s*\S+\s*", re.IGNORECASE

@@ -44,7 +44,8 @@ EVAL_KEYS: tuple[str, ...] = (
     "val_loss", "eval_loss", "validation_loss", "valid_loss", "val/loss", "eval/loss",
     "val_loss_epoch", "val_loss_step",
 )
-STEP_KEYS: tuple[str, ...] = ("step", "global_step", "iteration", "iter", "trainer/global_step")
+#: Step keys in order of preference (``current_steps``: LLaMA-Factory's ``trainer_log.jsonl``).
+STEP_KEYS: tuple[str, ...] = ("step", "global_step", "iteration", "iter", "trainer/global_step", "current_steps")
 EPOCH_KEYS: tuple[str, ...] = ("epoch",)
 
 # A summary entry (HF's final {'train_runtime':..., 'train_loss':...}) is not progress.
@@ -297,10 +298,11 @@ def _detect(head: bytes, *, final: bool) -> str | None:
         return None  # the first line is still being written
     if stripped.startswith("{"):
         try:
-            json.loads(stripped.split("\n", 1)[0])
-            return "jsonl"
+            first = json.loads(stripped.split("\n", 1)[0])
         except ValueError:
             return "document"
+        # a trainer_state.json written on one line (json.dumps without indent) is a document
+        return "document" if isinstance(first, dict) and isinstance(first.get("log_history"), list) else "jsonl"
     return "csv"
 
 

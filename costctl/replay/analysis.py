@@ -39,12 +39,13 @@ from ..records import Decision, ProgressPoint, TelemetrySample
 #: bound on each GPU's plot series (points).
 PLOT_POINTS = 4096
 from .engine import ReplayRun, replay_loss, replay_timeline
-from .gpu_log import GpuLog, LogScan
+from .gpu_log import RELATIVE_EPOCH, GpuLog, LogScan
 from .oracle import OracleStop, oracle_stop
 from .peers import DSTACK_SETTINGS, SKYPILOT_DEFAULT_IDLE_MINUTES, PeerResult
 from .stats import GpuStats
 from .streaming import DstackStream, PlotSeries, SkypilotStream, StretchStream
 from .stretches import Stretch
+from .series_figures import series_figures
 from .train_log import TrainLog
 
 
@@ -298,6 +299,7 @@ def analyze(
             loss_run = replay_loss(settings, train_log.iter_batches())
         notes.append("the training log has no wall times: its loss analysis stands on its own axis "
                      "(give --start-time and --step-rate to place it on the GPU log's time axis)")
+        loss_run.decisions.extend(_grad_norm_decisions(settings, train_log, notes))
 
     work = [t for t in (last_busy[0], progress_times[-1] if progress_times else None) if t is not None]
     last_work = max(work) if work else None
@@ -366,6 +368,34 @@ def _m(value: Money | None) -> dict[str, str] | None:
     return {"amount": str(value.rounded(2)), "exact": str(value.amount), "currency": value.currency} if value else None
 
 
+def _grad_norm_decisions(settings: Settings, train_log: TrainLog, notes: list[str]) -> list[Decision]:
+    """:class:`~costctl.policies.grad_norm.GradNormStreak` over the log's gradient norms (the
+    ``[policies.divergence]`` action and ``grad_norm_streak``); a note on isolated ones, and on
+    a train loss whose best is 0 while the gradient norms were non-finite (a filtered loss,
+    not a converged run)."""
+    from ..policies.grad_norm import GradNormStreak
+
+    if not train_log.grad_norms:
+        return []
+    conf = settings.policies.divergence
+    rule = GradNormStreak(streak=conf.grad_norm_streak, action=conf.action)
+    now = RELATIVE_EPOCH
+    found = []
+    for value, loss, step, epoch in train_log.grad_norms:
+        d = rule.add(value, now, loss=loss, step=step, epoch=epoch)
+        if d is not None:
+            found.append(d)
+    rule.finish()
+    if rule.isolated:
+        notes.append(f"{rule.isolated} isolated non-finite grad_norm value(s) (fp16 loss scaling skips such "
+                     "steps): not divergence")
+    best = train_log.summary_of("train").min if train_log.count("train") else None
+    if rule.nonfinite and best is not None and best.value == 0.0:
+        notes.append(f"train loss best is 0 while {rule.nonfinite} grad_norm value(s) were non-finite: the "
+                     "loss looks filtered or zeroed, not converged")
+    return found
+
+
 def to_dict(a: Analysis) -> dict[str, Any]:
     """The analysis as JSON-ready data (times ISO 8601 with ``Z``, money as decimal strings)."""
 
@@ -411,6 +441,7 @@ def to_dict(a: Analysis) -> dict[str, Any]:
             "placed_on_time_axis": a.progress_placement,
             "oom_errors": len(a.train_log.oom),
             "long_lines_skipped": a.train_log.long_lines,
+            "series": series_figures(a.train_log),
         },
         "sample_interval_s": a.sample_interval.total_seconds(),
         "signals_used": a.signals_used,

@@ -96,7 +96,7 @@ def open_gpu_log(
 
 
 def read_train_log(path: Path, *, loss_regex: str | None = None, streamed: bool = False,
-                   replay: Any = None) -> TrainLog:
+                   replay: Any = None, loss_name: str | None = None) -> TrainLog:
     """Read a recorded training file or console log (format from content).
 
     Args:
@@ -105,13 +105,17 @@ def read_train_log(path: Path, *, loss_regex: str | None = None, streamed: bool 
             :func:`costctl.progress.compile_loss_regex`); forces the console reader.
         streamed: a console log keeps no point list (bounded memory, see
             :func:`~costctl.replay.train_log.read_console`); metrics files are read whole.
+        loss_name: ``--loss NAME``: the train loss series (console) or column/key (metrics
+            file) the policies watch.
 
     Raises:
-        UsageError: unreadable file, a GPU log given as a training log, or an invalid regex.
+        UsageError: unreadable file, a GPU log given as a training log, an invalid regex, or a
+            ``loss_name`` the log does not have.
     """
     fmt = "console" if loss_regex else detect_file(path)
     if fmt in GPU_FORMATS:
         raise UsageError(f"{path}: looks like a GPU log ({fmt}), not a training log; pass it with --gpu-log")
     if fmt == "console":
-        return read_console(path, loss_regex=loss_regex, streamed=streamed, replay=replay if streamed else None)
-    return read_metrics(path, fmt)
+        return read_console(path, loss_regex=loss_regex, streamed=streamed, replay=replay if streamed else None,
+                            loss_name=loss_name)
+    return read_metrics(path, fmt, loss_name=loss_name)

@@ -103,13 +103,19 @@ def _train_section(a: Analysis, console: Console) -> None:
         s = log.summary_of(kind)
         if s.min is None or s.first is None or s.last is None:
             continue
-        line = (f"  {kind}: first {s.first.value:g}, last {s.last.value:g}, "
+        named = f" '{log.primary_names[kind]}' (primary)" if kind in log.primary_names else ""
+        line = (f"  {kind}{named}: first {s.first.value:g}, last {s.last.value:g}, "
                 f"min {s.min.value:g} at {log.x_axis} {_f(log.x(s.min), 'g')}")
         if s.last_improvement is not None:
             line += f", last >2 % improvement at {log.x_axis} {_f(log.x(s.last_improvement), 'g')}"
         if s.nonfinite:
             line += f", {s.nonfinite} NaN/inf from {log.x_axis} {_f(log.x(s.first_nonfinite), 'g')}"  # type: ignore[arg-type]
         console.print(line)
+    for kind, name, gran, s in log.extra:  # the other series, kept apart (not watched by the policies)
+        if s.min is None or s.first is None or s.last is None:
+            continue
+        console.print(f"  {kind} '{name}' (per {gran}, {s.count} points): first {s.first.value:g}, "
+                      f"last {s.last.value:g}, min {s.min.value:g}")
     console.print(f"  placed on the time axis by {a.progress_placement}" if a.progress_placement
                   else "  not on the time axis: the loss policies ran on its own axis")
     if log.oom:

@@ -38,6 +38,7 @@ import math
 import re
 import tempfile
 from dataclasses import dataclass, field
+from itertools import compress
 from pathlib import Path
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -48,15 +49,33 @@ from ..progress.lines import MAX_LINE_CHARS
 from ..progress.batch import PointBatch, native
 from ..progress.metrics_file import number
 from ..records import ProgressPoint
+from .console_named import EpochShape, NamedLossReader, NamedSeries, choose_primary, granularity_of, series_granularity
 from .loss_stats import LossStream, LossSummary, summarize
 from .oom import OomEvent, match_oom
 from .textio import SNIFF_BYTES, detect_encoding, open_text, read_all
 
 #: ``(x, value)``: x is the record's step (or epoch where the file has no step), None if neither.
 SeriesPoint = tuple[float | None, float]
+#: ``(grad_norm, loss on the same record or None, step or None, epoch or None)``.
+GradNormRecord = tuple[float, "float | None", "int | None", "float | None"]
+#: the names a gradient norm is logged under (HF, Lightning/W&B style, Megatron's console).
+GRAD_NORM_KEYS = ("grad_norm", "train/grad_norm", "grad norm", "gradient_norm")
+# A logged gradient norm on a console line: HF dicts ('grad_norm': 1.2 / '1.2'), Megatron
+# ("| grad norm: nan |"), "grad_norm=..." postfixes. Run only over blocks holding the literal.
+# The same on an ASCII block's lower-case copy, case-sensitive: starts with a literal the regex
+# engine finds fast (the word boundary before it is checked per match).
+_GRAD_NORM_LOW_RE = re.compile(
+    r"""grad[_ ]norm['"]?\s*[:=]\s*['"]?(?:tensor\(\s*)?"""
+    r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?))(?![a-z0-9_])"
+)
+_GRAD_NORM_RE = re.compile(
+    r"""(?<![A-Za-z0-9_])grad[_ ]norm['"]?\s*[:=]\s*['"]?(?:tensor\(\s*)?"""
+    r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z0-9_])",
+    re.IGNORECASE,
+)
 
 _LOSS_KEYS = {"yolo-csv": ("train/box_loss", "val/box_loss")}
-_STEP_KEYS = ("step", "global_step", "iteration", "iter")
+_STEP_KEYS = ("step", "global_step", "iteration", "iter", "current_steps")
 _READ_CHUNK = 1 << 20
 
 
@@ -101,6 +120,23 @@ class TrainLog:
     #: console logs: lines skipped for holding more than ``MAX_LINE_CHARS`` characters (a loss
     #: on them is not read; reported, never silent).
     long_lines: int = 0
+    #: the logged gradient norms in log order, ``(value, loss, step, epoch)``: ``loss`` is the
+    #: train loss logged on the same record (None when the record has none); read from HF dict
+    #: lines, ``trainer_state.json``/``trainer_log.jsonl`` records, CSV ``grad_norm`` columns and
+    #: Megatron's ``| grad norm: X |``. For :mod:`costctl.policies.grad_norm`.
+    grad_norms: list[GradNormRecord] = field(default_factory=list)
+    #: console logs: the loss series besides the primary ones, ``(kind, name, granularity,
+    #: summary)`` (several named losses, column tables, an epoch-average phrasing kept apart:
+    #: :mod:`.console_named`).
+    extra: list[tuple[str, str, str, LossSummary]] = field(default_factory=list)
+    #: kind -> the name of the primary series when the log has several of that kind.
+    primary_names: dict[str, str] = field(default_factory=dict)
+    #: (kind, name) -> "batch" / "epoch" for a console log's series, where told from the data.
+    granularities: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: kind -> the primary series' points when they are kept here (not re-read from the file).
+    _kept: dict[str, list[ProgressPoint]] = field(default_factory=dict)
+    #: kind -> the one series name a re-read keeps of that kind.
+    _only: dict[str, str] = field(default_factory=dict)
 
     @property
     def streamed(self) -> bool:
@@ -127,6 +163,9 @@ class TrainLog:
         for kind in ("train", "eval"):
             if self.count(kind) == 0:
                 continue
+            if kind in self._kept:
+                yield from self._kept[kind]
+                continue
             if kind == "eval" and self._eval_kept is not None:
                 yield from self._eval_kept
                 continue
@@ -135,7 +174,7 @@ class TrainLog:
                     yield from cut.points()
                 continue
             for batch in self.source():
-                cut = _cut(batch, kind)
+                cut = _cut(batch, kind, self._only.get(kind))
                 if cut:
                     yield from cut.points()
 
@@ -156,6 +195,10 @@ class TrainLog:
         for kind in kinds:
             if self.count(kind) == 0:
                 continue
+            if kind in self._kept:
+                for start in range(0, len(self._kept[kind]), size):
+                    yield PointBatch.from_points(self._kept[kind][start:start + size])
+                continue
             if kind == "eval" and self._eval_kept is not None:
                 for start in range(0, len(self._eval_kept), size):
                     yield PointBatch.from_points(self._eval_kept[start:start + size])
@@ -164,7 +207,7 @@ class TrainLog:
                 yield from self._eval_cuts  # the blocks a second read would give, kept
                 continue
             for batch in self.source():
-                cut = _cut(batch, kind)
+                cut = _cut(batch, kind, self._only.get(kind))
                 if cut:
                     yield cut
 
@@ -174,7 +217,8 @@ class TrainLog:
             return self
         train, evals = _split(list(self.iter_points()))
         return TrainLog(self.format, train, evals, self.x_axis, self.series, self.summary, self.oom, self.path,
-                        long_lines=self.long_lines)
+                        long_lines=self.long_lines, grad_norms=self.grad_norms, extra=self.extra,
+                        primary_names=self.primary_names)
 
     def x(self, point: ProgressPoint) -> float | None:
         """The point's position on :attr:`x_axis`."""
@@ -186,9 +230,12 @@ class TrainLog:
         return self.train + self.eval
 
 
-def _cut(batch: PointBatch, kind: str) -> PointBatch:
-    """The points of ``kind`` in ``batch`` (``batch`` itself when all are), keys kept."""
-    return batch.cut(batch.mask_of(batch.series_of_kind(kind)))
+def _cut(batch: PointBatch, kind: str, name: str | None = None) -> PointBatch:
+    """The points of ``kind`` (and series ``name`` when given) in ``batch`` (``batch`` itself
+    when all are), keys kept."""
+    if name is None:
+        return batch.cut(batch.mask_of(batch.series_of_kind(kind)))
+    return batch.cut(batch.mask_of({i for i, key in enumerate(batch.keys) if key == (kind, name)}))
 
 
 def _record_x(record: dict[str, Any]) -> float | None:
@@ -268,14 +315,20 @@ def _read_trainer_state(path: Path, text: str) -> tuple[dict[str, list[SeriesPoi
     return series, summary
 
 
-def read_metrics(path: Path, fmt: str) -> TrainLog:
+def read_metrics(path: Path, fmt: str, *, loss_name: str | None = None) -> TrainLog:
     """Read a metrics file of format ``fmt`` (a file format of :mod:`.formats`, not ``console``).
 
+    ``loss_name`` (``--loss``): the column/key read as the train loss instead of the format's
+    default.
+
     Raises:
-        UsageError: unreadable file, or a JSON document that is not a trainer state.
+        UsageError: unreadable file, a JSON document that is not a trainer state, or a
+            ``loss_name`` no record holds.
     """
     text = read_all(path)
     loss_key, eval_key = _LOSS_KEYS.get(fmt, (None, None))
+    if loss_name is not None:
+        loss_key = loss_name
     summary: dict[str, Any] = {}
     if fmt == "hf-trainer-state":
         series, summary = _read_trainer_state(path, text)
@@ -285,10 +338,78 @@ def read_metrics(path: Path, fmt: str) -> TrainLog:
         series = _read_jsonl_series(text)
     points = _read_points(path, text, loss_key, eval_key)
     train, evals = _split(points)
+    if loss_name is not None and not train:
+        losses = ", ".join(repr(k) for k in series if "loss" in k.lower()) or "none"
+        raise UsageError(f"--loss {loss_name!r}: no record of {path} holds it (its loss columns: {losses})")
     names = {p.name for p in points}
     for name in names:
         series.pop(name, None)
-    return TrainLog(fmt, train, evals, _x_axis(train), series, summary, path=path)
+    return TrainLog(fmt, train, evals, _x_axis(train), series, summary, path=path,
+                    grad_norms=_metrics_grad_norms(series, train))
+
+
+def _metrics_grad_norms(series: dict[str, list[SeriesPoint]], train: list[ProgressPoint]) -> list[GradNormRecord]:
+    """The gradient-norm column of a metrics file with the train loss of the same record
+    (matched on the record's step, or epoch where it has none)."""
+    key = next((k for k in GRAD_NORM_KEYS if k in series), None)
+    if key is None:
+        return []
+    loss_at: dict[float, float] = {}
+    for p in train:
+        x = p.step if p.step is not None else p.epoch
+        if x is not None:
+            loss_at.setdefault(float(x), p.value)
+    by_step = any(p.step is not None for p in train)
+    out: list[GradNormRecord] = []
+    for x, value in series[key]:
+        step = int(x) if x is not None and by_step and math.isfinite(x) else None
+        epoch = x if x is not None and not by_step else None
+        out.append((value, loss_at.get(x) if x is not None else None, step, epoch))
+    return out
+
+
+def _line_bounds(text: str, start: int, end: int) -> tuple[int, int]:
+    """``(start, end)`` of the line of ``text`` holding ``text[start:end]`` (``\n``/``\r``
+    end a line); each search stops at the nearer ``\n``, so the cost is the line's length."""
+    nl = text.rfind("\n", 0, start)
+    cr = text.rfind("\r", nl + 1, start)
+    first = max(nl, cr) + 1
+    nl = text.find("\n", end)
+    stop = len(text) if nl < 0 else nl
+    cr = text.find("\r", end, stop)
+    return first, (cr if cr >= 0 else stop)
+
+
+def console_grad_norms(text: str, out: list[GradNormRecord]) -> None:
+    """Append the gradient norms logged on the complete lines ``text`` to ``out``, each with
+    the loss, step and epoch :func:`~costctl.progress.parse_line` reads on its line.
+
+    Cheap: a block without ``rad_norm``/``rad norm`` (either case) costs four substring scans; the regex runs over
+    blocks that hold it and each line with a match is parsed once.
+    """
+    if not any(w in text for w in ("rad_norm", "rad norm", "RAD_NORM", "RAD NORM")):
+        return
+    from ..progress import parse_line
+    from ..progress.lines import _step_epoch_total, clean_line
+
+    done_line = -1
+    ascii_text = text.isascii()
+    low = text.lower() if ascii_text else text
+    for m in (_GRAD_NORM_LOW_RE if ascii_text else _GRAD_NORM_RE).finditer(low):
+        if m.start() and (low[m.start() - 1].isalnum() or low[m.start() - 1] == "_"):
+            continue  # "xgrad_norm": not the key
+        start, end = _line_bounds(text, m.start(), m.end())
+        if start == done_line:
+            continue  # one gradient norm per line (the first)
+        done_line = start
+        line = text[start:end]
+        value = float(m.group(1))
+        train = [p for p in parse_line(line) if p.kind == "train"]
+        if train:
+            out.append((value, train[0].value, train[0].step, train[0].epoch))
+        else:  # no loss on the line (Megatron prints none for a skipped iteration): where it is
+            step, epoch, _ = _step_epoch_total(clean_line(line))
+            out.append((value, None, step, epoch))
 
 
 def _read_points(path: Path, text: str, loss_key: str | None, eval_key: str | None) -> list[ProgressPoint]:
@@ -344,6 +465,8 @@ def iter_console_batches(
     oom: list[OomEvent] | None = None,
     summary: dict[str, Any] | None = None,
     counts: dict[str, int] | None = None,
+    grad_norms: list[GradNormRecord] | None = None,
+    named: NamedLossReader | None = None,
 ) -> Iterator[PointBatch]:
     """Stream the progress points of a console log, one :class:`PointBatch` per read block.
 
@@ -360,6 +483,10 @@ def iter_console_batches(
             ``train_loss``...) is merged into it.
         counts: when given, ``counts["long_lines"]`` is kept at the number of lines skipped so
             far for holding more than ``MAX_LINE_CHARS`` characters.
+        grad_norms: when given, the logged gradient norms are appended (:func:`console_grad_norms`).
+        named: when given, reads the lines with several named losses and column tables
+            (:mod:`.console_named`); those lines are kept from the line parser. Finished
+            (:meth:`~.console_named.NamedLossReader.finish`) when the file ends.
 
     Raises:
         UsageError: unreadable file, or an invalid ``loss_regex``.
@@ -373,7 +500,9 @@ def iter_console_batches(
     def scan(complete: str) -> PointBatch:
         nonlocal line_no
         batch = PointBatch()
-        parser.parse_block(complete, None, batch)
+        parser.parse_block(named.take(complete) if named is not None else complete, None, batch)
+        if grad_norms is not None:
+            console_grad_norms(complete, grad_norms)
         if summary is not None and "train_runtime" in complete:
             for line in complete.split("\n"):
                 if "train_runtime" in line:
@@ -412,6 +541,8 @@ def iter_console_batches(
                 yield scan(complete)
     if tail:
         yield scan(tail + "\n")
+    if named is not None:
+        named.finish()
     if counts is not None:
         counts["long_lines"] = parser.long_lines + dropped
 
@@ -438,8 +569,13 @@ _POINT_BYTES = 44
 
 
 def read_console(path: Path, *, loss_regex: str | None = None, streamed: bool = False,
-                 max_plot: int = 4096, replay: Any = None) -> TrainLog:
+                 max_plot: int = 4096, replay: Any = None, loss_name: str | None = None) -> TrainLog:
     """Read a whole console log (see :func:`iter_console`): points, OOM errors and HF summary.
+
+    Several loss series of one kind (named losses on one line, a column table, an epoch
+    average phrased apart from the per-batch loss: :mod:`.console_named`) are kept apart: the
+    primary one (:func:`~.console_named.choose_primary`, or ``loss_name``) is the log's
+    ``train`` series, the others are in :attr:`TrainLog.extra`.
 
     Args:
         streamed: keep no point list: per-kind figures (:class:`LossStream`) and a plot series
@@ -448,24 +584,37 @@ def read_console(path: Path, *, loss_regex: str | None = None, streamed: bool = 
         replay: with ``streamed``, an object with ``add(batch)`` (a
             :class:`~costctl.replay.engine.LossReplay`) fed each block's train points, in
             order, during the read, as ``iter_batches()`` would give them; kept as
-            :attr:`TrainLog.train_replay` (saves reading the file again for the replay).
+            :attr:`TrainLog.train_replay` (saves reading the file again for the replay) unless
+            the log has several train series (then the replay reads the primary one again).
+        loss_name: ``--loss NAME``: the train series to treat as primary.
 
     Raises:
-        UsageError: unreadable file, or an invalid ``loss_regex``.
+        UsageError: unreadable file, an invalid ``loss_regex``, or a ``loss_name`` the log
+            does not have.
     """
     oom: list[OomEvent] = []
     summary: dict[str, Any] = {}
     counts: dict[str, int] = {}
+    grads: list[GradNormRecord] = []
+    named = NamedLossReader() if loss_regex is None else None
+    fresh = (lambda: NamedLossReader()) if loss_regex is None else (lambda: None)
     if not streamed:
         points = [p for batch in iter_console_batches(path, loss_regex=loss_regex, oom=oom, summary=summary,
-                                                      counts=counts) for p in batch.points()]
+                                                      counts=counts, grad_norms=grads, named=named)
+                  for p in batch.points()]
         train, evals = _split(points)
-        return TrainLog("console", train, evals, _x_axis(train), summary=summary, oom=oom, path=path,
-                        long_lines=counts["long_lines"])
+        log = TrainLog("console", train, evals, _x_axis(train), summary=summary, oom=oom, path=path,
+                       long_lines=counts["long_lines"], grad_norms=grads)
+        _split_series(log, named, loss_name, {("train", p.name): None for p in train},
+                      {("eval", p.name): None for p in evals})
+        return log
     streams = {kind: LossStream(max_plot=max_plot) for kind in ("train", "eval")}
+    by_name: dict[tuple[str, str], LossStream] = {}
+    shapes: dict[tuple[str, str], EpochShape] = {}
     cuts: list[PointBatch] | None = []  # the eval points of each block, while small enough
     cut_bytes = 0
-    for batch in iter_console_batches(path, loss_regex=loss_regex, oom=oom, summary=summary, counts=counts):
+    for batch in iter_console_batches(path, loss_regex=loss_regex, oom=oom, summary=summary, counts=counts,
+                                      grad_norms=grads, named=named):
         for kind, stream in streams.items():
             mask = batch.mask_of(batch.series_of_kind(kind))
             if mask is not None and not any(mask):
@@ -479,19 +628,111 @@ def read_console(path: Path, *, loss_regex: str | None = None, streamed: bool = 
                 cut_bytes += len(cut) * _POINT_BYTES
                 if cut_bytes > _EVAL_CUTS_BYTES:
                     cuts = None
+        if batch:  # figures per series too (a kind may hold several: kept apart below)
+            for i, key in enumerate(batch.keys):
+                one = by_name.get(key)
+                if one is None:
+                    one = by_name[key] = LossStream(max_plot=max_plot)
+                    shapes[key] = EpochShape()
+                whole = len(batch.keys) == 1
+                one.add_batch(batch, None if whole else {i})
+                shape = shapes[key]
+                if shape.ok:
+                    mask = None if whole else batch.mask_of({i})
+                    shape.add(batch.epochs if mask is None else compress(batch.epochs, mask),
+                              batch.steps if mask is None else compress(batch.steps, mask))
     kept: list[ProgressPoint] | None = None
     if cuts is not None and streams["eval"].count <= _EVAL_KEEP:
         kept = [p for cut in cuts for p in cut.points()]
         cuts = None
     train_stream = streams["train"]
     x_axis = "step" if train_stream.count and train_stream.all_steps else "epoch"
-    return TrainLog(
+    log = TrainLog(
         "console", train_stream.plot_points(), streams["eval"].plot_points(), x_axis,
         summary=summary, oom=oom, path=path, streams=streams,
-        source=lambda: iter_console_batches(path, loss_regex=loss_regex), _eval_kept=kept, _eval_cuts=cuts,
+        source=lambda: iter_console_batches(path, loss_regex=loss_regex, named=fresh()),
+        _eval_kept=kept, _eval_cuts=cuts,
         train_replay=replay,
-        long_lines=counts["long_lines"],
+        long_lines=counts["long_lines"], grad_norms=grads,
     )
+    _split_series(log, named, loss_name, {k: v for k, v in by_name.items() if k[0] == "train"},
+                  {k: v for k, v in by_name.items() if k[0] == "eval"}, shapes)
+    return log
+
+
+def _split_series(log: TrainLog, named: NamedLossReader | None, loss_name: str | None,
+                  train_names: dict[tuple[str, str], LossStream | None],
+                  eval_names: dict[tuple[str, str], LossStream | None],
+                  shapes: dict[tuple[str, str], EpochShape] | None = None) -> None:
+    """Pick the primary train (and eval) series of a console log and move the others to
+    :attr:`TrainLog.extra`. ``*_names``: the line parser's series of that kind in first-seen
+    order, each with its own figures (None when the kind has one series: the kind's figures)."""
+    found = named.series if named is not None else {}
+    if shapes is None:  # kept points: the shapes from them
+        shapes = {}
+        for p in log.train + log.eval:
+            shapes.setdefault((p.kind, p.name), EpochShape()).add(
+                (math.nan if p.epoch is None else p.epoch,), (p.step,))
+    for key, series in found.items():
+        log.granularities[key] = series.granularity if series.granularity == "epoch" else \
+            series_granularity(series.name, series.shape)
+    for key, shape in shapes.items():
+        log.granularities.setdefault(key, series_granularity(key[1], shape))
+    for kind, parsed in (("train", train_names), ("eval", eval_names)):
+        mine = [n for (k, n) in found if k == kind]
+        names = [n for (_, n) in parsed] + [n for n in mine if (kind, n) not in parsed]
+        wanted = loss_name if kind == "train" else None
+        if len(names) <= 1 and wanted is None:
+            if names and not parsed:  # only this reader's series: it is the kind's series
+                _use_named(log, kind, found[(kind, names[0])])
+            continue
+        primary = choose_primary(names, wanted) if kind == "train" else names[0]
+        log.primary_names[kind] = primary
+        for n in names:
+            if n == primary:
+                continue
+            series = found.get((kind, n))
+            if series is not None and (kind, n) not in parsed:
+                log.extra.append((kind, n, log.granularities[(kind, n)], series.stream.summary()))
+            else:
+                stream = parsed.get((kind, n))
+                figures = stream.summary() if stream is not None else summarize(
+                    [p for p in (log.train if kind == "train" else log.eval) if p.name == n])
+                log.extra.append((kind, n, log.granularities.get((kind, n), granularity_of(n)), figures))
+        if (kind, primary) in parsed:
+            if log.streams is None:
+                points = [p for p in (log.train if kind == "train" else log.eval) if p.name == primary]
+                setattr(log, kind, points)
+            else:
+                stream = parsed[(kind, primary)]
+                if stream is not None:
+                    log.streams[kind] = stream
+                    setattr(log, kind, stream.plot_points())
+                log._only[kind] = primary
+                if kind == "train":
+                    log.train_replay = None  # it was fed every train series: read the primary again
+                else:
+                    log._eval_kept = None if log._eval_kept is None else [p for p in log._eval_kept if p.name == primary]
+                    log._eval_cuts = None
+        else:
+            _use_named(log, kind, found[(kind, primary)])
+    if log.streams is not None and log.streams["train"].count:
+        log.x_axis = "step" if log.streams["train"].all_steps else "epoch"
+    elif log.streams is None:
+        log.x_axis = _x_axis(log.train)
+
+
+def _use_named(log: TrainLog, kind: str, series: NamedSeries) -> None:
+    """Make this reader's ``series`` the log's ``kind`` series (its points kept)."""
+    log._kept[kind] = series.points
+    setattr(log, kind, list(series.points) if log.streams is None else series.stream.plot_points())
+    if log.streams is not None:
+        log.streams[kind] = series.stream
+        if kind == "train":
+            log.train_replay = None
+        else:
+            log._eval_kept = None
+            log._eval_cuts = None
 
 
 def finite(points: list[ProgressPoint]) -> list[ProgressPoint]:

@@ -22,6 +22,7 @@ Where the job runs (instance, price, ledger run) is one immutable :class:`~costc
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import queue
 import shlex
 import signal
@@ -59,6 +60,7 @@ from ..policies.history import History
 from ..progress.batch import PointBatch
 from ..replay.oom import oom_in
 from ..progress.lines import MAX_LINE_CHARS, LineParser
+from ..job import ENV_METRICS_FILE
 from ..progress.metrics_file import MetricsFileFollower
 from ..protocols import RunState
 from ..records import Action, BatchPlan, Decision, TelemetrySample
@@ -242,6 +244,9 @@ class Watcher:
         self.lifecycle: Lifecycle | None = None
         self.notice_poller: NoticePoller | None = None
         self._metrics: MetricsFileFollower | None = None
+        self._auto_metrics: Path | None = None
+        self._auto_seen = False  # the output thread saw the job's metrics file
+        self._auto_checked = float("-inf")  # when it last looked (monotonic seconds)
         self._parsers: dict[str, LineParser] = {}
         self._pump: ParsePump | None = None  # parses the job's output off the output thread
         self._oom_ctx: dict[str, str] = {}  # the end of each stream's previous chunk (OOM scan)
@@ -422,9 +427,16 @@ class Watcher:
             linger_s=min(WRITE_EVERY_S, WRITE_EVERY_TICKS * s.watch.sample_interval.total_seconds()),
         )
         self.recorder = DecisionRecorder(self.writer, self.summary, self.say, run_id=run_id)
+        # The job's own full-precision metrics ($COSTCTL_METRICS_FILE, written by the HF callback's
+        # on_log): once the file exists the progress is read from it, the output being the fallback.
+        self._auto_metrics = (self.log_path.with_name(self.log_path.stem + ".metrics.jsonl")
+                              if self.options.command and self.options.metrics_file is None else None)
+        extra_env = dict(self.options.extra_env)
+        if self._auto_metrics is not None:
+            extra_env.setdefault(ENV_METRICS_FILE, str(self._auto_metrics))
         self.job = Job(self.options.command, batch=batch, resume_from=resume_from,
                        grace_s=s.watch.grace_period.total_seconds(), checkpoint_request=self.checkpoint_request,
-                       extra_env=self.options.extra_env, run_id=lambda: self.state.run_id,
+                       extra_env=extra_env, run_id=lambda: self.state.run_id,
                        on_start=self._job_started, log_path=self.log_path, on_output_error=self._output_failed,
                        on_exit_argv=lambda: on_exit_argv(self.state.run_id, on_exit=self.options.on_exit,
                                                          config=s.config_path, dry_run=self.options.dry_run,
@@ -687,7 +699,17 @@ class Watcher:
         """Where a piece of the command's output is in the run log (output thread): queued for
         the parser thread (:class:`~.pump.ParsePump`), whose batches of points the tick drains."""
         if self._metrics is None and self._pump is not None:
-            self._pump.put_range(stream, offset, length)
+            auto = self._auto_metrics
+            if auto is not None and not self._auto_seen:
+                # one stat per 0.1 s of output at most (a job that never writes the file pays
+                # nothing per line); the HF callback creates it in on_train_begin, long before
+                # its first logged loss
+                mono = time.monotonic()
+                if mono - self._auto_checked >= 0.1:
+                    self._auto_checked = mono
+                    self._auto_seen = auto.exists()  # from here on the output is not progress
+            if not self._auto_seen:
+                self._pump.put_range(stream, offset, length)
 
     def _scan_oom(self, stream: str, text: str) -> None:
         """The OOM scan, cheap on a flood: the chunk (with the end of the previous one, so that
@@ -802,6 +824,10 @@ class Watcher:
             out.extend(q.get_nowait())
         if self._pump is not None:
             self._pump.consumed(len(out))
+        if self._metrics is None and self._auto_metrics is not None and (self._auto_seen or self._auto_metrics.exists()):
+            self._metrics = MetricsFileFollower(self._auto_metrics)  # the output is no longer parsed
+            self.say(f"costctl: progress now read from the job's metrics file {self._auto_metrics} "
+                     "(full precision; the printed values are the fallback)")
         if self._metrics is not None:
             try:
                 for point in self._metrics.poll(now):
