@@ -98,3 +98,46 @@ def test_without_the_file_the_printed_lines_are_the_fallback(tmp_path):
     with Session(create_engine(f"sqlite:///{tmp_path / 'costctl.db'}")) as s:
         values = [r.value for r in s.scalars(select(Progress).order_by(Progress.id)).all()]
     assert values == [0.6931, 0.6931, 0.693, 0.693]
+
+
+def test_lightning_callback_logs_its_scalars_every_log_every_n_steps_on_rank_zero(tmp_path, monkeypatch):
+    from test_lifecycle_integrations import _lightning
+
+    lt = _lightning(monkeypatch)
+    metrics = tmp_path / "metrics.jsonl"
+    monkeypatch.setenv(job.ENV_METRICS_FILE, str(metrics))
+    monkeypatch.delenv("COSTCTL_CHECKPOINT_REQUEST", raising=False)
+
+    class Scalar:  # a 0-d tensor's .item()
+        def __init__(self, v: float) -> None:
+            self.v = v
+
+        def item(self) -> float:
+            return self.v
+
+    trainer = SimpleNamespace(global_step=0, current_epoch=0, log_every_n_steps=5, is_global_zero=True,
+                              callback_metrics={}, strategy=SimpleNamespace(
+                                  reduce_boolean_decision=lambda flag, all=True: flag))
+    cb = lt.CostctlCheckpoint(dirpath=tmp_path / "ckpt")
+    cb.on_train_start(trainer, None)
+    assert metrics.exists() and metrics.read_text() == ""  # costctl reads the file from now on
+    losses = {}
+    for step in range(1, 21):
+        trainer.global_step = step
+        loss = 1.0 / step + 1e-9 * step  # beyond a progress bar's rounding
+        losses[step] = loss
+        trainer.callback_metrics = {"train_loss_step": Scalar(loss), "train_loss_epoch": Scalar(2.0)}
+        cb.on_train_batch_end(trainer, None, None, None, step)
+        cb.on_train_batch_end(trainer, None, None, None, step)  # gradient accumulation: the same step again
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["step"] for r in rows] == [5, 10, 15, 20]
+    assert [r["train_loss_step"] for r in rows] == [losses[s] for s in (5, 10, 15, 20)]
+    points = read_metrics_file(metrics)
+    assert [p.value for p in points if p.kind == "train"] == [losses[s] for s in (5, 10, 15, 20)]
+    # another rank writes nothing; nor does any rank without a metrics file
+    trainer.is_global_zero, trainer.global_step = False, 25
+    cb.on_train_batch_end(trainer, None, None, None, 25)
+    monkeypatch.delenv(job.ENV_METRICS_FILE)
+    trainer.is_global_zero, trainer.global_step = True, 30
+    cb.on_train_batch_end(trainer, None, None, None, 30)
+    assert len(metrics.read_text().splitlines()) == 4

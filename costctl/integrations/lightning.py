@@ -32,6 +32,12 @@ Files are named from ``filename`` (``{epoch}`` and
 ``{step}`` filled in) in ``dirpath`` (default: the ModelCheckpoint callback's directory, else
 ``<default_root_dir>/checkpoints``). Lightning (``lightning.pytorch``, or the older
 ``pytorch_lightning``) is imported only when the class is first used.
+
+Full-precision progress: when costctl runs the job (``$COSTCTL_METRICS_FILE`` set), the
+callback creates that file in ``on_train_start`` and, every ``log_every_n_steps`` optimizer
+steps, appends the logged scalars (``trainer.callback_metrics``: ``train_loss_step``...) with the
+step and epoch as one JSON line, on global rank zero; costctl reads the progress from it (a
+progress bar's rounded figures, or no printed loss at all, are then no matter).
 """
 
 from __future__ import annotations
@@ -150,7 +156,29 @@ def _build() -> type:
                 directory = getattr(mc, "dirpath", None) or os.path.join(trainer.default_root_dir, "checkpoints")
             return os.path.join(directory, self.filename.format(epoch=trainer.current_epoch, step=trainer.global_step))
 
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            path = job.metrics_file_path()
+            if path is not None and getattr(trainer, "is_global_zero", True):
+                path.touch()  # from now on costctl reads the progress from the file
+            self._logged_step: int | None = None
+
+        def _log_metrics(self, trainer: Any) -> None:
+            """Every ``log_every_n_steps``-th optimizer step, the logged scalars (``self.log``:
+            ``train_loss_step``...) as one full-precision JSON line of the metrics file, on
+            global rank zero; nothing when costctl did not set one (``$COSTCTL_METRICS_FILE``)."""
+            step = int(trainer.global_step)
+            every = int(getattr(trainer, "log_every_n_steps", 50) or 50)
+            if step % every or step == getattr(self, "_logged_step", None) or job.metrics_file_path() is None \
+                    or not getattr(trainer, "is_global_zero", True):
+                return
+            self._logged_step = step
+            try:
+                job.log_metrics(dict(trainer.callback_metrics), step=step, epoch=trainer.current_epoch)
+            except OSError:
+                pass  # a metrics file that cannot be written never stops the training
+
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            self._log_metrics(trainer)
             if trainer.global_step % self.check_every_n_steps:
                 return
             seen = job.checkpoint_requested()
