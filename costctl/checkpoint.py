@@ -444,6 +444,11 @@ class CheckpointRequester:
         except FileNotFoundError:
             pass
 
+    def on_clock(self, mtime_ns: int, now: datetime) -> datetime:
+        """A file time (``mtime_ns``, wall clock) on the watch's clock, whose time is ``now``
+        (``now - (wall now - mtime)``; never after ``now``)."""
+        return self._on_clock(mtime_ns, now)
+
     def _on_clock(self, mtime_ns: int, now: datetime, wall_now: float | None = None) -> datetime:
         behind = max(0.0, (self._wall() if wall_now is None else wall_now) - mtime_ns / 1e9)
         return now - timedelta(seconds=behind)

@@ -4,7 +4,7 @@ observed preemption rate from the ledger, and the schedule in a watch on a simul
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -109,8 +109,14 @@ max_interval = "2h"
     first = young_daly_interval(120, 3600, min_s=60, max_s=7200)  # 929.5 s: configured save time, no history
     assert plans[0]["interval_s"] == pytest.approx(first, abs=1e-3) and plans[0]["mtbf_source"] == "configured"
     assert timedelta(0) <= rows[0].requested_at - (T0 + timedelta(seconds=first)) < timedelta(seconds=STEP)
-    # the second interval uses the save time measured on the first one
-    second = young_daly_interval(saved[0].save_s, 3600, min_s=60, max_s=7200)
+    # the second interval uses the first save's own duration (its acknowledgement record's start
+    # to end: the save itself, not the wait for the job's next safe point)
+    with Session(create_engine(f"sqlite:///{tmp_path / 'data' / 'costctl.db'}")) as db:
+        done = [d.evidence for d in db.scalars(select(DecisionRow).where(
+            DecisionRow.policy == "checkpoint", DecisionRow.outcome == "saved").order_by(DecisionRow.id))]
+    own = (datetime.fromisoformat(done[0]["save_ended_at"]) - datetime.fromisoformat(done[0]["save_started_at"]))
+    assert timedelta(0) < own < timedelta(seconds=saved[0].save_s)  # shorter than request -> saved
+    second = young_daly_interval(own.total_seconds(), 3600, min_s=60, max_s=7200)
     assert plans[1]["save_s_source"] == "measured" and plans[1]["interval_s"] == pytest.approx(second, abs=1e-3)
     assert timedelta(0) <= rows[1].requested_at - (saved[0].saved_at + timedelta(seconds=second)) < timedelta(seconds=STEP)
     assert second < first

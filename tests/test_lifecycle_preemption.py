@@ -176,3 +176,67 @@ def test_a_spot_instance_taken_without_notice_ends_the_run_with_its_waste(tmp_pa
         run = db.scalars(select(Run)).one()
     assert waste.reason == "preempted" and waste.start_at == T0 and waste.end_at == taken["at"]
     assert run.status == "preempted"
+
+
+# A job that saves on its own schedule (a torch-style zip checkpoint every few steps, written
+# atomically) and is preempted without notice (no request asked, none answered): the waste runs
+# only from the newest complete checkpoint on disk, not from the start of the run.
+SELF_SAVING = r"""
+import os, sys, time, zipfile
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+for step in range(1, int(sys.argv[2]) if len(sys.argv) > 2 else 100000):
+    print(f"step {step} loss: {1.0 / step:.6f}", flush=True)
+    if step % 3 == 0:
+        tmp = os.path.join(out, f".tmp-{step}")
+        with zipfile.ZipFile(tmp, "w") as z:
+            z.writestr("archive/data.pkl", b"x" * 1000)
+        os.replace(tmp, os.path.join(out, f"step-{step:06d}.pt"))
+    time.sleep(0.1)
+"""
+
+
+@pytest.mark.realtime  # a real child against a simulated clock
+def test_waste_runs_from_the_newest_checkpoint_the_job_saved_on_its_own(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    s = settings(tmp_path, SPOT + f'[checkpoint]\npath = "{ckpt}/step-*.pt"\nperiodic = "off"\n')
+    clock = SimClock(T0)
+    w = watcher(s, [PY, "-c", SELF_SAVING, str(ckpt)], clock, on_exit="leave")
+    taken = {}
+
+    def preempt_when_saved(now):
+        if not taken and len(list(ckpt.glob("step-*.pt"))) >= 3:
+            taken["at"] = now
+            w.provider.inject_preemption(w.instance_id, notice_s=0)  # taken at once, no notice
+
+    code, status = drive(w, clock, on_step=preempt_when_saved)
+    assert taken and status == "preempted"
+    with _db(tmp_path) as db:
+        run = db.scalars(select(Run)).one()
+        asked = db.scalars(select(CheckpointRow)).all()
+        waste = db.scalars(select(WasteRow)).one()
+    assert asked == [] and waste.reason == "preempted"  # nothing was requested
+    run_s = (waste.end_at - run.started_at).total_seconds()
+    lost_s = (waste.end_at - waste.start_at).total_seconds()
+    assert run_s > 30  # the simulated clock ran well past the job's own saves
+    # the job's own newest save was (real) moments before the preemption: within one sample interval
+    assert 0 <= lost_s <= s.watch.sample_interval.total_seconds(), (lost_s, run_s, waste.detail)
+    assert "the last checkpoint" in waste.detail
+
+
+@pytest.mark.realtime  # a real child against a simulated clock
+def test_a_job_that_saves_often_enough_on_its_own_gets_no_periodic_request(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    # The job saves every ~0.3 real seconds, i.e. every ~15 s of this simulated clock (1 s a
+    # turn, 0.02 s real pause): always within the 60 s interval.
+    s = settings(tmp_path, SPOT + f'[checkpoint]\npath = "{ckpt}/step-*.pt"\nperiodic = "on"\n'
+                                  'min_interval = "60s"\nmax_interval = "60s"\n')
+    clock = SimClock(T0)
+    w = watcher(s, [PY, "-c", SELF_SAVING, str(ckpt), "60"], clock, on_exit="leave")
+    code, status = drive(w, clock)
+    assert (code, status) == (0, "completed")
+    with _db(tmp_path) as db:
+        run = db.scalars(select(Run)).one()
+        asked = db.scalars(select(CheckpointRow)).all()
+    assert (run.ended_at - run.started_at).total_seconds() > 120  # two intervals and more went by
+    assert len(list(ckpt.glob("step-*.pt"))) >= 10 and asked == []

@@ -129,6 +129,11 @@ class Lifecycle:
                 max_s=s.checkpoint.max_interval.total_seconds(),
                 mtbf_source=mtbf_source,
             )
+        self._interval_said: float | None = None  # the periodic interval last printed (seconds)
+        #: the newest checkpoint file known (requested or seen on disk): (mtime_ns, path) and its
+        #: time on the watch's clock, mapped once, when first known (a simulated clock and the
+        #: wall clock drift apart: a file mapped later would look newer than it is)
+        self._newest_file: tuple[int, str] | None = None
 
     # ------------------------------------------------------------------ checkpoints
     def request_checkpoint(self, reason: str, deadline: datetime,
@@ -170,8 +175,13 @@ class Lifecycle:
             self._finish_attempt(done)
         if self.periodic is not None and self.requester.pending is None and self.job.running \
                 and not self.preempted and self.run.stopped_at is None:
+            self.say_interval()
             now = self.clock.now()
             since = max(self.last_checkpoint_at or self.run.state.run_started_at, self.run.state.run_started_at)
+            if now >= self.periodic.due_at(since):
+                # A checkpoint the job saved on its own schedule since then restarts the count:
+                # a job that saves often enough on its own gets no extra request.
+                since = max(since, self.note_disk_checkpoint() or since)
             if now >= self.periodic.due_at(since):
                 deadline = now + self.settings.checkpoint.deadline
                 attempt = self.request_checkpoint("periodic", deadline, then=self._after_periodic)
@@ -183,12 +193,59 @@ class Lifecycle:
                         evidence=self.periodic.evidence(), key=f"checkpoint-periodic:{now.isoformat()}"),
                         "requested", say=False)
 
+    def say_interval(self) -> None:
+        """Print the periodic checkpoint interval with its inputs, at the start and whenever it
+        changes (by a second or more)."""
+        p = self.periodic
+        if p is None:
+            return
+        interval = p.interval_s
+        if self._interval_said is not None and abs(interval - self._interval_said) < 1.0:
+            return
+        first = self._interval_said is None
+        self._interval_said = interval
+        ev = p.evidence()
+        self.say(f"costctl: periodic checkpoints {'every' if first else 'now every'} {interval:.0f}s "
+                 f"(Young/Daly sqrt(2 x save {ev['save_s']:g}s {ev['save_s_source']} x MTBF {ev['mtbf_s']:g}s "
+                 f"{ev['mtbf_source']}), clamped to [{p.min_s:g}s, {p.max_s:g}s]; a checkpoint the job saves "
+                 "on its own restarts the count)")
+
+    def note_disk_checkpoint(self) -> datetime | None:
+        """The newest complete checkpoint on disk written since this watch started, whoever
+        wrote it (the job on its own schedule — HF ``save_steps``, Lightning's ModelCheckpoint —
+        or on request), on the watch's clock; it becomes :attr:`last_checkpoint_at` when newer.
+        A checkpoint inherited through ``--resume`` is older than the watch: not a fresh save.
+        None without ``[checkpoint] path`` or such a checkpoint."""
+        if not self.pattern:
+            return None
+        newest = newest_intact_checkpoint(self.pattern, newer_than_s=self.started_wall)
+        if newest is None:
+            return None
+        key = (newest.mtime_ns, str(newest.path))
+        known = self._newest_file
+        if known is not None and (key == known or newest.mtime_ns <= known[0]):
+            return self.last_checkpoint_at  # nothing newer than what is known
+        self._newest_file = key
+        at = max(self.requester.on_clock(newest.mtime_ns, self.clock.now()), self.run.state.run_started_at)
+        if self.last_checkpoint_at is None or at > self.last_checkpoint_at:
+            self.last_checkpoint_at = at
+            self.say(f"costctl: checkpoint on disk: {newest.path} (saved by the job at {at.isoformat()})")
+        return self.last_checkpoint_at
+
     def _finish_attempt(self, attempt: CheckpointAttempt) -> None:
         self.checkpoints.append(attempt)
         if attempt.outcome is Outcome.SAVED and attempt.saved_at is not None:
             self.last_checkpoint_at = max(attempt.saved_at, self.last_checkpoint_at or attempt.saved_at)
+            cp = attempt.checkpoint
+            if cp is not None and (self._newest_file is None or cp.mtime_ns >= self._newest_file[0]):
+                self._newest_file = (cp.mtime_ns, str(cp.path))
             if self.periodic is not None:
-                self.periodic.note_save(attempt.save_s)
+                # C is the save itself (the acknowledgement's start to end); without a record,
+                # request to checkpoint (which includes the wait for the job's safe point).
+                own = (attempt.save_ended_at - attempt.save_started_at).total_seconds() \
+                    if attempt.save_started_at is not None and attempt.save_ended_at is not None else None
+                self.periodic.note_save(own if own is not None and own > 0 else attempt.save_s)
+                self.say_interval()
         if attempt.ledger_id is not None:
             cp = attempt.checkpoint
             self.ledger.complete_checkpoint(
@@ -282,7 +339,9 @@ class Lifecycle:
             self.run.mark_stopped(stop.time)
 
     def _record_preemption_waste(self, notice: Notice | None, end: datetime, *, stopped: bool) -> None:
-        """Paid time whose work was lost: the last checkpoint (or the run's start) to ``end``."""
+        """Paid time whose work was lost: the newest checkpoint — requested, or on disk written
+        by this run whoever wrote it (:meth:`note_disk_checkpoint`) — or the run's start, to ``end``."""
+        self.note_disk_checkpoint()
         start = max(self.last_checkpoint_at or self.run.state.run_started_at, self.run.state.run_started_at)
         start = min(start, end)
         reason = "preemption" if notice is not None else "preempted"

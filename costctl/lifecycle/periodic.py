@@ -66,8 +66,9 @@ class PeriodicSchedule:
         min_s / max_s: ``[checkpoint] min_interval`` / ``max_interval`` in seconds.
         mtbf_source: ``"observed"`` or ``"configured"`` (for the evidence).
 
-    The measured cost is the median of the saves seen so far (request to checkpoint, which
-    includes the wait for the job's next safe point, so it errs towards longer intervals).
+    The measured cost is the median of the saves seen so far: each save's own duration (the
+    acknowledgement record's start to end); for a save without a record, request to checkpoint
+    (which includes the wait for the job's next safe point, so it errs towards longer intervals).
     """
 
     save_time_s: float
