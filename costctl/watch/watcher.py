@@ -1247,6 +1247,10 @@ class Watcher:
         """A stop was decided: step it (simulated-clock drivers) and end the watch when it ends,
         with the job's status when the instance was stopped, else :data:`EXIT_STOP_FAILED`."""
         assert self.executor is not None and self.executor.stop is not None
+        # Whoever decided it (a policy through _act, or the lifecycle's preemption straight to
+        # the executor, maybe on the notice poll's thread), the live watch's stop runs in its
+        # thread: started here at the latest.
+        self._start_stop_runner()
         proc = self.executor.stopping
         if not self.executor.stop.done:  # set once the stop's end is recorded
             if proc is not None and not self._threaded and proc.due():
