@@ -43,6 +43,15 @@ KINDS = ("aws", "gcp", "azure")
 AWS_TOKEN = "AQAEAFakeImdsV2Token=="
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client gone before its answer (a held long-poll at the client's exit) is normal."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
 class FakeMetadata:
     """One fake metadata service (see the module docstring). Use as a context manager;
     :attr:`url` is its root (``http://127.0.0.1:PORT``)."""
@@ -59,7 +68,7 @@ class FakeMetadata:
         self.held: list[str] = []
         self.connections = 0  # TCP connections accepted (a kept-alive client opens one)
         self.waiting = 0  # GCP long-polls being held now
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server = _Server(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name=f"fake-{kind}-metadata", daemon=True)
