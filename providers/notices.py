@@ -10,6 +10,12 @@ Each source's :meth:`~NoticeSource.poll` returns one :class:`Notice` or None:
 * :class:`GcpNoticeSource` — ``GET /computeMetadata/v1/instance/preempted`` with
   ``Metadata-Flavor: Google`` → ``TRUE``/``FALSE``; Compute Engine gives about 30 s, so the
   deadline is taken as first-seen + 30 s. (Google Cloud, "Detect if a VM was preempted".)
+  With ``long_poll_s`` (what :func:`detect_cloud` sets up: :data:`GCP_LONG_POLL_S`) it
+  long-polls: after one plain read, each call adds ``?wait_for_change=true&last_etag=<the
+  ETag last seen>&timeout_sec=N``, which the metadata server answers at once when the value
+  changed since that ETag and otherwise holds for up to N seconds (Google Cloud, "Waiting for
+  change": ``wait_for_change``, ``last_etag``, ``timeout_sec``). A notice is then seen as soon
+  as it is set, at one request per N seconds while nothing happens.
 * :class:`AzureNoticeSource` — Scheduled Events ``GET /metadata/scheduledevents?api-version=2020-07-01``
   with ``Metadata: true`` → ``Events[]``; an ``EventType`` of ``"Preempt"`` with ``NotBefore``
   (RFC 1123 date; empty = imminent). Spot eviction gives at least 30 s.
@@ -27,7 +33,10 @@ SDK variables: ``AWS_EC2_METADATA_SERVICE_ENDPOINT`` (and ``AWS_EC2_METADATA_DIS
 ``GCE_METADATA_HOST``; Azure's address has no such variable.
 
 :class:`NoticePoller` polls one source every ``interval_s`` seconds (5 s by default, AWS's
-recommendation) and reports each distinct notice once.
+recommendation) and reports each distinct notice once. The watch polls every ``[preemption]
+poll_interval`` (default 1 s: a notice is seen 0.5 s after it is issued at the median, one small
+GET on a kept-alive session per second), and runs a long-polling source (GCP) in one thread of
+its own, back to back.
 """
 
 from __future__ import annotations
@@ -60,6 +69,8 @@ GCP_NOTICE_S = 30
 #: IMDSv2 token lifetime we ask for, seconds (AWS allows 1..21600).
 AWS_TOKEN_TTL_S = 21600
 AZURE_API_VERSION = "2020-07-01"
+#: Seconds a GCP long-poll (``timeout_sec``) may be held by the metadata server when nothing changes.
+GCP_LONG_POLL_S = 60
 
 
 @dataclass(frozen=True)
@@ -170,22 +181,46 @@ class GcpNoticeSource:
 
     Args:
         base_url: metadata server root (default ``http://$GCE_METADATA_HOST`` or metadata.google.internal).
-        timeout: seconds per request.
+        timeout: seconds per request (a long-poll waits ``long_poll_s`` more).
         clock: "now" for the deadline (first seen + :data:`GCP_NOTICE_S`).
+        long_poll_s: whole seconds a call may wait for a change (``timeout_sec``); 0: plain reads.
     """
 
     name = "gcp"
 
-    def __init__(self, base_url: str | None = None, *, timeout: float = 1.0, clock: Clock | None = None) -> None:
+    def __init__(self, base_url: str | None = None, *, timeout: float = 1.0, clock: Clock | None = None,
+                 long_poll_s: int = 0) -> None:
+        if long_poll_s < 0:
+            raise ValueError("long_poll_s must be >= 0")
         self.http = _metadata_client(base_url or _gcp_base_url(os.environ), "gcp", timeout)
         self.clock = clock or RealClock()
+        self.long_poll_s = int(long_poll_s)
         self._first_seen: datetime | None = None
+        self._etag: str | None = None
 
-    def poll(self) -> Notice | None:
-        """None while ``preempted`` reads FALSE; a Notice (deadline = first TRUE + 30 s) after."""
-        r = self.http.request(
-            "GET", "/computeMetadata/v1/instance/preempted", headers={"Metadata-Flavor": "Google"}, idempotent=True
-        )
+    @property
+    def long_poll(self) -> bool:
+        """Whether :meth:`poll` waits on the server for a change (then poll it back to back)."""
+        return self.long_poll_s > 0
+
+    def poll(self, *, wait: bool = True) -> Notice | None:
+        """None while ``preempted`` reads FALSE; a Notice (deadline = first TRUE + 30 s) after.
+        Long-polling (and ``wait``), it returns when the value changes or after ``long_poll_s``
+        seconds; ``wait=False`` reads plainly (a caller that must not block)."""
+        params: dict[str, str] | None = None
+        timeout: float | None = None
+        if wait and self.long_poll and self._etag:
+            params = {"wait_for_change": "true", "last_etag": self._etag, "timeout_sec": str(self.long_poll_s)}
+            timeout = self.http.timeout + self.long_poll_s
+        try:
+            r = self.http.request(
+                "GET", "/computeMetadata/v1/instance/preempted", headers={"Metadata-Flavor": "Google"},
+                params=params, timeout=timeout, idempotent=True,
+            )
+        except ProviderError:
+            self._etag = None  # read plainly next time
+            raise
+        self._etag = r.headers.get("ETag") or None
         text = r.text.strip().upper()
         if text == "FALSE":
             self._first_seen = None
@@ -323,6 +358,34 @@ def _probe_azure(base_url: str, timeout: float) -> bool:
         http.close()
 
 
+def cloud_source(
+    platform: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    aws_base_url: str | None = None,
+    gcp_base_url: str | None = None,
+    azure_base_url: str | None = None,
+    timeout: float = 1.0,
+    clock: Clock | None = None,
+) -> Detection:
+    """The notice source of ``platform`` (``"aws"``, ``"gcp"``, ``"azure"``) without detection
+    (``[preemption] source``): built as :func:`detect_cloud` would build it, nothing probed.
+
+    Raises:
+        ValueError: another platform name.
+    """
+    env = os.environ if env is None else env
+    if platform == "aws":
+        return Detection("aws", AwsNoticeSource(aws_base_url or _aws_base_url(env), timeout=timeout, clock=clock))
+    if platform == "gcp":
+        return Detection("gcp", GcpNoticeSource(gcp_base_url or _gcp_base_url(env), timeout=timeout, clock=clock,
+                                                long_poll_s=GCP_LONG_POLL_S))
+    if platform == "azure":
+        return Detection("azure", AzureNoticeSource(azure_base_url or AZURE_DEFAULT_BASE_URL, timeout=timeout,
+                                                    clock=clock))
+    raise ValueError(f"unknown notice source {platform!r} (allowed: aws, gcp, azure)")
+
+
 def detect_cloud(
     *,
     env: Mapping[str, str] | None = None,
@@ -373,7 +436,8 @@ def detect_cloud(
         return Detection("aws", aws)
     aws.http.close()
     if is_gcp:
-        return Detection("gcp", GcpNoticeSource(gcp_url, timeout=max(timeout, 1.0), clock=clock))
+        return Detection("gcp", GcpNoticeSource(gcp_url, timeout=max(timeout, 1.0), clock=clock,
+                                                long_poll_s=GCP_LONG_POLL_S))
     if is_azure:
         return Detection("azure", AzureNoticeSource(azure_url, timeout=max(timeout, 1.0), clock=clock))
     return Detection(None, None)
@@ -385,7 +449,9 @@ def detect_cloud(
 class NoticePoller:
     """Polls one :class:`NoticeSource` every ``interval_s`` seconds.
 
-    Use :meth:`poll_once` from a scheduler job, or :meth:`start` for a daemon thread. Each
+    Use :meth:`poll_once` from a scheduler job, or :meth:`start` for a daemon thread (which
+    polls a long-polling source, one whose ``long_poll`` is true, back to back, and waits
+    ``interval_s`` only after a failed poll). Each
     distinct notice (action, deadline, source) is passed to ``on_notice`` once. A source that
     cannot be read leaves :attr:`last_error` set and is polled again; an unreadable source
     never produces a notice.
@@ -413,11 +479,13 @@ class NoticePoller:
         self._seen: set[tuple[str, datetime, str]] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
 
-    def poll_once(self) -> Notice | None:
-        """Poll now; return the current notice (None if none or unreadable)."""
+    def poll_once(self, *, wait: bool = False) -> Notice | None:
+        """Poll now; return the current notice (None if none or unreadable). A long-polling
+        source is read plainly unless ``wait`` (the polling thread's own calls)."""
         try:
-            notice = self.source.poll()
+            notice = self.source.poll(wait=wait) if self.long_poll else self.source.poll()  # type: ignore[call-arg]
             self.last_error = None
         except ProviderError as exc:
             self.last_error = exc
@@ -433,25 +501,39 @@ class NoticePoller:
                     self.on_notice(notice)
         return notice
 
+    @property
+    def long_poll(self) -> bool:
+        """Whether the source long-polls (see the class docstring)."""
+        return bool(getattr(self.source, "long_poll", False))
+
+    @property
+    def threaded(self) -> bool:
+        """Whether :meth:`start` runs the polls (a scheduler job then has nothing to do)."""
+        return self._thread is not None
+
     def _run(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
-            self.poll_once()
+            self.poll_once(wait=True)
+            if self.long_poll and self.last_error is None:
+                continue  # the server held the call until a change or its timeout_sec
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
 
     def start(self) -> "NoticePoller":
-        """Poll in a daemon thread until :meth:`stop`."""
-        if self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="costctl-notices", daemon=True)
-            self._thread.start()
+        """Poll in a daemon thread until :meth:`stop` (a second call does nothing)."""
+        with self._start_lock:
+            if self._thread is None:
+                self._stop.clear()
+                self._thread = threading.Thread(target=self._run, name="costctl-notices", daemon=True)
+                self._thread.start()
         return self
 
     def stop(self) -> None:
-        """Stop the polling thread (waits for the current poll to end)."""
+        """Stop the polling thread (waits for the current poll to end; for a long-poll at most
+        1 s: the daemon thread's held call ends with the process)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=self.interval_s + 5)
+            self._thread.join(timeout=1.0 if self.long_poll else self.interval_s + 5)
             self._thread = None
 
 

@@ -37,7 +37,7 @@ def test_the_example_config_parses_and_shows_the_lifecycle_sections(tmp_path):
     assert s.checkpoint == default.checkpoint and s.preemption == default.preemption
     assert s.downsize == default.downsize and s.oom == default.oom
     assert s.checkpoint.signal is None  # no signal unless asked for
-    assert s.preemption.poll_interval == timedelta(seconds=5)
+    assert s.preemption.poll_interval == timedelta(seconds=1)
 
 
 @pytest.mark.parametrize("toml, expect", [

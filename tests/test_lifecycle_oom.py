@@ -106,3 +106,56 @@ def test_a_batch_placeholder_without_a_batch_size_is_one_line(tmp_path):
     lines = [ln for ln in proc.stderr.decode().splitlines() if ln.strip()]
     assert len(lines) == 1 and "{batch_size}" in lines[0] and "--batch-size" in lines[0]
     assert not (tmp_path / "costctl.db").exists()
+
+
+#: Real children that die of a CUDA OOM (message shaped as torch prints it) and exit 1.
+IGNORES_BATCH = """
+import sys
+batch = 1024  # hard-coded: COSTCTL_BATCH_SIZE is never read
+print(f"training at batch {batch}", flush=True)
+print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+      "of 23.65 GiB of which 1.02 GiB is free.", file=sys.stderr, flush=True)
+sys.exit(1)
+"""
+HONOURS_BATCH = """
+import sys
+from costctl import job
+batch = job.batch_size(default=1024)
+print(f"training at batch {batch} x accumulation {job.accum_steps()}", flush=True)
+if batch > 256:
+    print(f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {batch * 2} MiB. GPU 0 has a total "
+          "capacity of 23.65 GiB of which 1.02 GiB is free.", file=sys.stderr, flush=True)
+    sys.exit(1)
+print("done", flush=True)
+"""
+
+
+def _oom_decisions(data: Path) -> list[DecisionRow]:
+    with _db(data) as db:
+        return list(db.scalars(select(DecisionRow).where(DecisionRow.policy == "oom").order_by(DecisionRow.time)))
+
+
+def test_a_retry_that_dies_of_the_same_oom_stops_and_says_how_to_pass_the_batch(tmp_path):
+    data = tmp_path / "data"
+    proc = run_costctl("watch", "--on-exit", "leave", "--on-oom", "retry", "--batch-size", "1024", "--no-status",
+                       "--", PY, "-c", IGNORES_BATCH, env=costctl_env(data), timeout=120)
+    assert proc.returncode != 0
+    first, second = _oom_decisions(data)  # one retry, then no more
+    assert first.action == "retry" and "effective batch 512" not in first.reason
+    assert "COSTCTL_BATCH_SIZE=512" in first.reason and "unconfirmed" in first.reason
+    assert second.action == "advise" and second.outcome == "stopped retrying"
+    assert "same CUDA out of memory" in second.reason and "{batch_size}" in second.reason
+    assert second.evidence["batch_heard"] is False
+    assert proc.stdout.decode().count("training at batch 1024") == 2  # the job ran twice, never more
+
+
+def test_a_job_that_honours_costctl_batch_size_is_retried_until_it_fits(tmp_path):
+    data = tmp_path / "data"
+    proc = run_costctl("watch", "--on-exit", "leave", "--on-oom", "retry", "--batch-size", "1024", "--no-status",
+                       "--", PY, "-c", HONOURS_BATCH, env=costctl_env(data), timeout=120)
+    out = proc.stdout.decode()
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert "training at batch 256 x accumulation 4" in out and "done" in out
+    decisions = _oom_decisions(data)
+    assert [d.action for d in decisions] == ["retry", "retry"]
+    assert [d.evidence["new_batch_size"] for d in decisions] == [512, 256]

@@ -114,6 +114,7 @@ class Lifecycle:
         self.on_oom = on_oom
         self.oom = OomScanner()
         self.oom_retries = 0
+        self._retried_oom: tuple[Any, ...] | None = None  # the OOM the last retry answered
         self._then: list[Callable[[CheckpointAttempt], None]] = []
         self.last_checkpoint_at: datetime | None = None
         self.checkpoints: list[CheckpointAttempt] = []
@@ -515,18 +516,42 @@ class Lifecycle:
             "batch_size": plan.batch_size if plan else None, "accum_steps": plan.accum_steps if plan else None,
             "min_batch": min_batch, "retries_before": self.oom_retries,
         }
+        from .oom_retry import BATCH, uses
+
+        in_argv = uses(self.command, BATCH)
+        same = (event.exception, event.requested_bytes, event.total_bytes,
+                event.message if event.requested_bytes is None else None)
+        if self.on_oom == "retry" and self._retried_oom == same and not in_argv:
+            # The retry died of the very same OOM: the job did not take the halved batch.
+            text = (f"the retry at batch {plan.batch_size if plan else '?'} died of the same CUDA out of memory "
+                    f"({event.message[:160]}): the job did not take the batch costctl passed, so retrying again "
+                    "would fail the same way; stopped retrying. Pass the batch through: put {batch_size} (and "
+                    "{accum_steps}) in the command, e.g. --batch-size {batch_size}, or read "
+                    "costctl.job.batch_size(default=N) / $COSTCTL_BATCH_SIZE in the script")
+            evidence.update(same_oom=True, batch_heard=False)
+            self._retried_oom = None
+            self.log.record(Decision(time=now, policy="oom", action=Action.ADVISE, reason=text, evidence=evidence,
+                                     key=f"oom-unheard:{self.oom_retries}"), "stopped retrying")
+            return False
         if self.on_oom == "retry" and plan is not None and nxt is not None and not self.dry_run:
             self.oom_retries += 1
+            self._retried_oom = same
             resume = self.resume_point() or self.job.resume_from
             evidence.update(new_batch_size=nxt.batch_size, new_accum_steps=nxt.accum_steps,
                             effective_batch=nxt.effective, resume_from=resume)
             note = "" if nxt.effective == plan.effective else \
                 f" (the odd batch changes the effective batch from {plan.effective} to {nxt.effective})"
+            if in_argv:  # costctl writes the batch into the command: the job is told it
+                told = f"(effective batch {nxt.effective}){note}"
+            else:  # only the environment carries it: the effective batch is the job's to confirm
+                told = (f"through COSTCTL_BATCH_SIZE={nxt.batch_size} COSTCTL_ACCUM_STEPS={nxt.accum_steps} "
+                        "(the command has no {batch_size} placeholder: the effective batch is unconfirmed "
+                        "until the job reads them)")
+            evidence.update(batch_in_command=in_argv)
             self.log.record(Decision(
                 time=now, policy="oom", action=Action.RETRY,
                 reason=(f"CUDA out of memory at batch {plan.batch_size} x accumulation {plan.accum_steps}: "
-                        f"retrying at batch {nxt.batch_size} x accumulation {nxt.accum_steps} "
-                        f"(effective batch {nxt.effective}){note}"
+                        f"retrying at batch {nxt.batch_size} x accumulation {nxt.accum_steps} {told}"
                         + (f", resuming from {resume}" if resume else "")),
                 evidence=evidence, key=f"oom:{self.oom_retries}"), f"retry {self.oom_retries}")
             self.job.restart(batch=nxt, resume_from=resume)

@@ -643,20 +643,28 @@ class Watcher:
         cfg = self.settings.preemption
         provider = self.provider
 
-        from costctl_providers.notices import NoticePoller, detect_cloud
+        from costctl_providers.notices import NoticePoller, cloud_source, detect_cloud
 
         def detect() -> None:
-            found = detect_cloud(
-                provider=provider, instance_id=self.state.instance_id, clock=self.clock,
-                aws_base_url=cfg.aws_base_url, gcp_base_url=cfg.gcp_base_url, azure_base_url=cfg.azure_base_url,
-            )
+            urls = {"aws_base_url": cfg.aws_base_url, "gcp_base_url": cfg.gcp_base_url,
+                    "azure_base_url": cfg.azure_base_url}
+            if cfg.source != "auto":  # [preemption] source names the cloud: nothing detected
+                found = cloud_source(cfg.source, clock=self.clock, **urls)
+            else:
+                found = detect_cloud(provider=provider, instance_id=self.state.instance_id, clock=self.clock, **urls)
             if found.source is not None:
-                self.notice_poller = NoticePoller(found.source, cfg.poll_interval.total_seconds(),
-                                                  on_notice=self._on_notice)
-                self.say(f"costctl: watching {found.platform} for preemption notices every "
-                         f"{cfg.poll_interval.total_seconds():g}s")
+                poller = NoticePoller(found.source, cfg.poll_interval.total_seconds(), on_notice=self._on_notice)
+                if poller.long_poll and self._threaded:
+                    # A long-polling source (GCP) waits on the server: one thread of its own polls
+                    # it back to back, a notice is seen when it is set (the job below skips it).
+                    poller.start()
+                    how = "with a long-poll (answered when the notice is set)"
+                else:
+                    how = f"every {cfg.poll_interval.total_seconds():g}s"
+                self.notice_poller = poller
+                self.say(f"costctl: watching {found.platform} for preemption notices {how}")
 
-        if getattr(provider.capabilities, "preemption_notice", False):
+        if cfg.source != "auto" or getattr(provider.capabilities, "preemption_notice", False):
             detect()
         else:
             threading.Thread(target=detect, name="costctl-detect-cloud", daemon=True).start()
@@ -673,11 +681,38 @@ class Watcher:
         poller = self.notice_poller
         if poller is None or self._stopped_at is not None:
             return
-        poller.poll_once()
+        if not poller.threaded:  # a long-polling source has its own thread
+            poller.poll_once()
         if getattr(self.provider.capabilities, "preemption_notice", False):
             with self._lock:
                 assert self.lifecycle is not None
                 self.lifecycle.check_preempted()
+
+    def make_scheduler(self) -> Any:
+        """The watch's :class:`~.scheduler.LoopScheduler` with its jobs (not started): ``tick``
+        every ``[watch] sample_interval`` in the loop's thread and, on a spot instance,
+        ``notices`` every ``[preemption] poll_interval`` on a pool thread (an HTTP call that
+        may take seconds). What only the loop needs is imported here, once the job runs
+        (APScheduler: ~25 ms that the job's start does not wait for)."""
+        from apscheduler.executors.pool import ThreadPoolExecutor
+
+        from .scheduler import LoopScheduler
+
+        interval = self.settings.watch.sample_interval.total_seconds()
+        scheduler = LoopScheduler(self._wake, timezone=timezone.utc,
+                                  executors={"threads": ThreadPoolExecutor(max_workers=1)})
+        scheduler.add_job(
+            self._safe_tick, "interval", seconds=interval, next_run_time=datetime.now(timezone.utc),
+            max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)), id="tick",
+        )
+        if self.state.billing == "spot":
+            poll = self.settings.preemption.poll_interval.total_seconds()
+            scheduler.add_job(
+                self._safe_poll_notices, "interval", seconds=poll, next_run_time=datetime.now(timezone.utc),
+                max_instances=1, coalesce=True, misfire_grace_time=max(1, int(poll)), id="notices",
+                executor="threads",
+            )
+        return scheduler
 
     def _safe_poll_notices(self) -> None:
         try:
@@ -1118,29 +1153,12 @@ class Watcher:
                 signal.signal(s, h)
             self._close_wakeup()
             raise
-        # The job runs: what only the loop needs is imported now (APScheduler: ~25 ms that the
-        # job's start does not wait for). The ticks run in this thread, driven by the main loop
-        # (LoopScheduler); the notice poll, an HTTP call that may take seconds, on a pool thread.
-        from apscheduler.executors.pool import ThreadPoolExecutor
-
-        from .scheduler import LoopScheduler
-
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-        interval = self.settings.watch.sample_interval.total_seconds()
-        scheduler = LoopScheduler(self._wake, timezone=timezone.utc,
-                                  executors={"threads": ThreadPoolExecutor(max_workers=1)})
-        scheduler.add_job(
-            self._safe_tick, "interval", seconds=interval, next_run_time=datetime.now(timezone.utc),
-            max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)), id="tick",
-        )
-        if self.state.billing == "spot":
-            poll = self.settings.preemption.poll_interval.total_seconds()
-            scheduler.add_job(
-                self._safe_poll_notices, "interval", seconds=poll, next_run_time=datetime.now(timezone.utc),
-                max_instances=1, coalesce=True, misfire_grace_time=max(1, int(poll)), id="notices",
-                executor="threads",
-            )
+        scheduler = self.make_scheduler()
         self._threaded = True
+        poller = self.notice_poller
+        if poller is not None and poller.long_poll:  # found before the loop ran (see _start_notice_source)
+            poller.start()
         self._scheduler = scheduler
         scheduler.start()
         exit_code = 0
@@ -1150,6 +1168,8 @@ class Watcher:
         finally:
             self._scheduler = None
             scheduler.shutdown(wait=True)
+            if self.notice_poller is not None:
+                self.notice_poller.stop()
             if self._stop_runner is not None:
                 self._stop_runner.join(1.0)
             for s, h in old.items():

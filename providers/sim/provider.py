@@ -420,6 +420,38 @@ class SimProvider(Provider):
             self._advance(rec, now)
             return self._to_instance(rec)
 
+    def preemption_target(self, instance_id: str | None = None) -> str:
+        """The instance ``costctl sim preempt`` acts on: ``instance_id`` when given (it must be
+        a simulated instance), else the only running spot instance, else (several) the
+        configured local instance when it is one of them.
+
+        Raises:
+            NotFoundError: ``instance_id`` is not a simulated instance.
+            ProviderError: no id given and no single running spot instance to choose.
+        """
+        now = self._now()
+        with self.store.transaction() as state:
+            self._ensure_local(state, now)
+            if instance_id is not None:
+                if instance_id not in state["instances"]:
+                    known = ", ".join(sorted(state["instances"])) or "none"
+                    raise NotFoundError(f"sim: no simulated instance {instance_id!r} (simulated instances: {known}); "
+                                        "costctl sim acts on the simulated provider's instances only")
+                return instance_id
+            for rec in state["instances"].values():
+                self._advance(rec, now)
+            spot = sorted(r["id"] for r in state["instances"].values()
+                          if r["billing"] == BillingMode.SPOT.value
+                          and r["status"] in (Status.RUNNING.value, Status.STARTING.value))
+        if len(spot) == 1:
+            return spot[0]
+        if self.config.instance_id in spot:
+            return self.config.instance_id
+        if not spot:
+            raise ProviderError("sim: no running spot instance to preempt (set [instance] billing = \"spot\" "
+                                "for the local one, or name an instance)")
+        raise ProviderError(f"sim: several running spot instances ({', '.join(spot)}); name the one to preempt")
+
     def preemption_notice(self, instance_id: str) -> Notice | None:
         """The pending preemption notice of ``instance_id`` (None when there is none, or once
         the instance has been taken)."""
