@@ -219,14 +219,15 @@ _TABLE_HEADER_RE = re.compile(r"Epoch[ \t]+[A-Za-z_]\S*[ \t]+[A-Za-z_/]\S*")
 
 def _has_table_header(text: str) -> bool:
     for m in _TABLE_HEADER_RE.finditer(text):
-        start, _ = _line_bounds(text, m.start(), m.start())
+        start, _ = line_bounds(text, m.start(), m.start())
         if not text[start:m.start()].strip(" \t"):
             return True
     return False
 
 
-def _line_bounds(text: str, start: int, end: int) -> tuple[int, int]:
-    """``(start, end)`` of the line holding ``text[start:end]`` (``\n``/``\r`` end a line)."""
+def line_bounds(text: str, start: int, end: int) -> tuple[int, int]:
+    """``(start, end)`` of the line of ``text`` holding ``text[start:end]`` (``\n``/``\r``
+    end a line); each search stops at the nearer ``\n``, so the cost is the line's length."""
     nl = text.rfind("\n", 0, start)
     cr = text.rfind("\r", nl + 1, start)
     first = max(nl, cr) + 1
@@ -261,12 +262,12 @@ class NamedLossReader:
         h = 0
         done = -1
         for hit in hits:
-            start, end = _line_bounds(text, hit, hit)
+            start, end = line_bounds(text, hit, hit)
             if start == done:
                 continue
             done = start
             while h < len(headers) and headers[h] < start:  # epoch headers above this line
-                header = parse_epoch_header(text[headers[h]:_line_bounds(text, headers[h], headers[h])[1]].strip().rstrip(":"))
+                header = parse_epoch_header(text[headers[h]:line_bounds(text, headers[h], headers[h])[1]].strip().rstrip(":"))
                 if header is not None:
                     self._epoch = header[0]
                 h += 1

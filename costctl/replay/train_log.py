@@ -49,7 +49,8 @@ from ..progress.lines import MAX_LINE_CHARS
 from ..progress.batch import PointBatch, native
 from ..progress.metrics_file import number
 from ..records import ProgressPoint
-from .console_named import EpochShape, NamedLossReader, NamedSeries, choose_primary, granularity_of, series_granularity
+from .console_named import (EpochShape, NamedLossReader, NamedSeries, choose_primary, granularity_of, line_bounds,
+                            series_granularity)
 from .loss_stats import LossStream, LossSummary, summarize
 from .oom import OomEvent, match_oom
 from .textio import SNIFF_BYTES, detect_encoding, open_text, read_all
@@ -368,16 +369,6 @@ def _metrics_grad_norms(series: dict[str, list[SeriesPoint]], train: list[Progre
     return out
 
 
-def _line_bounds(text: str, start: int, end: int) -> tuple[int, int]:
-    """``(start, end)`` of the line of ``text`` holding ``text[start:end]`` (``\n``/``\r``
-    end a line); each search stops at the nearer ``\n``, so the cost is the line's length."""
-    nl = text.rfind("\n", 0, start)
-    cr = text.rfind("\r", nl + 1, start)
-    first = max(nl, cr) + 1
-    nl = text.find("\n", end)
-    stop = len(text) if nl < 0 else nl
-    cr = text.find("\r", end, stop)
-    return first, (cr if cr >= 0 else stop)
 
 
 def console_grad_norms(text: str, out: list[GradNormRecord]) -> None:
@@ -398,7 +389,7 @@ def console_grad_norms(text: str, out: list[GradNormRecord]) -> None:
     for m in (_GRAD_NORM_LOW_RE if ascii_text else _GRAD_NORM_RE).finditer(low):
         if m.start() and (low[m.start() - 1].isalnum() or low[m.start() - 1] == "_"):
             continue  # "xgrad_norm": not the key
-        start, end = _line_bounds(text, m.start(), m.end())
+        start, end = line_bounds(text, m.start(), m.end())
         if start == done_line:
             continue  # one gradient norm per line (the first)
         done_line = start
