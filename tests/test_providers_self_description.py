@@ -259,6 +259,13 @@ ALLOWED = {
     ("costctl/replay/pricing.py",
      "; pass --price (AutoDL publishes no price list) or add [[catalog.prices]] to the config"):
         "error message text pointing at the price catalog",
+    # `costctl sim ...`: the simulated provider's own rehearsal commands (`costctl sim preempt`
+    # makes it issue a preemption notice); the command word is the provider's name by design.
+    ("costctl/cli/main.py", "sim"): "the `sim` command word and its module",
+    ("costctl/cli/sim.py", "sim"): "the `sim` command group and the provider it opens",
+    ("costctl/cli/sim.py", "sim_app"): "the `sim` command group's typer app",
+    ("costctl/cli/sim.py", "The simulated provider: rehearse what a real cloud does (sim preempt: a spot "
+                           "preemption notice)."): "--help text of the `sim` command group",
 }
 
 
