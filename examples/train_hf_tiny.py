@@ -4,7 +4,7 @@ checkpoint callback, resumable from ``COSTCTL_RESUME_FROM``.
 
 Usage::
 
-    pip install -e '.[hf]' torch          # transformers + accelerate
+    pip install torch && pip install -e '.[hf]'    # torch first (else a CUDA build), then transformers + accelerate
     costctl watch -- python examples/train_hf_tiny.py --output-dir out --max-steps 400
 
 Flags: ``--output-dir DIR`` (checkpoints are ``DIR/checkpoint-<step>/``), ``--max-steps N``,

@@ -3,7 +3,7 @@ costctl's checkpoint callback and Lightning's CSVLogger, resumable from ``COSTCT
 
 Usage::
 
-    pip install -e '.[lightning]' torch
+    pip install torch && pip install -e '.[lightning]'    # torch first
     costctl watch -- python examples/train_lightning_tiny.py --root-dir out --max-steps 400
 
 Flags: ``--root-dir DIR`` (checkpoints in ``DIR/checkpoints/``, metrics in

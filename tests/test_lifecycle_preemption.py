@@ -241,3 +241,30 @@ def test_a_job_that_saves_often_enough_on_its_own_gets_no_periodic_request(tmp_p
         asked = db.scalars(select(CheckpointRow)).all()
     assert (run.ended_at - run.started_at).total_seconds() > 120  # two intervals and more went by
     assert len(list(ckpt.glob("step-*.pt"))) >= 10 and asked == []
+
+
+@pytest.mark.realtime  # a real child against a simulated clock
+def test_a_notice_shorter_than_the_reserve_still_leaves_the_checkpoint_half_of_it(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    # SPOT: grace 5 s + margin 10 s = 15 s reserve; a 12 s notice would leave the checkpoint none
+    s = settings(tmp_path, SPOT + f'[checkpoint]\npath = "{ckpt}/epoch-*.pkl"\nperiodic = "off"\n')
+    clock = SimClock(T0)
+    cmd = [PY, EXAMPLE, "--epochs", "400", "--hidden", "32", "--checkpoint-dir", str(ckpt)]
+    w = watcher(s, cmd, clock, on_exit="leave")
+    notice = {}
+
+    def preempt_when_training(now):
+        if not notice and len(_epochs(log_text(w))) >= 3:
+            notice["at"] = now
+            w.provider.inject_preemption(w.instance_id, notice_s=12)
+
+    code, status = drive(w, clock, step_s=0.5, on_step=preempt_when_training)
+    assert notice and status == "preempted"
+    with _db(tmp_path) as db:
+        cp = db.scalars(select(CheckpointRow)).one()
+        first = db.scalars(select(DecisionRow).where(DecisionRow.policy == "preemption").order_by(DecisionRow.id)).first()
+    assert "a short notice: half of it for the checkpoint" in first.reason
+    half = timedelta(seconds=first.evidence["seconds_left"] / 2)  # half of what was left when it was seen
+    assert first.evidence["short_notice"] and abs(cp.deadline - (cp.requested_at + half)) < timedelta(seconds=0.5)
+    assert half > timedelta(seconds=2)
+    assert cp.outcome == "saved"

@@ -31,7 +31,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -166,7 +166,7 @@ class Lifecycle:
         via = f" and {attempt.signal} to pid {', '.join(map(str, attempt.signalled_pids)) or 'none'}" \
             if attempt.signal else ""
         self.say(f"costctl: checkpoint requested ({reason}) through {self.requester.request_path.name}{via}; "
-                 f"waiting up to {left:.0f}s")
+                 f"waiting up to {max(0.0, left):.0f}s")
         return attempt
 
     def poll(self) -> None:
@@ -287,15 +287,26 @@ class Lifecycle:
             return
         self._notice_keys.add(key)
         now = self.clock.now()
-        stop_by = notice.deadline - self.settings.watch.grace_period - self.settings.preemption.margin
         left = notice.seconds_left(now)
+        reserve = self.settings.watch.grace_period + self.settings.preemption.margin
+        stop_by = notice.deadline - reserve
+        # A notice so short that the reserve (grace period + margin) leaves the checkpoint less
+        # than a third of it (none at all, below the reserve): the checkpoint gets half of what
+        # is left, the job's end the rest.
+        short = stop_by < now + timedelta(seconds=left / 3)
+        if short:
+            stop_by = now + timedelta(seconds=max(0.0, left) / 2)
         evidence = {"source": notice.source, "action": notice.action, "deadline": notice.deadline.isoformat(),
-                    "seconds_left": round(left, 3), "stop_by": stop_by.isoformat(), "raw": notice.raw}
+                    "seconds_left": round(left, 3), "stop_by": stop_by.isoformat(), "raw": notice.raw,
+                    "short_notice": short}
         job = self.job.running
         reason = (f"{notice.source} preemption notice: {notice.action} at {notice.deadline.isoformat()} "
                   f"({left:.0f}s from now); ")
         reason += (f"requesting a checkpoint, the job ends by {stop_by.isoformat()}" if job
                    else "no job to checkpoint; stopping the instance now")
+        if short and job:
+            reason += (f" (a short notice: half of it for the checkpoint, the rest to end the job, less than "
+                       f"[watch] grace_period + [preemption] margin = {reserve.total_seconds():g}s)")
         self.log.record(Decision(time=now, policy="preemption", action=Action.CHECKPOINT if job else Action.STOP,
                              reason=reason, evidence=evidence, key=key), "notice received")
         if job:
@@ -522,11 +533,12 @@ class Lifecycle:
         same = (event.exception, event.requested_bytes, event.total_bytes,
                 event.message if event.requested_bytes is None else None)
         if self.on_oom == "retry" and self._retried_oom == same and not in_argv:
-            # The retry died of the very same OOM: the job did not take the halved batch.
+            # The retry died of the very same OOM: the halved batch did not change what failed.
             text = (f"the retry at batch {plan.batch_size if plan else '?'} died of the same CUDA out of memory "
-                    f"({event.message[:160]}): the job did not take the batch costctl passed, so retrying again "
-                    "would fail the same way; stopped retrying. Pass the batch through: put {batch_size} (and "
-                    "{accum_steps}) in the command, e.g. --batch-size {batch_size}, or read "
+                    f"({event.message[:160]}): either the job did not take the batch costctl passed through "
+                    "$COSTCTL_BATCH_SIZE, or what runs out of memory does not depend on the batch; retrying again "
+                    "would likely fail the same way, so costctl stopped retrying. To pass the batch through, put "
+                    "{batch_size} (and {accum_steps}) in the command, e.g. --batch-size {batch_size}, or read "
                     "costctl.job.batch_size(default=N) / $COSTCTL_BATCH_SIZE in the script")
             evidence.update(same_oom=True, batch_heard=False)
             self._retried_oom = None
