@@ -60,6 +60,7 @@ from .config_types import (  # noqa: F401
     parse_money,
     parse_window,
 )
+from . import job as _job
 from .errors import ConfigError
 from .paths import CONFIG_FILE_NAME
 from .policies.budget import BudgetConfig  # noqa: F401
@@ -443,13 +444,12 @@ class Settings(BaseSettings):
         return tuple(sources)
 
 
-# Environment variables that belong to costctl but are not settings keys.
 # Environment variables that belong to costctl but are not settings keys: the job-side protocol
-# (costctl.job), the config file's location, the log reader's engine (COSTCTL_PARSER, read by
-# costctl.progress.lines at import) and the test suite's (COSTCTL_TEST_*, COSTCTL_CORPUS).
-_NON_SETTING_ENV = {"COSTCTL_CONFIG", "COSTCTL_CHECKPOINT_REQUEST", "COSTCTL_RESUME_FROM",
-                    "COSTCTL_BATCH_SIZE", "COSTCTL_ACCUM_STEPS", "COSTCTL_RUN_ID", "COSTCTL_CORPUS",
-                    "COSTCTL_PARSER"}
+# (every ``ENV_*`` of costctl.job: a costctl started from inside a job — the relay's on-exit
+# watch — inherits them), the config file's location, the log reader's engine (COSTCTL_PARSER,
+# read by costctl.progress.lines at import) and the test suite's (COSTCTL_TEST_*, COSTCTL_CORPUS).
+_NON_SETTING_ENV = {"COSTCTL_CONFIG", "COSTCTL_RUN_ID", "COSTCTL_CORPUS", "COSTCTL_PARSER",
+                    *(value for name, value in vars(_job).items() if name.startswith("ENV_"))}
 _NON_SETTING_ENV_PREFIXES = ("COSTCTL_TEST_",)
 
 

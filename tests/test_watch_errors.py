@@ -96,3 +96,17 @@ def test_unexpected_error_leaves_a_traceback_in_a_log_file(tmp_path):
     assert code == 70
     logs = list((env_dir / "logs").glob("crash-*.log"))
     assert logs and "RuntimeError: boom" in logs[0].read_text()
+
+
+def test_the_job_protocol_variables_are_not_settings(tmp_path, monkeypatch):
+    """A costctl started from inside a watched job (the relay's on-exit watch, a script calling
+    costctl) inherits every costctl.job variable: none of them is an unknown setting."""
+    from costctl import job
+    from costctl.config import load_settings
+
+    names = [v for k, v in vars(job).items() if k.startswith("ENV_")]
+    assert "COSTCTL_METRICS_FILE" in names and "COSTCTL_CHECKPOINT_REQUEST" in names
+    for name in names:
+        monkeypatch.setenv(name, "x")
+    monkeypatch.setenv("COSTCTL_DATA_DIR", str(tmp_path / "data"))
+    load_settings(None)  # no "unknown environment variable"
