@@ -385,7 +385,8 @@ def _active_sql(since: datetime | None, until: datetime | None) -> list[Any]:
 
 def run_page(session: Reader, since: datetime | None = None, until: datetime | None = None, *,
              limit: int | None = 100, unguarded: Callable[[Row[Any]], bool] | None = None,
-             places: int | None = None, run_ids: Collection[str] | None = None) -> RunPage:
+             places: int | None = None, run_ids: Collection[str] | None = None,
+             with_totals: bool = True) -> RunPage:
     """The runs active inside ``[since, until)`` (see :class:`RunBill`): the newest ``limit``
     (None: all) as rows, oldest first, with the totals over all of them. Reads the runs and
     their summaries, the rollups and the edge buckets' charges (aggregates only): never the
@@ -400,7 +401,8 @@ def run_page(session: Reader, since: datetime | None = None, until: datetime | N
     runs on: the run's status reads ``unguarded``.
 
     ``run_ids``: only these runs are counted and shown (the totals still cover every run of
-    the window)."""
+    the window). ``with_totals=False``: the totals are not computed (``{}``; a caller that sums
+    the window itself, :func:`chain_page`)."""
     since = ensure_utc(since) if since else None
     until = ensure_utc(until) if until else None
     active = _active_sql(since, until)
@@ -413,18 +415,20 @@ def run_page(session: Reader, since: datetime | None = None, until: datetime | N
     runs = list(reversed(session.execute(stmt).all()))
     ids = [r.id for r in runs]
 
-    S = window_slices(session, since, until)
-    if places is None:
-        totals = dict(sorted(_money(session.execute(
-            select(S.c.currency, S.c.rate_per_hour, func.sum(S.c.us)).group_by(S.c.currency, S.c.rate_per_hour)
-        )).items()))
-    else:  # each run's amount rounded as its row is, then added (aggregate rows: one per run and rate)
-        per_run = _money(((run_id, currency), rate, us) for run_id, currency, rate, us in session.execute(
-            select(S.c.run_id, S.c.currency, S.c.rate_per_hour, func.sum(S.c.us))
-            .group_by(S.c.run_id, S.c.currency, S.c.rate_per_hour)))
-        quantum = Decimal(1).scaleb(-places)
-        totals = sum_by_currency([(cur, amount.quantize(quantum, rounding=ROUND_HALF_EVEN))
-                                  for (_, cur), amount in per_run.items()])
+    totals: dict[str, Decimal] = {}
+    if with_totals:
+        S = window_slices(session, since, until)
+        if places is None:
+            totals = dict(sorted(_money(session.execute(
+                select(S.c.currency, S.c.rate_per_hour, func.sum(S.c.us)).group_by(S.c.currency, S.c.rate_per_hour)
+            )).items()))
+        else:  # each run's amount rounded as its row is, then added (aggregate rows: one per run and rate)
+            per_run = _money(((run_id, currency), rate, us) for run_id, currency, rate, us in session.execute(
+                select(S.c.run_id, S.c.currency, S.c.rate_per_hour, func.sum(S.c.us))
+                .group_by(S.c.run_id, S.c.currency, S.c.rate_per_hour)))
+            quantum = Decimal(1).scaleb(-places)
+            totals = sum_by_currency([(cur, amount.quantize(quantum, rounding=ROUND_HALF_EVEN))
+                                      for (_, cur), amount in per_run.items()])
     spend: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
     newest: dict[tuple[str, str], tuple[int, Decimal]] = {}
     instances: dict[int, Row[Any]] = {}
@@ -615,7 +619,8 @@ def chain_page(session: Reader, since: datetime | None = None, until: datetime |
                               for (_, cur), amount in per_chain.items()])
     shown = ordered if limit is None else ordered[:limit]
     wanted = {run_id for root in shown for run_id in members[root]}
-    runs = run_page(session, since, until, limit=None, unguarded=unguarded, run_ids=wanted).rows if wanted else []
+    runs = run_page(session, since, until, limit=None, unguarded=unguarded, run_ids=wanted,
+                    with_totals=False).rows if wanted else []
     resumed = {r.id: r.resumed_from for r in session.execute(
         select(RUNS.c.id, RUNS.c.resumed_from).where(RUNS.c.id.in_(sorted(wanted))))} if wanted else {}
     by_chain: dict[tuple[str, str], list[RunBill]] = defaultdict(list)
