@@ -132,3 +132,20 @@ def test_the_prefilter_passes_every_corpus_oom_message_and_stops_a_flood() -> No
             assert may_hold_oom(line), line
     flood = "".join(f"step {i} loss: 0.5 - memory: 2990 Allocated memory\n" for i in range(1000))
     assert not may_hold_oom(flood) and not oom_in(flood)
+
+
+def test_memory_in_use_is_read_from_both_pytorch_formats() -> None:
+    lines = corpus_file("oom_messages_from_issues.txt").read_text().splitlines()
+    by_line = {e.line_number: e for e in find_oom(lines)}
+    # <= 2.0: "X already allocated; ... Y reserved in total by PyTorch" (before 1.5: "Y cached")
+    assert by_line[2].allocated_bytes == _bytes("4.36 GiB") and by_line[2].reserved_bytes == _bytes("4.63 GiB")
+    assert by_line[1].allocated_bytes == _bytes("8.57 MiB") and by_line[1].reserved_bytes == _bytes("4.68 MiB")
+    # >= 2.1: "X is allocated by PyTorch, and Z is reserved by PyTorch but unallocated": reserved = X + Z
+    assert by_line[7].allocated_bytes == _bytes("2.93 GiB")
+    assert by_line[7].reserved_bytes == _bytes("2.93 GiB") + _bytes("2.30 GiB")
+    # vLLM's line has "with 46.00 MiB allocated in private pools" between the two
+    assert by_line[18].allocated_bytes == _bytes("13.73 GiB")
+    assert by_line[18].reserved_bytes == _bytes("13.73 GiB") + _bytes("736.86 MiB")
+    for event in by_line.values():
+        assert event.allocated_bytes is not None and event.reserved_bytes is not None, event.line_number
+    assert match_oom("RuntimeError: CUDA error: out of memory").allocated_bytes is None  # type: ignore[union-attr]

@@ -159,3 +159,100 @@ def test_a_job_that_honours_costctl_batch_size_is_retried_until_it_fits(tmp_path
     decisions = _oom_decisions(data)
     assert [d.action for d in decisions] == ["retry", "retry"]
     assert [d.evidence["new_batch_size"] for d in decisions] == [512, 256]
+
+
+#: A job whose memory does not depend on the batch: it takes {batch_size} from its argv, and the
+#: same 20 GiB allocation fails whatever the batch (a fixed-size buffer), as torch >= 2.1 prints it.
+FIXED_ALLOCATION = """
+import sys
+batch = int(sys.argv[sys.argv.index("--batch-size") + 1])
+print(f"training at batch {batch}", flush=True)
+print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of "
+      "23.65 GiB of which 3.29 GiB is free. Including non-PyTorch memory, this process has 20.36 GiB memory in use. "
+      "Of the allocated memory 19.88 GiB is allocated by PyTorch, and 42.00 MiB is reserved by PyTorch but "
+      "unallocated. If reserved but unallocated memory is large try setting "
+      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.", file=sys.stderr, flush=True)
+sys.exit(1)
+"""
+#: A job whose failing allocation halves with the batch (activations), fitting at batch 256.
+SCALING_ALLOCATION = """
+import sys
+batch = int(sys.argv[sys.argv.index("--batch-size") + 1])
+print(f"training at batch {batch} x accumulation {sys.argv[-1]}", flush=True)
+if batch > 256:
+    print(f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {batch * 8}.00 MiB. GPU 0 has a total "
+          "capacity of 23.65 GiB of which 1.02 GiB is free.", file=sys.stderr, flush=True)
+    sys.exit(1)
+print("done", flush=True)
+"""
+#: A job whose OOM message has no allocation figure (the CUDA runtime's own error).
+NO_FIGURE = """
+import sys
+batch = int(sys.argv[sys.argv.index("--batch-size") + 1])
+print(f"training at batch {batch}", flush=True)
+if batch > 256:
+    print("RuntimeError: CUDA error: out of memory", file=sys.stderr, flush=True)
+    sys.exit(1)
+print("done", flush=True)
+"""
+
+
+def _watch_retry(data: Path, script: str) -> subprocess.CompletedProcess[bytes]:
+    return run_costctl("watch", "--on-exit", "leave", "--on-oom", "retry", "--batch-size", "1024", "--no-status",
+                       "--", PY, "-c", script, "--batch-size", "{batch_size}", "--accum-steps", "{accum_steps}",
+                       env=costctl_env(data), timeout=120)
+
+
+def test_an_allocation_that_does_not_shrink_with_the_batch_stops_after_one_retry(tmp_path):
+    data = tmp_path / "data"
+    proc = _watch_retry(data, FIXED_ALLOCATION)
+    out, err = proc.stdout.decode(), proc.stderr.decode()
+    assert proc.returncode == 1, err
+    assert out.count("training at batch") == 2 and "training at batch 512" in out  # one retry, no more
+    first, second = _oom_decisions(data)
+    assert first.action == "retry" and first.evidence["new_batch_size"] == 512
+    assert second.action == "advise" and second.outcome == "stopped retrying"
+    said = [ln for ln in err.splitlines() if "does not depend on the batch size" in ln]
+    assert len(said) == 1 and said[0] == f"costctl oom: {second.reason}"  # one line
+    assert "(20480.00 MiB requested at batch 1024 and at 512)" in second.reason
+    assert "batch 512 x accumulation 2 (effective batch 1024)" in second.reason  # what the job was given
+    for remedy in ("costctl recommend", "mixed precision", "gradient checkpointing", "8-bit optimizer"):
+        assert remedy in second.reason
+    ev = second.evidence
+    assert ev["batch_dependent"] is False and ev["same_oom"] is True and ev["batch_in_command"] is True
+    assert (ev["batch_size"], ev["accum_steps"], ev["effective_batch"]) == (512, 2, 1024)
+    cmp = ev["comparison"]
+    assert cmp["verdict"] == "same" and cmp["tolerance"] == 0.01
+    assert cmp["before"]["batch_size"] == 1024 and cmp["after"]["batch_size"] == 512
+    assert cmp["before"]["requested_bytes"] == cmp["after"]["requested_bytes"] == 20 * 2**30
+    assert cmp["after"]["allocated_bytes"] == round(19.88 * 2**30)
+    assert cmp["after"]["reserved_bytes"] == round(19.88 * 2**30) + 42 * 2**20
+
+
+def test_an_allocation_that_halves_with_the_batch_is_still_retried_until_it_fits(tmp_path):
+    data = tmp_path / "data"
+    proc = _watch_retry(data, SCALING_ALLOCATION)
+    out = proc.stdout.decode()
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert "training at batch 256 x accumulation 4" in out and "done" in out
+    decisions = _oom_decisions(data)
+    assert [d.action for d in decisions] == ["retry", "retry"]
+    assert [d.evidence["new_batch_size"] for d in decisions] == [512, 256]
+    assert "comparison" not in decisions[0].evidence  # nothing to compare with yet
+    assert decisions[1].evidence["comparison"]["verdict"] == "changed"
+    assert all("cannot tell" not in d.reason for d in decisions)
+
+
+def test_an_oom_without_an_allocation_figure_is_retried_and_says_it_could_not_compare(tmp_path):
+    data = tmp_path / "data"
+    proc = _watch_retry(data, NO_FIGURE)
+    out = proc.stdout.decode()
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert "training at batch 256" in out and "done" in out
+    decisions = _oom_decisions(data)
+    assert [d.action for d in decisions] == ["retry", "retry"]  # the current behaviour
+    for d in decisions:
+        assert "the OOM message gives no allocation size: costctl cannot tell whether the memory depends on " \
+               "the batch" in d.reason
+        assert d.evidence["comparison_possible"] is False
+    assert decisions[1].evidence["comparison"]["verdict"] == "unknown"

@@ -23,7 +23,8 @@ The watcher owns the child process, the ledger run and the executor, and hands t
   here — advise with the saving per hour and the resume command.
 * **OOM** (:meth:`Lifecycle.child_exited`): a job that died of CUDA out of memory is restarted
   with the batch halved and accumulation doubled (``--on-oom retry``), else the advice with
-  the numbers is printed and recorded.
+  the numbers is printed and recorded. A halved batch that fails on the same allocation
+  (:mod:`.oom_compare`) stops the retries: the memory does not depend on the batch.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ from ..money import Money
 from ..protocols import DecisionLog, InstanceControl, JobControl, LifecycleLedger, RunControl, Stopper
 from ..records import Action, Decision
 from ..summary import RunSummary
-from .oom_retry import BatchPlan, OomScanner, advice
+from .oom_compare import Attempt, compare_attempts
+from .oom_retry import BatchPlan, OomScanner, advice, fixed_memory_advice
 from .periodic import PeriodicSchedule
 from .sizing import CardOption, PriceOption, best_fit, options_from_offers, options_from_price_table, rank_cards
 
@@ -115,6 +117,7 @@ class Lifecycle:
         self.oom = OomScanner()
         self.oom_retries = 0
         self._retried_oom: tuple[Any, ...] | None = None  # the OOM the last retry answered
+        self._oom_attempt: Attempt | None = None  # the batch and OOM event the last retry answered
         self._then: list[Callable[[CheckpointAttempt], None]] = []
         self.last_checkpoint_at: datetime | None = None
         self.checkpoints: list[CheckpointAttempt] = []
@@ -516,6 +519,7 @@ class Lifecycle:
         event = self.oom.finish()
         self.oom.reset()
         if status == 0 or event is None:
+            self._oom_attempt = None  # a later OOM is not the answer to a retry
             return False
         now = self.clock.now()
         plan: BatchPlan | None = self.job.batch
@@ -524,6 +528,7 @@ class Lifecycle:
         evidence: dict[str, Any] = {
             "exit_status": status, "message": event.message[:500], "exception": event.exception,
             "requested_bytes": event.requested_bytes, "total_bytes": event.total_bytes,
+            "allocated_bytes": event.allocated_bytes, "reserved_bytes": event.reserved_bytes,
             "batch_size": plan.batch_size if plan else None, "accum_steps": plan.accum_steps if plan else None,
             "min_batch": min_batch, "retries_before": self.oom_retries,
         }
@@ -545,9 +550,29 @@ class Lifecycle:
             self.log.record(Decision(time=now, policy="oom", action=Action.ADVISE, reason=text, evidence=evidence,
                                      key=f"oom-unheard:{self.oom_retries}"), "stopped retrying")
             return False
+        compared = None
+        if self.on_oom == "retry" and in_argv and plan is not None and self._oom_attempt is not None:
+            # costctl wrote the batch into the command: did the halved batch change what failed?
+            compared = compare_attempts(self._oom_attempt, Attempt(plan.batch_size, event))
+            evidence.update(batch_in_command=True, comparison=compared.evidence())
+            if compared.verdict == "same":
+                evidence.update(same_oom=True, batch_dependent=False, effective_batch=plan.effective)
+                self._oom_attempt = self._retried_oom = None
+                self.log.record(Decision(time=now, policy="oom", action=Action.ADVISE,
+                                         reason=fixed_memory_advice(plan, compared.why), evidence=evidence,
+                                         key=f"oom-fixed:{self.oom_retries}"), "stopped retrying")
+                return False
+        # no figure to compare now or at the next OOM: retry as before, and say so
+        unknown = compared.why if compared is not None and compared.verdict == "unknown" else (
+            "the OOM message gives no allocation size" if event.requested_bytes is None else None)
+        not_compared = (f" ({unknown}: costctl cannot tell whether the memory depends on the batch)"
+                        if unknown else "")
+        if unknown:
+            evidence.update(comparison_possible=False)
         if self.on_oom == "retry" and plan is not None and nxt is not None and not self.dry_run:
             self.oom_retries += 1
             self._retried_oom = same
+            self._oom_attempt = Attempt(plan.batch_size, event)
             resume = self.resume_point() or self.job.resume_from
             evidence.update(new_batch_size=nxt.batch_size, new_accum_steps=nxt.accum_steps,
                             effective_batch=nxt.effective, resume_from=resume)
@@ -564,11 +589,11 @@ class Lifecycle:
                 time=now, policy="oom", action=Action.RETRY,
                 reason=(f"CUDA out of memory at batch {plan.batch_size} x accumulation {plan.accum_steps}: "
                         f"retrying at batch {nxt.batch_size} x accumulation {nxt.accum_steps} {told}"
-                        + (f", resuming from {resume}" if resume else "")),
+                        + (f", resuming from {resume}" if resume else "") + not_compared),
                 evidence=evidence, key=f"oom:{self.oom_retries}"), f"retry {self.oom_retries}")
             self.job.restart(batch=nxt, resume_from=resume)
             return True
-        text = advice(plan, event, min_batch)
+        text = advice(plan, event, min_batch) + (not_compared if self.on_oom == "retry" else "")
         if self.on_oom == "retry" and plan is None:
             text += " (--on-oom retry needs the batch size: --batch-size N or COSTCTL_BATCH_SIZE)"
         self.log.record(Decision(time=now, policy="oom", action=Action.ADVISE, reason=text, evidence=evidence,

@@ -120,4 +120,15 @@ def advice(plan: BatchPlan | None, event: OomEvent | None, min_batch: int) -> st
             "costctl watch --on-oom retry does this by itself")
 
 
-__all__ = ["ACCUM", "BATCH", "CHECKPOINT", "BatchPlan", "OomScanner", "advice", "render_command", "uses"]
+def fixed_memory_advice(plan: BatchPlan, evidence: str) -> str:
+    """The one line when a halved batch died on the same allocation (see
+    :mod:`costctl.lifecycle.oom_compare`): ``plan`` is the batch actually passed to the job that
+    died last, ``evidence`` the figures compared (``"20480.00 MiB requested at batch 1024 and at 512"``)."""
+    return (f"the memory that runs out does not depend on the batch size ({evidence}), so a smaller batch "
+            f"will not fit: costctl stopped retrying at batch {plan.batch_size} x accumulation {plan.accum_steps} "
+            f"(effective batch {plan.effective}); use a card with more memory (costctl recommend), mixed "
+            "precision, gradient checkpointing or an 8-bit optimizer")
+
+
+__all__ = ["ACCUM", "BATCH", "CHECKPOINT", "BatchPlan", "OomScanner", "advice", "fixed_memory_advice",
+           "render_command", "uses"]

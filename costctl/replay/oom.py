@@ -14,6 +14,12 @@ Shapes recognized (all seen in real issue threads, see ``corpus/oom_messages_fro
   ``ResourceExhaustedError: OOM when allocating tensor`` and XLA/JAX's
   ``RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes``.
 
+The memory already in use is read where the message states it: PyTorch <= 2.0's ``X already
+allocated`` and ``Y reserved in total by PyTorch`` (``Y cached`` before 1.5); PyTorch >= 2.1's
+``Of the allocated memory X is allocated by PyTorch, and Z is reserved by PyTorch but
+unallocated`` (reserved in total is then X + Z, as ``c10/cuda/CUDACachingAllocator.cpp``
+computes Z as reserved minus allocated).
+
 Sizes are converted to bytes with binary units (PyTorch's ``MiB``/``GiB`` are 2**20/2**30; see
 ``torch/cuda/memory.py`` ``_format_size``); a value is rounded to the nearest byte.
 """
@@ -58,6 +64,10 @@ _TOTAL_OLD = re.compile(_SIZE + r"\s+total capacity")
 _TOTAL_NEW = re.compile(r"has a total capac(?:i)?ty of\s+" + _SIZE)
 _FREE_OLD = re.compile(r"already allocated;\s*" + _SIZE + r"\s+free")
 _FREE_NEW = re.compile(r"of which\s+" + _SIZE + r"\s+is free")
+_ALLOCATED_OLD = re.compile(_SIZE + r"\s+already allocated")
+_ALLOCATED_NEW = re.compile(_SIZE + r"\s+is allocated by PyTorch")
+_RESERVED_OLD = re.compile(_SIZE + r"\s+(?:reserved in total by PyTorch|cached\b)")
+_UNALLOCATED_NEW = re.compile(_SIZE + r"\s+is reserved by PyTorch but unallocated")
 _GPU = re.compile(r"\bGPU (\d+)(?:;| has)")
 _NAME = re.compile(r"((?:[\w.]+\.)?(?:OutOfMemoryError|RuntimeError|ResourceExhaustedError))\s*:")
 
@@ -97,6 +107,10 @@ class OomEvent:
         requested_bytes: the allocation that failed ("Tried to allocate"), bytes.
         total_bytes: the device's total capacity as the message states it, bytes.
         free_bytes: free memory on the device at the time, bytes.
+        allocated_bytes: memory held by PyTorch's tensors at the time ("already allocated",
+            "is allocated by PyTorch"), bytes.
+        reserved_bytes: memory PyTorch's caching allocator held in total at the time ("reserved
+            in total by PyTorch"; 2.1+: allocated + "reserved by PyTorch but unallocated"), bytes.
     """
 
     line_number: int | None
@@ -106,11 +120,22 @@ class OomEvent:
     requested_bytes: int | None = None
     total_bytes: int | None = None
     free_bytes: int | None = None
+    allocated_bytes: int | None = None
+    reserved_bytes: int | None = None
 
 
 def _size(pattern: re.Pattern[str], text: str) -> int | None:
     m = pattern.search(text)
     return size_to_bytes(m.group(1), m.group(2)) if m else None
+
+
+def _reserved(line: str, allocated: int | None) -> int | None:
+    """Reserved in total (bytes): stated (<= 2.0), or allocated + reserved-but-unallocated (2.1+)."""
+    stated = _size(_RESERVED_OLD, line)
+    if stated is not None:
+        return stated
+    unallocated = _size(_UNALLOCATED_NEW, line)
+    return allocated + unallocated if allocated is not None and unallocated is not None else None
 
 
 def match_oom(line: str, line_number: int | None = None) -> OomEvent | None:
@@ -123,6 +148,9 @@ def match_oom(line: str, line_number: int | None = None) -> OomEvent | None:
         return None
     name = _NAME.search(line)
     gpu = _GPU.search(line)
+    allocated = _size(_ALLOCATED_OLD, line)
+    if allocated is None:
+        allocated = _size(_ALLOCATED_NEW, line)
     return OomEvent(
         line_number=line_number,
         message=line.strip(),
@@ -131,6 +159,8 @@ def match_oom(line: str, line_number: int | None = None) -> OomEvent | None:
         requested_bytes=_size(_REQUESTED, line),
         total_bytes=_size(_TOTAL_NEW, line) or _size(_TOTAL_OLD, line),
         free_bytes=_size(_FREE_NEW, line) if _FREE_NEW.search(line) else _size(_FREE_OLD, line),
+        allocated_bytes=allocated,
+        reserved_bytes=_reserved(line, allocated),
     )
 
 
