@@ -118,6 +118,13 @@ def compare_attempts(before: Attempt, after: Attempt) -> Comparison:
                               before, after)
         return Comparison("unknown", f"{mib(a.requested_bytes)} is the caching allocator's block size for "
                           "small tensors, so equal figures do not show it", before, after)
+    if a.total_bytes is not None and a.requested_bytes > a.total_bytes:
+        return Comparison("same", f"{said}, more than the card's {mib(a.total_bytes)} in total", before, after)
+    if (b.allocated_bytes is not None and a.allocated_bytes is not None
+            and a.allocated_bytes < b.allocated_bytes and not same_size(b.allocated_bytes, a.allocated_bytes)):
+        return Comparison("changed", f"the same {mib(a.requested_bytes)} was requested, but the memory already "
+                          f"allocated went from {mib(b.allocated_bytes)} to {mib(a.allocated_bytes)}",
+                          before, after)
     return Comparison("same", said, before, after)
 
 
