@@ -56,7 +56,10 @@ def test_sigkilled_accrual_loop_loses_nothing_and_restart_never_double_charges(d
                 break
         assert printed >= 25, "the child stopped accruing before it was killed"
         os.kill(child.pid, signal.SIGKILL)
-        rest, _ = child.communicate(timeout=30)
+        # read through the text wrapper: lines the loop above read ahead into its buffer count
+        # too (communicate(timeout=...) reads the raw pipe and would miss them)
+        rest = child.stdout.read()
+        child.wait(timeout=30)
     finally:
         if child.poll() is None:
             child.kill()
