@@ -52,7 +52,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import sqlalchemy as sa
-from _procfs import NEUTRAL_CWD  # benchmarks/ is the script's own folder
+from _procfs import NEUTRAL_CWD, costctl_env, ensure_bytecode  # benchmarks/ is the script's own folder
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -281,7 +281,8 @@ def main() -> None:
     sizes = [int(s) for s in opts.sizes.split(",") if s]
     cache = Path(opts.cache)
     cache.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "COSTCTL_DATA_DIR": str(cache / "data"), "PYTHONPATH": str(REPO)}
+    ensure_bytecode()
+    env = costctl_env(COSTCTL_DATA_DIR=str(cache / "data"), PYTHONPATH=str(REPO))
     env.pop("COSTCTL_DATABASE_URL", None)
     from costctl.ledger import Ledger
 

@@ -55,7 +55,7 @@ import threading
 import time
 from pathlib import Path
 
-from _procfs import NEUTRAL_CWD, rss_mb as _rss_mb  # benchmarks/ is the script's own folder
+from _procfs import NEUTRAL_CWD, costctl_env, ensure_bytecode, rss_mb as _rss_mb  # benchmarks/ is the script's own folder
 
 JOB = r"""
 import random, sys, time
@@ -125,8 +125,7 @@ def run_alone(lines: int, tmp: Path) -> float:
 def run_watched(lines: int, tmp: Path, run: int) -> dict:
     data = tmp / f"data{run}"
     out, err, times = tmp / f"watch{run}.out", tmp / f"watch{run}.err", tmp / f"watch{run}.times"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_")}
-    env.update(COSTCTL_DATA_DIR=str(data), COSTCTL_WATCH__SAMPLE_INTERVAL="1s")
+    env = costctl_env(COSTCTL_DATA_DIR=str(data), COSTCTL_WATCH__SAMPLE_INTERVAL="1s")
     argv = [sys.executable, "-m", "costctl", "watch", "--dry-run", "--on-exit", "leave", "--no-pty", "--",
             sys.executable, "-c", JOB, str(lines), str(times)]
     start = time.monotonic()
@@ -170,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lines", type=int, default=2_000_000, help="loss lines the job prints (default 2 000 000)")
     ap.add_argument("--runs", type=int, default=3, help="runs of each; medians are reported (default 3)")
     args = ap.parse_args(argv)
+    ensure_bytecode()
     alone, watched = [], []
     with tempfile.TemporaryDirectory(prefix="costctl-flood-") as d:
         tmp = Path(d)

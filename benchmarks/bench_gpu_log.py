@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _procfs beside it, also when loaded by path
 
-from _procfs import parse_size, run_child  # noqa: E402
+from _procfs import ensure_bytecode, parse_size, run_child  # noqa: E402
 
 HEADER = ("timestamp, index, name, utilization.gpu [%], utilization.memory [%], memory.total [MiB], "
           "memory.used [MiB], memory.free [MiB]\n")
@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--keep", action="store_true", help="keep the generated file (and reuse a kept one)")
     parser.add_argument("--no-compare", action="store_true", help="skip the --compare run")
     args = parser.parse_args(argv)
+    ensure_bytecode()
     cache = Path(tempfile.gettempdir()) / "costctl-bench-gpu-log"
     tmp = cache if args.keep else Path(tempfile.mkdtemp(prefix="costctl-bench-"))
     tmp.mkdir(exist_ok=True)

@@ -43,6 +43,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _procfs import costctl_env, ensure_bytecode  # noqa: E402  (benchmarks/ is the script's own folder)
 from tests.fakes.metadata import FakeMetadata  # noqa: E402
 
 TARGET_S = 1.0
@@ -61,9 +62,8 @@ job.acknowledge_checkpoint()
 def _env(work: Path, toml: str) -> dict[str, str]:
     cfg = work / "costctl.toml"
     cfg.write_text(toml)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_")}
-    env.update(COSTCTL_DATA_DIR=str(work / "data"), COSTCTL_CONFIG=str(cfg),
-               COSTCTL_POLICIES__IDLE__COUNT_SSH_SESSIONS="false")
+    env = costctl_env(COSTCTL_DATA_DIR=str(work / "data"), COSTCTL_CONFIG=str(cfg),
+                      COSTCTL_POLICIES__IDLE__COUNT_SSH_SESSIONS="false")
     return env
 
 
@@ -122,6 +122,7 @@ def main() -> None:
     ap.add_argument("--sources", default="aws,gcp,azure,sim")
     ap.add_argument("--settle", type=float, default=3.0, help="seconds the watch polls before the notice")
     args = ap.parse_args()
+    ensure_bytecode()
     result: dict[str, dict[str, float | bool]] = {}
     for source in args.sources.split(","):
         lat = [measure(source, args.settle) for _ in range(args.runs)]

@@ -48,7 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _procfs beside it, also when loaded by path
 
-from _procfs import parse_size, run_child  # noqa: E402
+from _procfs import costctl_env, ensure_bytecode, parse_size, run_child  # noqa: E402
 
 from costctl.progress import lines as _lines  # noqa: E402
 from costctl.progress.lines import LineParser  # noqa: E402
@@ -207,7 +207,7 @@ def _reader(path: Path, engine: str) -> tuple[float, int, int]:
 def _analyze(path: Path, engine: str) -> tuple[float, float, int]:
     """Wall seconds, peak RSS (MiB) and exit status of ``costctl analyze`` on ``path``."""
     cmd = [sys.executable, "-m", "costctl", "analyze", "--train-log", str(path), "--format", "json"]
-    env = dict(os.environ)
+    env = costctl_env()
     if engine == "python":
         env["COSTCTL_PARSER"] = "python"
     return run_child(cmd, env)
@@ -225,6 +225,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--engine", choices=("native", "python"), default=_lines.ENGINE,
                         help=f"block reader engine (default {_lines.ENGINE}, costctl's choice here)")
     args = parser.parse_args(argv)
+    if not args.no_analyze:
+        ensure_bytecode()
     cache = Path(tempfile.gettempdir()) / "costctl-bench-parse"
     tmp = cache if args.keep else Path(tempfile.mkdtemp(prefix="costctl-bench-"))
     tmp.mkdir(exist_ok=True)

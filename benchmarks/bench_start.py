@@ -49,6 +49,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _procfs beside it, also when loaded by path
+from _procfs import costctl_env, ensure_bytecode  # noqa: E402
+
 HEAVY = ("sqlalchemy", "alembic", "mako", "requests", "psutil", "apscheduler", "costctl_providers", "pydantic")
 TARGETS_S = {"help": 0.3, "gpus": 0.4, "bill_no_ledger": 0.5, "bill_empty_ledger": 0.5}
 
@@ -56,10 +59,7 @@ TARGETS_S = {"help": 0.3, "gpus": 0.4, "bill_no_ledger": 0.5, "bill_empty_ledger
 def isolated_env(home: Path) -> dict[str, str]:
     """The environment a run gets: the caller's, less ``COSTCTL_*``, with every costctl and XDG
     directory inside ``home``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_")}
-    # An installed costctl has its bytecode cached; let the warm-up run write it.
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["COSTCTL_DATA_DIR"] = str(home)
+    env = costctl_env(COSTCTL_DATA_DIR=str(home))  # an installed costctl has its bytecode cached
     for var, sub in (("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache"),
                      ("XDG_STATE_HOME", "state")):
         (home / sub).mkdir(exist_ok=True)
@@ -107,6 +107,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7, help="timed runs per command (default 7)")
     args = parser.parse_args()
     py = sys.executable
+    ensure_bytecode(py)
     costctl = [py, "-m", "costctl"]
     with tempfile.TemporaryDirectory(prefix="bench_start_") as tmp:
         bare, ledger = Path(tmp) / "bare", Path(tmp) / "ledger"

@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _procfs import NEUTRAL_CWD, rss_mb  # benchmarks/ is the script's own folder
+from _procfs import NEUTRAL_CWD, costctl_env, ensure_bytecode, rss_mb  # benchmarks/ is the script's own folder
 
 JOB = r"""
 import sys, time
@@ -101,10 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=int, default=120, help="measured window, seconds (default 120)")
     ap.add_argument("--warmup", type=int, default=10, help="start-up seconds left out (default 10)")
     args = ap.parse_args(argv)
+    ensure_bytecode()
     with tempfile.TemporaryDirectory(prefix="costctl-bench-watch-") as d:
         tmp = Path(d)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("COSTCTL_")}
-        env.update(COSTCTL_DATA_DIR=str(tmp / "data"), COSTCTL_WATCH__SAMPLE_INTERVAL="1s")
+        env = costctl_env(COSTCTL_DATA_DIR=str(tmp / "data"), COSTCTL_WATCH__SAMPLE_INTERVAL="1s")
         total = args.warmup + args.seconds + 5
         argv_ = [sys.executable, "-m", "costctl", "watch", "--dry-run", "--on-exit", "leave", "--no-pty", "--",
                  sys.executable, "-c", JOB, str(total)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import json
 from pathlib import Path
 
@@ -45,4 +46,24 @@ def test_the_benchmarks_share_one_child_runner() -> None:
     assert procfs.parse_size("1.5M") == 1_500_000
     for name in ("bench_parse.py", "bench_gpu_log.py"):
         source = (BENCH.parent / name).read_text()
-        assert "from _procfs import parse_size, run_child" in source and "wait4(" not in source
+        imported = re.search(r"^from _procfs import (.*)$", source, re.M)
+        assert imported and "run_child" in imported.group(1) and "wait4(" not in source
+
+
+def test_benchmarks_start_costctl_as_installed(monkeypatch) -> None:
+    """The costctl processes a benchmark starts get none of the caller's ``COSTCTL_*`` variables
+    and no ``PYTHONDONTWRITEBYTECODE`` (an installed costctl has its bytecode: without it every
+    start compiles the package from source), and every benchmark that starts one says so."""
+    spec = importlib.util.spec_from_file_location("_procfs", BENCH.parent / "_procfs.py")
+    assert spec is not None and spec.loader is not None
+    procfs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(procfs)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("COSTCTL_DATABASE_URL", "sqlite:////nowhere/user.db")
+    env = procfs.costctl_env(COSTCTL_DATA_DIR="/tmp/x")
+    assert "PYTHONDONTWRITEBYTECODE" not in env and "COSTCTL_DATABASE_URL" not in env
+    assert env["COSTCTL_DATA_DIR"] == "/tmp/x" and env["PATH"]
+    for name in ("bench_watch.py", "bench_flood.py", "bench_parse.py", "bench_gpu_log.py", "bench_notice.py",
+                 "bench_bill.py"):
+        source = (BENCH.parent / name).read_text()
+        assert "ensure_bytecode()" in source and "os.environ.items()" not in source, name
