@@ -117,3 +117,28 @@ def test_a_run_of_the_chain_on_another_host_blocks_while_its_heartbeat_is_fresh(
     allowed = run_costctl("watch", "--config", str(cfg), "--on-exit", "leave", "--resume", "--", *command, env=env)
     assert allowed.returncode == 0, allowed.stderr.decode()
     assert len(_starts(tmp_path)) == 1
+
+
+def test_a_watch_guarding_after_its_job_ended_does_not_block_a_resume(tmp_path):
+    cfg, command = _setup(tmp_path)
+    (tmp_path / "stop").touch()  # every start of the job ends at once
+    env = costctl_env(tmp_path / "data")
+    guard = subprocess.Popen(costctl_cmd("watch", "--config", str(cfg), "--on-exit", "guard", "--no-pty", "--",
+                                         *command),
+                             env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert guard.stderr is not None
+        for raw in guard.stderr:  # until the job exited and the watch guards on
+            if b"guarding the instance" in raw:
+                break
+        else:
+            raise AssertionError("the first watch never said it guards")
+        resumed = run_costctl("watch", "--config", str(cfg), "--on-exit", "leave", "--resume", "--", *command,
+                              env=env)
+        assert resumed.returncode == 0, resumed.stderr.decode()
+        assert len(_starts(tmp_path)) == 2
+    finally:
+        if guard.poll() is None:
+            os.killpg(guard.pid, signal.SIGKILL)
+            guard.wait(timeout=30)

@@ -1399,6 +1399,8 @@ class Watcher:
 
     def _after_exit(self, status: int) -> tuple[int, str] | None:
         """The command exited for good: ``--on-exit`` leave, stop or guard."""
+        if self._chain_lock is not None:  # its checkpoints are free for a --resume (a guard goes on)
+            self._chain_lock.release()
         on_exit = self.options.on_exit
         if on_exit == "leave":
             return status, "completed" if status == 0 else "failed"
