@@ -142,3 +142,29 @@ def test_a_watch_guarding_after_its_job_ended_does_not_block_a_resume(tmp_path):
         if guard.poll() is None:
             os.killpg(guard.pid, signal.SIGKILL)
             guard.wait(timeout=30)
+
+
+def test_the_directory_lock_is_exclusive_across_processes_and_dies_with_its_holder(tmp_path):
+    from costctl.watch.chainlock import ChainLock, lock_dir
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    assert lock_dir(f"{ckpt}/checkpoint-*") == ckpt and lock_dir(f"{ckpt}/last.pt") == ckpt
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; from costctl.watch.chainlock import ChainLock; "
+         f"lock = ChainLock(Path({str(ckpt)!r})); print(lock.acquire(), flush=True); sys.stdin.read()"],
+        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"True\n"
+        mine = ChainLock(ckpt)
+        assert mine.acquire() is False and not mine.held
+        holder.kill()  # SIGKILL: the kernel lets the lock go
+        holder.wait(timeout=30)
+        assert mine.acquire() is True and mine.held
+        assert list(ckpt.iterdir()) == []  # nothing left beside the checkpoints
+        mine.release()
+        mine.release()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(timeout=30)

@@ -4,16 +4,16 @@ ledger check that refuses a second ``costctl watch --resume`` of a chain still b
 Two ``--resume`` of one job at once would run two copies writing (and resuming from) the same
 checkpoints. Two mechanisms together refuse the second one before anything starts:
 
-* **An OS file lock** (``fcntl.flock``, exclusive, non-blocking) on ``.costctl-watch.lock`` in
-  the checkpoint directory (the directory part of ``[checkpoint] path``, created when missing;
-  a hidden name, never taken for a checkpoint), held for the watch's whole life. The kernel
+* **An OS file lock** (``fcntl.flock``, exclusive, non-blocking) on the checkpoint directory
+  itself (the directory part of ``[checkpoint] path``, when it exists: no lock file is made,
+  nothing is left beside the checkpoints), held while the watch's job runs. The kernel
   releases it when the watch's process ends however it ends (``kill -9``, the OOM killer, a
   reboot), so a dead watch never blocks a resume: no stale lock file to clean up, no pid to
   trust (pids are reused). The descriptor is not inherited (PEP 446), so a job that outlives
-  its watch does not keep it. It covers every watch on this machine (and on a shared file
-  system whose locks work across machines) with no ledger round trip and no race: the check
-  and the taking are one system call. The holder writes its pid, host and run into the file,
-  for the refusal line.
+  its watch does not keep it. It covers every watch on this machine with no ledger round trip
+  and no race: the check and the taking are one system call. Where it cannot be had (the
+  directory does not exist yet, a file system without ``flock`` on directories) the ledger
+  check alone applies.
 * **The ledger check** (:func:`blocking_run`) covers what a local lock cannot: a watch of
   the chain on another host sharing the ledger (PostgreSQL), or one whose checkpoint
   directory differs (the chain's checkpoints were acknowledged elsewhere). A run of the chain
@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
-import socket
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -39,8 +37,6 @@ from typing import Any
 
 from ..ledger.chains import OpenRun
 
-#: The lock file's name in the checkpoint directory.
-LOCK_NAME = ".costctl-watch.lock"
 #: A run whose heartbeat is older than this does not block a resume (seconds).
 HEARTBEAT_STALE_S = 300.0
 
@@ -54,14 +50,15 @@ def lock_dir(pattern: str) -> Path:
 
 
 class ChainLock:
-    """An exclusive lock on ``directory/.costctl-watch.lock`` (see the module docstring).
+    """An exclusive ``flock`` on the checkpoint directory itself (see the module docstring): no
+    file is made, nothing is left in the directory.
 
     Args:
-        directory: the checkpoint directory (created when missing).
+        directory: the checkpoint directory.
     """
 
     def __init__(self, directory: Path) -> None:
-        self.path = Path(directory) / LOCK_NAME
+        self.path = Path(directory)
         self._fd: int | None = None
 
     @property
@@ -73,13 +70,12 @@ class ChainLock:
         """Take the lock without waiting; True when taken, False when another process holds it.
 
         Raises:
-            OSError: the directory or the file cannot be created or opened (the caller goes on
-                without the lock).
+            OSError: the directory does not exist (yet), or cannot be opened or locked (a file
+                system without ``flock`` on directories): the caller goes on without the lock.
         """
         if self._fd is not None:
             return True
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -88,27 +84,7 @@ class ChainLock:
                 return False
             raise
         self._fd = fd
-        self.note()
         return True
-
-    def note(self, **facts: Any) -> None:
-        """Write the holder's facts (pid, host, and ``facts`` such as ``run_id``) into the file."""
-        if self._fd is None:
-            return
-        doc = {"pid": os.getpid(), "host": socket.gethostname(), **facts}
-        try:
-            os.ftruncate(self._fd, 0)
-            os.pwrite(self._fd, (json.dumps(doc) + "\n").encode(), 0)
-        except OSError:
-            pass
-
-    def holder(self) -> dict[str, Any]:
-        """What the holder wrote (empty when unreadable)."""
-        try:
-            doc = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
-        return doc if isinstance(doc, dict) else {}
 
     def release(self) -> None:
         """Let the lock go (safe to call twice)."""
@@ -139,14 +115,19 @@ def blocking_run(runs: Sequence[OpenRun], *, now: datetime, host: str, own_pid: 
     return None
 
 
-def refusal(run_id: str | None, *, pid: Any = None, host: Any = None, since: str | None = None) -> str:
-    """The one line that refuses a second ``--resume`` of a chain."""
-    who = f"run {run_id[:8]}" if run_id else "another costctl watch"
-    where = ", ".join(x for x in (f"watch pid {pid}" if pid else "", f"host {host}" if host else "",
-                                  f"alive at {since}" if since else "") if x)
-    return (f"--resume: {who} of this job is still being watched{f' ({where})' if where else ''}; "
-            "two copies would write and resume from the same checkpoints: wait for it to end, or stop it "
-            "(Ctrl-C in its terminal, or kill its watch), then run --resume again")
+def refusal(run_id: str | None, *, pid: Any = None, host: Any = None, since: str | None = None,
+            directory: Path | None = None) -> str:
+    """The one line that refuses a second ``--resume`` of a chain: the run still watched (its
+    watch's pid and host, its last heartbeat), else the directory another watch holds locked."""
+    if run_id:
+        where = ", ".join(x for x in (f"watch pid {pid}" if pid else "", f"host {host}" if host else "",
+                                      f"last seen {since}" if since else "") if x)
+        who = f"run {run_id[:8]} of this job is still being watched{f' ({where})' if where else ''}"
+    else:
+        who = f"another costctl watch holds the checkpoint directory {directory} (its job still runs)"
+    return (f"--resume: {who}; two copies would write and resume from the same checkpoints: wait for it to "
+            "end, or stop it (Ctrl-C in its terminal, or kill its watch's pid: the job ends first), "
+            "then run --resume again")
 
 
-__all__ = ["ChainLock", "HEARTBEAT_STALE_S", "LOCK_NAME", "blocking_run", "lock_dir", "refusal"]
+__all__ = ["ChainLock", "HEARTBEAT_STALE_S", "blocking_run", "lock_dir", "refusal"]

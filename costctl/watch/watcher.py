@@ -358,27 +358,22 @@ class Watcher:
                 self._chain_lock.release()
             raise
 
-    def _take_chain_lock(self, s: Settings) -> None:
+    def _take_chain_lock(self, s: Settings) -> Path | None:
         """Take the checkpoint directory's lock (:mod:`.chainlock`) for a watch of a command
-        with ``[checkpoint] path``. Taken by another watch: ``--resume`` is refused, a fresh
-        start goes on without it. A directory where no lock can be made: no lock (the ledger
-        check still applies).
-
-        Raises:
-            UsageError: ``--resume`` while another watch holds the lock.
-        """
+        with ``[checkpoint] path``; returns the directory when another watch holds it (a
+        ``--resume`` is then refused, a fresh start goes on without it), else None. A directory
+        that does not exist yet or cannot be locked: no lock (the ledger check still applies)."""
         if not s.checkpoint.path or not self.options.command or self.options.attach is not None:
-            return
+            return None
         lock = ChainLock(lock_dir(resolve_pattern(s.checkpoint.path)))
         try:
             taken = lock.acquire()
         except OSError:
-            return
+            return None
         if taken:
             self._chain_lock = lock
-        elif self.options.resume:
-            held = lock.holder()
-            raise UsageError(refusal(held.get("run_id"), pid=held.get("pid"), host=held.get("host")))
+            return None
+        return lock.path
 
     def _resume_sources(self, url: str) -> tuple[list[str], Ledger | None]:
         """For ``--resume``: the checkpoints this command's chains saved (paths, newest first;
@@ -400,29 +395,36 @@ class Watcher:
             ledger.close()
             raise
 
-    def _refuse_a_watched_chain(self, resume_from: str | None) -> None:
-        """``--resume`` while a run of this job's chain is still watched (here or on another
-        host sharing the ledger): refused (:func:`.chainlock.blocking_run`).
+    def _refuse_a_watched_chain(self, resume_from: str | None, locked: Path | None) -> None:
+        """``--resume`` while a run of this job's chain is still watched — here or on another
+        host sharing the ledger (:func:`.chainlock.blocking_run`, on the ledger already open,
+        if any) — or while another watch holds the checkpoint directory's lock (``locked``):
+        refused before anything is written.
 
         Raises:
-            UsageError: one line naming the run, its watch's pid and host.
+            UsageError: one line naming the run, its watch's pid and host (or the directory).
         """
-        if not self.options.resume or not resume_from:
+        if not self.options.resume:
             return
-        from ..ledger.chains import chain_run_ids, open_runs_of
+        if self.ledger is not None and resume_from:
+            from ..ledger.chains import chain_run_ids, open_runs_of
 
-        assert self.ledger is not None
-        now = self.clock.now()
-        continues = self.ledger.continued_run(resume_from, command=self.options.command, before=now)
-        with self.ledger.session() as session:
-            chain = chain_run_ids(session, continues) if continues else []
-            runs = open_runs_of(session, command=self.options.command, run_ids=chain)
-        stale = max(HEARTBEAT_STALE_S, 10 * self.settings.watch.sample_interval.total_seconds())
-        busy = blocking_run(runs, now=now, host=socket.gethostname(), own_pid=os.getpid(), alive=watch_alive,
-                            job_running=job_running, stale_s=stale)
-        if busy is not None:
-            raise UsageError(refusal(busy.run_id, pid=busy.pid, host=busy.host,
-                                     since=busy.last_seen_at.isoformat(timespec="seconds")))
+            now = self.clock.now()
+            continues = self.ledger.continued_run(resume_from, command=self.options.command, before=now)
+            with self.ledger.session() as session:
+                chain = chain_run_ids(session, continues) if continues else []
+                runs = open_runs_of(session, command=self.options.command, run_ids=chain)
+            stale = max(HEARTBEAT_STALE_S, 10 * self.settings.watch.sample_interval.total_seconds())
+            busy = blocking_run(runs, now=now, host=socket.gethostname(), own_pid=os.getpid(), alive=watch_alive,
+                                job_running=job_running, stale_s=stale)
+            if busy is None and locked is not None:  # the lock's holder, named from the ledger
+                busy = next((r for r in runs if r.host == socket.gethostname() and r.pid and watch_alive(r.pid)
+                             and r.pid != os.getpid()), None)
+            if busy is not None:
+                raise UsageError(refusal(busy.run_id, pid=busy.pid, host=busy.host,
+                                         since=busy.last_seen_at.isoformat(timespec="seconds")))
+        if locked is not None:
+            raise UsageError(refusal(None, directory=locked))
 
     def _start(self) -> None:
         """Start the watch, in this order: the provider and the instance with the preflight
@@ -442,10 +444,11 @@ class Watcher:
         rate, billing, gpu_count = resolved.rate, resolved.billing, resolved.gpu_count
         route = self.route = resolved.route
         s = self.settings = resolved.settings
-        self._take_chain_lock(s)
+        locked = self._take_chain_lock(s)
         known, self.ledger = self._resume_sources(url)
         try:
             batch, resume_from = prepare_command(self.options, s, known=known)
+            self._refuse_a_watched_chain(resume_from, locked)
         except BaseException:
             if self.ledger is not None:
                 self.ledger.close()
@@ -457,7 +460,6 @@ class Watcher:
         if self.ledger is None:
             self.ledger = Ledger.open(url, isolated_migration=True)
         try:
-            self._refuse_a_watched_chain(resume_from)
             instance_pk = self.ledger.ensure_instance(
                 provider.name, instance_id, gpu=resolved.gpu_name, gpu_count=gpu_count, billing=billing,
                 price_per_hour=rate.amount, currency=rate.currency, region=inst.region if inst else None,
@@ -500,8 +502,6 @@ class Watcher:
                 continues_run_id=continues, resumed_from=resume_from,
             )
             run_started_at = self.started_at
-            if self._chain_lock is not None:
-                self._chain_lock.note(run_id=run_id)
         self._state = RunState(provider=provider.name, instance_id=instance_id, instance=inst, rate=rate,
                                gpu_name=resolved.gpu_name, gpu_count=gpu_count, billing=billing,
                                instance_pk=instance_pk, run_id=run_id, run_started_at=run_started_at)
