@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, select
 
 from ..clock import ensure_utc
 from . import tables
@@ -115,14 +115,10 @@ class OpenRun:
 
 def open_runs_of(session: Reader, *, command: Sequence[str] | None, run_ids: Iterable[str] = ()) -> list[OpenRun]:
     """The runs not ended whose command is ``command`` or whose id is in ``run_ids``, newest first."""
-    ids = sorted(set(run_ids))
-    conds = []
-    if ids:
-        conds.append(RUNS.c.id.in_(ids))
+    ids = set(run_ids)
     rows = session.execute(select(RUNS.c.id, RUNS.c.host, RUNS.c.pid, RUNS.c.last_seen_at, RUNS.c.status,
                                   RUNS.c.log_path, RUNS.c.command)
-                           .where(RUNS.c.ended_at.is_(None), or_(*conds) if conds else RUNS.c.ended_at.is_(None))
-                           .order_by(RUNS.c.started_at.desc()))
+                           .where(RUNS.c.ended_at.is_(None)).order_by(RUNS.c.started_at.desc()))
     wanted = list(command) if command else None
     return [OpenRun(str(r.id), r.host, r.pid, ensure_utc(r.last_seen_at), r.status, r.log_path)
             for r in rows if str(r.id) in ids or (wanted is not None and r.command == wanted)]
