@@ -37,13 +37,15 @@ with real child processes measure consistent save durations.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import json
 import os
+import re
 import signal as signal_mod
 import socket
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
@@ -126,21 +128,50 @@ def _stat_entry(path: Path) -> CheckpointFile | None:
     return CheckpointFile(path, newest, total)
 
 
-def find_checkpoints(pattern: str) -> list[CheckpointFile]:
-    """Every checkpoint matching ``pattern`` (absolute glob, ``**`` allowed), oldest first.
+def find_checkpoints(pattern: str | Sequence[str]) -> list[CheckpointFile]:
+    """Every checkpoint matching ``pattern`` (absolute glob, ``**`` allowed; or several, each
+    match once), oldest first.
 
     Hidden entries (a leading dot, as temporary files of atomic writes are named) and names
     ending in ``.tmp``/``.partial``/``.part``/``.incomplete``/``.lock`` are skipped.
     """
-    found = []
-    for name in glob.glob(pattern, recursive=True):
-        base = os.path.basename(name.rstrip(os.sep))
-        if base.startswith(".") or base.endswith(_PARTIAL_SUFFIXES):
-            continue
-        entry = _stat_entry(Path(name))
-        if entry is not None:
-            found.append(entry)
-    return sorted(found, key=lambda c: (c.mtime_ns, str(c.path)))
+    found: dict[str, CheckpointFile] = {}
+    for one in [pattern] if isinstance(pattern, str) else pattern:
+        for name in glob.glob(one, recursive=True):
+            base = os.path.basename(name.rstrip(os.sep))
+            if base.startswith(".") or base.endswith(_PARTIAL_SUFFIXES) or name in found:
+                continue
+            entry = _stat_entry(Path(name))
+            if entry is not None:
+                found[name] = entry
+    return sorted(found.values(), key=lambda c: (c.mtime_ns, str(c.path)))
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def known_patterns(paths: Iterable[str]) -> list[str]:
+    """Globs for checkpoints the job acknowledged outside ``[checkpoint] path`` (recorded in
+    the ledger): each path itself, and when its name holds digits its siblings named alike,
+    every run of digits a wildcard (``/x/checkpoint-500`` -> ``/x/checkpoint-*``,
+    ``/x/epoch-0003.pt`` -> ``/x/epoch-*.pt``), so a later save the job made there on its own
+    is found too. Each glob once, in the order given."""
+    out: list[str] = []
+    for raw in paths:
+        p = os.path.abspath(raw.rstrip(os.sep) or raw)
+        parent, name = os.path.split(p)
+        for g in (glob.escape(p), os.path.join(glob.escape(parent), _DIGITS.sub("*", glob.escape(name)))):
+            if g not in out:
+                out.append(g)
+    return out
+
+
+def under_pattern(path: str | os.PathLike[str], pattern: str | None) -> bool:
+    """Whether checkpoint ``path`` is one ``pattern`` (an absolute glob,
+    :func:`resolve_pattern`) matches: False without a pattern."""
+    if not pattern:
+        return False
+    return fnmatch.fnmatchcase(os.path.abspath(os.fspath(path)).rstrip(os.sep), pattern.rstrip(os.sep))
 
 
 def newest_checkpoint(pattern: str) -> CheckpointFile | None:
@@ -150,12 +181,12 @@ def newest_checkpoint(pattern: str) -> CheckpointFile | None:
 
 
 def newest_intact_checkpoint(
-    pattern: str,
+    pattern: str | Sequence[str],
     *,
     on_skip: Callable[[CheckpointFile, str], None] | None = None,
     newer_than_s: float | None = None,
 ) -> CheckpointFile | None:
-    """The newest match of ``pattern`` that passes
+    """The newest match of ``pattern`` (a glob, or several) that passes
     :func:`costctl.checkpoint_integrity.check_checkpoint` (a truncated or empty newer one is
     passed over), or None.
 
@@ -571,9 +602,11 @@ __all__ = [
     "Outcome",
     "ephemeral_storage_warning",
     "find_checkpoints",
+    "known_patterns",
     "newest_checkpoint",
     "newest_intact_checkpoint",
     "resolve_pattern",
     "send_to_workers",
+    "under_pattern",
     "worker_processes",
 ]

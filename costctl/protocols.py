@@ -225,7 +225,8 @@ class LifecycleLedger(Protocol):
     def complete_checkpoint(self, checkpoint_id: Any, *, outcome: str, completed_at: datetime,
                             reason: str | None = None, deadline: datetime | None = None,
                             saved_at: datetime | None = None, save_s: float | None = None,
-                            path: str | None = None, size_bytes: int | None = None) -> None: ...
+                            path: str | None = None, size_bytes: int | None = None,
+                            save_duration_s: float | None = None) -> None: ...
 
     def record_waste(self, run_id: str, *, start_at: datetime, end_at: datetime, rate_per_hour: Decimal,
                      currency: str, reason: str, detail: str | None = None) -> Any: ...

@@ -70,8 +70,9 @@ def watch(
     resume: Annotated[
         bool,
         typer.Option("--resume", help="Restart COMMAND from the newest intact checkpoint under [checkpoint] path "
-                     "(newer ones that are empty or cut short are skipped, each named on stderr): "
-                     "{checkpoint} in COMMAND and $COSTCTL_RESUME_FROM name it."),
+                     "or where its earlier runs acknowledged saves (newer ones that are empty or cut short are "
+                     "skipped, each named on stderr): {checkpoint} in COMMAND and $COSTCTL_RESUME_FROM name it. "
+                     "Refused while a watch of the same job still runs."),
     ] = False,
     on_oom: Annotated[
         OnOom | None,

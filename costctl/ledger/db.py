@@ -550,10 +550,12 @@ class Ledger:
         save_s: float | None = None,
         path: str | None = None,
         size_bytes: int | None = None,
+        save_duration_s: float | None = None,
     ) -> None:
         """Record how a checkpoint request ended (``saved``, ``acknowledged``, ``timed-out``,
-        ``job-exited``), with the checkpoint's time, path and size and the save duration
-        (seconds). ``reason``/``deadline`` update a request that was merged with a later one.
+        ``job-exited``), with the checkpoint's time, path and size, the seconds from the request
+        to it (``save_s``) and the save's own duration per the job's record (``save_duration_s``,
+        seconds). ``reason``/``deadline`` update a request that was merged with a later one.
 
         Raises:
             LedgerError: no such request, or the database cannot be written.
@@ -572,6 +574,7 @@ class Ledger:
             row.save_s = save_s
             row.path = path
             row.size_bytes = size_bytes
+            row.save_duration_s = save_duration_s
 
     def record_waste(
         self,

@@ -364,7 +364,8 @@ class CheckpointRow(Base):
     ``reason`` says why it was asked for (``preemption``, ``periodic``, ``downsize``...);
     ``outcome`` is NULL while pending, then ``saved``, ``acknowledged``, ``timed-out`` or
     ``job-exited``; ``saved_at`` is the checkpoint file's time, ``save_s`` seconds from the
-    request to it; ``path``/``size_bytes`` the checkpoint found."""
+    request to it; ``path``/``size_bytes`` the checkpoint found; ``save_duration_s`` the save's
+    own duration per the job's acknowledgement record (its start to end), seconds."""
 
     __table__ = tables.checkpoints
 
@@ -380,6 +381,7 @@ class CheckpointRow(Base):
     save_s: Mapped[float | None]
     path: Mapped[str | None]
     size_bytes: Mapped[int | None]
+    save_duration_s: Mapped[float | None]
 
 
 class WasteRow(Base):

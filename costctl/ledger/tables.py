@@ -243,6 +243,8 @@ checkpoints = Table(
     Column("save_s", Float),
     Column("path", Text),
     Column("size_bytes", BigInteger),
+    # The save's own duration per the job's acknowledgement record (start to end), seconds.
+    Column("save_duration_s", Float),
     Index("ix_checkpoints_run_id_requested_at", "run_id", "requested_at"),
 )
 

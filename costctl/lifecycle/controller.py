@@ -41,8 +41,10 @@ from ..checkpoint import (
     CheckpointAttempt,
     CheckpointRequester,
     Outcome,
+    ephemeral_storage_warning,
     newest_intact_checkpoint,
     resolve_pattern,
+    under_pattern,
 )
 from ..clock import Clock
 from ..config import Settings
@@ -89,13 +91,16 @@ class Lifecycle:
             not resume points).
         on_oom: ``"retry"`` or ``"advise"``.
         mtbf_s / mtbf_source: mean time between preemptions for the periodic interval.
+        earlier_saves_s / earlier_saves_source: save durations (seconds) the earlier runs of this
+            run's chain measured, and where they were read (the periodic cost starts from them).
     """
 
     def __init__(self, settings: Settings, *, clock: Clock, run: RunControl, job: JobControl,
                  instances: InstanceControl, log: DecisionLog, stopper: Stopper, ledger: LifecycleLedger,
                  summary: RunSummary, say: Callable[[str], None], request_path: Path,
                  command: Sequence[str] | None = None, dry_run: bool = False, started_wall: float = 0.0,
-                 on_oom: str = "advise", mtbf_s: float | None = None, mtbf_source: str = "configured") -> None:
+                 on_oom: str = "advise", mtbf_s: float | None = None, mtbf_source: str = "configured",
+                 earlier_saves_s: Sequence[float] = (), earlier_saves_source: str = "ledger") -> None:
         s = settings
         self.settings = s
         self.clock = clock
@@ -132,12 +137,15 @@ class Lifecycle:
                 min_s=s.checkpoint.min_interval.total_seconds(),
                 max_s=s.checkpoint.max_interval.total_seconds(),
                 mtbf_source=mtbf_source,
+                earlier=[float(x) for x in earlier_saves_s if x > 0],
+                earlier_source=earlier_saves_source,
             )
         self._interval_said: float | None = None  # the periodic interval last printed (seconds)
         #: the newest checkpoint file known (requested or seen on disk): (mtime_ns, path) and its
         #: time on the watch's clock, mapped once, when first known (a simulated clock and the
         #: wall clock drift apart: a file mapped later would look newer than it is)
         self._newest_file: tuple[int, str] | None = None
+        self._elsewhere_said: set[str] = set()  # directories of saves outside [checkpoint] path, said once
 
     # ------------------------------------------------------------------ checkpoints
     def request_checkpoint(self, reason: str, deadline: datetime,
@@ -210,7 +218,7 @@ class Lifecycle:
         self._interval_said = interval
         ev = p.evidence()
         self.say(f"costctl: periodic checkpoints {'every' if first else 'now every'} {interval:.0f}s "
-                 f"(Young/Daly sqrt(2 x save {ev['save_s']:g}s {ev['save_s_source']} x MTBF {ev['mtbf_s']:g}s "
+                 f"(Young/Daly sqrt(2 x save {ev['save_s']:g}s {ev['save_s_detail']} x MTBF {ev['mtbf_s']:g}s "
                  f"{ev['mtbf_source']}), clamped to [{p.min_s:g}s, {p.max_s:g}s]; a checkpoint the job saves "
                  "on its own restarts the count)")
 
@@ -238,17 +246,20 @@ class Lifecycle:
 
     def _finish_attempt(self, attempt: CheckpointAttempt) -> None:
         self.checkpoints.append(attempt)
+        own = (attempt.save_ended_at - attempt.save_started_at).total_seconds() \
+            if attempt.save_started_at is not None and attempt.save_ended_at is not None else None
+        own = own if own is not None and own > 0 else None  # the save's own duration (the job's record)
         if attempt.outcome is Outcome.SAVED and attempt.saved_at is not None:
             self.last_checkpoint_at = max(attempt.saved_at, self.last_checkpoint_at or attempt.saved_at)
             cp = attempt.checkpoint
+            if cp is not None and not under_pattern(cp.path, self.pattern):
+                self._saved_elsewhere(cp.path, attempt)
             if cp is not None and (self._newest_file is None or cp.mtime_ns >= self._newest_file[0]):
                 self._newest_file = (cp.mtime_ns, str(cp.path))
             if self.periodic is not None:
                 # C is the save itself (the acknowledgement's start to end); without a record,
                 # request to checkpoint (which includes the wait for the job's safe point).
-                own = (attempt.save_ended_at - attempt.save_started_at).total_seconds() \
-                    if attempt.save_started_at is not None and attempt.save_ended_at is not None else None
-                self.periodic.note_save(own if own is not None and own > 0 else attempt.save_s)
+                self.periodic.note_save(own if own is not None else attempt.save_s)
                 self.say_interval()
         if attempt.ledger_id is not None:
             cp = attempt.checkpoint
@@ -256,7 +267,8 @@ class Lifecycle:
                 attempt.ledger_id, outcome=attempt.outcome.value if attempt.outcome else "unknown",
                 completed_at=attempt.completed_at or self.clock.now(), reason=attempt.reason,
                 deadline=attempt.deadline, saved_at=attempt.saved_at, save_s=attempt.save_s,
-                path=str(cp.path) if cp else None, size_bytes=cp.size if cp else None)
+                path=str(cp.path) if cp else None, size_bytes=cp.size if cp else None,
+                save_duration_s=own)
         outcome = attempt.outcome.value if attempt.outcome else "unknown"
         took = f" in {attempt.save_s:.1f}s" if attempt.save_s is not None else ""
         where = f": {attempt.checkpoint.path}" if attempt.checkpoint else ""
@@ -267,6 +279,29 @@ class Lifecycle:
         callbacks, self._then = self._then, []
         for then in callbacks:
             then(attempt)
+
+    def _saved_elsewhere(self, path: Path, attempt: CheckpointAttempt) -> None:
+        """The job saved (and acknowledged) a checkpoint that ``[checkpoint] path`` does not
+        match: said once per directory, with whether that storage survives a stop. The ledger's
+        checkpoint row keeps the path: ``--resume`` looks there too
+        (:func:`costctl.checkpoint.known_patterns`)."""
+        where = str(path.parent)
+        if where in self._elsewhere_said:
+            return
+        self._elsewhere_said.add(where)
+        configured = f"[checkpoint] path {self.settings.checkpoint.path!r}" if self.settings.checkpoint.path \
+            else "no [checkpoint] path"
+        text = (f"checkpoint {path} was saved outside {configured}: costctl watch --resume will still find it "
+                f"(recorded in the ledger for this job's chain); to make it the configured place, set "
+                f"[checkpoint] path = \"{path.parent / '*'}\"")
+        storage = ephemeral_storage_warning(str(path))
+        if storage:
+            text += f"; and {storage}"
+        self.log.record(Decision(time=attempt.completed_at or self.clock.now(), policy="checkpoint",
+                                 action=Action.WARN, reason=text,
+                                 evidence={"checkpoint": str(path), "configured": self.settings.checkpoint.path,
+                                           "storage": storage},
+                                 key=f"checkpoint-elsewhere:{where}"), "warned")
 
     def _after_periodic(self, attempt: CheckpointAttempt) -> None:
         """Nothing more to do: the outcome is recorded and the schedule moves on."""

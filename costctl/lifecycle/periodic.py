@@ -65,10 +65,14 @@ class PeriodicSchedule:
         mtbf_s: mean time between preemptions (observed in the ledger, else configured).
         min_s / max_s: ``[checkpoint] min_interval`` / ``max_interval`` in seconds.
         mtbf_source: ``"observed"`` or ``"configured"`` (for the evidence).
+        earlier: save durations (seconds) measured by the earlier runs of this run's chain (a
+            resumed job), oldest first; the cost starts from them.
+        earlier_source: where they came from (said with the interval).
 
-    The measured cost is the median of the saves seen so far: each save's own duration (the
-    acknowledgement record's start to end); for a save without a record, request to checkpoint
-    (which includes the wait for the job's next safe point, so it errs towards longer intervals).
+    The measured cost is the median of the saves seen so far, the chain's earlier runs' and
+    this run's: each save's own duration (the acknowledgement record's start to end); for a
+    save without a record, request to checkpoint (which includes the wait for the job's next
+    safe point, so it errs towards longer intervals).
     """
 
     save_time_s: float
@@ -77,12 +81,32 @@ class PeriodicSchedule:
     max_s: float
     mtbf_source: str = "configured"
     measured: list[float] = field(default_factory=list)
+    earlier: list[float] = field(default_factory=list)
+    earlier_source: str = "ledger"
+
+    def _saves(self) -> list[float]:
+        return [s for s in (*self.earlier, *self.measured) if s > 0]
 
     @property
     def save_s(self) -> float:
         """The checkpoint cost in use, seconds."""
-        positive = [s for s in self.measured if s > 0]
-        return statistics.median(positive) if positive else self.save_time_s
+        saves = self._saves()
+        return statistics.median(saves) if saves else self.save_time_s
+
+    @property
+    def save_source(self) -> str:
+        """Where :attr:`save_s` comes from, in words: ``configured``, or the saves measured
+        (this run's and the chain's earlier runs', with their source)."""
+        here = sum(1 for s in self.measured if s > 0)
+        before = sum(1 for s in self.earlier if s > 0)
+        if not here and not before:
+            return "configured ([checkpoint] save_time)"
+        parts = []
+        if here:
+            parts.append(f"{here} in this run")
+        if before:
+            parts.append(f"{before} in earlier runs of this chain ({self.earlier_source})")
+        return f"measured: median of {here + before} save(s), " + " and ".join(parts)
 
     @property
     def interval_s(self) -> float:
@@ -103,7 +127,10 @@ class PeriodicSchedule:
         return {
             "interval_s": round(self.interval_s, 3),
             "save_s": round(self.save_s, 3),
-            "save_s_source": "measured" if any(s > 0 for s in self.measured) else "configured",
+            "save_s_source": ("measured" if any(s > 0 for s in self.measured)
+                              else "chain" if any(s > 0 for s in self.earlier) else "configured"),
+            "save_s_detail": self.save_source,
+            "earlier_saves_s": [round(s, 3) for s in self.earlier if s > 0],
             "mtbf_s": round(self.mtbf_s, 3),
             "mtbf_source": self.mtbf_source,
             "min_interval_s": self.min_s,

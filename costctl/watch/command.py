@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..checkpoint import CheckpointFile, find_checkpoints, newest_intact_checkpoint, resolve_pattern
+from ..checkpoint import CheckpointFile, find_checkpoints, known_patterns, newest_intact_checkpoint, resolve_pattern
 from ..child import check_command
 from ..config import Settings
 from ..errors import UsageError
@@ -36,11 +36,13 @@ def skipped_line(cp: CheckpointFile, reason: str, cwd: Path | None = None) -> st
     return f"costctl: skipped checkpoint {shown} ({reason})"
 
 
-def prepare_command(opts: WatchOptions, s: Settings, *,
-                    warn: Callable[[str], None] = _to_stderr) -> tuple[BatchPlan | None, str | None]:
+def prepare_command(opts: WatchOptions, s: Settings, *, warn: Callable[[str], None] = _to_stderr,
+                    known: Sequence[str] = ()) -> tuple[BatchPlan | None, str | None]:
     """Batch size, accumulation and the resume checkpoint; validates the placeholders.
 
-    With ``--resume`` the checkpoint is the newest match of ``[checkpoint] path`` that passes
+    With ``--resume`` the checkpoint is the newest match of ``[checkpoint] path`` — or of the
+    places this job's chain acknowledged saves outside it (``known``: their paths, from the
+    ledger; :func:`costctl.checkpoint.known_patterns`) — that passes
     :func:`costctl.checkpoint_integrity.check_checkpoint`; each newer one passed over (empty,
     truncated, a Hugging Face directory without ``trainer_state.json`` or whole weights) is
     named with the reason, one line each, through ``warn`` (default: stderr, even with --quiet).
@@ -71,11 +73,15 @@ def prepare_command(opts: WatchOptions, s: Settings, *,
     batch = BatchPlan(batch_size, accum) if batch_size else None
     resume_from: str | None = None
     if opts.resume:
-        if not s.checkpoint.path:
+        if not s.checkpoint.path and not known:
             raise UsageError("--resume needs [checkpoint] path (where the job writes its checkpoints)")
-        pattern = resolve_pattern(s.checkpoint.path)
+        pattern = [resolve_pattern(s.checkpoint.path)] if s.checkpoint.path else []
+        pattern += known_patterns(known)
         if not find_checkpoints(pattern):
-            raise UsageError(f"--resume: no checkpoint matches [checkpoint] path {s.checkpoint.path!r}")
+            where = f"[checkpoint] path {s.checkpoint.path!r}" if s.checkpoint.path else \
+                "the places this job's saves were acknowledged"
+            raise UsageError(f"--resume: no checkpoint matches {where}"
+                             + (" nor where this job's saves were acknowledged" if known and s.checkpoint.path else ""))
         skipped: list[str] = []
 
         def skip(cp: CheckpointFile, reason: str) -> None:
@@ -85,7 +91,8 @@ def prepare_command(opts: WatchOptions, s: Settings, *,
         newest = newest_intact_checkpoint(pattern, on_skip=skip)
         if newest is None:
             raise UsageError(f"--resume: none of the {len(skipped)} checkpoints matching [checkpoint] path "
-                             f"{s.checkpoint.path!r} is intact (each is named above with what is wrong)")
+                             f"{s.checkpoint.path!r}{' (or saved elsewhere by this job)' if known else ''} "
+                             "is intact (each is named above with what is wrong)")
         resume_from = str(newest.path)
     if opts.command:
         argv = render_command(opts.command, batch_size=batch.batch_size if batch else None,

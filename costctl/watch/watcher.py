@@ -68,6 +68,7 @@ from ..statusline import StatusLine, countdown
 from ..summary import RunSummary
 from ..telemetry.cpu import ExitedTreeCpu, MachineCpu, ProcessTreeCpu
 from ..telemetry.sampler import Sampler, detect_gpu_source
+from .chainlock import HEARTBEAT_STALE_S, ChainLock, blocking_run, lock_dir, refusal
 from .command import prepare_command
 from ..stopping import EXIT_STOP_FAILED, StopProcess, StopRoute, StopRunner
 from .instance import bring_up, resolve_instance
@@ -236,6 +237,7 @@ class Watcher:
         self.provider: Provider | None = None
         self.route: StopRoute | None = None
         self.ledger: Ledger | None = None
+        self._chain_lock: ChainLock | None = None  # the checkpoint directory's lock (.chainlock)
         self.writer: LedgerWriter | None = None  # every write after start-up goes through it
         self._spend: SpendTracker | None = None  # the current run's spend, from memory
         self.recorder: DecisionRecorder | None = None
@@ -348,6 +350,83 @@ class Watcher:
             self.status.message(text)
 
     def start(self) -> None:
+        """Start the watch (:meth:`_start`); a start that fails lets the chain lock go."""
+        try:
+            self._start()
+        except BaseException:
+            if self._chain_lock is not None:
+                self._chain_lock.release()
+            raise
+
+    def _take_chain_lock(self, s: Settings) -> Path | None:
+        """Take the checkpoint directory's lock (:mod:`.chainlock`) for a watch of a command
+        with ``[checkpoint] path``; returns the directory when another watch holds it (a
+        ``--resume`` is then refused, a fresh start goes on without it), else None. A directory
+        that does not exist yet or cannot be locked: no lock (the ledger check still applies)."""
+        if not s.checkpoint.path or not self.options.command or self.options.attach is not None:
+            return None
+        lock = ChainLock(lock_dir(resolve_pattern(s.checkpoint.path)))
+        try:
+            taken = lock.acquire()
+        except OSError:
+            return None
+        if taken:
+            self._chain_lock = lock
+            return None
+        return lock.path
+
+    def _resume_sources(self, url: str) -> tuple[list[str], Ledger | None]:
+        """For ``--resume``: the checkpoints this command's chains saved (paths, newest first;
+        :func:`costctl.ledger.chains.saved_checkpoint_paths`), read from the existing ledger,
+        which is returned open (None, and no paths, when there is none yet or without --resume)."""
+        if not self.options.resume or self.options.attach is not None:
+            return [], None
+        from ..ledger.chains import saved_checkpoint_paths
+        from ..ledger.engine import MissingLedgerError
+
+        try:
+            ledger = Ledger.open(url, create=False, isolated_migration=True)
+        except MissingLedgerError:
+            return [], None
+        try:
+            with ledger.session() as session:
+                return saved_checkpoint_paths(session, self.options.command), ledger
+        except BaseException:
+            ledger.close()
+            raise
+
+    def _refuse_a_watched_chain(self, resume_from: str | None, locked: Path | None) -> None:
+        """``--resume`` while a run of this job's chain is still watched — here or on another
+        host sharing the ledger (:func:`.chainlock.blocking_run`, on the ledger already open,
+        if any) — or while another watch holds the checkpoint directory's lock (``locked``):
+        refused before anything is written.
+
+        Raises:
+            UsageError: one line naming the run, its watch's pid and host (or the directory).
+        """
+        if not self.options.resume:
+            return
+        if self.ledger is not None and resume_from:
+            from ..ledger.chains import chain_run_ids, open_runs_of
+
+            now = self.clock.now()
+            continues = self.ledger.continued_run(resume_from, command=self.options.command, before=now)
+            with self.ledger.session() as session:
+                chain = chain_run_ids(session, continues) if continues else []
+                runs = open_runs_of(session, command=self.options.command, run_ids=chain)
+            stale = max(HEARTBEAT_STALE_S, 10 * self.settings.watch.sample_interval.total_seconds())
+            busy = blocking_run(runs, now=now, host=socket.gethostname(), own_pid=os.getpid(), alive=watch_alive,
+                                job_running=job_running, stale_s=stale)
+            if busy is None and locked is not None:  # the lock's holder, named from the ledger
+                busy = next((r for r in runs if r.host == socket.gethostname() and r.pid and watch_alive(r.pid)
+                             and r.pid != os.getpid()), None)
+            if busy is not None:
+                raise UsageError(refusal(busy.run_id, pid=busy.pid, host=busy.host,
+                                         since=busy.last_seen_at.isoformat(timespec="seconds")))
+        if locked is not None:
+            raise UsageError(refusal(None, directory=locked))
+
+    def _start(self) -> None:
         """Start the watch, in this order: the provider and the instance with the preflight
         (price, stop route: one read of the instance), the command, the ledger (opened,
         migrated and written once), only then the instance is started where it must be
@@ -365,11 +444,21 @@ class Watcher:
         rate, billing, gpu_count = resolved.rate, resolved.billing, resolved.gpu_count
         route = self.route = resolved.route
         s = self.settings = resolved.settings
-        batch, resume_from = prepare_command(self.options, s)
+        locked = self._take_chain_lock(s)
+        known, self.ledger = self._resume_sources(url)
+        try:
+            batch, resume_from = prepare_command(self.options, s, known=known)
+            self._refuse_a_watched_chain(resume_from, locked)
+        except BaseException:
+            if self.ledger is not None:
+                self.ledger.close()
+                self.ledger = None
+            raise
 
         # The ledger is opened and written before any instance is started, and before the job; a
         # migration runs in a child process, so no Alembic is left resident in the watch.
-        self.ledger = Ledger.open(url, isolated_migration=True)
+        if self.ledger is None:
+            self.ledger = Ledger.open(url, isolated_migration=True)
         try:
             instance_pk = self.ledger.ensure_instance(
                 provider.name, instance_id, gpu=resolved.gpu_name, gpu_count=gpu_count, billing=billing,
@@ -458,12 +547,14 @@ class Watcher:
             advise_only=not route.stops, route=route, stop_log=self.writer, stop_config=s.stop,
             before_self_stop=self._before_self_stop,
         )
-        mtbf_s, mtbf_source = self._mtbf()
+        earlier_saves, chain_preempted = self._chain_history(run_id)
+        mtbf_s, mtbf_source = self._mtbf(chain_preempted)
         self.lifecycle = Lifecycle(
             s, clock=self.clock, run=self, job=self.job, instances=provider, log=self.recorder,
             stopper=self.executor, ledger=self.writer, summary=self.summary, say=self.say,
             request_path=self.checkpoint_request, command=self.options.command, dry_run=self.options.dry_run,
             started_wall=self.started_wall, on_oom=self.options.on_oom, mtbf_s=mtbf_s, mtbf_source=mtbf_source,
+            earlier_saves_s=earlier_saves, earlier_saves_source="ledger: the chain's checkpoint rows",
         )
         for decision, outcome in pending:
             self.recorder.record(decision, outcome)
@@ -623,8 +714,25 @@ class Watcher:
         self.summary.run_ids.append(run_id)
 
     # ------------------------------------------------------------------ spot instances
-    def _mtbf(self) -> tuple[float | None, str]:
-        """Mean time between preemptions for the periodic interval (see the lifecycle docs)."""
+    def _chain_history(self, run_id: str) -> tuple[list[float], int]:
+        """What the earlier runs of ``run_id``'s chain (a resumed job) measured: their save
+        durations (seconds, oldest first; :func:`costctl.ledger.chains.chain_saves`) and how
+        many preemptions they recorded. Empty for a first run or an unreadable ledger."""
+        from ..ledger.chains import chain_preemptions, chain_run_ids, chain_saves
+
+        assert self.ledger is not None
+        try:
+            with self.ledger.session() as session:
+                earlier = [r for r in chain_run_ids(session, run_id) if r != run_id]
+                saves = [c.seconds for c in chain_saves(session, earlier)]
+                return saves, chain_preemptions(session, earlier)
+        except LedgerError:
+            return [], 0
+
+    def _mtbf(self, chain_preemptions: int = 0) -> tuple[float | None, str]:
+        """Mean time between preemptions for the periodic interval (see the lifecycle docs):
+        every preemption the ledger recorded on spot instances counts, the earlier runs' of
+        this chain (``chain_preemptions``) among them."""
         configured = self.settings.checkpoint.mtbf.total_seconds()
         assert self.ledger is not None
         try:
@@ -635,8 +743,9 @@ class Watcher:
         if seen.charged_s <= 0:
             return configured, "configured"
         blended = (configured + seen.charged_s) / (1 + seen.preemptions)
-        return blended, (f"observed: {seen.preemptions} preemption(s) in {seen.charged_s / 3600:.1f} spot hours, "
-                         f"with the configured {configured / 3600:g} h as one prior observation")
+        chain = f" ({chain_preemptions} of them in earlier runs of this chain)" if chain_preemptions else ""
+        return blended, (f"observed: {seen.preemptions} preemption(s){chain} in {seen.charged_s / 3600:.1f} spot "
+                         f"hours (ledger), with the configured {configured / 3600:g} h as one prior observation")
 
     def _start_notice_source(self) -> None:
         """Find the preemption-notice source (sim provider at once; cloud metadata in the background)."""
@@ -1290,6 +1399,8 @@ class Watcher:
 
     def _after_exit(self, status: int) -> tuple[int, str] | None:
         """The command exited for good: ``--on-exit`` leave, stop or guard."""
+        if self._chain_lock is not None:  # its checkpoints are free for a --resume (a guard goes on)
+            self._chain_lock.release()
         on_exit = self.options.on_exit
         if on_exit == "leave":
             return status, "completed" if status == 0 else "failed"
@@ -1420,6 +1531,8 @@ class Watcher:
         """Close the run in the ledger, print the summary and release everything; returns
         ``(exit status, run status)``. :meth:`run` calls it; simulated-clock drivers too."""
         if self.ledger is None or self._state is None:
+            if self._chain_lock is not None:
+                self._chain_lock.release()
             return exit_code, status
         end = self._stopped_at or self.clock.now()
         if self._pump is not None:
@@ -1461,6 +1574,8 @@ class Watcher:
             except OSError:  # the terminal went away
                 self.status.terminal_gone()
         self.ledger.close()
+        if self._chain_lock is not None:
+            self._chain_lock.release()
         return exit_code, status
 
 
