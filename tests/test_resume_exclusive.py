@@ -1,7 +1,8 @@
 """One watch per chain: a second ``costctl watch --resume`` of a job whose first watch still runs
 is refused before anything starts (one line naming the run and its watch's pid, exit status 2,
 nothing in the ledger, no job started); a watch killed outright (its lock dies with it) and a
-run on another host whose heartbeat went stale do not block. Real costctl processes."""
+run on another host whose heartbeat went stale do not block, but a killed watch's job that runs on
+unwatched does (``--attach`` takes it over). Real costctl processes."""
 
 from __future__ import annotations
 
@@ -46,6 +47,13 @@ def _runs(tmp_path: Path) -> list[tuple]:
         return db.execute("SELECT id, host, pid, ended_at FROM runs ORDER BY started_at").fetchall()
 
 
+def _log_path(tmp_path: Path) -> str:
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "data" / "costctl.db") as db:
+        return db.execute("SELECT log_path FROM runs ORDER BY started_at").fetchone()[0]
+
+
 def _starts(tmp_path: Path) -> list[str]:
     try:
         return (tmp_path / "starts").read_text().splitlines()
@@ -76,7 +84,23 @@ def test_a_second_resume_while_the_first_watch_runs_is_refused_and_a_killed_watc
 
         first.send_signal(signal.SIGKILL)  # the watch dies outright; its lock dies with it
         first.wait(timeout=30)
+        # its job runs on, unwatched (the relay keeps it): a resume would be a second copy beside it
+        unwatched = run_costctl("watch", "--config", str(cfg), "--on-exit", "leave", "--resume", "--", *command,
+                                env=env)
+        err = unwatched.stderr.decode()
+        assert unwatched.returncode == 2 and "Traceback" not in err, err
+        assert f"run {run_id[:8]} still runs without a watch" in err and f"--attach {run_id[:8]}" in err
+        assert len(_runs(tmp_path)) == 1 and len(_starts(tmp_path)) == 1
         (tmp_path / "stop").touch()  # its job (left running by the relay) ends
+        import time
+
+        from costctl.relay.protocol import job_running
+
+        log_path = _log_path(tmp_path)
+        for _ in range(500):  # the relay records the job's exit in its state file
+            if not job_running(log_path):
+                break
+            time.sleep(0.02)
         third = run_costctl("watch", "--config", str(cfg), "--on-exit", "leave", "--resume", "--", *command, env=env)
         assert third.returncode == 0, third.stderr.decode()
         assert len(_starts(tmp_path)) == 2 and len(_runs(tmp_path)) == 2

@@ -18,9 +18,10 @@ checkpoints. Two mechanisms together refuse the second one before anything start
   the chain on another host sharing the ledger (PostgreSQL), or one whose checkpoint
   directory differs (the chain's checkpoints were acknowledged elsewhere). A run of the chain
   blocks while it is not ended and its heartbeat (``runs.last_seen_at``, moved by every
-  accrual) is fresh; on this host its watch process must also be alive and its relay's state
-  must say the job still runs (a watch guarding after its job ended, or one killed outright,
-  does not block).
+  accrual) is fresh. On this host the relay's state decides, heartbeat or not: a run whose job
+  still runs blocks, watched or not (a job whose watch was killed runs on, unguarded: a resume
+  would start a second copy beside it; ``costctl watch --attach`` takes it over), and one whose
+  job ended does not (a watch guarding the instance after its job, or one killed with its job).
 
 Only ``--resume`` is refused; a fresh watch that finds the lock taken goes on without it.
 """
@@ -99,26 +100,36 @@ class ChainLock:
 def blocking_run(runs: Sequence[OpenRun], *, now: datetime, host: str, own_pid: int,
                  alive: Callable[[int], bool], job_running: Callable[[str | None], bool],
                  stale_s: float = HEARTBEAT_STALE_S) -> OpenRun | None:
-    """The first of ``runs`` (open runs of the chain) still watched, or None.
+    """The first of ``runs`` (open runs of the chain) whose job may still run, or None.
 
-    A run blocks when its heartbeat ``last_seen_at`` is at most ``stale_s`` seconds before
-    ``now`` (aware UTC) and, when recorded on ``host`` (this machine), its watch ``pid`` is
-    ``alive`` and ``job_running(log_path)`` (its relay's state says the job runs).
+    A run recorded on ``host`` (this machine) blocks when ``job_running(log_path)`` (its relay's
+    state says the job runs), whether its watch ``pid`` is ``alive`` or not (an unwatched job
+    is a copy too); a run of another host blocks when its heartbeat ``last_seen_at`` is at
+    most ``stale_s`` seconds before ``now`` (aware UTC). ``alive`` is kept for the callers that
+    name the holder (:func:`refusal`'s ``unwatched``).
     """
     for run in runs:
+        if run.host == host:
+            if run.pid == own_pid or not job_running(run.log_path):
+                continue
+            return run
         if now - run.last_seen_at > timedelta(seconds=stale_s):
             continue
-        if run.host == host:
-            if run.pid is None or run.pid == own_pid or not alive(run.pid) or not job_running(run.log_path):
-                continue
         return run
     return None
 
 
 def refusal(run_id: str | None, *, pid: Any = None, host: Any = None, since: str | None = None,
-            directory: Path | None = None) -> str:
+            directory: Path | None = None, unwatched: bool = False) -> str:
     """The one line that refuses a second ``--resume`` of a chain: the run still watched (its
-    watch's pid and host, its last heartbeat), else the directory another watch holds locked."""
+    watch's pid and host, its last heartbeat), or whose job runs on with its watch gone
+    (``unwatched``: take it over with ``--attach``), else the directory another watch holds
+    locked."""
+    if run_id and unwatched:
+        return (f"--resume: the job of run {run_id[:8]} still runs without a watch (its watch, pid {pid}, is gone: "
+                "nothing stops the instance when it ends); a second copy would write and resume from the same "
+                f"checkpoints: take it over with `costctl watch --attach {run_id[:8]}`, or end the job, then run "
+                "--resume again")
     if run_id:
         where = ", ".join(x for x in (f"watch pid {pid}" if pid else "", f"host {host}" if host else "",
                                       f"last seen {since}" if since else "") if x)

@@ -421,7 +421,8 @@ class Watcher:
                 busy = next((r for r in runs if r.host == socket.gethostname() and r.pid and watch_alive(r.pid)
                              and r.pid != os.getpid()), None)
             if busy is not None:
-                raise UsageError(refusal(busy.run_id, pid=busy.pid, host=busy.host,
+                unwatched = busy.host == socket.gethostname() and not (busy.pid and watch_alive(busy.pid))
+                raise UsageError(refusal(busy.run_id, pid=busy.pid, host=busy.host, unwatched=unwatched,
                                          since=busy.last_seen_at.isoformat(timespec="seconds")))
         if locked is not None:
             raise UsageError(refusal(None, directory=locked))
