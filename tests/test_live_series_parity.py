@@ -208,3 +208,25 @@ def test_a_real_watch_raises_divergence_on_a_persistent_nan_grad_norm(tmp_path) 
     assert proc.returncode == 0, err[-2000:]
     # the third NaN in a row (epoch 0.5) makes it divergence; the loss itself stayed finite
     assert "costctl divergence advice: grad_norm is NaN at epoch 0.5, 3 logged values in a row" in err, err[-2000:]
+
+
+@pytest.mark.parametrize("block,flags", [
+    (b"step 1 loss: 0.2\nstep 2 loss: 0.1\n", 0),  # the flood's shape: nothing more to read
+    (b"[Epoch 1/200] [Batch 3/938] [D loss: 0.69] [G loss: 0.70]\n", 1),
+    (b"loss_D: 0.405, loss_G_fake: 0.300\n", 1),
+    (b"Epoch 4 | running_loss: 0.41 | kl_loss: 0.02\n", 1),
+    (b"LoSS 1 LOSS 2\n", 1),
+    (b"loss 1\rloss 2\n", 0),  # two lines (a tqdm redraw), one loss each
+    (b"{'loss': 0.5, 'grad_norm': nan, 'epoch': 0.1}\n", 2),
+    (b" iteration 5 | grad norm: nan |\n", 2),
+    (b"      Epoch   gpu_mem       box       obj\n", 4),
+    (b"Epoch [3/80], Step [100/600], Loss: 0.25\n", 0),
+])
+def test_the_c_scanner_hints_which_raw_blocks_need_the_python_readers(block, flags) -> None:
+    """``series_hints`` (C) lets a flood of single-loss lines skip the Python readers; a block
+    that may hold named losses, a grad norm or a table header is flagged."""
+    from costctl.progress.console import series_hints
+
+    if lines._scan is None or lines.ENGINE != "native":
+        pytest.skip("the C scanner is not built")
+    assert series_hints(block) == flags

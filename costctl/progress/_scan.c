@@ -1711,8 +1711,8 @@ PyDoc_STRVAR(series_hints_doc,
 "(a superset: a set bit is a hint, a clear one a certainty), for costctl.progress.console:\n"
 "1: a line with two ``loss`` words, or ``loss`` joined by ``_`` (``_loss``, ``loss_``), any\n"
 "case (several named losses: costctl.progress.named); 2: ``grad_norm`` / ``grad norm``, any\n"
-"case (costctl.progress.grad_norms); 4: a line starting (after blanks) with ``Epoch`` and a\n"
-"blank (a column table's header). One pass over the bytes.");
+"case (costctl.progress.grad_norms); 4: a line starting (after blanks) with ``Epoch``, blanks\n"
+"and a letter or ``_`` (a column table's header). One pass over the bytes.");
 
 static inline int ci_at(const unsigned char *b, Py_ssize_t n, Py_ssize_t i, const char *lit, Py_ssize_t len) {
     if (i + len > n)
@@ -1723,6 +1723,26 @@ static inline int ci_at(const unsigned char *b, Py_ssize_t n, Py_ssize_t i, cons
     return 1;
 }
 
+/* series_hints' events: line ends, and the first letters of "loss" and "rad" (either case). */
+static unsigned char hint_table[256];
+
+static void hint_table_init(void) {
+    hint_table['\n'] = hint_table['\r'] = 1;
+    hint_table['l'] = hint_table['L'] = 2;
+    hint_table['r'] = hint_table['R'] = 3;
+}
+
+/* A column table's header at b[i] (a line start): blanks, "Epoch", blanks, a letter or "_". */
+static inline int table_header_at(const unsigned char *b, Py_ssize_t n, Py_ssize_t i) {
+    while (i < n && (b[i] == ' ' || b[i] == '\t'))
+        i++;
+    if (!(i + 5 < n && memcmp(b + i, "Epoch", 5) == 0 && (b[i + 5] == ' ' || b[i + 5] == '\t')))
+        return 0;
+    for (i += 5; i < n && (b[i] == ' ' || b[i] == '\t'); i++)
+        ;
+    return i < n && (b[i] == '_' || ((b[i] | 0x20) >= 'a' && (b[i] | 0x20) <= 'z'));
+}
+
 static PyObject *py_series_hints(PyObject *self, PyObject *args) {
     Py_buffer hb;
     (void)self;
@@ -1731,31 +1751,40 @@ static PyObject *py_series_hints(PyObject *self, PyObject *args) {
     const unsigned char *b = (const unsigned char *)hb.buf;
     Py_ssize_t n = hb.len;
     long flags = 0;
-    int losses = 0, at_start = 1;
+    int losses = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n && flags != 7; i++) {
-        unsigned char c = b[i];
-        if (c == '\n' || c == '\r') {
+    if (table_header_at(b, n, 0))
+        flags |= 4;
+    Py_ssize_t i = 0;
+    while (i < n && flags != 7) {
+        while (i < n && !hint_table[b[i]])  /* the boring bytes: one load and test each */
+            i++;
+        if (i >= n)
+            break;
+        switch (hint_table[b[i]]) {
+        case 1:
             losses = 0;
-            at_start = 1;
-            continue;
-        }
-        if (at_start) {
-            if (c == ' ' || c == '\t')
-                continue;
-            at_start = 0;
-            if (c == 'E' && i + 5 < n && memcmp(b + i, "Epoch", 5) == 0 && (b[i + 5] == ' ' || b[i + 5] == '\t'))
+            if (table_header_at(b, n, i + 1))
                 flags |= 4;
-        }
-        unsigned char low = c | 0x20;
-        if (low == 'l' && ci_at(b, n, i, "loss", 4)) {
-            if ((i > 0 && b[i - 1] == '_') || (i + 4 < n && b[i + 4] == '_') || ++losses >= 2)
-                flags |= 1;
-            i += 3;
-        } else if (low == 'r' && i > 0 && ci_at(b, n, i, "rad", 3) && i + 8 <= n
-                   && (b[i + 3] == '_' || b[i + 3] == ' ') && ci_at(b, n, i + 4, "norm", 4)) {
-            flags |= 2;
-            i += 7;
+            i++;
+            break;
+        case 2:
+            if (ci_at(b, n, i, "loss", 4)) {
+                if ((i > 0 && b[i - 1] == '_') || (i + 4 < n && b[i + 4] == '_') || ++losses >= 2)
+                    flags |= 1;
+                i += 4;
+            } else {
+                i++;
+            }
+            break;
+        default:
+            if (i + 8 <= n && ci_at(b, n, i, "rad", 3) && (b[i + 3] == '_' || b[i + 3] == ' ')
+                && ci_at(b, n, i + 4, "norm", 4)) {
+                flags |= 2;
+                i += 8;
+            } else {
+                i++;
+            }
         }
     }
     Py_END_ALLOW_THREADS
@@ -1895,6 +1924,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__scan(void) {
+    hint_table_init();
     if (c_locale == (locale_t)0) {
         c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
         if (c_locale == (locale_t)0) {
