@@ -230,3 +230,53 @@ def test_the_c_scanner_hints_which_raw_blocks_need_the_python_readers(block, fla
     if lines._scan is None or lines.ENGINE != "native":
         pytest.skip("the C scanner is not built")
     assert series_hints(block) == flags
+
+
+@pytest.mark.parametrize("loss,first", [(None, "0.69"), ("G loss", "0.8"), ("nope", None)])
+def test_a_real_watch_watches_the_series_loss_names(tmp_path, loss, first) -> None:
+    """``costctl watch --loss NAME`` as ``costctl analyze --loss NAME``: the summary's loss is
+    that series (by default the rule's: the first per-batch one, D loss, never G and D mixed);
+    a name the output never shows is said."""
+    job = tmp_path / "gan.py"
+    job.write_text(
+        "for b in range(5):\n"
+        "    print(f'[Epoch 1/1] [Batch {b}/5] [D loss: {0.69 - 0.01 * b:.2f}] [G loss: {0.8 + 0.01 * b:.2f}]',"
+        " flush=True)\n"
+    )
+    env = costctl_env(tmp_path / "data")
+    proc = subprocess.run(
+        costctl_cmd("watch", "--dry-run", "--on-exit", "leave", "--no-pty", *(["--loss", loss] if loss else []),
+                    "--", sys.executable, str(job)),
+        env=env, cwd=REPO, capture_output=True, stdin=subprocess.DEVNULL, timeout=120,
+    )
+    err = proc.stderr.decode()
+    assert proc.returncode == 0, err[-2000:]
+    if first is None:
+        assert "--loss 'nope': the job's output showed no such train loss series (it has 'D loss', 'G loss')" in err
+    else:
+        assert f"loss first / best / last │ {first} /" in err, err[-2000:]
+        assert "[5 points]" in err, err[-2000:]
+
+
+def test_primary_series_cuts_batches_by_analyzes_rule_as_series_appear() -> None:
+    """:class:`PrimarySeries`: the per-batch loss over an epoch average, a 'total' that appears
+    later takes over (a move, recorded), ``--loss NAME`` passes nothing until NAME appears."""
+    from costctl.progress.series import PrimarySeries
+
+    def batch(*points):
+        b = PointBatch()
+        for kind, name, value in points:
+            b.append(value, kind=kind, name=name)
+        return b
+
+    ps = PrimarySeries()
+    cut = ps.cut(batch(("train", "average loss", 0.5), ("train", "loss", 0.6), ("eval", "val_loss", 0.7),
+                       ("eval", "val loss", 0.8)))
+    assert [(cut.keys[cut.series[i]], cut.values[i]) for i in range(len(cut))] == [
+        (("train", "loss"), 0.6), (("eval", "val_loss"), 0.7)]
+    cut = ps.cut(batch(("train", "loss", 0.4), ("train", "total_loss", 1.2)))
+    assert list(cut.values) == [1.2]
+    assert ps.changes == [("train", "loss", "total_loss")]
+    wanted = PrimarySeries("G loss")
+    assert not wanted.cut(batch(("train", "D loss", 0.7)))
+    assert list(wanted.cut(batch(("train", "D loss", 0.7), ("train", "G loss", 0.9))).values) == [0.9]

@@ -183,29 +183,32 @@ class PrimarySeries:
         self.changes: list[tuple[str, str, str]] = []
         self._seen: set[tuple[str, str]] = set()
 
-    def _learn(self, kind: str, name: str) -> None:
-        self._seen.add((kind, name))
-        names = self.names.setdefault(kind, [])
-        names.append(name)
-        if kind == "train":
-            new = name if self.wanted == name else (
-                None if self.wanted is not None else choose_primary(names))
-        else:
-            new = names[0]
-        old = self.primary.get(kind)
-        if new is not None and new != old:
-            self.primary[kind] = new
-            if old is not None:
-                self.changes.append((kind, old, new))
+    def _choose(self) -> None:
+        """Apply the rule to the names seen so far; record a move of a primary."""
+        for kind, names in self.names.items():
+            if not names:
+                continue
+            if kind == "train":
+                new = (self.wanted if self.wanted in names else None) if self.wanted is not None else choose_primary(names)
+            else:
+                new = names[0]
+            old = self.primary.get(kind)
+            if new is not None and new != old:
+                self.primary[kind] = new
+                if old is not None:
+                    self.changes.append((kind, old, new))
 
     def cut(self, batch: PointBatch) -> PointBatch:
         """``batch`` with only the points of the primary series (``batch`` itself when all are)."""
         if not batch:
             return batch
         keys = batch.keys
-        for key in keys:
-            if key not in self._seen:
-                self._learn(*key)
+        new = [key for key in keys if key not in self._seen]
+        if new:  # the batch's new series all at once: a move is between batches only
+            for kind, name in new:
+                self._seen.add((kind, name))
+                self.names.setdefault(kind, []).append(name)
+            self._choose()
         primary = self.primary
         wanted = {i for i, (kind, name) in enumerate(keys) if primary.get(kind) == name}
         if len(wanted) == len(keys):

@@ -803,6 +803,13 @@ class Watcher:
             if output is not None and (batch := output.flush(self.clock.now())):
                 self._progress_q.put(batch)
         self._say_unparsed()
+        output = getattr(self, "_output", None)
+        if output is not None and self.options.loss is not None and "train" not in output.primary.primary \
+                and output.primary.names.get("train") and not getattr(self, "_loss_said", False):
+            self._loss_said = True
+            shown = ", ".join(repr(n) for n in output.primary.names["train"])
+            self.say(f"costctl: --loss {self.options.loss!r}: the job's output showed no such train loss series "
+                     f"(it has {shown}): the loss policies saw no train loss")
 
     def _say_unparsed(self) -> None:
         """Say (once per drain) what the parser left: never silently lost."""
@@ -852,9 +859,18 @@ class Watcher:
                 self.say(f"costctl: error during a tick: {type(exc).__name__}: {exc}{self._crash_log('tick', exc)}")
 
     def _take_grad_norms(self) -> None:
-        """The gradient norms read since the last tick, to the history (divergence reads them)."""
-        if self._output is not None and (records := self._output.take_grad_norms()):
+        """The gradient norms read since the last tick, to the history (divergence reads them);
+        a primary series that moved to another is said (once per move)."""
+        output = self._output
+        if output is None:
+            return
+        if records := output.take_grad_norms():
             self.history.add_grad_norms(records)
+        changes = output.primary.changes
+        for kind, old, new in changes[getattr(self, "_moves_said", 0):]:
+            self.say(f"costctl: the output now shows a {kind} loss series {new!r}, which the policies watch from "
+                     f"here on in place of {old!r} (a 'total' one, else the plain per-batch loss; --loss NAME picks one)")
+        self._moves_said = len(changes)
 
     def _drain_progress(self, now: datetime) -> PointBatch:
         """Everything the output threads (and the metrics file) gave since the last drain, as one batch."""
