@@ -44,6 +44,12 @@ def watch(
     loss_regex: Annotated[
         str | None, typer.Option("--loss-regex", help="Regex with a named group `loss` (optional `step`, `epoch`).")
     ] = None,
+    loss: Annotated[
+        str | None,
+        typer.Option("--loss", help="Which train loss series of the output the policies watch when it has several "
+                     "(e.g. 'G loss', 'total'); default: a 'total' one, else the plain per-batch loss, else the "
+                     "first (as costctl analyze --loss)."),
+    ] = None,
     metrics_file: Annotated[
         Path | None, typer.Option("--metrics-file", help="Read progress from this JSONL or CSV file (e.g. Lightning metrics.csv).")
     ] = None,
@@ -116,6 +122,7 @@ def watch(
         command=list(command) if command else None,
         on_exit=(on_exit.value if on_exit else settings.watch.on_exit),
         loss_regex=loss_regex,
+        loss=loss,
         metrics_file=metrics_file,
         dry_run=dry_run,
         advise_only=advise_only,

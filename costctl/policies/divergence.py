@@ -7,8 +7,9 @@ streak's first non-finite value. A finite value ends the streak, so a later NaN 
 again. (Lightning's ``EarlyStopping(check_finite=True)`` stops on the first non-finite value.)
 
 Non-finite *gradient norms* follow :mod:`costctl.policies.grad_norm` (divergence only when
-they persist ``grad_norm_streak`` logged values in a row, or come with a non-finite loss);
-``costctl analyze`` applies it to the gradient norms a training log records.
+they persist ``grad_norm_streak`` logged values in a row, or come with a non-finite loss): the
+live watch feeds the gradient norms its output shows (:meth:`History.add_grad_norms`) to this
+policy, ``costctl analyze`` applies the same rule to those a training log records.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ..config_types import Action
 from ..progress.batch import native
 from ..records import Decision, ProgressPoint
 from .base import Policy, PolicyConfig, PolicyContext, iso, register
-from .grad_norm import DEFAULT_STREAK
+from .grad_norm import DEFAULT_STREAK, GradNormStreak
 from .history import History, finite_or_text
 
 
@@ -58,6 +59,9 @@ class DivergencePolicy(Policy):
         self._seen = 0
         self._count: dict[str, int] = {}
         self._in_streak: dict[str, bool] = {}
+        #: the persistence rule over the logged gradient norms (:mod:`.grad_norm`)
+        self.grad_rule = GradNormStreak(streak=config.grad_norm_streak, action=config.action)
+        self._grad_seen = 0
 
     @classmethod
     def from_config(cls, config: DivergenceConfig, context: PolicyContext) -> DivergencePolicy:
@@ -65,7 +69,8 @@ class DivergencePolicy(Policy):
         return cls(config)
 
     def decisions(self, history: History, now: datetime) -> list[Decision]:
-        """One decision per non-finite streak that began among the points added since the last call."""
+        """One decision per non-finite streak that began among the points added since the last
+        call, and one per gradient-norm divergence among the gradient norms added since then."""
         now = ensure_utc(now)
         batches, missed = history.new_batches(self._seen)
         self._seen += missed + sum(len(b) for b in batches)
@@ -93,6 +98,12 @@ class DivergencePolicy(Policy):
                     continue
                 self._in_streak[kind] = True
                 found.append(self._decision(now, batch.point(i), index))
+        records, missed = history.new_grad_norms(self._grad_seen)
+        self._grad_seen += missed + len(records)
+        for value, loss, step, epoch in records:
+            decision = self.grad_rule.add(value, now, loss=loss, step=step, epoch=epoch)
+            if decision is not None:
+                found.append(decision)
         return found
 
     def _decision(self, now: datetime, point: ProgressPoint, index: int) -> Decision:

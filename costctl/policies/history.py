@@ -22,6 +22,7 @@ from array import array
 from collections import deque
 from dataclasses import InitVar, dataclass, field
 from datetime import UTC, datetime, timedelta
+from itertools import islice
 
 from ..clock import ensure_utc
 from ..money import Money
@@ -30,6 +31,8 @@ from ..records import ProgressPoint, TelemetrySample
 
 DEFAULT_RETENTION = timedelta(hours=1)
 DEFAULT_MAX_PROGRESS = 100_000
+#: The most logged gradient norms held (the newest): policies read them incrementally.
+MAX_GRAD_NORMS = 100_000
 
 #: the bytes of an array("d") NaN entry (what a batch with no times holds).
 _NAN_BYTES = array("d", [float("nan")]).tobytes()
@@ -95,6 +98,9 @@ class History:
     _held: int = field(default=0, init=False, repr=False)
     _open: PointBatch | None = field(default=None, init=False, repr=False)  # ours, for add_progress
     _floor: int = field(default=0, init=False, repr=False)  # the newest add_batch's size: held whole
+    #: the logged gradient norms, newest :data:`MAX_GRAD_NORMS` (see :meth:`add_grad_norms`)
+    _grad_norms: deque = field(default_factory=lambda: deque(maxlen=MAX_GRAD_NORMS), init=False, repr=False)
+    _grad_added: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self, progress: list[ProgressPoint] | None) -> None:
         if self.sample_interval <= timedelta(0):
@@ -178,6 +184,24 @@ class History:
                 if t == t:
                     self._report_at(t)
         self._trim()
+
+    def add_grad_norms(self, records) -> None:
+        """Append logged gradient norms, in log order: ``(grad_norm, loss on the same record or
+        None, step or None, epoch or None)`` tuples
+        (:data:`costctl.progress.grad_norms.GradNormRecord`); the newest
+        :data:`MAX_GRAD_NORMS` are held."""
+        for record in records:
+            self._grad_norms.append(record)
+            self._grad_added += 1
+
+    def new_grad_norms(self, seen: int) -> tuple[list[tuple], int]:
+        """Gradient norms added after the first ``seen`` ones: ``(records, missed)``, ``missed``
+        the new ones already dropped before the caller read them."""
+        new = self._grad_added - seen
+        if new <= 0:
+            return [], 0
+        held = min(new, len(self._grad_norms))
+        return list(islice(reversed(self._grad_norms), held))[::-1], new - held
 
     def _report_at(self, t: float) -> None:
         """A progress report at POSIX time ``t``: moves ``last_progress_at`` and the cadence."""

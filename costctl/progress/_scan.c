@@ -1705,6 +1705,93 @@ static PyObject *py_contains_any(PyObject *self, PyObject *args) {
     return PyBool_FromLong(found);
 }
 
+PyDoc_STRVAR(series_hints_doc,
+"series_hints(buf) -> int\n\n"
+"What the lines of ``buf`` (bytes-like) may hold beyond the single-loss grammar, as bit flags\n"
+"(a superset: a set bit is a hint, a clear one a certainty), for costctl.progress.console:\n"
+"1: a line with two ``loss`` words, or ``loss`` joined by ``_`` (``_loss``, ``loss_``), any\n"
+"case (several named losses: costctl.progress.named); 2: ``grad_norm`` / ``grad norm``, any\n"
+"case (costctl.progress.grad_norms); 4: a line starting (after blanks) with ``Epoch``, blanks\n"
+"and a letter or ``_`` (a column table's header). One pass over the bytes.");
+
+static inline int ci_at(const unsigned char *b, Py_ssize_t n, Py_ssize_t i, const char *lit, Py_ssize_t len) {
+    if (i + len > n)
+        return 0;
+    for (Py_ssize_t k = 0; k < len; k++)
+        if ((b[i + k] | 0x20) != (unsigned char)lit[k])
+            return 0;
+    return 1;
+}
+
+/* series_hints' events: line ends, and the first letters of "loss" and "rad" (either case). */
+static unsigned char hint_table[256];
+
+static void hint_table_init(void) {
+    hint_table['\n'] = hint_table['\r'] = 1;
+    hint_table['l'] = hint_table['L'] = 2;
+    hint_table['r'] = hint_table['R'] = 3;
+}
+
+/* A column table's header at b[i] (a line start): blanks, "Epoch", blanks, a letter or "_". */
+static inline int table_header_at(const unsigned char *b, Py_ssize_t n, Py_ssize_t i) {
+    while (i < n && (b[i] == ' ' || b[i] == '\t'))
+        i++;
+    if (!(i + 5 < n && memcmp(b + i, "Epoch", 5) == 0 && (b[i + 5] == ' ' || b[i + 5] == '\t')))
+        return 0;
+    for (i += 5; i < n && (b[i] == ' ' || b[i] == '\t'); i++)
+        ;
+    return i < n && (b[i] == '_' || ((b[i] | 0x20) >= 'a' && (b[i] | 0x20) <= 'z'));
+}
+
+static PyObject *py_series_hints(PyObject *self, PyObject *args) {
+    Py_buffer hb;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*", &hb))
+        return NULL;
+    const unsigned char *b = (const unsigned char *)hb.buf;
+    Py_ssize_t n = hb.len;
+    long flags = 0;
+    int losses = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (table_header_at(b, n, 0))
+        flags |= 4;
+    Py_ssize_t i = 0;
+    while (i < n && flags != 7) {
+        while (i < n && !hint_table[b[i]])  /* the boring bytes: one load and test each */
+            i++;
+        if (i >= n)
+            break;
+        switch (hint_table[b[i]]) {
+        case 1:
+            losses = 0;
+            if (table_header_at(b, n, i + 1))
+                flags |= 4;
+            i++;
+            break;
+        case 2:
+            if (ci_at(b, n, i, "loss", 4)) {
+                if ((i > 0 && b[i - 1] == '_') || (i + 4 < n && b[i + 4] == '_') || ++losses >= 2)
+                    flags |= 1;
+                i += 4;
+            } else {
+                i++;
+            }
+            break;
+        default:
+            if (i + 8 <= n && ci_at(b, n, i, "rad", 3) && (b[i + 3] == '_' || b[i + 3] == ' ')
+                && ci_at(b, n, i + 4, "norm", 4)) {
+                flags |= 2;
+                i += 8;
+            } else {
+                i++;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&hb);
+    return PyLong_FromLong(flags);
+}
+
 static int double_view(PyObject *obj, Py_buffer *view, Py_ssize_t *n) {
     if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
         return -1;
@@ -1824,6 +1911,7 @@ static PyMethodDef methods[] = {
     {"merge", py_merge, METH_VARARGS, merge_doc},
     {"select", py_select, METH_VARARGS, select_doc},
     {"contains_any", py_contains_any, METH_VARARGS, contains_any_doc},
+    {"series_hints", py_series_hints, METH_VARARGS, series_hints_doc},
     {"extremes", py_extremes, METH_VARARGS, extremes_doc},
     {"first_beyond", py_first_beyond, METH_VARARGS, first_beyond_doc},
     {"new_lows", py_new_lows, METH_VARARGS, new_lows_doc},
@@ -1836,6 +1924,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__scan(void) {
+    hint_table_init();
     if (c_locale == (locale_t)0) {
         c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
         if (c_locale == (locale_t)0) {

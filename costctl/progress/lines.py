@@ -69,6 +69,7 @@ from array import array
 from collections.abc import Iterator
 from itertools import chain
 from datetime import datetime
+from typing import Any
 
 from costctl.errors import UsageError
 from costctl.progress.batch import NO_INT, PointBatch, column_int
@@ -601,6 +602,10 @@ class LineParser:
     Args:
         loss_regex: a user's ``--loss-regex`` that replaces the built-in shapes
             (see :func:`compile_loss_regex`); every line is then tried.
+        hook: reads each block of complete lines first (``hook.take(block, t, batch)``
+            returns what this parser reads; ``hook.finish(batch, t)`` at :meth:`flush_batch`):
+            a :class:`~costctl.progress.console.ConsoleSeries` (named losses, column tables,
+            gradient norms).
 
     Raises:
         UsageError: ``loss_regex`` is invalid.
@@ -612,8 +617,9 @@ class LineParser:
         parser.feed_batch(b"0\\n", now)                   # one point: value 2.10, step 5
     """
 
-    def __init__(self, loss_regex: str | None = None, *, engine: str | None = None) -> None:
+    def __init__(self, loss_regex: str | None = None, *, engine: str | None = None, hook: Any = None) -> None:
         self._regex = compile_loss_regex(loss_regex) if loss_regex is not None else None
+        self._hook = hook
         if engine not in (None, "native", "python"):
             raise UsageError(f"parser engine {engine!r}: expected 'native' or 'python'")
         if engine == "native" and _scan is None:
@@ -690,6 +696,7 @@ class LineParser:
                 if data and not discarded:
                     self.parse_block(data + b"\n", now, batch, count=False)
             self._after_cr = False
+            self._finish_hook(now, batch)
             return batch
         rest = self._decoder.decode(b"", final=True)
         if rest:
@@ -705,7 +712,12 @@ class LineParser:
             if line and not discarded:
                 self.parse_block(line + "\n", now, batch, count=False)
         self._after_cr = False
+        self._finish_hook(now, batch)
         return batch
+
+    def _finish_hook(self, now: datetime | float | None, batch: PointBatch) -> None:
+        if self._hook is not None:
+            self._hook.finish(batch, _NAN if now is None else (now if isinstance(now, float) else now.timestamp()))
 
     def _complete(self, text: str) -> str:
         """Take ``text`` into the line state; return the complete lines it ends (with their ends)."""
@@ -827,6 +839,8 @@ class LineParser:
         The epoch context carries over from block to block.
         """
         t = _NAN if now is None else (now if isinstance(now, float) else now.timestamp())
+        if self._hook is not None:
+            text = self._hook.take(text, t, batch)
         if len(text) > MAX_LINE_CHARS:
             self.long_lines += count_long_lines(text)
         if self._native and self._regex is None:

@@ -49,32 +49,16 @@ from ..progress.lines import MAX_LINE_CHARS
 from ..progress.batch import PointBatch, native
 from ..progress.metrics_file import number
 from ..records import ProgressPoint
-from .console_named import (EpochShape, NamedLossReader, NamedSeries, choose_primary, granularity_of, line_bounds,
-                            series_granularity)
+from ..progress.console import ConsoleSeries
+from ..progress.grad_norms import GRAD_NORM_KEYS, GradNormRecord
+from ..progress.series import EpochShape, choose_primary, granularity_of, series_granularity
+from .console_named import NamedLossReader, NamedSeries
 from .loss_stats import LossStream, LossSummary, summarize
 from .oom import OomEvent, match_oom
 from .textio import SNIFF_BYTES, detect_encoding, open_text, read_all
 
 #: ``(x, value)``: x is the record's step (or epoch where the file has no step), None if neither.
 SeriesPoint = tuple[float | None, float]
-#: ``(grad_norm, loss on the same record or None, step or None, epoch or None)``.
-GradNormRecord = tuple[float, "float | None", "int | None", "float | None"]
-#: the names a gradient norm is logged under (HF, Lightning/W&B style, Megatron's console).
-GRAD_NORM_KEYS = ("grad_norm", "train/grad_norm", "grad norm", "gradient_norm")
-# A logged gradient norm on a console line: HF dicts ('grad_norm': 1.2 / '1.2'), Megatron
-# ("| grad norm: nan |"), "grad_norm=..." postfixes. Run only over blocks holding the literal.
-# The same on an ASCII block's lower-case copy, case-sensitive: starts with a literal the regex
-# engine finds fast (the word boundary before it is checked per match).
-_GRAD_NORM_LOW_RE = re.compile(
-    r"""grad[_ ]norm['"]?\s*[:=]\s*['"]?(?:tensor\(\s*)?"""
-    r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?))(?![a-z0-9_])"
-)
-_GRAD_NORM_RE = re.compile(
-    r"""(?<![A-Za-z0-9_])grad[_ ]norm['"]?\s*[:=]\s*['"]?(?:tensor\(\s*)?"""
-    r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z0-9_])",
-    re.IGNORECASE,
-)
-
 _LOSS_KEYS = {"yolo-csv": ("train/box_loss", "val/box_loss")}
 _STEP_KEYS = ("step", "global_step", "iteration", "iter", "current_steps")
 _READ_CHUNK = 1 << 20
@@ -371,38 +355,6 @@ def _metrics_grad_norms(series: dict[str, list[SeriesPoint]], train: list[Progre
 
 
 
-def console_grad_norms(text: str, out: list[GradNormRecord]) -> None:
-    """Append the gradient norms logged on the complete lines ``text`` to ``out``, each with
-    the loss, step and epoch :func:`~costctl.progress.parse_line` reads on its line.
-
-    Cheap: a block without ``rad_norm``/``rad norm`` (either case) costs four substring scans; the regex runs over
-    blocks that hold it and each line with a match is parsed once.
-    """
-    if not any(w in text for w in ("rad_norm", "rad norm", "RAD_NORM", "RAD NORM")):
-        return
-    from ..progress import parse_line
-    from ..progress.lines import _step_epoch_total, clean_line
-
-    done_line = -1
-    ascii_text = text.isascii()
-    low = text.lower() if ascii_text else text
-    for m in (_GRAD_NORM_LOW_RE if ascii_text else _GRAD_NORM_RE).finditer(low):
-        if m.start() and (low[m.start() - 1].isalnum() or low[m.start() - 1] == "_"):
-            continue  # "xgrad_norm": not the key
-        start, end = line_bounds(text, m.start(), m.end())
-        if start == done_line:
-            continue  # one gradient norm per line (the first)
-        done_line = start
-        line = text[start:end]
-        value = float(m.group(1))
-        train = [p for p in parse_line(line) if p.kind == "train"]
-        if train:
-            out.append((value, train[0].value, train[0].step, train[0].epoch))
-        else:  # no loss on the line (Megatron prints none for a skipped iteration): where it is
-            step, epoch, _ = _step_epoch_total(clean_line(line))
-            out.append((value, None, step, epoch))
-
-
 def _read_points(path: Path, text: str, loss_key: str | None, eval_key: str | None) -> list[ProgressPoint]:
     """Points via the live metrics-file reader (UTF-8 only); other encodings go through a UTF-8 copy."""
     with path.open("rb") as fh:
@@ -474,15 +426,17 @@ def iter_console_batches(
             ``train_loss``...) is merged into it.
         counts: when given, ``counts["long_lines"]`` is kept at the number of lines skipped so
             far for holding more than ``MAX_LINE_CHARS`` characters.
-        grad_norms: when given, the logged gradient norms are appended (:func:`console_grad_norms`).
+        grad_norms: when given, the logged gradient norms are appended
+            (:func:`~costctl.progress.grad_norms.console_grad_norms`).
         named: when given, reads the lines with several named losses and column tables
-            (:mod:`.console_named`); those lines are kept from the line parser. Finished
+            (:mod:`costctl.progress.named`); those lines are kept from the line parser. Both
+            through :class:`~costctl.progress.console.ConsoleSeries`, as the live watch. Finished
             (:meth:`~.console_named.NamedLossReader.finish`) when the file ends.
 
     Raises:
         UsageError: unreadable file, or an invalid ``loss_regex``.
     """
-    parser = LineParser(loss_regex)
+    parser = LineParser(loss_regex, hook=ConsoleSeries(named, grad_norms))
     dropped = 0  # lines discarded here while still unfinished (longer lines reach the parser)
     if counts is not None:
         counts["long_lines"] = 0
@@ -491,9 +445,7 @@ def iter_console_batches(
     def scan(complete: str) -> PointBatch:
         nonlocal line_no
         batch = PointBatch()
-        parser.parse_block(named.take(complete) if named is not None else complete, None, batch)
-        if grad_norms is not None:
-            console_grad_norms(complete, grad_norms)
+        parser.parse_block(complete, None, batch)  # named losses and grad norms first (the hook)
         if summary is not None and "train_runtime" in complete:
             for line in complete.split("\n"):
                 if "train_runtime" in line:

@@ -15,6 +15,8 @@ class WatchOptions:
         on_exit: when the command exits: ``guard`` (keep guarding with the idle policy),
             ``stop`` (stop the instance at once) or ``leave`` (end the watch, leave it running).
         loss_regex: overrides the built-in loss formats (named group ``loss``).
+        loss: ``--loss NAME``: the train series of the output the policies watch when it
+            has several (:func:`costctl.progress.series.choose_primary`); None: by the rule.
         metrics_file: read progress from this JSONL/CSV file instead of the output.
         dry_run: record decisions, stop nothing (the preflight still refuses a watch that could
             not stop its instance: a dry run rehearses the real one).
@@ -36,6 +38,7 @@ class WatchOptions:
     command: list[str] | None = None
     on_exit: str = "guard"
     loss_regex: str | None = None
+    loss: str | None = None
     metrics_file: Path | None = None
     dry_run: bool = False
     advise_only: bool = False

@@ -59,7 +59,8 @@ from ..policies.engine import PolicyEngine
 from ..policies.history import History
 from ..progress.batch import PointBatch
 from ..replay.oom import oom_in
-from ..progress.lines import MAX_LINE_CHARS, LineParser
+from ..progress.lines import MAX_LINE_CHARS
+from ..progress.output import OutputProgress
 from ..job import ENV_METRICS_FILE
 from ..progress.metrics_file import MetricsFileFollower
 from ..protocols import RunState
@@ -249,7 +250,7 @@ class Watcher:
         self._auto_metrics: Path | None = None
         self._auto_seen = False  # the output thread saw the job's metrics file
         self._auto_checked = float("-inf")  # when it last looked (monotonic seconds)
-        self._parsers: dict[str, LineParser] = {}
+        self._output: OutputProgress | None = None  # the output's parsers (costctl.progress.output)
         self._pump: ParsePump | None = None  # parses the job's output off the output thread
         self._oom_ctx: dict[str, str] = {}  # the end of each stream's previous chunk (OOM scan)
         self._child_done = True
@@ -566,17 +567,15 @@ class Watcher:
                        f"a move to another card) is advice only; {route.detail}",
                 evidence={"stop_route": route.as_evidence()}, key="advise-only"), "warned")
         self._metrics = MetricsFileFollower(self.options.metrics_file) if self.options.metrics_file else None
-        self._parsers = {
-            "stdout": LineParser(self.options.loss_regex),
-            "stderr": LineParser(self.options.loss_regex),
-        }
-        parsers = self._parsers
+        # Each stream's parser reads what analyze reads (named losses, column tables, gradient
+        # norms); the policies get the primary series only, chosen by analyze's rule, and the
+        # gradient norms (costctl.progress.output).
+        self._output = output = OutputProgress(self.options.loss_regex, self.options.loss)
         # The parser reads the job's output back from the run log (the relay wrote it there),
         # at its own pace: nothing is dropped while the job runs (see .pump).
-        self._pump = ParsePump(self.log_path, lambda stream, data, now: parsers[stream].feed_batch(data, now),
+        self._pump = ParsePump(self.log_path, output.parse,
                                self._progress_q.put, self.clock.now, on_error=self._output_failed,
-                               on_gap=lambda stream: parsers[stream].gap(),
-                               lines_seen=lambda: sum(p.lines_seen for p in parsers.values()),
+                               on_gap=output.gap, lines_seen=lambda: output.lines_seen,
                                on_backlog=self._progress_backlog, inline_max_bytes=INLINE_MAX_BYTES)
         if s.checkpoint.path:
             warning = ephemeral_storage_warning(resolve_pattern(s.checkpoint.path))
@@ -910,10 +909,17 @@ class Watcher:
                          f"from now on is not shown here (the relay keeps it in the run log {self.log_path} "
                          f"for {DRAIN_S:g} s after the job's exit)")
         if not left:  # a last line without a line end: parsed now
-            for parser in self._parsers.values():
-                if batch := parser.flush_batch(self.clock.now()):
-                    self._progress_q.put(batch)
+            output = getattr(self, "_output", None)
+            if output is not None and (batch := output.flush(self.clock.now())):
+                self._progress_q.put(batch)
         self._say_unparsed()
+        output = getattr(self, "_output", None)
+        if output is not None and self.options.loss is not None and "train" not in output.primary.primary \
+                and output.primary.names.get("train") and not getattr(self, "_loss_said", False):
+            self._loss_said = True
+            shown = ", ".join(repr(n) for n in output.primary.names["train"])
+            self.say(f"costctl: --loss {self.options.loss!r}: the job's output showed no such train loss series "
+                     f"(it has {shown}): the loss policies saw no train loss")
 
     def _say_unparsed(self) -> None:
         """Say (once per drain) what the parser left: never silently lost."""
@@ -926,7 +932,8 @@ class Watcher:
                      f"progress by the end of the watch (one sample interval after the job's exit): the policies "
                      f"did not see them. They are in the run log {self.log_path} (offsets {info.first_offset:,}-"
                      f"{info.end_offset:,}); `costctl analyze --train-log {self.log_path}` reads all of it")
-        long_lines = sum(p.long_lines for p in getattr(self, "_parsers", {}).values())
+        output = getattr(self, "_output", None)
+        long_lines = output.long_lines if output is not None else 0
         if long_lines > getattr(self, "_long_said", 0):
             self._long_said = long_lines
             self.say(f"costctl: {long_lines:,} line{'s' if long_lines != 1 else ''} of the job's output longer than "
@@ -960,6 +967,20 @@ class Watcher:
             if not self._tick_error_reported:
                 self._tick_error_reported = True
                 self.say(f"costctl: error during a tick: {type(exc).__name__}: {exc}{self._crash_log('tick', exc)}")
+
+    def _take_grad_norms(self) -> None:
+        """The gradient norms read since the last tick, to the history (divergence reads them);
+        a primary series that moved to another is said (once per move)."""
+        output = self._output
+        if output is None:
+            return
+        if records := output.take_grad_norms():
+            self.history.add_grad_norms(records)
+        changes = output.primary.changes
+        for kind, old, new in changes[getattr(self, "_moves_said", 0):]:
+            self.say(f"costctl: the output now shows a {kind} loss series {new!r}, which the policies watch from "
+                     f"here on in place of {old!r} (a 'total' one, else the plain per-batch loss; --loss NAME picks one)")
+        self._moves_said = len(changes)
 
     def _drain_progress(self, now: datetime) -> PointBatch:
         """Everything the output threads (and the metrics file) gave since the last drain, as one batch."""
@@ -1021,6 +1042,7 @@ class Watcher:
                 self.history.add_sample(sample)
             points = self._drain_progress(now)
             self.history.add_batch(points)
+            self._take_grad_norms()
             self.summary.add_batch(points)
             # Queued for the writer thread: a tick never waits on the database, and its writes
             # go in one transaction (held until all are queued). Decisions follow outside the
