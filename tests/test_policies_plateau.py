@@ -442,3 +442,52 @@ def test_a_decision_made_inside_a_batch_carries_the_state_it_fired_in() -> None:
     assert len(one_by_one) > 3
     assert run([20_000]) == one_by_one
     assert run([7, 4096, 333]) == one_by_one
+
+
+def test_the_rule_restarts_when_the_monitored_series_moves_to_another() -> None:
+    """The live watch's primary series can move ('loss' first, a 'total' appearing later takes
+    over: costctl.progress.series.PrimarySeries). A best value of one loss says nothing about
+    another, so the rule restarts on the new series: a falling 'total' whose values are all
+    above the old series' best is no plateau — whether the move falls between two batches or
+    inside one — and decision indexes stay unique across the move."""
+    from costctl.progress.batch import PointBatch
+
+    old = [1.0 - 0.01 * i for i in range(50)]  # 'loss': falls to 0.51
+    new = [5.0 - 0.05 * i for i in range(50)]  # 'total': falls, every value above 0.51
+
+    def run(split_inside: bool) -> tuple[list, PlateauPolicy]:
+        policy = PlateauPolicy(PlateauConfig(patience=5, threshold=1e-4, threshold_mode="rel"))
+        history = _history(max_progress=1000)
+        batches = []
+        first = PointBatch()
+        for i, v in enumerate(old[:40]):
+            first.append(v, name="loss", step=i, time=(T0 + timedelta(seconds=i)).timestamp())
+        batches.append(first)
+        second = PointBatch()  # the rest of 'loss', then 'total' (one drain holding the move)
+        for i, v in enumerate(old[40:], start=40):
+            second.append(v, name="loss", step=i, time=(T0 + timedelta(seconds=i)).timestamp())
+        if not split_inside:
+            batches.append(second)
+            second = PointBatch()
+        for i, v in enumerate(new, start=50):
+            second.append(v, name="total", step=i, time=(T0 + timedelta(seconds=i)).timestamp())
+        batches.append(second)
+        out = []
+        for n, batch in enumerate(batches):
+            history.add_batch(batch)
+            out += policy.decisions(history, T0 + timedelta(seconds=100 + n))
+        return out, policy
+
+    for split_inside in (False, True):
+        decisions, policy = run(split_inside)
+        assert decisions == [], [d.reason for d in decisions]
+        assert policy.tracker.last_epoch == len(new) and policy._index_base == len(old)
+
+    # the same 'total' values after the 'loss' ones as ONE series would plateau at once
+    policy = PlateauPolicy(PlateauConfig(patience=5, threshold=1e-4, threshold_mode="rel"))
+    history = _history(max_progress=1000)
+    batch = PointBatch()
+    for i, v in enumerate(old + new):
+        batch.append(v, name="loss", step=i, time=(T0 + timedelta(seconds=i)).timestamp())
+    history.add_batch(batch)
+    assert policy.decisions(history, T0 + timedelta(seconds=200))

@@ -40,14 +40,14 @@ from array import array
 from datetime import datetime
 from itertools import compress
 from decimal import Decimal
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from ..clock import ensure_utc
 from ..money import Money, cost_of
-from ..progress.batch import native, take
+from ..progress.batch import PointBatch, native, take
 from ..records import Decision, ProgressPoint, RestOfRun
 from .base import Policy, PolicyConfig, PolicyContext, iso, register
 from .history import History, finite_or_text
@@ -393,6 +393,8 @@ class PlateauPolicy(Policy):
         self.fires = 0  # every fire of the rule, episodes' repeats included
         self._episode: dict[str, Any] | None = None  # the open episode (see decisions())
         self._updates: list[tuple[str, dict[str, Any]]] = []
+        self._series: str | None = None  # the monitored series' name the tracker follows
+        self._index_base = 0  # values seen by the trackers of earlier series (indexes stay unique)
 
     @classmethod
     def from_config(cls, config: PlateauConfig, context: PolicyContext) -> PlateauPolicy:
@@ -415,11 +417,11 @@ class PlateauPolicy(Policy):
         self.missed += missed
         found = []
         monitor = self.config.monitor
-        for batch in batches:
+        for batch in self._by_series(batches, monitor):
             mask = batch.mask_of(batch.series_of_kind(monitor))
             if mask is not None and not any(mask):
                 continue
-            base = self.tracker.last_epoch
+            base = self._index_base + self.tracker.last_epoch
             # the monitored values (cut out at C speed when the batch mixes kinds); a fire's k is
             # its ordinal among them, positions[k] its place in the batch
             fires = self.tracker.step_runs(batch.values if mask is None else take(batch.values, mask))
@@ -457,6 +459,32 @@ class PlateauPolicy(Policy):
                 (now - self._episode["updated_at"]).total_seconds() >= self.UPDATE_EVERY_S):
             self._queue_update(self._episode, ended=False, now=now)
         return found
+
+    def _by_series(self, batches: list[PointBatch], monitor: str) -> Iterator[PointBatch]:
+        """``batches`` as the rule takes them: one monitored series at a time. When the series
+        of ``monitor`` kind moves to another (the live watch's primary series moved: a ``total``
+        loss appeared after the plain one, say), the rule restarts on the new series — a fresh
+        ReduceLROnPlateau state and the open episode ended — since a best value of one loss says
+        nothing about another; decision indexes go on counting. A batch holding several such
+        series (a move inside one drain) is cut into one batch per series, in the order each
+        first appears."""
+        for batch in batches:
+            kinds = sorted(batch.series_of_kind(monitor))
+            names = [batch.keys[i][1] for i in kinds]
+            if len(kinds) <= 1:
+                parts = [(names[0] if names else None, batch)]
+            else:
+                first = {i: batch.series.index(i) for i in kinds if i in batch.series}
+                order = sorted(first, key=first.__getitem__)
+                parts = [(batch.keys[i][1], batch.cut(batch.mask_of({i}))) for i in order]
+            for name, part in parts:
+                if name is not None and name != self._series:
+                    if self._series is not None:
+                        self._end_episode()
+                        self._index_base += self.tracker.last_epoch
+                        self.tracker = PlateauTracker.from_config(self.config)
+                    self._series = name
+                yield part
 
     def _repeat(self, batch: Any, positions: list[int] | None, base: int, repeats: int, last_k: int) -> None:
         """Add ``repeats`` fires to the open episode, the last at ordinal ``last_k`` of the batch."""
