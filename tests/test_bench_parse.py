@@ -19,7 +19,7 @@ def test_bench_parse_small_run(capsys: pytest.CaptureFixture[str]) -> None:
     spec.loader.exec_module(bench)
     figures = bench.main(["--size", "300K"])
     out = capsys.readouterr().out
-    assert "reader (feed_batch, " in out and "points/s" in out
+    assert "reader (the watch's, " in out and "points/s" in out
     assert "grep -c loss:" in out
     last = json.loads(out.strip().splitlines()[-1])
     assert last == figures and last["points"] > 1000 and last["analyze_rc"] == 0

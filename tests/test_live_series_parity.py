@@ -157,6 +157,11 @@ def test_live_reads_the_primary_series_and_divergence_as_analyze(tmp_path, monke
     if engine == "native" and lines._scan is None:
         pytest.skip("the C scanner is not built")
     monkeypatch.setattr(lines, "ENGINE", engine)
+    # batch.native() caches what it finds on first use: a cache made under this engine must not
+    # outlive the test (a later test in this worker would see the C helpers missing)
+    from costctl.progress import batch as batch_mod
+
+    monkeypatch.setattr(batch_mod, "_NATIVE", [])
     make, primary, loss = CASES[case]
     path = make(tmp_path)
     want, decisions = analyzed(path, loss)
@@ -221,6 +226,12 @@ def test_a_real_watch_raises_divergence_on_a_persistent_nan_grad_norm(tmp_path) 
     (b" iteration 5 | grad norm: nan |\n", 2),
     (b"      Epoch   gpu_mem       box       obj\n", 4),
     (b"Epoch [3/80], Step [100/600], Loss: 0.25\n", 0),
+    # a loss an eval-side word names is not a second train loss (Keras, nanoGPT's eval line)
+    (b"9595/9595 [====] - 1s - loss: 0.62 - acc: 0.41 - val_loss: 0.53 - val_acc: 0.5\n", 0),
+    (b"step 100: train loss 3.4633, val loss 3.4987\n", 0),
+    (b"Eval Loss 1 | TEST_LOSS 2 | loss 3\n", 0),
+    (b"x_val_loss: 1\n", 1),  # "x_val" is no eval word: a joined train-side name
+    (b"interval_loss 3\n", 1),
 ])
 def test_the_c_scanner_hints_which_raw_blocks_need_the_python_readers(block, flags) -> None:
     """``series_hints`` (C) lets a flood of single-loss lines skip the Python readers; a block
@@ -280,3 +291,25 @@ def test_primary_series_cuts_batches_by_analyzes_rule_as_series_appear() -> None
     wanted = PrimarySeries("G loss")
     assert not wanted.cut(batch(("train", "D loss", 0.7)))
     assert list(wanted.cut(batch(("train", "D loss", 0.7), ("train", "G loss", 0.9))).values) == [0.9]
+
+
+@pytest.mark.parametrize("line,hinted", [
+    ("loss: 0.62 - acc: 0.41 - val_loss: 0.53 - val_acc: 0.5", False),
+    ("step 100: train loss 3.4633, val loss 3.4987", False),
+    ("Eval Loss 1 | TEST_LOSS 2 | loss 3", False),
+    ("[D loss: 0.69] [G loss: 0.70]", True),
+    ("x_val_loss: 1", True),
+    ("interval_loss 3", True),
+    ("val_loss: 1 kl_loss: 2", True),
+    ("loss_D: 0.405", True),
+])
+def test_the_python_hints_skip_eval_side_names_as_the_c_scanner_does(line, hinted) -> None:
+    """The pure-Python reader's line hints (costctl.progress.named) leave out the lines whose
+    only second loss is eval-side, as ``series_hints`` does; what they hint, named_losses decides."""
+    from costctl.progress.named import _hints
+    from costctl.progress.series import named_losses
+
+    for text in (line + "\n", "x\n" + line + "\n"):
+        assert bool(_hints(text)) == hinted, text
+    if not hinted:
+        assert named_losses(line) == []

@@ -10,6 +10,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from costctl.cli.main import main
 from costctl.policies.grad_norm import DEFAULT_STREAK, GradNormStreak
@@ -127,3 +129,35 @@ def test_analyze_megatron_grad_norm_nan(tmp_path: Path, capsys) -> None:
     assert d["train_log"]["train_points"] == 5
     [gd] = _grad_decisions(d)  # step 200 alone is a loss-scaling skip; step 400 has a NaN loss too
     assert gd["at"] == "step 400" and gd["evidence"]["loss"] == "nan"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([1.0, 2.5, math.nan, math.inf, -math.inf]), max_size=60),
+       st.integers(min_value=1, max_value=4))
+def test_the_compacted_log_replays_exactly_as_the_records_do(values: list[float], streak: int) -> None:
+    """GradNormLog (finite runs kept as counts) gives the rule's decisions, isolated and
+    non-finite counts exactly as feeding every record does."""
+    from costctl.progress.grad_norms import GradNormLog
+
+    records = [(v, None if math.isfinite(v) else (math.nan if i % 3 == 0 else 0.5), i, None)
+               for i, v in enumerate(values)]
+    plain = GradNormStreak(streak=streak)
+    expected = [d for r in records if (d := plain.add(r[0], NOW, loss=r[1], step=r[2], epoch=r[3])) is not None]
+    plain.finish()
+    compact = GradNormStreak(streak=streak)
+    log = GradNormLog(records)
+    got = log.feed(compact, NOW)
+    compact.finish()
+    assert [(d.key, d.reason, d.evidence) for d in got] == [(d.key, d.reason, d.evidence) for d in expected]
+    assert (compact.isolated, compact.nonfinite) == (plain.isolated, plain.nonfinite) and len(log) == len(records)
+
+
+def test_a_long_log_of_finite_grad_norms_holds_a_few_items() -> None:
+    from costctl.progress.grad_norms import GradNormLog
+
+    log = GradNormLog()
+    for i in range(1_000_000):
+        log.append((1.0 + (i % 7), None, None, None))
+        if i in (10, 500_000):
+            log.append((math.nan, 0.3, i, None))
+    assert len(log) == 1_000_002 and len(list(log.runs())) == 5 and len(log.nonfinite) == 2

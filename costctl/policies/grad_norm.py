@@ -107,6 +107,16 @@ class GradNormStreak:
                         reason=f"{self.metric} is {text} at {where}, {why}: the run diverged",
                         evidence=evidence, key=f"divergence:grad_norm:{self._start}")
 
+    def add_finite(self, count: int) -> None:
+        """Take ``count`` finite logged values in a row (as ``count`` calls of :meth:`add` with
+        a finite value would, in one step: only the first ends a streak)."""
+        if count <= 0:
+            return
+        if self._run == 1 and not self._reported:
+            self.isolated += 1
+        self._run, self._reported = 0, False
+        self._index += count
+
     def finish(self) -> None:
         """The log ended: a trailing single non-finite value counts as isolated."""
         if self._run == 1 and not self._reported:

@@ -1710,7 +1710,8 @@ PyDoc_STRVAR(series_hints_doc,
 "What the lines of ``buf`` (bytes-like) may hold beyond the single-loss grammar, as bit flags\n"
 "(a superset: a set bit is a hint, a clear one a certainty), for costctl.progress.console:\n"
 "1: a line with two ``loss`` words, or ``loss`` joined by ``_`` (``_loss``, ``loss_``), any\n"
-"case (several named losses: costctl.progress.named); 2: ``grad_norm`` / ``grad norm``, any\n"
+"case, not counting a ``loss`` that an eval-side word names (``val_loss``, ``val loss``:\n"
+"several named *train* losses: costctl.progress.named); 2: ``grad_norm`` / ``grad norm``, any\n"
 "case (costctl.progress.grad_norms); 4: a line starting (after blanks) with ``Epoch``, blanks\n"
 "and a letter or ``_`` (a column table's header). One pass over the bytes.");
 
@@ -1743,6 +1744,32 @@ static inline int table_header_at(const unsigned char *b, Py_ssize_t n, Py_ssize
     return i < n && (b[i] == '_' || ((b[i] | 0x20) >= 'a' && (b[i] | 0x20) <= 'z'));
 }
 
+/* b[i] starts "loss": the word before it, after one separator of " _/.-", is an eval-side (or
+   test/predict) head as costctl.progress.series.kind_of reads it: a whole word (not after a
+   letter, digit or "_"). Such a loss never makes a line worth the named-loss reader. */
+static int eval_headed(const unsigned char *b, Py_ssize_t i) {
+    static const char *const heads[] = {"v", "val", "valid", "validation", "eval", "evaluation", "dev",
+                                        "test", "predict", NULL};
+    if (i < 2)
+        return 0;
+    unsigned char sep = b[i - 1];
+    if (!(sep == ' ' || sep == '_' || sep == '/' || sep == '.' || sep == '-'))
+        return 0;
+    Py_ssize_t end = i - 1, start = end;
+    while (start > 0 && ((b[start - 1] | 0x20) >= 'a' && (b[start - 1] | 0x20) <= 'z'))
+        start--;
+    if (start > 0) {
+        unsigned char c = b[start - 1];
+        if (c == '_' || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z'))
+            return 0;
+    }
+    Py_ssize_t len = end - start;
+    for (int k = 0; heads[k] != NULL; k++)
+        if ((Py_ssize_t)strlen(heads[k]) == len && ci_at(b, end, start, heads[k], len))
+            return 1;
+    return 0;
+}
+
 static PyObject *py_series_hints(PyObject *self, PyObject *args) {
     Py_buffer hb;
     (void)self;
@@ -1770,7 +1797,8 @@ static PyObject *py_series_hints(PyObject *self, PyObject *args) {
             break;
         case 2:
             if (ci_at(b, n, i, "loss", 4)) {
-                if ((i > 0 && b[i - 1] == '_') || (i + 4 < n && b[i + 4] == '_') || ++losses >= 2)
+                if (!eval_headed(b, i)
+                    && ((i > 0 && b[i - 1] == '_') || (i + 4 < n && b[i + 4] == '_') || ++losses >= 2))
                     flags |= 1;
                 i += 4;
             } else {

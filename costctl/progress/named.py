@@ -73,16 +73,25 @@ class NamedSeries:
 # "loss" words (D loss ... G loss); found by the regex engine over the whole block, on its
 # lower-case copy (an ASCII block: same positions) with case-sensitive patterns that start with
 # a literal, which the engine finds with its fast search (IGNORECASE would try every position).
-_HINT_LOW = (re.compile(r"_loss"), re.compile(r"loss(?:_|[^\r\n]*loss)"))
+# A "loss" that an eval-side (or test/predict) word names, as :func:`~.series.kind_of` reads it:
+# such a name never makes a line worth reading here (named_losses wants train-side names), so
+# Keras' "loss: x - val_loss: y" and nanoGPT's "train loss x, val loss y" (the single-loss
+# grammar's lines) are not handed to it. Lookbehinds placed after the literal "loss" keep the
+# literal-led fast search; "[^a-z0-9_]" before the word makes it a whole word ("interval_loss",
+# "x_val_loss" stay hints: kind_of reads them train-side), so the lower-case copy is searched with a line end before its start.
+_NOT_EVAL = "".join(rf"(?<![^a-z0-9_]{head}[ _/.-]loss)" for head in
+                    ("v", "val", "valid", "validation", "eval", "evaluation", "dev", "test", "predict"))
+_HINT_LOW = (re.compile(r"_loss" + _NOT_EVAL), re.compile(r"loss" + _NOT_EVAL + r"(?:_|[^\r\n]*?loss" + _NOT_EVAL + ")"))
 _HINT_ANY = re.compile(r"loss_|_loss|loss[^\r\n]*?loss", re.IGNORECASE)
 
 
 def _hints(text: str) -> list[int]:
-    """Positions (in order, one or more per line) of the lines of ``text`` worth reading here."""
+    """Positions (in order, one or more per line) of the lines of ``text`` worth reading here:
+    a loss name joined by ``_`` or two loss words on a line, eval-side names not counted."""
     if text.isascii():
-        low = text.lower()
-        found = [m.start() for m in _HINT_LOW[0].finditer(low)]
-        found += [m.start() for m in _HINT_LOW[1].finditer(low)]
+        low = "\n" + text.lower()  # a line end before the first line (see _NOT_EVAL)
+        found = [m.start() - 1 for m in _HINT_LOW[0].finditer(low)]
+        found += [m.start() - 1 for m in _HINT_LOW[1].finditer(low)]
         return sorted(found)
     return [m.start() for m in _HINT_ANY.finditer(text)]
 # An epoch header line ("epoch 3:", "Epoch 3/10"): only where a named-loss line needs its epoch.

@@ -29,17 +29,19 @@ class OutputProgress:
     Args:
         loss_regex: ``--loss-regex`` (then no named losses nor tables are read, as in analyze).
         loss: ``--loss NAME``: the train series the policies watch (None: by the rule).
+        engine: the line parser's engine (``native``/``python``; None: costctl's choice,
+            :data:`costctl.progress.lines.ENGINE`).
 
     Raises:
-        UsageError: ``loss_regex`` is invalid.
+        UsageError: ``loss_regex`` is invalid, or ``engine`` unknown or not built.
     """
 
-    def __init__(self, loss_regex: str | None = None, loss: str | None = None) -> None:
+    def __init__(self, loss_regex: str | None = None, loss: str | None = None, *, engine: str | None = None) -> None:
         #: gradient-norm records ``(value, loss, step, epoch)`` read and not yet taken
         self._grad_norms: deque = deque()
         self.primary = PrimarySeries(loss)
         self.parsers = {
-            stream: LineParser(loss_regex, hook=ConsoleSeries(
+            stream: LineParser(loss_regex, engine=engine, hook=ConsoleSeries(
                 NamedLossReader() if loss_regex is None else None, self._grad_norms, emit=True))
             for stream in STREAMS
         }

@@ -380,11 +380,7 @@ def _grad_norm_decisions(settings: Settings, train_log: TrainLog, notes: list[st
     conf = settings.policies.divergence
     rule = GradNormStreak(streak=conf.grad_norm_streak, action=conf.action)
     now = RELATIVE_EPOCH
-    found = []
-    for value, loss, step, epoch in train_log.grad_norms:
-        d = rule.add(value, now, loss=loss, step=step, epoch=epoch)
-        if d is not None:
-            found.append(d)
+    found = train_log.grad_norms.feed(rule, now)
     rule.finish()
     if rule.isolated:
         notes.append(f"{rule.isolated} isolated non-finite grad_norm value(s) (fp16 loss scaling skips such "

@@ -50,7 +50,7 @@ from ..progress.batch import PointBatch, native
 from ..progress.metrics_file import number
 from ..records import ProgressPoint
 from ..progress.console import ConsoleSeries
-from ..progress.grad_norms import GRAD_NORM_KEYS, GradNormRecord
+from ..progress.grad_norms import GRAD_NORM_KEYS, GradNormLog, GradNormRecord
 from ..progress.series import EpochShape, choose_primary, granularity_of, series_granularity
 from .console_named import NamedLossReader, NamedSeries
 from .loss_stats import LossStream, LossSummary, summarize
@@ -108,8 +108,9 @@ class TrainLog:
     #: the logged gradient norms in log order, ``(value, loss, step, epoch)``: ``loss`` is the
     #: train loss logged on the same record (None when the record has none); read from HF dict
     #: lines, ``trainer_state.json``/``trainer_log.jsonl`` records, CSV ``grad_norm`` columns and
-    #: Megatron's ``| grad norm: X |``. For :mod:`costctl.policies.grad_norm`.
-    grad_norms: list[GradNormRecord] = field(default_factory=list)
+    #: Megatron's ``| grad norm: X |`` (compacted: :class:`~costctl.progress.grad_norms.GradNormLog`).
+    #: For :mod:`costctl.policies.grad_norm`.
+    grad_norms: GradNormLog = field(default_factory=GradNormLog)
     #: console logs: the loss series besides the primary ones, ``(kind, name, granularity,
     #: summary)`` (several named losses, column tables, an epoch-average phrasing kept apart:
     #: :mod:`.console_named`).
@@ -330,7 +331,7 @@ def read_metrics(path: Path, fmt: str, *, loss_name: str | None = None) -> Train
     for name in names:
         series.pop(name, None)
     return TrainLog(fmt, train, evals, _x_axis(train), series, summary, path=path,
-                    grad_norms=_metrics_grad_norms(series, train))
+                    grad_norms=GradNormLog(_metrics_grad_norms(series, train)))
 
 
 def _metrics_grad_norms(series: dict[str, list[SeriesPoint]], train: list[ProgressPoint]) -> list[GradNormRecord]:
@@ -538,7 +539,7 @@ def read_console(path: Path, *, loss_regex: str | None = None, streamed: bool = 
     oom: list[OomEvent] = []
     summary: dict[str, Any] = {}
     counts: dict[str, int] = {}
-    grads: list[GradNormRecord] = []
+    grads = GradNormLog()
     named = NamedLossReader() if loss_regex is None else None
     fresh = (lambda: NamedLossReader()) if loss_regex is None else (lambda: None)
     if not streamed:
