@@ -194,7 +194,7 @@ def test_cli_json_has_total_bytes_and_every_term(env, capsys):
     mem = out["memory"]
     assert mem["total_bytes"] == sum(mem["terms_bytes"].values())
     assert set(mem["terms_bytes"]) == {"weights", "weight_copies", "gradients", "optimizer_state", "activations",
-                                       "logits", "kv_cache", "cuda_context", "fragmentation"}
+                                       "logits", "kv_cache", "optimizer_step", "cuda_context", "fragmentation"}
     fitting = {o["gpu"] for g in out["fits"] for o in g["ranked"]}
     assert "T4" in fitting
 
