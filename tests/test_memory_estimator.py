@@ -385,3 +385,60 @@ def test_unknown_preset_lists_the_choices():
     with pytest.raises(UsageError, match="bert-base"):
         preset("gpt5")
     assert set(PRESETS) >= {"bert-base", "bert-large", "gpt2", "llama-2-7b", "llama-2-13b", "resnet50", "vit-base"}
+
+
+@pytest.mark.parametrize(
+    "extra, kv_heads",
+    [
+        ({"num_key_value_heads": 8}, 8),  # Llama 3, Mistral, Qwen2
+        ({"multi_query": True}, 1),  # GPTBigCode / StarCoder
+        ({"n_head_kv": 1}, 1),  # Falcon-7B
+        ({"num_kv_heads": 8}, 8),  # Falcon-40B
+        ({"multi_query_group_num": 2}, 2),  # ChatGLM
+        ({}, 32),  # plain multi-head
+    ],
+)
+def test_config_json_reads_grouped_and_multi_query_attention(tmp_path, extra, kv_heads):
+    cfg = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+           "intermediate_size": 14336, "vocab_size": 128256, "tie_word_embeddings": False, **extra}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    shape = shape_from_hf_config(path)
+    assert shape.kv_heads == kv_heads
+    if kv_heads == 8 and "num_key_value_heads" in extra:
+        assert shape.param_count() == 8_030_261_248  # meta-llama/Meta-Llama-3-8B
+    infer = Setup(batch_size=1, seq_len=8192, precision="bf16", optimizer="none")
+    assert estimate_memory(shape, infer).terms["kv_cache"] == 2 * 32 * kv_heads * 128 * 8192 * 2
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"num_key_value_heads": 5}, "num_key_value_heads 5 must be a positive integer that divides the 32"),
+        ({"num_key_value_heads": 0}, "num_key_value_heads 0"),
+        ({"num_key_value_heads": "8"}, "num_key_value_heads '8'"),
+        ({"hidden_size": 4100}, "hidden_size 4100 is not a multiple of num_attention_heads 32"),
+    ],
+)
+def test_inconsistent_attention_heads_in_config_json_are_one_line_errors(tmp_path, extra, message):
+    cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 4096, "num_attention_heads": 32,
+           "vocab_size": 32000, **extra}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match=message) as info:
+        shape_from_hf_config(path)
+    assert "\n" not in str(info.value)
+
+
+def test_gpt2_config_json_reads_the_fused_projection_and_gelu_new():
+    gpt2 = shape_from_hf_config(DATA / "hf_gpt2_config.json")
+    assert gpt2.fused_qkv and gpt2.mlp_activation == "gelu_new"
+    llama = shape_from_hf_config(DATA / "hf_llama2_7b_config.json")
+    assert not llama.fused_qkv and llama.mlp_activation == "silu"
+
+
+def test_four_bit_inference_needs_no_lora():
+    llama = preset("llama-2-7b")
+    b = estimate_memory(llama, Setup(batch_size=1, seq_len=64, precision="bf16", optimizer="none", base_weight_bits=4))
+    linear = llama.n_layers * llama.layer_matmul_params()
+    assert b.terms["weights"] == pytest.approx((llama.param_count() - linear) * 2 + linear * 4.127 / 8, abs=2)

@@ -385,7 +385,7 @@ def recommend_cmd(
     grad_checkpointing: Annotated[bool, typer.Option("--grad-checkpointing", help="Full activation checkpointing.")] = False,
     flash_attention: Annotated[bool, typer.Option("--flash-attention", help="Flash attention (no s x s scores kept).")] = False,
     lora_rank: Annotated[int | None, typer.Option("--lora-rank", help="Train LoRA adapters of this rank (q,v).", min=1)] = None,
-    qlora: Annotated[bool, typer.Option("--qlora", help="4-bit base under the LoRA adapters.")] = False,
+    qlora: Annotated[bool, typer.Option("--qlora", help="4-bit NF4 base (double quantization) under LoRA adapters; with --optimizer none, 4-bit inference.")] = False,
     tokens: Annotated[float | None, typer.Option("--tokens", help="Tokens (samples for CNNs) the job processes, e.g. 2e9.", min=1)] = None,
     steps: Annotated[int | None, typer.Option("--steps", help="Optimizer steps (batch x GPUs samples each).", min=1)] = None,
     mfu: Annotated[float, typer.Option("--mfu", help="Model FLOPs utilization for the time estimate.")] = DEFAULT_MFU,
@@ -417,7 +417,8 @@ def recommend_cmd(
     setup = Setup(
         batch_size=batch, seq_len=seq_len, precision=precision.value, optimizer=optimizer.value, gpus=gpus, zero_stage=zero,
         offload=offload, grad_checkpointing=grad_checkpointing, flash_attention=flash_attention,
-        lora_rank=lora_rank if lora_rank or not qlora else 16, base_weight_bits=4 if qlora else None,
+        lora_rank=lora_rank if lora_rank or not qlora or optimizer.value == "none" else 16,
+        base_weight_bits=4 if qlora else None,
     )
     reference = None
     if reference_gpu is not None:
