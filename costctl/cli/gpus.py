@@ -388,7 +388,7 @@ def recommend_cmd(
     qlora: Annotated[bool, typer.Option("--qlora", help="4-bit NF4 base (double quantization) under LoRA adapters; with --optimizer none, 4-bit inference.")] = False,
     tokens: Annotated[float | None, typer.Option("--tokens", help="Tokens (samples for CNNs) the job processes, e.g. 2e9.", min=1)] = None,
     steps: Annotated[int | None, typer.Option("--steps", help="Optimizer steps (batch x GPUs samples each).", min=1)] = None,
-    mfu: Annotated[float, typer.Option("--mfu", help="Model FLOPs utilization for the time estimate.")] = DEFAULT_MFU,
+    mfu: Annotated[float | None, typer.Option("--mfu", help="Fraction of each card's dense peak for the time estimate (default: what published runs of the model, or the median published run, achieved on the nearest card).")] = DEFAULT_MFU,
     reference_gpu: Annotated[str | None, typer.Option("--reference-gpu", help="Card the job was timed on.")] = None,
     reference_hours: Annotated[float | None, typer.Option("--reference-hours", help="Hours the job took on --reference-gpu.")] = None,
     provider: ProviderOpt = None,
