@@ -32,13 +32,13 @@ from ..money import Money
 from .gpus import Catalog, GpuModel
 from .memory import DEFAULT_LORA_RANK, MemoryBreakdown, Setup, estimate_memory
 from .models import MeasuredProfile, ModelSpec, TransformerShape
-from .prices import PriceEntry, PriceTable, rank_groups, rates_used
+from .prices import RANKED_BILLING_MODES, PriceEntry, PriceTable, rank_groups, rates_used
 from .throughput import Efficiency, efficiency, samples_work
 
 DEFAULT_HEADROOM = 0.10
 #: Billing modes a job's cost is ranked by; a "from" price (a marketplace's lowest listing,
 #: billing mode unknown) is shown by ``costctl gpus`` but never ranked as a job's price.
-RANKED_BILLING = ("on-demand", "spot")
+RANKED_BILLING = RANKED_BILLING_MODES
 #: None: the fraction of the dense peak comes from published runs (costctl.catalog.throughput).
 DEFAULT_MFU: float | None = None
 DEFAULT_COMPUTE_SHARE = 0.5
