@@ -58,15 +58,20 @@ def test_runpod_rows_are_labelled_as_runpod_publishes_them():
     for "NVIDIA A100 80GB PCIe"): securePrice 1.89, communityPrice 1.59, communitySpotPrice
     0.89, secureSpotPrice null -- on-demand in the secure and community clouds, spot in the
     community cloud. The old rows called the community on-demand price "spot"."""
-    runpod = {(r.gpu, r.billing, r.tier): r.price_per_gpu_hour for r in shipped_prices() if r.provider == "runpod"}
-    assert runpod == {
+    runpod = {(r.gpu, r.billing, r.tier): r for r in shipped_prices() if r.provider == "runpod"}
+    documented = {k: v.price_per_gpu_hour for k, v in runpod.items() if v.gpu == "A100-80GB-PCIe"}
+    assert documented == {
         ("A100-80GB-PCIe", "on-demand", "secure"): Decimal("1.89"),
         ("A100-80GB-PCIe", "on-demand", "community"): Decimal("1.59"),
         ("A100-80GB-PCIe", "spot", "community"): Decimal("0.89"),
     }
-    for r in shipped_prices():
-        if r.provider == "runpod":
-            assert r.source.startswith("https://docs.runpod.io/") and r.seen
+    assert all(runpod[k].source.startswith("https://docs.runpod.io/") for k in documented)
+    # the third-party table's "Spot" column ($0.34 for an RTX 4090) is the community on-demand
+    # price; RunPod's spot price for the card is lower ($0.22)
+    assert runpod[("RTX 4090", "on-demand", "community")].price_per_gpu_hour == Decimal("0.34")
+    assert runpod[("RTX 4090", "on-demand", "secure")].price_per_gpu_hour == Decimal("0.60")
+    assert runpod[("RTX 4090", "spot", "")].price_per_gpu_hour == Decimal("0.22")
+    assert all(r.seen and r.source for r in runpod.values())
 
 
 def test_vast_from_prices_are_shown_but_never_ranked(tmp_path, capsys):
@@ -94,12 +99,15 @@ billing = "on-demand"
 price_per_gpu_hour = "0.59"
 currency = "usd"
 seen = 2026-07-01
+tier = "secure"
 """)
     table = load_price_table(settings)
-    [row] = table.lookup("RTX 4090", provider="runpod", billing="on-demand")
+    rows = {r.tier: r for r in table.lookup("RTX 4090", provider="runpod", billing="on-demand")}
+    row = rows["secure"]
     assert row.price_per_gpu_hour == Decimal("0.59") and row.currency == "USD"
     assert row.source == "config" and row.seen == date(2026, 7, 1)
     assert row.price == Money(Decimal("0.59"), "USD")
+    assert rows["community"].price_per_gpu_hour == Decimal("0.34")  # the other tier is untouched
 
 
 def test_bad_config_price_is_one_clear_error(tmp_path):
