@@ -360,7 +360,8 @@ class PriceOverrideConfig(_Section):
     """One ``[[catalog.prices]]`` row: a price per GPU-hour that wins over shipped and imported ones.
 
     ``gpu`` is any spelling the catalog knows (or a new name); ``billing`` on-demand|spot;
-    ``seen`` is the date the price was seen (YYYY-MM-DD).
+    ``seen`` is the date the price was seen (YYYY-MM-DD); ``tier`` the provider's price tier
+    when it has several (RunPod ``secure`` / ``community``).
     """
 
     provider: str = Field(min_length=1)
@@ -370,6 +371,7 @@ class PriceOverrideConfig(_Section):
     currency: Currency
     seen: date
     source: str | None = None
+    tier: str | None = None
 
 
 class ExchangeRateConfig(_Section):

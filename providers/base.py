@@ -95,6 +95,8 @@ class Offer:
         currency: ISO 4217.
         gpu_memory_bytes: per GPU, when known.
         region, reliability (0..1), available (count in stock), raw.
+        tier: the provider's price tier when it has several for one GPU and billing mode
+            (RunPod: ``"secure"`` or ``"community"`` cloud); None otherwise.
     """
 
     provider: str
@@ -110,6 +112,7 @@ class Offer:
     reliability: float | None = None
     available: int | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    tier: str | None = None
 
     @property
     def price_per_gpu_hour(self) -> Decimal:

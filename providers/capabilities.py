@@ -106,7 +106,9 @@ class Capabilities:
     Account and market features (plain capabilities too; reasons optional):
     ``spot`` (interruptible instances with a bid), ``change_gpu``, ``balance``,
     ``billing_records``, ``preemption_notice`` (the provider warns inside the guest before
-    taking a spot instance).
+    taking a spot instance), ``price_list`` (``list_offers`` returns the provider's own price
+    per GPU type and billing mode -- RunPod's ``gpuTypes`` -- so the catalog may use it live in
+    place of its dated table; a marketplace's offers are single machines, not a price list).
 
     Every field accepts a bool, a :class:`Capability` or a reason string (= absent).
     """
@@ -122,6 +124,7 @@ class Capabilities:
     change_gpu: Capability = Capability(False, "the card of an instance cannot be changed")
     balance: Capability = Capability(False, "the account balance cannot be read")
     billing_records: Capability = Capability(False, "invoices cannot be read")
+    price_list: Capability = Capability(False, "its offers are individual listings, not a price list")
     preemption_notice: Capability = Capability(False, "no warning inside the guest before a preemption")
 
     def __init__(self, offers: Any = None, **kwargs: Any) -> None:

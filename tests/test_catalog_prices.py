@@ -45,13 +45,49 @@ def test_shipped_prices_have_date_source_and_normalized_gpu():
     assert len(rows) >= 10
     for r in rows:
         assert isinstance(r.price_per_gpu_hour, Decimal) and r.price_per_gpu_hour > 0
-        assert r.billing in ("on-demand", "spot")
+        assert r.billing in ("on-demand", "spot", "from")
         assert r.source and isinstance(r.seen, date) and len(r.currency) == 3
-    by_raw = {(r.provider, r.gpu_raw): r for r in rows}
-    assert by_raw[("runpod", "A100 SXM")].gpu == "A100-80GB"
-    assert by_raw[("runpod", "A100 PCIe")].gpu == "A100-80GB-PCIe"
-    nvl = by_raw[("vastai", "H100 NVL")]
+    by_raw = {(r.provider, r.gpu_raw, r.billing, r.tier): r for r in rows}
+    nvl = by_raw[("vastai", "H100 NVL", "from", "on-demand listings")]
     assert nvl.known is False and nvl.gpu == "H100 NVL"  # kept, flagged
+    assert len({r.key for r in rows}) == len(rows)  # no row hides another
+
+
+def test_runpod_rows_are_labelled_as_runpod_publishes_them():
+    """RunPod's own documentation (https://docs.runpod.io/sdks/python/apis, runpod.get_gpu
+    for "NVIDIA A100 80GB PCIe"): securePrice 1.89, communityPrice 1.59, communitySpotPrice
+    0.89, secureSpotPrice null -- on-demand in the secure and community clouds, spot in the
+    community cloud. The old rows called the community on-demand price "spot"."""
+    runpod = {(r.gpu, r.billing, r.tier): r for r in shipped_prices() if r.provider == "runpod"}
+    documented = {k: v.price_per_gpu_hour for k, v in runpod.items() if v.gpu == "A100-80GB-PCIe"}
+    assert documented == {
+        ("A100-80GB-PCIe", "on-demand", "secure"): Decimal("1.89"),
+        ("A100-80GB-PCIe", "on-demand", "community"): Decimal("1.59"),
+        ("A100-80GB-PCIe", "spot", "community"): Decimal("0.89"),
+    }
+    assert all(runpod[k].source.startswith("https://docs.runpod.io/") for k in documented)
+    # the third-party table's "Spot" column ($0.34 for an RTX 4090) is the community on-demand
+    # price; RunPod's spot price for the card is lower ($0.22)
+    assert runpod[("RTX 4090", "on-demand", "community")].price_per_gpu_hour == Decimal("0.34")
+    assert runpod[("RTX 4090", "on-demand", "secure")].price_per_gpu_hour == Decimal("0.60")
+    assert runpod[("RTX 4090", "spot", "")].price_per_gpu_hour == Decimal("0.22")
+    assert all(r.seen and r.source for r in runpod.values())
+
+
+def test_vast_from_prices_are_shown_but_never_ranked(tmp_path, capsys):
+    """The Vast rows are third-party "from" figures (a range's low end, the lowest listing):
+    no billing mode a job can count on. recommend never ranks them; gpus lists them last."""
+    vast = [r for r in shipped_prices() if r.provider == "vastai"]
+    assert vast and all(r.billing == "from" and not r.ranked for r in vast)
+    assert main(["gpus", "--sort", "price", "--billing", "any", "--format", "json"]) == 0
+    listed = [r for r in json.loads(capsys.readouterr().out) if r["price"]]
+    ranks = [r["price"]["ranked"] for r in listed]
+    assert ranks == sorted(ranks, reverse=True)  # every ranked price before any "from" floor
+    assert main(["recommend", "--model", "gpt2", "--batch", "1", "--seq-len", "128", "--billing", "any",
+                 "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    billed = {o["billing"] for g in out["fits"] for o in g["ranked"] if o["billing"]}
+    assert "from" not in billed and billed
 
 
 def test_config_override_wins_over_the_seed(tmp_path):
@@ -63,12 +99,15 @@ billing = "on-demand"
 price_per_gpu_hour = "0.59"
 currency = "usd"
 seen = 2026-07-01
+tier = "secure"
 """)
     table = load_price_table(settings)
-    [row] = table.lookup("RTX 4090", provider="runpod", billing="on-demand")
+    rows = {r.tier: r for r in table.lookup("RTX 4090", provider="runpod", billing="on-demand")}
+    row = rows["secure"]
     assert row.price_per_gpu_hour == Decimal("0.59") and row.currency == "USD"
     assert row.source == "config" and row.seen == date(2026, 7, 1)
     assert row.price == Money(Decimal("0.59"), "USD")
+    assert rows["community"].price_per_gpu_hour == Decimal("0.34")  # the other tier is untouched
 
 
 def test_bad_config_price_is_one_clear_error(tmp_path):
@@ -176,6 +215,8 @@ def test_merge_later_layers_win_by_provider_gpu_billing():
     c = make_entry("runpod", "RTX 4090", "on-demand", "0.60", "USD", "2026-02-01", "od")
     merged = merge_prices([a, c], [b])
     assert [(e.billing, e.source) for e in merged] == [("spot", "new"), ("on-demand", "od")]
+    secure = make_entry("runpod", "RTX 4090", "on-demand", "0.69", "USD", "2026-02-01", "s", tier="secure")
+    assert len(merge_prices([c], [secure])) == 2  # a tier is its own price
 
 
 def test_prices_from_provider_offers_keep_the_cheapest_per_gpu_hour():

@@ -140,7 +140,7 @@ def test_cli_gpus_table_filters_and_sorts(env, capsys):
     assert main(["gpus", "--sort", "price", "--billing", "spot", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     priced = [Decimal(r["price"]["price_per_gpu_hour"]) for r in rows if r["price"]]
-    assert priced == sorted(priced) and len(priced) > 3
+    assert priced == sorted(priced) and len(priced) >= 2
     assert all(r["price"]["billing"] == "spot" for r in rows if r["price"])
 
     assert main(["gpus", "--sort", "value", "--provider", "runpod", "--format", "json"]) == 0
@@ -186,5 +186,5 @@ as_of = 2026-07-01
     rows = json.loads(capsys.readouterr().out)
     assert {r["rank_currency"] for r in rows if r["price"]} == {"USD"}
     order = [(r["price"]["provider"], r["gpu"]["name"]) for r in rows if r["price"]]
-    # 1.98 CNY = 0.279 USD: between RunPod's 0.39 USD RTX 3090 and Vast's 0.55 USD RTX A6000
-    assert order.index(("autodl", "RTX 4090")) < order.index(("runpod", "RTX 3090"))
+    # 1.98 CNY = 0.279 USD: after RunPod's community RTX 3090 (0.22 USD), before its L4 (0.44 USD)
+    assert order.index(("runpod", "RTX 3090")) < order.index(("autodl", "RTX 4090")) < order.index(("runpod", "L4"))

@@ -37,10 +37,11 @@ def _need_torch():
 
 def test_mlp_saved_bytes_match_a_hand_count():
     """Linear(16,32) saves its input (16 floats), ReLU its output (32 floats), the second Linear
-    the same ReLU output (same storage, counted once): 48 floats = 192 bytes per sample."""
+    the same ReLU output (same storage, counted once), and the caller holds the output (4
+    floats; the default loss ``out.float().sum()`` saves nothing): 52 floats = 208 bytes."""
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
     fit = measure_activations(model, lambda b: torch.randn(b, 16))
-    assert fit.per_sample_bytes == 192
+    assert fit.per_sample_bytes == 208
     assert fit.fixed_bytes == 0
     assert fit.params == 16 * 32 + 32 + 32 * 4 + 4
     assert fit.dtype_bytes == 4
@@ -177,3 +178,94 @@ def test_missing_torch_is_one_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
     with pytest.raises(CostctlError, match="pip install torch"):
         measure_activations(object(), lambda b: None)
+
+
+def test_logits_the_caller_holds_are_counted():
+    """A training loop keeps ``outputs`` (the logits) referenced through backward; autograd
+    does not save a Linear's output, so the saved-tensor hooks alone missed it. Here the head's
+    output (4 floats per sample) is held by the caller and the loss saves nothing else of it."""
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    fit = measure_activations(model, lambda b: torch.randn(b, 16), loss_fn=lambda out: out.sum())
+    assert fit.per_sample_bytes == 192 + 4 * 4  # saved input and ReLU output, plus the held logits
+    # a language-model head: the held (b, s, V) logits dominate what a small model keeps
+    lm = nn.Sequential(nn.Embedding(1000, 16), nn.Linear(16, 1000))
+    lm_fit = measure_activations(lm, lambda b: torch.randint(0, 1000, (b, 8)), loss_fn=lambda out: out.float().mean())
+    assert lm_fit.per_sample_bytes >= 8 * 1000 * 4
+
+
+def test_a_meta_device_model_is_measured_like_a_cpu_one():
+    with torch.device("meta"):
+        meta = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(0.1), nn.Linear(32, 4))
+    fit = measure_activations(meta, lambda b: torch.randn(b, 16, device="meta"))
+    cpu = measure_activations(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(0.1), nn.Linear(32, 4)),
+                              lambda b: torch.randn(b, 16))
+    assert fit.per_sample_bytes > 0
+    assert (fit.fixed_bytes, fit.per_sample_bytes) == (cpu.fixed_bytes, cpu.per_sample_bytes)
+
+
+META_FACTORY = """
+import torch
+from torch import nn
+
+def inputs_on_cpu():
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    return model, lambda b: torch.randn(b, 16)
+
+def reads_values():
+    with torch.device("meta"):
+        inner = nn.Linear(4, 4)
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = inner
+        def forward(self, x):
+            return self.inner(x) if x.sum().item() > 0 else -self.inner(x)
+    return Net(), lambda b: torch.randn(b, 4, device="meta")
+
+def wrong_shape():
+    return nn.Linear(16, 4), lambda b: torch.randn(b, 8)
+
+def bad_batch():
+    def make(b):
+        raise ValueError("no data")
+    return nn.Linear(16, 4), make
+
+def not_a_module():
+    return object(), lambda b: None
+
+def frozen():
+    model = nn.Linear(16, 4)
+    model.requires_grad_(False)
+    return model, lambda b: torch.randn(b, 16)
+"""
+
+
+@pytest.mark.parametrize(
+    "func, message",
+    [
+        ("inputs_on_cpu", "meta device: make_batch must build its inputs with device='meta'"),
+        ("reads_values", "cannot be called on meta tensors"),
+        ("wrong_shape", "forward pass: RuntimeError: mat1 and mat2 shapes cannot be multiplied"),
+        ("bad_batch", "make_batch(1) failed: ValueError: no data"),
+        ("not_a_module", "needs a torch.nn.Module"),
+        ("frozen", "does not require a gradient"),
+    ],
+)
+def test_measured_route_failures_are_one_line_usage_errors(tmp_path, func, message):
+    path = tmp_path / "metanet.py"
+    path.write_text(textwrap.dedent(META_FACTORY))
+    with pytest.raises(UsageError) as info:
+        measure_factory(f"{path}:{func}")
+    text = str(info.value)
+    assert message in text and "\n" not in text and text.startswith(f"--torch-model {path}:{func}: ")
+
+
+def test_cli_meta_model_failure_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COSTCTL_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "metanet.py").write_text(textwrap.dedent(META_FACTORY))
+    assert main(["recommend", "--torch-model", "metanet.py:inputs_on_cpu", "--batch", "4"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("costctl: --torch-model metanet.py:inputs_on_cpu: ") and err.count("\n") == 1
+    assert "internal error" not in err and "Traceback" not in err and "meta device" in err

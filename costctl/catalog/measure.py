@@ -1,9 +1,10 @@
 """Measured activation memory: count the bytes of the tensors autograd saves for backward.
 
 For models the analytic formulas do not cover (CNNs, anything custom), run one training step
-on the CPU at batch 1 and batch 2 under :class:`torch.autograd.graph.saved_tensors_hooks`,
-add up the distinct storages the pack hook sees (parameters excluded: they are counted as
-weights), and fit ``M(b) = M0 + b*m1``. What autograd saves depends on the operators, not on
+on the CPU (or the meta device) at batch 1 and batch 2 under
+:class:`torch.autograd.graph.saved_tensors_hooks`, add up the distinct storages the pack hook
+sees plus the outputs the caller holds (the logits; parameters excluded: they are counted as
+weights), and fit ``M(b) = M0 + b*m1``. A model that fails is one :class:`UsageError` line. What autograd saves depends on the operators, not on
 the device, so the fit made on a machine without a GPU predicts the activation memory on one.
 
 torch is optional: :func:`measure_activations` raises :class:`~costctl.errors.CostctlError`
@@ -17,6 +18,7 @@ import importlib.util
 import runpy
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
 from ..errors import CostctlError, UsageError
@@ -80,15 +82,46 @@ def _default_loss(output: Any) -> Any:
 
 def _storage_key(t: Any) -> int:
     """Identity of a tensor's storage: the StorageImpl address (works on the meta device, where
-    every data pointer is 0), else the data pointer."""
-    storage = t.untyped_storage()
+    every data pointer is 0), else the data pointer; the tensor's own id for tensors without a
+    plain storage (sparse, nested, wrapper subclasses)."""
+    try:
+        storage = t.untyped_storage()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return id(t)
     key = getattr(storage, "_cdata", None)
     return int(key) if key else int(storage.data_ptr())
 
 
+def _nbytes(t: Any) -> int:
+    """Bytes of a tensor's storage (``numel * element_size`` when it has no plain storage)."""
+    try:
+        return int(t.untyped_storage().nbytes())
+    except (RuntimeError, NotImplementedError, TypeError):
+        return int(t.numel() * t.element_size())
+
+
+def _output_tensors(output: Any, depth: int = 0) -> list[Any]:
+    """Tensors in a model's output: a tensor, a tuple/list, or a mapping (a Hugging Face
+    ``ModelOutput`` is one) of them, nested up to 4 deep."""
+    torch = _torch()
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if depth >= 4:
+        return []
+    if isinstance(output, Mapping):
+        items: Any = output.values()
+    elif isinstance(output, (tuple, list)):
+        items = output
+    else:
+        return []
+    return [t for item in items for t in _output_tensors(item, depth + 1)]
+
+
 def saved_tensor_bytes(model: Any, inputs: Any, loss_fn: Callable[[Any], Any] | None = None) -> int:
-    """Bytes of the distinct storages autograd saves for backward during one forward pass of
-    ``model(*inputs)`` (parameters excluded), then runs backward to free them.
+    """Bytes alive at the end of one forward pass of ``model(*inputs)``, then runs backward to
+    free them: the distinct storages autograd saves for backward, plus the model's outputs the
+    caller holds through the backward pass (the logits of a language model; a training loop
+    keeps ``outputs`` referenced) when autograd did not save them already. Parameters excluded.
 
     Works on any device, including ``meta`` (shapes only, no arithmetic: fast, and no memory
     for the weights), since what autograd saves does not depend on the values.
@@ -99,7 +132,11 @@ def saved_tensor_bytes(model: Any, inputs: Any, loss_fn: Callable[[Any], Any] | 
         loss_fn: output -> scalar loss (default: ``.loss`` if present, else ``sum()`` of the output).
 
     Returns:
-        bytes (storages counted once even when several saved tensors view them).
+        bytes (storages counted once even when several tensors view them).
+
+    Raises:
+        UsageError: the model, the loss or the backward pass failed (one line: the error, and
+            for the meta device what to change).
     """
     torch = _torch()
     params = {_storage_key(p) for p in model.parameters()}
@@ -108,17 +145,46 @@ def saved_tensor_bytes(model: Any, inputs: Any, loss_fn: Callable[[Any], Any] | 
     def pack(t: Any) -> Any:
         key = _storage_key(t)
         if key and key not in params:
-            seen[key] = t.untyped_storage().nbytes()
+            seen[key] = _nbytes(t)
         return t
 
     args = inputs if isinstance(inputs, tuple) else (inputs,)
     model.train()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        output = model(*args)
-        loss = (loss_fn or _default_loss)(output)
-    loss.backward()
-    model.zero_grad(set_to_none=True)
+    stage = "the forward pass"
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            output = model(*args)
+            stage = "the loss"
+            loss = (loss_fn or _default_loss)(output)
+        for t in _output_tensors(output):
+            key = _storage_key(t)
+            if key and key not in params:
+                seen.setdefault(key, _nbytes(t))
+        stage = "the backward pass"
+        if not getattr(loss, "requires_grad", False):
+            raise UsageError("the loss does not require a gradient (no trainable parameter reached it)")
+        loss.backward()
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's model: report it in one line
+        raise UsageError(_failure(exc, stage, model)) from None
+    finally:
+        model.zero_grad(set_to_none=True)
     return sum(seen.values())
+
+
+def _failure(exc: BaseException, stage: str, model: Any) -> str:
+    """One line for a model that failed while being measured, with a hint for the meta device."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if len(text) > 300:
+        text = text[:297] + "..."
+    line = f"measuring the model failed in {stage}: {type(exc).__name__}: {text}"
+    devices = {str(p.device.type) for p in model.parameters()} if hasattr(model, "parameters") else set()
+    if "meta" in devices:
+        line += ("; the model is on the meta device: make_batch must build its inputs with device='meta', and "
+                 "operations that read values (.item(), nonzero, data-dependent shapes) cannot run there "
+                 "(build the model on the CPU instead)")
+    return line
 
 
 def measure_activations(model: Any, make_batch: Callable[[int], Any], *, batches: Sequence[int] = (1, 2),
@@ -132,13 +198,25 @@ def measure_activations(model: Any, make_batch: Callable[[int], Any], *, batches
         loss_fn: see :func:`saved_tensor_bytes`.
 
     Raises:
-        CostctlError: torch missing. UsageError: fewer than two distinct batch sizes.
+        CostctlError: torch missing. UsageError: fewer than two distinct batch sizes, not a
+            module, or the model failed (one line, see :func:`saved_tensor_bytes`).
     """
     sizes = sorted(set(int(b) for b in batches))
     if len(sizes) < 2 or sizes[0] < 1:
         raise UsageError("measure_activations needs at least two distinct batch sizes >= 1")
     torch = _torch()
-    points = tuple((b, saved_tensor_bytes(model, make_batch(b), loss_fn)) for b in sizes)
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(f"the measured route needs a torch.nn.Module, got {type(model).__name__}")
+    points = []
+    for b in sizes:
+        try:
+            batch = make_batch(b)
+        except Exception as exc:  # noqa: BLE001 - the user's function: one line
+            raise UsageError(f"make_batch({b}) failed: {type(exc).__name__}: {exc}") from None
+        try:
+            points.append((b, saved_tensor_bytes(model, batch, loss_fn)))
+        except UsageError as exc:
+            raise UsageError(f"batch {b}: {exc}") from None
     n = len(points)
     mean_b = sum(b for b, _ in points) / n
     mean_m = sum(m for _, m in points) / n
@@ -151,7 +229,7 @@ def measure_activations(model: Any, make_batch: Callable[[int], Any], *, batches
             dtype_bytes = torch.finfo(p.dtype).bits // 8
             break
     params = sum(p.numel() for p in model.parameters())
-    return ActivationFit(int(round(intercept)), int(round(slope)), points, params, dtype_bytes)
+    return ActivationFit(int(round(intercept)), int(round(slope)), tuple(points), params, dtype_bytes)
 
 
 def load_factory(spec: str) -> Callable[[], Any]:
@@ -200,7 +278,10 @@ def measure_factory(spec: str, name: str | None = None) -> MeasuredProfile:
         raise UsageError(f"--torch-model {spec}: the function must return (model, make_batch[, loss_fn])")
     model, make_batch = built[0], built[1]
     loss_fn = built[2] if len(built) == 3 else None
-    fit = measure_activations(model, make_batch, loss_fn=loss_fn)
+    try:
+        fit = measure_activations(model, make_batch, loss_fn=loss_fn)
+    except UsageError as exc:
+        raise UsageError(f"--torch-model {spec}: {exc}") from None
     return fit.profile(name or spec.rpartition(":")[2])
 
 

@@ -3,31 +3,42 @@
 Terms (keys of :attr:`MemoryBreakdown.terms`, in this order):
 
 * ``weights`` -- parameters as stored: 4 B/param in fp32 and in mixed precision (fp32 master
-  params under autocast), 2 B in pure fp16/bf16; a LoRA base is frozen in 16-bit (or 4-bit
-  for QLoRA, plus 0.127 bit/param of double-quantized constants, Dettmers et al. 2023).
-* ``weight_copies`` -- mixed precision only: the 16-bit copies autocast caches of fp32
-  params, 2 B/param (Hugging Face "model memory anatomy": mixed precision keeps the model in
-  fp32 and fp16, 6 B/param).
+  params under autocast), 2 B in pure fp16/bf16; a LoRA base is frozen in 16-bit. A 4-bit
+  base (QLoRA; or 4-bit inference) quantizes the layers' linear projections only, at 4.127
+  bits/param with NF4 double quantization (4 bits + 8-bit absmax per 64 weights + fp32 absmax
+  per 256 blocks; Dettmers et al. 2023, sec. 3) or 4.5 without (fp32 absmax per 64 weights);
+  embeddings, norms and the LM head stay 16-bit, as bitsandbytes through Hugging Face leaves
+  them (``llm_int8_skip_modules``: the output head is never converted).
+* ``weight_copies`` -- mixed precision: the 16-bit copies autocast caches of the fp32 weights
+  that go through matmuls (the linear projections and the head; not embeddings or norms),
+  2 B each, alive until the end of the forward pass. A 4-bit base: the one matrix being
+  dequantized to the compute dtype for its matmul (bitsandbytes ``dequantize_4bit``).
 * ``gradients`` -- one per trainable param, 4 B (fp32, mixed) or 2 B (fp16/bf16).
 * ``optimizer_state`` -- per trainable param: Adam/AdamW two states, 8 B (fp32 or mixed), 4 B
   in pure 16-bit; 8-bit Adam 2 B (bitsandbytes); SGD with momentum one state, 4 B (2 B in
   16-bit); plain SGD and inference none.
   So fp32 + Adam = 16 B/param, mixed + AdamW = 18, pure bf16 AdamW = 8, fp32 SGD-momentum = 12.
-* ``activations`` -- transformers: Korthikanti et al. 2022 ("Reducing Activation Recomputation
-  in Large Transformer Models", eq. 1): ``s*b*h*(34 + 5*a*s/h)`` bytes per layer with 16-bit
-  activations; generalized term by term to gated MLPs, grouped-query attention and models
-  without dropout (it reduces exactly to 34 and 5 for the paper's GPT layout). Flash attention
-  removes the ``5*a*s^2*b`` score term; full activation checkpointing keeps the ``2*s*b*h``
-  layer input per layer plus one layer's activations while it is recomputed; fp32 activations
-  double every 16-bit term. Plus the embedding-dropout mask, final-norm and head inputs
-  (``5*s*b*h``, same paper). Measured profiles (CNNs): ``M0 + b*m1`` at the measured dtype,
-  halved for 16-bit.
-* ``logits`` -- ``4*b*s*V`` bytes per fp32 copy of the logits; training keeps two (the logits
-  and the log-softmax saved by cross-entropy), inference one.
-* ``kv_cache`` -- inference only: ``2*L*n_kv*d_head*s*b*bytes``.
+* ``activations`` -- transformers: every tensor a layer saves for backward, with its real dtype
+  (autocast keeps LayerNorm and softmax outputs and the residual stream in fp32), counted in
+  :mod:`costctl.catalog.activations` (reduces to Korthikanti et al. 2022's
+  ``s*b*h*(34 + 5*a*s/h)`` for an all-16-bit GPT layer). Measured profiles (CNNs):
+  ``M0 + b*m1`` at the measured dtype, halved for 16-bit.
+* ``logits`` -- ``4*b*s*V`` bytes per fp32 copy of the logits; training keeps two at the end of
+  the forward pass (the logits the caller holds, Hugging Face returning them upcast to fp32, and
+  the log-softmax cross-entropy saves), inference one.
+* ``kv_cache`` -- inference only: ``2*L*n_kv*d_head*s*b*bytes`` (``n_kv`` = the key/value heads:
+  one with multi-query attention).
+* ``optimizer_step`` -- the step's temporaries beyond what the backward pass had freed: the
+  multi-tensor (``foreach``) Adam/AdamW of PyTorch (the default on CUDA since 2.0) computes
+  ``torch._foreach_sqrt(exp_avg_sqs)`` into a new list, one state-dtype copy of the trainable
+  params (torch/optim/adamw.py, ``_multi_tensor_adamw``); the per-parameter loop holds one
+  parameter's worth. The step runs after the activations, logits and autocast copies are freed,
+  so this term is ``max(0, temporaries - (activations + logits + weight copies))``.
 * ``cuda_context`` -- the CUDA context and kernels, 0.5 GiB by default (0.3-0.5 GB with
   lazy module loading; 1.3 GB measured on a V100 without it, HF "model memory anatomy").
-* ``fragmentation`` -- the caching allocator's unusable slack, 10 % of the allocated terms.
+* ``fragmentation`` -- the caching allocator's unusable slack, 10 % of the allocated terms
+  (DESIGN.md, "Memory estimation facts"). What ``nvidia-smi`` shows is reserved memory plus
+  the context; ``torch.cuda.max_memory_allocated`` is the allocated terms alone.
 
 Multi-GPU data parallel with ZeRO (Rajbhandari et al. 2020): stage 1 partitions the optimizer
 state over the GPUs, stage 2 also the gradients, stage 3 also the weights. ``offload`` moves
@@ -43,6 +54,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ..errors import UsageError
+from .activations import compute_bytes, model_activation_bytes
 from .models import MeasuredProfile, ModelSpec, TransformerShape
 
 Precision = Literal["fp32", "fp16", "bf16", "mixed"]
@@ -51,7 +63,7 @@ PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "mixed")
 OPTIMIZERS: tuple[str, ...] = ("adamw", "adam", "sgd", "sgd-momentum", "adam-8bit", "none")
 TERMS: tuple[str, ...] = (
     "weights", "weight_copies", "gradients", "optimizer_state", "activations", "logits",
-    "kv_cache", "cuda_context", "fragmentation",
+    "kv_cache", "optimizer_step", "cuda_context", "fragmentation",
 )
 
 GIB = 1024**3
@@ -63,8 +75,11 @@ DEFAULT_FRAGMENTATION = 0.10
 DEFAULT_LOGITS_COPIES = 2
 #: Default LoRA rank for suggestions; PEFT's default targets for Llama are q_proj and v_proj.
 DEFAULT_LORA_RANK = 16
-#: QLoRA: NF4 weights with double quantization cost 4.127 bits/param (Dettmers et al. 2023).
+#: QLoRA: NF4 weights with double quantization cost 4 + 8/64 + 32/(64*256) = 4.127 bits/param
+#: (Dettmers et al. 2023, sec. 3: blocksize 64, 8-bit absmax, second-level blocksize 256).
 QLORA_BITS_PER_PARAM = 4.127
+#: 4-bit weights without double quantization: 4 + 32/64 = 4.5 bits/param (fp32 absmax per 64).
+FOUR_BIT_BITS_PER_PARAM = 4.5
 
 
 @dataclass(frozen=True)
@@ -84,7 +99,12 @@ class Setup:
         flash_attention: attention without materializing the s x s scores.
         lora_rank: train LoRA adapters of this rank on the attention q and v projections
             (PEFT's default for Llama); the base weights are frozen in 16-bit.
-        base_weight_bits: 4 for a QLoRA base (with ``lora_rank``); None = 16-bit.
+        base_weight_bits: 4 for a 4-bit base (QLoRA with ``lora_rank``, or 4-bit inference);
+            None = unquantized.
+        double_quant: the 4-bit base uses double quantization (4.127 bits/param; else 4.5).
+        optimizer_foreach: the optimizer is PyTorch's multi-tensor (foreach) implementation,
+            the default on CUDA since PyTorch 2.0 (False: a per-parameter loop such as the
+            Hugging Face ``adamw_hf`` of transformers < 4.28).
         cuda_context_bytes: per-GPU CUDA context.
         fragmentation: allocator slack as a fraction of the allocated terms.
         logits_copies: fp32 copies of the logits alive at the training peak.
@@ -101,6 +121,8 @@ class Setup:
     flash_attention: bool = False
     lora_rank: int | None = None
     base_weight_bits: int | None = None
+    double_quant: bool = True
+    optimizer_foreach: bool = True
     cuda_context_bytes: int = DEFAULT_CUDA_CONTEXT_BYTES
     fragmentation: float = DEFAULT_FRAGMENTATION
     logits_copies: int = DEFAULT_LOGITS_COPIES
@@ -131,6 +153,21 @@ class Setup:
     def training(self) -> bool:
         """False for inference (optimizer ``none``)."""
         return self.optimizer != "none"
+
+    @property
+    def mode(self) -> str:
+        """Which weights train: ``full``, ``lora`` (frozen 16-bit base) or ``qlora`` (4-bit base)."""
+        if self.lora_rank is None:
+            return "full"
+        return "qlora" if self.base_weight_bits == 4 else "lora"
+
+    @property
+    def base_bits_per_param(self) -> float:
+        """Bits per quantized base weight: 4.127 with double quantization, else 4.5 (4-bit), or
+        ``base_weight_bits`` for 8-bit."""
+        if self.base_weight_bits == 4:
+            return QLORA_BITS_PER_PARAM if self.double_quant else FOUR_BIT_BITS_PER_PARAM
+        return float(self.base_weight_bits or 16)
 
     def but(self, **changes: object) -> "Setup":
         """A copy with ``changes`` applied (validated)."""
@@ -198,31 +235,34 @@ def _param_dtype_bytes(precision: str) -> int:
 
 
 def weight_bytes(params: int, precision: str, *, trainable: int | None = None,
-                 base_weight_bits: int | None = None, inference: bool = False) -> int:
+                 base_weight_bits: int | None = None, inference: bool = False,
+                 quantized: int | None = None, bits_per_param: float | None = None) -> int:
     """Bytes of the parameters as stored.
 
-    Trainable params take 4 B in fp32/mixed and 2 B in fp16/bf16; frozen params (a LoRA base,
-    ``params - trainable``) take 2 B (4 B in fp32) or ``base_weight_bits`` (4-bit QLoRA:
-    4.127 bits/param). Inference stores all weights in the compute dtype (4 B fp32, else 2 B).
+    Trainable params take 4 B in fp32/mixed and 2 B in fp16/bf16. Frozen params (a LoRA base,
+    ``params - trainable``; every param for inference) take the compute dtype (4 B in fp32,
+    else 2 B), except ``quantized`` of them (default: all frozen ones) stored at
+    ``bits_per_param`` (default 4.127 for ``base_weight_bits=4``) when ``base_weight_bits`` is set.
     """
-    if inference:
-        return params * (4 if precision == "fp32" else 2)
-    trainable = params if trainable is None else trainable
+    frozen_dtype = 4 if precision == "fp32" else 2
+    trainable = 0 if inference else (params if trainable is None else trainable)
     frozen = params - trainable
-    if base_weight_bits == 4:
-        frozen_bytes = math.ceil(frozen * QLORA_BITS_PER_PARAM / 8)
-    elif base_weight_bits is not None:
-        frozen_bytes = frozen * base_weight_bits // 8
-    else:
-        frozen_bytes = frozen * (4 if precision == "fp32" else 2)
-    return trainable * _param_dtype_bytes(precision) + frozen_bytes
+    quant = 0
+    quant_bytes = 0
+    if base_weight_bits is not None:
+        quant = frozen if quantized is None else min(quantized, frozen)
+        bits = bits_per_param if bits_per_param is not None else (
+            QLORA_BITS_PER_PARAM if base_weight_bits == 4 else float(base_weight_bits))
+        quant_bytes = math.ceil(quant * bits / 8)
+    return trainable * _param_dtype_bytes(precision) + (frozen - quant) * frozen_dtype + quant_bytes
 
 
-def weight_copy_bytes(trainable: int, precision: str, *, inference: bool = False) -> int:
-    """Mixed precision's 16-bit copies of fp32 params (autocast cache): 2 B per fp32 param; else 0."""
+def weight_copy_bytes(matmul_params: int, precision: str, *, inference: bool = False) -> int:
+    """Mixed precision's 16-bit copies (autocast cache) of the fp32 weights that go through
+    matmuls: 2 B each; 0 otherwise."""
     if precision != "mixed" or inference:
         return 0
-    return 2 * trainable
+    return 2 * matmul_params
 
 
 def gradient_bytes(trainable: int, precision: str, optimizer: str) -> int:
@@ -248,51 +288,39 @@ def optimizer_state_bytes(trainable: int, precision: str, optimizer: str) -> int
     return trainable * per_param
 
 
+def optimizer_step_temporaries(trainable: int, precision: str, optimizer: str, *, foreach: bool = True,
+                               largest_param: int = 0) -> int:
+    """Bytes the optimizer step allocates beyond its state: Adam/AdamW in PyTorch's
+    multi-tensor form hold ``sqrt(exp_avg_sq)`` for every trainable param at once (one
+    state-dtype copy: 4 B fp32/mixed, 2 B pure 16-bit; ``_multi_tensor_adamw``); a
+    per-parameter loop holds it for ``largest_param`` elements only. 8-bit Adam (bitsandbytes
+    updates each tensor in one kernel), SGD and inference: 0."""
+    if optimizer not in ("adam", "adamw"):
+        return 0
+    return (trainable if foreach else min(largest_param, trainable)) * _param_dtype_bytes(precision)
+
+
 # --- activation terms ----------------------------------------------------------------------------
 
 
 def transformer_layer_activation_bytes(shape: TransformerShape, batch: int, seq: int, *,
-                                       flash_attention: bool = False) -> int:
-    """Bytes one layer keeps for backward with 16-bit activations (Korthikanti et al. 2022).
+                                       flash_attention: bool = False, precision: str = "bf16",
+                                       mode: str = "full") -> int:
+    """Bytes one layer keeps for backward (:func:`costctl.catalog.activations.layer_saved_bytes`);
+    by default all tensors 16-bit, where it is Korthikanti et al. 2022's
+    ``s*b*h*(34 + 5*a*s/h)`` for the paper's GPT layout."""
+    from .activations import layer_saved_bytes
 
-    ``s*b*h`` coefficients: attention 2 (QKV input) + 2 (Q) + 4*n_kv/a (K, V) + 2 (output
-    projection input) + 1 (dropout mask, if dropout); MLP 2 (input) + 1 (dropout mask) and
-    ``s*b*f`` x 4 (activation input and output; 8 for a gated MLP: gate, up, activation output,
-    product); norms 4. Scores ``a*s^2*b`` x (2 softmax output + 1 dropout mask + 2 dropout
-    output), without dropout x 2; flash attention keeps none. For the paper's GPT layout
-    (f = 4h, MHA, dropout) this is exactly ``s*b*h*(34 + 5*a*s/h)``.
-    """
-    h, f, a = shape.hidden_size, shape.ffn, shape.n_heads
-    drop = 1 if shape.dropout else 0
-    sbh = seq * batch * h
-    attn = sbh * (2 + 2 + 2 + drop) + 4 * seq * batch * shape.kv_heads * shape.head_dim
-    mlp = sbh * (2 + drop) + seq * batch * f * (8 if shape.gated_mlp else 4)
-    norms = 4 * sbh
-    scores = 0 if flash_attention else a * seq * seq * batch * (5 if shape.dropout else 2)
-    return attn + mlp + norms + scores
+    return layer_saved_bytes(shape, batch, seq, precision, flash_attention=flash_attention, mode=mode)
 
 
 def transformer_activation_bytes(shape: TransformerShape, batch: int, seq: int, *, precision: str = "mixed",
                                  flash_attention: bool = False, grad_checkpointing: bool = False,
-                                 inference: bool = False) -> int:
-    """Activation bytes of the whole model for one micro-batch (logits excluded).
-
-    Training: ``L`` layers (or, with full checkpointing, ``2*s*b*h`` per layer plus one layer
-    being recomputed) plus ``5*s*b*h`` for the embedding-dropout mask and the final-norm and
-    head inputs (Korthikanti et al. 2022, sec. 4). Inference keeps only one layer's working
-    set. fp32 activations double every term.
-    """
-    layer = transformer_layer_activation_bytes(shape, batch, seq, flash_attention=flash_attention)
-    sbh = seq * batch * shape.hidden_size
-    if inference:
-        total = layer
-    else:
-        if grad_checkpointing:
-            total = shape.n_layers * 2 * sbh + layer
-        else:
-            total = shape.n_layers * layer
-        total += sbh * (4 + (1 if shape.dropout else 0))
-    return total * (2 if precision == "fp32" else 1)
+                                 inference: bool = False, mode: str = "full") -> int:
+    """Activation bytes of the whole model for one micro-batch, logits excluded
+    (:func:`costctl.catalog.activations.model_activation_bytes`)."""
+    return model_activation_bytes(shape, batch, seq, precision, flash_attention=flash_attention,
+                                  grad_checkpointing=grad_checkpointing, mode=mode, inference=inference)
 
 
 def measured_activation_bytes(profile: MeasuredProfile, batch: int, *, precision: str = "mixed",
@@ -317,7 +345,8 @@ def logits_bytes(batch: int, seq: int, width: int, copies: int = DEFAULT_LOGITS_
 
 
 def kv_cache_bytes(shape: TransformerShape, batch: int, seq: int, dtype_bytes: int = 2) -> int:
-    """KV cache for inference: ``2*L*n_kv*d_head*s*b*bytes``."""
+    """KV cache for inference: ``2*L*n_kv*d_head*s*b*bytes`` (``n_kv`` key/value heads: 1 with
+    multi-query attention, the group count with grouped-query attention)."""
     return 2 * shape.n_layers * shape.kv_heads * shape.head_dim * seq * batch * dtype_bytes
 
 
@@ -335,6 +364,28 @@ def lora_trainable_params(shape: ModelSpec, rank: int) -> int:
 # --- the estimate --------------------------------------------------------------------------------
 
 
+def _matmul_params(model: ModelSpec) -> int:
+    """Weights that go through matmuls (autocast casts them); a measured profile: all params."""
+    if isinstance(model, TransformerShape) and model.params is None:
+        return model.n_layers * model.layer_matmul_params() + model.head_matmul_params()
+    return model.param_count()
+
+
+def _quantized_params(model: ModelSpec) -> int:
+    """Weights a 4-bit base quantizes: the layers' linear projections (embeddings, norms and
+    the output head stay 16-bit); a measured profile: all params."""
+    if isinstance(model, TransformerShape):
+        return model.n_layers * model.layer_matmul_params()
+    return model.param_count()
+
+
+def _largest_param(model: ModelSpec) -> int:
+    """The largest single parameter tensor (the embedding / head ``V*h`` or a layer matrix)."""
+    if isinstance(model, TransformerShape):
+        return max(model.vocab_size * model.hidden_size, model.largest_matmul_params())
+    return model.param_count()
+
+
 def estimate_memory(model: ModelSpec, setup: Setup) -> MemoryBreakdown:
     """Estimate per-GPU memory for ``model`` under ``setup``.
 
@@ -342,34 +393,47 @@ def estimate_memory(model: ModelSpec, setup: Setup) -> MemoryBreakdown:
         a :class:`MemoryBreakdown`; ``terms`` in bytes per GPU, ``cpu_bytes`` offloaded.
 
     Raises:
-        UsageError: a setup that cannot apply (LoRA with inference, 4-bit base without LoRA).
+        UsageError: a setup that cannot apply (LoRA with inference, 4-bit base with training
+            but without LoRA).
     """
     s = setup
     inference = not s.training
     if s.lora_rank is not None and inference:
         raise UsageError("LoRA applies to training; drop --lora-rank or pick an optimizer")
-    if s.base_weight_bits is not None and s.lora_rank is None:
-        raise UsageError("a quantized base (4-bit) needs LoRA adapters: set a LoRA rank")
+    if s.base_weight_bits is not None and s.lora_rank is None and not inference:
+        raise UsageError("a quantized base (4-bit) needs LoRA adapters for training: set a LoRA rank")
     params = model.param_count()
     trainable = 0 if inference else (lora_trainable_params(model, s.lora_rank) if s.lora_rank else params)
     notes: list[str] = []
+    quantized = _quantized_params(model) if s.base_weight_bits is not None else None
 
     weights = weight_bytes(params, s.precision, trainable=trainable, base_weight_bits=s.base_weight_bits,
-                           inference=inference)
-    copies = weight_copy_bytes(trainable, s.precision, inference=inference)
+                           inference=inference, quantized=quantized,
+                           bits_per_param=s.base_bits_per_param if s.base_weight_bits else None)
+    if s.base_weight_bits is not None and isinstance(model, TransformerShape):
+        # the matrix being dequantized for its matmul, in the compute dtype
+        copies = model.largest_matmul_params() * compute_bytes(s.precision)
+    else:
+        copies = weight_copy_bytes(_matmul_params(model) if s.mode == "full" else trainable, s.precision,
+                                   inference=inference)
     grads = gradient_bytes(trainable, s.precision, s.optimizer)
     optim = optimizer_state_bytes(trainable, s.precision, s.optimizer)
+    temps = 0 if inference else optimizer_step_temporaries(
+        trainable, s.precision, s.optimizer, foreach=s.optimizer_foreach, largest_param=_largest_param(model))
     cpu = 0
     if s.offload and not inference:
         master = trainable * _param_dtype_bytes(s.precision) if s.precision == "mixed" else 0
         cpu = optim + master + grads
         weights -= master  # the fp32 master copy lives on the host; the 16-bit copy stays
+        copies = max(copies, trainable * 2) if s.precision == "mixed" else copies
         optim = 0
+        temps = 0  # the step runs on the CPU
         grads = trainable * 2 if s.precision != "fp32" else grads  # 16-bit grads wait on the GPU
         notes.append("offload: optimizer state and fp32 master weights in CPU RAM (ZeRO-Offload)")
     n = s.gpus
     if s.zero_stage and n > 1 and not inference:
         optim = math.ceil(optim / n)
+        temps = math.ceil(temps / n)
         if s.zero_stage >= 2:
             grads = math.ceil(grads / n)
         if s.zero_stage >= 3:
@@ -384,12 +448,11 @@ def estimate_memory(model: ModelSpec, setup: Setup) -> MemoryBreakdown:
         seq = model.fixed_seq_len or s.seq_len or model.default_seq_len
         if model.fixed_seq_len and s.seq_len and s.seq_len != model.fixed_seq_len:
             notes.append(f"{model.name} has a fixed sequence of {model.fixed_seq_len} tokens; --seq-len ignored")
-        acts = transformer_activation_bytes(model, s.batch_size, seq, precision=s.precision,
-                                            flash_attention=s.flash_attention,
-                                            grad_checkpointing=s.grad_checkpointing, inference=inference)
+        acts = model_activation_bytes(model, s.batch_size, seq, s.precision, flash_attention=s.flash_attention,
+                                      grad_checkpointing=s.grad_checkpointing, mode=s.mode, inference=inference)
         logit = logits_bytes(s.batch_size, seq, model.logits_width, 1 if inference else s.logits_copies)
         if inference:
-            kv = kv_cache_bytes(model, s.batch_size, seq, 4 if s.precision == "fp32" else 2)
+            kv = kv_cache_bytes(model, s.batch_size, seq, compute_bytes(s.precision))
     else:
         seq = None
         acts = measured_activation_bytes(model, s.batch_size, precision=s.precision,
@@ -408,6 +471,8 @@ def estimate_memory(model: ModelSpec, setup: Setup) -> MemoryBreakdown:
         "activations": acts,
         "logits": logit,
         "kv_cache": kv,
+        # the step runs once activations, logits and autocast copies are freed
+        "optimizer_step": max(0, temps - (acts + logit + copies)),
         "cuda_context": s.cuda_context_bytes,
     }
     allocated = sum(v for k, v in terms.items() if k != "cuda_context")
@@ -428,6 +493,8 @@ __all__ = [
     "PRECISIONS",
     "Setup",
     "TERMS",
+    "FOUR_BIT_BITS_PER_PARAM",
+    "QLORA_BITS_PER_PARAM",
     "estimate_memory",
     "gradient_bytes",
     "kv_cache_bytes",
@@ -435,6 +502,7 @@ __all__ = [
     "lora_trainable_params",
     "measured_activation_bytes",
     "optimizer_state_bytes",
+    "optimizer_step_temporaries",
     "transformer_activation_bytes",
     "transformer_layer_activation_bytes",
     "weight_bytes",

@@ -39,6 +39,11 @@ class TransformerShape:
         params: published parameter count, when it should win over the formula (e.g. ViT's patch embedding).
         fixed_seq_len: sequence length fixed by the model (ViT-B/16 at 224x224: 197 tokens).
         default_seq_len: sequence length used when the caller gives none.
+        activation: MLP activation as implemented: ``gelu`` (fused ``F.gelu``), ``gelu_new``
+            (GPT-2's tanh approximation written out in Hugging Face), ``relu``, ``silu`` (gated);
+            None = ``silu`` for a gated MLP, else ``gelu``.
+        fused_qkv: q, k and v come from one projection (GPT-2's ``c_attn``); separate
+            projections (BERT, Llama) each cast their input under autocast.
         source: where the shape comes from.
     """
 
@@ -60,7 +65,14 @@ class TransformerShape:
     params: int | None = None
     fixed_seq_len: int | None = None
     default_seq_len: int = 2048
+    activation: str | None = None
+    fused_qkv: bool = False
     source: str = ""
+
+    @property
+    def mlp_activation(self) -> str:
+        """The MLP activation (see ``activation``)."""
+        return self.activation or ("silu" if self.gated_mlp else "gelu")
 
     @property
     def ffn(self) -> int:
@@ -81,6 +93,24 @@ class TransformerShape:
     def logits_width(self) -> int:
         """Width of the output logits: the vocabulary for an LM head, else the label count."""
         return self.vocab_size if self.output_size is None else self.output_size
+
+    def layer_matmul_params(self) -> int:
+        """Weights of one layer's linear projections (q, o: ``h*h``; k, v: ``h*kv_dim``; MLP
+        ``2*h*f`` or ``3*h*f`` gated), biases and norms excluded: what a 4-bit base quantizes."""
+        h, f = self.hidden_size, self.ffn
+        return 2 * h * h + 2 * h * self.kv_heads * self.head_dim + (3 if self.gated_mlp else 2) * h * f
+
+    def head_matmul_params(self) -> int:
+        """Weights of the output head's matrix (``V*h`` for an LM head, tied or not; ``h*labels``
+        plus the pooler for a classifier)."""
+        h = self.hidden_size
+        if self.output_size is None:
+            return self.vocab_size * h
+        return h * self.output_size + (h * h if self.pooler else 0)
+
+    def largest_matmul_params(self) -> int:
+        """The largest single projection matrix in a layer (``h*f`` or ``h*h``)."""
+        return self.hidden_size * max(self.ffn, self.hidden_size)
 
     def param_count(self) -> int:
         """Parameters: ``params`` if given, else counted from the shape (embeddings, per-layer
@@ -149,12 +179,12 @@ PRESETS: dict[str, ModelSpec] = {
         "bert-large", 24, 1024, 16, 30522, learned_positions=512, token_types=2, pooler=True,
         output_size=2, default_seq_len=128, source=_BERT.format("bert-large-uncased")),
     "gpt2": TransformerShape("gpt2", 12, 768, 12, 50257, learned_positions=1024, default_seq_len=1024,
-                             source=_GPT2.format("gpt2")),
-    "gpt2-medium": TransformerShape("gpt2-medium", 24, 1024, 16, 50257, learned_positions=1024,
+                             activation="gelu_new", fused_qkv=True, source=_GPT2.format("gpt2")),
+    "gpt2-medium": TransformerShape("gpt2-medium", 24, 1024, 16, 50257, learned_positions=1024, activation="gelu_new", fused_qkv=True,
                                     default_seq_len=1024, source=_GPT2.format("gpt2-medium")),
-    "gpt2-large": TransformerShape("gpt2-large", 36, 1280, 20, 50257, learned_positions=1024,
+    "gpt2-large": TransformerShape("gpt2-large", 36, 1280, 20, 50257, learned_positions=1024, activation="gelu_new", fused_qkv=True,
                                    default_seq_len=1024, source=_GPT2.format("gpt2-large")),
-    "gpt2-xl": TransformerShape("gpt2-xl", 48, 1600, 25, 50257, learned_positions=1024,
+    "gpt2-xl": TransformerShape("gpt2-xl", 48, 1600, 25, 50257, learned_positions=1024, activation="gelu_new", fused_qkv=True,
                                 default_seq_len=1024, source=_GPT2.format("gpt2-xl")),
     "llama-2-7b": TransformerShape(
         "llama-2-7b", 32, 4096, 32, 32000, intermediate_size=11008, gated_mlp=True, dropout=False,
@@ -228,7 +258,36 @@ def shape_from_params(params: float) -> TransformerShape:
 
 _GATED_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3",
                 "internlm2", "yi", "deepseek", "olmo", "olmo2", "granite", "cohere"}
-_LEARNED_POSITION_TYPES = {"gpt2", "bert", "roberta", "distilbert", "opt", "gpt_neo", "xlm-roberta", "electra"}
+_LEARNED_POSITION_TYPES = {"gpt2", "bert", "roberta", "distilbert", "opt", "gpt_neo", "xlm-roberta", "electra",
+                           "gpt_bigcode"}
+#: Model types whose q, k and v come from one fused projection (GPT-2 ``c_attn``, GPTBigCode, Falcon, Phi-3...).
+_FUSED_QKV_TYPES = {"gpt2", "gpt_bigcode", "falcon", "phi3", "bloom", "gpt_neox", "mpt", "chatglm"}
+#: ``hidden_act`` / ``activation_function`` values -> how the activation saves tensors.
+_ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_fast": "gelu", "quick_gelu": "gelu",
+                "gelu_new": "gelu_new", "relu": "relu", "silu": "silu", "swish": "silu", "swiglu": "silu"}
+#: config.json keys that give the number of key/value heads (grouped-query attention).
+_KV_HEAD_KEYS = ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num", "n_kv_heads")
+
+
+def _kv_heads(cfg: dict[str, Any], heads: int, path: Path) -> int | None:
+    """Key/value heads from config.json: ``num_key_value_heads`` (Llama, Mistral, Qwen2),
+    ``n_head_kv`` / ``num_kv_heads`` (Falcon), ``multi_query_group_num`` (ChatGLM), or
+    ``multi_query: true`` (GPTBigCode / StarCoder, Falcon-7B: one K/V head); None = full
+    multi-head attention.
+
+    Raises:
+        ConfigError: a count that is not a positive integer dividing the attention heads.
+    """
+    key = next((k for k in _KV_HEAD_KEYS if cfg.get(k) is not None), None)
+    if key is not None:
+        value = cfg[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or heads % value:
+            raise ConfigError(f"{path}: {key} {value!r} must be a positive integer that divides "
+                              f"the {heads} attention heads")
+        return value
+    if cfg.get("multi_query") is True:
+        return 1
+    return None
 
 
 def _first(cfg: dict[str, Any], *keys: str) -> Any:
@@ -242,13 +301,17 @@ def shape_from_hf_config(path: Path) -> TransformerShape:
     """A :class:`TransformerShape` from a Hugging Face ``config.json``.
 
     Reads ``num_hidden_layers``/``n_layer``, ``hidden_size``/``n_embd``/``d_model``,
-    ``num_attention_heads``/``n_head``, ``num_key_value_heads``, ``intermediate_size``/``n_inner``,
+    ``num_attention_heads``/``n_head``, the key/value heads (``num_key_value_heads``,
+    ``n_head_kv``, ``num_kv_heads``, ``multi_query_group_num``, or ``multi_query: true`` for one
+    shared K/V head), ``intermediate_size``/``n_inner``,
     ``vocab_size``, ``max_position_embeddings``/``n_positions``, ``tie_word_embeddings``,
     ``hidden_act``, dropout probabilities and ``architectures`` (a ``...ForSequenceClassification``
     model gets a classifier head of ``num_labels``/``id2label`` width).
 
     Raises:
-        ConfigError: unreadable file, not JSON, or a required key missing (named in the message).
+        ConfigError: unreadable file, not JSON, a required key missing (named in the message),
+            or inconsistent heads (hidden size not divisible by the heads, K/V heads not
+            dividing them).
     """
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))
@@ -268,9 +331,12 @@ def shape_from_hf_config(path: Path) -> TransformerShape:
                        ("num_attention_heads", heads), ("vocab_size", vocab)):
         if not isinstance(value, int) or value <= 0:
             raise ConfigError(f"{path}: needs a positive integer {key} (or its GPT-2 spelling); got {value!r}")
+    if hidden % heads:
+        raise ConfigError(f"{path}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
     model_type = str(cfg.get("model_type") or "").lower()
     act = str(cfg.get("hidden_act") or cfg.get("activation_function") or "").lower()
     gated = model_type in _GATED_TYPES or act in {"silu", "swiglu", "swish"}
+    kv_heads = _kv_heads(cfg, heads, path)
     drop_keys = ("hidden_dropout_prob", "resid_pdrop", "attention_dropout", "attention_probs_dropout_prob",
                  "hidden_dropout", "dropout")
     dropout = any(isinstance(cfg.get(k), (int, float)) and cfg[k] > 0 for k in drop_keys)
@@ -288,7 +354,7 @@ def shape_from_hf_config(path: Path) -> TransformerShape:
         n_heads=heads,
         vocab_size=vocab,
         intermediate_size=_first(cfg, "intermediate_size", "n_inner", "ffn_dim"),
-        n_kv_heads=_first(cfg, "num_key_value_heads"),
+        n_kv_heads=kv_heads,
         gated_mlp=gated,
         dropout=dropout,
         bias=bias,
@@ -298,6 +364,8 @@ def shape_from_hf_config(path: Path) -> TransformerShape:
         pooler=model_type == "bert" and output_size is not None,
         output_size=output_size,
         default_seq_len=min(int(max_pos), 2048),
+        activation="silu" if gated else _ACTIVATIONS.get(act, "gelu"),
+        fused_qkv=model_type in _FUSED_QKV_TYPES,
         source=f"Hugging Face config.json {path}",
     )
 

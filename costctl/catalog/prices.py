@@ -8,6 +8,13 @@ provider, GPU and billing mode):
    (the adapter's offers), kept in a CSV file in the data dir (:func:`imported_prices_path`);
 3. ``[[catalog.prices]]`` in ``costctl.toml``.
 
+Every row has a billing mode: ``on-demand``, ``spot`` (interruptible; the going or minimum
+bid), or ``from`` -- a marketplace's lowest listing seen, a floor rather than a price a job can
+count on (third-party summaries of Vast.ai), shown but never ranked as a job's price -- and,
+where the provider has several prices per GPU and mode, a ``tier`` (RunPod: ``secure`` and
+``community`` cloud, four prices per GPU type). RunPod's prices come live from its API
+(``gpuTypes``, through the adapter) when a key is configured (:func:`live_prices`).
+
 Prices are Decimal per GPU-hour in the row's currency. Amounts in different currencies are
 compared only through an :class:`~costctl.money.ExchangeRate` from ``[[catalog.exchange_rates]]``
 (with its date); otherwise each currency is ranked on its own (:func:`rank_groups`).
@@ -34,9 +41,14 @@ from .gpus import normalize_gpu_name
 if TYPE_CHECKING:
     from ..config import Settings
 
-Billing = Literal["on-demand", "spot"]
-BILLING_MODES: tuple[str, ...] = ("on-demand", "spot")
+Billing = Literal["on-demand", "spot", "from"]
+#: Billing modes a price row may have; ``from`` = a marketplace's lowest listing (a floor).
+BILLING_MODES: tuple[str, ...] = ("on-demand", "spot", "from")
+#: Billing modes a job's cost can be ranked by.
+RANKED_BILLING_MODES: tuple[str, ...] = ("on-demand", "spot")
 PRICE_COLUMNS = ("provider", "gpu", "billing", "price_per_gpu_hour", "currency", "seen", "source")
+#: Optional columns (empty when absent).
+OPTIONAL_PRICE_COLUMNS = ("tier",)
 IMPORTED_PRICES_FILE = "imported_prices.csv"
 
 T = TypeVar("T")
@@ -51,11 +63,13 @@ class PriceEntry:
         gpu: catalog name when known (see :func:`~costctl.catalog.gpus.normalize_gpu_name`), else the raw name.
         gpu_raw: the name as the source spelled it.
         known: whether ``gpu`` is a catalog model.
-        billing: ``"on-demand"`` or ``"spot"`` (interruptible; for spot the price is the going or minimum bid).
+        billing: ``"on-demand"``, ``"spot"`` (interruptible; the going or minimum bid) or
+            ``"from"`` (a marketplace's lowest listing; never ranked as a job's price).
         price_per_gpu_hour: Decimal, currency units per GPU-hour.
         currency: ISO 4217 code.
         seen: the date the price was seen.
-        source: URL, file or ``"config"``.
+        source: URL, file, ``"config"`` or the provider's API.
+        tier: the provider's price tier (RunPod ``secure`` / ``community``); ``""`` when it has one.
     """
 
     provider: str
@@ -67,6 +81,17 @@ class PriceEntry:
     currency: str
     seen: date
     source: str
+    tier: str = ""
+
+    @property
+    def ranked(self) -> bool:
+        """Whether a job's cost may be ranked by this price (on-demand or spot, not ``from``)."""
+        return self.billing in RANKED_BILLING_MODES
+
+    @property
+    def label(self) -> str:
+        """Billing mode and tier for tables: ``"on-demand"``, ``"spot community"``, ``"from"``."""
+        return f"{self.billing} {self.tier}".strip()
 
     @property
     def price(self) -> Money:
@@ -74,9 +99,9 @@ class PriceEntry:
         return Money(self.price_per_gpu_hour, self.currency)
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        """(provider, gpu, billing): rows with the same key replace each other."""
-        return (self.provider, self.gpu, self.billing)
+    def key(self) -> tuple[str, str, str, str]:
+        """(provider, gpu, billing, tier): rows with the same key replace each other."""
+        return (self.provider, self.gpu, self.billing, self.tier)
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready dict (price as a string, date ISO)."""
@@ -90,6 +115,8 @@ class PriceEntry:
             "currency": self.currency,
             "seen": self.seen.isoformat(),
             "source": self.source,
+            "tier": self.tier or None,
+            "ranked": self.ranked,
         }
 
 
@@ -103,12 +130,13 @@ def make_entry(
     source: str,
     *,
     memory_gb: float | None = None,
+    tier: str | None = None,
 ) -> PriceEntry:
     """Validate and build a :class:`PriceEntry`, normalizing the GPU name.
 
     Raises:
-        ConfigError: empty provider or GPU, billing not on-demand|spot, a price that is not a
-            number >= 0, a currency that is not three letters, or a date not ``YYYY-MM-DD``.
+        ConfigError: empty provider or GPU, billing not on-demand|spot|from, a price that is
+            not a number >= 0, a currency that is not three letters, or a date not ``YYYY-MM-DD``.
     """
     provider = (provider or "").strip().lower()
     if not provider:
@@ -118,7 +146,7 @@ def make_entry(
         raise ConfigError(f"price for {provider}: gpu is empty")
     billing = (billing or "").strip().lower()
     if billing not in BILLING_MODES:
-        raise ConfigError(f"price for {provider} {raw}: billing {billing!r} is not one of on-demand, spot")
+        raise ConfigError(f"price for {provider} {raw}: billing {billing!r} is not one of on-demand, spot, from")
     amount = parse_decimal(price_per_gpu_hour, what=f"price for {provider} {raw}")
     if amount < 0:
         raise ConfigError(f"price for {provider} {raw}: {amount} is negative")
@@ -131,12 +159,13 @@ def make_entry(
         except ValueError:
             raise ConfigError(f"price for {provider} {raw}: date {seen!r} is not YYYY-MM-DD") from None
     name, known = normalize_gpu_name(raw, memory_gb=memory_gb)
-    return PriceEntry(provider, name, raw, known, billing, amount, cur, seen, (source or "").strip())  # type: ignore[arg-type]
+    return PriceEntry(provider, name, raw, known, billing, amount, cur, seen, (source or "").strip(),  # type: ignore[arg-type]
+                      (tier or "").strip().lower())
 
 
 def parse_price_csv(text: str, *, origin: str) -> list[PriceEntry]:
     """Read a price CSV with the header ``provider,gpu,billing,price_per_gpu_hour,currency,seen,source``
-    (columns by name, any order; lines starting with ``#`` are comments).
+    and optionally ``tier`` (columns by name, any order; lines starting with ``#`` are comments).
 
     Raises:
         ConfigError: a missing column or a bad row (naming ``origin`` and the line).
@@ -149,7 +178,7 @@ def parse_price_csv(text: str, *, origin: str) -> list[PriceEntry]:
     out = []
     for n, row in enumerate(reader, start=2):
         try:
-            out.append(make_entry(*(row[c] or "" for c in PRICE_COLUMNS)))
+            out.append(make_entry(*(row[c] or "" for c in PRICE_COLUMNS), tier=row.get("tier") or None))
         except ConfigError as exc:
             raise ConfigError(f"{origin} row {n}: {exc}") from None
     return out
@@ -186,11 +215,12 @@ def save_imported_prices(entries: Sequence[PriceEntry], configured_data_dir: Pat
     rows = merge_prices(kept, entries)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(PRICE_COLUMNS)
+    writer.writerow(PRICE_COLUMNS + OPTIONAL_PRICE_COLUMNS)
     for e in rows:
         # The catalog name, not the raw one: a family name resolved by memory ("A100" with
         # 80 GB) must not fall back to its default variant when read back.
-        writer.writerow([e.provider, e.gpu if e.known else e.gpu_raw, e.billing, e.price_per_gpu_hour, e.currency, e.seen.isoformat(), e.source])
+        writer.writerow([e.provider, e.gpu if e.known else e.gpu_raw, e.billing, e.price_per_gpu_hour, e.currency,
+                         e.seen.isoformat(), e.source, e.tier])
     fd, tmp = tempfile.mkstemp(prefix=".imported_prices.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
@@ -202,12 +232,12 @@ def save_imported_prices(entries: Sequence[PriceEntry], configured_data_dir: Pat
     return path
 
 
-def prices_from_offers(offers: Iterable[Any], *, seen: date) -> list[PriceEntry]:
+def prices_from_offers(offers: Iterable[Any], *, seen: date, source: str | None = None) -> list[PriceEntry]:
     """Price rows from a provider adapter's offers (``costctl_providers.base.Offer``): the
-    cheapest per-GPU-hour price per (GPU, billing) mode; prepaid offers are skipped.
+    cheapest per-GPU-hour price per (GPU, billing mode, tier); prepaid offers are skipped.
 
     Offers are read by attribute (provider, gpu_raw/gpu, gpu_count, billing, price_per_hour,
-    currency, gpu_memory_bytes, region), so this module does not import the providers package.
+    currency, gpu_memory_bytes, region, tier), so this module does not import the providers package.
     """
     best: dict[tuple[str, str, str], PriceEntry] = {}
     for offer in offers:
@@ -218,8 +248,8 @@ def prices_from_offers(offers: Iterable[Any], *, seen: date) -> list[PriceEntry]
         memory = getattr(offer, "gpu_memory_bytes", None)
         entry = make_entry(
             offer.provider, raw, billing, Decimal(offer.price_per_hour) / Decimal(offer.gpu_count),
-            offer.currency, seen, f"{offer.provider} offers{f' ({offer.region})' if offer.region else ''}",
-            memory_gb=memory / 2**30 if memory else None,
+            offer.currency, seen, source or f"{offer.provider} offers{f' ({offer.region})' if offer.region else ''}",
+            memory_gb=memory / 2**30 if memory else None, tier=getattr(offer, "tier", None),
         )
         current = best.get(entry.key)
         if current is None or entry.price_per_gpu_hour < current.price_per_gpu_hour:
@@ -413,13 +443,57 @@ def config_prices(settings: "Settings | None") -> list[PriceEntry]:
     if settings is None:
         return []
     return [
-        make_entry(p.provider, p.gpu, p.billing, p.price_per_gpu_hour, p.currency, p.seen, p.source or "config")
+        make_entry(p.provider, p.gpu, p.billing, p.price_per_gpu_hour, p.currency, p.seen, p.source or "config",
+                   tier=p.tier)
         for p in settings.catalog.prices
     ]
 
 
-def load_price_table(settings: "Settings | None" = None, *, include_imported: bool = True) -> PriceTable:
-    """The merged price table: shipped seed < imported (data dir) < config overrides.
+@dataclass(frozen=True)
+class LivePrices:
+    """Prices fetched from providers' APIs: ``entries``, and one line per provider that was
+    asked but failed (``problems``; the dated table stands in for it)."""
+
+    entries: tuple[PriceEntry, ...] = ()
+    problems: tuple[str, ...] = ()
+    providers: tuple[str, ...] = ()
+
+
+def live_prices(settings: "Settings", *, seen: date | None = None) -> LivePrices:
+    """Current list prices from every provider whose adapter declares a ``price_list``
+    (RunPod's ``gpuTypes``: four prices per GPU type) and has its API credential configured,
+    through the adapter (its HTTP client, timeouts and retries). A provider without a
+    credential is skipped silently; one whose API fails is reported in ``problems``.
+
+    The providers package is imported here only (start-up stays fast for other commands).
+    """
+    from costctl_providers.registry import available_providers, capabilities_of
+
+    from ..cloud import open_provider
+
+    entries: list[PriceEntry] = []
+    problems: list[str] = []
+    asked: list[str] = []
+    when = seen or date.today()
+    for name in available_providers():
+        try:
+            if not capabilities_of(name).get("price_list"):
+                continue
+            adapter = open_provider(settings, name)
+            if not adapter.has_credential():
+                continue
+            asked.append(name)
+            entries.extend(prices_from_offers(adapter.list_offers(), seen=when, source=f"{name} API (live)"))
+        except CostctlError as exc:
+            problems.append(f"{name}: live prices unavailable ({exc}); using the dated table")
+    return LivePrices(tuple(entries), tuple(problems), tuple(asked))
+
+
+def load_price_table(settings: "Settings | None" = None, *, include_imported: bool = True,
+                     live: LivePrices | None = None) -> PriceTable:
+    """The merged price table: shipped seed < imported (data dir) < live API prices
+    (``live``, see :func:`live_prices`) < config overrides. A provider with live prices
+    replaces all its seed and imported rows (its own current list, not a mix of dates).
 
     Raises:
         ConfigError: a malformed shipped, imported or configured price.
@@ -428,12 +502,19 @@ def load_price_table(settings: "Settings | None" = None, *, include_imported: bo
     layers: list[list[PriceEntry]] = [shipped_prices()]
     if include_imported:
         layers.append(load_imported_prices(configured_dir))
+    if live is not None and live.entries:
+        fresh = {e.provider for e in live.entries}
+        layers = [[e for e in layer if e.provider not in fresh] for layer in layers]
+        layers.append(list(live.entries))
     layers.append(config_prices(settings))
     return PriceTable(entries=tuple(merge_prices(*layers)), rates=rates_from_settings(settings))
 
 
 __all__ = [
     "BILLING_MODES",
+    "LivePrices",
+    "RANKED_BILLING_MODES",
+    "live_prices",
     "check_rank_currency",
     "PriceEntry",
     "PriceTable",

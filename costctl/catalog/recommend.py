@@ -3,18 +3,22 @@ estimated cost of the job, and for the cards that do not fit, what would make th
 
 Time of a job on a card, in hours, comes from one of two models:
 
-* FLOPs: training FLOPs / (GPUs x dense peak x MFU). Training FLOPs per token are
-  ``6*N + 6*L*s*h`` (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", sec. 2.1:
-  forward ``2N + 2*n_layer*n_ctx*d_attn``, backward twice that); full activation checkpointing
-  adds one forward (x 4/3); LoRA skips weight gradients (x 2/3). Measured profiles use
-  3 x forward FLOPs per sample. The peak is the card's dense tensor rate for 16-bit compute
-  (BF16 where the card has it, else FP16) or its FP32 rate; MFU defaults to 0.35.
+* FLOPs: training FLOPs / (GPUs x dense peak x fraction). Training FLOPs per token are
+  ``6*N + 6*L*s*h`` with N the weights that go through matmuls (Kaplan et al. 2020, "Scaling
+  Laws for Neural Language Models", sec. 2.1: forward ``2N + 2*n_layer*n_ctx*d_attn`` with N
+  the non-embedding parameters -- plus the output head, a matmul too -- backward twice that);
+  full activation checkpointing adds one forward (x 4/3); LoRA skips weight gradients (x 2/3).
+  Measured profiles use 3 x forward FLOPs per sample. The peak is the card's dense tensor rate
+  for 16-bit compute (BF16 where the card has it, else FP16) or its FP32 rate; the fraction is
+  what published runs achieved (:mod:`costctl.catalog.throughput`), or ``--mfu``.
 * Reference: a time the user measured on another card, scaled by
   ``share x peak_ref/peak_card + (1 - share) x bandwidth_ref/bandwidth_card`` (share of the
   step bound by compute, default 0.5: a two-term roofline blend).
 
 Cost = price per GPU-hour x GPUs x hours, in the price's currency. Prices in different
-currencies are ranked together only through a configured exchange rate.
+currencies are ranked together only through a configured exchange rate. Only prices with a
+billing mode (on-demand, spot) are ranked; a marketplace's "from" price is not a price a job
+can be sure to pay.
 """
 
 from __future__ import annotations
@@ -28,10 +32,15 @@ from ..money import Money
 from .gpus import Catalog, GpuModel
 from .memory import DEFAULT_LORA_RANK, MemoryBreakdown, Setup, estimate_memory
 from .models import MeasuredProfile, ModelSpec, TransformerShape
-from .prices import PriceEntry, PriceTable, rank_groups, rates_used
+from .prices import RANKED_BILLING_MODES, PriceEntry, PriceTable, rank_groups, rates_used
+from .throughput import Efficiency, efficiency, samples_work
 
 DEFAULT_HEADROOM = 0.10
-DEFAULT_MFU = 0.35
+#: Billing modes a job's cost is ranked by; a "from" price (a marketplace's lowest listing,
+#: billing mode unknown) is shown by ``costctl gpus`` but never ranked as a job's price.
+RANKED_BILLING = RANKED_BILLING_MODES
+#: None: the fraction of the dense peak comes from published runs (costctl.catalog.throughput).
+DEFAULT_MFU: float | None = None
 DEFAULT_COMPUTE_SHARE = 0.5
 ZERO_GPU_COUNTS = (2, 4, 8, 16, 32, 64)
 
@@ -71,7 +80,9 @@ def training_flops(model: ModelSpec, setup: Setup, work: float, seq_len: int | N
     """
     if isinstance(model, TransformerShape):
         seq = seq_len or model.default_seq_len
-        per_token = 6 * model.param_count() + 6 * model.n_layers * seq * model.hidden_size
+        matmul = (model.n_layers * model.layer_matmul_params() + model.head_matmul_params()
+                  if model.params is None else model.param_count())
+        per_token = 6 * matmul + 6 * model.n_layers * seq * model.hidden_size
     else:
         if not model.forward_flops_per_sample:
             raise UsageError(f"{model.name}: no FLOPs per sample known; give --reference-gpu/--reference-hours")
@@ -81,6 +92,17 @@ def training_flops(model: ModelSpec, setup: Setup, work: float, seq_len: int | N
     if setup.lora_rank:
         per_token *= 2 / 3
     return per_token * work
+
+
+def card_efficiency(model: ModelSpec, setup: Setup, gpu: GpuModel, mfu: float | None = None) -> Efficiency:
+    """The fraction of ``gpu``'s dense peak the job reaches: ``mfu`` when given, else from
+    published runs (:func:`costctl.catalog.throughput.efficiency`)."""
+    if mfu is not None:
+        return Efficiency(mfu, "given")
+    def per_sample(seq: int | None) -> float:
+        return training_flops(model, setup, samples_work(model, seq or setup.seq_len), seq or setup.seq_len)
+
+    return efficiency(getattr(model, "name", ""), gpu, setup.precision, per_sample)
 
 
 def job_hours_from_flops(flops: float, gpu: GpuModel, dtype: str, gpus: int, mfu: float) -> float:
@@ -113,6 +135,8 @@ class CardOption:
         hours: estimated job hours (None without --tokens/--steps or a reference).
         cost: price x gpus x hours (None when either is unknown).
         hourly: price x gpus.
+        mfu: the fraction of the dense peak the time assumes (None without a FLOPs time).
+        mfu_basis: where it comes from: published, transferred, median or given.
     """
 
     gpu: GpuModel
@@ -124,6 +148,8 @@ class CardOption:
     hours: float | None
     cost: Money | None
     hourly: Money | None
+    mfu: float | None = None
+    mfu_basis: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready dict."""
@@ -142,6 +168,8 @@ class CardOption:
             "hours": self.hours,
             "cost": str(self.cost.amount.quantize(Decimal("0.01"))) if self.cost else None,
             "cost_per_hour": str(self.hourly.amount) if self.hourly else None,
+            "mfu": self.mfu,
+            "mfu_basis": self.mfu_basis,
         }
 
 
@@ -344,7 +372,7 @@ def recommend(
     provider: str | None = None,
     billing: str | None = "on-demand",
     work: float | None = None,
-    mfu: float = DEFAULT_MFU,
+    mfu: float | None = DEFAULT_MFU,
     reference: Reference | None = None,
     currency: str | None = None,
     gpus: Sequence[GpuModel] | None = None,
@@ -357,7 +385,8 @@ def recommend(
         headroom: fraction of card memory kept free (default 0.10).
         provider / billing: filter prices (billing None = both on-demand and spot).
         work: tokens (transformers) or samples (measured profiles) the job processes, for time and cost.
-        mfu: model FLOPs utilization for the FLOPs time model.
+        mfu: model FLOPs utilization for the FLOPs time model; None = per card from published
+            runs (:mod:`costctl.catalog.throughput`).
         reference: a measured time on another card (wins over the FLOPs model).
         currency: rank in this currency when exchange rates allow.
         gpus: restrict to these catalog rows.
@@ -367,7 +396,7 @@ def recommend(
     """
     if not 0 <= headroom < 1:
         raise UsageError(f"headroom {headroom} must be in [0, 1)")
-    if not 0 < mfu <= 1:
+    if mfu is not None and not 0 < mfu <= 1:
         raise UsageError(f"MFU {mfu} must be in (0, 1]")
     if billing not in (None, "on-demand", "spot"):
         raise UsageError(f"billing {billing!r} is not one of on-demand, spot, any")
@@ -379,7 +408,10 @@ def recommend(
         notes.append(f"time scaled from {reference.hours:g} h on {reference.gpu.name} "
                      f"({reference.compute_share:.0%} compute-bound, rest bandwidth-bound)")
     elif flops is not None:
-        notes.append(f"time from {flops:.3g} training FLOPs at {mfu:.0%} MFU of each card's dense peak")
+        basis = (f"{mfu:.0%} of each card's dense peak (--mfu)" if mfu is not None else
+                 "the fraction of each card's dense peak that published runs of this model (or, "
+                 "without any, the median published run) achieved: see mfu and mfu_basis per card")
+        notes.append(f"time from {flops:.3g} training FLOPs at {basis}")
     else:
         notes.append("no --tokens/--steps or reference time: ranked by price per hour")
     notes.append(f"usable memory = the vendor's nominal GiB x (1 - headroom {headroom:g}); the driver "
@@ -400,19 +432,22 @@ def recommend(
             no_fit.append(CardAdvice(gpu, need, limit, suggestions_for(model, setup, gpu, headroom)))
             continue
         fitting.append(gpu)
+        eff: Efficiency | None = None
         if reference is not None:
             hours: float | None = job_hours_from_reference(reference, gpu, dtype, ref_dtype or "fp32")
         elif flops is not None:
-            hours = job_hours_from_flops(flops, gpu, dtype, setup.gpus, mfu)
+            eff = card_efficiency(model, setup, gpu, mfu)
+            hours = job_hours_from_flops(flops, gpu, dtype, setup.gpus, eff.fraction)
         else:
             hours = None
-        rows = prices.lookup(gpu.name, provider=provider, billing=billing)
+        mfu_of = (eff.fraction if eff else None, eff.basis if eff else None)
+        rows = [r for r in prices.lookup(gpu.name, provider=provider, billing=billing) if r.billing in RANKED_BILLING]
         if not rows and provider is None:
-            options.append(CardOption(gpu, setup.gpus, need, limit, dtype, None, hours, None, None))
+            options.append(CardOption(gpu, setup.gpus, need, limit, dtype, None, hours, None, None, *mfu_of))
         for row in rows:
             hourly = row.price * setup.gpus
             cost = Money(hourly.amount * Decimal(repr(hours)), hourly.currency) if hours is not None else None
-            options.append(CardOption(gpu, setup.gpus, need, limit, dtype, row, hours, cost, hourly))
+            options.append(CardOption(gpu, setup.gpus, need, limit, dtype, row, hours, cost, hourly, *mfu_of))
 
     if fitting and not options:
         notes.append(f"{len(fitting)} card(s) fit, but the price table has no "
@@ -479,6 +514,7 @@ __all__ = [
     "Recommendation",
     "Reference",
     "Suggestion",
+    "card_efficiency",
     "compute_dtype",
     "job_hours_from_flops",
     "job_hours_from_reference",

@@ -27,9 +27,11 @@ from ..catalog.measure import measure_factory
 from ..catalog.memory import OPTIMIZERS, PRECISIONS, MemoryBreakdown, Setup
 from ..catalog.models import ModelSpec, TransformerShape, preset, shape_from_hf_config, shape_from_params
 from ..catalog.prices import (
+    LivePrices,
     PriceEntry,
     PriceTable,
     check_rank_currency,
+    live_prices,
     load_price_table,
     prices_from_offers,
     rank_groups,
@@ -112,6 +114,33 @@ def _rank_currency(prices: PriceTable, option: str | None, configured: str | Non
     return check_rank_currency(prices, configured, source="[catalog] currency", error=ConfigError)
 
 
+OfflineOpt = Annotated[bool, typer.Option("--offline", help="Use the dated price table only; do not ask providers' APIs for their live price lists.")]
+
+
+def _may_have_credentials(settings: Any) -> bool:
+    """Cheap test before importing the providers package: a credential variable in the
+    environment (``*_API_KEY``, ``*_TOKEN``), a credentials file in the data dir, or a
+    ``[providers.*]`` table. Keeps ``gpus`` free of network imports for a user with no keys."""
+    import os
+
+    from ..paths import data_dir
+
+    if any(v and k.endswith(("_API_KEY", "_TOKEN")) for k, v in os.environ.items()):
+        return True
+    return bool(settings.providers) or (data_dir(settings.data_dir) / "credentials.toml").is_file()
+
+
+def _live_prices(settings: Any, offline: bool) -> LivePrices | None:
+    """Live list prices (RunPod's ``gpuTypes``) when a key exists and not ``--offline``; each
+    provider that failed is one note on stderr (the dated table stands in)."""
+    if offline or not _may_have_credentials(settings):
+        return None
+    live = live_prices(settings)
+    for line in live.problems:
+        err_console.print(f"note: {line}", soft_wrap=True)
+    return live
+
+
 def _gib(n: int | float) -> str:
     return f"{n / GIB:,.2f}"
 
@@ -152,14 +181,15 @@ def _gpu_rows(table_prices: list[PriceEntry], provider: str | None, billing: str
 def _sort_rows(rows: list[tuple[GpuModel | None, PriceEntry | None]], sort: GpuSort, rates: Any,
                currency: str | None) -> list[tuple[str | None, list[tuple[GpuModel | None, PriceEntry | None]]]]:
     def price_money(r: tuple[GpuModel | None, PriceEntry | None]) -> Money | None:
-        return r[1].price if r[1] else None
+        # a "from" floor is listed after the prices a job can be sure of, never ranked among them
+        return r[1].price if r[1] and r[1].ranked else None
 
     if sort is GpuSort.price:
         return rank_groups(rows, price_money, rates, currency)
     if sort is GpuSort.value:
         def per_tflops(r: tuple[GpuModel | None, PriceEntry | None]) -> Money | None:
             gpu, e = r
-            if gpu is None or e is None:
+            if gpu is None or e is None or not e.ranked:
                 return None
             return Money(e.price_per_gpu_hour / Decimal(str(_tensor(gpu))), e.currency)
         return rank_groups(rows, per_tflops, rates, currency)
@@ -192,15 +222,19 @@ def _gpus_table(groups: list[tuple[str | None, list[tuple[GpuModel | None, Price
             else:
                 cells += ["?"] * 7
             if e:
-                cells += [e.provider, e.billing, f"{e.price_per_gpu_hour} {e.currency}", e.seen.isoformat()]
+                cells += [e.provider, e.label, f"{e.price_per_gpu_hour} {e.currency}", e.seen.isoformat()]
             else:
                 cells += ["-", "-", "-", "-"]
             if sort is GpuSort.value:
-                cells.append(f"{Decimal(str(_tensor(gpu))) / e.price_per_gpu_hour:,.0f}" if gpu and e and e.price_per_gpu_hour else "-")
+                cells.append(f"{Decimal(str(_tensor(gpu))) / e.price_per_gpu_hour:,.0f}"
+                             if gpu and e and e.ranked and e.price_per_gpu_hour else "-")
             table.add_row(*cells)
     print_table(table, droppable=GPUS_DROPPABLE)
     if unlisted:
         print_line("* not in costctl's GPU catalog: specs unknown")
+    if any(e is not None and not e.ranked for _, rows in groups for _, e in rows):
+        print_line("from: a marketplace's lowest listing seen (a floor, not a price a job can count on); "
+                   "listed after the on-demand and spot prices")
     for line in rates_used(groups, lambda r: r[1].currency if r[1] else None, rates):
         err_console.print(f"note: ranked converting at {line}")
     currencies = [c for c, _ in groups if c is not None]
@@ -227,8 +261,9 @@ def gpus(
     provider: ProviderOpt = None,
     min_memory: Annotated[float | None, typer.Option("--min-memory", help="Only cards with at least this much memory: GiB, nominal as vendors print it (24 for an RTX 4090, 48 for an L40S).", min=0)] = None,
     sort: Annotated[GpuSort, typer.Option("--sort", help="price, memory, tflops (dense 16-bit tensor) or value (TFLOPS per price).")] = GpuSort.memory,
-    billing: Annotated[BillingChoice, typer.Option("--billing", help="on-demand, spot or any.")] = BillingChoice.any,
+    billing: Annotated[BillingChoice, typer.Option("--billing", help="on-demand, spot or any (any also lists marketplaces' 'from' floors).")] = BillingChoice.any,
     currency: Annotated[str | None, typer.Option("--currency", help="Rank prices in this currency (with --sort price or value): its own prices, and others converted by [[catalog.exchange_rates]].")] = None,
+    offline: OfflineOpt = False,
     import_csv: Annotated[Path | None, typer.Option("--import", help="Import a SkyPilot catalog vms.csv into the price table (kept in the data dir).")] = None,
     refresh: Annotated[str | None, typer.Option("--refresh", help="Fetch current prices from this provider's adapter (one that lists offers) into the price table.")] = None,
     seen: Annotated[str | None, typer.Option("--seen", help="Date the imported prices were seen, YYYY-MM-DD (default today).")] = None,
@@ -265,7 +300,7 @@ def gpus(
     if currency is not None and sort not in (GpuSort.price, GpuSort.value):
         raise UsageError(f"--currency ranks prices: use it with --sort price or --sort value (--sort {sort.value} "
                          "shows each price in its own currency)")
-    prices = load_price_table(settings)
+    prices = load_price_table(settings, live=_live_prices(settings, offline))
     rank_in = _rank_currency(prices, currency, settings.catalog.currency) if sort in (GpuSort.price, GpuSort.value) else None
     rows = _gpu_rows(list(prices.entries), provider, _billing(billing), min_memory)
     if provider and not rows:
@@ -345,7 +380,7 @@ def _recommend_tables(rec: Recommendation) -> None:
                 table.add_row(
                     str(i), o.gpu.name, str(o.gpus), _gib(o.usable_bytes), o.dtype,
                     p.provider if p else "-",
-                    f"{p.price_per_gpu_hour} {p.currency}{' spot' if p.billing == 'spot' else ''}" if p else "-",
+                    f"{p.price_per_gpu_hour} {p.currency}{' ' + p.label if p.label != 'on-demand' else ''}" if p else "-",
                     f"{o.hours:,.3g}" if o.hours is not None else "-",
                     f"{o.cost.rounded(2 if o.cost.amount >= 1 else 4)} {o.cost.currency}" if o.cost else "-",
                 )
@@ -385,16 +420,17 @@ def recommend_cmd(
     grad_checkpointing: Annotated[bool, typer.Option("--grad-checkpointing", help="Full activation checkpointing.")] = False,
     flash_attention: Annotated[bool, typer.Option("--flash-attention", help="Flash attention (no s x s scores kept).")] = False,
     lora_rank: Annotated[int | None, typer.Option("--lora-rank", help="Train LoRA adapters of this rank (q,v).", min=1)] = None,
-    qlora: Annotated[bool, typer.Option("--qlora", help="4-bit base under the LoRA adapters.")] = False,
+    qlora: Annotated[bool, typer.Option("--qlora", help="4-bit NF4 base (double quantization) under LoRA adapters; with --optimizer none, 4-bit inference.")] = False,
     tokens: Annotated[float | None, typer.Option("--tokens", help="Tokens (samples for CNNs) the job processes, e.g. 2e9.", min=1)] = None,
     steps: Annotated[int | None, typer.Option("--steps", help="Optimizer steps (batch x GPUs samples each).", min=1)] = None,
-    mfu: Annotated[float, typer.Option("--mfu", help="Model FLOPs utilization for the time estimate.")] = DEFAULT_MFU,
+    mfu: Annotated[float | None, typer.Option("--mfu", help="Fraction of each card's dense peak for the time estimate (default: what published runs of the model, or the median published run, achieved on the nearest card).")] = DEFAULT_MFU,
     reference_gpu: Annotated[str | None, typer.Option("--reference-gpu", help="Card the job was timed on.")] = None,
     reference_hours: Annotated[float | None, typer.Option("--reference-hours", help="Hours the job took on --reference-gpu.")] = None,
     provider: ProviderOpt = None,
     billing: Annotated[BillingChoice, typer.Option("--billing", help="on-demand, spot or any.")] = BillingChoice.on_demand,
     headroom: Annotated[float, typer.Option("--headroom", help="Fraction of the card's nominal memory kept free, in [0, 1): covers what the driver reserves (NVML shows 46068 MiB of an L40S's 48 GiB).")] = DEFAULT_HEADROOM,
     currency: Annotated[str | None, typer.Option("--currency", help="Rank costs in this currency: its own prices, and others converted by [[catalog.exchange_rates]].")] = None,
+    offline: OfflineOpt = False,
     fmt: FormatOpt = TableOrJson.table,
     config: ConfigOption = None,
 ) -> None:
@@ -417,7 +453,8 @@ def recommend_cmd(
     setup = Setup(
         batch_size=batch, seq_len=seq_len, precision=precision.value, optimizer=optimizer.value, gpus=gpus, zero_stage=zero,
         offload=offload, grad_checkpointing=grad_checkpointing, flash_attention=flash_attention,
-        lora_rank=lora_rank if lora_rank or not qlora else 16, base_weight_bits=4 if qlora else None,
+        lora_rank=lora_rank if lora_rank or not qlora or optimizer.value == "none" else 16,
+        base_weight_bits=4 if qlora else None,
     )
     reference = None
     if reference_gpu is not None:
@@ -429,7 +466,7 @@ def recommend_cmd(
         reference = Reference(ref, reference_hours)
     seq = (spec.fixed_seq_len or seq_len or spec.default_seq_len) if isinstance(spec, TransformerShape) else None
     work = tokens if tokens is not None else (work_from_steps(spec, setup, steps, seq) if steps else None)
-    prices = load_price_table(settings)
+    prices = load_price_table(settings, live=_live_prices(settings, offline))
     rec = recommend(
         spec, setup, load_catalog(), prices, headroom=headroom, provider=provider,
         billing=_billing(billing), work=work, mfu=mfu, reference=reference,

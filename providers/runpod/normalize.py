@@ -102,9 +102,11 @@ def instance_from_pod(pod: Mapping[str, Any], *, now: datetime | None = None) ->
 
 
 def offers_from_gpu_type(gpu_type: Mapping[str, Any], *, gpu_count: int = 1) -> list[Offer]:
-    """One ``GpuType`` as offers for ``gpu_count`` GPUs: on-demand secure/community and spot
-    secure/community (the spot price is the lowest bid; ``lowestPrice.minimumBidPrice`` is used
-    when the per-cloud spot price is absent). Prices are per GPU-hour in the payload and are
+    """One ``GpuType`` as offers for ``gpu_count`` GPUs, RunPod's four prices each labelled by
+    billing mode and tier: ``securePrice`` on-demand/secure, ``communityPrice``
+    on-demand/community, ``secureSpotPrice`` spot/secure, ``communitySpotPrice``
+    spot/community (the spot price is the lowest bid; ``lowestPrice.minimumBidPrice``, tier
+    None, is used when neither per-cloud spot price is given). Prices are per GPU-hour in the payload and are
     multiplied by ``gpu_count`` into per-instance-hour. Zero or missing prices are skipped
     (that cloud does not have the card)."""
     gid = str(gpu_type.get("id"))
@@ -138,6 +140,7 @@ def offers_from_gpu_type(gpu_type: Mapping[str, Any], *, gpu_count: int = 1) -> 
                 gpu_memory_bytes=mem_bytes,
                 region=f"{cloud} cloud",
                 raw=dict(gpu_type),
+                tier=cloud if cloud in ("secure", "community") else None,
             )
         )
     return offers

@@ -116,6 +116,7 @@ class RunPodProvider(HttpProvider):
         spot=True, change_gpu=True, balance=True,
         billing_records=no("this adapter does not read RunPod's billing history"),
         preemption_notice=no("RunPod gives no warning inside the pod before taking a spot pod"),
+        price_list=True,
     )
     credential_env: ClassVar[tuple[str, ...]] = ("RUNPOD_API_KEY",)
     storage: ClassVar[Storage] = Storage(
