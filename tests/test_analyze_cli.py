@@ -214,3 +214,19 @@ def test_step_rate_usage_errors_come_before_any_log_is_read(tmp_path, monkeypatc
         code = main(["analyze", "--train-log", str(log), *args])
         err = capsys.readouterr().err
         assert code == 2 and says in err, err
+
+
+@pytest.mark.parametrize("content", [b"", b"hello\nworld\n", b"\x00\xff\xfe binary \x00\n"])
+def test_a_training_log_with_no_loss_is_said_not_analyzed(content: bytes, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A --train-log holding no loss is not reported as a clean analysis ('Decisions: none'):
+    alone it is a one-line error (exit 2, nothing analyzed); beside a GPU log, a note."""
+    log = tmp_path / "train.log"
+    log.write_bytes(content)
+    assert main(["analyze", "--train-log", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no loss was found in" in err and "--loss-regex" in err
+    assert main(["analyze", "--train-log", str(log), "--gpu-log", str(corpus_file("gpu_query_forgotten_idle.csv")),
+                 "--format", "json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any("no loss was found in" in n for n in notes)

@@ -136,6 +136,13 @@ def analyze(
                            loss_name=loss)
             if train_log is not None else None)
     progress, placement = (None, None)
+    no_loss = None
+    if tlog is not None and not (tlog.count("train") or tlog.count("eval") or tlog.extra or tlog.grad_norms):
+        no_loss = (f"no loss was found in {train_log} (read as a {tlog.format} log): costctl reads HF dicts, "
+                   "trainer_state.json, CSV/JSON metrics and console lines such as 'loss: 0.5'; --loss-regex "
+                   "REGEX reads another shape")
+        if glog is None:
+            raise UsageError(f"--train-log: {no_loss}; nothing to analyze")
     if tlog is not None:
         gpu_only_start = start is not None and step_rate is None and glog is not None and glog.relative
         if step_rate is not None:
@@ -150,6 +157,8 @@ def analyze(
                                        gpu_count=gpu_count)
     result = run_analysis(settings, gpu_log=glog, train_log=tlog, progress=progress, placement=placement,
                           rate=rate, options=options)
+    if no_loss is not None:
+        result.notes.append(no_loss)
     if rate is not None:
         result.notes.append(f"price from {price_source}")
     if plot is not None:
