@@ -142,7 +142,7 @@ def test_an_outage_holds_writes_says_so_once_and_its_end_once(fake, said):
     fake.down.clear()
     assert w.flush(5).complete
     assert first.result(0) == 101
-    assert said.count("the ledger is unreachable") == 1 and said.count("is back after") == 1
+    assert said.count("the ledger is unreachable") == 1 and said.count("after a write first failed") == 1
     assert "database is locked" in said.lines[0] and "1 writes are held in memory and retried" in said.lines[0]
     assert "11 writes flushed (0 telemetry rows dropped)" in said.lines[1]
     assert [c[1][1] for c in fake.calls] == ["d1", [0], "d2", [1], "d3", [2], "d4", [3], "d5", [4], "d6"]

@@ -364,6 +364,8 @@ def test_with_no_reattach_the_jobs_end_still_stops_the_sim_instance(tmp_path):
         watch.kill()
     on_exit_log = next((data / "runs").glob("*.on-exit.out")).read_text()
     assert row["status"] == "stopped", on_exit_log
+    # the on-exit watch passes none of the job's output on again: the run log has it all
+    assert "--no-passthrough" in final["on_exit_argv"] and "heartbeat" not in on_exit_log, on_exit_log[:500]
     assert _exit_code(data, row["run_id"]) == 0
     (inst,) = json.loads((data / "sim" / "state.json").read_text())["instances"].values()
     assert inst["status"] in ("stopping", "stopped")

@@ -128,7 +128,7 @@ def _assert_run_stopped_and_fully_charged(engine: sa.Engine, stderr: str) -> Non
     assert (run.ended_at - run.started_at).total_seconds() > 4
     assert len(decisions) == 1 and "stopped" in (decisions[0].outcome or "")
     assert stderr.count("the ledger is unreachable") == 1, stderr
-    assert stderr.count("the ledger is back after") == 1, stderr
+    assert stderr.count("the ledger is back, ") == 1, stderr
 
 
 @pytest.mark.postgres

@@ -73,6 +73,12 @@ def watch(
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No messages of costctl's own except errors.")] = False,
     no_status: Annotated[bool, typer.Option("--no-status", help="No live status line.")] = False,
+    passthrough: Annotated[
+        bool,
+        typer.Option("--passthrough/--no-passthrough", hidden=True,
+                     help="Pass the job's output to this watch's stdout/stderr (default). --no-passthrough: "
+                     "the run log alone keeps it (the watch the relay starts when the job ends unwatched)."),
+    ] = True,
     resume: Annotated[
         bool,
         typer.Option("--resume", help="Restart COMMAND from the newest intact checkpoint under [checkpoint] path "
@@ -127,6 +133,7 @@ def watch(
         dry_run=dry_run,
         advise_only=advise_only,
         quiet=quiet,
+        passthrough=passthrough,
         status_line=False if (no_status or not settings.watch.status_line) else None,
         resume=resume,
         on_oom=on_oom.value if on_oom else settings.oom.action,

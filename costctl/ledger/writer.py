@@ -600,7 +600,9 @@ class LedgerWriter:
         if op.seq >= self._back_target:  # what was held when it came back is written
             with self._cond:
                 dropped = self._dropped - self._down_dropped_at_start
-            self.say(f"costctl: the ledger is back after {self._back_after:.0f}s: {self._down_written} writes "
+            # measured from the first write that failed: writes are batched (the watch's linger), so
+            # the outage may have begun up to one batch before it
+            self.say(f"costctl: the ledger is back, {self._back_after:.0f}s after a write first failed: {self._down_written} writes "
                      f"flushed ({dropped} telemetry rows dropped)")
             self._down_since = None
             self._back_target = None

@@ -49,10 +49,11 @@ def on_exit_argv(run_id: str, *, on_exit: str, config: Path | None, dry_run: boo
                  advise_only: bool) -> list[str]:
     """What the relay starts when the job of ``run_id`` ends and its watch is gone: ``costctl
     watch --attach RUN`` with the same ``--on-exit``, config file and stop mode, so the run is
-    closed and the instance guarded, stopped or left as the dead watch would have. The database
+    closed and the instance guarded, stopped or left as the dead watch would have; the job's
+    output is not passed through again (``--no-passthrough``: the run log has it). The database
     and data dir come from the environment the relay inherited (a ``--db`` given on the command
     line is not carried: it would show in the process list)."""
-    args = ["watch", "--quiet", "--no-status", "--on-exit", on_exit]
+    args = ["watch", "--quiet", "--no-status", "--no-passthrough", "--on-exit", on_exit]
     if config is not None:
         args += ["--config", str(Path(config).resolve())]
     if dry_run:

@@ -23,6 +23,9 @@ class WatchOptions:
         advise_only: a watch that stops nothing, asked for explicitly: no stop route is needed
             (the preflight does not refuse) and every stop decision is recorded as advice.
         quiet: no messages of costctl's own on stderr except errors (the child's bytes still pass).
+        passthrough: pass the job's output to this process's stdout/stderr (False: the run log,
+            written by the relay, alone keeps it: the on-exit watch the relay starts, whose own
+            output goes to a file nobody reads, would copy the job's output there again).
         status_line: None = on when stderr is a terminal.
         resume: restart the command from the newest intact checkpoint under ``[checkpoint] path``
             (:func:`costctl.checkpoint.newest_intact_checkpoint`; ``{checkpoint}`` in the command
@@ -43,6 +46,7 @@ class WatchOptions:
     dry_run: bool = False
     advise_only: bool = False
     quiet: bool = False
+    passthrough: bool = True
     status_line: bool | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     attach: str | None = None

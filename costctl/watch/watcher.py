@@ -591,6 +591,8 @@ class Watcher:
                 before_write=self.status.clear, after_write=self.status.after_child_write,
                 lock=self.status.lock, on_terminal_gone=self._terminal_gone,
             )
+            if not self.options.passthrough:
+                self.job.mux.terminal = False  # the relay's run log keeps the output; nobody reads ours
             try:
                 if target is not None:
                     self.job.attach(target.since)
