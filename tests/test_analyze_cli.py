@@ -230,3 +230,26 @@ def test_a_training_log_with_no_loss_is_said_not_analyzed(content: bytes, tmp_pa
                  "--format", "json"]) == 0
     notes = json.loads(capsys.readouterr().out)["notes"]
     assert any("no loss was found in" in n for n in notes)
+
+
+def test_a_deeply_nested_json_log_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "trainer_state.json"
+    log.write_text('{"log_history": [' + '{"a":' * 100_000 + "1" + "}" * 100_000 + "]}")
+    assert main(["analyze", "--train-log", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nests deeper than costctl can read" in err and "Traceback" not in err
+
+
+def test_a_csv_cell_over_the_csv_modules_limit_is_read_with_every_row(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A 10 MB cell (the csv module's default field limit is 131,072 characters) neither
+    crashes analyze nor drops the rows after it, in the metrics reader shared with the watch."""
+    rows = ["epoch,step,train_loss,note"] + [f"{i},{i * 10},{1 / (i + 1):.4f},x" for i in range(11)]
+    rows[5] = '4,40,0.2,"' + "y" * 10_000_000 + '"'
+    log = tmp_path / "metrics.csv"
+    log.write_text("\n".join(rows) + "\n")
+    assert main(["analyze", "--train-log", str(log), "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    series = d["train_log"]["series"]
+    train = next(s for s in series if s["kind"] == "train")
+    assert train["count"] == 11 and train["last"] == round(1 / 11, 4) and d["train_log"]["train_points"] == 11

@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from costctl.progress.lines import parse_value
 from costctl.records import ProgressPoint
@@ -239,7 +239,7 @@ class MetricsFileFollower:
         points: list[ProgressPoint] = []
         width = len(self._header)
         try:
-            for cells in csv.reader(io.StringIO(text)):
+            for cells in csv_rows(text):
                 if not cells or all(not c.strip() for c in cells):
                     continue
                 if [c.strip() for c in cells] == self._header:
@@ -306,9 +306,20 @@ def _detect(head: bytes, *, final: bool) -> str | None:
     return "csv"
 
 
+def csv_rows(text: str) -> Iterator[list[str]]:
+    """A ``csv.reader`` over ``text`` (in memory) that reads a cell of any length: the csv
+    module's process-wide field limit (131,072 characters by default, which raised ``csv.Error``
+    and dropped the rest of a read) is raised to ``len(text)``, never lowered — the text is in
+    memory already, so the limit guards nothing here. Raises ``csv.Error`` for a NUL byte or
+    broken quoting, as ``csv.reader`` does."""
+    if len(text) >= csv.field_size_limit():
+        csv.field_size_limit(len(text) + 1)
+    return csv.reader(io.StringIO(text))
+
+
 def _split_header(raw: bytes) -> list[str]:
     text = raw.decode("utf-8", errors="replace").lstrip("\ufeff")
-    cells = next(csv.reader(io.StringIO(text)), [])
+    cells = next(csv_rows(text), [])
     return [c.strip() for c in cells]
 
 

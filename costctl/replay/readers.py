@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from collections.abc import Sequence
 from typing import Any
 from datetime import datetime
@@ -109,13 +111,18 @@ def read_train_log(path: Path, *, loss_regex: str | None = None, streamed: bool 
             file) the policies watch.
 
     Raises:
-        UsageError: unreadable file, a GPU log given as a training log, an invalid regex, or a
-            ``loss_name`` the log does not have.
+        UsageError: unreadable file, a GPU log given as a training log, an invalid regex, a
+            ``loss_name`` the log does not have, or a metrics document Python's JSON parser
+            cannot hold (nested deeper than its recursion limit).
     """
-    fmt = "console" if loss_regex else detect_file(path)
-    if fmt in GPU_FORMATS:
-        raise UsageError(f"{path}: looks like a GPU log ({fmt}), not a training log; pass it with --gpu-log")
-    if fmt == "console":
-        return read_console(path, loss_regex=loss_regex, streamed=streamed, replay=replay if streamed else None,
-                            loss_name=loss_name)
-    return read_metrics(path, fmt, loss_name=loss_name)
+    try:
+        fmt = "console" if loss_regex else detect_file(path)
+        if fmt in GPU_FORMATS:
+            raise UsageError(f"{path}: looks like a GPU log ({fmt}), not a training log; pass it with --gpu-log")
+        if fmt == "console":
+            return read_console(path, loss_regex=loss_regex, streamed=streamed, replay=replay if streamed else None,
+                                loss_name=loss_name)
+        return read_metrics(path, fmt, loss_name=loss_name)
+    except RecursionError:
+        raise UsageError(f"{path}: its JSON nests deeper than costctl can read ({sys.getrecursionlimit()} levels); "
+                         "a training log's records are flat: is it the right file?") from None

@@ -31,8 +31,6 @@ Which value is "the loss" per format:
 from __future__ import annotations
 
 import ast
-import csv
-import io
 import json
 import math
 import re
@@ -47,7 +45,7 @@ from ..errors import UsageError
 from ..progress import LineParser, read_metrics_file
 from ..progress.lines import MAX_LINE_CHARS
 from ..progress.batch import PointBatch, native
-from ..progress.metrics_file import number
+from ..progress.metrics_file import csv_rows, number
 from ..records import ProgressPoint
 from ..progress.console import ConsoleSeries
 from ..progress.grad_norms import GRAD_NORM_KEYS, GradNormLog, GradNormRecord
@@ -252,8 +250,9 @@ def _x_axis(train: list[ProgressPoint]) -> str:
 
 # -- metrics files -----------------------------------------------------------------------------
 def _read_csv_series(text: str) -> dict[str, list[SeriesPoint]]:
+    """The numeric columns of CSV ``text`` (a cell of any length read: :func:`csv_rows`)."""
     series: dict[str, list[SeriesPoint]] = {}
-    reader = csv.reader(io.StringIO(text))
+    reader = csv_rows(text)
     header: list[str] | None = None
     for cells in reader:
         if not cells or all(not c.strip() for c in cells):
