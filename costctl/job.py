@@ -25,6 +25,13 @@ Import this from a training script (it imports nothing heavy: only ``os``, ``sig
 * ``COSTCTL_BATCH_SIZE`` / ``COSTCTL_ACCUM_STEPS`` - set by ``--on-oom retry`` after a CUDA
   out-of-memory crash: the per-device (micro-)batch size halved and gradient-accumulation
   steps doubled, so the effective batch ``batch_size * accum_steps`` stays the same.
+* ``COSTCTL_CHECKPOINT_SAVES`` - a file path where the job reports the checkpoints it saves on
+  its own schedule (HF ``save_steps``, Lightning's ``ModelCheckpoint``, a script's
+  ``--save-every``), one JSON line per completed save, the acknowledgement record's fields
+  without ``request`` (:func:`report_checkpoint`; :func:`acknowledge_checkpoint` with no request
+  pending reports the save there). costctl counts them as it counts requested saves: the
+  restart point of a preemption's waste, the save's duration for the Young/Daly interval, and a
+  place ``--resume`` looks, wherever the checkpoint lies.
 * ``COSTCTL_METRICS_FILE`` - a file path where the job may append its logged metrics as JSON
   lines at full precision (:func:`log_metrics`; the Hugging Face callback does it in
   ``on_log``). Once the file exists, costctl reads the progress from it instead of from the
@@ -48,6 +55,10 @@ Example::
             t0 = time.time()
             save_checkpoint(path)
             job.acknowledge_checkpoint(checkpoint=path, step=epoch, started_at=t0)
+        elif epoch % save_every == 0:  # a save of the job's own: report it too
+            t0 = time.time()
+            save_checkpoint(path)
+            job.report_checkpoint(path, step=epoch, started_at=t0)
 """
 
 from __future__ import annotations
@@ -62,6 +73,7 @@ __all__ = [
     "ENV_ACCUM_STEPS",
     "ENV_BATCH_SIZE",
     "ENV_CHECKPOINT_REQUEST",
+    "ENV_CHECKPOINT_SAVES",
     "ENV_METRICS_FILE",
     "ENV_RESUME_FROM",
     "ACK_SUFFIX",
@@ -72,6 +84,8 @@ __all__ = [
     "checkpoint_request_path",
     "checkpoint_requested",
     "log_metrics",
+    "report_checkpoint",
+    "saves_file_path",
     "metrics_file_path",
     "request_checkpoint_on_signal",
     "resume_path",
@@ -82,6 +96,7 @@ ENV_RESUME_FROM = "COSTCTL_RESUME_FROM"
 ENV_BATCH_SIZE = "COSTCTL_BATCH_SIZE"
 ENV_ACCUM_STEPS = "COSTCTL_ACCUM_STEPS"
 ENV_METRICS_FILE = "COSTCTL_METRICS_FILE"
+ENV_CHECKPOINT_SAVES = "COSTCTL_CHECKPOINT_SAVES"
 #: The acknowledgement record is the request file's name plus this.
 ACK_SUFFIX = ".ack.json"
 
@@ -144,7 +159,9 @@ def acknowledge_checkpoint(
             since the epoch (``time.time()``); ``ended_at`` defaults to now.
 
     Returns:
-        The record's path, or None when no request file is configured or it is gone.
+        The record's path; with no request pending (none configured, or it is gone: answered by
+        another rank, or nobody asked), the save is reported as one of the job's own
+        (:func:`report_checkpoint`) and that file's path is returned, or None outside a watch.
 
     Raises:
         ValueError: a naive datetime.
@@ -152,12 +169,14 @@ def acknowledge_checkpoint(
     global _signal_requested
     _signal_requested = False
     target = Path(path) if path is not None else checkpoint_request_path()
-    if target is None:
-        return None
-    try:
-        text = target.read_text()
-    except OSError:
-        return None  # answered already (e.g. by another rank on this machine): no second record
+    text = None
+    if target is not None:
+        try:
+            text = target.read_text()
+        except OSError:
+            text = None  # answered already (e.g. by another rank on this machine): no second record
+    if target is None or text is None:
+        return report_checkpoint(checkpoint, step=step, started_at=started_at, ended_at=ended_at)
     try:
         requested = json.loads(text).get("requested_at")
     except (ValueError, AttributeError):
@@ -186,6 +205,61 @@ def acknowledge_checkpoint(
     except FileNotFoundError:
         pass
     return out
+
+
+def saves_file_path() -> Path | None:
+    """Where to report the job's own checkpoint saves (``$COSTCTL_CHECKPOINT_SAVES``), or None."""
+    value = os.environ.get(ENV_CHECKPOINT_SAVES, "").strip()
+    return Path(value) if value else None
+
+
+def report_checkpoint(
+    checkpoint: str | os.PathLike[str] | None,
+    *,
+    step: int | None = None,
+    started_at: datetime | float | None = None,
+    ended_at: datetime | float | None = None,
+    path: str | os.PathLike[str] | None = None,
+) -> Path | None:
+    """Report a checkpoint the job saved on its own (no request asked for it): append one JSON
+    line to the saves file (``path``, default :func:`saves_file_path`), the acknowledgement
+    record's fields without ``request``. Call it after the checkpoint is completely written.
+
+    Args:
+        checkpoint: the checkpoint saved (file or directory); None lets costctl look for the
+            newest match of ``[checkpoint] path``.
+        step: the training step it holds.
+        started_at / ended_at: when the save began and ended (aware datetimes or
+            ``time.time()`` seconds); ``ended_at`` defaults to now.
+
+    Returns:
+        The saves file, or None when there is none (not under ``costctl watch``) or it cannot
+        be written (a report is never worth failing the training job for).
+
+    Raises:
+        ValueError: a naive datetime.
+    """
+    target = Path(path) if path is not None else saves_file_path()
+    record = {
+        "version": 1,
+        "checkpoint": os.path.abspath(os.fspath(checkpoint)) if checkpoint is not None else None,
+        "step": int(step) if step is not None else None,
+        "save_started_at": _iso(started_at),
+        "save_ended_at": _iso(ended_at if ended_at is not None else datetime.now(timezone.utc)),
+        "pid": os.getpid(),
+    }
+    if target is None:
+        return None
+    try:
+        # one write of one line in append mode: concurrent ranks' lines never interleave
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (json.dumps(record) + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    return target
 
 
 def metrics_file_path() -> Path | None:

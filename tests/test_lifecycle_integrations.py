@@ -69,10 +69,18 @@ def test_hf_callback_sets_should_save_on_request_and_acknowledges_after_the_save
     ended = datetime.fromisoformat(record["save_ended_at"])
     assert started.tzinfo is not None and started.utcoffset() == timedelta(0)
     assert before - 1 <= started.timestamp() <= ended.timestamp()
-    # a save of the Trainer's own (save_steps), not asked for: no record
+    # a save of the Trainer's own (save_steps), not asked for: no acknowledgement record, but
+    # reported in the saves file (costctl counts it for waste, Young/Daly and --resume)
     (tmp_path / "request.ack.json").unlink()
+    saves = tmp_path / "saves.jsonl"
+    monkeypatch.setenv("COSTCTL_CHECKPOINT_SAVES", str(saves))
+    cb.on_step_end(args, SimpleNamespace(global_step=5), control)
+    own = write_hf_checkpoint(out, 5)
     cb.on_save(args, SimpleNamespace(global_step=5), control)
     assert not (tmp_path / "request.ack.json").exists()
+    (report,) = [json.loads(line) for line in saves.read_text().splitlines()]
+    assert report["checkpoint"] == str(own) and report["step"] == 5 and "request" not in report
+    assert datetime.fromisoformat(report["save_started_at"]) <= datetime.fromisoformat(report["save_ended_at"])
     # another rank (not world zero) leaves the acknowledgement to the one that writes trainer_state.json
     request.write_text("{}")
     cb.on_step_end(args, SimpleNamespace(global_step=6), control)

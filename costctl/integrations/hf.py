@@ -19,7 +19,10 @@ transformers calls it after ``Trainer._save_checkpoint`` returned, which writes
 (:func:`costctl.job.acknowledge_checkpoint`): the checkpoint ``<output_dir>/checkpoint-<step>``,
 the step, and the save's start and end. The start is the oldest file time in that directory
 (its first file written), not earlier than the step at which the save was asked for; the end
-is the moment ``on_save`` runs. ``transformers`` is imported only when the class is first used.
+is the moment ``on_save`` runs. A save of the Trainer's own (``save_steps``, ``save_strategy``)
+is reported the same way (:func:`costctl.job.report_checkpoint`, start not before the end of
+the step it follows), so costctl counts it for a preemption's waste, the Young/Daly interval
+and ``--resume`` without a request. ``transformers`` is imported only when the class is first used.
 
 Full-precision progress: transformers 5 prints its log dicts with four significant digits
 (``'loss': '0.695'``), coarser than ``ReduceLROnPlateau``'s default threshold. When costctl
@@ -75,8 +78,10 @@ def _build() -> type:
             self.check_every_n_steps = check_every_n_steps
             self.requested = False
             self.requested_wall: float | None = None
+            self.step_end_wall: float | None = None  # the last step's end: an own save starts after it
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            self.step_end_wall = time.time()
             if state.global_step % self.check_every_n_steps:
                 return control
             if any_rank(job.checkpoint_requested(), getattr(args, "device", None)):
@@ -99,16 +104,18 @@ def _build() -> type:
             return control
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-            if not self.requested:
-                return control
             ended = time.time()
-            self.requested = False
+            requested, self.requested = self.requested, False
             if not getattr(state, "is_world_process_zero", True):
                 return control  # only the process that writes trainer_state.json acknowledges
             step = int(state.global_step)
             path = os.path.join(str(args.output_dir), f"checkpoint-{step}")
-            started = _first_write(path, self.requested_wall or ended)
-            job.acknowledge_checkpoint(checkpoint=path, step=step, started_at=started, ended_at=ended)
+            if requested:
+                started = _first_write(path, self.requested_wall or ended)
+                job.acknowledge_checkpoint(checkpoint=path, step=step, started_at=started, ended_at=ended)
+            else:  # the Trainer's own save (save_steps): reported, so costctl counts it too
+                started = _first_write(path, self.step_end_wall or ended)
+                job.report_checkpoint(path, step=step, started_at=started, ended_at=ended)
             return control
 
     return CostctlCheckpointCallback

@@ -147,6 +147,30 @@ def _build() -> type:
             self.saved: list[str] = []
             self.acknowledged_by: list[str] = []
             self._served: str | None = None
+            self._reported: set[str] = set()  # the ModelCheckpoint files already reported
+
+        def _report_own_saves(self, trainer: Any) -> None:
+            """The checkpoints Lightning's ``ModelCheckpoint`` callbacks saved on their own
+            schedule since the last look (``last_model_path``, ``best_model_path``, the top-k
+            ``best_k_models``), reported once each on global rank zero
+            (:func:`costctl.job.report_checkpoint`: costctl counts them for a preemption's waste
+            and ``--resume``; it checks each file's format itself). Their save times are not
+            known here: the Young/Daly interval keeps its other inputs."""
+            if job.saves_file_path() is None or not getattr(trainer, "is_global_zero", True):
+                return
+            for mc in getattr(trainer, "checkpoint_callbacks", None) or []:
+                paths = [getattr(mc, "last_model_path", ""), getattr(mc, "best_model_path", "")]
+                paths += list((getattr(mc, "best_k_models", None) or {}).keys())
+                for path in paths:
+                    if path and path not in self._reported and path not in self.saved and os.path.isfile(path):
+                        self._reported.add(path)
+                        job.report_checkpoint(path, step=int(trainer.global_step))
+
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            self._report_own_saves(trainer)
+
+        def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+            self._report_own_saves(trainer)
 
         def checkpoint_path(self, trainer: Any) -> str:
             """Where the next requested checkpoint goes."""
@@ -179,6 +203,7 @@ def _build() -> type:
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             self._log_metrics(trainer)
+            self._report_own_saves(trainer)
             if trainer.global_step % self.check_every_n_steps:
                 return
             seen = job.checkpoint_requested()

@@ -53,7 +53,9 @@ from ..money import Money
 from ..protocols import DecisionLog, InstanceControl, JobControl, LifecycleLedger, RunControl, Stopper
 from ..records import Action, Decision
 from ..summary import RunSummary
+from ..checkpoint_integrity import check_checkpoint
 from .oom_compare import Attempt, compare_attempts
+from .own_saves import SaveReport, SavesFollower
 from .oom_retry import BatchPlan, OomScanner, advice, fixed_memory_advice
 from .periodic import PeriodicSchedule
 from .sizing import CardOption, PriceOption, best_fit, options_from_offers, options_from_price_table, rank_cards
@@ -66,6 +68,20 @@ _CENT = Decimal("0.0001")
 
 def _money(amount: Decimal | None, currency: str) -> str:
     return "?" if amount is None else f"{amount.quantize(_CENT)} {currency}"
+
+
+#: Seconds between two lines saying a save the job reported on its own (the first is said at once).
+REPORTED_SAY_EVERY_S = 600.0
+
+
+def _size_bytes(path: Path) -> int | None:
+    """Bytes of checkpoint ``path`` (a file, or a directory's files), or None when unreadable."""
+    try:
+        if not path.is_dir():
+            return path.stat().st_size
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    except OSError:
+        return None
 
 
 class Lifecycle:
@@ -100,7 +116,8 @@ class Lifecycle:
                  summary: RunSummary, say: Callable[[str], None], request_path: Path,
                  command: Sequence[str] | None = None, dry_run: bool = False, started_wall: float = 0.0,
                  on_oom: str = "advise", mtbf_s: float | None = None, mtbf_source: str = "configured",
-                 earlier_saves_s: Sequence[float] = (), earlier_saves_source: str = "ledger") -> None:
+                 earlier_saves_s: Sequence[float] = (), earlier_saves_source: str = "ledger",
+                 saves_path: Path | None = None) -> None:
         s = settings
         self.settings = s
         self.clock = clock
@@ -146,6 +163,11 @@ class Lifecycle:
         #: wall clock drift apart: a file mapped later would look newer than it is)
         self._newest_file: tuple[int, str] | None = None
         self._elsewhere_said: set[str] = set()  # directories of saves outside [checkpoint] path, said once
+        #: the job's own saves, reported in $COSTCTL_CHECKPOINT_SAVES (costctl.job.report_checkpoint)
+        self.saves = SavesFollower(saves_path) if saves_path is not None else None
+        #: the newest reported save that passed the check: (its time on the watch's clock, its path)
+        self._reported: tuple[datetime, Path] | None = None
+        self._reported_said_at: datetime | None = None  # when a reported save was last said
 
     # ------------------------------------------------------------------ checkpoints
     def request_checkpoint(self, reason: str, deadline: datetime,
@@ -181,7 +203,9 @@ class Lifecycle:
         return attempt
 
     def poll(self) -> None:
-        """Follow a pending checkpoint request and start periodic ones when due."""
+        """Follow a pending checkpoint request and start periodic ones when due; take the saves
+        the job reported on its own (:meth:`note_reported_saves`)."""
+        self.note_reported_saves()
         done = self.requester.poll(job_running=self.job.running)
         if done is not None:
             self._finish_attempt(done)
@@ -244,6 +268,57 @@ class Lifecycle:
             self.say(f"costctl: checkpoint on disk: {newest.path} (saved by the job at {at.isoformat()})")
         return self.last_checkpoint_at
 
+    def note_reported_saves(self) -> None:
+        """Count the checkpoints the job reported saving on its own (the saves file,
+        :mod:`.own_saves`) as requested ones are counted: each that passes the format check
+        (:func:`~costctl.checkpoint_integrity.check_checkpoint`; one without a path is looked
+        for under ``[checkpoint] path``) moves :attr:`last_checkpoint_at` (the restart point of
+        a preemption's waste and of the Young/Daly count), gives the interval its save time (the
+        save's own start to end), and gets a ``saved`` checkpoint row in the ledger with its path
+        (where ``--resume`` looks, wherever it lies; one outside ``[checkpoint] path`` is said
+        once). Cheap when nothing was reported: one ``stat``."""
+        if self.saves is None:
+            return
+        for report in self.saves.take():
+            if report.checkpoint is None:
+                self.note_disk_checkpoint()
+                continue
+            ok, why = check_checkpoint(report.checkpoint)
+            if not ok:
+                self.say(f"costctl: the job reported checkpoint {report.checkpoint} saved, but it is not whole "
+                         f"({why}): not counted")
+                continue
+            self._reported_save(report)
+
+    def _reported_save(self, report: SaveReport) -> None:
+        now = self.clock.now()
+        at = max(min(self.requester.on_clock(int(report.ended_at.timestamp() * 1e9), now), now),
+                 self.run.state.run_started_at)
+        path = report.checkpoint
+        assert path is not None
+        own = report.duration_s
+        if self.last_checkpoint_at is None or at > self.last_checkpoint_at:
+            self.last_checkpoint_at = at
+        if self._reported is None or at >= self._reported[0]:
+            self._reported = (at, path)
+        if self.periodic is not None and own is not None:
+            self.periodic.note_save(own)
+            self.say_interval()
+        started = at - timedelta(seconds=own) if own is not None else at
+        ledger_id = self.ledger.record_checkpoint_request(self.run.state.run_id, reason="the job's own save",
+                                                          requested_at=started, deadline=at)
+        size = _size_bytes(path)
+        self.ledger.complete_checkpoint(ledger_id, outcome=Outcome.SAVED.value, completed_at=at, saved_at=at,
+                                        save_s=own, path=str(path), size_bytes=size, save_duration_s=own)
+        if not under_pattern(path, self.pattern):
+            self._saved_elsewhere(path, at)
+        if self._reported_said_at is None or (now - self._reported_said_at).total_seconds() >= REPORTED_SAY_EVERY_S:
+            self._reported_said_at = now
+            step = f" (step {report.step})" if report.step is not None else ""
+            took = f", the save took {own:.1f}s" if own is not None else ""
+            self.say(f"costctl: checkpoint saved by the job on its own: {path}{step}{took}; a preemption now loses "
+                     "only the work since it (said at most every 10 minutes)")
+
     def _finish_attempt(self, attempt: CheckpointAttempt) -> None:
         self.checkpoints.append(attempt)
         own = (attempt.save_ended_at - attempt.save_started_at).total_seconds() \
@@ -253,7 +328,7 @@ class Lifecycle:
             self.last_checkpoint_at = max(attempt.saved_at, self.last_checkpoint_at or attempt.saved_at)
             cp = attempt.checkpoint
             if cp is not None and not under_pattern(cp.path, self.pattern):
-                self._saved_elsewhere(cp.path, attempt)
+                self._saved_elsewhere(cp.path, attempt.completed_at or self.clock.now())
             if cp is not None and (self._newest_file is None or cp.mtime_ns >= self._newest_file[0]):
                 self._newest_file = (cp.mtime_ns, str(cp.path))
             if self.periodic is not None:
@@ -280,7 +355,7 @@ class Lifecycle:
         for then in callbacks:
             then(attempt)
 
-    def _saved_elsewhere(self, path: Path, attempt: CheckpointAttempt) -> None:
+    def _saved_elsewhere(self, path: Path, when: datetime) -> None:
         """The job saved (and acknowledged) a checkpoint that ``[checkpoint] path`` does not
         match: said once per directory, with whether that storage survives a stop. The ledger's
         checkpoint row keeps the path: ``--resume`` looks there too
@@ -297,7 +372,7 @@ class Lifecycle:
         storage = ephemeral_storage_warning(str(path))
         if storage:
             text += f"; and {storage}"
-        self.log.record(Decision(time=attempt.completed_at or self.clock.now(), policy="checkpoint",
+        self.log.record(Decision(time=when, policy="checkpoint",
                                  action=Action.WARN, reason=text,
                                  evidence={"checkpoint": str(path), "configured": self.settings.checkpoint.path,
                                            "storage": storage},
@@ -307,14 +382,18 @@ class Lifecycle:
         """Nothing more to do: the outcome is recorded and the schedule moves on."""
 
     def resume_point(self) -> str | None:
-        """The newest intact checkpoint under ``[checkpoint] path`` written since this watch
-        started (:func:`~costctl.checkpoint.newest_intact_checkpoint`; each newer one passed
-        over is named), or None."""
-        if not self.pattern:
-            return None
+        """The newest intact checkpoint written since this watch started: under ``[checkpoint]
+        path`` (:func:`~costctl.checkpoint.newest_intact_checkpoint`; each newer one passed over
+        is named), or the newest the job reported saving on its own, wherever it lies
+        (:meth:`note_reported_saves`), whichever is newer; None without either."""
+        self.note_reported_saves()
         newest = newest_intact_checkpoint(
             self.pattern, newer_than_s=self.started_wall,
-            on_skip=lambda cp, why: self.say(f"costctl: skipped checkpoint {cp.path} ({why})"))
+            on_skip=lambda cp, why: self.say(f"costctl: skipped checkpoint {cp.path} ({why})")) if self.pattern else None
+        reported = self._reported
+        if reported is not None and check_checkpoint(reported[1])[0]:
+            if newest is None or reported[0] >= self.requester.on_clock(newest.mtime_ns, self.clock.now()):
+                return str(reported[1])
         return str(newest.path) if newest is not None else None
 
     # ------------------------------------------------------------------ preemption
@@ -390,7 +469,9 @@ class Lifecycle:
 
     def _record_preemption_waste(self, notice: Notice | None, end: datetime, *, stopped: bool) -> None:
         """Paid time whose work was lost: the newest checkpoint — requested, or on disk written
-        by this run whoever wrote it (:meth:`note_disk_checkpoint`) — or the run's start, to ``end``."""
+        by this run whoever wrote it (:meth:`note_disk_checkpoint`), or reported by the job
+        (:meth:`note_reported_saves`) — or the run's start, to ``end``."""
+        self.note_reported_saves()
         self.note_disk_checkpoint()
         start = max(self.last_checkpoint_at or self.run.state.run_started_at, self.run.state.run_started_at)
         start = min(start, end)

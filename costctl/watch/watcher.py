@@ -61,7 +61,7 @@ from ..progress.batch import PointBatch
 from ..replay.oom import oom_in
 from ..progress.lines import MAX_LINE_CHARS
 from ..progress.output import OutputProgress
-from ..job import ENV_METRICS_FILE
+from ..job import ENV_CHECKPOINT_SAVES, ENV_METRICS_FILE
 from ..progress.metrics_file import MetricsFileFollower
 from ..protocols import RunState
 from ..records import Action, BatchPlan, Decision, TelemetrySample
@@ -525,6 +525,12 @@ class Watcher:
         extra_env = dict(self.options.extra_env)
         if self._auto_metrics is not None:
             extra_env.setdefault(ENV_METRICS_FILE, str(self._auto_metrics))
+        # The checkpoints the job saves on its own, reported by costctl.job.report_checkpoint (the
+        # HF and Lightning callbacks do): counted as requested saves are (Lifecycle.note_reported_saves).
+        self._saves_path = (self.log_path.with_name(self.log_path.stem + ".saves.jsonl")
+                            if self.options.command else None)
+        if self._saves_path is not None:
+            extra_env.setdefault(ENV_CHECKPOINT_SAVES, str(self._saves_path))
         self.job = Job(self.options.command, batch=batch, resume_from=resume_from,
                        grace_s=s.watch.grace_period.total_seconds(), checkpoint_request=self.checkpoint_request,
                        extra_env=extra_env, run_id=lambda: self.state.run_id,
@@ -557,6 +563,7 @@ class Watcher:
             request_path=self.checkpoint_request, command=self.options.command, dry_run=self.options.dry_run,
             started_wall=self.started_wall, on_oom=self.options.on_oom, mtbf_s=mtbf_s, mtbf_source=mtbf_source,
             earlier_saves_s=earlier_saves, earlier_saves_source="ledger: the chain's checkpoint rows",
+            saves_path=self._saves_path,
         )
         for decision, outcome in pending:
             self.recorder.record(decision, outcome)
