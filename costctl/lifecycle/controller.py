@@ -364,9 +364,9 @@ class Lifecycle:
         if where in self._elsewhere_said:
             return
         self._elsewhere_said.add(where)
-        configured = f"[checkpoint] path {self.settings.checkpoint.path!r}" if self.settings.checkpoint.path \
-            else "no [checkpoint] path"
-        text = (f"checkpoint {path} was saved outside {configured}: costctl watch --resume will still find it "
+        where_said = (f"outside [checkpoint] path {self.settings.checkpoint.path!r}" if self.settings.checkpoint.path
+                      else "with no [checkpoint] path configured")
+        text = (f"checkpoint {path} was saved {where_said}: costctl watch --resume will still find it "
                 f"(recorded in the ledger for this job's chain); to make it the configured place, set "
                 f"[checkpoint] path = \"{path.parent / '*'}\"")
         storage = ephemeral_storage_warning(str(path))
