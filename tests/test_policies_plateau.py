@@ -491,3 +491,18 @@ def test_the_rule_restarts_when_the_monitored_series_moves_to_another() -> None:
         batch.append(v, name="loss", step=i, time=(T0 + timedelta(seconds=i)).timestamp())
     history.add_batch(batch)
     assert policy.decisions(history, T0 + timedelta(seconds=200))
+
+
+def test_a_plateau_of_a_named_series_says_which_loss() -> None:
+    """A GAN's 'D loss' plateau names the series; the plain 'loss' needs no name."""
+    from costctl.progress.batch import PointBatch
+
+    for name, said in (("D loss", "train loss 'D loss' plateaued"), ("loss", "train loss plateaued")):
+        policy = PlateauPolicy(PlateauConfig(patience=2, threshold=1e-3, threshold_mode="abs"))
+        history = _history()
+        batch = PointBatch()
+        for i, v in enumerate([1.0, 0.5, 0.5, 0.5, 0.5]):
+            batch.append(v, name=name, step=i, time=(T0 + timedelta(seconds=i)).timestamp())
+        history.add_batch(batch)
+        (d,) = policy.decisions(history, T0 + timedelta(seconds=10))
+        assert d.reason.startswith(said), d.reason

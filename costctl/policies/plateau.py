@@ -546,7 +546,10 @@ class PlateauPolicy(Policy):
         }
         where = f"step {point.step}" if point.step is not None else (
             f"epoch {point.epoch:g}" if point.epoch is not None else f"point {index}")
-        reason = (f"{cfg.monitor} loss plateaued at {where}: no improvement on best "
+        # a series of its own name (a GAN's 'D loss', a detector's 'loss_cls') is named: which
+        # loss plateaued matters (the plain 'loss' / 'eval_loss' needs no name)
+        named = "" if point.name in ("loss", "eval_loss", "val_loss", f"{cfg.monitor}_loss") else f" '{point.name}'"
+        reason = (f"{cfg.monitor} loss{named} plateaued at {where}: no improvement on best "
                   f"{_fmt(best)} for {cfg.patience + 1} points (ReduceLROnPlateau patience {cfg.patience}, "
                   f"threshold {cfg.threshold:g} {cfg.threshold_mode})")
         if rest is not None:
