@@ -257,3 +257,18 @@ def test_only_the_nvml_module_imports_pynvml():
     ]
     assert offenders == []
     assert pattern.search((root / "telemetry" / "nvml.py").read_text("utf-8"))
+
+
+def test_without_a_driver_pynvml_is_not_even_imported(monkeypatch):
+    """No /dev/nvidiactl, /proc/driver/nvidia nor /dev/dxg: absent at once, without the ~80 ms
+    import of pynvml; with one of them (a GPU machine, a container given its GPUs, WSL2), NVML
+    is probed as before."""
+    lines: list[str] = []
+    monkeypatch.setattr(nvml_mod, "DRIVER_PATHS", ("/nonexistent/nvidiactl",))
+    monkeypatch.setattr(nvml_mod, "load_pynvml", lambda: (_ for _ in ()).throw(AssertionError("imported")))
+    assert NvmlGpuSource.probe(log=lines.append) is None
+    assert len(lines) == 1 and "no NVIDIA driver" in lines[0]
+    assert nvml_mod.driver_present(("/nonexistent/x", "/proc")) is True
+    assert nvml_mod.driver_present(("/nonexistent/x",)) is False
+    # an injected module (tests, a fake) is used whatever the machine has
+    assert NvmlGpuSource.probe(FakeNvml(two_gpus())) is not None

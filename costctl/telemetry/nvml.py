@@ -22,6 +22,8 @@ idle policy counts as busy.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 import threading
 from types import ModuleType
 from typing import Any, Callable
@@ -54,6 +56,20 @@ NVML_API: tuple[str, ...] = (
 # NVML return codes (nvml.h, nvmlReturn_t) used when the module lacks the constants.
 _LIBRARY_NOT_FOUND = 12
 _DRIVER_NOT_LOADED = 9
+
+
+#: What an NVIDIA driver leaves on a Linux machine (or container given its GPUs): the control
+#: device, the kernel module's /proc entry, WSL2's GPU paravirtualization device. With none of
+#: them NVML cannot reach a GPU, and importing pynvml (~80 ms, a large module) is skipped.
+DRIVER_PATHS = ("/dev/nvidiactl", "/proc/driver/nvidia", "/dev/dxg")
+
+
+def driver_present(paths: tuple[str, ...] | None = None) -> bool:
+    """Whether this machine may have an NVIDIA driver: one of :data:`DRIVER_PATHS` exists
+    (True off Linux, where there is no such sign to read)."""
+    if not sys.platform.startswith("linux"):
+        return True
+    return any(os.path.exists(p) for p in (DRIVER_PATHS if paths is None else paths))
 
 
 def load_pynvml() -> ModuleType | None:
@@ -116,6 +132,9 @@ class NvmlGpuSource:
         ``log`` (optional) receives one line describing what was found.
         """
         say = log or (lambda _line: None)
+        if nvml is None and not driver_present():
+            say(f"NVML: no NVIDIA driver on this machine (none of {', '.join(DRIVER_PATHS)}): pynvml not loaded")
+            return None
         if nvml is None:
             nvml = load_pynvml()
             if nvml is None:
