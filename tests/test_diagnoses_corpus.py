@@ -20,16 +20,7 @@ TABLE = tomllib.loads(TABLE_PATH.read_text())["run"]
 DIAGNOSES = ("plateau", "overfitting", "not_learning", "unstable", "divergence")
 
 #: (file, "must"|"must_not", diagnosis) not built yet: strict xfail until the rule lands.
-PENDING: set[tuple[str, str, str]] = {
-    ("hf_trainer_state_whisper_ja_overfit.json", "must", "overfitting"),
-    ("yolov8_results_wheat.csv", "must", "overfitting"),
-    ("lightning_metrics_not_learning.csv", "must", "not_learning"),
-    ("lightning_metrics_not_learning.csv", "must_not", "plateau"),
-    ("hf_trainer_state_no_progress.json", "must", "not_learning"),
-    ("hf_trainer_state_no_progress.json", "must_not", "plateau"),
-    ("lightning_metrics_turngpt.csv", "must", "unstable"),
-    ("lightning_metrics_turngpt.csv", "must_not", "plateau"),
-}
+PENDING: set[tuple[str, str, str]] = set()
 
 
 def _cases() -> list:

@@ -294,11 +294,12 @@ def analyze(
         if pre is not None and pre.settings is settings:  # fed the train blocks during the read
             for batch in train_log.iter_batches(kinds=("eval",)):
                 pre.add(batch)
-            loss_run = pre.run
+            loss_run = pre.finish()
         else:
             loss_run = replay_loss(settings, train_log.iter_batches())
         notes.append("the training log has no wall times: its loss analysis stands on its own axis "
                      "(give --start-time and --step-rate to place it on the GPU log's time axis)")
+        notes.extend(loss_run.assumptions)  # e.g. where a diagnosis does not apply
         loss_run.decisions.extend(_grad_norm_decisions(settings, train_log, notes))
 
     work = [t for t in (last_busy[0], progress_times[-1] if progress_times else None) if t is not None]
