@@ -81,3 +81,34 @@ def test_analyze_diagnoses(name: str, which: str, diagnosis: str, capsys: pytest
         assert diagnosis in got, f"{name}: expected {diagnosis}, got {sorted(got)}"
     else:
         assert diagnosis not in got, f"{name}: must not get {diagnosis}, got {sorted(got)}"
+
+
+@pytest.mark.parametrize("name", [row["file"] for row in TABLE])
+def test_each_diagnosis_names_the_money_at_stake(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """With ``--price`` every curve diagnosis carries the spend per hour at stake (no wall times in
+    these logs: no rest-of-run or since-the-best-eval figure) in its evidence and its reason."""
+    for d in analyze_json(name, capsys)["decisions"]:
+        if d["policy"] in ("plateau", "not_learning", "overfitting", "unstable"):
+            assert (d["evidence"]["spend_per_hour"], d["evidence"]["currency"]) == ("2.5", "USD"), d
+            assert "2.50 USD/h" in d["reason"], d["reason"]
+
+
+@pytest.mark.parametrize("name", ["lightning_metrics_not_learning.csv", "hf_trainer_state_no_progress.json"])
+def test_analyze_never_downsizes_a_run_that_is_not_learning(name: str, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "downsize.toml"
+    config.write_text('[policies.plateau]\naction = "downsize"\n')
+    capsys.readouterr()
+    code = main(["analyze", "--train-log", str(corpus_file(name)), "--config", str(config), "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    decisions = json.loads(out)["decisions"]
+    assert [d["policy"] for d in decisions if d["policy"] == "not_learning"] == ["not_learning"]
+    assert not [d for d in decisions if d["policy"] == "plateau" or d["action"] == "downsize"]
+
+
+def test_analyze_says_where_the_not_learning_rule_does_not_apply(capsys: pytest.CaptureFixture[str]) -> None:
+    notes = " ".join(analyze_json("hf_trl_grpo_state_loss_zero.json", capsys)["notes"])
+    assert "not_learning: the loss starts at 0" in notes
+    notes = " ".join(analyze_json("lightning_metrics_resumed_run.csv", capsys)["notes"])
+    assert "resumed run" in notes

@@ -162,7 +162,8 @@ def replay_timeline(
     return run
 
 
-def replay_loss(settings: Settings, points: Iterable[ProgressPoint] | Iterable[PointBatch]) -> ReplayRun:
+def replay_loss(settings: Settings, points: Iterable[ProgressPoint] | Iterable[PointBatch], *,
+                rate: Money | None = None) -> ReplayRun:
     """Run the loss policies (plateau, divergence) over points that have no wall time.
 
     ``points`` are :class:`ProgressPoint` records, or :class:`PointBatch` blocks (what
@@ -172,7 +173,7 @@ def replay_loss(settings: Settings, points: Iterable[ProgressPoint] | Iterable[P
     nothing — report a decision by its evidence's ``step``/``epoch``. Blocks should hold one
     kind each (``TrainLog.iter_batches``): decisions of one block are put in point order.
     """
-    replay = LossReplay(settings)
+    replay = LossReplay(settings, rate=rate)
     for item in points:
         replay.add(item)
     return replay.finish()
@@ -183,10 +184,11 @@ class LossReplay:
     it reads (``costctl analyze`` feeds the train blocks of a console log during its one read);
     :attr:`run` holds the decisions so far. Feeding the same items gives the same run."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, rate: Money | None = None) -> None:
         self.settings = settings
         self.engine = PolicyEngine(settings, only=LOSS_POLICIES)
-        self.history = History(progress_source=False)
+        # the price per hour, when known, prices the decisions (the spend per hour at stake)
+        self.history = History(progress_source=False, rate=rate)
         self.clock = SimClock(RELATIVE_EPOCH)
         self.run = ReplayRun([], self.engine.names, self.history.sample_interval, False)
 
