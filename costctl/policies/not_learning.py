@@ -270,6 +270,10 @@ class NotLearningPolicy(Policy):
             idx = range(len(batch)) if mask is None else [j for j, m in enumerate(mask) if m]
             values, keys, series = batch.values, batch.keys, batch.series
             rule = self.rule
+            if rule.state == LEARNED or rule.not_applicable is not None:
+                # settled for this series: only a move to another series matters
+                if all(keys[k][1] == self._series for k in kinds):
+                    continue
             for j in idx:
                 name = keys[series[j]][1]
                 if name != self._series:

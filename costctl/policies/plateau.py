@@ -536,10 +536,15 @@ class PlateauPolicy(Policy):
             if swing is not None and self._swings_fed < self._fed:
                 for v in vals[self._swings_fed:self._fed]:
                     swing(v)
-            for v in vals[self._fed:k + 1]:
-                add(v)
+            if learning.learning_shown:  # settled: only the swings still matter
                 if swing is not None:
-                    swing(v)
+                    for v in vals[self._fed:k + 1]:
+                        swing(v)
+            else:
+                for v in vals[self._fed:k + 1]:
+                    add(v)
+                    if swing is not None:
+                        swing(v)
             self._fed = self._swings_fed = k + 1
         return learning.learning_shown and not (self.swings is not None and self.swings.unstable)
 

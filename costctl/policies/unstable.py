@@ -20,8 +20,9 @@ skipped: the divergence policy reports those):
   swing is ``0.95 s / L``, so the default 0.15 means noise of about 16 % of the loss itself.
   The median ignores a single jump (a change of the loss's composition, such as new loss
   heads switching on) and a falling trend (the change between two neighbours is small);
-* one decision per episode; the episode ends when the median swing falls below
-  ``0.75 * max_swing`` (hysteresis), and a later one is a new episode.
+* one decision per episode; the episode ends when the median swing has stayed below
+  ``0.75 * max_swing`` for ``window`` values in a row (hysteresis: a median hovering about the
+  bound is one episode, not one advice per crossing), and a later one is a new episode.
 
 Sources: TensorBoard's smoothing for the trend; the swing is the relative mean successive
 difference (von Neumann) taken as a median over a window.
@@ -72,7 +73,7 @@ class SwingCheck:
     """
 
     __slots__ = ("window", "max_swing", "w", "floor", "ring", "pos", "filled", "n", "prev", "last", "wn",
-                 "trend", "median", "unstable")
+                 "trend", "median", "unstable", "calm")
 
     def __init__(self, *, window: int = 20, max_swing: float = 0.15, smoothing: float = 0.9,
                  level_floor: float = 0.05) -> None:
@@ -82,6 +83,7 @@ class SwingCheck:
         self.prev = self.last = self.trend = self.median = 0.0
         self.wn = 1.0
         self.unstable = False
+        self.calm = 0  # values in a row, inside an episode, whose median swing was below the release
 
     @classmethod
     def from_config(cls, config: UnstableConfig) -> SwingCheck:
@@ -115,9 +117,12 @@ class SwingCheck:
         if not self.unstable and self.median > self.max_swing:
             self.unstable = True
             return "unstable"
-        if self.unstable and self.median < RELEASE * self.max_swing:
-            self.unstable = False
-            return "stable"
+        if self.unstable:
+            self.calm = self.calm + 1 if self.median < RELEASE * self.max_swing else 0
+            if self.calm >= self.window:
+                self.unstable = False
+                self.calm = 0
+                return "stable"
         return None
 
 
