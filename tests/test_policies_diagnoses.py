@@ -193,3 +193,19 @@ def test_eval_flat_while_train_flat_too_is_no_overfitting() -> None:
     _add(history, [1.0] * 100)
     _add(history, [1.0, 1.0, 1.01, 1.02, 1.03], kind="eval", name="eval_loss", every=200)
     assert policy.decisions(history, T0) == []
+
+
+def test_unstable_names_a_bigger_card_only_when_the_run_is_memory_bound() -> None:
+    from costctl.records import GpuReading, SignalStatus, TelemetrySample
+
+    def advice(used_gib: float) -> str:
+        history = _history()
+        gpu = GpuReading(index=0, utilization=95.0, memory_used_bytes=int(used_gib * 2**30),
+                         memory_total_bytes=24 * 2**30)
+        history.add_sample(TelemetrySample(time=T0, gpus=(gpu,), gpu_status=SignalStatus.OK))
+        _add(history, _noise(60, sd=0.6))
+        [d] = UnstablePolicy(UnstableConfig()).decisions(history, T0)
+        return d.reason
+
+    assert "memory-bound" in advice(23.0) and "bigger card would let the batch grow" in advice(23.0)
+    assert "not a bigger card" in advice(8.0)

@@ -30,7 +30,9 @@ difference (von Neumann) taken as a median over a window.
 :class:`UnstablePolicy` feeds each new point of the monitored kind once (a ring of ``window``
 swings, O(window) per point, no object per point) and names the money at stake: the cost of
 the rest of the run when its length is known (as the plateau policy prices it), else the spend
-per hour.
+per hour. It says whether a bigger card would help from the newest telemetry sample: the fullest
+GPU's memory at least 90 % used is memory-bound (a bigger card lets the batch grow), less is not
+(the batch can grow on this card); unknown memory (a loss log alone) says so.
 """
 
 from __future__ import annotations
@@ -50,6 +52,20 @@ from .base import Policy, PolicyConfig, PolicyContext, iso, register
 from .history import History, finite_or_text
 
 RELEASE = 0.75
+#: GPU memory in use (fraction of the card, the fullest GPU of the newest sample) from which the
+#: run counts as memory-bound: its batch cannot grow on this card, a bigger one would let it.
+MEMORY_BOUND = 0.9
+
+
+def memory_use(history: History) -> float | None:
+    """The fullest GPU's memory in use as a fraction of its card in the newest telemetry sample,
+    or None when unknown (no sample, no GPU, a replay of a loss log alone)."""
+    sample = history.newest_sample()
+    if sample is None:
+        return None
+    fractions = [g.memory_used_bytes / g.memory_total_bytes for g in sample.gpus
+                 if g.memory_used_bytes is not None and g.memory_total_bytes]
+    return max(fractions) if fractions else None
 
 
 class UnstableConfig(PolicyConfig):
@@ -175,9 +191,19 @@ class UnstablePolicy(Policy):
         rest = rest_of_run_cost(history, point)
         where = f"step {point.step}" if point.step is not None else (
             f"epoch {point.epoch:g}" if point.epoch is not None else f"point {rule.n}")
+        memory = memory_use(history)
+        if memory is None:
+            card = "a bigger card only if the run is memory-bound"
+        elif memory >= MEMORY_BOUND:
+            card = (f"the card's memory is {memory:.0%} used (memory-bound): a bigger card would let the batch grow, "
+                    "gradient accumulation does it on this one")
+        else:
+            card = f"not a bigger card: the run uses {memory:.0%} of its memory, room for a bigger batch here"
         evidence: dict[str, Any] = {
             "monitor": cfg.monitor, "metric": point.name, "step": point.step, "epoch": point.epoch,
             "point_time": iso(point.time) if point.time is not None else None, "index": rule.n - 1,
+            "gpu_memory_used": round(memory, 4) if memory is not None else None,
+            "memory_bound": memory >= MEMORY_BOUND if memory is not None else None,
             "value": finite_or_text(point.value), "trend": finite_or_text(rule.trend),
             "median_swing": round(rule.median, 4), "max_swing": cfg.max_swing, "window": cfg.window,
             "smoothing": cfg.smoothing, "level_floor": cfg.level_floor, "configured_action": cfg.action,
@@ -188,7 +214,7 @@ class UnstablePolicy(Policy):
         reason = (f"{cfg.monitor} loss is unstable at {where}: over the last {cfg.window} points it moves a median "
                   f"{rule.median:.0%} of its trend ({rule.trend:.4g}) from one point to the next (bound "
                   f"{cfg.max_swing:.0%}): use a bigger effective batch (gradient accumulation) or a lower learning "
-                  "rate; a bigger card only if the run is memory-bound")
+                  f"rate; {card}")
         if rest is not None:
             reason += f"; the rest of the run would cost about {Money(Decimal(rest['cost']), rest['currency'])}"
         elif history.rate is not None:
