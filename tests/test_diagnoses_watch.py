@@ -86,3 +86,16 @@ def test_a_run_that_is_not_learning_is_never_downsized(tmp_path: Path) -> None:
     assert not [r for r in rows if r.policy == "plateau" or r.action == "downsize"]
     [nl] = [r for r in rows if r.policy == "not_learning"]
     assert nl.action == "advise" and "not a plateau" in nl.reason
+
+
+def test_a_live_diagnosis_carries_the_money_at_stake(tmp_path: Path) -> None:
+    """Live, the points have times and the sim instance a price: overfitting names what was spent
+    since the best eval, every diagnosis the spend per hour."""
+    rows = _watch(tmp_path, "hf_trainer_state_whisper_ja_overfit.json")
+    [over] = [r for r in rows if r.policy == "overfitting"]
+    spent = over.evidence["spent_since_best"]
+    assert spent is not None and spent["currency"] == over.evidence["currency"] and over.evidence["best_step"] == 1000
+    assert "was spent since the best eval" in over.reason
+    for r in rows:
+        if r.policy in ("plateau", "overfitting", "not_learning", "unstable"):
+            assert r.evidence["spend_per_hour"], r
