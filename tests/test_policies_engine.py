@@ -38,10 +38,10 @@ def sample(t: datetime, util: float, cpu: float) -> TelemetrySample:
 
 
 def test_builds_the_enabled_policies(settings_from) -> None:
-    assert PolicyEngine(settings_from()).names == ["idle", "stall", "plateau", "divergence"]
+    assert PolicyEngine(settings_from()).names == ["idle", "stall", "plateau", "not_learning", "overfitting", "unstable", "divergence"]
     s = settings_from(policies={"idle": {"time_window": "off"}, "stall": {"stall_window": "off", "stop_after": "off"},
                                 "budget": {"daily": "3"}})
-    assert PolicyEngine(s).names == ["budget", "plateau", "divergence"]
+    assert PolicyEngine(s).names == ["budget", "plateau", "not_learning", "overfitting", "unstable", "divergence"]
     assert PolicyEngine(s, only=["plateau"]).names == ["plateau"]
     with pytest.raises(ValueError, match="unknown policy 'nope'"):
         PolicyEngine(s, only=["nope"])

@@ -282,7 +282,7 @@ def test_policy_evaluates_once_per_progress_point_and_names_it() -> None:
 def test_policy_prices_the_rest_of_the_run_when_its_length_is_known() -> None:
     rate = Money(Decimal("2.50"), "CNY")
     history = _history(rate=rate, total_steps=1000)
-    policy = PlateauPolicy(PlateauConfig(patience=0, threshold_mode="abs", threshold=0.0))
+    policy = PlateauPolicy(PlateauConfig(hold_until_learning=False, patience=0, threshold_mode="abs", threshold=0.0))
     history.add_progress(ProgressPoint(time=T0 + timedelta(hours=1), value=1.0, step=100))
     history.add_progress(ProgressPoint(time=T0 + timedelta(hours=2), value=1.0, step=200))
     (decision,) = policy.decisions(history, T0 + timedelta(hours=2))
@@ -301,7 +301,7 @@ def test_policy_prices_the_rest_of_the_run_when_its_length_is_known() -> None:
 
 def test_policy_monitors_only_the_configured_kind() -> None:
     history = _history()
-    policy = PlateauPolicy(PlateauConfig(patience=1, monitor="eval", action="downsize"))
+    policy = PlateauPolicy(PlateauConfig(hold_until_learning=False, patience=1, monitor="eval", action="downsize"))
     train = [ProgressPoint(time=T0 + timedelta(seconds=i), value=1.0) for i in range(10)]
     for p in train:
         history.add_progress(p)
@@ -354,7 +354,7 @@ def test_one_million_points_in_batches_fire_exactly_where_the_rule_does() -> Non
     kwargs = dict(patience=10, threshold=1e-4, threshold_mode="rel")
     expected = plateau_fires(values, **kwargs)
     assert len(expected) > 100
-    policy = PlateauPolicy(PlateauConfig(**kwargs))
+    policy = PlateauPolicy(PlateauConfig(**kwargs, hold_until_learning=False))  # the rule alone, every fire
     history = _history(max_progress=10_000)
     decisions = []
     pos = 0

@@ -174,6 +174,7 @@ gpu = "RTX 4090"
 sample_interval = "300s"
 [policies.plateau]
 patience = 10
+hold_until_learning = false
 """)
     out = tmp_path / "out"
     fd = os.open(out, os.O_WRONLY | os.O_CREAT)

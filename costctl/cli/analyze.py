@@ -126,10 +126,13 @@ def analyze(
     glog = open_gpu_log(gpu_log, columns=columns, start=start) if gpu_log is not None else None  # streamed
     # the loss replay is fed the train points while the log is read (one read, not two); a log
     # placed in time (--step-rate) is replayed on the time axis instead and does not use it
+    gpu_count = len(glog.gpu_indices) if glog is not None else None
+    rate, price_source = resolve_price(settings, price=price, currency=currency, gpu=gpu, provider=provider,
+                                       gpu_count=gpu_count)
     pre_replay = None
     if train_log is not None and step_rate is None:
         try:
-            pre_replay = LossReplay(settings)
+            pre_replay = LossReplay(settings, rate=rate)
         except Exception:  # noqa: BLE001 - the replay after the read raises it, where it always did
             pre_replay = None
     tlog = (read_train_log(train_log, loss_regex=loss_regex, streamed=True, replay=pre_replay,
@@ -152,9 +155,6 @@ def analyze(
         )
     elif step_rate is not None:
         raise UsageError("--step-rate places a training log in time: give --train-log too")
-    gpu_count = len(glog.gpu_indices) if glog is not None else None
-    rate, price_source = resolve_price(settings, price=price, currency=currency, gpu=gpu, provider=provider,
-                                       gpu_count=gpu_count)
     result = run_analysis(settings, gpu_log=glog, train_log=tlog, progress=progress, placement=placement,
                           rate=rate, options=options)
     if no_loss is not None:

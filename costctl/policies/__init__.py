@@ -15,6 +15,9 @@ from .base import (
 from .budget import BudgetConfig, BudgetPolicy
 from .divergence import DivergenceConfig, DivergencePolicy
 from .engine import PolicyEngine
+from .not_learning import LearningCheck, NotLearningConfig, NotLearningPolicy
+from .overfitting import OverfittingConfig, OverfittingPolicy
+from .unstable import SwingCheck, UnstableConfig, UnstablePolicy
 from .history import History
 from .idle import IdleConfig, IdlePolicy, SampleVerdict, classify_sample
 from .plateau import PlateauConfig, PlateauPolicy, PlateauTracker, plateau_fires, rest_of_run_cost
@@ -27,5 +30,6 @@ __all__ = [
     "policies_model", "History", "PolicyEngine",
     "IdleConfig", "IdlePolicy", "SampleVerdict", "classify_sample", "StallConfig", "StallPolicy",
     "BudgetConfig", "BudgetPolicy", "PlateauConfig", "PlateauPolicy", "PlateauTracker", "plateau_fires",
-    "rest_of_run_cost", "DivergenceConfig", "DivergencePolicy",
+    "rest_of_run_cost", "DivergenceConfig", "DivergencePolicy", "NotLearningConfig", "NotLearningPolicy",
+    "LearningCheck", "OverfittingConfig", "OverfittingPolicy", "UnstableConfig", "UnstablePolicy", "SwingCheck",
 ]

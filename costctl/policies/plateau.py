@@ -51,6 +51,8 @@ from ..progress.batch import PointBatch, native, take
 from ..records import Decision, ProgressPoint, RestOfRun
 from .base import Policy, PolicyConfig, PolicyContext, iso, register
 from .history import History, finite_or_text
+from .not_learning import LearningCheck, position_of
+from .unstable import SwingCheck
 
 
 class PlateauConfig(PolicyConfig):
@@ -72,6 +74,10 @@ class PlateauConfig(PolicyConfig):
     cooldown: int = Field(default=0, ge=0, description="progress points ignored after firing")
     smoothing: float = Field(default=0.0, ge=0, lt=1, description="TensorBoard debiased EMA weight; 0 = off")
     monitor: Literal["train", "eval"] = Field(default="train", description="which loss: train | eval")
+    hold_until_learning: bool = Field(
+        default=True, description="hold fires back until the run has shown it learns, and while its loss is unstable "
+                                  "(the not_learning and unstable rules, their defaults): a run that is not learning "
+                                  "is not on a plateau, and is never downsized")
 
 
 class PlateauTracker:
@@ -395,6 +401,13 @@ class PlateauPolicy(Policy):
         self._updates: list[tuple[str, dict[str, Any]]] = []
         self._series: str | None = None  # the monitored series' name the tracker follows
         self._index_base = 0  # values seen by the trackers of earlier series (indexes stay unique)
+        #: the not-learning rule over the same values: fires before it saw the run learn are held back
+        self.learning = LearningCheck() if config.hold_until_learning else None
+        #: the unstable rule over the same values: fires inside an unstable episode are held back
+        self.swings = SwingCheck() if config.hold_until_learning else None
+        self._fed = self._swings_fed = 0  # monitored values of the current batch already fed to ``learning``
+        #: fires held back because the run had not (yet) shown it learns
+        self.held_back = 0
 
     @classmethod
     def from_config(cls, config: PlateauConfig, context: PolicyContext) -> PlateauPolicy:
@@ -430,15 +443,26 @@ class PlateauPolicy(Policy):
             # a fire with no improvement since the previous one repeats the open episode: runs
             # of those only count (the episode notes the run's last one)
             repeats, last_k = 0, -1
+            vals = batch.values if mask is None else take(batch.values, mask)
+            self._fed = self._swings_fed = 0
             for item in fires:
-                if len(item) == 5:  # a run of repeats (after a fire: an episode is open)
-                    repeats += item[4]
-                    last_k = item[0]
-                    continue
+                if len(item) == 5:  # a run of repeats (after a fire: an episode is open, unless held back)
+                    if self._episode is None and not repeats:
+                        if not self._learned(batch, mask, vals, item[0]):
+                            self.held_back += item[4]
+                            continue
+                        item = item[:4]  # learned since the held-back fire: its latest repeat opens an episode
+                    else:
+                        repeats += item[4]
+                        last_k = item[0]
+                        continue
                 k, improved, best, current = item
                 if not improved and (self._episode is not None or repeats):
                     repeats += 1
                     last_k = k
+                    continue
+                if not self._learned(batch, mask, vals, k):
+                    self.held_back += 1
                     continue
                 if repeats:
                     self._repeat(batch, positions, base, repeats, last_k)
@@ -453,6 +477,8 @@ class PlateauPolicy(Policy):
                                  "last": (batch, i), "updated_at": now, "reported": 1}
             if repeats:
                 self._repeat(batch, positions, base, repeats, last_k)
+            if vals:
+                self._learned(batch, mask, vals, len(vals) - 1)
         if self._episode is not None and self.tracker.improved_since_fire:
             self._end_episode()
         elif self._episode is not None and self._episode["repeats"] != self._episode["reported"] and (
@@ -483,8 +509,44 @@ class PlateauPolicy(Policy):
                         self._end_episode()
                         self._index_base += self.tracker.last_epoch
                         self.tracker = PlateauTracker.from_config(self.config)
+                        if self.learning is not None:
+                            self.learning, self.swings = LearningCheck(), SwingCheck()
                     self._series = name
                 yield part
+
+    def _learned(self, batch: PointBatch, mask: bytes | None, vals: Sequence[float], k: int) -> bool:
+        """Feed the not-learning rule the batch's monitored values up to ordinal ``k`` (those not
+        fed yet); True when the run has shown it learns by then (or the hold is off, or the rule
+        does not apply)."""
+        learning = self.learning
+        if learning is None:
+            return True
+        if self._fed <= k:
+            if learning.n < 2:
+                if learning.n == 0 and self._series is not None:
+                    learning.name(self._series)
+                positions = range(len(batch)) if mask is None else compress(range(len(batch)), mask)
+                for j, _ in zip(positions, range(k + 1)):
+                    if _ >= self._fed and learning.n < 2:
+                        learning.position(position_of(batch, j))
+                        learning.add(vals[_])
+                        self._fed = _ + 1
+            add = learning.add
+            swing = self.swings.add if self.swings is not None else None
+            if swing is not None and self._swings_fed < self._fed:
+                for v in vals[self._swings_fed:self._fed]:
+                    swing(v)
+            if learning.learning_shown:  # settled: only the swings still matter
+                if swing is not None:
+                    for v in vals[self._fed:k + 1]:
+                        swing(v)
+            else:
+                for v in vals[self._fed:k + 1]:
+                    add(v)
+                    if swing is not None:
+                        swing(v)
+            self._fed = self._swings_fed = k + 1
+        return learning.learning_shown and not (self.swings is not None and self.swings.unstable)
 
     def _repeat(self, batch: Any, positions: list[int] | None, base: int, repeats: int, last_k: int) -> None:
         """Add ``repeats`` fires to the open episode, the last at ordinal ``last_k`` of the batch."""

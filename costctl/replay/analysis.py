@@ -175,6 +175,17 @@ def _where(decision: Decision) -> str | None:
     return None
 
 
+def _in_log_order(decisions: list[Decision]) -> list[Decision]:
+    """``decisions`` sorted by where they fired on the log's axis: by step when every one has a
+    step, else by epoch when every one has an epoch, else as they are (stable)."""
+    for key in ("step", "epoch"):
+        values = [d.evidence.get(key) for d in decisions]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            order = sorted(range(len(decisions)), key=values.__getitem__)
+            return [decisions[i] for i in order]
+    return list(decisions)
+
+
 def _signals(scan: LogScan | None, n: int, timed: list[ProgressPoint], train: TrainLog | None) -> tuple[list[str], list[str]]:
     used, absent = [], []
     if scan is not None:
@@ -294,11 +305,12 @@ def analyze(
         if pre is not None and pre.settings is settings:  # fed the train blocks during the read
             for batch in train_log.iter_batches(kinds=("eval",)):
                 pre.add(batch)
-            loss_run = pre.run
+            loss_run = pre.finish()
         else:
-            loss_run = replay_loss(settings, train_log.iter_batches())
+            loss_run = replay_loss(settings, train_log.iter_batches(), rate=rate)
         notes.append("the training log has no wall times: its loss analysis stands on its own axis "
                      "(give --start-time and --step-rate to place it on the GPU log's time axis)")
+        notes.extend(loss_run.assumptions)  # e.g. where a diagnosis does not apply
         loss_run.decisions.extend(_grad_norm_decisions(settings, train_log, notes))
 
     work = [t for t in (last_busy[0], progress_times[-1] if progress_times else None) if t is not None]
@@ -318,7 +330,10 @@ def analyze(
         if is_stop and stopped is None:
             stopped = d.time
     if loss_run is not None:
-        for d in loss_run.decisions:
+        # in the order of the log's own axis (analyze feeds the train points, then the eval ones:
+        # an eval diagnosis would otherwise follow every train one); stable, so without a
+        # position the replay's order stands
+        for d in _in_log_order(loss_run.decisions):
             decisions.append(DecisionReport(d, False, at=_where(d)))
 
     listed_raw = machine.finish() if scan is not None else []

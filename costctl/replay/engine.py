@@ -33,7 +33,7 @@ from .gpu_log import RELATIVE_EPOCH
 from .timeline import nominal_interval
 
 #: policies that read the loss alone (the ones a replay on the loss's own axis can run).
-LOSS_POLICIES = ("plateau", "divergence")
+LOSS_POLICIES = ("plateau", "not_learning", "overfitting", "unstable", "divergence")
 
 
 @dataclass(slots=True)
@@ -162,7 +162,8 @@ def replay_timeline(
     return run
 
 
-def replay_loss(settings: Settings, points: Iterable[ProgressPoint] | Iterable[PointBatch]) -> ReplayRun:
+def replay_loss(settings: Settings, points: Iterable[ProgressPoint] | Iterable[PointBatch], *,
+                rate: Money | None = None) -> ReplayRun:
     """Run the loss policies (plateau, divergence) over points that have no wall time.
 
     ``points`` are :class:`ProgressPoint` records, or :class:`PointBatch` blocks (what
@@ -172,10 +173,10 @@ def replay_loss(settings: Settings, points: Iterable[ProgressPoint] | Iterable[P
     nothing — report a decision by its evidence's ``step``/``epoch``. Blocks should hold one
     kind each (``TrainLog.iter_batches``): decisions of one block are put in point order.
     """
-    replay = LossReplay(settings)
+    replay = LossReplay(settings, rate=rate)
     for item in points:
         replay.add(item)
-    return replay.run
+    return replay.finish()
 
 
 class LossReplay:
@@ -183,10 +184,11 @@ class LossReplay:
     it reads (``costctl analyze`` feeds the train blocks of a console log during its one read);
     :attr:`run` holds the decisions so far. Feeding the same items gives the same run."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, rate: Money | None = None) -> None:
         self.settings = settings
         self.engine = PolicyEngine(settings, only=LOSS_POLICIES)
-        self.history = History(progress_source=False)
+        # the price per hour, when known, prices the decisions (the spend per hour at stake)
+        self.history = History(progress_source=False, rate=rate)
         self.clock = SimClock(RELATIVE_EPOCH)
         self.run = ReplayRun([], self.engine.names, self.history.sample_interval, False)
 
@@ -200,13 +202,29 @@ class LossReplay:
             history.add_batch(item)
             # one evaluation saw the whole block: its decisions in point order, as point by
             # point (each policy's own come in order; the index counts points of one kind)
-            found = sorted(engine.evaluate(history, clock.now()), key=lambda d: d.evidence.get("index", 0))
+            # (a block mixing kinds: a kind's decisions after those of the kinds that came before it)
+            rank = {}
+            for kind, _ in item.keys:
+                rank.setdefault(kind, len(rank))
+            found = sorted(engine.evaluate(history, clock.now()),
+                           key=lambda d: (rank.get(d.evidence.get("kind", d.evidence.get("monitor")), 0),
+                                          d.evidence.get("index", 0)))
         else:
             clock.advance(1)
             history.add_progress(item)
             found = engine.evaluate(history, clock.now())
         self.run.decisions.extend(found)
         self.run.evaluations += 1
+
+    def finish(self) -> ReplayRun:
+        """:attr:`run`, with a line per loss policy whose rule did not apply to this log (its
+        ``not_applicable``: a GRPO loss starting at 0, a resumed log...)."""
+        for policy in self.engine.policies:
+            why = getattr(policy, "not_applicable", None)
+            line = f"{policy.name}: {why}" if why else None
+            if line and line not in self.run.assumptions:
+                self.run.assumptions.append(line)
+        return self.run
 
 
 def _strictly_increasing(samples: Iterator[TelemetrySample]) -> Iterator[TelemetrySample]:
