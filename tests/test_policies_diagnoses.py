@@ -209,3 +209,29 @@ def test_unstable_names_a_bigger_card_only_when_the_run_is_memory_bound() -> Non
 
     assert "memory-bound" in advice(23.0) and "bigger card would let the batch grow" in advice(23.0)
     assert "not a bigger card" in advice(8.0)
+
+
+def test_a_flood_is_thinned_for_the_statistical_diagnoses_and_still_judged() -> None:
+    """A batch of a million values (a job flooding its output) feeds not_learning, unstable and
+    the plateau rule's hold at most DIAGNOSIS_MAX_PER_BATCH values (every k-th, the newest kept):
+    bounded work per evaluation, and the judgement stands (flat noise is not learning, a falling
+    loss is learning)."""
+    from costctl.policies.history import DIAGNOSIS_MAX_PER_BATCH, thin
+
+    assert thin(range(10)) == range(10)
+    picked = thin(range(1_000_001))
+    assert len(picked) <= DIAGNOSIS_MAX_PER_BATCH and picked[0] == 0 and picked[-1] == 1_000_000
+    rng = random.Random(3)
+    for falling in (False, True):
+        history = _history(max_progress=2_000_000)
+        batch = PointBatch()
+        for i in range(1_000_000):
+            v = (2.0 * math.exp(-i / 200_000) if falling else 1.0) + 0.05 * rng.random()
+            batch.append(v, step=i, time=(T0 + timedelta(milliseconds=i)).timestamp())
+        history.add_batch(batch)
+        nl = NotLearningPolicy(NotLearningConfig())
+        un = UnstablePolicy(UnstableConfig())
+        found = nl.decisions(history, T0 + timedelta(hours=1))
+        un.decisions(history, T0 + timedelta(hours=1))
+        assert nl.rule.n <= DIAGNOSIS_MAX_PER_BATCH and un.rule.n <= DIAGNOSIS_MAX_PER_BATCH
+        assert bool(found) is (not falling), [d.reason for d in found]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import islice
@@ -333,6 +334,27 @@ def _tail(items: list, added: int, seen: int) -> tuple[list, int]:
         return [], 0
     held = min(new, len(items))
     return items[len(items) - held:], new - held
+
+
+#: The most values of one batch the statistical diagnoses (not learning, unstable, the plateau
+#: rule's hold) read: a larger batch — a job flooding its output, a block of a huge log — is
+#: thinned to every k-th value (:func:`thin`). Those rules judge a trend against the noise,
+#: which a uniform thinning keeps; the exact rules (plateau, divergence, stall) read every value.
+DIAGNOSIS_MAX_PER_BATCH = 1000
+
+
+def thin(indexes: Sequence[int], limit: int = DIAGNOSIS_MAX_PER_BATCH) -> Sequence[int]:
+    """``indexes`` as is when there are at most ``limit`` of them, else every k-th, k the
+    smallest step that leaves at most ``limit`` (the last one kept too, so a batch's newest
+    value is always read)."""
+    n = len(indexes)
+    if n <= limit:
+        return indexes
+    step = -(-n // limit)
+    picked = list(indexes[::step])
+    if picked[-1] != indexes[-1]:
+        picked[-1] = indexes[-1]
+    return picked
 
 
 def finite_or_text(value: float | None) -> float | str | None:

@@ -56,7 +56,7 @@ from ..money import Money
 from ..progress.batch import NO_INT, PointBatch
 from ..records import Decision, ProgressPoint
 from .base import Policy, PolicyConfig, PolicyContext, iso, register
-from .history import History, finite_or_text
+from .history import History, finite_or_text, thin
 
 #: sqrt(pi)/2: mean |X1 - X2| of two independent N(0, s^2) is 2s/sqrt(pi).
 _MSD_TO_SIGMA = math.sqrt(math.pi) / 2
@@ -268,6 +268,7 @@ class NotLearningPolicy(Policy):
                 continue
             mask = batch.mask_of(kinds)
             idx = range(len(batch)) if mask is None else [j for j, m in enumerate(mask) if m]
+            idx = thin(idx)  # a flood: every k-th value (history.DIAGNOSIS_MAX_PER_BATCH)
             values, keys, series = batch.values, batch.keys, batch.series
             rule = self.rule
             if rule.state == LEARNED or rule.not_applicable is not None:

@@ -50,7 +50,7 @@ from ..money import Money, cost_of
 from ..progress.batch import PointBatch, native, take
 from ..records import Decision, ProgressPoint, RestOfRun
 from .base import Policy, PolicyConfig, PolicyContext, iso, register
-from .history import History, finite_or_text
+from .history import History, finite_or_text, thin
 from .not_learning import LearningCheck, position_of
 from .unstable import SwingCheck
 
@@ -372,6 +372,11 @@ def rest_of_run_cost(history: History, point: ProgressPoint) -> dict[str, Any] |
             "remaining_s": str(remaining_s), "cost": str(cost), "currency": history.rate.currency}
 
 
+def _thinned(vals: Sequence[float], start: int, stop: int) -> Sequence[float]:
+    """``vals[start:stop]``, thinned as the diagnoses read a flood (:func:`.history.thin`)."""
+    return [vals[j] for j in thin(range(start, stop))]
+
+
 @register
 class PlateauPolicy(Policy):
     """Advise when the monitored loss stopped improving, by ReduceLROnPlateau's rule.
@@ -534,14 +539,14 @@ class PlateauPolicy(Policy):
             add = learning.add
             swing = self.swings.add if self.swings is not None else None
             if swing is not None and self._swings_fed < self._fed:
-                for v in vals[self._swings_fed:self._fed]:
+                for v in _thinned(vals, self._swings_fed, self._fed):
                     swing(v)
             if learning.learning_shown:  # settled: only the swings still matter
                 if swing is not None:
-                    for v in vals[self._fed:k + 1]:
+                    for v in _thinned(vals, self._fed, k + 1):
                         swing(v)
             else:
-                for v in vals[self._fed:k + 1]:
+                for v in _thinned(vals, self._fed, k + 1):
                     add(v)
                     if swing is not None:
                         swing(v)

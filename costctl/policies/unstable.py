@@ -49,7 +49,7 @@ from ..clock import ensure_utc
 from ..money import Money
 from ..records import Decision, ProgressPoint
 from .base import Policy, PolicyConfig, PolicyContext, iso, register
-from .history import History, finite_or_text
+from .history import History, finite_or_text, thin
 
 RELEASE = 0.75
 #: GPU memory in use (fraction of the card, the fullest GPU of the newest sample) from which the
@@ -172,6 +172,7 @@ class UnstablePolicy(Policy):
                 continue
             mask = batch.mask_of(kinds)
             idx = range(len(batch)) if mask is None else [j for j, m in enumerate(mask) if m]
+            idx = thin(idx)  # a flood: every k-th value (history.DIAGNOSIS_MAX_PER_BATCH)
             values, keys, series = batch.values, batch.keys, batch.series
             rule = self.rule
             for j in idx:
