@@ -972,12 +972,16 @@ class Watcher:
 
     def _take_grad_norms(self) -> None:
         """The gradient norms read since the last tick, to the history (divergence reads them);
-        a primary series that moved to another is said (once per move)."""
+        a primary series that moved to another is said (once per move). The metrics file's
+        (``--metrics-file``, the job's ``$COSTCTL_METRICS_FILE``) come after the output's: once
+        the file is read the output is no longer parsed."""
         output = self._output
+        if output is not None and (records := output.take_grad_norms()):
+            self.history.add_grad_norms(records)
+        if self._metrics is not None and (records := self._metrics.take_grad_norms()):
+            self.history.add_grad_norms(records)
         if output is None:
             return
-        if records := output.take_grad_norms():
-            self.history.add_grad_norms(records)
         changes = output.primary.changes
         for kind, old, new in changes[getattr(self, "_moves_said", 0):]:
             self.say(f"costctl: the output now shows a {kind} loss series {new!r}, which the policies watch from "
