@@ -21,6 +21,10 @@
 * **Other directories**: whole when not empty and every file of a known format in them passes.
 * **Other files**: whole when not empty (no format to check).
 
+Only regular files and directories are looked at: a named pipe (FIFO), a socket or a device
+node is never opened (opening a FIFO blocks until a writer comes, ignoring signals) and is
+reported as skipped (:func:`special_kind`), at the top level and inside a checkpoint directory.
+
 An explicit marker makes any checkpoint complete: ``<dir>/.costctl-complete`` for a directory,
 ``.<name>.costctl-complete`` beside a file (both hidden, so never taken for checkpoints).
 
@@ -33,11 +37,12 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import struct
 import zipfile
 from pathlib import Path
 
-__all__ = ["MARKER", "check_checkpoint", "is_complete", "known_format", "marker_path"]
+__all__ = ["MARKER", "check_checkpoint", "is_complete", "known_format", "marker_path", "special_kind"]
 
 #: Name of the explicit "this checkpoint is complete" marker inside a checkpoint directory.
 MARKER = ".costctl-complete"
@@ -66,9 +71,44 @@ def _n(value: int) -> str:
     return f"{value:,}"
 
 
+_SPECIAL = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+            (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def special_kind(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is when it is neither a regular file nor a directory (``"a named pipe
+    (FIFO)"``, ``"a socket"``, a device), from ``stat`` (a symlink is followed; nothing is
+    opened); None for a regular file, a directory, or a path that cannot be stat'ed."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return next((what for test, what in _SPECIAL if test(mode)), "not a regular file")
+
+
+def _not_regular(path: Path) -> str | None:
+    """The skip reason for a path that is not a regular file (never opened), else None."""
+    kind = special_kind(path)
+    if kind is None and path.is_dir():
+        kind = "a directory"
+    return None if kind is None else f"{path.name} is {kind}, not a regular file: not opened"
+
+
+def _read_text(path: Path) -> str:
+    """A regular file's text; OSError for anything else (a FIFO is never opened)."""
+    why = _not_regular(path)
+    if why is not None:
+        raise OSError(why)
+    return path.read_text()
+
+
 def check_safetensors(path: Path) -> tuple[bool, str]:
     """The safetensors header check (module docstring); ``reason`` names the file."""
     name = path.name
+    if (why := _not_regular(path)) is not None:
+        return False, why
     try:
         size = path.stat().st_size
         with open(path, "rb") as fh:
@@ -107,6 +147,8 @@ def check_safetensors(path: Path) -> tuple[bool, str]:
 def check_torch(path: Path) -> tuple[bool, str]:
     """The torch-archive check (module docstring); ``reason`` names the file."""
     name = path.name
+    if (why := _not_regular(path)) is not None:
+        return False, why
     try:
         size = path.stat().st_size
         with open(path, "rb") as fh:
@@ -143,6 +185,8 @@ def _is_hf_dir(p: Path) -> bool:
 
 
 def _check_file(p: Path) -> tuple[bool, str]:
+    if (why := _not_regular(p)) is not None:
+        return False, why
     if p.name.endswith(".safetensors"):
         return check_safetensors(p)
     if p.name.endswith(TORCH_SUFFIXES):
@@ -162,8 +206,10 @@ def _check_hf_dir(p: Path) -> tuple[bool, str]:
         present = ", ".join(sorted(e.name for e in p.iterdir())) or "nothing"
         return False, f"no trainer_state.json (transformers writes it last): has {present}"
     try:
-        json.loads(state.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        json.loads(_read_text(state))
+    except OSError as exc:
+        return False, f"trainer_state.json unreadable: {exc.strerror or exc}"
+    except (UnicodeDecodeError, json.JSONDecodeError):
         return False, "trainer_state.json is not valid JSON (cut short?)"
     weights = [p / name for name in _HF_WEIGHTS if (p / name).exists()]
     for index_name in _HF_INDEXES:
@@ -171,7 +217,7 @@ def _check_hf_dir(p: Path) -> tuple[bool, str]:
         if not index.exists():
             continue
         try:
-            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            shards = sorted(set(json.loads(_read_text(index))["weight_map"].values()))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
             return False, f"{index_name} is not a valid shard index"
         missing = [s for s in shards if not (p / s).exists()]
@@ -181,8 +227,9 @@ def _check_hf_dir(p: Path) -> tuple[bool, str]:
     if not weights:
         return False, "no weights file (model.safetensors, pytorch_model.bin, adapter_model.* or a shard index)"
     checked = {w.name for w in weights}
-    others = [e for e in sorted(p.iterdir()) if e.is_file() and e.name not in checked
-              and (e.name.endswith(".safetensors") or e.name.endswith(TORCH_SUFFIXES))]
+    others = [e for e in sorted(p.iterdir()) if e.name not in checked
+              and (e.name.endswith(".safetensors") or e.name.endswith(TORCH_SUFFIXES))
+              and (e.is_file() or special_kind(e) is not None)]
     for f in [*weights, *others]:
         ok, why = _check_file(f)
         if not ok:
@@ -201,12 +248,18 @@ def check_checkpoint(path: str | os.PathLike[str]) -> tuple[bool, str]:
     p = Path(path)
     if not p.exists():
         return False, "missing"
+    if (kind := special_kind(p)) is not None:
+        return False, f"{kind}, not a regular file or a directory: not opened"
     if p.is_dir():
         if (p / MARKER).exists():
             return True, f"marked complete ({MARKER})"
         if _is_hf_dir(p):
             return _check_hf_dir(p)
-        files = [e for e in sorted(p.rglob("*")) if e.is_file() and not e.name.startswith(".")]
+        entries = [e for e in sorted(p.rglob("*")) if not e.name.startswith(".")]
+        files = [e for e in entries if e.is_file()]
+        special = [e for e in entries if special_kind(e) is not None]
+        if special:
+            return False, f"{special[0].relative_to(p)} is {special_kind(special[0])}, not a regular file: not opened"
         if not files:
             return False, "empty directory"
         for f in files:

@@ -256,3 +256,49 @@ def test_an_oom_without_an_allocation_figure_is_retried_and_says_it_could_not_co
                "the batch" in d.reason
         assert d.evidence["comparison_possible"] is False
     assert decisions[1].evidence["comparison"]["verdict"] == "unknown"
+
+
+#: The batch through the environment only, and an OOM message without an allocation figure
+#: (the CUDA runtime's own error): the job takes the batch and fits at batch 2.
+ENV_NO_FIGURE = """
+import sys
+from costctl import job
+batch = job.batch_size(8)
+print(f"training at batch {batch} x accumulation {job.accum_steps()}", flush=True)
+if batch > 2:
+    print("RuntimeError: CUDA error: out of memory", file=sys.stderr, flush=True)
+    sys.exit(1)
+print("done", flush=True)
+"""
+
+
+def test_an_env_batch_oom_without_a_figure_is_not_called_unheard_and_is_halved_until_it_fits(tmp_path):
+    data = tmp_path / "data"
+    proc = run_costctl("watch", "--on-exit", "leave", "--on-oom", "retry", "--batch-size", "8", "--no-status",
+                       "--", PY, "-c", ENV_NO_FIGURE, env=costctl_env(data), timeout=120)
+    out, err = proc.stdout.decode(), proc.stderr.decode()
+    assert proc.returncode == 0, err
+    assert "training at batch 2 x accumulation 4" in out and "done" in out
+    assert "did not take the batch" not in err
+    decisions = _oom_decisions(data)
+    assert [d.action for d in decisions] == ["retry", "retry"]
+    assert [d.evidence["new_batch_size"] for d in decisions] == [4, 2]
+    assert all("cannot tell whether the memory depends on the batch" in d.reason for d in decisions)
+    assert decisions[1].evidence["comparison"]["verdict"] == "unknown"
+
+
+def test_an_env_batch_oom_without_a_figure_is_halved_down_to_min_batch_then_advised(tmp_path):
+    data = tmp_path / "data"
+    script = IGNORES_BATCH.replace(
+        'print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "\n'
+        '      "of 23.65 GiB of which 1.02 GiB is free.", file=sys.stderr, flush=True)',
+        'print("RuntimeError: CUDA error: out of memory", file=sys.stderr, flush=True)')
+    assert "CUDA error: out of memory" in script
+    proc = run_costctl("watch", "--on-exit", "leave", "--on-oom", "retry", "--batch-size", "1024", "--no-status",
+                       "--", PY, "-c", script, env=costctl_env(data, COSTCTL_OOM__MIN_BATCH="256"), timeout=120)
+    assert proc.returncode != 0
+    decisions = _oom_decisions(data)
+    assert [(d.action, d.outcome) for d in decisions] == [("retry", "retry 1"), ("retry", "retry 2"),
+                                                          ("advise", "advised")]
+    assert "min_batch 256" in decisions[-1].reason and "batch_heard" not in decisions[-1].evidence
+    assert proc.stdout.decode().count("training at batch 1024") == 3

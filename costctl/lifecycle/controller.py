@@ -138,7 +138,6 @@ class Lifecycle:
         self.on_oom = on_oom
         self.oom = OomScanner()
         self.oom_retries = 0
-        self._retried_oom: tuple[Any, ...] | None = None  # the OOM the last retry answered
         self._oom_attempt: Attempt | None = None  # the batch and OOM event the last retry answered
         self._then: list[Callable[[CheckpointAttempt], None]] = []
         self.last_checkpoint_at: datetime | None = None
@@ -651,29 +650,31 @@ class Lifecycle:
         from .oom_retry import BATCH, uses
 
         in_argv = uses(self.command, BATCH)
-        same = (event.exception, event.requested_bytes, event.total_bytes,
-                event.message if event.requested_bytes is None else None)
-        if self.on_oom == "retry" and self._retried_oom == same and not in_argv:
-            # The retry died of the very same OOM: the halved batch did not change what failed.
-            text = (f"the retry at batch {plan.batch_size if plan else '?'} died of the same CUDA out of memory "
-                    f"({event.message[:160]}): either the job did not take the batch costctl passed through "
-                    "$COSTCTL_BATCH_SIZE, or what runs out of memory does not depend on the batch; retrying again "
-                    "would likely fail the same way, so costctl stopped retrying. To pass the batch through, put "
-                    "{batch_size} (and {accum_steps}) in the command, e.g. --batch-size {batch_size}, or read "
-                    "costctl.job.batch_size(default=N) / $COSTCTL_BATCH_SIZE in the script")
-            evidence.update(same_oom=True, batch_heard=False)
-            self._retried_oom = None
-            self.log.record(Decision(time=now, policy="oom", action=Action.ADVISE, reason=text, evidence=evidence,
-                                     key=f"oom-unheard:{self.oom_retries}"), "stopped retrying")
-            return False
         compared = None
-        if self.on_oom == "retry" and in_argv and plan is not None and self._oom_attempt is not None:
-            # costctl wrote the batch into the command: did the halved batch change what failed?
-            compared = compare_attempts(self._oom_attempt, Attempt(plan.batch_size, event))
-            evidence.update(batch_in_command=True, comparison=compared.evidence())
-            if compared.verdict == "same":
+        if self.on_oom == "retry" and plan is not None and self._oom_attempt is not None:
+            # Did the halved batch change what failed? Only a figure (the requested allocation)
+            # can show it: without one the comparison is "unknown" and the halving goes on.
+            before = self._oom_attempt
+            compared = compare_attempts(before, Attempt(plan.batch_size, event))
+            evidence.update(batch_in_command=in_argv, comparison=compared.evidence())
+            if not in_argv and compared.verdict == "same" and before.event.exception == event.exception:
+                # The retry died of the very same OOM, and only the environment carried the batch.
+                text = (f"the retry at batch {plan.batch_size} died of the same CUDA out of memory "
+                        f"({compared.why}): either the job did not take the batch costctl passed through "
+                        "$COSTCTL_BATCH_SIZE, or what runs out of memory does not depend on the batch; retrying "
+                        "again would likely fail the same way, so costctl stopped retrying. To pass the batch "
+                        "through, put {batch_size} (and {accum_steps}) in the command, e.g. --batch-size "
+                        "{batch_size}, or read costctl.job.batch_size(default=N) / $COSTCTL_BATCH_SIZE in the script")
+                evidence.update(same_oom=True, batch_heard=False)
+                self._oom_attempt = None
+                self.log.record(Decision(time=now, policy="oom", action=Action.ADVISE, reason=text,
+                                         evidence=evidence, key=f"oom-unheard:{self.oom_retries}"),
+                                "stopped retrying")
+                return False
+            if in_argv and compared.verdict == "same":
+                # costctl wrote the batch into the command: the memory does not depend on it
                 evidence.update(same_oom=True, batch_dependent=False, effective_batch=plan.effective)
-                self._oom_attempt = self._retried_oom = None
+                self._oom_attempt = None
                 self.log.record(Decision(time=now, policy="oom", action=Action.ADVISE,
                                          reason=fixed_memory_advice(plan, compared.why), evidence=evidence,
                                          key=f"oom-fixed:{self.oom_retries}"), "stopped retrying")
@@ -687,7 +688,6 @@ class Lifecycle:
             evidence.update(comparison_possible=False)
         if self.on_oom == "retry" and plan is not None and nxt is not None and not self.dry_run:
             self.oom_retries += 1
-            self._retried_oom = same
             self._oom_attempt = Attempt(plan.batch_size, event)
             resume = self.resume_point() or self.job.resume_from
             evidence.update(new_batch_size=nxt.batch_size, new_accum_steps=nxt.accum_steps,

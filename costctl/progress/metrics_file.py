@@ -15,6 +15,12 @@ Which column is the train loss is chosen once per header (first present in
 mixed into one series); the eval loss likewise from :data:`EVAL_KEYS`. Either can be forced
 with ``loss_key`` / ``eval_key``. Empty cells are "no value"; ``nan``/``inf`` are kept (a
 divergence). Rows without a usable loss, and unreadable rows, are skipped.
+
+Logged gradient norms (the first of :data:`~costctl.progress.grad_norms.GRAD_NORM_KEYS` a row
+holds, that key kept from then on, as ``costctl analyze`` chooses it) are collected as
+:data:`~costctl.progress.grad_norms.GradNormRecord` ``(value, loss, step, epoch)``, the loss
+being the train loss of the same row (None when it has none), and taken with
+:meth:`MetricsFileFollower.take_grad_norms`.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
+from costctl.progress.grad_norms import GRAD_NORM_KEYS, GradNormRecord
 from costctl.progress.lines import parse_value
 from costctl.records import ProgressPoint
 
@@ -73,9 +80,13 @@ class _KeyChoice:
     eval_key: str | None = None
     fixed_loss: bool = False
     fixed_eval: bool = False
+    #: the gradient-norm key (first of GRAD_NORM_KEYS present; chosen once)
+    grad_key: str | None = None
 
     def choose(self, keys: Iterable[str]) -> None:
         present = set(keys)
+        if self.grad_key is None:
+            self.grad_key = next((k for k in GRAD_NORM_KEYS if k in present), None)
         if not self.fixed_loss and self.loss_key is None:
             self.loss_key = next((k for k in TRAIN_KEYS if k in present), None)
         if not self.fixed_eval and self.eval_key is None:
@@ -89,8 +100,10 @@ class _KeyChoice:
 
 
 def _points_from_row(
-    row: Mapping[str, Any], keys: _KeyChoice, now: datetime | None
+    row: Mapping[str, Any], keys: _KeyChoice, now: datetime | None, grads: list[GradNormRecord] | None = None
 ) -> list[ProgressPoint]:
+    """The row's train/eval points; its gradient norm (``keys.grad_key``), if any, is appended
+    to ``grads`` as ``(value, train loss of the row or None, step, epoch)``."""
     if any(k in row for k in _SUMMARY_KEYS):
         return []
     step_value = next((number(row[k]) for k in STEP_KEYS if k in row and number(row[k]) is not None), None)
@@ -106,6 +119,11 @@ def _points_from_row(
         if value is None:
             continue
         points.append(ProgressPoint(time=now, value=value, kind=kind, name=key, step=step, epoch=epoch))
+    if grads is not None and keys.grad_key is not None and keys.grad_key in row:
+        grad = number(row[keys.grad_key])
+        if grad is not None:
+            loss = next((p.value for p in points if p.kind == "train"), None)
+            grads.append((grad, loss, step, epoch))
     return points
 
 
@@ -163,6 +181,13 @@ class MetricsFileFollower:
         self._rows_done = 0  # CSV data rows / JSON entries already seen
         self._skip = 0  # CSV rows to pass over after a header rewrite (already returned)
         self._doc_stamp: tuple[int, int] | None = None  # (size, mtime_ns) of a JSON document
+        self._grad_norms: list[GradNormRecord] = []  # read, not yet taken
+
+    def take_grad_norms(self) -> list[GradNormRecord]:
+        """The gradient-norm records ``(value, loss, step, epoch)`` of the rows read since the
+        last call, in file order (see the module docstring)."""
+        out, self._grad_norms = self._grad_norms, []
+        return out
 
     def poll(self, now: datetime) -> list[ProgressPoint]:
         """Points from rows completed since the last poll (``[]`` if the file is missing).
@@ -250,7 +275,7 @@ class MetricsFileFollower:
                     continue
                 if len(cells) != width:
                     continue
-                points.extend(_points_from_row(dict(zip(self._header, cells)), self._keys, now))
+                points.extend(_points_from_row(dict(zip(self._header, cells)), self._keys, now, self._grad_norms))
         except csv.Error:
             pass  # a NUL byte or broken quoting: keep what was read
         return points
@@ -260,7 +285,7 @@ class MetricsFileFollower:
         points: list[ProgressPoint] = []
         for row in _json_rows(lines):
             self._keys.choose(row.keys())
-            points.extend(_points_from_row(row, self._keys, now))
+            points.extend(_points_from_row(row, self._keys, now, self._grad_norms))
         return points
 
     def _read_document(self, fh: io.BufferedReader, now: datetime | None) -> list[ProgressPoint]:
@@ -278,9 +303,12 @@ class MetricsFileFollower:
         new = entries[self._rows_done :]
         self._rows_done = len(entries)
         keys = _KeyChoice(self._keys.loss_key or "loss", self._keys.eval_key or "eval_loss", True, True)
+        keys.grad_key = self._keys.grad_key
         points: list[ProgressPoint] = []
         for entry in new:
-            points.extend(_points_from_row(entry, keys, now))
+            keys.choose(entry.keys())
+            points.extend(_points_from_row(entry, keys, now, self._grad_norms))
+        self._keys.grad_key = keys.grad_key
         return points
 
 

@@ -169,12 +169,20 @@ class PrimarySeries:
     appears. Cheap per batch: a few set lookups over its keys, the cut done at C speed
     (:meth:`PointBatch.cut`), no object per point.
 
+    A ``wanted`` series the output has not shown once the other train series have shown
+    :data:`MISSING_AFTER_POINTS` points between them sets :attr:`missing` (once): analyze's
+    refusal line (:func:`choose_primary`), for the watch to say while it goes on (the series
+    may still appear later; then it is watched from its first point).
+
     Args:
         wanted: the train series to watch (an exact name), or None for the rule.
     """
 
     def __init__(self, wanted: str | None = None) -> None:
         self.wanted = wanted
+        #: analyze's "--loss NAME: no such train loss series ..." once the rule above says so
+        self.missing: str | None = None
+        self._others = 0  # train points of other series while ``wanted`` is absent (counted up to the limit)
         #: kind -> series names in first-seen order
         self.names: dict[str, list[str]] = {"train": [], "eval": []}
         #: kind -> the primary series name (absent: none yet)
@@ -210,11 +218,28 @@ class PrimarySeries:
                 self.names.setdefault(kind, []).append(name)
             self._choose()
         primary = self.primary
+        if self.wanted is not None and self.missing is None and "train" not in primary:
+            self._count_others(batch)
         wanted = {i for i, (kind, name) in enumerate(keys) if primary.get(kind) == name}
         if len(wanted) == len(keys):
             return batch
         return batch.cut(batch.mask_of(wanted))
 
+    def _count_others(self, batch: PointBatch) -> None:
+        """Count the batch's train points (none is ``wanted``'s: it has not shown); set
+        :attr:`missing` at :data:`MISSING_AFTER_POINTS`."""
+        series = batch.series
+        self._others += sum(series.count(i) for i in batch.series_of_kind("train"))
+        if self._others >= MISSING_AFTER_POINTS:
+            try:
+                choose_primary(self.names["train"], self.wanted)
+            except UsageError as exc:
+                self.missing = exc.message
 
-__all__ = ["EpochShape", "PrimarySeries", "choose_primary", "grammar_blind", "granularity_of", "kind_of",
+
+#: Train points of other series after which a ``--loss NAME`` the output has not shown is said
+#: (:attr:`PrimarySeries.missing`): 20 points, ten lines of a GAN's two losses.
+MISSING_AFTER_POINTS = 20
+
+__all__ = ["MISSING_AFTER_POINTS", "EpochShape", "PrimarySeries", "choose_primary", "grammar_blind", "granularity_of", "kind_of",
            "named_losses", "series_granularity"]

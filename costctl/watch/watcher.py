@@ -63,6 +63,7 @@ from ..progress.lines import MAX_LINE_CHARS
 from ..progress.output import OutputProgress
 from ..job import ENV_CHECKPOINT_SAVES, ENV_METRICS_FILE
 from ..progress.metrics_file import MetricsFileFollower
+from ..progress.series import MISSING_AFTER_POINTS
 from ..protocols import RunState
 from ..records import Action, BatchPlan, Decision, TelemetrySample
 from ..statusline import StatusLine, countdown
@@ -979,12 +980,21 @@ class Watcher:
 
     def _take_grad_norms(self) -> None:
         """The gradient norms read since the last tick, to the history (divergence reads them);
-        a primary series that moved to another is said (once per move)."""
+        a primary series that moved to another is said (once per move). The metrics file's
+        (``--metrics-file``, the job's ``$COSTCTL_METRICS_FILE``) come after the output's: once
+        the file is read the output is no longer parsed."""
         output = self._output
+        if output is not None and (records := output.take_grad_norms()):
+            self.history.add_grad_norms(records)
+        if self._metrics is not None and (records := self._metrics.take_grad_norms()):
+            self.history.add_grad_norms(records)
         if output is None:
             return
-        if records := output.take_grad_norms():
-            self.history.add_grad_norms(records)
+        missing = output.primary.missing
+        if missing is not None and not getattr(self, "_loss_said", False):
+            self._loss_said = True  # once: not again at the end
+            self.say(f"costctl: {missing}, after {MISSING_AFTER_POINTS} points of those in the job's output: "
+                     "the loss policies watch no train loss until it appears (the watch goes on)")
         changes = output.primary.changes
         for kind, old, new in changes[getattr(self, "_moves_said", 0):]:
             self.say(f"costctl: the output now shows a {kind} loss series {new!r}, which the policies watch from "
