@@ -142,3 +142,46 @@ def test_the_saves_file_is_read_once_line_by_line_and_ignores_what_is_not_a_repo
         fh.write(json.dumps(good)[20:] + "\n")
     assert len(follower.take()) == 1
     assert parse_report(b"[1, 2]") is None and parse_report(b"{" * 100_000) is None
+
+
+#: Saves (and reports) a checkpoint every step, 10 ms apart: some land after the instance was taken.
+FAST = r'''
+import json, os, sys, time, zipfile
+from costctl import job
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+for step in range(1, 100000):
+    print(f"step {step} loss: {1.0 / step:.6f}", flush=True)
+    path = os.path.join(out, f"step-{step:06d}.pt")
+    with zipfile.ZipFile(path + ".tmp", "w") as z:
+        z.writestr("step/data.pkl", json.dumps({"step": step}))
+    os.replace(path + ".tmp", path)
+    job.report_checkpoint(path, step=step)
+    time.sleep(0.01)
+'''
+
+
+@pytest.mark.realtime  # a real child against a simulated clock
+def test_a_save_made_after_the_instance_was_taken_is_not_the_restart_point(tmp_path):
+    """The watch learns of a preemption up to a poll late and the job goes on saving meanwhile:
+    a checkpoint saved after the take would not exist on a real cloud, so the waste runs from
+    the newest one saved by then (it once ran from the newest of all: 0 s of waste)."""
+    out = tmp_path / "output"
+    s = settings(tmp_path, SPOT.format(ckpt=tmp_path / "ckpt").replace('periodic = "on"', 'periodic = "off"'))
+    clock = SimClock(T0)
+    w = watcher(s, [PY, "-c", FAST, str(out)], clock, on_exit="leave")
+    taken = {}
+
+    def preempt(now):
+        if not taken and len(list(out.glob("step-*.pt"))) >= 5:
+            taken["at"] = now
+            w.provider.inject_preemption(w.instance_id, notice_s=0)
+
+    code, status = drive(w, clock, on_step=preempt)
+    assert taken and status == "preempted"
+    with _db(tmp_path) as db:
+        rows = db.scalars(select(CheckpointRow)).all()
+        waste = db.scalars(select(WasteRow)).one()
+    saved = sorted(r.saved_at for r in rows)
+    assert any(t > taken["at"] for t in saved), "no save landed after the take: the race did not happen"
+    assert waste.start_at == max(t for t in saved if t <= taken["at"]) and waste.end_at == taken["at"]

@@ -30,6 +30,7 @@ The watcher owns the child process, the ledger run and the executor, and hands t
 from __future__ import annotations
 
 import shlex
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -70,6 +71,8 @@ def _money(amount: Decimal | None, currency: str) -> str:
     return "?" if amount is None else f"{amount.quantize(_CENT)} {currency}"
 
 
+#: How many checkpoint times a watch keeps (the newest), for a preemption's restart point.
+SAVE_TIMES_KEPT = 64
 #: Seconds between two lines saying a save the job reported on its own (the first is said at once).
 REPORTED_SAY_EVERY_S = 600.0
 
@@ -141,6 +144,9 @@ class Lifecycle:
         self._oom_attempt: Attempt | None = None  # the batch and OOM event the last retry answered
         self._then: list[Callable[[CheckpointAttempt], None]] = []
         self.last_checkpoint_at: datetime | None = None
+        #: the times (watch clock) of the newest checkpoints known, requested, on disk or
+        #: reported: a preemption's waste runs from the newest one before the instance was taken
+        self._save_times: deque[datetime] = deque(maxlen=SAVE_TIMES_KEPT)
         self.checkpoints: list[CheckpointAttempt] = []
         self.preempted = False
         self._notice_keys: set[str] = set()
@@ -262,6 +268,7 @@ class Lifecycle:
             return self.last_checkpoint_at  # nothing newer than what is known
         self._newest_file = key
         at = max(self.requester.on_clock(newest.mtime_ns, self.clock.now()), self.run.state.run_started_at)
+        self._save_times.append(at)
         if self.last_checkpoint_at is None or at > self.last_checkpoint_at:
             self.last_checkpoint_at = at
             self.say(f"costctl: checkpoint on disk: {newest.path} (saved by the job at {at.isoformat()})")
@@ -296,6 +303,7 @@ class Lifecycle:
         path = report.checkpoint
         assert path is not None
         own = report.duration_s
+        self._save_times.append(at)
         if self.last_checkpoint_at is None or at > self.last_checkpoint_at:
             self.last_checkpoint_at = at
         if self._reported is None or at >= self._reported[0]:
@@ -325,6 +333,7 @@ class Lifecycle:
         own = own if own is not None and own > 0 else None  # the save's own duration (the job's record)
         if attempt.outcome is Outcome.SAVED and attempt.saved_at is not None:
             self.last_checkpoint_at = max(attempt.saved_at, self.last_checkpoint_at or attempt.saved_at)
+            self._save_times.append(attempt.saved_at)
             cp = attempt.checkpoint
             if cp is not None and not under_pattern(cp.path, self.pattern):
                 self._saved_elsewhere(cp.path, attempt.completed_at or self.clock.now())
@@ -444,7 +453,9 @@ class Lifecycle:
         else:
             why = f"the provider took the spot instance at {(preempted_at or now).isoformat()} without notice"
             key = f"preempted:{(preempted_at or now).isoformat()}"
-        cp = f"checkpoint {attempt.outcome.value}" if attempt and attempt.outcome else "no checkpoint"
+        cp = (f"checkpoint {attempt.outcome.value}" if attempt and attempt.outcome else
+              f"no checkpoint requested (the newest known: {self.last_checkpoint_at.isoformat()})"
+              if self.last_checkpoint_at else "no checkpoint")
         decision = Decision(
             time=now, policy="preemption", action=Action.STOP,
             reason=f"{why}: {cp}; ending the job and stopping the instance",
@@ -472,10 +483,14 @@ class Lifecycle:
         (:meth:`note_reported_saves`) — or the run's start, to ``end``."""
         self.note_reported_saves()
         self.note_disk_checkpoint()
-        start = max(self.last_checkpoint_at or self.run.state.run_started_at, self.run.state.run_started_at)
+        # the newest checkpoint saved by the time the instance was taken: one the job saved after
+        # that (the watch learns of a preemption up to a poll late) would not exist on a real cloud
+        before = [t for t in self._save_times if t <= end]
+        saved_at = max(before) if before else None
+        start = max(saved_at or self.run.state.run_started_at, self.run.state.run_started_at)
         start = min(start, end)
         reason = "preemption" if notice is not None else "preempted"
-        detail = (f"work since {'the last checkpoint' if self.last_checkpoint_at else 'the start of the run'} "
+        detail = (f"work since {'the last checkpoint' if saved_at else 'the start of the run'} "
                   f"({start.isoformat()}) lost at the {'stop' if stopped else 'preemption'} ({end.isoformat()})")
         self.ledger.record_waste(self.run.state.run_id, start_at=start, end_at=end, rate_per_hour=self.run.state.rate.amount,
                                  currency=self.run.state.rate.currency, reason=reason, detail=detail)
