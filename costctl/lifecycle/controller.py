@@ -173,6 +173,11 @@ class Lifecycle:
         #: the newest reported save that passed the check: (its time on the watch's clock, its path)
         self._reported: tuple[datetime, Path] | None = None
         self._reported_said_at: datetime | None = None  # when a reported save was last said
+        self._disk_said_at: datetime | None = None  # when a checkpoint found on disk was last said
+        #: on a spot instance (or with periodic checkpoints) the disk is looked at on every poll, so
+        #: that each save is timed when it appears: a preemption's restart point is the newest
+        #: checkpoint saved by the take (one found only at the waste's reckoning would be timed then)
+        self._follow_disk = bool(self.pattern) and (run.state.billing == "spot" or self.periodic is not None)
 
     # ------------------------------------------------------------------ checkpoints
     def request_checkpoint(self, reason: str, deadline: datetime,
@@ -209,8 +214,11 @@ class Lifecycle:
 
     def poll(self) -> None:
         """Follow a pending checkpoint request and start periodic ones when due; take the saves
-        the job reported on its own (:meth:`note_reported_saves`)."""
+        the job reported on its own (:meth:`note_reported_saves`) and, where a preemption's waste
+        or the Young/Daly count needs them, the checkpoints on disk (:meth:`note_disk_checkpoint`)."""
         self.note_reported_saves()
+        if self._follow_disk and self.job.running:
+            self.note_disk_checkpoint()
         done = self.requester.poll(job_running=self.job.running)
         if done is not None:
             self._finish_attempt(done)
@@ -271,7 +279,11 @@ class Lifecycle:
         self._save_times.append(at)
         if self.last_checkpoint_at is None or at > self.last_checkpoint_at:
             self.last_checkpoint_at = at
-            self.say(f"costctl: checkpoint on disk: {newest.path} (saved by the job at {at.isoformat()})")
+            now = self.clock.now()
+            if self._disk_said_at is None or (now - self._disk_said_at).total_seconds() >= REPORTED_SAY_EVERY_S:
+                self._disk_said_at = now
+                self.say(f"costctl: checkpoint on disk: {newest.path} (saved by the job at {at.isoformat()}; "
+                         "said at most every 10 minutes)")
         return self.last_checkpoint_at
 
     def note_reported_saves(self) -> None:
