@@ -294,7 +294,10 @@ def test_replay_loss_over_blocks_equals_replay_over_points() -> None:
         if i in (3100, 3101, 4500):
             value = float("nan")
         points.append(ProgressPoint(time=None, value=value, kind="train", name="loss", step=i))
-    points += [ProgressPoint(time=None, value=1.0 + (i % 7) / 100, kind="eval", name="eval_loss", step=i * 100)
+    # the eval loss falls to step 3000, then rises: an overfitting episode from step 3200 on,
+    # which covers (drops) the train plateaus after it in both replays
+    points += [ProgressPoint(time=None, value=1.0 - min(i, 30) / 100 + max(0, i - 30) / 200, kind="eval",
+                             name="eval_loss", step=i * 100)
                for i in range(60)]
     settings = Settings()
 
@@ -304,6 +307,9 @@ def test_replay_loss_over_blocks_equals_replay_over_points() -> None:
 
     expected = view(replay_loss(settings, points))
     assert any(k.startswith("plateau:") for k, _, _ in expected)
+    assert any(k.startswith("overfitting:") for k, _, _ in expected)
+    opened = next(e["step"] for k, _, e in expected if k.startswith("overfitting:"))
+    assert not any(k.startswith("plateau:") and e["step"] >= opened for k, _, e in expected)
     assert any(k.startswith("divergence:") for k, _, _ in expected)
     for size in (1, 97, 4096, 10_000):
         blocks = [PointBatch.from_points(points[s:s + size]) for s in range(0, len(points), size)]

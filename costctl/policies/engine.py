@@ -12,6 +12,8 @@ Usage (live watch and replay alike; ``now`` comes from the caller's clock)::
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
@@ -57,6 +59,8 @@ class PolicyEngine:
         if policies is None:
             raise ValueError("PolicyEngine needs the settings or the [policies] sections")
         context = context or PolicyContext()
+        if context.policies is None:
+            context = dataclasses.replace(context, policies=policies)
         specs = {s.name: s for s in registrations()}
         names = list(specs) if only is None else list(only)
         unknown = [n for n in names if n not in specs]
@@ -81,6 +85,15 @@ class PolicyEngine:
         self._on_error = on_error
         #: Policies whose evaluation raised, with the last exception (they are still tried).
         self.failures: dict[str, BaseException] = {}
+        #: per policy name, the enabled policies that supersede it (:attr:`Policy.superseded_by`)
+        by_name = {p.name: p for p in self.policies}
+        self._supersede: dict[str, list[Policy]] = {}
+        for p in self.policies:
+            others = [by_name[n] for n in p.superseded_by if n in by_name]
+            if others:
+                self._supersede[p.name] = others
+        #: per policy name, decisions dropped because another policy's diagnosis covered them
+        self.superseded: dict[str, int] = {}
 
     @property
     def names(self) -> list[str]:
@@ -123,7 +136,30 @@ class PolicyEngine:
                     continue
                 self._seen.add(decision.key)
                 new.append(decision)
-        return new
+        return self.drop_superseded(new)
+
+    def drop_superseded(self, decisions: list[Decision]) -> list[Decision]:
+        """``decisions`` less those another enabled policy's diagnosis covers
+        (:attr:`Policy.superseded_by`, :meth:`Policy.covers`). :meth:`evaluate` applies it to each
+        evaluation's decisions; a replay that feeds one kind of point before another (``costctl
+        analyze``: train, then eval) applies it again to all its decisions at the end."""
+        if not self._supersede:
+            return decisions
+        return [d for d in decisions if not self._superseded(d)]
+
+    def _superseded(self, decision: Decision) -> bool:
+        """True when a policy that supersedes ``decision``'s covers it (checked after every
+        policy has read the new progress, so the order of evaluation does not matter); counted
+        in :attr:`superseded`."""
+        for other in self._supersede.get(decision.policy, ()):
+            try:
+                covered = other.covers(decision)
+            except Exception:  # noqa: BLE001 - a broken rule never hides another's decision
+                covered = False
+            if covered:
+                self.superseded[decision.policy] = self.superseded.get(decision.policy, 0) + 1
+                return True
+        return False
 
     def updates(self, now: datetime) -> list[tuple[str, dict[str, Any]]]:
         """Evidence the policies add to decisions they already made, as ``(key, evidence)``
