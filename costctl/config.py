@@ -374,6 +374,19 @@ class PriceOverrideConfig(_Section):
     tier: str | None = None
 
 
+class UiConfig(_Section):
+    """``[ui]``: how costctl talks to people.
+
+    ``language``: ``auto`` (from ``LANGUAGE``/``LC_ALL``/``LC_MESSAGES``/``LANG``: any ``zh*``
+    locale gives Simplified Chinese, ``C`` and the rest English), ``en`` or ``zh_CN``
+    (:mod:`costctl.i18n`). ``--help`` follows ``COSTCTL_UI__LANGUAGE`` and the locale variables
+    (it is printed before any config file is read).
+    """
+
+    language: Literal["auto", "en", "zh_CN"] = Field(
+        default="auto", description="auto (from LANG/LC_ALL), en or zh_CN (Simplified Chinese)")
+
+
 class ExchangeRateConfig(_Section):
     """One ``[[catalog.exchange_rates]]`` row: ``1 base = rate quote`` as seen on ``as_of``."""
 
@@ -421,6 +434,7 @@ class Settings(BaseSettings):
     downsize: DownsizeConfig = DownsizeConfig()
     oom: OomConfig = OomConfig()
     catalog: CatalogConfig = CatalogConfig()
+    ui: UiConfig = UiConfig()
     providers: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     _toml_path: ClassVar[Path | None] = None
