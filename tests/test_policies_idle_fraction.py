@@ -255,3 +255,50 @@ def test_stop_is_opt_in_and_goes_through_the_engine_like_any_stop(tmp_path) -> N
     stops = [d for d in run.decisions if d.action == Action.STOP]
     assert [d.policy for d in stops] == ["idle_fraction"]
     assert "idle_fraction" in PolicyEngine(Settings()).names
+
+
+# -- the busy time is exact --------------------------------------------------------------------------------
+
+
+def _brute_busy(samples, now, window: timedelta, limit: timedelta):  # type: ignore[no-untyped-def]
+    """Busy seconds in [now - window, now] from scratch, or None when samples do not cover it."""
+    start = now - window
+    held = [s for s in samples if s.time <= now]
+    anchors = [k for k, s in enumerate(held) if s.time <= start]
+    if not anchors or now - held[-1].time > limit:
+        return None
+    part = held[anchors[-1]:]
+    if any(b.time - a.time > limit for a, b in zip(part, part[1:])):
+        return None
+    busy = 0.0
+    for k, s in enumerate(part):
+        if s.gpus[0].utilization is None or s.gpus[0].utilization >= 5:
+            end = part[k + 1].time if k + 1 < len(part) else now
+            busy += max(0.0, (min(end, now) - max(s.time, start)).total_seconds())
+    return busy
+
+
+from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
+
+
+@hsettings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 1, 1, 1, 2, 2, 2, 2, 2, 3]), st.sampled_from([0.0, 0.0, 50.0, None])),
+                min_size=1, max_size=120))
+def test_busy_seconds_match_a_recount_from_scratch(steps) -> None:  # type: ignore[no-untyped-def]
+    p = policy(time_window="10s")
+    h = History(sample_interval=timedelta(seconds=1))
+    h.keep_at_least(p.retention(timedelta(seconds=1)))
+    t = T0
+    seen: list = []
+    for gap, util in steps:
+        t += timedelta(seconds=gap)
+        s = sample(t, util)
+        h.add_sample(s)
+        seen.append(s)
+        for late in (0.0, 0.5):  # at the sample and before the next one (time never goes back)
+            now = t + timedelta(seconds=late)
+            got = p.busy_seconds(h, now)
+            want = _brute_busy(seen, now, timedelta(seconds=10), timedelta(seconds=2))
+            assert (got is None) == (want is None)
+            if got is not None:
+                assert got == pytest.approx(want, abs=1e-6)

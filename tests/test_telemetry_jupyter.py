@@ -225,3 +225,19 @@ def test_the_sampler_carries_the_jupyter_signal(runtime: Path) -> None:
         s = Sampler(None, None, jupyter=JupyterActivity()).sample(now + timedelta(seconds=5))
         assert s.jupyter_status is SignalStatus.ERROR and any(r.startswith("jupyter: ") for r in s.reasons)
     assert Sampler(None, None).sample(now).jupyter_status is SignalStatus.ABSENT
+
+
+def test_the_watch_reads_jupyter_only_for_the_idle_fraction_policy(runtime: Path) -> None:
+    from costctl.config import load_settings
+    from costctl.watch.watcher import jupyter_source
+
+    reader = jupyter_source(load_settings(overrides={}))
+    assert isinstance(reader, JupyterActivity) and reader.url == "auto"
+    assert jupyter_source(load_settings(overrides={"policies": {"idle_fraction": {"jupyter_url": "off"}}})) is None
+    assert jupyter_source(load_settings(overrides={"policies": {"idle_fraction": {"time_window": "off"}}})) is None
+    with FakeHTTPServer() as srv:
+        jup = FakeJupyter(srv)
+        s = load_settings(overrides={"policies": {"idle_fraction": {
+            "jupyter_url": f"http://127.0.0.1:{jup.port}/", "jupyter_token": TOKEN}}})
+        reading = jupyter_source(s).read()  # type: ignore[union-attr]
+        assert reading.status is SignalStatus.OK and reading.kernels == 1
