@@ -66,6 +66,7 @@ from .paths import CONFIG_FILE_NAME
 from .policies.budget import BudgetConfig  # noqa: F401
 from .policies.divergence import DivergenceConfig  # noqa: F401
 from .policies.idle import IdleConfig  # noqa: F401
+from .policies.idle_fraction import IdleFractionConfig  # noqa: F401
 from .policies.plateau import PlateauConfig  # noqa: F401
 from .policies.registry import ENTRY_POINT_GROUP, discover_policies, known_policies, policies_model
 from .policies.stall import StallConfig  # noqa: F401

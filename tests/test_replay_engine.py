@@ -114,9 +114,10 @@ def test_two_gpus_idle_gpu_reported_machine_busy_dstack_terminates() -> None:
 def test_only_recorded_signals_decide() -> None:
     samples = [_sample(t, 0) for t in range(0, 3601, 60)]
     run = replay_timeline(_settings(time_window="30m"), samples)
-    assert [d.policy for d in run.decisions] == ["idle"]
-    assert run.decisions[0].evidence["signals"] == ["gpu"]
-    assert run.decisions[0].time == T0 + timedelta(minutes=30)
+    # the idle stop at 30 min; the idle-fraction advice once its hour is covered
+    assert [d.policy for d in run.decisions] == ["idle", "idle_fraction"]
+    assert [d.evidence["signals"] for d in run.decisions] == [["gpu"], ["gpu"]]
+    assert [d.time for d in run.decisions] == [T0 + timedelta(minutes=30), T0 + timedelta(hours=1)]
 
 
 def test_unreadable_gpu_never_idle() -> None:

@@ -31,7 +31,7 @@ name must be the policy's ``name``. Example::
     # loud = "mypolicies.loud:LoudPolicy"
 
 Evaluation order: the engine evaluates the enabled policies by ascending ``order`` (the
-built-ins: idle 10, stall 20, budget 30, plateau 40, not_learning 42, overfitting 43, unstable 44,
+built-ins: idle 10, idle_fraction 11, stall 20, budget 30, plateau 40, not_learning 42, overfitting 43, unstable 44,
 divergence 50; a policy that sets none gets
 :data:`DEFAULT_ORDER`, 100), and in registration order among equal ``order`` values.
 """

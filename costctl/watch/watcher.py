@@ -69,6 +69,7 @@ from ..records import Action, BatchPlan, Decision, TelemetrySample
 from ..statusline import StatusLine, countdown
 from ..summary import RunSummary
 from ..telemetry.cpu import ExitedTreeCpu, MachineCpu, ProcessTreeCpu
+from ..telemetry.jupyter import JupyterActivity
 from ..telemetry.sampler import Sampler, detect_gpu_source
 from .chainlock import HEARTBEAT_STALE_S, ChainLock, blocking_run, lock_dir, refusal
 from .command import prepare_command
@@ -177,6 +178,17 @@ def _job_cpu(pid: int) -> ProcessTreeCpu | ExitedTreeCpu:
         return ProcessTreeCpu(pid)
     except UsageError:
         return ExitedTreeCpu(pid)
+
+
+def jupyter_source(settings: Settings) -> JupyterActivity | None:
+    """The local Jupyter server reader for ``[policies.idle_fraction]`` (its ``jupyter_url`` and
+    ``jupyter_token``), or None when that policy is off or ``jupyter_url = "off"``: the only
+    policy that reads the signal."""
+    section = getattr(settings.policies, "idle_fraction", None)
+    if section is None or section.time_window is None or section.jupyter_url == "off":
+        return None
+    token = section.jupyter_token.get_secret_value() if section.jupyter_token is not None else None
+    return JupyterActivity(section.jupyter_url, token=token)
 
 
 class Watcher:
@@ -619,7 +631,8 @@ class Watcher:
             stand_in = "the watched process tree" if self.child else "all user processes"
             gpu = detect_gpu_source(log=lambda m: self.say(f"costctl: {m}"), stand_in=stand_in)
             cpu = _job_cpu(self.child.pid) if self.child else MachineCpu()
-            self._sampler = Sampler(gpu, cpu, count_ssh=s.policies.idle.count_ssh_sessions)
+            self._sampler = Sampler(gpu, cpu, count_ssh=s.policies.idle.count_ssh_sessions,
+                                    jupyter=jupyter_source(s))
             self._own_cpu = self.child is not None
         gpu_name = resolved.gpu_name
         mode = f"running {shlex.join(self.options.command)}" if self.options.command else "guarding this machine"
