@@ -306,7 +306,7 @@ class Notifier:
             detail = redact(str(result.get("detail") or "it failed"), self._secrets)
             self.say(SAY_FAILED.format(title=title, index=index, url=by_index[index].shown, detail=detail))
 
-    def close(self, wait_s: float = 2.0) -> None:
+    def close(self, wait_s: float = 1.0) -> None:
         """Send what is queued and take no more; wait up to ``wait_s`` seconds for the senders
         still running (they end by themselves within ``[notify] timeout`` otherwise)."""
         with self._cv:

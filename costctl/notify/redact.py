@@ -66,7 +66,8 @@ def describe_url(url: str) -> str:
     address, the port, and ``/...`` when anything else followed. Never a credential."""
     parts = _split(url)
     if parts is None or not parts.scheme:
-        return "(an unreadable URL)"
+        scheme = re.match(r"^\s*([A-Za-z][A-Za-z0-9+.-]*)://", url)
+        return f"{scheme.group(1).lower()}://..." if scheme else "(an unreadable URL)"
     host = _shown_host(parts.hostname)
     if host is None:
         return f"{parts.scheme.lower()}://..."
