@@ -381,7 +381,7 @@ class NotifyTarget(_Section):
         text = v.get_secret_value() if isinstance(v, SecretStr) else v
         if not isinstance(text, str) or not _URL_SCHEME_RE.match(text.strip()):
             # never quote the value: it may hold a token
-            raise ValueError("expected an Apprise URL such as json://host:port/path or autodl://TOKEN")
+            raise ValueError("expected an Apprise URL such as json://host:port/path or dingtalk://TOKEN")
         return text.strip()
 
 

@@ -53,6 +53,17 @@ def _watch(tmp_path: Path, toml: str, clock: SimClock, provider=None, lines: lis
     return w
 
 
+def _settled(w: Watcher, hook: FakeWebhook):
+    """An ``on_step`` for :func:`drive`: before the simulated clock moves on, every message the
+    watch handed to a sender has reached the webhook. Minutes of the watch's clock pass in
+    milliseconds here, while a sender child takes about a second to start: this stands for the
+    real minutes between a warning and its stop, so the order the webhook sees is the watch's."""
+    def on_step(now):
+        if w.notifier is not None:
+            hook.wait_for(len(w.notifier.deliveries), timeout_s=60)
+    return on_step
+
+
 def _decisions(tmp_path: Path) -> list[DecisionRow]:
     engine = create_engine(f"sqlite:///{tmp_path / 'data' / 'costctl.db'}")
     with Session(engine) as db:
@@ -65,7 +76,7 @@ def test_the_webhook_gets_the_warning_before_the_autostop_then_the_stop_done(tmp
     with FakeWebhook() as hook:
         clock = SimClock(T0)
         w = _watch(tmp_path, _toml(hook.json_url(TOKEN)), clock)
-        assert drive(w, clock, step_s=5, max_real_s=60) == (0, "stopped")
+        assert drive(w, clock, step_s=5, max_real_s=120, on_step=_settled(w, hook)) == (0, "stopped")
         first, second = hook.wait_for(2)
         time.sleep(0.5)  # nothing else comes
         assert len(hook.messages) == 2, hook.titles()
@@ -93,7 +104,8 @@ def test_a_provider_that_never_confirms_gives_not_confirmed_then_stop_failed(tmp
             stop = '[stop]\npoll_interval = "5s"\nresend_interval = "30s"\ndeadline = "3m"\n'
             w = _watch(tmp_path, _toml(hook.json_url(TOKEN), instance=instance, extra=stop), clock,
                        provider=rig.provider)
-            assert drive(w, clock, step_s=5, max_real_s=60) == (EXIT_STOP_FAILED, "stop failed")
+            assert drive(w, clock, step_s=5, max_real_s=120, on_step=_settled(w, hook)) == (EXIT_STOP_FAILED,
+                                                                                            "stop failed")
             assert rig.stops_done() == 0
         messages = hook.wait_for(3)
     titles = [m["title"] for m in messages]
@@ -222,8 +234,10 @@ def test_costctl_snooze_from_another_process_postpones_the_pending_stop_ten_minu
         lines: list[str] = []
         w.say = lines.append
         seen: dict[str, object] = {}
+        settle = _settled(w, hook)
 
         def on_step(now):
+            settle(now)
             if "snoozed_at" not in seen and any(d.key.startswith("stop-warning:") for d in w.summary.decisions):
                 proc = subprocess.run([sys.executable, "-m", "costctl", "snooze", "10m"], cwd=REPO,
                                       env=costctl_env(tmp_path / "other"), capture_output=True, text=True, timeout=60)
@@ -232,7 +246,7 @@ def test_costctl_snooze_from_another_process_postpones_the_pending_stop_ten_minu
                 seen["status"] = w.status.text
                 seen["stop_then"] = w.executor.stop
 
-        assert drive(w, clock, step_s=5, max_real_s=60, on_step=on_step) == (0, "stopped")
+        assert drive(w, clock, step_s=5, max_real_s=120, on_step=on_step) == (0, "stopped")
         messages = hook.wait_for(4)
     assert seen["code"] == 0, seen["err"]
     snoozed_at = seen["snoozed_at"]

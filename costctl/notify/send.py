@@ -61,8 +61,8 @@ def _send_one(index: int, url: str, request: dict[str, Any], results: dict[int, 
         for service in sender:
             service.socket_connect_timeout = min(timeout, 10.0)
             service.socket_read_timeout = timeout
-            if hasattr(service, "name") and getattr(service, "secure_protocol", "") == "autodl":
-                service.name = str(request.get("name") or "costctl")
+            if hasattr(service, "run_name"):  # a plugin that shows the run's name (AutoDL's push)
+                service.run_name = str(request.get("name") or "costctl")
         outcome = sender.notify(body=str(request.get("body", "")), title=str(request.get("title", "")),
                                 notify_type=apprise.NotifyType(str(request.get("type", "info"))))
         ok = bool(outcome)
@@ -78,6 +78,32 @@ def _send_one(index: int, url: str, request: dict[str, Any], results: dict[int, 
         results[index] = {"index": index, "ok": False, "detail": redact(f"{type(exc).__name__}: {exc}", secrets)[:500]}
 
 
+def register_adapter_plugins() -> list[str]:
+    """Make known to Apprise the plugins the provider adapters declare
+    (:func:`costctl_providers.registry.notify_plugins`: AutoDL's WeChat push, ``autodl://``);
+    returns the schemes added. One that cannot be loaded is skipped (its URLs then fail as
+    unknown)."""
+    import importlib
+
+    from apprise.manager_plugins import NotificationManager
+    from costctl_providers.registry import notify_plugins
+
+    manager = NotificationManager()
+    added: list[str] = []
+    for spec in notify_plugins():
+        module, _, name = spec.partition(":")
+        try:
+            plugin = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+        schemes = [s for s in (getattr(plugin, "secure_protocol", None), getattr(plugin, "protocol", None)) if s]
+        schemes = [x for s in schemes for x in ((s,) if isinstance(s, str) else s)]
+        if schemes and not any(s in manager for s in schemes):
+            manager.add(plugin, schemas=tuple(schemes))
+            added.extend(schemes)
+    return added
+
+
 def send(request: dict[str, Any]) -> list[dict[str, Any]]:
     """Send ``request`` (the stdin object) to each of its URLs, one thread each; returns one
     result per URL (in order), those still running after ``timeout`` reported as such."""
@@ -90,9 +116,7 @@ def send(request: dict[str, Any]) -> list[dict[str, Any]]:
     root.setLevel(logging.WARNING)
     logging.getLogger("apprise").setLevel(logging.WARNING)
 
-    from .autodl import register
-
-    register()
+    register_adapter_plugins()
     timeout = float(request.get("timeout", 30))
     results: dict[int, dict[str, Any]] = {}
     threads = []

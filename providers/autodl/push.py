@@ -20,8 +20,9 @@ URLs:
   in the tests), HTTPS, or plain HTTP with ``?https=no``.
 
 The token is read from the URL as written (a JWT's case matters; URL parsing lowers a host), and
-Apprise's ``url(privacy=True)`` shows it masked. Imported only by the sender child
-(:mod:`costctl.notify.send`), never by a watch.
+Apprise's ``url(privacy=True)`` shows it masked. The adapter declares it
+(:attr:`costctl_providers.autodl.AutoDLProvider.notify_plugins`); only costctl's sender child
+(``python -m costctl.notify.send``) imports it, never a watch.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class NotifyAutoDL(NotifyBase):
         token: the account token (sent as the ``Authorization`` header).
         endpoint: ``host[:port]`` of another endpoint (default AutoDL's).
         https: False for plain HTTP to ``endpoint``.
-        name: the experiment's name shown in WeChat (costctl sets the run's).
+        run_name: the experiment's name shown in WeChat (costctl's sender sets the run's).
     """
 
     service_name = "AutoDL WeChat push"
@@ -68,14 +69,14 @@ class NotifyAutoDL(NotifyBase):
     })
 
     def __init__(self, token: str | None = None, endpoint: str | None = None, https: bool = True,
-                 name: str | None = None, **kwargs: Any) -> None:
+                 run_name: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not token:
             raise AppriseImproperlyConfigured("an AutoDL URL needs the account token: autodl://TOKEN")
         self.token = token
         self.endpoint = endpoint or AUTODL_HOST
         self.https = https
-        self.name = name or "costctl"
+        self.run_name = run_name or "costctl"
 
     @property
     def push_url(self) -> str:
@@ -84,7 +85,7 @@ class NotifyAutoDL(NotifyBase):
 
     def send(self, body: str, title: str = "", notify_type: NotifyType = NotifyType.INFO, **kwargs: Any) -> bool:
         """POST the push; True when AutoDL answered 200 with code ``Success``."""
-        payload = {"title": title or self.name, "name": self.name, "content": body}
+        payload = {"title": title or self.run_name, "name": self.run_name, "content": body}
         headers = {"User-Agent": self.app_id, "Content-Type": "application/json", "Authorization": self.token}
         self.throttle()
         try:
@@ -136,13 +137,4 @@ class NotifyAutoDL(NotifyBase):
         return results
 
 
-def register() -> None:
-    """Make ``autodl://`` known to Apprise (idempotent)."""
-    from apprise.manager_plugins import NotificationManager
-
-    manager = NotificationManager()
-    if "autodl" not in manager:
-        manager.add(NotifyAutoDL, schemas=("autodl",))
-
-
-__all__ = ["AUTODL_HOST", "NotifyAutoDL", "PUSH_PATH", "register"]
+__all__ = ["AUTODL_HOST", "NotifyAutoDL", "PUSH_PATH"]
