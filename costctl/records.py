@@ -141,7 +141,8 @@ class Action(StrEnum):
     * ``CHECKPOINT``: a checkpoint request and its outcome;
     * ``RETRY``: restart the job after CUDA OOM with a halved batch;
     * ``RESUME``: resume the job on another instance from a checkpoint;
-    * ``START``: start the (stopped) instance the watch runs on.
+    * ``START``: start the (stopped) instance the watch runs on;
+    * ``SNOOZE``: ``costctl snooze``: a pending idle autostop postponed (or the snooze lifted).
     """
 
     ADVISE = "advise"
@@ -152,6 +153,7 @@ class Action(StrEnum):
     RETRY = "retry"
     RESUME = "resume"
     START = "start"
+    SNOOZE = "snooze"
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,7 +120,7 @@ class Policy:
 
     Subclasses set ``name`` (lower-case identifier: the ``[policies.<name>]`` table and the
     ``COSTCTL_POLICIES__<NAME>__<KEY>`` variables), ``config_model`` (a :class:`PolicyConfig`
-    subclass) and optionally ``order``; they override :meth:`from_config` when the constructor
+    subclass) and optionally ``order`` and ``snoozable``; they override :meth:`from_config` when the constructor
     is not ``cls(config)`` or a configuration disables the policy, and implement either
     :meth:`evaluate` (at most one decision per call) or :meth:`decisions` (several, e.g. when a
     replay added many progress points at once).
@@ -129,9 +129,15 @@ class Policy:
     name: ClassVar[str] = ""
     config_model: ClassVar[type[BaseModel]] = PolicyConfig
     order: ClassVar[int] = DEFAULT_ORDER
+<<<<<<< HEAD
     #: names of policies whose diagnosis, where it holds, makes this one's moot: the engine drops
     #: a decision of this policy that any of them :meth:`covers` (plateau: ``("overfitting",)``).
     superseded_by: ClassVar[tuple[str, ...]] = ()
+=======
+    #: Whether ``costctl snooze`` may postpone this policy's stops (the idle autostop); a budget
+    #: cap, say, never is (:meth:`costctl.policies.engine.PolicyEngine.snooze`).
+    snoozable: ClassVar[bool] = False
+>>>>>>> wip-notify
 
     def __init__(self, config: Any = None) -> None:
         """Keep ``config`` (an instance of ``config_model``; its defaults when None) as
