@@ -129,15 +129,12 @@ class Policy:
     name: ClassVar[str] = ""
     config_model: ClassVar[type[BaseModel]] = PolicyConfig
     order: ClassVar[int] = DEFAULT_ORDER
-<<<<<<< HEAD
     #: names of policies whose diagnosis, where it holds, makes this one's moot: the engine drops
     #: a decision of this policy that any of them :meth:`covers` (plateau: ``("overfitting",)``).
     superseded_by: ClassVar[tuple[str, ...]] = ()
-=======
     #: Whether ``costctl snooze`` may postpone this policy's stops (the idle autostop); a budget
     #: cap, say, never is (:meth:`costctl.policies.engine.PolicyEngine.snooze`).
     snoozable: ClassVar[bool] = False
->>>>>>> wip-notify
 
     def __init__(self, config: Any = None) -> None:
         """Keep ``config`` (an instance of ``config_model``; its defaults when None) as

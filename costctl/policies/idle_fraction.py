@@ -133,6 +133,7 @@ class IdleFractionPolicy(Policy):
     """
 
     name = "idle_fraction"
+    snoozable = True  # `costctl snooze` postpones its stop as the idle autostop's (it returns its decision while idle)
     config_model: ClassVar[type[IdleFractionConfig]] = IdleFractionConfig
     order = 11
 
