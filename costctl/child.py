@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .errors import UsageError
+from .i18n import _
 
 
 #: ``on_text(stream_name, text)``: decoded text of one chunk ("stdout" or "stderr").
@@ -130,17 +131,17 @@ def check_command(argv: Sequence[str], cwd: Path | None = None) -> None:
         UsageError: exit status 127 (not found) or 126 (not executable), as shells use.
     """
     if not argv:
-        raise UsageError("no command given after --")
+        raise UsageError(_("no command given after --"))
     name = argv[0]
     if "/" not in name:
         if shutil.which(name) is None:
-            raise UsageError(f"command not found: {name}", exit_code=127)
+            raise UsageError(_("command not found: {name}").format(name=name), exit_code=127)
         return
     path = Path(cwd or ".") / name if not os.path.isabs(name) else Path(name)
     if not path.exists():
-        raise UsageError(f"command not found: {name}", exit_code=127)
+        raise UsageError(_("command not found: {name}").format(name=name), exit_code=127)
     if path.is_dir() or not os.access(path, os.X_OK):
-        raise UsageError(f"command is not executable: {name}", exit_code=126)
+        raise UsageError(_("command is not executable: {name}").format(name=name), exit_code=126)
 
 
 def exit_status(returncode: int) -> int:

@@ -24,6 +24,7 @@ from costctl_providers.registry import get_provider, provider_class
 from .clock import Clock
 from .config import Settings
 from .errors import ConfigError
+from .i18n import _
 from .paths import data_dir
 
 #: The key of a provider table that holds its named accounts.
@@ -42,11 +43,12 @@ def account_tables(settings: Settings, name: str) -> dict[str, dict[str, Any]]:
     """
     raw = dict(settings.providers.get(name, {})).get(ACCOUNTS_KEY, {})
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"[providers.{name}] accounts must be a table of [providers.{name}.accounts.<name>] tables")
+        raise ConfigError(_("[providers.{name}] accounts must be a table of [providers.{name}.accounts.<name>] tables")
+                          .format(name=name))
     tables: dict[str, dict[str, Any]] = {}
     for acct, table in raw.items():
         if not isinstance(table, Mapping):
-            raise ConfigError(f"[providers.{name}.accounts] {acct} must be a table")
+            raise ConfigError(_("[providers.{name}.accounts] {account} must be a table").format(name=name, account=acct))
         tables[str(acct)] = dict(table)
     return tables
 
@@ -61,16 +63,18 @@ def _account(settings: Settings, name: str, account: str | None) -> tuple[Accoun
         return None, {}
     tables = account_tables(settings, name)
     if account not in tables:
-        known = ", ".join(tables) or "none"
-        raise ConfigError(f"provider {name} has no account {account!r} "
-                          f"(no [providers.{name}.accounts.{account}] table; configured: {known})")
+        if tables:
+            raise ConfigError(_("provider {name} has no account {account!r} (no [providers.{name}.accounts.{account}] "
+                                "table; configured: {known})").format(name=name, account=account, known=", ".join(tables)))
+        raise ConfigError(_("provider {name} has no account {account!r} (no [providers.{name}.accounts.{account}] "
+                            "table; configured: none)").format(name=name, account=account))
     table = dict(tables[account])
     env = table.pop(CREDENTIAL_ENV_KEY, ())
     if isinstance(env, str):
         env = (env,)
     if not isinstance(env, (list, tuple)) or not all(isinstance(v, str) and v for v in env):
-        raise ConfigError(f"[providers.{name}.accounts.{account}] credential_env must be a variable name "
-                          "or a list of them")
+        raise ConfigError(_("[providers.{name}.accounts.{account}] credential_env must be a variable name "
+                            "or a list of them").format(name=name, account=account))
     return Account(account, tuple(env)), table
 
 
@@ -119,6 +123,6 @@ def open_provider(
     name = name or settings.instance.provider
     account = account if account is not None else default_account(settings, name)
     account = account or None  # "" (DEFAULT_ACCOUNT): the default account, whatever [instance] says
-    acct, _ = _account(settings, name, account)
+    acct = _account(settings, name, account)[0]
     table = provider_config(settings, name, account)
     return get_provider(name, table, data_dir=data_dir(settings.data_dir), clock=clock, account=acct)

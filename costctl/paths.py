@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from .errors import ConfigError
+from .i18n import N_, _
 
 APP_NAME = "costctl"
 #: The config file looked for in the working directory (here, not in :mod:`costctl.config`, so
@@ -17,21 +18,38 @@ APP_NAME = "costctl"
 CONFIG_FILE_NAME = "costctl.toml"
 
 
-def _ensure_dir(path: Path, what: str) -> Path:
-    """Create ``path`` (and parents) if missing.
+#: What :func:`_ensure_dir` says about each of costctl's directories, one whole sentence per
+#: directory and failure (translated where shown): (not a directory, cannot be created, not writable).
+_DIR_MESSAGES = {
+    "data": (N_("data dir {path} is not a directory (a file is in the way)"),
+             N_("data dir {path} cannot be created: {reason}"),
+             N_("data dir {path} is not writable")),
+    "runs": (N_("run log dir {path} is not a directory (a file is in the way)"),
+             N_("run log dir {path} cannot be created: {reason}"),
+             N_("run log dir {path} is not writable")),
+    "logs": (N_("log dir {path} is not a directory (a file is in the way)"),
+             N_("log dir {path} cannot be created: {reason}"),
+             N_("log dir {path} is not writable")),
+}
+
+
+def _ensure_dir(path: Path, kind: str) -> Path:
+    """Create ``path`` (and parents) if missing; ``kind`` (a key of :data:`_DIR_MESSAGES`)
+    names the directory in the messages.
 
     Raises:
         ConfigError: one line when it cannot be a writable directory (a file in the way,
             a read-only or virtual file system, no permission).
     """
+    not_a_dir, cannot_create, not_writable = _DIR_MESSAGES[kind]
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        raise ConfigError(f"{what} {path} is not a directory (a file is in the way)") from None
+        raise ConfigError(_(not_a_dir).format(path=path)) from None
     except OSError as exc:
-        raise ConfigError(f"{what} {path} cannot be created: {exc.strerror}") from None
+        raise ConfigError(_(cannot_create).format(path=path, reason=exc.strerror)) from None
     if not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(f"{what} {path} is not writable")
+        raise ConfigError(_(not_writable).format(path=path))
     return path
 
 
@@ -50,7 +68,7 @@ def data_dir(configured: Path | None = None) -> Path:
         import platformdirs  # only when the platform's default is used
 
         path = Path(platformdirs.user_data_dir(APP_NAME))
-    return _ensure_dir(path, "data dir")
+    return _ensure_dir(path, "data")
 
 
 def default_database_url(configured_data_dir: Path | None = None) -> str:
@@ -60,7 +78,7 @@ def default_database_url(configured_data_dir: Path | None = None) -> str:
 
 def runs_dir(configured_data_dir: Path | None = None) -> Path:
     """Directory of per-run log files (created if missing)."""
-    return _ensure_dir(data_dir(configured_data_dir) / "runs", "run log dir")
+    return _ensure_dir(data_dir(configured_data_dir) / "runs", "runs")
 
 
 def runtime_dir() -> Path:
@@ -104,4 +122,4 @@ def crash_log_dir() -> Path:
         import platformdirs
 
         path = Path(platformdirs.user_log_dir(APP_NAME))
-    return _ensure_dir(path, "log dir")
+    return _ensure_dir(path, "logs")

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
 from costctl.clock import Clock, RealClock
 from costctl.errors import ProviderError
+from costctl.i18n import _
 
 from ._retry import RetryPolicy, call_with_retries
 from .base import Instance, Status
@@ -390,7 +391,8 @@ class HttpClient:
             raise self._unavailable(where, exc, idempotent, timeout) from None
         except _requests().RequestException as exc:
             raise ProviderUnavailableError(
-                self.redact(f"{self.provider}: {where} failed: {type(exc).__name__}"), transient=False,
+                self.redact(_("{provider}: {where} failed: {error}").format(
+                    provider=self.provider, where=where, error=type(exc).__name__)), transient=False,
             ) from None
         elapsed = time.monotonic() - started
         log.debug("%s", self.redact(f"{self.provider}: {where} -> {response.status_code} in {elapsed:.3f}s"))
@@ -406,7 +408,8 @@ class HttpClient:
         except ValueError:
             snippet = self._snippet(response)
             raise ProviderResponseError(
-                self.redact(f"{self.provider}: malformed JSON in the answer to {where}: {snippet!r}"),
+                self.redact(_("{provider}: malformed JSON in the answer to {where}: {snippet!r}").format(
+                    provider=self.provider, where=where, snippet=snippet)),
                 status=response.status_code,
             ) from None
 
@@ -428,39 +431,48 @@ class HttpClient:
         text = str(exc).lower()
         timed_out = isinstance(exc, _requests().Timeout) or "timed out" in text or "timeout" in text
         seconds = timeout if timeout is not None else self.timeout
-        if timed_out:
-            kind = f"timed out after {seconds:g}s"
-        elif "reset" in text:
-            kind = "connection reset"
-        elif "aborted" in text or "remotedisconnected" in text or "closed" in text:
-            kind = "connection closed without an answer"
-        else:
-            kind = "could not connect"
-        tail = ""
+        # each sentence starts "<provider>: <where> ", which the retry's final message leaves out
         if timed_out and not idempotent:
-            tail = "; the request may have been carried out — check before repeating it"
-        return ProviderUnavailableError(self.redact(f"{self.provider}: {where} {kind}{tail}"))
+            said = _("{provider}: {where} timed out after {seconds:g}s; the request may have been carried out "
+                     "— check before repeating it")
+        elif timed_out:
+            said = _("{provider}: {where} timed out after {seconds:g}s")
+        elif "reset" in text:
+            said = _("{provider}: {where} connection reset")
+        elif "aborted" in text or "remotedisconnected" in text or "closed" in text:
+            said = _("{provider}: {where} connection closed without an answer")
+        else:
+            said = _("{provider}: {where} could not connect")
+        return ProviderUnavailableError(self.redact(said.format(provider=self.provider, where=where, seconds=seconds)))
 
     def _status_error(self, where: str, response: requests.Response) -> ProviderError:
         status = response.status_code
+        # "<provider>: " first and "<where>" at the start or as the " on <where>" tail of the rest:
+        # the retry's final message leaves those out (costctl_providers._retry)
+        shape = {"provider": self.provider, "where": where, "status": status,
+                 "credential": self.credential_name}
         if status in (401, 403):
-            who = self.credential_name or "the credential"
-            return AuthError(self.redact(f"{self.provider}: {who} was rejected ({status}) on {where}"))
+            if self.credential_name:
+                said = _("{provider}: {credential} was rejected ({status}) on {where}")
+            else:
+                said = _("{provider}: the credential was rejected ({status}) on {where}")
+            return AuthError(self.redact(said.format(**shape)))
         if status == 404:
-            return NotFoundError(self.redact(f"{self.provider}: not found (404) on {where}"))
+            return NotFoundError(self.redact(_("{provider}: not found (404) on {where}").format(**shape)))
         after = _retry_after_seconds(response)
         if status == 429:
             return RateLimitedError(
-                self.redact(f"{self.provider}: rate limited (429) on {where}"), retry_after_s=after,
+                self.redact(_("{provider}: rate limited (429) on {where}").format(**shape)), retry_after_s=after,
             )
         if status >= 500:
             return ProviderUnavailableError(
-                self.redact(f"{self.provider}: server error {status} on {where}"),
+                self.redact(_("{provider}: server error {status} on {where}").format(**shape)),
                 transient=status in RETRY_STATUSES, retry_after_s=after,
             )
         snippet = self._snippet(response)
         return ProviderResponseError(
-            self.redact(f"{self.provider}: {where} answered {status}: {snippet!r}"), status=status
+            self.redact(_("{provider}: {where} answered {status}: {snippet!r}").format(snippet=snippet, **shape)),
+            status=status,
         )
 
 
@@ -507,6 +519,7 @@ def wait_for_status(
     clock = clock or RealClock()
     sleep = sleep or time.sleep
     deadline = clock.now() + timedelta(seconds=timeout_s)
+    wanted = ", ".join(sorted(s.value for s in want))
     last: Instance | None = None
     last_error: ProviderError | None = None
     while True:
@@ -521,19 +534,26 @@ def wait_for_status(
             if last.status in want:
                 return last
             if last.status in fail:
-                raw = f" ({last.status_raw})" if last.status_raw else ""
-                raise StatusWaitError(
-                    f"{last.provider}: instance {last.id} is {last.status.value}{raw}; "
-                    f"wanted {', '.join(sorted(s.value for s in want))}",
-                    last=last,
-                )
+                if last.status_raw:
+                    said = _("{provider}: instance {id} is {status} ({status_raw}); wanted {wanted}")
+                else:
+                    said = _("{provider}: instance {id} is {status}; wanted {wanted}")
+                raise StatusWaitError(said.format(provider=last.provider, id=last.id, status=last.status.value,
+                                                  status_raw=last.status_raw, wanted=wanted),
+                                      last=last)
         if clock.now() >= deadline:
-            seen = f"still {last.status.value}" if last is not None else "never read"
-            if last_error is not None:
-                seen += f"; last error: {last_error.message}"
-            who = f"{last.provider}: instance {last.id}" if last is not None else "instance"
-            raise StatusWaitError(
-                f"{who} {seen} after {timeout_s:g}s; wanted {', '.join(sorted(s.value for s in want))}",
-                last=last,
-            )
+            shape = {"timeout": timeout_s, "wanted": wanted,
+                     "error": last_error.message if last_error is not None else None}
+            if last is not None:
+                shape.update(provider=last.provider, id=last.id, status=last.status.value)
+                if last_error is not None:
+                    said = _("{provider}: instance {id} still {status}; last error: {error} after {timeout:g}s; "
+                             "wanted {wanted}")
+                else:
+                    said = _("{provider}: instance {id} still {status} after {timeout:g}s; wanted {wanted}")
+            elif last_error is not None:
+                said = _("instance never read; last error: {error} after {timeout:g}s; wanted {wanted}")
+            else:
+                said = _("instance never read after {timeout:g}s; wanted {wanted}")
+            raise StatusWaitError(said.format(**shape), last=last)
         sleep(poll_s)

@@ -16,6 +16,8 @@ from decimal import Decimal
 from enum import Enum
 from typing import Any, ClassVar
 
+from costctl.i18n import N_, _, language
+
 from .capabilities import (  # noqa: F401 - re-exported
     Capabilities, Capability, SelfStop, Storage, StoragePath, find_executable, no, yes,
 )
@@ -187,11 +189,14 @@ class Provider(ABC):
         """Whether an API credential is configured (adapters without one: True)."""
         return True
 
-    def _unsupported(self, capability: str, doing: str) -> Exception:
+    def _unsupported(self, capability: str, message: str) -> Exception:
+        """The :class:`~costctl_providers.errors.CapabilityError` for ``capability``: ``message``
+        (a sentence marked with :func:`~costctl.i18n.N_`, placeholders ``{provider}`` and
+        ``{reason}``) in the current language, with the capability's reason."""
         from .errors import CapabilityError
 
-        reason = self.capabilities.get(capability).reason or "not supported"
-        return CapabilityError(f"{self.name}: {doing} is not supported: {reason}",
+        reason = self.capabilities.get(capability).reason or _("not supported")
+        return CapabilityError(_(message).format(provider=self.name, reason=reason),
                                capability=capability, reason=reason)
 
     @abstractmethod
@@ -219,7 +224,7 @@ class Provider(ABC):
         Raises:
             CapabilityError: by default (``capabilities.release`` should then be absent).
         """
-        raise self._unsupported("release", "releasing instances")
+        raise self._unsupported("release", N_("{provider}: releasing instances is not supported: {reason}"))
 
     def list_offers(self, gpu: str | None = None) -> list[Offer]:
         """Current prices, optionally for one GPU type.
@@ -227,7 +232,7 @@ class Provider(ABC):
         Raises:
             CapabilityError: by default (``capabilities.list_offers`` absent).
         """
-        raise self._unsupported("list_offers", "listing offers")
+        raise self._unsupported("list_offers", N_("{provider}: listing offers is not supported: {reason}"))
 
     def create_instance(self, *args: Any, **kwargs: Any) -> Any:
         """Rent a new instance. Arguments are the adapter's own (a GPU or offer and its options);
@@ -236,7 +241,7 @@ class Provider(ABC):
         Raises:
             CapabilityError: by default (``capabilities.create`` absent).
         """
-        raise self._unsupported("create", "creating instances")
+        raise self._unsupported("create", N_("{provider}: creating instances is not supported: {reason}"))
 
     def detect_self(self) -> str | None:
         """The id of the instance this process runs on, when the provider can tell; else None."""
@@ -258,19 +263,27 @@ class Provider(ABC):
         """
         cap = self.capabilities.self_stop
         if not cap:
-            return SelfStop(None, cap.reason or "the instance cannot stop itself from inside")
+            return SelfStop(None, cap.reason or _("the instance cannot stop itself from inside"))
         argv = tuple(self.self_stop_argv() or ())
         if not argv:
-            return SelfStop(None, "no self-stop command is configured ([instance] self_stop)")
+            return SelfStop(None, _("no self-stop command is configured ([instance] self_stop)"))
         here = self.detect_self()
         if here is None:
-            marks = " or ".join([*self.storage.hostnames, *(f"${v}" for v in self.storage.env_markers)])
-            hint = f" (no hostname {marks})" if marks else ""
-            return SelfStop(None, f"this process is not running on an instance of {self.name}{hint}")
+            marks = [*self.storage.hostnames, *(f"${v}" for v in self.storage.env_markers)]
+            if not marks:
+                return SelfStop(None, _("this process is not running on an instance of {provider}").format(
+                    provider=self.name))
+            from babel.lists import format_list  # "a or b" / "a或b" by the language's rules (CLDR)
+
+            return SelfStop(None, _("this process is not running on an instance of {provider} (no hostname "
+                                    "{marks})").format(provider=self.name,
+                                                       marks=format_list(marks, style="or", locale=language())))
         if here != instance_id:
-            return SelfStop(None, f"this machine is {self.name} instance {here}, not {instance_id}")
+            return SelfStop(None, _("this machine is {provider} instance {here}, not {instance}").format(
+                provider=self.name, here=here, instance=instance_id))
         found = find_executable(argv[0])
         if found is None:
-            return SelfStop(None, f"{argv[0]!r} is not an executable command here (not on PATH); "
-                                  "set [instance] self_stop to the command that stops this instance")
-        return SelfStop(argv, f"this is {self.name} instance {here}; {argv[0]} is {found}")
+            return SelfStop(None, _("{command!r} is not an executable command here (not on PATH); set [instance] "
+                                    "self_stop to the command that stops this instance").format(command=argv[0]))
+        return SelfStop(argv, _("this is {provider} instance {here}; {command} is {path}").format(
+            provider=self.name, here=here, command=argv[0], path=found))

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from costctl.errors import ConfigError
+from costctl.i18n import _, language
 
 #: Config-table key naming a credentials file (each adapter must accept it in its table).
 CREDENTIALS_FILE_KEY = "credentials_file"
@@ -76,11 +77,11 @@ def check_file_mode(path: Path) -> None:
     try:
         mode = path.stat().st_mode
     except OSError as exc:
-        raise ConfigError(f"credentials file {path}: cannot read: {exc.strerror}") from None
+        raise ConfigError(_("credentials file {path}: cannot read: {reason}").format(path=path, reason=exc.strerror)) from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise ConfigError(
-            f"credentials file {path} is accessible by group or others (mode {stat.S_IMODE(mode):04o}); "
-            f"it must be 0600: run `chmod 600 {path}`"
+            _("credentials file {path} is accessible by group or others (mode {mode:04o}); "
+              "it must be 0600: run `chmod 600 {path}`").format(path=path, mode=stat.S_IMODE(mode))
         )
 
 
@@ -104,9 +105,9 @@ def read_credentials_file(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError:
         # The decoder's message can quote the offending line, which may hold a token.
-        raise ConfigError(f"credentials file {path} is not valid TOML") from None
+        raise ConfigError(_("credentials file {path} is not valid TOML").format(path=path)) from None
     except OSError as exc:
-        raise ConfigError(f"credentials file {path}: cannot read: {exc.strerror}") from None
+        raise ConfigError(_("credentials file {path}: cannot read: {reason}").format(path=path, reason=exc.strerror)) from None
 
 
 def _declared_env(provider: str) -> tuple[str, ...]:
@@ -170,20 +171,35 @@ def load_credential(
             if table is None:
                 break
         if table is not None and not isinstance(table, dict):
-            raise ConfigError(f"credentials file {path}: [{section}] must be a table")
+            raise ConfigError(_("credentials file {path}: [{section}] must be a table").format(path=path, section=section))
         for key in keys:
             value = (table or {}).get(key)
             if value is None:
                 continue
             if not isinstance(value, str) or not value.strip():
-                raise ConfigError(f"credentials file {path}: [{section}] {key} must be a non-empty string")
-            return Credential(provider, f"credentials file {path} [{section}] {key}", value.strip())
+                raise ConfigError(_("credentials file {path}: [{section}] {key} must be a non-empty string").format(
+                    path=path, section=section, key=key))
+            return Credential(provider, _("credentials file {path} [{section}] {key}").format(
+                path=path, section=section, key=key), value.strip())
     elif explicit:
-        raise ConfigError(f"credentials file {path} (credentials_file of [providers.{provider}]) does not exist")
+        raise ConfigError(_("credentials file {path} (credentials_file of [providers.{provider}]) does not exist")
+                          .format(path=path, provider=provider))
     if not required:
         return None
-    how = f"set {' or '.join(names)} or " if names else ""
-    who = provider if account is None else f"{provider} account {account!r}"
-    raise ConfigError(
-        f"no credential for {who}: {how}add [{section}] {keys[0]} = \"...\" to {path} (chmod 600)"
-    )
+    shape = {"provider": provider, "account": account, "section": section, "key": keys[0], "path": path}
+    if names:
+        from babel.lists import format_list  # "A or B" / "A或B" by the language's rules (CLDR)
+
+        shape["variables"] = format_list(list(names), style="or", locale=language())
+        if account is None:
+            missing = _("no credential for {provider}: set {variables} or add [{section}] {key} = \"...\" "
+                        "to {path} (chmod 600)")
+        else:
+            missing = _("no credential for {provider} account {account!r}: set {variables} or add [{section}] "
+                        "{key} = \"...\" to {path} (chmod 600)")
+    elif account is None:
+        missing = _("no credential for {provider}: add [{section}] {key} = \"...\" to {path} (chmod 600)")
+    else:
+        missing = _("no credential for {provider} account {account!r}: add [{section}] {key} = \"...\" "
+                    "to {path} (chmod 600)")
+    raise ConfigError(missing.format(**shape))

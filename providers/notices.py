@@ -55,6 +55,7 @@ from typing import Any, Protocol
 
 from costctl.clock import Clock, RealClock, ensure_utc
 from costctl.errors import ProviderError
+from costctl.i18n import _
 
 from ._http import AuthError, HttpClient, ProviderResponseError
 
@@ -107,7 +108,8 @@ class NoticeSource(Protocol):
 
 def _metadata_client(base_url: str, source: str, timeout: float) -> HttpClient:
     # No retries (the poller polls again), no proxies (link-local addresses are never proxied).
-    return HttpClient(base_url, provider=f"{source} metadata", timeout=timeout, retries=0, trust_env=False)
+    return HttpClient(base_url, provider=_("{source} metadata").format(source=source), timeout=timeout, retries=0,
+                      trust_env=False)
 
 
 class AwsNoticeSource:
@@ -139,7 +141,7 @@ class AwsNoticeSource:
             )
             token = r.text.strip()
             if not token:
-                raise ProviderResponseError("aws metadata: empty IMDSv2 token")
+                raise ProviderResponseError(_("aws metadata: empty IMDSv2 token"))
             self.http.add_secret(token)
             self._token = token
             self._token_expires = now + timedelta(seconds=AWS_TOKEN_TTL_S - 60)
@@ -172,7 +174,8 @@ class AwsNoticeSource:
             action = str(data["action"])
             deadline = _parse_iso(str(data["time"]))
         except (KeyError, TypeError, ValueError):
-            raise ProviderResponseError(f"aws metadata: unexpected spot/instance-action answer: {data!r:.120}") from None
+            raise ProviderResponseError(_("aws metadata: unexpected spot/instance-action answer: {answer}").format(
+                answer=repr(data)[:120])) from None
         return Notice(action=action, deadline=deadline, source=self.name, raw=data)
 
 
@@ -226,7 +229,8 @@ class GcpNoticeSource:
             self._first_seen = None
             return None
         if text != "TRUE":
-            raise ProviderResponseError(f"gcp metadata: unexpected instance/preempted answer: {r.text[:60]!r}")
+            raise ProviderResponseError(_("gcp metadata: unexpected instance/preempted answer: {answer!r}").format(
+                answer=r.text[:60]))
         if self._first_seen is None:
             self._first_seen = self.clock.now()
         return Notice("preempt", self._first_seen + timedelta(seconds=GCP_NOTICE_S), self.name, raw=r.text.strip())
@@ -258,7 +262,8 @@ class AzureNoticeSource:
         )
         events = data.get("Events") if isinstance(data, dict) else None
         if not isinstance(events, list):
-            raise ProviderResponseError(f"azure metadata: unexpected scheduledevents answer: {data!r:.120}")
+            raise ProviderResponseError(_("azure metadata: unexpected scheduledevents answer: {answer}").format(
+                answer=repr(data)[:120]))
         found: list[Notice] = []
         for ev in events:
             if not isinstance(ev, dict) or ev.get("EventType") != "Preempt":
@@ -267,7 +272,7 @@ class AzureNoticeSource:
             try:
                 deadline = ensure_utc(parsedate_to_datetime(not_before)) if not_before else self.clock.now()
             except (TypeError, ValueError):
-                raise ProviderResponseError(f"azure metadata: unreadable NotBefore {not_before!r}") from None
+                raise ProviderResponseError(_("azure metadata: unreadable NotBefore {value!r}").format(value=not_before)) from None
             found.append(Notice("preempt", deadline, self.name, raw=ev))
         return min(found, key=lambda n: n.deadline) if found else None
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from costctl.clock import Clock
 from costctl.errors import ConfigError
+from costctl.i18n import _
 
 from .base import Provider
 from .capabilities import Capabilities, Storage
@@ -114,17 +115,21 @@ def provider_class(name: str) -> Callable[..., Provider]:
             module = importlib.import_module(f"{__package__}.{key}")
         except ModuleNotFoundError as exc:
             if exc.name != f"{__package__}.{key}":
-                raise ConfigError(f"provider {name!r} cannot be loaded: {exc}") from None
+                raise ConfigError(_("provider {name!r} cannot be loaded: {error}").format(name=name, error=exc)) from None
         except ImportError as exc:
-            raise ConfigError(f"provider {name!r} cannot be loaded: {exc}") from None
+            raise ConfigError(_("provider {name!r} cannot be loaded: {error}").format(name=name, error=exc)) from None
         else:
             cls = _provider_class_in(module)
             if cls is not None:
                 return cls
-            raise ConfigError(f"provider {name!r}: module {module.__name__} defines no Provider class")
+            raise ConfigError(_("provider {name!r}: module {module} defines no Provider class").format(
+                name=name, module=module.__name__))
     # Listed only for the error (listing reads every entry point again: not on the way to a hit).
-    available = ", ".join(available_providers()) or "none"
-    raise ConfigError(f"unknown provider {name!r}; available: {available}")
+    available = available_providers()
+    if not available:
+        raise ConfigError(_("unknown provider {name!r}; available: none").format(name=name))
+    raise ConfigError(_("unknown provider {name!r}; available: {available}").format(
+        name=name, available=", ".join(available)))
 
 
 def get_provider(
@@ -153,7 +158,8 @@ def get_provider(
     if account is None:
         return factory(dict(config or {}), data_dir=Path(data_dir), clock=clock)
     if not getattr(factory, "supports_accounts", False):
-        raise ConfigError(f"provider {name!r} has no named accounts; remove [providers.{name}.accounts]")
+        raise ConfigError(_("provider {name!r} has no named accounts; remove [providers.{name}.accounts]").format(
+            name=name))
     return factory(dict(config or {}), data_dir=Path(data_dir), clock=clock, account=account)
 
 

@@ -11,7 +11,6 @@ per-minute rows; :mod:`costctl.ledger.sample_rollup`); ``--dry-run`` only says w
 from __future__ import annotations
 
 import sys
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -20,11 +19,12 @@ import typer
 from .translated import CostctlTyper
 
 from ..errors import UsageError
+from ..i18n import _, format_time
 from .common import ConfigOption, DbOption, err_console, out_console, settings_from
 
 db_app = CostctlTyper(
     name="db",
-    help="Ledger database migrations (upgrade, downgrade, current) and telemetry retention (compact).",
+    help=_("Ledger database migrations (upgrade, downgrade, current) and telemetry retention (compact)."),
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -50,18 +50,14 @@ def _engine(config: Path | None, db: str | None, *, create: bool = True) -> Engi
     return make_engine(_url(config, db)[0], create=create)
 
 
-def _lost(counts: dict[str, int]) -> str:
-    """``"3 runs and 120 charges"`` from :func:`costctl.ledger.migrate.row_counts`."""
-    return " and ".join(f"{n} {name}" for name, n in counts.items()) or "no runs or charges"
-
-
 def _say(text: str) -> None:
     out_console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
-@db_app.command("upgrade")
+@db_app.command("upgrade", help=_(
+    "Migrate the database up to REVISION (creates the tables of a new database)."))
 def upgrade(
-    revision: Annotated[str, typer.Argument(help="Target revision (default: head, the newest).")] = "head",
+    revision: Annotated[str, typer.Argument(help=_("Target revision (default: head, the newest)."))] = "head",
     config: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
@@ -72,15 +68,18 @@ def upgrade(
     engine = _engine(config, db)
     try:
         migrate.upgrade(engine, revision)
-        _say(f"{redact(engine.url)}: at revision {migrate.current_revision(engine)}")
+        _say(_("{url}: at revision {revision}").format(url=redact(engine.url),
+                                                       revision=migrate.current_revision(engine)))
     finally:
         engine.dispose()
 
 
-@db_app.command("downgrade")
+@db_app.command("downgrade", help=_(
+    "Migrate the database down to REVISION, dropping the tables (and data) added after it.\n\n"
+    "Asks for confirmation on a terminal; without one it refuses unless --yes (exit status 2)."))
 def downgrade(
-    revision: Annotated[str, typer.Argument(help="Target revision; 'base' drops every table (data is lost).")],
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    revision: Annotated[str, typer.Argument(help=_("Target revision; 'base' drops every table (data is lost)."))],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help=_("Do not ask for confirmation."))] = False,
     config: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
@@ -96,30 +95,49 @@ def downgrade(
         shown = redact(engine.url)
         current_rev = migrate.current_revision(engine)
         if current_rev is None:
-            _say(f"{shown}: at base already (no costctl tables); nothing done")
+            _say(_("{url}: at base already (no costctl tables); nothing done").format(url=shown))
             return
         if current_rev == revision:
-            _say(f"{shown}: at revision {revision} already; nothing done")
+            _say(_("{url}: at revision {revision} already; nothing done").format(url=shown, revision=revision))
             return
         if not yes:
-            loses = (f"drops every ledger table ({_lost(migrate.row_counts(engine))} would be lost)"
-                     if revision == "base"
-                     else f"drops the tables and columns added after {revision}, with their data")
+            # the rows a downgrade to base deletes (every revision has both tables)
+            counts = migrate.row_counts(engine) if revision == "base" else {}
+            shape = {"url": shown, "current": current_rev, "revision": revision,
+                     "runs": counts.get("runs", 0), "charges": counts.get("charges", 0)}
             if not sys.stdin.isatty():
-                raise UsageError(
-                    f"downgrading {shown} from {current_rev} to {revision} {loses}; pass --yes to confirm "
-                    "(there is no terminal to ask on)"
-                )
-            if not typer.confirm(f"Downgrade {shown} from {current_rev} to {revision}? This {loses}", default=False):
-                err_console.print("costctl: not downgraded")
+                if revision == "base":
+                    refused = _("downgrading {url} from {current} to {revision} drops every ledger table "
+                                "({runs} runs and {charges} charges would be lost); pass --yes to confirm "
+                                "(there is no terminal to ask on)")
+                else:
+                    refused = _("downgrading {url} from {current} to {revision} drops the tables and columns "
+                                "added after {revision}, with their data; pass --yes to confirm "
+                                "(there is no terminal to ask on)")
+                raise UsageError(refused.format(**shape))
+            if revision == "base":
+                question = _("Downgrade {url} from {current} to {revision}? This drops every ledger table "
+                             "({runs} runs and {charges} charges would be lost)")
+            else:
+                question = _("Downgrade {url} from {current} to {revision}? This drops the tables and columns "
+                             "added after {revision}, with their data")
+            if not typer.confirm(question.format(**shape), default=False):
+                err_console.print(_("costctl: not downgraded"))
                 raise typer.Exit(1)
         migrate.downgrade(engine, revision)
-        _say(f"{shown}: at revision {migrate.current_revision(engine) or 'base (no tables)'}")
+        now_at = migrate.current_revision(engine)
+        if now_at is None:
+            _say(_("{url}: at revision base (no tables)").format(url=shown))
+        else:
+            _say(_("{url}: at revision {revision}").format(url=shown, revision=now_at))
     finally:
         engine.dispose()
 
 
-@db_app.command("current")
+@db_app.command("current", help=_(
+    "Print the database's revision ('none' before the first migration) and whether it is the newest.\n\n"
+    "Creates nothing: a configured SQLite file that does not exist is an error (exit status 1); "
+    "the default one, before anything was recorded, reads as 'none'."))
 def current(config: ConfigOption = None, db: DbOption = None) -> None:
     """Print the database's revision ('none' before the first migration) and whether it is the newest.
 
@@ -135,24 +153,28 @@ def current(config: ConfigOption = None, db: DbOption = None) -> None:
     except MissingLedgerError as exc:
         if configured:
             raise
-        _say(f"none (no ledger database at {exc.path} yet; `costctl watch` or `costctl db upgrade` creates it)")
+        _say(_("none (no ledger database at {path} yet; `costctl watch` or `costctl db upgrade` creates it)")
+             .format(path=exc.path))
         return
     try:
         rev = migrate.current_revision(engine)
         head = migrate.head_revision()
-        note = "head" if rev == head else f"newest is {head}; run `costctl db upgrade`"
-        _say(f"{rev or 'none'} ({note})")
+        if rev == head:
+            _say(_("{revision} (head)").format(revision=rev))
+        elif rev is None:
+            _say(_("none (newest is {head}; run `costctl db upgrade`)").format(head=head))
+        else:
+            _say(_("{revision} (newest is {head}; run `costctl db upgrade`)").format(revision=rev, head=head))
     finally:
         engine.dispose()
 
 
-def _minute(when: datetime) -> str:
-    return when.strftime("%Y-%m-%d %H:%M UTC")
-
-
-@db_app.command("compact")
+@db_app.command("compact", help=_(
+    "Roll up raw telemetry older than [ledger] sample_retention into per-minute rows, deleting it.\n\n"
+    "Works in short transactions of a few thousand rows (a running watch is not held up) until "
+    "nothing older is left, then prints what it did. --dry-run reads only (and does not migrate)."))
 def compact(
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be done; write nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help=_("Only say what would be done; write nothing."))] = False,
     config: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
@@ -169,7 +191,7 @@ def compact(
     settings = settings_from(config, db)
     retention = settings.ledger.sample_retention
     if retention is None:
-        _say("[ledger] sample_retention is off: raw telemetry is kept; nothing done")
+        _say(_("[ledger] sample_retention is off: raw telemetry is kept; nothing done"))
         return
     url = configured_url(settings.database_url, settings.data_dir)
     try:
@@ -177,7 +199,7 @@ def compact(
     except MissingLedgerError as exc:
         if settings.database_url is not None:
             raise
-        _say(f"no ledger database at {exc.path} yet; nothing to compact")
+        _say(_("no ledger database at {path} yet; nothing to compact").format(path=exc.path))
         return
     now = utcnow()
     samples = rollups = 0
@@ -197,14 +219,28 @@ def compact(
                 break
             start = result.resume_at if dry_run else None
         shown = ledger.url
-    held = f"raw samples before {_minute(result.cutoff)} (sample_retention {format_duration(retention)})"
+    tz = settings.watch.tz  # times are shown in [watch] timezone, to the second with its offset
+    shape = {"url": shown, "cutoff": format_time(result.cutoff, tz), "retention": format_duration(retention),
+             "samples": samples, "rollups": rollups, "runs": len(runs)}
     if not samples:
-        _say(f"{shown}: no {held}; nothing done")
+        _say(_("{url}: no raw samples before {cutoff} (sample_retention {retention}); nothing done").format(**shape))
         return
-    verb = "would roll up" if dry_run else "rolled up"
-    span = f"{_minute(first)} to {_minute(last)}" if first is not None and last is not None else ""
-    _say(f"{shown}: {verb} {samples} {held} into {rollups} per-minute rows, {len(runs)} run(s), "
-         f"minutes {span}" + ("; dry run: nothing written" if dry_run else ""))
+    if first is not None and last is not None:
+        shape.update(first=format_time(first, tz), last=format_time(last, tz))
+        if dry_run:
+            done = _("{url}: would roll up {samples} raw samples before {cutoff} (sample_retention {retention}) "
+                     "into {rollups} per-minute rows, {runs} run(s), minutes {first} to {last}; "
+                     "dry run: nothing written")
+        else:
+            done = _("{url}: rolled up {samples} raw samples before {cutoff} (sample_retention {retention}) "
+                     "into {rollups} per-minute rows, {runs} run(s), minutes {first} to {last}")
+    elif dry_run:
+        done = _("{url}: would roll up {samples} raw samples before {cutoff} (sample_retention {retention}) "
+                 "into {rollups} per-minute rows, {runs} run(s); dry run: nothing written")
+    else:
+        done = _("{url}: rolled up {samples} raw samples before {cutoff} (sample_retention {retention}) "
+                 "into {rollups} per-minute rows, {runs} run(s)")
+    _say(done.format(**shape))
 
 
 def register(app: typer.Typer) -> None:

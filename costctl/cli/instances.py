@@ -35,6 +35,7 @@ from rich.table import Table
 
 from ..clock import RealClock, ensure_utc
 from ..errors import CostctlError, ProviderError, UsageError
+from ..i18n import N_, _
 from ..money import cost_of
 from ..report import money_text
 from .common import (ConfigOption, FormatOption, OutputFormat, err_console, out_console, print_json, print_table,
@@ -61,14 +62,14 @@ def __getattr__(name: str) -> Any:
 
 ProviderOption = Annotated[
     str | None,
-    typer.Option("--provider", "-p", help="Provider name (default: [instance] provider; for listings, all configured)."),
+    typer.Option("--provider", "-p", help=_("Provider name (default: [instance] provider; for listings, all configured).")),
 ]
 
 AccountOption = Annotated[
     str | None,
-    typer.Option("--account", help="Named account ([providers.<name>.accounts.<account>]); default: "
-                                   "[instance] account, else the provider's default account "
-                                   "(instances: every configured account)."),
+    typer.Option("--account", help=_("Named account ([providers.<name>.accounts.<account>]); default: "
+                                     "[instance] account, else the provider's default account "
+                                     "(instances: every configured account).")),
 ]
 
 
@@ -132,7 +133,7 @@ def fmt_amount(amount: Decimal | None, places: int = 2) -> str:
         return "-"
     q = amount.quantize(Decimal(1).scaleb(-4))
     text = format(q.normalize(), "f")
-    whole, _, frac = text.partition(".")
+    whole, _dot, frac = text.partition(".")
     return f"{whole}.{frac.ljust(places, '0')}"
 
 
@@ -192,16 +193,29 @@ def _table(columns: tuple[tuple[str, str], ...]) -> Table:
 
 
 def _describe(inst: Instance, account: str | None = None) -> str:
-    price = f", {fmt_amount(inst.price_per_hour)} {inst.currency}/h" if inst.price_per_hour is not None else ""
-    where = f"{inst.provider} account {account}" if account else inst.provider
-    return f"{inst.id} on {where} ({inst.gpu_count}× {inst.gpu or '?'}, {inst.status.value}{price})"
+    """``sim-local on sim (1× RTX 4090, running, 0.50 CNY/h)``, in the current language (the
+    account is named when given; the price is left out when unknown)."""
+    shape = {"id": inst.id, "provider": inst.provider, "account": account, "count": inst.gpu_count,
+             "gpu": inst.gpu or "?", "status": inst.status.value, "currency": inst.currency,
+             "price": fmt_amount(inst.price_per_hour)}
+    if inst.price_per_hour is not None:
+        if account:
+            text = _("{id} on {provider} account {account} ({count}× {gpu}, {status}, {price} {currency}/h)")
+        else:
+            text = _("{id} on {provider} ({count}× {gpu}, {status}, {price} {currency}/h)")
+    elif account:
+        text = _("{id} on {provider} account {account} ({count}× {gpu}, {status})")
+    else:
+        text = _("{id} on {provider} ({count}× {gpu}, {status})")
+    return text.format(**shape)
 
 
-def _require(prov: Provider, capability: str, doing: str) -> None:
-    """UsageError naming the adapter's reason when it lacks ``capability``."""
+def _require(prov: Provider, capability: str, cannot: str) -> None:
+    """UsageError naming the adapter's reason when it lacks ``capability``; ``cannot`` is the
+    sentence (:func:`~costctl.i18n.N_`, placeholders ``{name}`` and ``{reason}``)."""
     cap = prov.capabilities.get(capability)
     if not cap:
-        raise UsageError(f"provider {prov.name} cannot {doing}: {cap.reason or 'not supported'}")
+        raise UsageError(_(cannot).format(name=prov.name, reason=cap.reason or _("not supported")))
 
 
 # ----------------------------------------------------------------------------- commands
@@ -230,9 +244,9 @@ def instances(
             accounts = []
             asked += 1
             failures.append(exc.message)
-            err_console.print(f"costctl: {name}: {exc.message}", soft_wrap=True)
+            err_console.print(_("costctl: {provider}: {message}").format(provider=name, message=exc.message),
+                              soft_wrap=True)
         for acct in accounts:
-            label = f"{name} account {acct}" if acct else name
             try:
                 asked += 1
                 prov = open_provider(settings, name, account=acct)
@@ -244,25 +258,30 @@ def instances(
                 if provider and (account or len(accounts) == 1):  # asked for this one: its error is the answer
                     raise
                 failures.append(exc.message)
-                err_console.print(f"costctl: {label}: {exc.message}", soft_wrap=True)
+                if acct:
+                    failed = _("costctl: {provider} account {account}: {message}")
+                else:
+                    failed = _("costctl: {provider}: {message}")
+                err_console.print(failed.format(provider=name, account=acct, message=exc.message), soft_wrap=True)
                 continue
             rows.extend(_instance_row(i, now, acct or None) for i in found)
     if failures and not rows and len(failures) == asked:
-        raise ProviderError(f"no provider could be read ({len(failures)} failed; see above)")
+        raise ProviderError(_("no provider could be read ({count} failed; see above)").format(count=len(failures)))
     if fmt == OutputFormat.json:
         print_json(rows)
     elif fmt == OutputFormat.csv:
         _write_csv(rows)
     else:
-        table = _table((("PROVIDER", "left"), ("ACCOUNT", "left"), ("ID", "left"), ("GPU", "left"), ("STATUS", "left"),
-                        ("BILLING", "left"), ("PRICE/H", "right"), ("RUNNING", "right"), ("SPEND", "right")))
+        table = _table(((_("PROVIDER"), "left"), (_("ACCOUNT"), "left"), (_("ID"), "left"), (_("GPU"), "left"),
+                        (_("STATUS"), "left"), (_("BILLING"), "left"), (_("PRICE/H"), "right"),
+                        (_("RUNNING"), "right"), (_("SPEND"), "right")))
         for r in rows:
-            status = r["status"] + (" (preempted)" if r["preempted"] else "")
+            status = _("{status} (preempted)").format(status=r["status"]) if r["preempted"] else r["status"]
             price = Decimal(r["price_per_hour"]) if r["price_per_hour"] else None
             spend = Decimal(r["spend"]) if r["spend"] else None
             running = Decimal(r["running_s"]) if r["running_s"] else None
             table.add_row(
-                r["provider"], r["account"] or "default", r["id"], f"{r['gpu_count']}× {r['gpu'] or '?'}", status, r["billing"],
+                r["provider"], r["account"] or _("default"), r["id"], f"{r['gpu_count']}× {r['gpu'] or '?'}", status, r["billing"],
                 f"{fmt_amount(price)} {r['currency']}" if price is not None else "-",
                 fmt_duration(running),
                 f"{fmt_amount(spend)} {r['currency']}" if spend is not None else "-",
@@ -270,16 +289,16 @@ def instances(
         if rows:
             print_table(table)
         else:
-            out_console.print("no instances", soft_wrap=True)
+            out_console.print(_("no instances"), soft_wrap=True)
     if failures:
         raise typer.Exit(1)
 
 
 def start(
-    instance_id: Annotated[str, typer.Argument(metavar="ID", help="Instance id.")],
+    instance_id: Annotated[str, typer.Argument(metavar="ID", help=_("Instance id."))],
     provider: ProviderOption = None,
     account: AccountOption = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would happen; change nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help=_("Show what would happen; change nothing."))] = False,
     config: ConfigOption = None,
 ) -> None:
     """Start (power on / resume) an instance; nothing happens if it is already running.
@@ -290,16 +309,17 @@ def start(
 
     settings = settings_from(config)
     prov = open_provider(settings, provider, account=account)
-    _require(prov, "start", "start instances")
+    _require(prov, "start", N_("provider {name} cannot start instances: {reason}"))
     if dry_run:
         before = prov.get_instance(instance_id)
+        described = _describe(before, prov.account)
         if before.status in (Status.STARTING, Status.RUNNING):
-            out_console.print(f"dry run: {_describe(before, prov.account)} is already {before.status.value}; nothing to start",
-                              soft_wrap=True)
+            said = _("dry run: {instance} is already {status}; nothing to start")
         elif before.status == Status.TERMINATED:
-            out_console.print(f"dry run: {_describe(before, prov.account)} is released; it cannot be started", soft_wrap=True)
+            said = _("dry run: {instance} is released; it cannot be started")
         else:
-            out_console.print(f"dry run: would start {_describe(before, prov.account)}; nothing changed", soft_wrap=True)
+            said = _("dry run: would start {instance}; nothing changed")
+        out_console.print(said.format(instance=described, status=before.status.value), soft_wrap=True)
         return
     inst = prov.start_instance(instance_id)
     log.info("start %s on %s: requested on the command line; now %s", instance_id, prov.name, inst.status.value)
@@ -307,11 +327,11 @@ def start(
 
 
 def stop(
-    instance_id: Annotated[str, typer.Argument(metavar="ID", help="Instance id.")],
+    instance_id: Annotated[str, typer.Argument(metavar="ID", help=_("Instance id."))],
     provider: ProviderOption = None,
     account: AccountOption = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would happen; change nothing.")] = False,
-    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until the provider reports it stopped.")] = True,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help=_("Show what would happen; change nothing."))] = False,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help=_("Wait until the provider reports it stopped."))] = True,
     config: ConfigOption = None,
 ) -> None:
     """Stop (power off) an instance; nothing happens if it is already stopped."""
@@ -321,28 +341,31 @@ def stop(
 
     settings = settings_from(config)
     prov = open_provider(settings, provider, account=account)
-    _require(prov, "stop", "stop instances")
+    _require(prov, "stop", N_("provider {name} cannot stop instances: {reason}"))
     before = prov.get_instance(instance_id)
     if dry_run:
         if before.status in (Status.STOPPED, Status.STOPPING, Status.TERMINATED):
-            out_console.print(f"dry run: {_describe(before, prov.account)} is already {before.status.value}; nothing to stop", soft_wrap=True)
+            said = _("dry run: {instance} is already {status}; nothing to stop")
         else:
-            out_console.print(f"dry run: would stop {_describe(before, prov.account)}; nothing changed", soft_wrap=True)
+            said = _("dry run: would stop {instance}; nothing changed")
+        out_console.print(said.format(instance=_describe(before, prov.account), status=before.status.value),
+                          soft_wrap=True)
         return
     log.info("stop %s on %s: requested on the command line; was %s", instance_id, prov.name, before.status.value)
     inst = prov.stop_instance(instance_id, wait=wait)
     if before.status in (Status.STOPPED, Status.TERMINATED):
-        out_console.print(f"{_describe(inst, prov.account)}: already {before.status.value}, nothing done", soft_wrap=True)
+        out_console.print(_("{instance}: already {status}, nothing done").format(
+            instance=_describe(inst, prov.account), status=before.status.value), soft_wrap=True)
     else:
-        out_console.print(f"stopped {_describe(inst, prov.account)}", soft_wrap=True)
+        out_console.print(_("stopped {instance}").format(instance=_describe(inst, prov.account)), soft_wrap=True)
 
 
 def release(
-    instance_id: Annotated[str, typer.Argument(metavar="ID", help="Instance id.")],
+    instance_id: Annotated[str, typer.Argument(metavar="ID", help=_("Instance id."))],
     provider: ProviderOption = None,
     account: AccountOption = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would happen; change nothing.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help=_("Do not ask for confirmation."))] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help=_("Show what would happen; change nothing."))] = False,
     config: ConfigOption = None,
 ) -> None:
     """Release (terminate / destroy) an instance AND ITS DATA. Asks for confirmation unless --yes."""
@@ -352,26 +375,29 @@ def release(
 
     settings = settings_from(config)
     prov = open_provider(settings, provider, account=account)
-    _require(prov, "release", "release instances")
+    _require(prov, "release", N_("provider {name} cannot release instances: {reason}"))
     before = prov.get_instance(instance_id)
+    described = _describe(before, prov.account)
     if before.status == Status.TERMINATED:
-        out_console.print(f"{_describe(before, prov.account)}: already released, nothing done", soft_wrap=True)
+        out_console.print(_("{instance}: already released, nothing done").format(instance=described), soft_wrap=True)
         return
     if dry_run:
-        out_console.print(f"dry run: would release {_describe(before, prov.account)} and delete its data; nothing changed", soft_wrap=True)
+        out_console.print(_("dry run: would release {instance} and delete its data; nothing changed").format(
+            instance=described), soft_wrap=True)
         return
     if not yes:
         if not sys.stdin.isatty():
             raise UsageError(
-                f"release deletes instance {instance_id} and its data; pass --yes to confirm "
-                "(there is no terminal to ask on)"
+                _("release deletes instance {id} and its data; pass --yes to confirm "
+                  "(there is no terminal to ask on)").format(id=instance_id)
             )
-        if not typer.confirm(f"Release {_describe(before, prov.account)}? Its data will be deleted", default=False):
-            err_console.print("costctl: not released")
+        if not typer.confirm(_("Release {instance}? Its data will be deleted").format(instance=described),
+                             default=False):
+            err_console.print(_("costctl: not released"))
             raise typer.Exit(1)
     log.info("release %s on %s: requested on the command line; was %s", instance_id, prov.name, before.status.value)
     inst = prov.release_instance(instance_id)
-    out_console.print(f"released {_describe(inst, prov.account)}", soft_wrap=True)
+    out_console.print(_("released {instance}").format(instance=_describe(inst, prov.account)), soft_wrap=True)
 
 
 class SortBy(str, Enum):
@@ -416,22 +442,27 @@ def _no_offers(gpu: str, billing: str | None, providers: list[str]) -> str:
     from ..catalog.gpus import load_catalog
 
     catalog = load_catalog()
-    mode = f"{billing} " if billing else ""
-    where = ", ".join(providers)
+    shape = {"gpu": gpu, "billing": billing, "providers": ", ".join(providers)}
     if catalog.normalize(gpu)[1]:
-        return f"no {mode}offers for {gpu!r} from {where}"
+        if billing:
+            return _("no {billing} offers for {gpu!r} from {providers}").format(**shape)
+        return _("no offers for {gpu!r} from {providers}").format(**shape)
     like = catalog.names_like(gpu)
     if not like:
-        return f"no offers for {gpu!r}: not a GPU model costctl knows; `costctl gpus` lists them"
-    return f"no {mode}offers for {gpu!r} from {where}; GPU models like it: {', '.join(like)} (see `costctl gpus`)"
+        return _("no offers for {gpu!r}: not a GPU model costctl knows; `costctl gpus` lists them").format(**shape)
+    shape["like"] = ", ".join(like)
+    if billing:
+        return _("no {billing} offers for {gpu!r} from {providers}; GPU models like it: {like} "
+                 "(see `costctl gpus`)").format(**shape)
+    return _("no offers for {gpu!r} from {providers}; GPU models like it: {like} (see `costctl gpus`)").format(**shape)
 
 
 def offers(
-    gpu: Annotated[str, typer.Argument(help="GPU model, e.g. 4090, A100, \"RTX 3090\".")],
+    gpu: Annotated[str, typer.Argument(help=_("GPU model, e.g. 4090, A100, \"RTX 3090\"."))],
     provider: ProviderOption = None,
-    billing: Annotated[str | None, typer.Option("--billing", help="on-demand or spot (default: both).")] = None,
-    sort: Annotated[SortBy, typer.Option("--sort", help="gpu-hour or instance-hour.")] = SortBy.gpu_hour,
-    limit: Annotated[int | None, typer.Option("--limit", min=1, help="At most this many rows per currency.")] = None,
+    billing: Annotated[str | None, typer.Option("--billing", help=_("on-demand or spot (default: both)."))] = None,
+    sort: Annotated[SortBy, typer.Option("--sort", help=_("gpu-hour or instance-hour."))] = SortBy.gpu_hour,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help=_("At most this many rows per currency."))] = None,
     fmt: FormatOption = OutputFormat.table,
     config: ConfigOption = None,
 ) -> None:
@@ -441,7 +472,7 @@ def offers(
     from ..cloud import open_provider
 
     if billing is not None and billing not in ("on-demand", "spot"):
-        raise UsageError(f"--billing {billing!r}: expected on-demand or spot")
+        raise UsageError(_("--billing {value!r}: expected on-demand or spot").format(value=billing))
     settings = settings_from(config)
     names = [provider] if provider else configured_providers(settings)
     found: list[Offer] = []
@@ -452,7 +483,7 @@ def offers(
             prov = open_provider(settings, name)
             if not prov.capabilities.list_offers:
                 if provider:
-                    _require(prov, "list_offers", "list offers")
+                    _require(prov, "list_offers", N_("provider {name} cannot list offers: {reason}"))
                 continue
             asked.append(name)
             found.extend(prov.list_offers(gpu))
@@ -462,7 +493,8 @@ def offers(
             if provider:
                 raise
             failures += 1
-            err_console.print(f"costctl: {name}: {exc.message}", soft_wrap=True)
+            err_console.print(_("costctl: {provider}: {message}").format(provider=name, message=exc.message),
+                              soft_wrap=True)
     if billing is not None:
         found = [o for o in found if o.billing.value == billing]
     ordered = sort_offers(found, sort)
@@ -485,10 +517,11 @@ def offers(
         _write_csv(rows)
     else:
         if not rows:
-            out_console.print(f"no offers for {gpu!r}", soft_wrap=True)
+            out_console.print(_("no offers for {gpu!r}").format(gpu=gpu), soft_wrap=True)
         else:
-            table = _table((("PROVIDER", "left"), ("GPU", "left"), ("BILLING", "left"), ("PRICE/H", "right"),
-                            ("PER GPU-H", "right"), ("REGION", "left"), ("ID", "left")))
+            table = _table(((_("PROVIDER"), "left"), (_("GPU"), "left"), (_("BILLING"), "left"),
+                            (_("PRICE/H"), "right"), (_("PER GPU-H"), "right"), (_("REGION"), "left"),
+                            (_("ID"), "left")))
             for o in ordered:
                 table.add_row(
                     o.provider, f"{o.gpu_count}× {o.gpu or o.gpu_raw or '?'}", o.billing.value,
@@ -502,8 +535,16 @@ def offers(
 
 def register(app: typer.Typer) -> None:
     """Add ``instances``, ``start``, ``stop``, ``release`` and ``offers`` to ``app``."""
-    app.command("instances")(instances)
-    app.command("start")(start)
-    app.command("stop")(stop)
-    app.command("release")(release)
-    app.command("offers")(offers)
+    app.command("instances", help=_(
+        "List instances of every configured provider and account: account, id, GPU, status, "
+        "billing mode, price per hour, running time, spend so far."))(instances)
+    app.command("start", help=_(
+        "Start (power on / resume) an instance; nothing happens if it is already running. "
+        "Starting makes the GPU billed again."))(start)
+    app.command("stop", help=_("Stop (power off) an instance; nothing happens if it is already stopped."))(stop)
+    app.command("release", help=_(
+        "Release (terminate / destroy) an instance AND ITS DATA. Asks for confirmation unless --yes."))(release)
+    app.command("offers", help=_(
+        "Current prices for a GPU type: cheapest first within each currency, per instance-hour and per "
+        "GPU-hour.\n\nNo offer at all is an error (exit status 1), with catalog names when the GPU name "
+        "is unknown."))(offers)

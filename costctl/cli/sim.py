@@ -15,7 +15,7 @@ a bad duration) are one line with exit status 2 (usage) or 3 (provider).
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Annotated
 
 import typer
@@ -23,11 +23,12 @@ import typer
 from .translated import CostctlTyper
 
 from ..errors import UsageError
+from ..i18n import _, format_time
 from .common import ConfigOption, settings_from
 
 sim_app = CostctlTyper(
     name="sim",
-    help="The simulated provider: rehearse what a real cloud does (sim preempt: a spot preemption notice).",
+    help=_("The simulated provider: rehearse what a real cloud does (sim preempt: a spot preemption notice)."),
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,
@@ -47,17 +48,19 @@ def parse_notice(text: str) -> timedelta:
 
     try:
         return parse_duration(text, minimum=timedelta(0), maximum=MAX_NOTICE,
-                              allowed="a duration from 0s (at once) to 1h, like 30s, 2m or 90")
+                              allowed=_("a duration from 0s (at once) to 1h, like 30s, 2m or 90"))
     except ValueError as exc:
-        raise UsageError(f"--notice {text!r}: {exc}") from None
+        raise UsageError(_("--notice {value!r}: {error}").format(value=text, error=exc)) from None
 
 
-@sim_app.command("preempt")
+@sim_app.command("preempt", help=_(
+    "Announce a preemption of a simulated spot instance, as a cloud would: the watch on it "
+    "requests a checkpoint, ends the job before the deadline and stops the instance."))
 def preempt(
     instance: Annotated[str | None, typer.Argument(
-        metavar="[INSTANCE]", help="Simulated spot instance (default: the only running one).")] = None,
+        metavar="[INSTANCE]", help=_("Simulated spot instance (default: the only running one)."))] = None,
     notice: Annotated[str, typer.Option(
-        "--notice", help="Warning before the instance is taken, like 30s or 2m (0s: at once, without notice).")] = "30s",
+        "--notice", help=_("Warning before the instance is taken, like 30s or 2m (0s: at once, without notice)."))] = "30s",
     config: ConfigOption = None,
 ) -> None:
     """Announce a preemption of a simulated spot instance, as a cloud would: the watch on it
@@ -71,12 +74,16 @@ def preempt(
     inst = prov.inject_preemption(target, notice_td.total_seconds())  # type: ignore[attr-defined]
     seconds = notice_td.total_seconds()
     if seconds > 0:
-        deadline = inst.raw["notice"]["deadline"] if inst.raw.get("notice") else "?"
-        typer.echo(f"preemption notice issued for {inst.id}: taken at {deadline} ({seconds:g}s from now); "
-                   f"a watch on it requests a checkpoint at its next notice poll "
-                   f"(every {settings.preemption.poll_interval.total_seconds():g}s)")
+        notice = inst.raw.get("notice")
+        # shown in [watch] timezone, to the second
+        deadline = format_time(datetime.fromisoformat(notice["deadline"]), settings.watch.tz) if notice else "?"
+        typer.echo(_("preemption notice issued for {instance}: taken at {deadline} ({seconds:g}s from now); "
+                     "a watch on it requests a checkpoint at its next notice poll (every {poll:g}s)").format(
+            instance=inst.id, deadline=deadline, seconds=seconds,
+            poll=settings.preemption.poll_interval.total_seconds()))
     else:
-        typer.echo(f"{inst.id} taken at once, without notice (status {inst.status.value}, {inst.status_raw})")
+        typer.echo(_("{instance} taken at once, without notice (status {status}, {status_raw})").format(
+            instance=inst.id, status=inst.status.value, status_raw=inst.status_raw))
 
 
 def register(app: typer.Typer) -> None:

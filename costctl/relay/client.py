@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..child import OutputMux
 from ..errors import UsageError
+from ..i18n import _
 from . import protocol as p
 from .server import set_winsize
 
@@ -118,7 +119,7 @@ class RelayChild:
                  winsize: tuple[int, int] | None = None,
                  on_output: Callable[[str, int, int], None] | None = None) -> None:
         if not argv:
-            raise UsageError("no command given after --")
+            raise UsageError(_("no command given after --"))
         full_env = dict(os.environ)
         full_env.update(env or {})
         full_env.setdefault("PYTHONUNBUFFERED", "1")
@@ -160,7 +161,7 @@ class RelayChild:
         log_path = Path(log_path)
         state = p.read_state(p.state_path(log_path))
         if state is None or not state.get("socket") or not isinstance(state.get("relay_pid"), int):
-            raise UsageError(f"the run's output relay is gone (no state file beside {log_path})")
+            raise UsageError(_("the run's output relay is gone (no state file beside {path})").format(path=log_path))
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(START_TIMEOUT_S)
@@ -168,7 +169,8 @@ class RelayChild:
             sock.sendall(p.OFFSET.pack(since))
         except OSError as exc:
             sock.close()
-            raise UsageError(f"the run's output relay is gone ({state['socket']}: {exc.strerror or exc})") from None
+            raise UsageError(_("the run's output relay is gone ({socket}: {reason})").format(
+                socket=state["socket"], reason=exc.strerror or exc)) from None
         self = cls.__new__(cls)
         self._setup(list(state.get("argv") or []), mux, log_path, Path(state["socket"]),
                     _Foreign(int(state["relay_pid"])), sock, on_error, on_output)
@@ -216,12 +218,12 @@ class RelayChild:
         sock.settimeout(None)
         if frame is None and isinstance(self.relay, _Foreign):
             sock.close()
-            raise UsageError(f"the run's output relay did not answer on {self.socket_path}")
+            raise UsageError(_("the run's output relay did not answer on {socket}").format(socket=self.socket_path))
         if frame is None:
             self.relay.kill()
             self.relay.wait()
-            raise UsageError(f"cannot run {self.argv[0]}: the output relay did not start "
-                             f"(see {self.log_path.with_suffix('.relay.err')})", exit_code=126)
+            raise UsageError(_("cannot run {command}: the output relay did not start (see {path})").format(
+                command=self.argv[0], path=self.log_path.with_suffix(".relay.err")), exit_code=126)
         kind, offset, payload = frame
         if kind == p.FAILED:
             info = json.loads(payload)
@@ -351,7 +353,7 @@ class RelayChild:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        for _ in range(20):
+        for _attempt in range(20):
             if self.relay.poll() is not None and not self.socket_path.exists():
                 return False
             try:

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..i18n import _
 from . import protocol as p
 
 #: The most bytes read from the job's pipe at once (the pipes are enlarged to it where Linux lets).
@@ -317,7 +318,7 @@ class Relay:
     def _accept(self) -> None:
         """A watch connects to the socket (it then sends the log offset it wants from)."""
         try:
-            conn, _ = self.listener.accept()
+            conn, _addr = self.listener.accept()
         except OSError:
             return
         conn.setblocking(False)
@@ -376,7 +377,7 @@ class Relay:
         try:
             p.write_state(self.state_path, self.state)
         except OSError as exc:
-            print(f"costctl relay: cannot write {self.state_path}: {exc}", file=sys.stderr)
+            print(_("costctl relay: cannot write {path}: {error}").format(path=self.state_path, error=exc), file=sys.stderr)
 
     def _skip_foreign(self) -> None:
         """Bytes another process appended to the run log since the relay's last write (the
@@ -405,7 +406,8 @@ class Relay:
             except OSError as exc:  # disk full: keep reading the job, say it once
                 if self.log_error is None:
                     self.log_error = str(exc)
-                    print(f"costctl relay: cannot write the run log {self.log_path}: {exc}", file=sys.stderr)
+                    print(_("costctl relay: cannot write the run log {path}: {error}").format(path=self.log_path, error=exc),
+                          file=sys.stderr)
                 break
         off = self.offset
         self.streams.add(off, kind)
@@ -431,7 +433,7 @@ class Relay:
             try:
                 master, slave = open_job_pty(self.winsize)
             except OSError as exc:  # no ptys here (a container without /dev/pts): pipes, as by default
-                print(f"costctl relay: no pty for the job ({exc}); using pipes", file=sys.stderr)
+                print(_("costctl relay: no pty for the job ({error}); using pipes").format(error=exc), file=sys.stderr)
         try:
             if master is not None:
                 proc = subprocess.Popen(self.argv, stdout=slave, stderr=slave,
@@ -444,8 +446,12 @@ class Relay:
                 if fd is not None:
                     os.close(fd)
             code = 127 if isinstance(exc, FileNotFoundError) else 126
-            what = ("command not found" if code == 127 else
-                    "command is not executable" if isinstance(exc, PermissionError) else f"cannot run ({exc.strerror})")
+            if code == 127:
+                what = _("command not found")
+            elif isinstance(exc, PermissionError):
+                what = _("command is not executable")
+            else:
+                what = _("cannot run ({reason})").format(reason=exc.strerror)
             self.state.update(exit_status=code, ended=True, error=what)
             self._write_state()
             self._broadcast(p.encode_json(p.FAILED, self.offset, {"code": code, "message": what}))
@@ -508,7 +514,7 @@ class Relay:
                         continue
                     except OSError as exc:  # EIO on a pty master: every holder of the slave closed it
                         if exc.errno != errno.EIO:
-                            print(f"costctl relay: reading the job's output: {exc}", file=sys.stderr)
+                            print(_("costctl relay: reading the job's output: {error}").format(error=exc), file=sys.stderr)
                         data = b""
                     if data:
                         read_most = max(read_most, len(data))
@@ -558,7 +564,8 @@ class Relay:
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                         start_new_session=True, cwd=self.cwd)
         except OSError as exc:
-            print(f"costctl relay: cannot start the on-exit watch {argv!r}: {exc}", file=sys.stderr)
+            print(_("costctl relay: cannot start the on-exit watch {argv!r}: {error}").format(argv=argv, error=exc),
+                  file=sys.stderr)
             return None
         self.state["on_exit_pid"] = proc.pid
         self._write_state()
@@ -633,9 +640,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--watch-pid", type=int)
     parser.add_argument("--cwd")
     parser.add_argument("--pty", action="store_true")
-    parser.add_argument("--winsize", help="ROWS,COLS of the pty")
+    parser.add_argument("--winsize", help=_("ROWS,COLS of the pty"))
     parser.add_argument("--on-exit-argv", type=json.loads, default=None,
-                        help="JSON argv started when the job ends with no watch attached")
+                        help=_("JSON argv started when the job ends with no watch attached"))
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from costctl.errors import UsageError
+from costctl.i18n import _
 from costctl.records import SignalStatus
 from costctl.telemetry.base import CpuRead
 
@@ -395,9 +396,9 @@ class ProcessTreeCpu:
         try:
             st = read_stat(root_pid)
         except PermissionError as exc:
-            raise UsageError(f"cannot watch PID {root_pid}: permission denied") from exc
+            raise UsageError(_("cannot watch PID {pid}: permission denied").format(pid=root_pid)) from exc
         if st is None:
-            raise UsageError(f"no process with PID {root_pid}: give the PID of a running process")
+            raise UsageError(_("no process with PID {pid}: give the PID of a running process").format(pid=root_pid))
         self.root_pid = root_pid
         self._root_start = st.start_ticks  # the root's identity (pid reuse)
         self._tracker = _TreeTracker()
@@ -413,7 +414,7 @@ class ProcessTreeCpu:
             if self.root_pid in denied:
                 return CpuRead(
                     SignalStatus.ERROR,
-                    error=f"cannot read the CPU use of PID {self.root_pid}: access denied",
+                    error=_("cannot read the CPU use of PID {pid}: access denied").format(pid=self.root_pid),
                 )
             if not tally.measured:
                 # Root gone and no descendant left (or only unreadable ones): the job is idle.
@@ -525,11 +526,11 @@ class MachineCpu:
             try:
                 procs = self._processes()
             except psutil.Error as exc:
-                return CpuRead(SignalStatus.ERROR, error=f"cannot list processes: {exc}")
+                return CpuRead(SignalStatus.ERROR, error=_("cannot list processes: {error}").format(error=exc))
             tally = self._tracker.measure(procs)
             cgroup = self._cgroup_percent()
             if not tally.measured and tally.denied and cgroup is None:
-                return CpuRead(SignalStatus.ERROR, error="no process could be read: access denied")
+                return CpuRead(SignalStatus.ERROR, error=_("no process could be read: access denied"))
             return CpuRead(SignalStatus.OK, percent=max(tally.known, cgroup or 0.0))
 
     def _cgroup_percent(self) -> float | None:
@@ -642,7 +643,7 @@ class CgroupCpu:
         except OSError:
             return None
         for line in text.splitlines():
-            name, _, value = line.partition(" ")
+            name, _sep, value = line.partition(" ")
             if name == "usage_usec":
                 try:
                     return int(value) / 1e6

@@ -33,6 +33,7 @@ from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
 from costctl.errors import ProviderError
+from costctl.i18n import _
 from costctl.money import Money
 
 from costctl_providers._adapter import HttpProvider
@@ -110,21 +111,21 @@ class RunPodProvider(HttpProvider):
     name: ClassVar[str] = PROVIDER
     capabilities: ClassVar[Capabilities] = Capabilities(
         stop=True, start=True, release=True, list_offers=True,
-        create=no("this adapter does not rent pods (deploy them with RunPod's console or runpodctl)"),
+        create=no(_("this adapter does not rent pods (deploy them with RunPod's console or runpodctl)")),
         move_job=no(NO_MOVE),
-        self_stop=no("this adapter stops pods through the API (it needs RUNPOD_API_KEY inside the pod too)"),
+        self_stop=no(_("this adapter stops pods through the API (it needs RUNPOD_API_KEY inside the pod too)")),
         spot=True, change_gpu=True, balance=True,
-        billing_records=no("this adapter does not read RunPod's billing history"),
-        preemption_notice=no("RunPod gives no warning inside the pod before taking a spot pod"),
+        billing_records=no(_("this adapter does not read RunPod's billing history")),
+        preemption_notice=no(_("RunPod gives no warning inside the pod before taking a spot pod")),
         price_list=True,
     )
     credential_env: ClassVar[tuple[str, ...]] = ("RUNPOD_API_KEY",)
     storage: ClassVar[Storage] = Storage(
-        paths=(StoragePath("/workspace", survives=True, note="the pod's volume"),),
+        paths=(StoragePath("/workspace", survives=True, note=_("the pod's volume")),),
         env_markers=("RUNPOD_POD_ID",),
         others_survive=False,
-        others_note="a RunPod pod's container disk is reset when the pod stops; keep checkpoints "
-                    "on the /workspace volume",
+        others_note=_("a RunPod pod's container disk is reset when the pod stops; keep checkpoints "
+                      "on the /workspace volume"),
     )
     config_model = RunPodConfig
     config: RunPodConfig
@@ -153,27 +154,32 @@ class RunPodProvider(HttpProvider):
         """``data`` of a GraphQL answer, or the typed error its first ``errors`` entry means
         (module docstring: transient for rate limits and server trouble, else permanent)."""
         if not isinstance(answer, dict):
-            raise self.http.response_error("GraphQL answer is not an object")
+            raise self.http.response_error(_("GraphQL answer is not an object"))
         errors = answer.get("errors")
         if errors:
             first = errors[0] if isinstance(errors, list) and errors else {}
-            message = str(first.get("message") if isinstance(first, Mapping) else first) or "unknown GraphQL error"
+            message = str(first.get("message") if isinstance(first, Mapping) else first) or _("unknown GraphQL error")
             ext = first.get("extensions") if isinstance(first, Mapping) else None
             code = str(ext.get("code") or "") if isinstance(ext, Mapping) else ""
             both = f"{code} {message}"
             if _AUTH.search(both):
-                who = self._cred.name if self._cred else "the API key"
-                raise AuthError(self.http.redact(f"runpod: {who} was rejected: {message}"))
+                if self._cred:
+                    rejected = _("runpod: {credential} was rejected: {message}")
+                else:
+                    rejected = _("runpod: the API key was rejected: {message}")
+                raise AuthError(self.http.redact(rejected.format(
+                    credential=self._cred.name if self._cred else None, message=message)))
             if _NOT_FOUND.search(message):
-                raise NotFoundError(self.http.redact(f"runpod: {message}"))
+                raise NotFoundError(self.http.redact(_("runpod: {message}").format(message=message)))
+            said = _("GraphQL error: {message}").format(message=message)
             if RATE_LIMITED.search(both):
-                raise self.http.transient_error(f"GraphQL error: {message}", rate_limited=True)
+                raise self.http.transient_error(said, rate_limited=True)
             if TRANSIENT.search(both):
-                raise self.http.transient_error(f"GraphQL error: {message}")
-            raise self.http.response_error(f"GraphQL error: {message}")
+                raise self.http.transient_error(said)
+            raise self.http.response_error(said)
         data = answer.get("data")
         if not isinstance(data, dict):
-            raise self.http.response_error("GraphQL answer has no data")
+            raise self.http.response_error(_("GraphQL answer has no data"))
         return data
 
     # -- reading --------------------------------------------------------------------------
@@ -190,7 +196,7 @@ class RunPodProvider(HttpProvider):
         data = self.graphql(Q_POD, {"podId": instance_id}, idempotent=True)
         pod = data.get("pod")
         if not isinstance(pod, Mapping):
-            raise NotFoundError(f"runpod: no pod {instance_id!r} in this account")
+            raise NotFoundError(_("runpod: no pod {id!r} in this account").format(id=instance_id))
         return instance_from_pod(pod, now=self.clock.now())
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -219,10 +225,11 @@ class RunPodProvider(HttpProvider):
         if current.status in (Status.RUNNING, Status.STARTING, Status.PROVISIONING):
             return current
         if current.status is Status.TERMINATED:
-            raise ProviderError(f"runpod: pod {instance_id} was terminated; it cannot be started")
+            raise ProviderError(_("runpod: pod {id} was terminated; it cannot be started").format(id=instance_id))
         if current.billing is BillingMode.SPOT:
             if not current.price_per_hour or current.gpu_count < 1:
-                raise ProviderError(f"runpod: pod {instance_id} is a spot pod with no known price; use start_spot() with a bid")
+                raise ProviderError(_("runpod: pod {id} is a spot pod with no known price; use start_spot() with a bid")
+                                    .format(id=instance_id))
             return self.start_spot(instance_id, current.price_per_hour / current.gpu_count, gpu_count=current.gpu_count)
         self.graphql(M_RESUME, {"podId": instance_id, "gpuCount": max(1, current.gpu_count)}, idempotent=True)
         return self.get_instance(instance_id)
@@ -247,7 +254,7 @@ class RunPodProvider(HttpProvider):
         except NotFoundError:
             pass
         if last is None:
-            raise NotFoundError(f"runpod: no pod {instance_id!r} in this account")
+            raise NotFoundError(_("runpod: no pod {id!r} in this account").format(id=instance_id))
         return replace(last, status=Status.TERMINATED, status_raw="TERMINATED")
 
     def create_spot(
@@ -273,7 +280,7 @@ class RunPodProvider(HttpProvider):
         data = self.graphql(query, variables, idempotent=False)
         pod = data.get("podRentInterruptable")
         if not isinstance(pod, Mapping):
-            raise ProviderResponseError("runpod: podRentInterruptable returned no pod")
+            raise ProviderResponseError(_("runpod: podRentInterruptable returned no pod"))
         bid = bid_per_instance_hour(bid_per_gpu, gpu_count)
         inst = instance_from_pod({"gpuCount": gpu_count, "podType": "INTERRUPTABLE", **pod}, now=self.clock.now())
         return replace(inst, billing=BillingMode.SPOT, bid_per_hour=bid,
@@ -297,7 +304,7 @@ class RunPodProvider(HttpProvider):
         data = self.graphql(query, variables, idempotent=False)
         pod = data.get("podFindAndDeployOnDemand")
         if not isinstance(pod, Mapping):
-            raise ProviderResponseError("runpod: podFindAndDeployOnDemand returned no pod")
+            raise ProviderResponseError(_("runpod: podFindAndDeployOnDemand returned no pod"))
         return instance_from_pod({"gpuCount": gpu_count, **pod}, now=self.clock.now())
 
     # -- prices and account ----------------------------------------------------------------------
@@ -322,7 +329,7 @@ class RunPodProvider(HttpProvider):
         data = self.graphql(Q_BALANCE, idempotent=True)
         amount = dollars((data.get("myself") or {}).get("clientBalance"))
         if amount is None:
-            raise ProviderResponseError("runpod: myself answered without clientBalance")
+            raise ProviderResponseError(_("runpod: myself answered without clientBalance"))
         return Money(amount, CURRENCY)
 
 
@@ -338,5 +345,6 @@ def _operation_name(query: str) -> str:
 def _cloud(cloud_type: str) -> str:
     value = str(cloud_type).upper()
     if value not in ("ALL", "SECURE", "COMMUNITY"):
-        raise ProviderError(f"runpod: cloud_type {cloud_type!r} is not one of ALL, SECURE, COMMUNITY")
+        raise ProviderError(_("runpod: cloud_type {value!r} is not one of ALL, SECURE, COMMUNITY").format(
+            value=cloud_type))
     return value

@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from costctl.clock import Clock, RealClock, ensure_utc
 from costctl.errors import ConfigError, ProviderError
+from costctl.i18n import _
 
 from .._adapter import clock_sleep
 from .._http import NotFoundError, wait_for_status
@@ -88,9 +89,11 @@ def _parse_config(config: Mapping[str, Any]) -> SimConfig:
         key = ".".join(str(p) for p in first["loc"])
         if first["type"] == "extra_forbidden":
             allowed = ", ".join(SimConfig.model_fields)
-            raise ConfigError(f"providers.sim: unknown key '{key}' (allowed: {allowed})") from None
+            raise ConfigError(_("providers.sim: unknown key '{key}' (allowed: {allowed})").format(
+                key=key, allowed=allowed)) from None
         msg = first["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"providers.sim.{key} = {first.get('input')!r}: {msg}") from None
+        raise ConfigError(_("providers.sim.{key} = {value!r}: {reason}").format(
+            key=key, value=first.get("input"), reason=msg)) from None
 
 
 def _iso(dt: datetime | None) -> str | None:
@@ -112,10 +115,10 @@ class SimProvider(Provider):
     capabilities: ClassVar[Capabilities] = Capabilities(
         stop=True, start=True, release=True, list_offers=True, create=True,
         move_job=yes(),  # the job runs on this machine whichever simulated instance is rented
-        self_stop=no("simulated instances are stopped through the simulated API"),
+        self_stop=no(_("simulated instances are stopped through the simulated API")),
         spot=True, change_gpu=True,
-        balance=no("the simulation has no account balance"),
-        billing_records=no("the simulation has no invoices"),
+        balance=no(_("the simulation has no account balance")),
+        billing_records=no(_("the simulation has no invoices")),
         preemption_notice=True,
     )
 
@@ -150,7 +153,8 @@ class SimProvider(Provider):
         row = find_price(cfg.gpu, cfg.currency)
         if row is None:
             raise ConfigError(
-                f"providers.sim: no simulated {cfg.currency} price for {cfg.gpu!r}; set price_per_hour"
+                _("providers.sim: no simulated {currency} price for {gpu!r}; set price_per_hour").format(
+                    currency=cfg.currency, gpu=cfg.gpu)
             )
         per_gpu = row.spot if cfg.billing == "spot" and row.spot is not None else row.on_demand
         return per_gpu * cfg.gpu_count
@@ -224,8 +228,10 @@ class SimProvider(Provider):
     def _get(self, state: dict[str, Any], instance_id: str, now: datetime) -> dict[str, Any]:
         rec = state["instances"].get(instance_id)
         if rec is None:
-            known = ", ".join(sorted(state["instances"])) or "none"
-            raise NotFoundError(f"sim: no instance {instance_id!r} (instances: {known})")
+            if not state["instances"]:
+                raise NotFoundError(_("sim: no instance {id!r} (instances: none)").format(id=instance_id))
+            raise NotFoundError(_("sim: no instance {id!r} (instances: {known})").format(
+                id=instance_id, known=", ".join(sorted(state["instances"]))))
         self._advance(rec, now)
         return rec
 
@@ -259,7 +265,7 @@ class SimProvider(Provider):
             self._ensure_local(state, now)
             rec = self._get(state, instance_id, now)
             if rec["status"] == Status.TERMINATED.value:
-                raise ProviderError(f"sim: instance {instance_id} was released; it cannot be started")
+                raise ProviderError(_("sim: instance {id} was released; it cannot be started").format(id=instance_id))
             if rec["status"] in (Status.STOPPED.value, Status.STOPPING.value):
                 rec.update(status=Status.STARTING.value, status_raw="starting", stopped_at=None, started_at=None,
                            preempted_at=None, notice=None,
@@ -354,13 +360,14 @@ class SimProvider(Provider):
         billing = BillingMode(billing)
         row = find_price(gpu, currency)
         if row is None:
-            raise ProviderError(f"sim: no simulated {currency.upper()} offer for {gpu!r}")
+            raise ProviderError(_("sim: no simulated {currency} offer for {gpu!r}").format(currency=currency.upper(), gpu=gpu))
         if billing == BillingMode.SPOT:
             if row.spot is None:
-                raise ProviderError(f"sim: {row.region} has no spot market")
+                raise ProviderError(_("sim: {region} has no spot market").format(region=row.region))
             minimum = row.spot * gpu_count
             if bid_per_hour is not None and bid_per_hour < minimum:
-                raise ProviderError(f"sim: bid {bid_per_hour}/h is below the minimum {minimum}/h")
+                raise ProviderError(_("sim: bid {bid}/h is below the minimum {minimum}/h").format(bid=bid_per_hour,
+                                                                                                     minimum=minimum))
             price = bid_per_hour if bid_per_hour is not None else minimum
         else:
             price = row.on_demand * gpu_count
@@ -373,7 +380,7 @@ class SimProvider(Provider):
                 instance_id = f"sim-{state['next_id']}"
                 state["next_id"] += 1
             elif instance_id in state["instances"]:
-                raise ProviderError(f"sim: instance id {instance_id!r} is taken")
+                raise ProviderError(_("sim: instance id {id!r} is taken").format(id=instance_id))
             rec = self._new_record(instance_id, row.gpu, gpu_count, billing.value, price, row.currency, row.region,
                                    now, bid=price if billing == BillingMode.SPOT else None)
             if self.config.transition_s > 0:
@@ -390,10 +397,11 @@ class SimProvider(Provider):
             self._ensure_local(state, now)
             rec = self._get(state, instance_id, now)
             if rec["status"] != Status.STOPPED.value:
-                raise ProviderError(f"sim: instance {instance_id} is {rec['status']}; stop it before changing the GPU")
+                raise ProviderError(_("sim: instance {id} is {status}; stop it before changing the GPU").format(
+                    id=instance_id, status=rec["status"]))
             row = find_price(gpu, rec["currency"])
             if row is None:
-                raise ProviderError(f"sim: no simulated {rec['currency']} price for {gpu!r}")
+                raise ProviderError(_("sim: no simulated {currency} price for {gpu!r}").format(currency=rec["currency"], gpu=gpu))
             count = gpu_count or int(rec["gpu_count"])
             per_gpu = row.spot if rec["billing"] == BillingMode.SPOT.value and row.spot is not None else row.on_demand
             rec.update(gpu=row.gpu, gpu_count=count, price_per_hour=str(per_gpu * count))
@@ -412,9 +420,11 @@ class SimProvider(Provider):
             self._ensure_local(state, now)
             rec = self._get(state, instance_id, now)
             if rec["billing"] != BillingMode.SPOT.value:
-                raise ProviderError(f"sim: instance {instance_id} is {rec['billing']}; only spot instances are preempted")
+                raise ProviderError(_("sim: instance {id} is {billing}; only spot instances are preempted").format(
+                    id=instance_id, billing=rec["billing"]))
             if rec["status"] not in (Status.RUNNING.value, Status.STARTING.value):
-                raise ProviderError(f"sim: instance {instance_id} is {rec['status']}; nothing to preempt")
+                raise ProviderError(_("sim: instance {id} is {status}; nothing to preempt").format(
+                    id=instance_id, status=rec["status"]))
             deadline = now + timedelta(seconds=max(0.0, notice_s))
             rec["notice"] = {"action": action, "deadline": _iso(deadline), "created_at": _iso(now)}
             self._advance(rec, now)
@@ -434,9 +444,13 @@ class SimProvider(Provider):
             self._ensure_local(state, now)
             if instance_id is not None:
                 if instance_id not in state["instances"]:
-                    known = ", ".join(sorted(state["instances"])) or "none"
-                    raise NotFoundError(f"sim: no simulated instance {instance_id!r} (simulated instances: {known}); "
-                                        "costctl sim acts on the simulated provider's instances only")
+                    if not state["instances"]:
+                        raise NotFoundError(_("sim: no simulated instance {id!r} (simulated instances: none); "
+                                              "costctl sim acts on the simulated provider's instances only").format(
+                                                  id=instance_id))
+                    raise NotFoundError(_("sim: no simulated instance {id!r} (simulated instances: {known}); "
+                                          "costctl sim acts on the simulated provider's instances only").format(
+                                              id=instance_id, known=", ".join(sorted(state["instances"]))))
                 return instance_id
             for rec in state["instances"].values():
                 self._advance(rec, now)
@@ -448,9 +462,10 @@ class SimProvider(Provider):
         if self.config.instance_id in spot:
             return self.config.instance_id
         if not spot:
-            raise ProviderError("sim: no running spot instance to preempt (set [instance] billing = \"spot\" "
-                                "for the local one, or name an instance)")
-        raise ProviderError(f"sim: several running spot instances ({', '.join(spot)}); name the one to preempt")
+            raise ProviderError(_("sim: no running spot instance to preempt (set [instance] billing = \"spot\" "
+                                  "for the local one, or name an instance)"))
+        raise ProviderError(_("sim: several running spot instances ({instances}); name the one to preempt").format(
+            instances=", ".join(spot)))
 
     def preemption_notice(self, instance_id: str) -> Notice | None:
         """The pending preemption notice of ``instance_id`` (None when there is none, or once

@@ -19,6 +19,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from costctl.errors import ProviderError
+from costctl.i18n import _
 
 STATE_VERSION = 1
 
@@ -47,16 +48,17 @@ class SimStateStore:
         except FileNotFoundError:
             return empty_state()
         except OSError as exc:
-            raise ProviderError(f"sim: cannot read {self.path}: {exc.strerror}") from None
+            raise ProviderError(_("sim: cannot read {path}: {reason}").format(path=self.path, reason=exc.strerror)) from None
         try:
             state = json.loads(text)
         except ValueError:
             raise ProviderError(
-                f"sim: state file {self.path} is corrupt; delete it to reset the simulated cloud"
+                _("sim: state file {path} is corrupt; delete it to reset the simulated cloud").format(path=self.path)
             ) from None
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ProviderError(
-                f"sim: state file {self.path} has an unknown format; delete it to reset the simulated cloud"
+                _("sim: state file {path} has an unknown format; delete it to reset the simulated cloud").format(
+                    path=self.path)
             )
         return state
 
@@ -87,7 +89,7 @@ class SimStateStore:
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ProviderError(f"sim: cannot create {self.dir}: {exc.strerror}") from None
+            raise ProviderError(_("sim: cannot create {path}: {reason}").format(path=self.dir, reason=exc.strerror)) from None
         try:
             with self._lock:
                 state = self._read()
@@ -97,5 +99,6 @@ class SimStateStore:
                     self._write(state)
         except Timeout:
             raise ProviderError(
-                f"sim: state file {self.path} is locked by another process (waited {self._lock.timeout:g}s)"
+                _("sim: state file {path} is locked by another process (waited {seconds:g}s)").format(
+                    path=self.path, seconds=self._lock.timeout)
             ) from None

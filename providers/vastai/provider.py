@@ -27,6 +27,7 @@ from decimal import Decimal
 from typing import Any, ClassVar
 
 from costctl.errors import ProviderError
+from costctl.i18n import _
 from costctl.money import Money
 
 from costctl_providers._adapter import HttpProvider
@@ -71,9 +72,9 @@ class VastAIProvider(HttpProvider):
         stop=True, start=True, release=True, list_offers=True,
         create=yes(),  # create_instance(offer_id, image=..., bid_per_hour=...) -> the new id
         move_job=no(NO_MOVE),
-        self_stop=no("a Vast instance is stopped through the API only"),
+        self_stop=no(_("a Vast instance is stopped through the API only")),
         spot=True, change_gpu=True, balance=True, billing_records=True,
-        preemption_notice=no("Vast gives no warning inside the instance before an outbid stop"),
+        preemption_notice=no(_("Vast gives no warning inside the instance before an outbid stop")),
     )
     credential_env: ClassVar[tuple[str, ...]] = ("VAST_API_KEY",)
     # A stopped Vast instance keeps its disk: no storage rules to warn about.
@@ -86,7 +87,7 @@ class VastAIProvider(HttpProvider):
 
         def unwrap(body: Any) -> Any:
             if isinstance(body, dict) and body.get("success") is False:
-                msg = body.get("msg") or body.get("error") or "no message"
+                msg = body.get("msg") or body.get("error") or _("no message")
                 raise self.http.response_error(f"{method} {path}: {msg}")
             return body
 
@@ -99,7 +100,7 @@ class VastAIProvider(HttpProvider):
         body = self._call("GET", "/instances/", params={"owner": "me"}, idempotent=True)
         items = body.get("instances") if isinstance(body, dict) else None
         if not isinstance(items, list):
-            raise ProviderResponseError("vastai: GET /instances/ answered without an instances list")
+            raise ProviderResponseError(_("vastai: GET /instances/ answered without an instances list"))
         return [instance_from_payload(i) for i in items if isinstance(i, Mapping)]
 
     def get_instance(self, instance_id: str) -> Instance:
@@ -114,7 +115,7 @@ class VastAIProvider(HttpProvider):
         if isinstance(item, list):
             item = next((i for i in item if isinstance(i, Mapping) and str(i.get("id")) == str(instance_id)), None)
         if not isinstance(item, Mapping) or not item:
-            raise NotFoundError(f"vastai: no instance {instance_id!r} in this account")
+            raise NotFoundError(_("vastai: no instance {id!r} in this account").format(id=instance_id))
         return instance_from_payload(item)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -164,7 +165,7 @@ class VastAIProvider(HttpProvider):
         except NotFoundError:
             pass
         if last is None:
-            raise NotFoundError(f"vastai: no instance {instance_id!r} in this account")
+            raise NotFoundError(_("vastai: no instance {id!r} in this account").format(id=instance_id))
         return replace(last, status=Status.TERMINATED, status_raw="destroyed", preempted=False)
 
     def change_bid(self, instance_id: str, price_per_hour: Decimal) -> Instance:
@@ -175,7 +176,7 @@ class VastAIProvider(HttpProvider):
             ProviderError: a bid outside 0.001..32 $/h.
         """
         if not (Decimal("0.001") <= price_per_hour <= Decimal(32)):
-            raise ProviderError(f"vastai: bid {price_per_hour} $/h is outside 0.001..32 $/h")
+            raise ProviderError(_("vastai: bid {bid} $/h is outside 0.001..32 $/h").format(bid=price_per_hour))
         self._call("PUT", f"/instances/bid_price/{instance_id}/",
                    json={"client_id": "me", "price": float(price_per_hour)}, idempotent=True)
         return self.get_instance(instance_id)
@@ -203,7 +204,7 @@ class VastAIProvider(HttpProvider):
         answer = self._call("PUT", f"/asks/{offer_id}/", json=body, idempotent=False)
         contract = answer.get("new_contract") if isinstance(answer, dict) else None
         if contract is None:
-            raise ProviderResponseError("vastai: create answered without new_contract")
+            raise ProviderResponseError(_("vastai: create answered without new_contract"))
         return str(contract)
 
     # -- prices and account ----------------------------------------------------------------------
@@ -243,7 +244,7 @@ class VastAIProvider(HttpProvider):
         body = self._call("GET", "/users/current/", idempotent=True)
         amount = dollars(body.get("balance")) if isinstance(body, dict) else None
         if amount is None:
-            raise ProviderResponseError("vastai: GET /users/current/ answered without a balance")
+            raise ProviderResponseError(_("vastai: GET /users/current/ answered without a balance"))
         return Money(amount, CURRENCY)
 
     def billing_records(self) -> list[Charge]:
