@@ -222,3 +222,37 @@ def test_the_autodl_config_runs_as_is_inside_a_simulated_container(tmp_path, cap
     assert (run.price_per_hour, run.price_currency) == (settings.instance.price_per_hour, "CNY")
     assert [e.state for e in events] == ["requested", "self-stop sent"]
     assert run.status == "self-stop sent"
+
+
+def test_a_checkpoint_path_moved_off_the_data_disk_is_warned_about(tmp_path, capsys):
+    """The same file with the checkpoint path moved by the environment to a temporary directory
+    (standing in for a path off /root/autodl-tmp): the watch still runs, and says the checkpoints
+    would not survive a shutdown; the file's own path draws no such warning (above)."""
+    code, config, err = _init(tmp_path, capsys, "--provider", "autodl")
+    assert code == 0, err
+    bin_dir, called = _fake_container_bin(tmp_path)
+    moved = tmp_path / "scratch" / "checkpoints"
+    env = costctl_env(tmp_path / "data", AUTODL_CONTAINER_HOSTNAME=f"autodl-container-{CONTAINER_ID}",
+                      PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", COSTCTL_CHECKPOINT__PATH=str(moved))
+    env.pop("AUTODL_TOKEN", None)
+    proc = run_costctl("watch", "--on-exit", "leave", "--config", str(config), "--",
+                       sys.executable, "-c", "print('loss: 0.5')", env=env, timeout=90)
+    out = proc.stderr.decode()
+    assert proc.returncode == 0, out
+    assert f"checkpoint path {moved} is outside /root/autodl-tmp" in out
+    assert not called.exists()  # --on-exit leave: nothing stopped
+
+
+def test_the_adapters_hostname_override_tells_its_storage_too():
+    """AutoDL's ``$AUTODL_CONTAINER_HOSTNAME`` (the hostname the adapter recognises a container
+    by) also tells the checkpoint-storage rules that this is an AutoDL container."""
+    from costctl.checkpoint import ephemeral_storage_warning
+
+    inside = {"AUTODL_CONTAINER_HOSTNAME": f"autodl-container-{CONTAINER_ID}"}
+    warn = ephemeral_storage_warning("/srv/ckpt/*.pt", hostname="ci-runner", env=inside, partitions=[])
+    assert warn and "/root/autodl-tmp" in warn
+    assert ephemeral_storage_warning("/root/autodl-tmp/ckpt/*.pt", hostname="ci-runner", env=inside,
+                                     partitions=[]) is None
+    assert ephemeral_storage_warning("/srv/ckpt/*.pt", hostname="ci-runner", env={}, partitions=[]) is None
+    outside = {"AUTODL_CONTAINER_HOSTNAME": "ci-laptop"}  # the override names no container
+    assert ephemeral_storage_warning("/srv/ckpt/*.pt", hostname="ci-runner", env=outside, partitions=[]) is None

@@ -102,6 +102,7 @@ class AutoDLProvider(HttpProvider):
                         network=True),
         ),
         hostnames=("autodl-container-*",),
+        hostname_env=container.HOSTNAME_ENV,
         others_survive=False,
         others_note="only the data disk (/root/autodl-tmp) and /root/autodl-fs are meant to keep "
                     "checkpoints across a shutdown",
