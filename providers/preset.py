@@ -7,7 +7,7 @@ the credential it needs) as data, each choice with the sentence that explains it
 
     class AutoDLProvider(HttpProvider):
         config_preset = ConfigPreset(
-            title="AutoDL",
+            display_name="AutoDL",
             keys=(PresetKey("instance", "currency", "CNY", "AutoDL bills in yuan."), ...),
         )
 
@@ -48,7 +48,7 @@ class ConfigPreset:
     """The configuration ``costctl init --provider NAME`` writes for an adapter.
 
     Attributes:
-        title: the provider as people call it, for the file's header (``"AutoDL"``).
+        display_name: the provider as people call it, for the file's header (``"AutoDL"``).
         summary: header lines: the choices in a few words, each a whole sentence.
         keys: the keys written, each with its reason (:class:`PresetKey`).
         default_gpu: the card ``[instance] gpu`` names when ``init`` is given no ``--gpu`` (its
@@ -60,7 +60,7 @@ class ConfigPreset:
             provider's table).
     """
 
-    title: str
+    display_name: str
     summary: tuple[str, ...] = ()
     keys: tuple[PresetKey, ...] = field(default_factory=tuple)
     default_gpu: str | None = None

@@ -193,7 +193,7 @@ def config_preset_of(name: str) -> ConfigPreset:
         ConfigError: unknown provider (the message lists the available ones).
     """
     preset = getattr(provider_class(name), "config_preset", None)
-    return preset if isinstance(preset, ConfigPreset) else ConfigPreset(title=name)
+    return preset if isinstance(preset, ConfigPreset) else ConfigPreset(display_name=name)
 
 
 def storage_layouts() -> list[tuple[str, Storage]]:

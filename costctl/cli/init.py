@@ -229,7 +229,7 @@ def _provider_table(name: str, preset: ConfigPreset) -> str:
     env = credential_env(name)
     keys = getattr(cls, "credential_keys", ("api_key", "token"))
     head = PROVIDER_TABLE_HEAD.format(
-        provider=name, title=preset.title,
+        provider=name, title=preset.display_name,
         env=" or ".join(f"set {v}" for v in env) if env else "this adapter needs none",
         keys=" or ".join(f'{k} = "..."' for k in keys))
     lines = _comment_lines(head)
@@ -280,7 +280,7 @@ def provider_config(name: str, *, gpu: str | None = None, gpu_count: int = 1) ->
     summary = [row for sentence in preset.summary for row in _comment_lines(sentence)]
     text = "\n".join(lines[:blank] + (["#", *summary] if summary else []) + lines[blank:])
     text = set_key(text, "instance", "provider",
-                   key_lines("provider", name, PROVIDER_WHY.format(title=preset.title) if preset.keys else preset.title))
+                   key_lines("provider", name, PROVIDER_WHY.format(title=preset.display_name) if preset.keys else preset.display_name))
     keys = {(k.section, k.key): k for k in preset.keys}
     for k in preset.keys:
         text = set_key(text, k.section, k.key, _preset_key_lines(k))

@@ -15,7 +15,7 @@ from costctl_providers.preset import ConfigPreset, PresetKey
 CHECKPOINT_DIR = "/root/autodl-tmp/checkpoints"
 
 AUTODL_PRESET = ConfigPreset(
-    title="AutoDL",
+    display_name="AutoDL",
     summary=(
         "Written for a watch inside an AutoDL container: prices in CNY, days in Asia/Shanghai, checkpoints on "
         "the data disk, and the container's own shutdown as the stop of last resort.",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from costctl_providers.preset import ConfigPreset, PresetKey
 
 RUNPOD_PRESET = ConfigPreset(
-    title="RunPod",
+    display_name="RunPod",
     summary=(
         "Written for a watch on a RunPod pod: prices in USD, checkpoints on the pod's /workspace volume, and "
         "the pod stopped through RunPod's API (RUNPOD_API_KEY, inside the pod too).",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from costctl_providers.preset import ConfigPreset
 
 SIM_PRESET = ConfigPreset(
-    title="the simulated provider",
+    display_name="the simulated provider",
     summary=("Written for the simulated provider: a local instance that costs what its table says, for trying "
              "costctl without an account.",),
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from costctl_providers.preset import ConfigPreset, PresetKey
 
 VASTAI_PRESET = ConfigPreset(
-    title="Vast.ai",
+    display_name="Vast.ai",
     summary=(
         "Written for a watch on a Vast.ai instance: prices in USD, and the instance stopped through Vast's API "
         "(VAST_API_KEY, on the instance too).",
