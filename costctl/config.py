@@ -15,6 +15,7 @@ Unknown keys and sections are errors. :func:`load_settings` turns every problem 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import tomllib
 from datetime import date, timedelta
@@ -28,6 +29,7 @@ from pydantic import (
     ByteSize,
     Field,
     PrivateAttr,
+    SecretStr,
     ValidationError,
     create_model,
     field_validator,
@@ -66,6 +68,7 @@ from .paths import CONFIG_FILE_NAME
 from .policies.budget import BudgetConfig  # noqa: F401
 from .policies.divergence import DivergenceConfig  # noqa: F401
 from .policies.idle import IdleConfig  # noqa: F401
+from .policies.idle_fraction import IdleFractionConfig  # noqa: F401
 from .policies.plateau import PlateauConfig  # noqa: F401
 from .policies.registry import ENTRY_POINT_GROUP, discover_policies, known_policies, policies_model
 from .policies.stall import StallConfig  # noqa: F401
@@ -350,6 +353,68 @@ class StopConfig(_Section):
         return self
 
 
+#: The events a notification can be sent for (``[notify] events``; :mod:`costctl.notify.events`
+#: says which decisions and stop states each one covers).
+NOTIFY_EVENTS: tuple[str, ...] = ("stop_pending", "stop_done", "stop_failed", "budget", "advice", "preemption",
+                                  "job_end")
+NotifyEvent = Literal["stop_pending", "stop_done", "stop_failed", "budget", "advice", "preemption", "job_end"]
+
+_URL_SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://\S+$")
+
+
+def _notify_target(value: Any) -> Any:
+    """A bare URL string stands for ``{url = "..."}`` (the global ``events``)."""
+    return value if isinstance(value, (dict, NotifyTarget)) else {"url": value}
+
+
+class NotifyTarget(_Section):
+    """One ``[notify] urls`` entry: an Apprise URL (``json://host:port/path``, ``dingtalk://...``,
+    ``tgram://...``; ``autodl://TOKEN`` for AutoDL's WeChat push) and, optionally, the events it
+    gets (default: ``[notify] events``). The URL is a secret: it is never printed, logged or
+    stored; costctl names it ``notify URL N (scheme://host)``."""
+
+    url: SecretStr
+    events: list[NotifyEvent] | None = None
+
+    @field_validator("url", mode="before")
+    @classmethod
+    def _url(cls, v: Any) -> Any:
+        text = v.get_secret_value() if isinstance(v, SecretStr) else v
+        if not isinstance(text, str) or not _URL_SCHEME_RE.match(text.strip()):
+            # never quote the value: it may hold a token
+            raise ValueError("expected an Apprise URL such as json://host:port/path or dingtalk://TOKEN")
+        return text.strip()
+
+
+class NotifyConfig(_Section):
+    """``[notify]``: messages to people through Apprise (DingTalk, Feishu/Lark, WeCom, Slack,
+    Telegram, email, ntfy, ``json://`` webhooks...) and AutoDL's WeChat push (``autodl://TOKEN``).
+
+    ``urls`` lists the targets (a URL, or ``{url = "...", events = [...]}`` for its own events);
+    ``events`` is what the others get. Messages are sent from a short-lived child process
+    (``python -m costctl.notify.send``; the URLs go through its stdin), never holding up a stop
+    or a tick, each within ``timeout``. ``warn_before`` is how long before a pending stop the
+    ``stop_pending`` warning comes (``off``: none). At most ``max_per_hour`` messages go out in
+    any hour (a stop done or failed always goes); the same event is sent once.
+    """
+
+    urls: list[Annotated[NotifyTarget, BeforeValidator(_notify_target)]] = Field(default_factory=list)
+    events: list[NotifyEvent] = Field(default_factory=lambda: list(NOTIFY_EVENTS))
+    warn_before: Window = timedelta(minutes=5)
+    max_per_hour: int = Field(default=12, ge=1, le=3600)
+    timeout: bounded_duration(timedelta(seconds=1), timedelta(minutes=10),  # type: ignore[valid-type]
+                              noun="a timeout") = timedelta(seconds=30)
+    queue_max: int = Field(default=20, ge=1, le=1000)
+
+
+class SnoozeConfig(_Section):
+    """``[snooze]``: ``costctl snooze 1h`` from a shell of the same user postpones a pending idle
+    autostop of the running watches, each time by at most ``max`` (``off``: the watch takes no
+    snooze and opens no control socket). Budget caps and a failed stop are never snoozed."""
+
+    max: Window = timedelta(hours=4)
+
+
 #: An ISO 4217 code, upper-cased ("cny" -> "CNY").
 Currency = Annotated[
     str, Field(pattern=r"^[A-Za-z]{3}$"), BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v)
@@ -372,6 +437,19 @@ class PriceOverrideConfig(_Section):
     seen: date
     source: str | None = None
     tier: str | None = None
+
+
+class UiConfig(_Section):
+    """``[ui]``: how costctl talks to people.
+
+    ``language``: ``auto`` (from ``LANGUAGE``/``LC_ALL``/``LC_MESSAGES``/``LANG``: any ``zh*``
+    locale gives Simplified Chinese, ``C`` and the rest English), ``en`` or ``zh_CN``
+    (:mod:`costctl.i18n`). ``--help`` follows ``COSTCTL_UI__LANGUAGE`` and the locale variables
+    (it is printed before any config file is read).
+    """
+
+    language: Literal["auto", "en", "zh_CN"] = Field(
+        default="auto", description="auto (from LANG/LC_ALL), en or zh_CN (Simplified Chinese)")
 
 
 class ExchangeRateConfig(_Section):
@@ -420,7 +498,10 @@ class Settings(BaseSettings):
     preemption: PreemptionConfig = PreemptionConfig()
     downsize: DownsizeConfig = DownsizeConfig()
     oom: OomConfig = OomConfig()
+    notify: NotifyConfig = NotifyConfig()
+    snooze: SnoozeConfig = SnoozeConfig()
     catalog: CatalogConfig = CatalogConfig()
+    ui: UiConfig = UiConfig()
     providers: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     _toml_path: ClassVar[Path | None] = None
@@ -461,7 +542,8 @@ def _one_line(err: ValidationError) -> str:
     if first["type"] == "extra_forbidden" and len(loc) == 2 and loc[0] == "policies":
         return (f"unknown policy [policies.{loc[1]}]; known: {', '.join(known_policies())} "
                 f"(a third-party policy registers through the {ENTRY_POINT_GROUP} entry-point group)")
-    return one_line(err, unknown_hint="(check the spelling; `costctl init` writes every key)")
+    return one_line(err, unknown_hint="(check the spelling; `costctl init` writes every key)",
+                    secret_keys=("notify.urls",))
 
 
 _settings_models: dict[type, type[Settings]] = {}

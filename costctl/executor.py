@@ -109,6 +109,7 @@ class Executor:
         self._stop_parts: list[str] = []
         self._log_failed = False
         self._after_stop: list[Callable[[StopResult], None]] = []
+        self._stop_listeners: list[Callable[[StopEvent, StopProcess | None], None]] = []
         self._hook_proc: subprocess.Popen[bytes] | None = None
 
     def handle(self, decision: Decision) -> str:
@@ -221,6 +222,11 @@ class Executor:
             self.say(f"costctl: stop request {event.attempt} sent to {name}: {event.detail}")
         elif event.attempt:  # a retry or a re-send
             self.say(f"costctl: stop: {event.detail}")
+        for listener in list(self._stop_listeners):
+            try:
+                listener(event, self.stopping)
+            except Exception as exc:  # noqa: BLE001 - a listener (notifications) never ends the stop
+                self.say(f"costctl: a stop listener failed: {type(exc).__name__}")
         if event.state.terminal:
             stop.outcome = "; ".join([*self._stop_parts, f"stop {event.state.value}: {event.detail}"])
             proc = self.stopping
@@ -249,6 +255,12 @@ class Executor:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+    def on_stop_event(self, listener: Callable[[StopEvent, StopProcess | None], None]) -> None:
+        """Call ``listener`` with each step of the stop (and the :class:`StopProcess`), in the
+        stop's thread, after the step is stored and said; it must not block (notifications
+        only enqueue). One that raises is said and the stop goes on."""
+        self._stop_listeners.append(listener)
 
     def after_stop(self, callback: Callable[[StopResult], None]) -> None:
         """Call ``callback`` with the stop once it ended (at once when it already has); in the

@@ -63,6 +63,39 @@ def runs_dir(configured_data_dir: Path | None = None) -> Path:
     return _ensure_dir(data_dir(configured_data_dir) / "runs", "run log dir")
 
 
+def runtime_dir() -> Path:
+    """This user's directory for the watches' control sockets (``costctl snooze`` finds them
+    there): platformdirs' user runtime dir (``$XDG_RUNTIME_DIR/costctl`` on Linux, else
+    ``<temp dir>/runtime-<uid>/costctl``), created mode 0700.
+
+    Raises:
+        ConfigError: it cannot be created, or it is not a directory owned by this user and
+            closed to everyone else (mode 0700): a socket there could be reached by others.
+    """
+    import stat
+    import warnings
+
+    import platformdirs
+
+    with warnings.catch_warnings():  # "XDG_RUNTIME_DIR is not set, falling back to ..."
+        warnings.simplefilter("ignore")
+        path = Path(platformdirs.user_runtime_dir(APP_NAME))
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = path.lstat()
+    except OSError as exc:
+        raise ConfigError(f"runtime dir {path} cannot be created: {exc.strerror}") from None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise ConfigError(f"runtime dir {path} is not a directory owned by this user (uid {os.getuid()})")
+    if info.st_mode & 0o077:
+        try:
+            path.chmod(0o700)
+        except OSError as exc:
+            raise ConfigError(f"runtime dir {path} is open to other users and cannot be closed: "
+                              f"{exc.strerror}") from None
+    return path
+
+
 def crash_log_dir() -> Path:
     """Directory for tracebacks of unexpected errors (user log dir, or data dir/logs)."""
     if os.environ.get("COSTCTL_DATA_DIR", "").strip():

@@ -76,6 +76,13 @@ class TelemetrySample:
         reasons: why a signal is not OK, one line each, prefixed with the signal
             (``"gpu: nvmlDeviceGetCount failed: ..."``, ``"cpu: first reading of PID 42"``);
             evidence for decisions and logs.
+        jupyter_status: status of the local Jupyter server signal
+            (:mod:`costctl.telemetry.jupyter`): ABSENT when no server runs (or reading it is
+            off), ERROR when a server runs but could not be read (counts as busy).
+        jupyter_last_activity: the newest activity the Jupyter server(s) reported (aware UTC:
+            the later of ``/api/status`` ``last_activity`` and every kernel's); None = unknown.
+        jupyter_busy_kernels: kernels whose ``execution_state`` was not ``idle`` (``busy``,
+            ``starting``, ``restarting``) when read; None = unknown.
     """
 
     time: datetime
@@ -87,6 +94,9 @@ class TelemetrySample:
     ssh_status: SignalStatus = SignalStatus.ABSENT
     source: str = ""
     reasons: tuple[str, ...] = ()
+    jupyter_status: SignalStatus = SignalStatus.ABSENT
+    jupyter_last_activity: datetime | None = None
+    jupyter_busy_kernels: int | None = None
 
 
 ProgressKind = Literal["train", "eval"]
@@ -131,7 +141,8 @@ class Action(StrEnum):
     * ``CHECKPOINT``: a checkpoint request and its outcome;
     * ``RETRY``: restart the job after CUDA OOM with a halved batch;
     * ``RESUME``: resume the job on another instance from a checkpoint;
-    * ``START``: start the (stopped) instance the watch runs on.
+    * ``START``: start the (stopped) instance the watch runs on;
+    * ``SNOOZE``: ``costctl snooze``: a pending idle autostop postponed (or the snooze lifted).
     """
 
     ADVISE = "advise"
@@ -142,6 +153,7 @@ class Action(StrEnum):
     RETRY = "retry"
     RESUME = "resume"
     START = "start"
+    SNOOZE = "snooze"
 
 
 @dataclass(frozen=True, slots=True)

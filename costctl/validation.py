@@ -33,6 +33,7 @@ def one_line(
     table: str | None = None,
     unknown_hint: str = "",
     count_others: bool = True,
+    secret_keys: tuple[str, ...] = (),
 ) -> str:
     """The first problem of ``err`` as one line naming the key, the value and what is allowed.
 
@@ -44,6 +45,8 @@ def one_line(
             key ``(table)``.
         unknown_hint: appended (after a space) to an unknown-key line, e.g. how to find the keys.
         count_others: append ``(and N more problem(s))`` when pydantic reported more than one.
+        secret_keys: dotted key prefixes whose values are secrets (``"notify.urls"``): a bad
+            value there is never quoted, the line says ``(hidden)`` in its place.
 
     Returns:
         ``"[table] unknown key 'k' hint"`` or ``"[table] key.path = 'value': what is allowed"``
@@ -61,4 +64,6 @@ def one_line(
     if first["type"] == "literal_error":
         msg = msg.replace("Input should be", "expected")
     more = f" (and {len(problems) - 1} more problem(s))" if count_others and len(problems) > 1 else ""
+    if any(key == s or key.startswith(s + ".") for s in secret_keys):
+        return f"{prefix}{key} = (hidden): {msg}{more}"
     return f"{prefix}{key} = {describe_value(first.get('input'))}: {msg}{more}"

@@ -168,6 +168,9 @@ class Provider(ABC):
     capabilities: ClassVar[Capabilities] = Capabilities()
     credential_env: ClassVar[tuple[str, ...]] = ()
     storage: ClassVar[Storage] = Storage()
+    #: Apprise plugins the adapter brings for its provider's own push service, as
+    #: ``"module:Class"`` (imported only by costctl's notification sender child).
+    notify_plugins: ClassVar[tuple[str, ...]] = ()
     supports_accounts: ClassVar[bool] = False
 
     #: The named account this adapter acts for (None: the provider's default account).

@@ -196,6 +196,16 @@ def config_preset_of(name: str) -> ConfigPreset:
     return preset if isinstance(preset, ConfigPreset) else ConfigPreset(display_name=name)
 
 
+def notify_plugins() -> list[str]:
+    """The Apprise plugins (``"module:Class"``) every available adapter declares
+    (``Provider.notify_plugins``); an adapter that fails to load is skipped."""
+    found: list[str] = []
+    for name in available_providers():
+        declared = getattr(_declared(name), "notify_plugins", ()) or ()
+        found.extend(p for p in declared if isinstance(p, str) and p not in found)
+    return found
+
+
 def storage_layouts() -> list[tuple[str, Storage]]:
     """``(name, storage)`` for every available adapter that declares storage paths or machine
     markers; an adapter that fails to load is skipped (logged at debug level)."""

@@ -4,9 +4,10 @@ Isolation (autouse, every test): the suite never reads or writes a user's costct
 whatever is exported. At start-up every ``COSTCTL_*`` variable except the suite's own
 (:data:`SUITE_ENV`) is removed from the environment, and so are the providers' credential
 variables; each test then gets its own platform directories (``XDG_DATA_HOME``,
-``XDG_STATE_HOME``, ``XDG_CONFIG_HOME`` under its ``tmp_path``), so the default data dir, the
-default SQLite ledger, the simulated provider's state and the crash logs all live in a temporary
-directory. A ``costctl.toml`` in the directory pytest runs from is the user's config: tests
+``XDG_STATE_HOME``, ``XDG_CONFIG_HOME``, ``XDG_RUNTIME_DIR`` under its ``tmp_path``), so the
+default data dir, the default SQLite ledger, the simulated provider's state, the crash logs and
+the watches' control sockets (``costctl snooze``) and the Jupyter runtime dir
+(``JUPYTER_*`` variables removed) all live in a temporary directory. A ``costctl.toml`` in the directory pytest runs from is the user's config: tests
 then read an empty config file instead. tests/test_isolation.py proves it with a sentinel ledger
 on SQLite and on PostgreSQL.
 """
@@ -33,6 +34,9 @@ def _provider_secret_env() -> frozenset[str]:
 
 #: Provider credentials a user may have exported (the adapters' own declarations).
 PROVIDER_SECRET_ENV = _provider_secret_env()
+#: Where a user's Jupyter servers are found (and their token): the per-test XDG_DATA_HOME holds the
+#: runtime dir instead (costctl.telemetry.jupyter.runtime_dir).
+JUPYTER_ENV = ("JUPYTER_RUNTIME_DIR", "JUPYTER_DATA_DIR", "JUPYTER_TOKEN", "JUPYTER_PLATFORM_DIRS")
 #: What was removed at start-up (names only), for the report header.
 REMOVED_ENV: list[str] = []
 
@@ -71,9 +75,12 @@ def _isolated_user_dirs(tmp_path_factory, monkeypatch):
     """Per test: platform dirs in a fresh temporary directory; no user COSTCTL_* or credentials."""
     _strip_user_environment()  # a test that exported something never leaks it into the next
     base = tmp_path_factory.mktemp("home")
-    for var, sub in (("XDG_DATA_HOME", "data"), ("XDG_STATE_HOME", "state"), ("XDG_CONFIG_HOME", "config")):
-        (base / sub).mkdir()
+    for var, sub in (("XDG_DATA_HOME", "data"), ("XDG_STATE_HOME", "state"), ("XDG_CONFIG_HOME", "config"),
+                     ("XDG_RUNTIME_DIR", "run")):
+        (base / sub).mkdir(mode=0o700)
         monkeypatch.setenv(var, str(base / sub))
+    for var in JUPYTER_ENV:  # the Jupyter runtime dir (a watch looks for servers there) is the test's own
+        monkeypatch.delenv(var, raising=False)
     if _USER_CONFIGS:
         empty = base / "costctl.toml"
         empty.write_text("")

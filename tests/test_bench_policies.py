@@ -51,3 +51,21 @@ def test_bench_policies_what_if_config(capsys: pytest.CaptureFixture[str], tmp_p
     hung = result["scenarios"]["hung_job"]["costctl"]
     assert result["config"] == str(cfg)
     assert hung["stop_s"] == 7200 + 1800 and not hung["false_stop"]  # last loss line + stall_window
+
+
+def test_bench_policies_open_notebook_with_the_idle_fraction_stop(capsys: pytest.CaptureFixture[str],
+                                                                 tmp_path: Path) -> None:
+    bench = _bench()
+    default = bench.main(["--only", "open_notebook_h200", "--only", "data_loader_bound"])
+    # by default the rule advises: nothing stops the notebook (no spike-free window ever comes)
+    assert default["scenarios"]["open_notebook_h200"]["costctl"]["stop_s"] is None
+    cfg = tmp_path / "what-if.toml"
+    cfg.write_text('[policies.idle_fraction]\naction = "stop"\n')
+    result = bench.main(["--only", "open_notebook_h200", "--only", "data_loader_bound", "--config", str(cfg)])
+    capsys.readouterr()
+    nb = result["scenarios"]["open_notebook_h200"]["costctl"]
+    # the person left at 9 min; the hour's window is covered at 1 h 3 min, not a false stop
+    assert nb["stop_s"] is not None and 540 < nb["stop_s"] <= 540 + 3600 and not nb["false_stop"]
+    assert result["total"]["costctl"]["false_stops"] == 0
+    loader = result["scenarios"]["data_loader_bound"]["costctl"]
+    assert loader["stop_s"] >= 9000  # the job's CPU kept it busy until it exited

@@ -37,6 +37,10 @@ FROZEN = {
     "notebook_returns": (18000, 18000),
     "notebook_abandoned": (7200, 7200),
     "second_gpu_unused_recorded": (478.685, 478.685),
+    # added with the idle-fraction rule (issue 15); labels from the traces' design: the person leaves at
+    # 540 s, the job exits at 9000 s
+    "open_notebook_h200": (540, 540),
+    "data_loader_bound": (9000, 9000),
 }
 
 

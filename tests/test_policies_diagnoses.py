@@ -235,3 +235,91 @@ def test_a_flood_is_thinned_for_the_statistical_diagnoses_and_still_judged() -> 
         un.decisions(history, T0 + timedelta(hours=1))
         assert nl.rule.n <= DIAGNOSIS_MAX_PER_BATCH and un.rule.n <= DIAGNOSIS_MAX_PER_BATCH
         assert bool(found) is (not falling), [d.reason for d in found]
+
+
+def test_plateau_hold_applies_the_users_not_learning_settings() -> None:
+    """The hold uses ``[policies.not_learning]`` as configured (not its defaults): a run whose
+    fall is not "meaningful" under the user's ``min_drop`` has not shown it learns, so its plateau
+    is held back."""
+    from costctl.config import Settings
+    from costctl.policies import PolicyEngine
+
+    values = [2.0 * math.exp(-i / 10) + 0.5 for i in range(30)] + [0.5 + 0.0001 * (i % 3) for i in range(300)]
+
+    def plateaus(**not_learning) -> tuple[int, int]:
+        settings = Settings(policies={"plateau": {"patience": 5}, "not_learning": not_learning})
+        engine = PolicyEngine(settings, only=("plateau",))
+        history = _history()
+        _add(history, values)
+        found = [d for d in engine.evaluate(history, T0) if d.policy == "plateau"]
+        return len(found), engine.policies[0].held_back
+
+    fired, held = plateaus()
+    assert fired >= 1 and held == 0
+    fired, held = plateaus(min_drop=1e6, min_trend_t=1e6)  # no fall is meaningful: never shown to learn
+    assert fired == 0 and held >= 1
+
+
+def _interleaved(train: list[float], evals: dict[int, float]) -> list[tuple[str, int, float]]:
+    out = []
+    for i, v in enumerate(train):
+        out.append(("train", i * 10, v))
+        if i in evals:
+            out.append(("eval", i * 10, evals[i]))
+    return out
+
+
+def test_an_open_overfitting_episode_supersedes_the_plateau_live_and_a_downsize_never_happens() -> None:
+    """Train loss falls and flattens while the eval loss turned: after the overfitting decision no
+    plateau decision (with ``action = "downsize"``: no move to a cheaper card) is reported, point
+    by point as a live watch reads them; when the eval loss improves again, plateau may speak."""
+    from costctl.config import Settings
+    from costctl.policies import PolicyEngine
+
+    train = [2.0 * math.exp(-i / 15) + 0.2 for i in range(60)] + [0.2 + 0.02 * math.exp(-i / 40) + 0.0001 * (i % 2)
+                                                                  for i in range(400)]
+    evals = {i: 1.0 - 0.01 * (i // 20) if i <= 100 else 0.95 + 0.03 * ((i - 100) // 20) for i in range(0, 460, 20)}
+    settings = Settings(policies={"plateau": {"patience": 5, "action": "downsize"}})
+    engine = PolicyEngine(settings, only=("plateau", "overfitting"))
+    history = _history()
+    found = []
+    for n, (kind, step, v) in enumerate(_interleaved(train, evals)):
+        batch = PointBatch()
+        batch.append(v, kind=kind, name="loss" if kind == "train" else "eval_loss", step=step,
+                     time=(T0 + timedelta(seconds=n)).timestamp())
+        history.add_batch(batch)
+        found += engine.evaluate(history, T0 + timedelta(seconds=n))
+    over = [d for d in found if d.policy == "overfitting"]
+    assert len(over) == 1
+    opened = over[0].evidence["step"]
+    assert not [d for d in found if d.policy == "plateau" and d.evidence["step"] >= opened]
+    assert engine.superseded.get("plateau", 0) >= 1  # there were plateaus to drop
+    # without the overfitting policy the same run gets plateau advice after that step
+    bare = PolicyEngine(settings, only=("plateau",))
+    history = _history()
+    for n, (kind, step, v) in enumerate(_interleaved(train, evals)):
+        batch = PointBatch()
+        batch.append(v, kind=kind, name="loss" if kind == "train" else "eval_loss", step=step,
+                     time=(T0 + timedelta(seconds=n)).timestamp())
+        history.add_batch(batch)
+        found = bare.evaluate(history, T0 + timedelta(seconds=n))
+        if any(d.evidence["step"] >= opened for d in found):
+            break
+    else:
+        raise AssertionError("the plateau rule alone never fired after the overfitting step")
+
+
+def test_overfitting_covers_only_inside_its_episode() -> None:
+    from costctl.records import Decision
+
+    policy = OverfittingPolicy(OverfittingConfig())
+    policy.episodes.append([(1000, None, None), (3000, None, None)])
+    policy.episodes.append([(5000, None, None), None])
+
+    def plateau(step):
+        return Decision(time=T0, policy="plateau", action="advise", reason="", evidence={"step": step}, key=f"p{step}")
+
+    assert [policy.covers(plateau(s)) for s in (500, 1000, 2999, 3000, 4999, 5000, 9000)] == [
+        False, True, True, False, False, True, True]
+    assert not policy.covers(Decision(time=T0, policy="unstable", action="advise", reason="",
+                                      evidence={"step": 1500}, key="u"))

@@ -38,9 +38,9 @@ def sample(t: datetime, util: float, cpu: float) -> TelemetrySample:
 
 
 def test_builds_the_enabled_policies(settings_from) -> None:
-    assert PolicyEngine(settings_from()).names == ["idle", "stall", "plateau", "not_learning", "overfitting", "unstable", "divergence"]
+    assert PolicyEngine(settings_from()).names == ["idle", "idle_fraction", "stall", "plateau", "not_learning", "overfitting", "unstable", "divergence"]
     s = settings_from(policies={"idle": {"time_window": "off"}, "stall": {"stall_window": "off", "stop_after": "off"},
-                                "budget": {"daily": "3"}})
+                                "idle_fraction": {"time_window": "off"}, "budget": {"daily": "3"}})
     assert PolicyEngine(s).names == ["budget", "plateau", "not_learning", "overfitting", "unstable", "divergence"]
     assert PolicyEngine(s, only=["plateau"]).names == ["plateau"]
     with pytest.raises(ValueError, match="unknown policy 'nope'"):
@@ -92,8 +92,8 @@ def test_a_simulated_run_plateau_then_exit_then_idle_stop(settings_from) -> None
     assert [(sec, d.action) for sec, d in by_policy["budget"]] == [(720.0, "warn"), (1440.0, "stop")]
     # no stall: the child exited before 10 min of silence; no divergence: all losses finite
     assert "stall" not in by_policy and "divergence" not in by_policy
-    # History stays bounded: idle needs 5 min + 4 ticks, less than the default hour kept
-    assert history.retention == max(DEFAULT_RETENTION, timedelta(minutes=5, seconds=40))
+    # History stays bounded: idle needs 5 min + 4 ticks, idle_fraction its hour + 4 ticks
+    assert history.retention == max(DEFAULT_RETENTION, timedelta(minutes=5, seconds=40), timedelta(hours=1, seconds=40))
     assert len(history.samples) == history.retention / timedelta(seconds=10) + 1
 
 

@@ -119,7 +119,8 @@ def test_the_engine_gives_the_nearest_pending_stop_and_never_an_advice(clean_env
     history.rate = Money(Decimal("1"), "USD")
     history.spend_total = Money(Decimal("9.5"), "USD")  # the cap in 30 minutes
     assert [d.action for d in engine.evaluate(history, clock.now())] == ["warn"]  # the budget's, at 80 %
-    assert engine.policies[1].pending(history, clock.now()).action == "advise"
+    stall = next(p for p in engine.policies if p.name == "stall")
+    assert stall.pending(history, clock.now()).action == "advise"
     nearest = engine.next_stop(history, clock.now())
     assert nearest is not None and nearest.policy == "idle" and nearest.progress == "idle 25m of 30m"
     history.spend_total = Money(Decimal("9.95"), "USD")  # the cap in 3 minutes: nearer than idle

@@ -115,7 +115,7 @@ def plugin_path(monkeypatch, tmp_path, clean_env):
 def test_a_plugin_registers_through_the_entry_point_and_is_configured(plugin_path, tmp_path, monkeypatch):
     specs = discover_policies(refresh=True)
     names = [s.name for s in specs]
-    assert names == ["idle", "stall", "budget", "plateau", "not_learning", "overfitting", "unstable", "divergence", "loud"]  # order: built-ins, then plugins
+    assert names == ["idle", "idle_fraction", "stall", "budget", "plateau", "not_learning", "overfitting", "unstable", "divergence", "loud"]  # order: built-ins, then plugins
     loud = specs[-1]
     assert loud.cls.__module__ == "mypolicies.loud" and loud.config.__name__ == "LoudConfig"
     assert set(policies_model().model_fields) == set(names)
@@ -138,7 +138,7 @@ def test_a_plugin_registers_through_the_entry_point_and_is_configured(plugin_pat
     cfg.write_text("[policies.lowd]\nthreshold = 0.5\n")
     with pytest.raises(ConfigError) as info:
         load_settings(cfg)
-    assert "unknown policy [policies.lowd]; known: idle, stall, budget, plateau, not_learning, overfitting, unstable, divergence, loud" in info.value.message
+    assert "unknown policy [policies.lowd]; known: idle, idle_fraction, stall, budget, plateau, not_learning, overfitting, unstable, divergence, loud" in info.value.message
 
     # costctl init writes the plugin's table from its model
     text = example_config()
@@ -152,7 +152,7 @@ def test_engine_builds_policies_from_their_sections_without_settings(plugin_path
     discover_policies(refresh=True)
     sections = policies_model()(loud={"threshold": 2}, budget={"total": "5"})
     engine = PolicyEngine(policies=sections, context=PolicyContext(currency="CNY"))
-    assert engine.names == ["idle", "stall", "budget", "plateau", "not_learning", "overfitting", "unstable", "divergence", "loud"]
+    assert engine.names == ["idle", "idle_fraction", "stall", "budget", "plateau", "not_learning", "overfitting", "unstable", "divergence", "loud"]
     budget = next(p for p in engine.policies if p.name == "budget")
     assert budget.currency == "CNY"
 

@@ -114,9 +114,10 @@ def test_two_gpus_idle_gpu_reported_machine_busy_dstack_terminates() -> None:
 def test_only_recorded_signals_decide() -> None:
     samples = [_sample(t, 0) for t in range(0, 3601, 60)]
     run = replay_timeline(_settings(time_window="30m"), samples)
-    assert [d.policy for d in run.decisions] == ["idle"]
-    assert run.decisions[0].evidence["signals"] == ["gpu"]
-    assert run.decisions[0].time == T0 + timedelta(minutes=30)
+    # the idle stop at 30 min; the idle-fraction advice once its hour is covered
+    assert [d.policy for d in run.decisions] == ["idle", "idle_fraction"]
+    assert [d.evidence["signals"] for d in run.decisions] == [["gpu"], ["gpu"]]
+    assert [d.time for d in run.decisions] == [T0 + timedelta(minutes=30), T0 + timedelta(hours=1)]
 
 
 def test_unreadable_gpu_never_idle() -> None:
@@ -294,7 +295,10 @@ def test_replay_loss_over_blocks_equals_replay_over_points() -> None:
         if i in (3100, 3101, 4500):
             value = float("nan")
         points.append(ProgressPoint(time=None, value=value, kind="train", name="loss", step=i))
-    points += [ProgressPoint(time=None, value=1.0 + (i % 7) / 100, kind="eval", name="eval_loss", step=i * 100)
+    # the eval loss falls to step 3000, then rises: an overfitting episode from step 3200 on,
+    # which covers (drops) the train plateaus after it in both replays
+    points += [ProgressPoint(time=None, value=1.0 - min(i, 30) / 100 + max(0, i - 30) / 200, kind="eval",
+                             name="eval_loss", step=i * 100)
                for i in range(60)]
     settings = Settings()
 
@@ -304,6 +308,9 @@ def test_replay_loss_over_blocks_equals_replay_over_points() -> None:
 
     expected = view(replay_loss(settings, points))
     assert any(k.startswith("plateau:") for k, _, _ in expected)
+    assert any(k.startswith("overfitting:") for k, _, _ in expected)
+    opened = next(e["step"] for k, _, e in expected if k.startswith("overfitting:"))
+    assert not any(k.startswith("plateau:") and e["step"] >= opened for k, _, e in expected)
     assert any(k.startswith("divergence:") for k, _, _ in expected)
     for size in (1, 97, 4096, 10_000):
         blocks = [PointBatch.from_points(points[s:s + size]) for s in range(0, len(points), size)]

@@ -297,6 +297,54 @@ def notebook_abandoned() -> dict:
     )
 
 
+def open_notebook_h200() -> dict:
+    """Issue 15's notebook left open on an H200: 9 minutes of work, then 2 h 23 m with the kernel
+    holding the card and a brief spike every few minutes; JupyterLab in the browser, no SSH."""
+    tr = Trace("open_notebook_h200", "2026-04-07T14:00:00Z", 2 * H + 32 * M, 10)
+    leave = 9 * M
+    for k in tr.span(0, leave):  # cells run in bursts
+        busy = (tr.t[k] // 60) % 3 < 2
+        tr.gpu[k] = [float(tr.rng.randint(60, 100)) if busy else float(tr.rng.randint(0, 2))]
+        tr.cpu[k] = round(tr.rng.uniform(80, 120) if busy else tr.rng.uniform(0, 4), 1)
+    tr.cpu_level(leave, tr.end_s, 1.0, 0.5)
+    last_busy = max(tr.t[k] for k in tr.span(0, leave) if tr.gpu[k][0] >= 60)
+    t = last_busy + tr.rng.uniform(120, 300)
+    while t < tr.end_s:  # a 40-65 % spike of a few seconds every 2-5 minutes: one sample each
+        tr.gpu[int(t) // INTERVAL] = [float(tr.rng.randint(40, 65))]
+        t += tr.rng.uniform(120, 300)
+    return tr.to_dict(
+        title="a notebook left open with sparse spikes",
+        description="JupyterLab on an H200: work until 14:09, then the open kernel wakes the GPU for a few seconds "
+                    "every 2-5 minutes until the user stops the instance at 16:32; no SSH session",
+        billing=_billing("3.99"),
+        job=None,
+        labels={"work_until_s": leave, "oracle_stop_s": leave,
+                "why": "nobody runs a cell after 14:09; the spikes are the open kernel, not work (issue 15)"},
+    )
+
+
+def data_loader_bound() -> dict:
+    """A data-loading-bound job: the GPU runs a burst every 1.5-3 minutes and idles between while
+    the loader's workers keep 3 cores busy; it logs to its own file (no loss line costctl reads)."""
+    tr = Trace("data_loader_bound", "2026-04-08T09:00:00Z", 3 * H, 11)
+    exit_s = 2 * H + 30 * M
+    t = tr.rng.uniform(90, 180)
+    while t < exit_s:
+        tr.gpu[int(t) // INTERVAL] = [float(tr.rng.randint(85, 99))]
+        t += tr.rng.uniform(90, 180)
+    tr.cpu_level(0, exit_s, 320, 40)
+    tr.ssh_open(0, 10 * M)
+    return tr.to_dict(
+        title="a data-loading-bound job",
+        description="video decoding on 3 CPU cores starves the GPU: a burst every 1.5-3 minutes, idle between; "
+                    "no loss line on stdout; exits at 11:30",
+        billing=_billing("2.49"),
+        job={"start_s": 0, "exit_s": exit_s, "exit_status": 0, "command": "python train.py --log-file run.log"},
+        labels={"work_until_s": exit_s, "oracle_stop_s": exit_s,
+                "why": "the job works (slowly) until it exits at 11:30; 12:00 the user stops the instance"},
+    )
+
+
 def _recorded(name: str, file: str, **rest) -> dict:  # type: ignore[no-untyped-def]
     sys.path.insert(0, str(HERE.parents[1]))
     from costctl.replay.readers import read_gpu_log
@@ -358,7 +406,8 @@ def second_gpu_unused_recorded() -> dict:
 
 
 SCENARIOS = (forgotten_instance, forgotten_recorded, hung_job, plateaued_run, spot_preemption, oom_crash,
-             too_big_card, long_setup, notebook_returns, notebook_abandoned, second_gpu_unused_recorded)
+             too_big_card, long_setup, notebook_returns, notebook_abandoned, second_gpu_unused_recorded,
+             open_notebook_h200, data_loader_bound)
 
 
 def main() -> None:

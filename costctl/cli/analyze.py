@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..errors import UsageError
+from ..errors import CostctlError, UsageError
 from .common import ConfigOption, out_console, settings_from
 
 TIME_ALLOWED = "expected an ISO-8601 date-time such as 2026-02-02T01:07:37 (no offset = the logs' own clock, read as UTC)"
@@ -159,6 +159,8 @@ def analyze(
                           rate=rate, options=options)
     if no_loss is not None:
         result.notes.append(no_loss)
+    if glog is not None:
+        result.rightsizing = _rightsizing(settings, result, gpu=gpu, provider=provider)
     if rate is not None:
         result.notes.append(f"price from {price_source}")
     if plot is not None:
@@ -170,6 +172,40 @@ def analyze(
         _write_json(to_dict(result))
     else:
         render(result, out_console)
+
+
+def _rightsizing(settings: Any, result: Any, *, gpu: str | None, provider: str | None) -> Any:
+    """:func:`costctl.lifecycle.underuse.rightsizing_from_log` for the analysis's GPU log: the card
+    is ``--gpu`` or the log's name column; peak memory the highest on any one GPU; utilization the
+    mean of the GPUs' means; cheaper cards from the price table of ``--provider`` (else
+    ``[instance] provider``) in the price's currency and ``[instance] billing``."""
+    from ..catalog import load_price_table
+    from ..lifecycle.sizing import options_from_price_table
+    from ..lifecycle.underuse import LogRightsizing, rightsizing_from_log
+
+    stats = [st for st in result.gpu_stats if st.samples]
+    if not stats:
+        return LogRightsizing(None, "right-sizing: the GPU log has no readings")
+    name = gpu or next((st.name for st in stats if st.name), None)
+    peaks = [st.memory_used_max for st in stats if st.memory_used_max is not None]
+    totals = [st.memory_total for st in stats if st.memory_total]
+    means = [st.mean_utilization for st in stats if st.mean_utilization is not None]
+    rate = result.rate
+    options: list[Any] = []
+    if rate is not None:
+        try:
+            table = load_price_table(settings)
+        except CostctlError:
+            table = None
+        if table is not None:
+            billing = "spot" if settings.instance.billing == "spot" else "on-demand"
+            options = options_from_price_table(table, provider=provider or settings.instance.provider,
+                                               gpu_count=len(stats), billing=billing, currency=rate.currency)
+    duration = (result.end - result.start).total_seconds() if result.start and result.end else 0.0
+    return rightsizing_from_log(
+        run_id="", label="the recorded run", gpu=name, rate=rate, duration_s=duration,
+        peak_memory_bytes=max(peaks) if peaks else None, card_memory_bytes=min(totals) if totals else None,
+        mean_utilization=sum(means) / len(means) if means else None, options=options, config=settings.downsize)
 
 
 def _write_json(data: Any) -> None:

@@ -62,10 +62,14 @@ def settings_from(config: Path | None, db: str | None = None, **overrides: Any) 
     """
     from ..config import load_settings
 
+    from ..i18n import set_language
+
     extra: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
     if db:
         extra["database_url"] = db
-    return load_settings(config, extra or None)
+    settings = load_settings(config, extra or None)
+    set_language(settings.ui.language)
+    return settings
 
 
 def print_json(data: Any) -> None:

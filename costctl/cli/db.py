@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from .translated import CostctlTyper
+
 from ..errors import UsageError
 from .common import ConfigOption, DbOption, err_console, out_console, settings_from
 
-db_app = typer.Typer(
+db_app = CostctlTyper(
     name="db",
     help="Ledger database migrations (upgrade, downgrade, current) and telemetry retention (compact).",
     no_args_is_help=True,

@@ -18,20 +18,22 @@ from datetime import datetime, timezone
 import typer
 
 from ..errors import CostctlError
+from ..i18n import _
+from .translated import ClickException, CostctlTyper, show_usage_error
 
-COMMAND_MODULES = ("init", "watch", "bill", "db", "gpus", "instances", "analyze", "sim")
+COMMAND_MODULES = ("init", "watch", "bill", "db", "gpus", "instances", "analyze", "sim", "snooze")
 
 #: Which module defines each command, so a run imports only the module it needs (importing
 #: SQLAlchemy, Alembic and the catalog for every command would cost a second at start-up).
 COMMAND_OWNERS = {
     "init": "init", "watch": "watch", "bill": "bill", "db": "db", "gpus": "gpus",
     "recommend": "gpus", "instances": "instances", "start": "instances", "stop": "instances",
-    "release": "instances", "offers": "instances", "analyze": "analyze", "sim": "sim",
+    "release": "instances", "offers": "instances", "analyze": "analyze", "sim": "sim", "snooze": "snooze",
 }
 
-app = typer.Typer(
+app = CostctlTyper(
     name="costctl",
-    help="Stop wasting money on rented GPUs: watch a job, autostop idle instances, cap budgets, report spend.",
+    help=_("Stop wasting money on rented GPUs: watch a job, autostop idle instances, cap budgets, report spend."),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -48,16 +50,17 @@ def _print_version(value: bool) -> None:
             shown = version("costctl")
         except PackageNotFoundError:  # an uninstalled checkout
             from .. import __version__ as shown
-        typer.echo(f"costctl {shown}")
+        typer.echo(_("costctl {version}").format(version=shown))
         raise typer.Exit()
 
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", help="Print costctl's version and exit.",
+    version: bool = typer.Option(False, "--version", help=_("Print costctl's version and exit."),
                                  callback=_print_version, is_eager=True),
 ) -> None:
-    """Stop wasting money on rented GPUs: watch a job, autostop idle instances, cap budgets, report spend."""
+    # the help text is the Typer's (translated); a docstring here would replace it
+    pass
 
 
 def _register(argv: list[str]) -> None:
@@ -93,11 +96,12 @@ def _crash(exc: BaseException) -> int:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         path = crash_log_dir() / f"crash-{stamp}.log"
         path.write_text("".join(traceback.format_exception(exc)))
-        where = f" (traceback in {path})"
+        line = _("costctl: internal error: {error}: {detail} (traceback in {path})").format(
+            error=type(exc).__name__, detail=exc, path=path)
     except (OSError, CostctlError):
-        where = ""
         traceback.print_exception(exc)
-    print(f"costctl: internal error: {type(exc).__name__}: {exc}{where}", file=sys.stderr)
+        line = _("costctl: internal error: {error}: {detail}").format(error=type(exc).__name__, detail=exc)
+    print(line, file=sys.stderr)
     return 70
 
 
@@ -107,9 +111,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _register(args)
         try:
-            app(args=args, prog_name="costctl")  # standalone: usage errors print and SystemExit
+            # not standalone: a usage error comes back here to be printed in the user's language
+            result = app(args=args, prog_name="costctl", standalone_mode=False)
         finally:
             sys.stdout.flush()  # a full disk or a closed pipe under stdout is seen here, not at exit
+        # typer.Exit(code) comes back as its code; a command's own return value means success
+        return result if isinstance(result, int) and not isinstance(result, bool) else 0
+    except ClickException as exc:
+        return show_usage_error(exc)
+    except typer.Abort:
+        print(_("Aborted!"), file=sys.stderr)
+        return 1
     except SystemExit as exc:
         code = exc.code
         if code is None:
@@ -120,13 +132,14 @@ def main(argv: list[str] | None = None) -> int:
             return _crash(exc)
         _discard_stdout()
         if exc.errno != errno.EPIPE:  # a reader that went away (`| head`) wants no message
-            print(f"costctl: cannot write the output: {exc.strerror} (errno {exc.errno})", file=sys.stderr)
+            print(_("costctl: cannot write the output: {reason} (errno {errno})").format(
+                reason=exc.strerror, errno=exc.errno), file=sys.stderr)
         return 1
     except CostctlError as exc:
-        print(f"costctl: {exc.message}", file=sys.stderr)
+        print(_("costctl: {message}").format(message=exc.message), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("costctl: interrupted", file=sys.stderr)
+        print(_("costctl: interrupted"), file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - the one place that catches everything
         return _crash(exc)

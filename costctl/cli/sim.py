@@ -20,10 +20,12 @@ from typing import Annotated
 
 import typer
 
+from .translated import CostctlTyper
+
 from ..errors import UsageError
 from .common import ConfigOption, settings_from
 
-sim_app = typer.Typer(
+sim_app = CostctlTyper(
     name="sim",
     help="The simulated provider: rehearse what a real cloud does (sim preempt: a spot preemption notice).",
     no_args_is_help=True,

@@ -6,7 +6,19 @@ under ``underutilized_gpu_utilization`` percent. The advice names the fitting ca
 largest saving (:func:`costctl.lifecycle.sizing.rank_cards`: memory with headroom, speed scaled
 by the measured utilization) and the money it would have saved over the run's duration; a
 saving under ``[downsize] min_saving_per_hour`` is not worth the advice.
-Shown at the end of a watch and under ``costctl bill``.
+Shown at the end of a watch, under ``costctl bill`` and by ``costctl analyze`` (from a recorded
+GPU log's figures: :func:`rightsizing_from_log`). All three go through :func:`underuse_advice`.
+
+Speed model (:func:`costctl.lifecycle.sizing.time_factor`): Amdahl's law with the mean GPU
+utilization ``u`` as the GPU-bound share of the run's wall time, the rest (data loading, Python,
+I/O) unchanged on another card, and the GPU-bound share scaled by the ratio of the two cards'
+dense peaks. NVML's utilization is the share of each sample period during which *any* kernel
+ran, not a share of the card's compute (NVML ``nvmlDeviceGetUtilizationRates``: "percent of time
+over the past sample period during which one or more kernels was executing"): a kernel that
+occupies a few SMs counts as fully busy. The model therefore treats every busy moment as
+compute-bound on the smaller card -- it over-states the slow-down (the advice errs toward the
+bigger card, never toward a card that is too slow), and it cannot see memory-bandwidth limits.
+Memory fits are exact: the peak of any one GPU times ``1 + headroom``.
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ class UnderuseAdvice:
         duration_s: the run's charged duration.
         card: the cheaper card (with its price, fit and speed factor).
         saved: money it would have saved over ``duration_s`` (Decimal, ``currency``).
+        label: how :attr:`text` names the run (default ``"run <first 8 characters of run_id>"``).
     """
 
     run_id: str
@@ -46,13 +59,19 @@ class UnderuseAdvice:
     card: CardOption
     saved: Decimal
     currency: str
+    label: str | None = None
+
+    @property
+    def cost_there(self) -> Decimal:
+        """What the run would have cost on :attr:`card` (``effective_per_hour x duration``), Decimal in :attr:`currency`."""
+        return self.card.effective_per_hour * Decimal(repr(self.duration_s)) / 3600
 
     @property
     def text(self) -> str:
         """One line for people."""
         c = self.card
         return (
-            f"run {self.run_id[:8]} used at most {self.peak_memory_bytes / 2**30:.1f} GiB of "
+            f"{self.label or 'run ' + self.run_id[:8]} used at most {self.peak_memory_bytes / 2**30:.1f} GiB of "
             f"{self.card_memory_bytes / 2**30:.0f} GiB on {self.gpu or 'its GPU'} at {self.mean_utilization:.0f}% "
             f"mean utilization: {c.option.gpu} ({c.option.price_per_hour} {self.currency}/h at "
             f"{c.option.provider}) would have done it for about {self.saved.quantize(Decimal('0.01'))} "
@@ -69,7 +88,9 @@ class UnderuseAdvice:
             "mean_utilization": round(self.mean_utilization, 3),
             "duration_s": self.duration_s,
             "cheaper_card": self.card.to_dict(),
+            "would_have_cost": str(self.cost_there.quantize(_ROUND)),
             "would_have_saved": str(self.saved.quantize(_ROUND)),
+            "speed_model": SPEED_MODEL,
             "currency": self.currency,
             "advice": self.text,
         }
@@ -86,6 +107,7 @@ def underuse_advice(
     mean_utilization: float | None,
     options: Sequence[PriceOption],
     config: DownsizeConfig,
+    label: str | None = None,
 ) -> UnderuseAdvice | None:
     """The advice for a run, or None when it was not underutilized, a reading is missing (no
     GPU telemetry: never guessed), or no cheaper card fits and saves at least
@@ -118,7 +140,84 @@ def underuse_advice(
     saved = card.saving_per_hour * Decimal(repr(duration_s)) / 3600
     return UnderuseAdvice(run_id=run_id, gpu=gpu, peak_memory_bytes=peak_memory_bytes, card_memory_bytes=total,
                           mean_utilization=mean_utilization, duration_s=duration_s, card=card, saved=saved,
-                          currency=rate.currency)
+                          currency=rate.currency, label=label)
 
 
-__all__ = ["UnderuseAdvice", "underuse_advice"]
+@dataclass(frozen=True)
+class LogRightsizing:
+    """Right-sizing of a recorded run (``costctl analyze``): the advice, or why there is none.
+
+    Attributes:
+        advice: the cheaper card and the money, or None.
+        reason: one line for people when ``advice`` is None (what was missing, or that the card
+            was used), else None.
+    """
+
+    advice: UnderuseAdvice | None
+    reason: str | None
+
+
+#: one line on what the speed model assumes (module docstring), carried in the advice's JSON.
+SPEED_MODEL = ("Amdahl's law: mean GPU utilization (NVML: the share of time any kernel ran, not a compute "
+               "share) is taken as the GPU-bound share, scaled by the ratio of dense peaks; the rest of the "
+               "run is taken as unchanged")
+
+
+def rightsizing_from_log(
+    *,
+    run_id: str,
+    gpu: str | None,
+    rate: Money | None,
+    label: str | None = None,
+    duration_s: float,
+    peak_memory_bytes: int | None,
+    card_memory_bytes: int | None,
+    mean_utilization: float | None,
+    options: Sequence[PriceOption],
+    config: DownsizeConfig,
+) -> LogRightsizing:
+    """:func:`underuse_advice` for a recorded GPU log, with the reason when there is no advice.
+
+    Args:
+        gpu: the card's model (the log's name column or ``--gpu``); None when neither says.
+        rate: what the instance cost per hour (``--price`` or the catalog), or None.
+        duration_s: the log's span in seconds.
+        peak_memory_bytes: the highest memory used on any one GPU (bytes), None when not recorded.
+        card_memory_bytes: that card's memory (bytes; the log's total, else the catalog's).
+        mean_utilization: percent (0-100) over the GPUs' known readings.
+        options: cards one could rent, priced per instance with as many GPUs as the log's.
+    """
+    if rate is None:
+        return LogRightsizing(None, "right-sizing needs the instance's price: give --price (and --currency) or "
+                                    "--gpu with --provider")
+    if peak_memory_bytes is None or mean_utilization is None:
+        return LogRightsizing(None, "right-sizing needs the GPU log's memory used and utilization; this log "
+                                    "does not record both")
+    total = card_memory_bytes
+    if not total and gpu:
+        model = get_gpu(gpu)
+        total = model.memory_bytes if model else None
+    if not total:
+        return LogRightsizing(None, "right-sizing needs the card's memory: the log records no total and its "
+                                    "model is unknown (give --gpu)")
+    if (peak_memory_bytes >= config.underutilized_memory_fraction * total
+            or mean_utilization >= config.underutilized_gpu_utilization):
+        return LogRightsizing(None, (
+            f"right-sizing: the card was used (peak {peak_memory_bytes / 2**30:.1f} GiB of "
+            f"{total / 2**30:.0f} GiB, mean utilization {mean_utilization:.0f}%; advice below "
+            f"{config.underutilized_memory_fraction:.0%} of memory and {config.underutilized_gpu_utilization:g}% "
+            "utilization, [downsize] underutilized_*)"))
+    advice = underuse_advice(run_id=run_id, gpu=gpu, rate=rate, duration_s=duration_s,
+                             peak_memory_bytes=peak_memory_bytes, card_memory_bytes=total,
+                             mean_utilization=mean_utilization, options=options, config=config, label=label)
+    if advice is None:
+        if not any(o.currency == rate.currency for o in options):
+            return LogRightsizing(None, f"right-sizing: no {rate.currency} price for any card to compare with "
+                                        "(costctl never compares prices in two currencies)")
+        return LogRightsizing(None, f"right-sizing: no card in the price table fits with "
+                                    f"{config.headroom:.0%} headroom and saves at least "
+                                    f"{config.min_saving_per_hour} {rate.currency} per hour")
+    return LogRightsizing(advice, None)
+
+
+__all__ = ["LogRightsizing", "SPEED_MODEL", "UnderuseAdvice", "rightsizing_from_log", "underuse_advice"]

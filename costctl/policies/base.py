@@ -31,7 +31,7 @@ name must be the policy's ``name``. Example::
     # loud = "mypolicies.loud:LoudPolicy"
 
 Evaluation order: the engine evaluates the enabled policies by ascending ``order`` (the
-built-ins: idle 10, stall 20, budget 30, plateau 40, not_learning 42, overfitting 43, unstable 44,
+built-ins: idle 10, idle_fraction 11, stall 20, budget 30, plateau 40, not_learning 42, overfitting 43, unstable 44,
 divergence 50; a policy that sets none gets
 :data:`DEFAULT_ORDER`, 100), and in registration order among equal ``order`` values.
 """
@@ -77,12 +77,16 @@ class PolicyContext:
         timezone: where a day starts (``[watch] timezone``).
         currency: ISO 4217 code money is stated in (``[instance] currency``).
         total_steps: the run's length when configured (``[watch] total_steps``), else None.
+        policies: every ``[policies.*]`` section (read by attribute), for a policy that reuses
+            another's rule with the user's settings (plateau's hold uses ``not_learning`` and
+            ``unstable``); None: each policy's defaults.
     """
 
     sample_interval: timedelta = timedelta(seconds=5)
     timezone: ZoneInfo = ZoneInfo("UTC")
     currency: str = "USD"
     total_steps: int | None = None
+    policies: Any = None
 
     @classmethod
     def from_settings(cls, settings: Any) -> PolicyContext:
@@ -90,7 +94,8 @@ class PolicyContext:
         need not import the settings)."""
         watch, instance = settings.watch, settings.instance
         return cls(sample_interval=watch.sample_interval, timezone=watch.tz,
-                   currency=instance.currency.upper(), total_steps=watch.total_steps)
+                   currency=instance.currency.upper(), total_steps=watch.total_steps,
+                   policies=settings.policies)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +120,7 @@ class Policy:
 
     Subclasses set ``name`` (lower-case identifier: the ``[policies.<name>]`` table and the
     ``COSTCTL_POLICIES__<NAME>__<KEY>`` variables), ``config_model`` (a :class:`PolicyConfig`
-    subclass) and optionally ``order``; they override :meth:`from_config` when the constructor
+    subclass) and optionally ``order`` and ``snoozable``; they override :meth:`from_config` when the constructor
     is not ``cls(config)`` or a configuration disables the policy, and implement either
     :meth:`evaluate` (at most one decision per call) or :meth:`decisions` (several, e.g. when a
     replay added many progress points at once).
@@ -124,6 +129,12 @@ class Policy:
     name: ClassVar[str] = ""
     config_model: ClassVar[type[BaseModel]] = PolicyConfig
     order: ClassVar[int] = DEFAULT_ORDER
+    #: names of policies whose diagnosis, where it holds, makes this one's moot: the engine drops
+    #: a decision of this policy that any of them :meth:`covers` (plateau: ``("overfitting",)``).
+    superseded_by: ClassVar[tuple[str, ...]] = ()
+    #: Whether ``costctl snooze`` may postpone this policy's stops (the idle autostop); a budget
+    #: cap, say, never is (:meth:`costctl.policies.engine.PolicyEngine.snooze`).
+    snoozable: ClassVar[bool] = False
 
     def __init__(self, config: Any = None) -> None:
         """Keep ``config`` (an instance of ``config_model``; its defaults when None) as
@@ -149,6 +160,11 @@ class Policy:
     def retention(self, sample_interval: timedelta) -> timedelta:
         """How much telemetry (behind the newest sample) this policy needs kept in History."""
         return timedelta(0)
+
+    def covers(self, decision: Decision) -> bool:
+        """True when this policy's diagnosis holds where another policy's ``decision`` was made
+        (so that decision is moot: see :attr:`superseded_by`). Default: never."""
+        return False
 
     def evaluate(self, history: History, now: datetime) -> Decision | None:
         """The decision this policy reaches at ``now`` (aware UTC), or None.

@@ -12,16 +12,42 @@ Usage (live watch and replay alike; ``now`` comes from the caller's clock)::
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from ..clock import ensure_utc
 from ..errors import ConfigError
 from ..records import Decision
-from .base import Pending, Policy, PolicyContext
+from ..records import Action
+from .base import Pending, Policy, PolicyContext, iso
 from .history import History
 from .registry import known_policies, load_builtin_policies, registrations
+
+#: The countdown's text while a due stop waits for the end of a snooze (named placeholders).
+SNOOZED_PROGRESS = "{progress}, snoozed by {by}"
+#: A stop that waited for a snooze says so in its reason.
+SNOOZED_REASON = "{reason} (the stop waited for a snooze by {by} until {until})"
+
+
+@dataclass(frozen=True, slots=True)
+class Snooze:
+    """``costctl snooze``: the stops of the snoozable policies (:attr:`Policy.snoozable`, the
+    idle autostop) wait until ``until``.
+
+    Attributes:
+        until: aware UTC; a stop due before it is decided at the first evaluation at or after it,
+            if its policy still reaches it then.
+        by: who asked, one short clause (``"alice (uid 1000, pid 4242)"``).
+        at: when it was asked (aware UTC).
+    """
+
+    until: datetime
+    by: str
+    at: datetime
 
 
 class PolicyEngine:
@@ -57,6 +83,8 @@ class PolicyEngine:
         if policies is None:
             raise ValueError("PolicyEngine needs the settings or the [policies] sections")
         context = context or PolicyContext()
+        if context.policies is None:
+            context = dataclasses.replace(context, policies=policies)
         specs = {s.name: s for s in registrations()}
         names = list(specs) if only is None else list(only)
         unknown = [n for n in names if n not in specs]
@@ -79,8 +107,21 @@ class PolicyEngine:
                 self.policies.append(policy)
         self._seen: set[str] = set(seen_keys)
         self._on_error = on_error
+        #: The snooze in force, if any (:meth:`snooze`).
+        self.snoozed: Snooze | None = None
+        self._holding: dict[str, Decision] = {}  # stops due that wait for the snooze's end, by key
+        self._snoozable = {p.name for p in self.policies if getattr(p, "snoozable", False)}
         #: Policies whose evaluation raised, with the last exception (they are still tried).
         self.failures: dict[str, BaseException] = {}
+        #: per policy name, the enabled policies that supersede it (:attr:`Policy.superseded_by`)
+        by_name = {p.name: p for p in self.policies}
+        self._supersede: dict[str, list[Policy]] = {}
+        for p in self.policies:
+            others = [by_name[n] for n in p.superseded_by if n in by_name]
+            if others:
+                self._supersede[p.name] = others
+        #: per policy name, decisions dropped because another policy's diagnosis covered them
+        self.superseded: dict[str, int] = {}
 
     @property
     def names(self) -> list[str]:
@@ -90,6 +131,21 @@ class PolicyEngine:
     def retention(self, sample_interval: timedelta) -> timedelta:
         """Telemetry the enabled policies need kept behind the newest sample."""
         return max((p.retention(sample_interval) for p in self.policies), default=timedelta(0))
+
+    def snooze(self, snooze: Snooze | None) -> None:
+        """Hold the snoozable policies' stops until ``snooze.until`` (None: lift the snooze; a
+        stop it held is decided at the next evaluation). Budget caps and every policy that is
+        not :attr:`~costctl.policies.base.Policy.snoozable` are never held. A snoozable policy
+        returns its stop decision at every evaluation while its reason lasts (the idle policy
+        does, for one idle stretch), so a held stop is decided when the snooze ends only if it
+        is still due then, with the snooze in its reason and evidence."""
+        self.snoozed = snooze
+
+    def _held(self, decision: Decision, now: datetime) -> bool:
+        """``decision`` waits for the snooze's end."""
+        snooze = self.snoozed
+        return (snooze is not None and now < snooze.until and decision.action is Action.STOP
+                and decision.policy in self._snoozable)
 
     def mark_seen(self, keys: Iterable[str]) -> None:
         """Treat ``keys`` as already reported."""
@@ -109,6 +165,9 @@ class PolicyEngine:
         now = ensure_utc(now)
         history.keep_at_least(self.retention(history.sample_interval))
         new: list[Decision] = []
+        # Held stops are held afresh at each evaluation (a snoozable policy returns its stop on
+        # every evaluation while it holds): one whose reason went away is dropped.
+        held_before, self._holding = self._holding, {}
         for policy in self.policies:
             try:
                 found = list(policy.decisions(history, now))
@@ -121,9 +180,41 @@ class PolicyEngine:
             for decision in found:
                 if decision.key in self._seen:
                     continue
+                if self._held(decision, now):
+                    self._holding[decision.key] = decision
+                    continue
+                if decision.key in held_before and self.snoozed is not None:
+                    snooze = self.snoozed
+                    decision = replace(decision, time=now, reason=SNOOZED_REASON.format(
+                        reason=decision.reason, by=snooze.by, until=iso(snooze.until)), evidence={
+                        **decision.evidence, "snoozed": {"by": snooze.by, "at": iso(snooze.at),
+                                                         "until": iso(snooze.until)}})
                 self._seen.add(decision.key)
                 new.append(decision)
-        return new
+        return self.drop_superseded(new)
+
+    def drop_superseded(self, decisions: list[Decision]) -> list[Decision]:
+        """``decisions`` less those another enabled policy's diagnosis covers
+        (:attr:`Policy.superseded_by`, :meth:`Policy.covers`). :meth:`evaluate` applies it to each
+        evaluation's decisions; a replay that feeds one kind of point before another (``costctl
+        analyze``: train, then eval) applies it again to all its decisions at the end."""
+        if not self._supersede:
+            return decisions
+        return [d for d in decisions if not self._superseded(d)]
+
+    def _superseded(self, decision: Decision) -> bool:
+        """True when a policy that supersedes ``decision``'s covers it (checked after every
+        policy has read the new progress, so the order of evaluation does not matter); counted
+        in :attr:`superseded`."""
+        for other in self._supersede.get(decision.policy, ()):
+            try:
+                covered = other.covers(decision)
+            except Exception:  # noqa: BLE001 - a broken rule never hides another's decision
+                covered = False
+            if covered:
+                self.superseded[decision.policy] = self.superseded.get(decision.policy, 0) + 1
+                return True
+        return False
 
     def updates(self, now: datetime) -> list[tuple[str, dict[str, Any]]]:
         """Evidence the policies add to decisions they already made, as ``(key, evidence)``
@@ -154,6 +245,9 @@ class PolicyEngine:
                 continue
             if at is not None and at > now and (nearest is None or at < nearest):
                 nearest = at
+        snooze = self.snoozed
+        if snooze is not None and self._holding and snooze.until > now and (nearest is None or snooze.until < nearest):
+            nearest = snooze.until  # a held stop is decided when the snooze ends
         return nearest
 
     def next_stop(self, history: History, now: datetime) -> Pending | None:
@@ -164,6 +258,7 @@ class PolicyEngine:
         evaluation failures are reported by :meth:`evaluate`)."""
         now = ensure_utc(now)
         nearest: Pending | None = None
+        snooze = self.snoozed if self.snoozed is not None and self.snoozed.until > now else None
         for policy in self.policies:
             if policy.name in self.failures:
                 continue
@@ -173,9 +268,18 @@ class PolicyEngine:
                 continue
             if found is None or found.action != "stop" or found.at <= now:
                 continue
+            if snooze is not None and policy.name in self._snoozable and found.at < snooze.until:
+                found = replace(found, at=snooze.until,
+                                progress=SNOOZED_PROGRESS.format(progress=found.progress, by=snooze.by))
             if nearest is None or found.at < nearest.at:
                 nearest = found
+        if snooze is not None:
+            for decision in self._holding.values():  # due, waiting for the snooze's end
+                held = Pending(policy=decision.policy, action="stop", at=snooze.until,
+                               progress=SNOOZED_PROGRESS.format(progress=f"{decision.policy} stop due", by=snooze.by))
+                if nearest is None or held.at < nearest.at:
+                    nearest = held
         return nearest
 
 
-__all__ = ["PolicyEngine"]
+__all__ = ["PolicyEngine", "SNOOZED_PROGRESS", "SNOOZED_REASON", "Snooze"]

@@ -173,6 +173,7 @@ class IdlePolicy(Policy):
     name = "idle"
     config_model: ClassVar[type[IdleConfig]] = IdleConfig
     order = 10
+    snoozable = True  # `costctl snooze` postpones an idle autostop
 
     def __init__(self, config: IdleConfig) -> None:
         self.config = config

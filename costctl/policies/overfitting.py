@@ -16,7 +16,10 @@ smoothed) eval loss:
   improving while the train loss stops too is a plateau (the plateau policy's), not overfitting.
 
 One decision per episode: the episode ends when the eval loss improves again (a new best), and a
-later fire is a new episode. The advice: stop, or keep the checkpoint of the best eval
+later fire is a new episode. While an episode is open it supersedes the plateau policy (a train
+loss that flattens while the eval loss has turned is not "the rest may go on a cheaper card":
+the advice is to stop or keep the best checkpoint), so a plateau at or after the step (epoch,
+time) the episode opened at is dropped by the engine (:meth:`OverfittingPolicy.covers`). The advice: stop, or keep the checkpoint of the best eval
 (``load_best_model_at_end``, ``ModelCheckpoint(save_best_only=True)``); the money at stake is what
 was spent since the best eval (``rate x (time of this eval - time of the best eval)``) when the
 points carry times, and the spend per hour otherwise (with the steps since the best eval).
@@ -34,6 +37,7 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_right
+from collections import deque
 from datetime import datetime
 from decimal import Decimal
 from itertools import compress
@@ -97,6 +101,8 @@ class OverfittingPolicy(Policy):
         self.wait = 0
         self.open = False
         self.train_now = math.inf
+        #: the latest episodes as ``[opened at, closed at or None]`` positions (step, epoch, time)
+        self.episodes: deque[list[Any]] = deque(maxlen=64)
 
     @classmethod
     def from_config(cls, config: OverfittingConfig, context: PolicyContext) -> OverfittingPolicy:
@@ -194,6 +200,8 @@ class OverfittingPolicy(Policy):
             self.best_point = batch.point(i)
             self._best_arrival = self._arrival
             self.wait = 0
+            if self.open:
+                self.episodes[-1][1] = _position(self.best_point)
             self.open = False
             return None
         self.wait += 1
@@ -208,7 +216,28 @@ class OverfittingPolicy(Policy):
         if not now_min < base - abs(base) * cfg.train_min_delta:
             return None
         self.open = True
+        self.episodes.append([_position(point), None])
         return self._decision(history, now, point, value)
+
+    def covers(self, decision: Decision) -> bool:
+        """True for a plateau decision at or after the point an overfitting episode opened at and
+        before it closed (compared by step, else epoch, else the point's time; a decision with no
+        comparable position is covered while an episode is open)."""
+        if decision.policy != "plateau":
+            return False
+        ev = decision.evidence
+        at = (ev.get("step"), ev.get("epoch"), ev.get("point_time"))
+        for opened, closed in self.episodes:
+            for k in range(3):
+                if at[k] is None or opened[k] is None:
+                    continue
+                if at[k] >= opened[k] and (closed is None or closed[k] is None or at[k] < closed[k]):
+                    return True
+                break
+            else:
+                if closed is None:
+                    return True
+        return False
 
     def _decision(self, history: History, now: datetime, point: ProgressPoint, value: float) -> Decision:
         cfg, best = self.config, self.best_point
@@ -248,6 +277,11 @@ class OverfittingPolicy(Policy):
             reason += f"; it costs {history.rate}/h while it runs"
         return Decision(time=now, policy=self.name, action=self.action, reason=reason, evidence=evidence,
                         key=f"overfitting:{point.name}:{self.evals - 1}")
+
+
+def _position(point: ProgressPoint) -> tuple[Any, Any, Any]:
+    """``(step, epoch, time as ISO text)`` of a point, as decisions' evidence records them."""
+    return (point.step, point.epoch, iso(point.time) if point.time is not None else None)
 
 
 __all__ = ["OverfittingConfig", "OverfittingPolicy"]

@@ -76,7 +76,7 @@ class PlateauConfig(PolicyConfig):
     monitor: Literal["train", "eval"] = Field(default="train", description="which loss: train | eval")
     hold_until_learning: bool = Field(
         default=True, description="hold fires back until the run has shown it learns, and while its loss is unstable "
-                                  "(the not_learning and unstable rules, their defaults): a run that is not learning "
+                                  "(the not_learning and unstable rules, with their [policies.*] settings): a run that is not learning "
                                   "is not on a plateau, and is never downsized")
 
 
@@ -385,8 +385,11 @@ class PlateauPolicy(Policy):
         config: the ``[policies.plateau]`` section.
 
     Keys are ``plateau:<monitor>:<index>`` with ``index`` the 0-based position of the point
-    among the monitored points, so each fire is reported once.
+    among the monitored points, so each fire is reported once. An open overfitting episode
+    supersedes it (:meth:`costctl.policies.overfitting.OverfittingPolicy.covers`).
     """
+
+    superseded_by: ClassVar[tuple[str, ...]] = ("overfitting",)
 
     name = "plateau"
     config_model: ClassVar[type[PlateauConfig]] = PlateauConfig
@@ -395,7 +398,9 @@ class PlateauPolicy(Policy):
     #: Seconds between two updates of an open episode's evidence (repeats) in the ledger.
     UPDATE_EVERY_S = 60.0
 
-    def __init__(self, config: PlateauConfig) -> None:
+    def __init__(self, config: PlateauConfig, *, learning: Any = None, swings: Any = None) -> None:
+        """``learning`` / ``swings``: the ``[policies.not_learning]`` / ``[policies.unstable]``
+        sections the hold applies (None: their defaults)."""
         self.config = config
         self.action = config.action
         self.tracker = PlateauTracker.from_config(config)
@@ -407,17 +412,31 @@ class PlateauPolicy(Policy):
         self._series: str | None = None  # the monitored series' name the tracker follows
         self._index_base = 0  # values seen by the trackers of earlier series (indexes stay unique)
         #: the not-learning rule over the same values: fires before it saw the run learn are held back
-        self.learning = LearningCheck() if config.hold_until_learning else None
+        self._learning_config, self._swings_config = learning, swings
+        self.learning: LearningCheck | None = None
         #: the unstable rule over the same values: fires inside an unstable episode are held back
-        self.swings = SwingCheck() if config.hold_until_learning else None
+        self.swings: SwingCheck | None = None
+        if config.hold_until_learning:
+            self.learning, self.swings = self._new_checks()
         self._fed = self._swings_fed = 0  # monitored values of the current batch already fed to ``learning``
         #: fires held back because the run had not (yet) shown it learns
         self.held_back = 0
 
+    def _new_checks(self) -> tuple[LearningCheck, SwingCheck]:
+        """Fresh not-learning and unstable rules for the hold, with the user's settings."""
+        learning = (LearningCheck.from_config(self._learning_config) if self._learning_config is not None
+                    else LearningCheck())
+        swings = SwingCheck.from_config(self._swings_config) if self._swings_config is not None else SwingCheck()
+        return learning, swings
+
     @classmethod
     def from_config(cls, config: PlateauConfig, context: PolicyContext) -> PlateauPolicy:
-        """Always enabled (it only advises by default)."""
-        return cls(config)
+        """Always enabled (it only advises by default). The hold applies the user's
+        ``[policies.not_learning]`` and ``[policies.unstable]`` settings (their rules, whether or
+        not those policies are enabled)."""
+        sections = context.policies
+        return cls(config, learning=getattr(sections, "not_learning", None),
+                   swings=getattr(sections, "unstable", None))
 
     def decisions(self, history: History, now: datetime) -> list[Decision]:
         """One decision per plateau *episode* among the progress added since the last call.
@@ -515,7 +534,7 @@ class PlateauPolicy(Policy):
                         self._index_base += self.tracker.last_epoch
                         self.tracker = PlateauTracker.from_config(self.config)
                         if self.learning is not None:
-                            self.learning, self.swings = LearningCheck(), SwingCheck()
+                            self.learning, self.swings = self._new_checks()
                     self._series = name
                 yield part
 

@@ -135,6 +135,9 @@ class Analysis:
     #: per GPU, a decimated ``(time, utilization %)`` series for ``--plot`` (at most
     #: :data:`PLOT_POINTS` points, see :class:`~costctl.replay.streaming.PlotSeries`).
     plot_series: dict[int, list[tuple[datetime, float]]] = field(default_factory=dict)
+    #: right-sizing of the recorded run (:class:`costctl.lifecycle.underuse.LogRightsizing`, set by
+    #: the CLI, which sits above the lifecycle layer), or None when there is no GPU log.
+    rightsizing: Any = None
 
     @property
     def total_spend(self) -> Money | None:
@@ -486,6 +489,10 @@ def to_dict(a: Analysis) -> dict[str, Any]:
             }
             for p in a.peers
         ],
+        "rightsizing": None if a.rightsizing is None else {
+            "advice": a.rightsizing.advice.to_dict() if a.rightsizing.advice is not None else None,
+            "reason": a.rightsizing.reason,
+        },
         "assumptions": a.assumptions,
         "notes": a.notes,
     }

@@ -219,6 +219,10 @@ class LossReplay:
     def finish(self) -> ReplayRun:
         """:attr:`run`, with a line per loss policy whose rule did not apply to this log (its
         ``not_applicable``: a GRPO loss starting at 0, a resumed log...)."""
+        # the log is fed one kind after the other (train, then eval): a plateau of the train loss
+        # that an overfitting episode (read from the eval points later) covers is dropped now,
+        # as a live watch, which reads them in file order, drops it when it fires
+        self.run.decisions = self.engine.drop_superseded(self.run.decisions)
         for policy in self.engine.policies:
             why = getattr(policy, "not_applicable", None)
             line = f"{policy.name}: {why}" if why else None

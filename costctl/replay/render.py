@@ -8,6 +8,8 @@ one day (the header line gives it).
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import math
 from datetime import datetime, timedelta
 
@@ -230,6 +232,14 @@ def render(a: Analysis, console: Console) -> None:
                       f"({_m(a.oracle_saving - first.saving)} less than the oracle)")
     if a.peers:
         _peers(a, console, t)
+    rs = a.rightsizing
+    if rs is not None:
+        if rs.advice is not None:
+            console.print(f"right-sizing: {rs.advice.text}; on it the run would have cost about "
+                          f"{rs.advice.cost_there.quantize(Decimal('0.01'))} {rs.advice.currency} "
+                          f"({rs.advice.card.speed_source})")
+        elif rs.reason:
+            console.print(rs.reason)
     for line in a.assumptions:
         console.print(f"assumed: {line}")
     for line in a.notes:

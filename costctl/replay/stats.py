@@ -48,6 +48,7 @@ class GpuStats:
         trailing_zero_samples: readings at 0 % at the very end of the log.
         memory_used_min / memory_used_max / memory_total: bytes, None when not recorded.
         unknown_samples: readings whose utilization is unknown (``[N/A]``...).
+        name: the GPU's model name as the log spells it (its first reading that has one), or None.
     """
 
     index: int
@@ -66,6 +67,7 @@ class GpuStats:
     memory_used_max: int | None
     memory_total: int | None
     unknown_samples: int
+    name: str | None = None
 
     @property
     def span_s(self) -> float:
@@ -125,6 +127,7 @@ def gpu_stats(log: GpuLog, index: int) -> GpuStats:
         memory_used_max=max(used) if used else None,
         memory_total=max(totals) if totals else None,
         unknown_samples=len(utils) - len(known),
+        name=next((g.name for _, g in series if g.name), None),
     )
 
 

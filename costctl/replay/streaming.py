@@ -126,6 +126,7 @@ class GpuStatsStream:
         self.mem_min: int | None = None
         self.mem_max: int | None = None
         self.mem_total: int | None = None
+        self.name: str | None = None
 
     def add(self, when: datetime, g: GpuReading) -> None:
         """Take this GPU's next reading, recorded at ``when``."""
@@ -155,6 +156,8 @@ class GpuStatsStream:
             self.mem_max = used if self.mem_max is None else max(self.mem_max, used)
         if g.memory_total_bytes is not None:
             self.mem_total = g.memory_total_bytes if self.mem_total is None else max(self.mem_total, g.memory_total_bytes)
+        if self.name is None and g.name:
+            self.name = g.name
 
     def _close(self, pos: int, last_zero_at: datetime) -> None:
         count = pos - self.run_first  # type: ignore[operator]
@@ -176,7 +179,7 @@ class GpuStatsStream:
             min_utilization=self.min_u, max_utilization=self.max_u, zero_samples=self.zeros,
             longest_zero_run=best, trailing_zero_samples=trailing,
             memory_used_min=self.mem_min, memory_used_max=self.mem_max, memory_total=self.mem_total,
-            unknown_samples=self.count - self.known,
+            unknown_samples=self.count - self.known, name=self.name,
         )
 
 

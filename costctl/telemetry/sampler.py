@@ -17,6 +17,7 @@ from typing import Any
 from costctl.clock import ensure_utc
 from costctl.records import GpuReading, SignalStatus, TelemetrySample
 from costctl.telemetry.base import CpuSource, GpuSource
+from costctl.telemetry.jupyter import JupyterActivity, JupyterReading
 from costctl.telemetry.nvidia_smi import DEFAULT_TIMEOUT_S, NvidiaSmiGpuSource
 from costctl.telemetry.nvml import NvmlGpuSource
 from costctl.telemetry.ssh import SshSessionCounter
@@ -76,6 +77,8 @@ class Sampler:
             otherwise.
         ssh_counter: injectable ``() -> (status, count, error)``; default a
             :class:`~costctl.telemetry.ssh.SshSessionCounter` (a scan at most every 60 s).
+        jupyter: a :class:`~costctl.telemetry.jupyter.JupyterActivity` (read at most every
+            30 s), or None (``jupyter_status`` ABSENT).
 
     No exception from one source can lose the sample: that source reads ERROR with the reason
     (in ``TelemetrySample.reasons``), the others are still read.
@@ -88,10 +91,12 @@ class Sampler:
         count_ssh: bool = False,
         *,
         ssh_counter: Callable[[], tuple[SignalStatus, int | None, str | None]] | None = None,
+        jupyter: JupyterActivity | None = None,
     ) -> None:
         self.gpu = gpu
         self.cpu = cpu
         self.count_ssh = count_ssh
+        self.jupyter = jupyter
         self._ssh_counter = ssh_counter if ssh_counter is not None else SshSessionCounter()
 
     @property
@@ -107,7 +112,7 @@ class Sampler:
         """Read all sources and stamp the result with ``now`` (converted to aware UTC).
 
         The GPU is read first, then the CPU (so a nvidia-smi call of ours is over before the
-        process list is taken), then SSH.
+        process list is taken), then SSH, then the Jupyter server.
         """
         reasons: list[str] = []
 
@@ -149,6 +154,15 @@ class Sampler:
                 ssh_status, ssh_sessions = SignalStatus.ERROR, None
                 reasons.append(f"ssh: count raised {type(exc).__name__}: {exc}")
 
+        jupyter = JupyterReading(SignalStatus.ABSENT)
+        if self.jupyter is not None:
+            try:
+                jupyter = self.jupyter.read()
+            except Exception as exc:  # noqa: BLE001 - unreadable is busy, never a lost tick
+                jupyter = JupyterReading(SignalStatus.ERROR, error=f"read raised {type(exc).__name__}: {exc}")
+            if jupyter.error:
+                reasons.append(f"jupyter: {jupyter.error}")
+
         return TelemetrySample(
             time=ensure_utc(now),
             gpus=gpus,
@@ -159,6 +173,9 @@ class Sampler:
             ssh_status=ssh_status,
             source=self.source_name,
             reasons=tuple(reasons),
+            jupyter_status=jupyter.status,
+            jupyter_last_activity=jupyter.last_activity,
+            jupyter_busy_kernels=jupyter.busy_kernels,
         )
 
     def close(self) -> None:

@@ -53,6 +53,9 @@ from ..ledger.progress_store import ProgressStore
 from ..ledger.spend import SpendTracker
 from ..ledger.writer import LedgerWriter, Ticket
 from ..lifecycle.controller import Lifecycle
+from ..notify.dispatch import Notifier
+from ..notify.events import Context, Event
+from ..notify.pending import StopWarnings
 from ..lifecycle.underuse import underuse_advice
 from ..money import Money
 from ..policies.engine import PolicyEngine
@@ -69,6 +72,7 @@ from ..records import Action, BatchPlan, Decision, TelemetrySample
 from ..statusline import StatusLine, countdown
 from ..summary import RunSummary
 from ..telemetry.cpu import ExitedTreeCpu, MachineCpu, ProcessTreeCpu
+from ..telemetry.jupyter import JupyterActivity
 from ..telemetry.sampler import Sampler, detect_gpu_source
 from .chainlock import HEARTBEAT_STALE_S, ChainLock, blocking_run, lock_dir, refusal
 from .command import prepare_command
@@ -77,6 +81,7 @@ from .instance import bring_up, resolve_instance
 from .attach import AttachTarget, find_target, on_exit_argv
 from .job import Job
 from .pump import INLINE_MAX_BYTES, ParsePump
+from .snoozing import SnoozeControl
 from .wakeup import Wakeup
 from .options import WatchOptions
 from ..relay.client import RelayChild, shares_one_terminal, terminal_size
@@ -179,6 +184,17 @@ def _job_cpu(pid: int) -> ProcessTreeCpu | ExitedTreeCpu:
         return ExitedTreeCpu(pid)
 
 
+def jupyter_source(settings: Settings) -> JupyterActivity | None:
+    """The local Jupyter server reader for ``[policies.idle_fraction]`` (its ``jupyter_url`` and
+    ``jupyter_token``), or None when that policy is off or ``jupyter_url = "off"``: the only
+    policy that reads the signal."""
+    section = getattr(settings.policies, "idle_fraction", None)
+    if section is None or section.time_window is None or section.jupyter_url == "off":
+        return None
+    token = section.jupyter_token.get_secret_value() if section.jupyter_token is not None else None
+    return JupyterActivity(section.jupyter_url, token=token)
+
+
 class Watcher:
     """One ``costctl watch`` (see the module docstring).
 
@@ -262,6 +278,9 @@ class Watcher:
         self._threaded = False  # run(): the stop runs in a StopRunner thread; else step() steps it
         self._summary_from: datetime | None = None  # the first ledger run's start (earlier when attached)
         self._stop_runner: StopRunner | None = None
+        self.notifier: Notifier | None = None  # [notify] urls: costctl.notify
+        self._stop_warnings: StopWarnings | None = None  # [notify] warn_before
+        self._control: Any = None  # the control socket costctl snooze reaches (costctl.snooze)
         self._hangup = False  # the terminal went away (SIGHUP or EIO)
         # costctl's own fds that are a terminal (redirected to /dev/null once it went away):
         self._terminal_fds: list[int] | None = [fd for fd in (1, 2) if _isatty(fd)]
@@ -556,6 +575,7 @@ class Watcher:
             advise_only=not route.stops, route=route, stop_log=self.writer, stop_config=s.stop,
             before_self_stop=self._before_self_stop,
         )
+        self._start_notifier(s)
         earlier_saves, chain_preempted = self._chain_history(run_id)
         mtbf_s, mtbf_source = self._mtbf(chain_preempted)
         self.lifecycle = Lifecycle(
@@ -619,7 +639,8 @@ class Watcher:
             stand_in = "the watched process tree" if self.child else "all user processes"
             gpu = detect_gpu_source(log=lambda m: self.say(f"costctl: {m}"), stand_in=stand_in)
             cpu = _job_cpu(self.child.pid) if self.child else MachineCpu()
-            self._sampler = Sampler(gpu, cpu, count_ssh=s.policies.idle.count_ssh_sessions)
+            self._sampler = Sampler(gpu, cpu, count_ssh=s.policies.idle.count_ssh_sessions,
+                                    jupyter=jupyter_source(s))
             self._own_cpu = self.child is not None
         gpu_name = resolved.gpu_name
         mode = f"running {shlex.join(self.options.command)}" if self.options.command else "guarding this machine"
@@ -639,6 +660,65 @@ class Watcher:
                      "waiting for the job to write it")
         if billing == "spot":
             self._start_notice_source()
+        self._start_control(s)
+
+    # ------------------------------------------------------------------ notifications, snooze
+    def _notify_context(self) -> Context:
+        run = self.state
+        return Context(provider=run.provider, instance=run.instance_id, run=run.run_id, host=socket.gethostname(),
+                       command=shlex.join(self.options.command or []))
+
+    def _start_notifier(self, s: Settings) -> None:
+        """``[notify] urls``: the notifier hangs on the recorder and on the stop's steps; the
+        warnings before a stop are recorded when some URL takes them (``stop_pending``)."""
+        if not s.notify.urls:
+            return
+        assert self.recorder is not None and self.executor is not None
+        self.notifier = Notifier(s.notify, self._notify_context, say=self.say, on_exit=self.options.on_exit,
+                                 tz=s.watch.tz)
+        self.recorder.subscribe(self.notifier.on_decision)
+        self.executor.on_stop_event(self.notifier.on_stop_event)
+        if any(Event.STOP_PENDING.value in t.events for t in self.notifier.targets) and not self.stops_nothing:
+            self._stop_warnings = StopWarnings(s.notify.warn_before, s.watch.tz)
+
+    def _start_control(self, s: Settings) -> None:
+        """The control socket ``costctl snooze`` reaches (not with ``[snooze] max = "off"``, nor
+        for a watch that stops nothing). One that cannot be opened is said; the watch goes on."""
+        if s.snooze.max is None or self.stops_nothing:
+            return
+        from ..snooze import ControlServer
+
+        assert self.recorder is not None
+        control = SnoozeControl(
+            engine=self.engine, recorder=self.recorder, clock=self.clock, config=s.snooze, lock=self._lock,
+            pending=lambda now: self.engine.next_stop(self.history, now),
+            stopping=lambda: self.executor.stop.state if self.executor and self.executor.stop else None,
+            where=lambda: {"provider": self.state.provider, "instance": self.state.instance_id,
+                           "run": self.state.run_id[:8]},
+            tz=s.watch.tz, on_change=self._snoozed)
+        server = ControlServer(control.handle)
+        try:
+            server.start()
+        except (CostctlError, OSError) as exc:
+            self.say(f"costctl: `costctl snooze` cannot reach this watch: {getattr(exc, 'message', None) or exc}")
+            return
+        self._control = server
+
+    def _snoozed(self, note: str | None) -> None:
+        """A snooze was given (``note``: the sentence the next notifications carry) or lifted."""
+        if self.notifier is not None:
+            self.notifier.snoozed = note
+
+    def _warn_stop(self, now: datetime) -> None:
+        """``[notify] warn_before`` ahead of a pending stop: one warning decision."""
+        warnings = self._stop_warnings
+        if warnings is None or self.recorder is None:
+            return
+        run = self.state
+        decision = warnings.check(self.engine.next_stop(self.history, now), now, provider=run.provider,
+                                  instance=run.instance_id, host=socket.gethostname())
+        if decision is not None:
+            self.recorder.record(decision, "warned", say=f"costctl {decision.policy} warning: {decision.reason}")
 
     def _attach_target(self, instance_pk: int, instance_id: str) -> AttachTarget | None:
         """``--attach RUN``: the run to take over (None without ``--attach``); its command
@@ -1089,6 +1169,8 @@ class Watcher:
             if self.executor is not None and self.executor.stop is not None:
                 resting = True  # a stop was decided just now
             self._schedule_deadline(now, None if resting else self.engine.next_due(self.history, now))
+            if not resting:
+                self._warn_stop(now)
             if sample is not None:
                 self.summary.add_sample(sample)
                 self._status(now, sample)
@@ -1441,6 +1523,8 @@ class Watcher:
 
     def _after_exit(self, status: int) -> tuple[int, str] | None:
         """The command exited for good: ``--on-exit`` leave, stop or guard."""
+        if self.notifier is not None:
+            self.notifier.job_ended(status, self.clock.now())
         if self._chain_lock is not None:  # its checkpoints are free for a --resume (a guard goes on)
             self._chain_lock.release()
         on_exit = self.options.on_exit
@@ -1606,6 +1690,11 @@ class Watcher:
         except LedgerError as exc:
             self.say(f"costctl: could not close the run in the ledger: {exc.message}")
         finally:
+            if self._control is not None:
+                self._control.close()
+                self._control = None
+            if self.notifier is not None:  # what is queued is sent; a sender that hangs is left to its timeout
+                self.notifier.close()
             if self.writer is not None:  # wait for the ledger (an outage: up to the flush timeout)
                 self.writer.close(self.settings.watch.ledger_flush_timeout.total_seconds())
             self.status.close()

@@ -95,6 +95,8 @@ class AutoDLProvider(HttpProvider):
         preemption_notice=no("AutoDL does not preempt"),
     )
     credential_env: ClassVar[tuple[str, ...]] = ("AUTODL_TOKEN",)
+    #: AutoDL's WeChat push as ``autodl://TOKEN`` ([notify] urls; costctl_providers.autodl.push).
+    notify_plugins: ClassVar[tuple[str, ...]] = ("costctl_providers.autodl.push:NotifyAutoDL",)
     storage: ClassVar[Storage] = Storage(
         paths=(
             StoragePath("/root/autodl-tmp", survives=True, note="data disk, kept across a shutdown"),

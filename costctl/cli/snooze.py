@@ -1,0 +1,116 @@
+"""``costctl snooze DURATION|off``: postpone the pending idle autostop of the running watches.
+
+From a shell of the same user on the same machine: ``costctl snooze 1h`` asks every running
+watch of this user (their control sockets in the user's runtime dir, :mod:`costctl.snooze`) to
+hold its idle autostop for an hour (at most ``[snooze] max``, the watch's own setting);
+``costctl snooze off`` lifts it; ``costctl snooze status`` shows what is pending. ``--watch PID``
+picks one watch. Each watch answers with one line: what it did and what is pending now. A watch
+records the snooze as a decision naming who (user, uid, pid) and when. Budget caps and a failed
+stop are never snoozed, nor a stop under way.
+
+Exit status: 0 when every watch reached answered yes, 1 when none runs or one refused, 2 for a
+bad argument.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import UsageError
+
+#: Longest snooze the command asks for (each watch also caps it at its ``[snooze] max``).
+MAX_ASK = timedelta(days=7)
+ALLOWED = "a duration like 10m, 1h or 1h30m (up to 7 days), off, or status"
+
+
+def parse_request(text: str) -> dict[str, object]:
+    """``10m`` -> ``{"op": "snooze", "seconds": 600}``; ``off``; ``status``.
+
+    Raises:
+        UsageError: anything else (one line naming what is allowed).
+    """
+    word = text.strip().lower()
+    if word in ("off", "status"):
+        return {"op": word}
+    from ..config_types import parse_duration
+
+    try:
+        td = parse_duration(text, maximum=MAX_ASK, allowed=ALLOWED)
+    except ValueError as exc:
+        raise UsageError(f"snooze {text!r}: {exc}") from None
+    return {"op": "snooze", "seconds": td.total_seconds()}
+
+
+def snooze(
+    duration: Annotated[str, typer.Argument(metavar="DURATION|off|status",
+                                            help="How long to hold the idle autostop (10m, 1h), off, or status.")],
+    watch: Annotated[int | None, typer.Option("--watch", metavar="PID",
+                                              help="Only the watch with this process id.")] = None,
+) -> None:
+    """Postpone the pending idle autostop of the running watches of this user on this machine
+    (DURATION, capped by each watch's [snooze] max), lift it (off), or show what is pending
+    (status). Budget caps and a failed stop are never snoozed."""
+    from ..snooze import request, watch_sockets
+
+    payload = parse_request(duration)
+    sockets = watch_sockets()
+    if watch is not None:
+        sockets = [p for p in sockets if p.name == f"watch-{watch}.sock"]
+    if not sockets:
+        which = f"watch {watch}" if watch is not None else "costctl watch"
+        typer.echo(f"costctl: no running {which} of this user on this machine to reach "
+                   f"(none listens in {_dir()})", err=True)
+        raise typer.Exit(1)
+    reached = refused = 0
+    for path in sockets:
+        try:
+            answer = request(path, payload)
+        except (ConnectionRefusedError, FileNotFoundError):
+            _forget(path)  # its watch died without removing it
+            continue
+        except PermissionError as exc:
+            typer.echo(f"costctl: {path.name}: {exc.strerror}", err=True)
+            refused += 1
+            continue
+        except (OSError, ValueError) as exc:
+            typer.echo(f"costctl: {path.name}: no answer ({type(exc).__name__}: {exc})", err=True)
+            refused += 1
+            continue
+        reached += 1
+        if answer.get("ok"):
+            typer.echo(str(answer.get("message", "")))
+        else:
+            refused += 1
+            typer.echo(f"costctl: {answer.get('error', 'refused')}", err=True)
+    if reached == 0 and refused == 0:
+        typer.echo(f"costctl: no running costctl watch of this user on this machine (stale sockets removed "
+                   f"from {_dir()})", err=True)
+        raise typer.Exit(1)
+    if refused:
+        raise typer.Exit(1)
+
+
+def _dir() -> str:
+    from ..paths import runtime_dir
+
+    return str(runtime_dir())
+
+
+def _forget(path: Path) -> None:
+    """Remove a socket nobody listens on (ours: the runtime dir is this user's alone)."""
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``snooze`` to the CLI."""
+    app.command("snooze")(snooze)
+
+
+__all__ = ["parse_request", "register", "snooze"]

@@ -1,0 +1,178 @@
+"""Translations: English message ids, Simplified Chinese from a gettext catalogue.
+
+Every user-facing sentence goes through :func:`_` as a whole sentence with *named* placeholders,
+formatted after translation (``_("run {run} stopped").format(run=...)``), never assembled from
+fragments: word order differs between the languages. :func:`N_` marks a sentence kept in a
+constant for translation where it is used.
+
+Catalogues (GNU gettext, domain ``costctl``) live in ``costctl/locale/<lang>/LC_MESSAGES/``:
+the ``.po`` source and its compiled ``.mo`` are both committed (``tests/test_i18n_catalog.py``
+checks the ``.mo`` is the compilation of the ``.po``, with Babel). A catalogue is read on the
+first translation that needs it, never at import.
+
+Language (:func:`choose_language`), first that is set: ``[ui] language`` (or
+``COSTCTL_UI__LANGUAGE``) unless ``auto``; then gettext's own order of the locale variables
+``LANGUAGE``, ``LC_ALL``, ``LC_MESSAGES``, ``LANG``. ``zh*`` gives Simplified Chinese
+(``zh_CN``); ``C``, ``POSIX`` and everything else English.
+
+click and typer translate their own strings ("Usage:", "Options:", "Show this message and
+exit.") through :func:`gettext.gettext`, bound when they are imported; :func:`install_for_cli`
+(called by :mod:`costctl.cli` before it imports typer) points :mod:`gettext`'s module functions
+at costctl's catalogue when the language is not English, so those strings come from the same
+catalogue. Nothing is changed for English.
+"""
+
+from __future__ import annotations
+
+import gettext as _gettext
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+#: gettext domain of costctl's catalogues.
+DOMAIN = "costctl"
+#: where the catalogues are: ``LOCALE_DIR / <lang> / "LC_MESSAGES" / "costctl.mo"``.
+LOCALE_DIR = Path(__file__).resolve().parent / "locale"
+#: languages with a catalogue, besides English (the message ids).
+LANGUAGES = ("zh_CN",)
+#: the values ``[ui] language`` accepts.
+CHOICES = ("auto", "en", "zh_CN")
+
+_language: str | None = None
+_translation: _gettext.NullTranslations | None = None
+
+
+def _normalize(value: str) -> str | None:
+    """``"zh_CN"`` for any Chinese locale name (``zh_CN.UTF-8``, ``zh-Hans``, ``zh``), ``"en"``
+    for any other non-empty one, None for an empty one."""
+    v = value.strip()
+    if not v:
+        return None
+    lang = v.split(".")[0].split("@")[0].replace("-", "_")
+    if lang.lower().startswith("zh"):
+        return "zh_CN"
+    return "en"
+
+
+def choose_language(configured: str | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """The language to show: ``"en"`` or ``"zh_CN"`` (see the module docstring for the order).
+
+    Args:
+        configured: ``[ui] language`` (``auto``, ``en``, ``zh_CN``; None = auto).
+        environ: the environment (default :data:`os.environ`).
+    """
+    env = os.environ if environ is None else environ
+    for value in (configured, env.get("COSTCTL_UI__LANGUAGE")):
+        if value and value.strip().lower() != "auto":
+            found = _normalize(value)
+            if found:
+                return found
+    for var in ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG"):
+        value = env.get(var, "")
+        if not value:
+            continue
+        first = value.split(":")[0]  # LANGUAGE is a list of preferences
+        return _normalize(first) or "en"
+    return "en"
+
+
+def set_language(language: str | None) -> str:
+    """Show messages in ``language`` from now on (``auto``/None: :func:`choose_language`);
+    returns the language chosen."""
+    global _language, _translation
+    chosen = choose_language(language)
+    if chosen != _language:
+        _language, _translation = chosen, None
+    return chosen
+
+
+def language() -> str:
+    """The language messages are shown in (chosen on first use)."""
+    return _language if _language is not None else set_language(None)
+
+
+def _catalogue() -> _gettext.NullTranslations:
+    global _translation
+    if _translation is None:
+        lang = language()
+        if lang == "en":
+            _translation = _gettext.NullTranslations()
+        else:
+            _translation = _gettext.translation(DOMAIN, LOCALE_DIR, languages=[lang], fallback=True)
+    return _translation
+
+
+def _(message: str) -> str:
+    """``message`` (an English sentence, the message id) in the current language."""
+    if _language == "en" or (_language is None and language() == "en"):
+        return message
+    return _catalogue().gettext(message)
+
+
+def ngettext(singular: str, plural: str, n: int) -> str:
+    """The singular or plural sentence for ``n``, in the current language."""
+    if language() == "en":
+        return singular if n == 1 else plural
+    return _catalogue().ngettext(singular, plural, n)
+
+
+def N_(message: str) -> str:
+    """Mark ``message`` for the catalogue without translating it now (translate it with
+    :func:`_` where it is shown)."""
+    return message
+
+
+def install_for_cli() -> None:
+    """Give click's and typer's own strings costctl's catalogue (call before importing them).
+
+    For a language other than English, :func:`gettext.gettext` and :func:`gettext.ngettext`
+    become costctl's; they still return the message unchanged when the catalogue has no entry.
+    """
+    if language() == "en":
+        return
+    catalogue = _catalogue()
+    _gettext.gettext = catalogue.gettext  # type: ignore[assignment]
+    _gettext.ngettext = catalogue.ngettext  # type: ignore[assignment]
+
+
+def format_money(amount: Any, currency: str, *, places: int = 2) -> str:
+    """``amount`` (Decimal) in ``currency`` for people, by the current language's locale rules
+    (Babel, CLDR data): ``¥1,234.57`` in Chinese, ``CN¥1,234.57`` / ``$1,234.57`` in English.
+
+    Args:
+        amount: a Decimal (never a float); rounded half-even to ``places`` decimals for display.
+        currency: ISO 4217 code.
+    """
+    from decimal import Decimal
+
+    from babel.numbers import format_currency
+
+    locale = "zh_CN" if language() == "zh_CN" else "en_US"
+    q = Decimal(amount).quantize(Decimal(1).scaleb(-places))
+    if places == 2:
+        return format_currency(q, currency.upper(), locale=locale)
+    pattern = "¤#,##0" + ("." + "0" * places if places > 0 else "")
+    return format_currency(q, currency.upper(), format=pattern, locale=locale, currency_digits=False)
+
+
+def format_number(value: Any, *, places: int | None = None) -> str:
+    """``value`` with the locale's thousands separators (Babel), ``places`` decimals when given."""
+    from babel.numbers import format_decimal
+
+    locale = "zh_CN" if language() == "zh_CN" else "en_US"
+    fmt = None if places is None else ("#,##0." + "0" * places if places > 0 else "#,##0")
+    return format_decimal(value, format=fmt, locale=locale)
+
+
+def format_time(when: Any, tz: Any = None) -> str:
+    """An aware datetime for people: in ``tz`` (a :class:`zoneinfo.ZoneInfo`; UTC when None),
+    to the second, with the zone's offset (``2026-12-05 22:52:07+08:00``); never microseconds."""
+    from datetime import timezone
+
+    shown = when.astimezone(tz or timezone.utc).replace(microsecond=0)
+    return shown.isoformat(sep=" ")
+
+
+__all__ = ["CHOICES", "DOMAIN", "LANGUAGES", "LOCALE_DIR", "N_", "_", "choose_language", "format_money",
+           "format_number", "format_time", "install_for_cli", "language", "ngettext", "set_language"]

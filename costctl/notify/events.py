@@ -1,0 +1,250 @@
+"""What a notification says: the events, and the message each recorded fact becomes.
+
+The events (``[notify] events``, and per URL; :data:`costctl.config.NOTIFY_EVENTS`):
+
+================ ==========================================================================
+``stop_pending`` a stop will come ``[notify] warn_before`` ahead (the warning recorded by
+                 :class:`~costctl.notify.pending.StopWarnings`), and a snooze given or lifted
+``stop_done``    the provider confirmed the stop, or no longer knows the instance, or the
+                 instance's self-stop was sent
+``stop_failed``  the stop failed, or is not confirmed yet (a re-send, a failed request): the
+                 loudest — never rate-limited
+``budget``       the budget policy's warning and its cap
+``advice``       the loss diagnoses (plateau, overfitting, not learning, unstable, divergence),
+                 stall, the cheaper-card advice, a move to another card, an OOM retry
+``preemption``   a preemption notice, and the checkpoint taken for it
+``job_end``      the watched command finished, or failed (its exit status)
+================ ==========================================================================
+
+Every text is a whole sentence with named placeholders (:data:`TEMPLATES`), so a translation
+(gettext, later) gets whole sentences. Decisions carry their own reason, a sentence of the
+policy's; the templates frame it. Pure functions: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from ..decisions import RecordedDecision
+from ..records import Action
+
+#: Key prefix of the decisions :class:`~costctl.notify.pending.StopWarnings` records.
+WARNING_KEY_PREFIX = "stop-warning:"
+#: Key prefix of the decisions a snooze (or its end) records.
+SNOOZE_KEY_PREFIX = "snooze:"
+
+
+class Event(StrEnum):
+    """A kind of notification (the values of ``[notify] events``)."""
+
+    STOP_PENDING = "stop_pending"
+    STOP_DONE = "stop_done"
+    STOP_FAILED = "stop_failed"
+    BUDGET = "budget"
+    ADVICE = "advice"
+    PREEMPTION = "preemption"
+    JOB_END = "job_end"
+
+
+#: Apprise's notification types (``info``, ``success``, ``warning``, ``failure``), per event.
+LEVELS: dict[Event, str] = {
+    Event.STOP_PENDING: "warning", Event.STOP_DONE: "success", Event.STOP_FAILED: "failure",
+    Event.BUDGET: "warning", Event.ADVICE: "info", Event.PREEMPTION: "warning", Event.JOB_END: "info",
+}
+
+#: Events never held back by ``[notify] max_per_hour`` (there is at most one stop per watch).
+LOUD: frozenset[Event] = frozenset({Event.STOP_DONE, Event.STOP_FAILED})
+
+#: The texts, whole sentences with named placeholders (``{instance}``, ``{provider}``...).
+TEMPLATES: dict[str, str] = {
+    "where": "Run {run} on {provider} instance {instance} (host {host}).",
+    "pending.title": "{instance} will be stopped at {at}",
+    "snooze.title": "The autostop of {instance} was snoozed until {until}",
+    "unsnooze.title": "The snooze of the autostop of {instance} was lifted",
+    "stop_done.title": "{instance} is stopped",
+    "stop_done.body": "{provider} confirmed that instance {instance} is stopped after {attempts} stop request(s).",
+    "stop_gone.title": "{instance} no longer exists",
+    "stop_gone.body": "{provider} no longer knows instance {instance}: it no longer bills. {detail}",
+    "self_stop.title": "{instance} is stopping itself",
+    "self_stop.body": "The API route ended, so instance {instance} runs its own stop command: {detail}",
+    "stop_reason": "It was stopped because: {reason}",
+    "stop_failed.title": "STOP FAILED: {instance} may still be running and billing",
+    "stop_failed.body": ("costctl could not stop {provider} instance {instance}: {detail}. Stop it yourself "
+                         "(`costctl stop {instance}` or the provider's console)."),
+    "stop_unconfirmed.title": "The stop of {instance} is not confirmed yet",
+    "stop_unconfirmed.body": ("The stop of {provider} instance {instance} is not confirmed yet: {detail}. costctl "
+                              "keeps trying until {deadline}; the instance may still be billing."),
+    "budget.warn.title": "Budget warning on {instance}",
+    "budget.act.title": "Budget cap reached on {instance}",
+    "advice.title": "{policy} on run {run}",
+    "preemption.title": "Preemption notice for {instance}",
+    "checkpoint.title": "Checkpoint for the preemption of {instance}",
+    "job_done.title": "The job on {instance} finished",
+    "job_failed.title": "The job on {instance} failed with exit status {status}",
+    "job_end.body": "The command {command} exited with status {status}. {next}",
+    "job_end.guard": "costctl guards the instance until it is idle, then stops it.",
+    "job_end.stop": "costctl stops the instance now (--on-exit stop).",
+    "job_end.leave": "The instance is left running (--on-exit leave).",
+    "snoozed": "The autostop was snoozed by {by} until {until}.",
+}
+
+#: Policies whose advice is the ``advice`` event.
+ADVICE_POLICIES = frozenset({"plateau", "overfitting", "not_learning", "unstable", "divergence", "stall",
+                             "underutilized", "downsize", "oom"})
+
+
+def text(name: str, **values: Any) -> str:
+    """:data:`TEMPLATES` ``[name]`` with its named placeholders filled."""
+    return TEMPLATES[name].format(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """Where the watch runs, for the messages.
+
+    Attributes:
+        provider / instance: the provider's name and the instance's id.
+        run: the ledger run id (shown by its first 8 characters).
+        host: this machine's host name.
+        command: the watched command as one shell line ("" when guarding the machine).
+        snoozed: a sentence about the latest snooze (who, until when), or None; the next
+            messages repeat it.
+    """
+
+    provider: str
+    instance: str
+    run: str
+    host: str
+    command: str = ""
+    snoozed: str | None = None
+
+    def values(self) -> dict[str, str]:
+        """The placeholders every template may use."""
+        return {"provider": self.provider, "instance": self.instance, "run": self.run[:8], "host": self.host}
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One notification.
+
+    Attributes:
+        event: its kind (which targets get it).
+        key: identifies it: a message whose key was already sent is not sent again.
+        title / body: the texts (the body ends with where the watch runs).
+        level: Apprise's notification type (``info``, ``success``, ``warning``, ``failure``).
+        time: aware UTC, on the watch's clock (the rate limit counts with it).
+        name: a short name of the run (AutoDL's push shows it as the experiment's name).
+    """
+
+    event: Event
+    key: str
+    title: str
+    body: str
+    level: str
+    time: datetime
+    name: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def loud(self) -> bool:
+        """Never held back by the rate limit."""
+        return self.event in LOUD
+
+
+def _message(event: Event, key: str, title: str, body: str, when: datetime, ctx: Context) -> Message:
+    parts = [body.strip()]
+    if ctx.snoozed and event in (Event.STOP_PENDING, Event.STOP_DONE, Event.STOP_FAILED):
+        parts.append(ctx.snoozed)
+    parts.append(text("where", **ctx.values()))
+    return Message(event=event, key=key, title=title, body="\n".join(p for p in parts if p), level=LEVELS[event],
+                   time=when, name=f"costctl {ctx.instance} run {ctx.run[:8]}")
+
+
+def decision_event(recorded: RecordedDecision) -> Event | None:
+    """Which event a recorded decision is (None: not one people are told about, e.g. a stop
+    request — its end is — or a periodic checkpoint)."""
+    d = recorded.decision
+    if d.key.startswith(WARNING_KEY_PREFIX) or d.key.startswith(SNOOZE_KEY_PREFIX):
+        return Event.STOP_PENDING
+    if d.policy == "budget" and d.action in (Action.WARN, Action.ADVISE):
+        return Event.BUDGET
+    if d.policy == "budget" and d.action is Action.STOP:
+        return Event.BUDGET
+    if d.policy == "preemption":
+        return Event.PREEMPTION
+    if d.policy == "checkpoint" and d.action is Action.CHECKPOINT and d.evidence.get("reason") == "preemption":
+        return Event.PREEMPTION
+    if d.policy in ADVICE_POLICIES and d.action in (Action.ADVISE, Action.WARN, Action.DOWNSIZE, Action.RETRY):
+        return Event.ADVICE
+    if d.action is Action.ADVISE and d.policy not in ("advise-only", "checkpoint", "snooze"):
+        return Event.ADVICE  # a third-party policy's advice
+    return None
+
+
+def decision_message(recorded: RecordedDecision, ctx: Context) -> Message | None:
+    """The message for a recorded decision, or None (see :func:`decision_event`). A dry-run
+    decision is not sent."""
+    event = decision_event(recorded)
+    if event is None or recorded.dry_run:
+        return None
+    d = recorded.decision
+    values = ctx.values()
+    if d.key.startswith(SNOOZE_KEY_PREFIX):
+        until = d.evidence.get("until_local")
+        title = text("snooze.title", until=until, **values) if until else text("unsnooze.title", **values)
+    elif event is Event.STOP_PENDING:
+        title = text("pending.title", at=d.evidence.get("at_local", "?"), **values)
+    elif event is Event.BUDGET:
+        title = text("budget.act.title" if d.evidence.get("level") == "act" else "budget.warn.title", **values)
+    elif event is Event.PREEMPTION:
+        title = text("checkpoint.title" if d.policy == "checkpoint" else "preemption.title", **values)
+    else:
+        title = text("advice.title", policy=d.policy, **values)
+    key = f"decision:{d.key}" if d.key else f"decision:{d.policy}:{d.time.isoformat()}"
+    return _message(event, key, title, d.reason, d.time, ctx)
+
+
+def stop_message(state: str, *, detail: str, attempts: int, when: datetime, reason: str | None,
+                 deadline: str | None, ctx: Context) -> Message | None:
+    """The message for a stop that reached ``state`` (a :class:`~costctl.stopping.StopState`
+    value): ``confirmed``/``gone``/``self-stop sent`` (stop_done), ``failed`` (stop_failed),
+    ``unconfirmed`` (stop_failed: the first re-send or failed request); None otherwise.
+
+    Args:
+        reason: the stop decision's reason (said with a stop done).
+        deadline: when the stop is given up on, shown with ``unconfirmed``.
+    """
+    values = dict(ctx.values(), detail=detail.rstrip("."), attempts=attempts)
+    because = text("stop_reason", reason=reason) if reason else ""
+    if state == "confirmed":
+        return _message(Event.STOP_DONE, "stop:done", text("stop_done.title", **values),
+                        text("stop_done.body", **values) + "\n" + because, when, ctx)
+    if state == "gone":
+        return _message(Event.STOP_DONE, "stop:done", text("stop_gone.title", **values),
+                        text("stop_gone.body", **values) + "\n" + because, when, ctx)
+    if state == "self-stop sent":
+        return _message(Event.STOP_DONE, "stop:self-stop", text("self_stop.title", **values),
+                        text("self_stop.body", **values) + "\n" + because, when, ctx)
+    if state == "failed":
+        return _message(Event.STOP_FAILED, "stop:failed", text("stop_failed.title", **values),
+                        text("stop_failed.body", **values) + "\n" + because, when, ctx)
+    if state == "unconfirmed":
+        return _message(Event.STOP_FAILED, "stop:unconfirmed", text("stop_unconfirmed.title", **values),
+                        text("stop_unconfirmed.body", deadline=deadline or "its deadline", **values), when, ctx)
+    return None
+
+
+def job_end_message(status: int, *, on_exit: str, when: datetime, ctx: Context) -> Message:
+    """The message for the watched command's end (exit ``status``; 0 finished, else failed)."""
+    values = ctx.values()
+    title = text("job_done.title", **values) if status == 0 else text("job_failed.title", status=status, **values)
+    follow = {"stop": "job_end.stop", "leave": "job_end.leave"}.get(on_exit, "job_end.guard")
+    body = text("job_end.body", command=ctx.command or "(none)", status=status, next=text(follow))
+    return _message(Event.JOB_END, f"job_end:{when.isoformat()}", title, body, when, ctx)
+
+
+__all__ = ["ADVICE_POLICIES", "Context", "Event", "LEVELS", "LOUD", "Message", "SNOOZE_KEY_PREFIX", "TEMPLATES",
+           "WARNING_KEY_PREFIX", "decision_event", "decision_message", "job_end_message", "stop_message", "text"]

@@ -1,0 +1,155 @@
+"""A watch's answer to ``costctl snooze``: :class:`SnoozeControl`.
+
+The watch serves its control socket (:class:`costctl.snooze.ControlServer`); each request from
+a process of the same user comes here, in the socket's thread, and is handled under the watch's
+lock:
+
+* ``snooze`` for N seconds: the idle autostop (every :attr:`~costctl.policies.base.Policy.snoozable`
+  policy's stop) waits until now + N, N capped at ``[snooze] max``
+  (:meth:`costctl.policies.engine.PolicyEngine.snooze`); recorded as a ``snooze`` decision naming
+  who (user, uid, pid from the kernel) and when; the status line's countdown and the next
+  notifications say so. A stop already under way is not snoozed, nor is a budget cap or a failed
+  stop (those are not snoozable).
+* ``off``: the snooze is lifted (recorded too); a stop it held comes at the next tick.
+* ``status``: what is pending, nothing changed.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from datetime import datetime, timedelta, tzinfo
+from typing import Any
+
+from ..clock import Clock
+from ..config import SnoozeConfig
+from ..decisions import DecisionRecorder
+from ..notify.events import SNOOZE_KEY_PREFIX
+from ..policies.base import Pending, iso
+from ..policies.engine import PolicyEngine, Snooze
+from ..policies.idle import fmt_duration
+from ..records import Action, Decision
+from ..snooze import Peer
+from ..statusline import countdown
+
+#: The texts (whole sentences, named placeholders).
+SNOOZED = "{by} snoozed the idle autostop of {provider} instance {instance} until {until} ({granted})."
+CAPPED = "{requested} was asked; [snooze] max allows {max}."
+LIFTED = "{by} lifted the snooze of the idle autostop of {provider} instance {instance}."
+NEVER = "Budget caps and a failed stop are never snoozed."
+PENDING_NOW = "Pending: {countdown}."
+NOTHING_PENDING = "No stop is pending now."
+IN_FLIGHT = ("{provider} instance {instance} is already being stopped ({state}): a stop under way is not "
+             "snoozed.")
+WATCH = "watch {pid} (run {run}, {provider} instance {instance})"
+NOTE = "The autostop was snoozed by {by} until {until}."
+
+
+class SnoozeControl:
+    """Handles the requests of the watch's control socket (see the module docstring).
+
+    Args:
+        engine: the watch's policy engine (holds the snoozable stops).
+        recorder: records the snooze decisions (ledger, console, notifications).
+        clock: the watch's clock.
+        config: ``[snooze]`` (its ``max`` is not None: a watch with ``off`` serves no socket).
+        lock: the watch's lock (the tick holds it too).
+        pending: the nearest pending stop now (the status line's), or None.
+        stopping: the state of a stop under way (``"sent"``...), or None.
+        where: ``{"provider", "instance", "run"}`` of the watch now.
+        tz: the zone times are shown in.
+        on_change: told the sentence the next notifications carry (None once lifted).
+    """
+
+    def __init__(self, *, engine: PolicyEngine, recorder: DecisionRecorder, clock: Clock, config: SnoozeConfig,
+                 lock: Any, pending: Callable[[datetime], Pending | None], stopping: Callable[[], str | None],
+                 where: Callable[[], dict[str, str]], tz: tzinfo,
+                 on_change: Callable[[str | None], None] | None = None) -> None:
+        self.engine = engine
+        self.recorder = recorder
+        self.clock = clock
+        self.config = config
+        self.lock = lock
+        self.pending = pending
+        self.stopping = stopping
+        self.where = where
+        self.tz = tz
+        self.on_change = on_change
+
+    def _local(self, when: datetime) -> str:
+        return when.astimezone(self.tz).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+    def _pending_text(self, now: datetime) -> str:
+        found = self.pending(now)
+        if found is None:
+            return NOTHING_PENDING
+        return PENDING_NOW.format(countdown=countdown(found.progress, found.at, now, self.tz))
+
+    def handle(self, request: dict[str, Any], peer: Peer) -> dict[str, Any]:
+        """Answer one request (``{"op": "snooze", "seconds": N}``, ``{"op": "off"}``,
+        ``{"op": "status"}``) of ``peer``; see :mod:`costctl.snooze` for the answer's form."""
+        op = request.get("op")
+        with self.lock:
+            where = self.where()
+            head = WATCH.format(pid=os.getpid(), **where)
+            now = self.clock.now()
+            if op == "status":
+                return {"ok": True, "watch": head, "message": f"{head}: {self._pending_text(now)}",
+                        "snoozed_until": iso(self.engine.snoozed.until) if self.engine.snoozed else None}
+            if op == "off":
+                return self._off(now, peer, head, where)
+            if op != "snooze":
+                return {"ok": False, "error": f"unknown request {op!r} (snooze, off or status)"}
+            try:
+                seconds = float(request.get("seconds"))  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                return {"ok": False, "error": "a snooze needs a number of seconds"}
+            if not seconds > 0:
+                return {"ok": False, "error": "a snooze needs a positive number of seconds"}
+            state = self.stopping()
+            if state is not None:
+                return {"ok": False, "watch": head, "error": f"{head}: " + IN_FLIGHT.format(state=state, **where)}
+            return self._snooze(now, seconds, peer, head, where)
+
+    def _snooze(self, now: datetime, seconds: float, peer: Peer, head: str, where: dict[str, str]) -> dict[str, Any]:
+        assert self.config.max is not None
+        requested = timedelta(seconds=seconds)
+        granted = min(requested, self.config.max)
+        until = now + granted
+        by = peer.describe()
+        self.engine.snooze(Snooze(until=until, by=by, at=now))
+        reason = SNOOZED.format(by=by, until=self._local(until), granted=fmt_duration(granted), **where)
+        if granted < requested:
+            reason += " " + CAPPED.format(requested=fmt_duration(requested), max=fmt_duration(self.config.max))
+        reason += " " + NEVER
+        evidence = {"by": {"user": peer.user, "uid": peer.uid, "pid": peer.pid, "host": socket.gethostname()},
+                    "requested_s": seconds, "granted_s": granted.total_seconds(),
+                    "max_s": self.config.max.total_seconds(), "until": iso(until), "until_local": self._local(until)}
+        self.recorder.record(Decision(time=now, policy="snooze", action=Action.SNOOZE, reason=reason,
+                                      evidence=evidence, key=f"{SNOOZE_KEY_PREFIX}{iso(now)}:{peer.pid}"), "snoozed",
+                             say=f"costctl: {reason}")
+        if self.on_change is not None:
+            self.on_change(NOTE.format(by=by, until=self._local(until)))
+        return {"ok": True, "watch": head, "snoozed_until": iso(until), "granted_s": granted.total_seconds(),
+                "message": f"{head}: {reason} {self._pending_text(now)}"}
+
+    def _off(self, now: datetime, peer: Peer, head: str, where: dict[str, str]) -> dict[str, Any]:
+        by = peer.describe()
+        was = self.engine.snoozed
+        self.engine.snooze(None)
+        if self.on_change is not None:
+            self.on_change(None)
+        if was is None or was.until <= now:
+            return {"ok": True, "watch": head, "snoozed_until": None,
+                    "message": f"{head}: no snooze was in force. {self._pending_text(now)}"}
+        reason = LIFTED.format(by=by, **where)
+        self.recorder.record(Decision(time=now, policy="snooze", action=Action.SNOOZE, reason=reason,
+                                      evidence={"by": {"user": peer.user, "uid": peer.uid, "pid": peer.pid},
+                                                "lifted": iso(was.until)},
+                                      key=f"{SNOOZE_KEY_PREFIX}off:{iso(now)}:{peer.pid}"), "snooze lifted",
+                             say=f"costctl: {reason}")
+        return {"ok": True, "watch": head, "snoozed_until": None, "message": f"{head}: {reason} {self._pending_text(now)}"}
+
+
+__all__ = ["SnoozeControl"]

@@ -1,0 +1,58 @@
+"""costctl in Simplified Chinese and in English, as a user's shell chooses (issue 16, part 3):
+``LANG=zh_CN.UTF-8`` gives Chinese help (click's own words too), errors and messages; ``LANG=C``
+gives English. Real ``costctl`` processes, each with only the locale variables we set."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def costctl(args: list[str], *, lang: str, tmp_path: Path, extra_env: dict[str, str] | None = None,
+            **kw) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("COSTCTL_", "LC_", "LANG"))}
+    env.update({"LANG": lang, "COSTCTL_DATA_DIR": str(tmp_path / "data"),
+                "COSTCTL_CONFIG": str(tmp_path / "none.toml"), "PYTHONPATH": str(ROOT)})
+    env.update(extra_env or {})
+    return subprocess.run([sys.executable, "-m", "costctl", *args], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path, **kw)
+
+
+def test_help_is_chinese_under_a_chinese_locale_with_clicks_own_words(tmp_path) -> None:
+    r = costctl(["--help"], lang="zh_CN.UTF-8", tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "用法：" in out and "选项" in out and "命令" in out and "显示此帮助信息并退出。" in out
+    assert "别再为租用的 GPU 白花钱" in out
+    assert "Usage:" not in out and "Show this message and exit." not in out
+
+
+def test_help_is_english_under_lang_c(tmp_path) -> None:
+    r = costctl(["--help"], lang="C", tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "Usage:" in r.stdout and "Options" in r.stdout and "Show this message and exit." in r.stdout
+    assert not any("\u4e00" <= c <= "\u9fff" for c in r.stdout)
+
+
+def test_a_usage_error_is_chinese_under_a_chinese_locale(tmp_path) -> None:
+    r = costctl(["bill", "--limit", "0"], lang="zh_CN.UTF-8", tmp_path=tmp_path)
+    assert r.returncode == 2
+    assert "用法： costctl bill" in r.stderr and "运行 'costctl bill --help' 查看帮助。" in r.stderr
+    assert "错误：" in r.stderr and "Traceback" not in r.stderr
+    r = costctl(["bill", "--limit", "0"], lang="C", tmp_path=tmp_path)
+    assert r.returncode == 2 and "Usage: costctl bill" in r.stderr and "Error: " in r.stderr
+
+
+@pytest.mark.parametrize("value, want_zh", [("zh_CN", True), ("en", False)])
+def test_the_ui_language_setting_wins_over_the_locale(tmp_path, value, want_zh) -> None:
+    r = costctl(["--help"], lang="C" if want_zh else "zh_CN.UTF-8", tmp_path=tmp_path,
+                extra_env={"COSTCTL_UI__LANGUAGE": value})
+    assert r.returncode == 0
+    assert ("用法：" in r.stdout) is want_zh
