@@ -200,6 +200,9 @@ class Storage:
         others_survive: whether a path outside every declared prefix survives a stop.
         others_note: for messages, why other paths do not survive (when ``others_survive`` is
             False), e.g. ``"a pod's container disk is reset when the pod stops"``.
+        hostname_env: an environment variable that, when set, is taken as this machine's
+            hostname for ``hostnames`` (the adapter's own override: AutoDL's
+            ``AUTODL_CONTAINER_HOSTNAME``, for a wrapper or a simulated container).
     """
 
     paths: tuple[StoragePath, ...] = ()
@@ -207,6 +210,7 @@ class Storage:
     env_markers: tuple[str, ...] = ()
     others_survive: bool = True
     others_note: str = ""
+    hostname_env: str | None = None
 
     @property
     def surviving(self) -> tuple[StoragePath, ...]:
@@ -219,7 +223,9 @@ class Storage:
         return tuple(p for p in self.paths if not p.survives)
 
     def on_this_machine(self, hostname: str, env: Mapping[str, str]) -> bool:
-        """This process runs on one of the provider's machines (hostname or marker variable)."""
+        """This process runs on one of the provider's machines (hostname, ``hostname_env``'s
+        value when set, or a marker variable)."""
+        hostname = (env.get(self.hostname_env) if self.hostname_env else None) or hostname
         return (any(fnmatch.fnmatchcase(hostname, pat) for pat in self.hostnames)
                 or any(env.get(var) for var in self.env_markers))
 

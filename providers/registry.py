@@ -34,13 +34,14 @@ from costctl.i18n import _
 
 from .base import Provider
 from .capabilities import Capabilities, Storage
+from .preset import ConfigPreset
 
 log = logging.getLogger("costctl_providers.registry")
 
 ENTRY_POINT_GROUP = "costctl.providers"
 
 #: Modules of this package that are infrastructure, not adapters.
-_NOT_ADAPTERS = frozenset({"base", "registry", "credentials", "notices", "capabilities", "errors"})
+_NOT_ADAPTERS = frozenset({"base", "registry", "credentials", "notices", "capabilities", "errors", "preset"})
 
 _registered: dict[str, Callable[..., Provider]] = {}
 
@@ -188,6 +189,17 @@ def credential_env(name: str) -> tuple[str, ...]:
     unknown provider or one that declares none)."""
     found = getattr(_declared(name), "credential_env", ())
     return (found,) if isinstance(found, str) else tuple(found or ())
+
+
+def config_preset_of(name: str) -> ConfigPreset:
+    """What ``costctl init --provider NAME`` writes for adapter ``name``: its declared
+    ``config_preset``, or a bare one (only ``[instance] provider`` set) when it declares none.
+
+    Raises:
+        ConfigError: unknown provider (the message lists the available ones).
+    """
+    preset = getattr(provider_class(name), "config_preset", None)
+    return preset if isinstance(preset, ConfigPreset) else ConfigPreset(display_name=name)
 
 
 def notify_plugins() -> list[str]:

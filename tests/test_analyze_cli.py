@@ -173,7 +173,7 @@ def test_plot_without_matplotlib_is_one_line(tmp_path: Path) -> None:
         (("--price", "-1"), "positive"),
         (("--price", "2", "--gpu", "RTX 4090", "--provider", "runpod"), "not both"),
         (("--gpu", "RTX 4090"), "go together"),
-        (("--gpu", "RTX 4090", "--provider", "autodl"), "AutoDL publishes no price list"),
+        (("--gpu", "L4", "--provider", "autodl"), "AutoDL publishes no price list"),  # AutoDL rents no L4
         (("--currency", "yuan", "--price", "2"), "ISO 4217"),
         (("--start-time", "yesterday"), "--start-time"),
         (("--min-stretch", "soon"), "--min-stretch"),
@@ -187,6 +187,19 @@ def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], args: tuple[s
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("costctl: ") and message in lines[0], err
     assert "Traceback" not in err and out == ""
+
+
+def test_an_autodl_card_is_priced_from_the_table_in_cny(capsys: pytest.CaptureFixture[str]) -> None:
+    from costctl.catalog.prices import shipped_prices
+
+    (row,) = [e for e in shipped_prices() if (e.provider, e.gpu, e.billing) == ("autodl", "RTX 4090", "on-demand")]
+    d = _json(capsys, "--gpu-log", str(corpus_file("gpu_query_forgotten_idle.csv")), "--gpu", "RTX 4090",
+              "--provider", "autodl")
+    [stop] = [x for x in d["decisions"] if x["action"] == "stop"]
+    assert stop["saving"]["currency"] == "CNY"
+    saving = cost_of(row.price_per_gpu_hour, _time(d["end"]) - _time(stop["time"]))
+    assert Decimal(stop["saving"]["exact"]) == saving
+    assert any("catalog: autodl RTX 4090 on-demand" in n for n in d["notes"])
 
 
 def test_wrong_kind_of_file_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -107,7 +107,7 @@ def test_family_names_pick_the_variant_by_memory():
     assert normalize_gpu_name("V100") == ("V100-16GB", True)
 
 
-@pytest.mark.parametrize("raw", ["A10G", "H100 NVL", "vGPU-32GB", "TITAN Xp", "Radeon RX 7900", "", "   ", "###"])
+@pytest.mark.parametrize("raw", ["A10G", "H100 NVL", "RTX PRO 6000", "TITAN Xp", "Radeon RX 7900", "", "   ", "###"])
 def test_unknown_names_stay_as_given_and_are_flagged(raw):
     name, known = normalize_gpu_name(raw)
     assert known is False

@@ -45,8 +45,9 @@ def test_shipped_prices_have_date_source_and_normalized_gpu():
     assert len(rows) >= 10
     for r in rows:
         assert isinstance(r.price_per_gpu_hour, Decimal) and r.price_per_gpu_hour > 0
-        assert r.billing in ("on-demand", "spot", "from")
+        assert r.billing in ("on-demand", "spot", "prepaid", "from")
         assert r.source and isinstance(r.seen, date) and len(r.currency) == 3
+        assert (r.billing == "prepaid") == (r.period_price is not None)
     by_raw = {(r.provider, r.gpu_raw, r.billing, r.tier): r for r in rows}
     nvl = by_raw[("vastai", "H100 NVL", "from", "on-demand listings")]
     assert nvl.known is False and nvl.gpu == "H100 NVL"  # kept, flagged

@@ -53,7 +53,7 @@ def test_recommend_float_options_refuse_nan(capsys, option):
 # --------------------------------------------------------------------------- currencies
 
 
-@pytest.mark.parametrize("currency", ["CNY", "XYZ"])
+@pytest.mark.parametrize("currency", ["EUR", "XYZ"])
 def test_recommend_currency_without_prices_or_rate_is_an_error(capsys, currency):
     code, out, err = run(capsys, "recommend", "--model", "gpt2", "--currency", currency)
     assert code == 2 and out == "" and one_line_error(err)
@@ -61,29 +61,35 @@ def test_recommend_currency_without_prices_or_rate_is_an_error(capsys, currency)
 
 
 def test_gpus_currency_without_prices_or_rate_is_an_error(capsys):
-    code, out, err = run(capsys, "gpus", "--sort", "price", "--currency", "CNY")
+    code, out, err = run(capsys, "gpus", "--sort", "price", "--currency", "EUR")
     assert code == 2 and out == "" and one_line_error(err) and "[[catalog.exchange_rates]]" in err
-    code, out, err = run(capsys, "gpus", "--currency", "USD")  # sorted by memory: nothing is ranked
-    assert code == 2 and one_line_error(err) and "--sort price" in err
+    # sorted by memory nothing is ranked, but --currency still says what prices are shown in
+    code, out, err = run(capsys, "gpus", "--currency", "EUR")
+    assert code == 2 and one_line_error(err) and "[[catalog.exchange_rates]]" in err
     code, _, err = run(capsys, "gpus", "--sort", "price", "--currency", "dollars")
     assert code == 2 and "3-letter" in err
 
 
 def test_configured_currency_without_a_rate_is_a_config_error(env, capsys):
-    (env / "costctl.toml").write_text('[catalog]\ncurrency = "CNY"\n')
+    (env / "costctl.toml").write_text('[catalog]\ncurrency = "EUR"\n')
     code, _, err = run(capsys, "recommend", "--model", "gpt2")
-    assert code == 2 and one_line_error(err) and "[catalog] currency CNY" in err
+    assert code == 2 and one_line_error(err) and "[catalog] currency EUR" in err
 
 
 def test_currency_with_its_own_prices_ranks_them_first(env, capsys):
     (env / "costctl.toml").write_text(
-        '[[catalog.prices]]\nprovider = "autodl"\ngpu = "RTX 4090"\nprice_per_gpu_hour = "1.98"\n'
+        '[[catalog.prices]]\nprovider = "autodl"\ngpu = "RTX 4090"\nprice_per_gpu_hour = "1.50"\n'
         'currency = "CNY"\nseen = 2026-07-01\n'
     )
     code, out, err = run(capsys, "recommend", "--model", "gpt2", "--currency", "CNY", "--format", "json")
     assert code == 0, err
     fits = json.loads(out)["fits"]
-    assert fits[0]["currency"] == "CNY" and [o["gpu"] for o in fits[0]["ranked"]] == ["RTX 4090"]
+    assert fits[0]["currency"] == "CNY" and {o["currency"] for o in fits[0]["ranked"]} == {"CNY"}
+    costs = [float(o["cost_per_hour"]) for o in fits[0]["ranked"]]
+    assert costs == sorted(costs)  # no --tokens: ranked by price per hour
+    # the configured price replaced the shipped AutoDL row of the same card and billing mode
+    (rtx,) = [o for o in fits[0]["ranked"] if o["gpu"] == "RTX 4090"]
+    assert rtx["price_per_gpu_hour"] == "1.50" and rtx["price_source"] == "config"
     code, out, err = run(capsys, "gpus", "--sort", "price", "--currency", "CNY", "--format", "json")
     assert code == 0, err
     assert json.loads(out)[0]["rank_currency"] == "CNY"

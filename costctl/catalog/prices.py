@@ -9,15 +9,20 @@ provider, GPU and billing mode):
 3. ``[[catalog.prices]]`` in ``costctl.toml``.
 
 Every row has a billing mode: ``on-demand``, ``spot`` (interruptible; the going or minimum
-bid), or ``from`` -- a marketplace's lowest listing seen, a floor rather than a price a job can
-count on (third-party summaries of Vast.ai), shown but never ranked as a job's price -- and,
-where the provider has several prices per GPU and mode, a ``tier`` (RunPod: ``secure`` and
-``community`` cloud, four prices per GPU type). RunPod's prices come live from its API
-(``gpuTypes``, through the adapter) when a key is configured (:func:`live_prices`).
+bid), ``prepaid`` (a rental paid ahead for a day, week or month: AutoDL's 包日/包周/包月; its
+``tier`` names the period and ``period_price`` holds the price per card for it), or ``from`` --
+a marketplace's lowest listing seen, a floor rather than a price a job can count on
+(third-party summaries of Vast.ai), shown but never ranked as a job's price -- and, where the
+provider has several prices per GPU and mode, a ``tier`` (RunPod: ``secure`` and ``community``
+cloud, four prices per GPU type). RunPod's prices come live from its API (``gpuTypes``, through
+the adapter) when a key is configured (:func:`live_prices`). A row with no public figure behind
+it says what it was ``estimated`` from. Prepaid and ``from`` rows are listed, never ranked.
 
 Prices are Decimal per GPU-hour in the row's currency. Amounts in different currencies are
 compared only through an :class:`~costctl.money.ExchangeRate` from ``[[catalog.exchange_rates]]``
-(with its date); otherwise each currency is ranked on its own (:func:`rank_groups`).
+(with its date); otherwise each currency is ranked on its own (:func:`rank_groups`). A rate also
+converts a price for display (:func:`display_conversion`): a column or field of its own,
+labelled with the rate and its date; the price keeps its currency and nothing is added.
 """
 
 from __future__ import annotations
@@ -41,14 +46,22 @@ from .gpus import normalize_gpu_name
 if TYPE_CHECKING:
     from ..config import Settings
 
-Billing = Literal["on-demand", "spot", "from"]
-#: Billing modes a price row may have; ``from`` = a marketplace's lowest listing (a floor).
-BILLING_MODES: tuple[str, ...] = ("on-demand", "spot", "from")
+Billing = Literal["on-demand", "spot", "prepaid", "from"]
+#: Billing modes a price row may have; ``from`` = a marketplace's lowest listing (a floor);
+#: ``prepaid`` = a rental paid ahead for the period its tier names.
+BILLING_MODES: tuple[str, ...] = ("on-demand", "spot", "prepaid", "from")
 #: Billing modes a job's cost can be ranked by.
 RANKED_BILLING_MODES: tuple[str, ...] = ("on-demand", "spot")
+#: Billing modes a provider's offers (``list_offers``) may carry into the table.
+OFFER_BILLING_MODES: tuple[str, ...] = ("on-demand", "spot", "from")
+#: Hours in a prepaid period (the tier of a ``prepaid`` row), to state its price per GPU-hour:
+#: a day, a week (7 days) and a month of 730 h (8,760 h a year / 12, the mean month; the
+#: same figure the report behind AutoDL's monthly rows used: 1,052 CNY a month ~ 1.44 per hour).
+PERIOD_HOURS: dict[str, int] = {"daily": 24, "weekly": 168, "monthly": 730}
 PRICE_COLUMNS = ("provider", "gpu", "billing", "price_per_gpu_hour", "currency", "seen", "source")
-#: Optional columns (empty when absent).
-OPTIONAL_PRICE_COLUMNS = ("tier",)
+#: Optional columns (empty when absent): the price tier, what an estimated price was estimated
+#: from, and a prepaid row's price per card for its whole period.
+OPTIONAL_PRICE_COLUMNS = ("tier", "estimated", "period_price")
 IMPORTED_PRICES_FILE = "imported_prices.csv"
 
 T = TypeVar("T")
@@ -63,13 +76,18 @@ class PriceEntry:
         gpu: catalog name when known (see :func:`~costctl.catalog.gpus.normalize_gpu_name`), else the raw name.
         gpu_raw: the name as the source spelled it.
         known: whether ``gpu`` is a catalog model.
-        billing: ``"on-demand"``, ``"spot"`` (interruptible; the going or minimum bid) or
-            ``"from"`` (a marketplace's lowest listing; never ranked as a job's price).
-        price_per_gpu_hour: Decimal, currency units per GPU-hour.
+        billing: ``"on-demand"``, ``"spot"`` (interruptible; the going or minimum bid),
+            ``"prepaid"`` (paid ahead for the period ``tier`` names) or ``"from"`` (a
+            marketplace's lowest listing); only on-demand and spot are ranked as a job's price.
+        price_per_gpu_hour: Decimal, currency units per GPU-hour (a prepaid row: its period
+            price / :data:`PERIOD_HOURS` of the period).
         currency: ISO 4217 code.
         seen: the date the price was seen.
         source: URL, file, ``"config"`` or the provider's API.
-        tier: the provider's price tier (RunPod ``secure`` / ``community``); ``""`` when it has one.
+        tier: the provider's price tier (RunPod ``secure`` / ``community``; a prepaid row's
+            period: ``daily``, ``weekly``, ``monthly``); ``""`` when it has none.
+        estimated: ``""`` for a price seen in public; else what it was estimated from.
+        period_price: a prepaid row's price per card for its whole period; None otherwise.
     """
 
     provider: str
@@ -82,6 +100,8 @@ class PriceEntry:
     seen: date
     source: str
     tier: str = ""
+    estimated: str = ""
+    period_price: Decimal | None = None
 
     @property
     def ranked(self) -> bool:
@@ -117,6 +137,8 @@ class PriceEntry:
             "source": self.source,
             "tier": self.tier or None,
             "ranked": self.ranked,
+            "estimated": self.estimated or None,
+            "period_price": str(self.period_price) if self.period_price is not None else None,
         }
 
 
@@ -131,12 +153,19 @@ def make_entry(
     *,
     memory_gb: float | None = None,
     tier: str | None = None,
+    estimated: str | None = None,
+    period_price: object = None,
 ) -> PriceEntry:
     """Validate and build a :class:`PriceEntry`, normalizing the GPU name.
 
+    A ``prepaid`` row gives ``period_price`` (per card, for the period its ``tier`` names:
+    daily, weekly or monthly) and may leave ``price_per_gpu_hour`` empty: it is then the period
+    price / :data:`PERIOD_HOURS` of the period.
+
     Raises:
-        ConfigError: empty provider or GPU, billing not on-demand|spot|from, a price that is
-            not a number >= 0, a currency that is not three letters, or a date not ``YYYY-MM-DD``.
+        ConfigError: empty provider or GPU, billing not on-demand|spot|prepaid|from, a price
+            that is not a number >= 0, a currency that is not three letters, a date not
+            ``YYYY-MM-DD``, or a prepaid row without a period tier or a period price.
     """
     provider = (provider or "").strip().lower()
     if not provider:
@@ -147,6 +176,21 @@ def make_entry(
     billing = (billing or "").strip().lower()
     if billing not in BILLING_MODES:
         raise ConfigError(f"price for {provider} {raw}: billing {billing!r} is not one of on-demand, spot, from")
+    tier_name = (tier or "").strip().lower()
+    per_period: Decimal | None = None
+    if period_price not in (None, ""):
+        per_period = parse_decimal(period_price, what=f"period price for {provider} {raw}")
+        if per_period <= 0:
+            raise ConfigError(f"period price for {provider} {raw}: {per_period} is not above 0")
+    if billing == "prepaid":
+        if tier_name not in PERIOD_HOURS or per_period is None:
+            raise ConfigError(f"prepaid price for {provider} {raw}: give tier {' | '.join(PERIOD_HOURS)} and the "
+                              "period_price per card for that period")
+        if price_per_gpu_hour in (None, ""):
+            # a comparison figure, never charged: four places are plenty
+            price_per_gpu_hour = (per_period / PERIOD_HOURS[tier_name]).quantize(Decimal("0.0001"))
+    elif per_period is not None:
+        raise ConfigError(f"price for {provider} {raw}: period_price is for prepaid rows only")
     amount = parse_decimal(price_per_gpu_hour, what=f"price for {provider} {raw}")
     if amount < 0:
         raise ConfigError(f"price for {provider} {raw}: {amount} is negative")
@@ -160,12 +204,13 @@ def make_entry(
             raise ConfigError(f"price for {provider} {raw}: date {seen!r} is not YYYY-MM-DD") from None
     name, known = normalize_gpu_name(raw, memory_gb=memory_gb)
     return PriceEntry(provider, name, raw, known, billing, amount, cur, seen, (source or "").strip(),  # type: ignore[arg-type]
-                      (tier or "").strip().lower())
+                      tier_name, (estimated or "").strip(), per_period)
 
 
 def parse_price_csv(text: str, *, origin: str) -> list[PriceEntry]:
     """Read a price CSV with the header ``provider,gpu,billing,price_per_gpu_hour,currency,seen,source``
-    and optionally ``tier`` (columns by name, any order; lines starting with ``#`` are comments).
+    and optionally ``tier``, ``estimated`` and ``period_price`` (columns by name, any order;
+    lines starting with ``#`` are comments).
 
     Raises:
         ConfigError: a missing column or a bad row (naming ``origin`` and the line).
@@ -178,7 +223,8 @@ def parse_price_csv(text: str, *, origin: str) -> list[PriceEntry]:
     out = []
     for n, row in enumerate(reader, start=2):
         try:
-            out.append(make_entry(*(row[c] or "" for c in PRICE_COLUMNS), tier=row.get("tier") or None))
+            out.append(make_entry(*(row[c] or "" for c in PRICE_COLUMNS), tier=row.get("tier") or None,
+                                  estimated=row.get("estimated") or None, period_price=row.get("period_price") or None))
         except ConfigError as exc:
             raise ConfigError(f"{origin} row {n}: {exc}") from None
     return out
@@ -220,7 +266,8 @@ def save_imported_prices(entries: Sequence[PriceEntry], configured_data_dir: Pat
         # The catalog name, not the raw one: a family name resolved by memory ("A100" with
         # 80 GB) must not fall back to its default variant when read back.
         writer.writerow([e.provider, e.gpu if e.known else e.gpu_raw, e.billing, e.price_per_gpu_hour, e.currency,
-                         e.seen.isoformat(), e.source, e.tier])
+                         e.seen.isoformat(), e.source, e.tier, e.estimated,
+                         "" if e.period_price is None else e.period_price])
     fd, tmp = tempfile.mkstemp(prefix=".imported_prices.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
@@ -242,7 +289,7 @@ def prices_from_offers(offers: Iterable[Any], *, seen: date, source: str | None 
     best: dict[tuple[str, str, str], PriceEntry] = {}
     for offer in offers:
         billing = str(getattr(offer.billing, "value", offer.billing))
-        if billing not in BILLING_MODES or not offer.gpu_count:
+        if billing not in OFFER_BILLING_MODES or not offer.gpu_count:
             continue
         raw = offer.gpu_raw or offer.gpu or ""
         memory = getattr(offer, "gpu_memory_bytes", None)
@@ -336,6 +383,75 @@ def convert(money: Money, currency: str, rates: Sequence[ExchangeRate]) -> Money
         if pair == {money.currency, target}:
             return rate.convert(money)
     return None
+
+
+#: A display conversion's label (a table column's heading): the rate as the quote currency per
+#: unit of the base currency, with the date it was seen.
+DISPLAY_LABEL = "≈ {currency} at {rate} {quote}/{base}, {as_of}"
+
+
+@dataclass(frozen=True)
+class DisplayConversion:
+    """A price shown in another currency, for display only: the price keeps its own currency
+    (it is charged and ranked as it is), and a converted amount is never added to another.
+
+    Attributes:
+        currency: the currency shown (ISO 4217).
+        rate: the configured ``[[catalog.exchange_rates]]`` row that converts, with its date.
+    """
+
+    currency: str
+    rate: ExchangeRate
+
+    @property
+    def label(self) -> str:
+        """``"≈ USD at 7.12 CNY/USD, 2026-11-30"``: what the converted column shows."""
+        r = self.rate
+        return DISPLAY_LABEL.format(currency=self.currency, rate=r.rate, quote=r.quote.upper(),
+                                    base=r.base.upper(), as_of=r.as_of.isoformat())
+
+    def apply(self, money: Money) -> Money:
+        """``money`` in :attr:`currency` (unrounded).
+
+        Raises:
+            CurrencyMismatchError: ``money`` is in neither currency of the rate.
+        """
+        return self.rate.convert(money)
+
+    def to_dict(self, amounts: dict[str, Money | None]) -> dict[str, object]:
+        """JSON-ready: each of ``amounts`` converted (a decimal string, 6 places; None stays
+        None), the currency, the rate, its date, and ``display_only: true``."""
+        r = self.rate
+        out: dict[str, object] = {
+            key: (None if m is None else str(self.apply(m).amount.quantize(Decimal("0.000001"))))
+            for key, m in amounts.items()
+        }
+        out.update({"currency": self.currency, "rate": str(r.rate), "rate_unit": f"{r.quote.upper()}/{r.base.upper()}",
+                    "rate_as_of": r.as_of.isoformat(), "display_only": True})
+        return out
+
+
+def display_conversion(from_currency: str, to_currency: str | None,
+                       rates: Sequence[ExchangeRate]) -> DisplayConversion | None:
+    """How to show an amount in ``from_currency`` in ``to_currency``: the first configured rate
+    linking the two (either direction); None when ``to_currency`` is None or the same currency,
+    or when no rate links them (the amount is then shown in its own currency only)."""
+    if not to_currency:
+        return None
+    source, target = from_currency.upper(), to_currency.upper()
+    if source == target:
+        return None
+    for rate in rates:
+        if {rate.base.upper(), rate.quote.upper()} == {source, target}:
+            return DisplayConversion(target, rate)
+    return None
+
+
+def format_amount(amount: Decimal) -> str:
+    """An amount for a table: two places from 1 up, three significant digits below (0.278)."""
+    if abs(amount) >= 1:
+        return str(amount.quantize(Decimal("0.01")))
+    return f"{amount:.3g}" if amount else "0"
 
 
 def rank_groups(
@@ -512,6 +628,10 @@ def load_price_table(settings: "Settings | None" = None, *, include_imported: bo
 
 __all__ = [
     "BILLING_MODES",
+    "DisplayConversion",
+    "PERIOD_HOURS",
+    "display_conversion",
+    "format_amount",
     "LivePrices",
     "RANKED_BILLING_MODES",
     "live_prices",

@@ -18,7 +18,9 @@ Time of a job on a card, in hours, comes from one of two models:
 Cost = price per GPU-hour x GPUs x hours, in the price's currency. Prices in different
 currencies are ranked together only through a configured exchange rate. Only prices with a
 billing mode (on-demand, spot) are ranked; a marketplace's "from" price is not a price a job
-can be sure to pay.
+can be sure to pay, and a prepaid rental is paid for its whole period. With a ``currency`` that a
+configured rate links to a price's currency, the price and the cost are also shown converted
+(``CardOption.display``; display only: the cost stays in the price's currency).
 """
 
 from __future__ import annotations
@@ -32,7 +34,15 @@ from ..money import Money
 from .gpus import Catalog, GpuModel
 from .memory import DEFAULT_LORA_RANK, MemoryBreakdown, Setup, estimate_memory
 from .models import MeasuredProfile, ModelSpec, TransformerShape
-from .prices import RANKED_BILLING_MODES, PriceEntry, PriceTable, rank_groups, rates_used
+from .prices import (
+    RANKED_BILLING_MODES,
+    DisplayConversion,
+    PriceEntry,
+    PriceTable,
+    display_conversion,
+    rank_groups,
+    rates_used,
+)
 from .throughput import Efficiency, efficiency, samples_work
 
 DEFAULT_HEADROOM = 0.10
@@ -137,6 +147,8 @@ class CardOption:
         hourly: price x gpus.
         mfu: the fraction of the dense peak the time assumes (None without a FLOPs time).
         mfu_basis: where it comes from: published, transferred, median or given.
+        display: how the price and the cost are shown in the currency asked for, when a
+            configured rate converts (display only); None otherwise.
     """
 
     gpu: GpuModel
@@ -150,9 +162,11 @@ class CardOption:
     hourly: Money | None
     mfu: float | None = None
     mfu_basis: str | None = None
+    display: DisplayConversion | None = None
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready dict."""
+        """JSON-ready dict: the price and the cost in the price's own currency, and under
+        ``converted`` (None when not converted) the same in the currency asked for, with the rate."""
         return {
             "gpu": self.gpu.name,
             "gpus": self.gpus,
@@ -170,6 +184,12 @@ class CardOption:
             "cost_per_hour": str(self.hourly.amount) if self.hourly else None,
             "mfu": self.mfu,
             "mfu_basis": self.mfu_basis,
+            "price_source": self.price.source if self.price else None,
+            "price_estimated": (self.price.estimated or None) if self.price else None,
+            "converted": self.display.to_dict({
+                "price_per_gpu_hour": self.price.price if self.price else None,
+                "cost": self.cost, "cost_per_hour": self.hourly,
+            }) if self.display is not None else None,
         }
 
 
@@ -388,7 +408,8 @@ def recommend(
         mfu: model FLOPs utilization for the FLOPs time model; None = per card from published
             runs (:mod:`costctl.catalog.throughput`).
         reference: a measured time on another card (wins over the FLOPs model).
-        currency: rank in this currency when exchange rates allow.
+        currency: rank in this currency when exchange rates allow, and show prices and costs
+            converted into it (``CardOption.display``, display only).
         gpus: restrict to these catalog rows.
 
     Raises:
@@ -447,7 +468,8 @@ def recommend(
         for row in rows:
             hourly = row.price * setup.gpus
             cost = Money(hourly.amount * Decimal(repr(hours)), hourly.currency) if hours is not None else None
-            options.append(CardOption(gpu, setup.gpus, need, limit, dtype, row, hours, cost, hourly, *mfu_of))
+            options.append(CardOption(gpu, setup.gpus, need, limit, dtype, row, hours, cost, hourly, *mfu_of,
+                                      display=display_conversion(row.currency, currency, prices.rates)))
 
     if fitting and not options:
         notes.append(f"{len(fitting)} card(s) fit, but the price table has no "

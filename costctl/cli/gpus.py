@@ -16,7 +16,7 @@ from datetime import date
 from decimal import Decimal
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Sequence
 
 import typer
 from rich import box
@@ -27,10 +27,13 @@ from ..catalog.measure import measure_factory
 from ..catalog.memory import OPTIMIZERS, PRECISIONS, MemoryBreakdown, Setup
 from ..catalog.models import ModelSpec, TransformerShape, preset, shape_from_hf_config, shape_from_params
 from ..catalog.prices import (
+    DisplayConversion,
     LivePrices,
     PriceEntry,
     PriceTable,
     check_rank_currency,
+    display_conversion,
+    format_amount,
     live_prices,
     load_price_table,
     prices_from_offers,
@@ -87,6 +90,20 @@ ProviderOpt = Annotated[str | None, typer.Option("--provider", "-p", help="Only 
 
 #: Columns of the ``gpus`` table hidden first on a narrow terminal (see :func:`print_table`).
 GPUS_DROPPABLE = ("Seen", "TDP W", "CC", "FP32", "BW GB/s", "FP16 TF")
+
+#: A prepaid row's period, as a price's unit (``1052 CNY/month``).
+PERIOD_UNIT = {"daily": "day", "weekly": "week", "monthly": "month"}
+#: Footnotes of the ``gpus`` table (whole sentences; named placeholders for translation).
+NOTE_UNLISTED = "* not in costctl's GPU catalog: specs unknown"
+NOTE_FROM = ("from: a marketplace's lowest listing seen (a floor, not a price a job can count on); "
+             "listed after the on-demand and spot prices")
+NOTE_PREPAID = ("prepaid: a rental paid ahead for a day, a week or a month, per card, with its price per GPU-hour "
+                "beside it; listed after the on-demand and spot prices, never ranked as a job's price")
+NOTE_ESTIMATED = ("est.: no public figure was seen for this price; it is an estimate, and the row's source says "
+                  "from what (--format json: estimated)")
+NOTE_DISPLAY_ONLY = ("{label}: converted for display only; every price is charged in its own currency, "
+                     "and amounts in two currencies are never added")
+NOTE_DISPLAY_RATES = "≈ {currency}: converted for display only at {rates}; amounts in two currencies are never added"
 #: Columns of the ``recommend`` tables hidden first on a narrow terminal.
 RECOMMEND_DROPPABLE = ("#", "Dtype", "GPUs", "Hours")
 
@@ -145,6 +162,30 @@ def _gib(n: int | float) -> str:
     return f"{n / GIB:,.2f}"
 
 
+def _price_cell(e: PriceEntry) -> str:
+    """A price for a table: ``1.98 CNY``, or for a prepaid row ``1.4411 CNY (1052/month)``."""
+    cell = f"{e.price_per_gpu_hour} {e.currency}"
+    if e.period_price is not None:
+        cell += f" ({e.period_price}/{PERIOD_UNIT.get(e.tier, e.tier)})"
+    return cell
+
+
+def _billing_cell(e: PriceEntry) -> str:
+    """Billing mode and tier, ``est.`` appended to an estimated price."""
+    return f"{e.label} est." if e.estimated else e.label
+
+
+def _conversion_heading(conversions: Sequence[DisplayConversion], currency: str | None) -> tuple[str, list[str]]:
+    """The heading of a converted column and the footnotes it needs: the one rate used labels
+    the column (``≈ USD at 7.12 CNY/USD, 2026-11-30``); several rates are named in a footnote."""
+    labels = sorted({c.label for c in conversions})
+    if len(labels) == 1:
+        return labels[0], [NOTE_DISPLAY_ONLY.format(label=labels[0])]
+    heading = f"≈ {currency}"
+    rates = "; ".join(label.split(" at ", 1)[1] for label in labels)
+    return heading, [NOTE_DISPLAY_RATES.format(currency=currency, rates=rates)]
+
+
 def _tensor(gpu: GpuModel) -> float:
     return gpu.bf16_tensor_tflops or gpu.fp16_tensor_tflops
 
@@ -201,12 +242,18 @@ def _sort_rows(rows: list[tuple[GpuModel | None, PriceEntry | None]], sort: GpuS
 
 
 def _gpus_table(groups: list[tuple[str | None, list[tuple[GpuModel | None, PriceEntry | None]]]], sort: GpuSort,
-                rates: Any = ()) -> None:
+                rates: Any = (), display: str | None = None) -> None:
     table = _table("GPU catalog (Mem: vendor's nominal GiB; TF: dense tensor TFLOPS, FP32 accumulate)")
     for col, just in (("GPU", "left"), ("Mem GiB", "right"), ("BW GB/s", "right"), ("FP32", "right"),
                       ("FP16 TF", "right"), ("BF16 TF", "right"), ("CC", "right"), ("TDP W", "right"),
                       ("Provider", "left"), ("Billing", "left"), ("Price/GPU-h", "right"), ("Seen", "left")):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
+    conversions = {id(e): c for _, rows in groups for _, e in rows if e is not None
+                   for c in [display_conversion(e.currency, display, rates)] if c is not None}
+    notes: list[str] = []
+    if conversions:
+        heading, notes = _conversion_heading(list(conversions.values()), display)
+        table.add_column(heading, justify="right")
     if sort is GpuSort.value:
         table.add_column("TF per 1/h", justify="right")
     unlisted = False
@@ -222,25 +269,46 @@ def _gpus_table(groups: list[tuple[str | None, list[tuple[GpuModel | None, Price
             else:
                 cells += ["?"] * 7
             if e:
-                cells += [e.provider, e.label, f"{e.price_per_gpu_hour} {e.currency}", e.seen.isoformat()]
+                cells += [e.provider, _billing_cell(e), _price_cell(e), e.seen.isoformat()]
             else:
                 cells += ["-", "-", "-", "-"]
+            if conversions:
+                conv = conversions.get(id(e)) if e is not None else None
+                cells.append(format_amount(conv.apply(e.price).amount) if conv and e else "-")
             if sort is GpuSort.value:
                 cells.append(f"{Decimal(str(_tensor(gpu))) / e.price_per_gpu_hour:,.0f}"
                              if gpu and e and e.ranked and e.price_per_gpu_hour else "-")
             table.add_row(*cells)
     print_table(table, droppable=GPUS_DROPPABLE)
+    entries = [e for _, rows in groups for _, e in rows if e is not None]
     if unlisted:
-        print_line("* not in costctl's GPU catalog: specs unknown")
-    if any(e is not None and not e.ranked for _, rows in groups for _, e in rows):
-        print_line("from: a marketplace's lowest listing seen (a floor, not a price a job can count on); "
-                   "listed after the on-demand and spot prices")
+        print_line(NOTE_UNLISTED)
+    if any(e.billing == "from" for e in entries):
+        print_line(NOTE_FROM)
+    if any(e.billing == "prepaid" for e in entries):
+        print_line(NOTE_PREPAID)
+    if any(e.estimated for e in entries):
+        print_line(NOTE_ESTIMATED)
+    for note in notes:
+        print_line(note)
     for line in rates_used(groups, lambda r: r[1].currency if r[1] else None, rates):
         err_console.print(f"note: ranked converting at {line}")
     currencies = [c for c, _ in groups if c is not None]
     if len(currencies) > 1:
         err_console.print(f"note: prices in {', '.join(currencies)} are ranked separately; set "
                           "[[catalog.exchange_rates]] in costctl.toml to rank them together")
+
+
+def _converted_price(e: PriceEntry | None, display: str | None, rates: Any) -> dict[str, object] | None:
+    """The JSON ``converted`` field of a price row: its price per GPU-hour (and a prepaid row's
+    period price) in the display currency, with the rate and its date; None when not converted."""
+    conv = display_conversion(e.currency, display, rates) if e is not None else None
+    if conv is None or e is None:
+        return None
+    amounts = {"price_per_gpu_hour": e.price}
+    if e.period_price is not None:
+        amounts["period_price"] = Money(e.period_price, e.currency)
+    return conv.to_dict(amounts)
 
 
 def _refresh(settings: Any, name: str, seen: date) -> list[PriceEntry]:
@@ -262,7 +330,7 @@ def gpus(
     min_memory: Annotated[float | None, typer.Option("--min-memory", help="Only cards with at least this much memory: GiB, nominal as vendors print it (24 for an RTX 4090, 48 for an L40S).", min=0)] = None,
     sort: Annotated[GpuSort, typer.Option("--sort", help="price, memory, tflops (dense 16-bit tensor) or value (TFLOPS per price).")] = GpuSort.memory,
     billing: Annotated[BillingChoice, typer.Option("--billing", help="on-demand, spot or any (any also lists marketplaces' 'from' floors).")] = BillingChoice.any,
-    currency: Annotated[str | None, typer.Option("--currency", help="Rank prices in this currency (with --sort price or value): its own prices, and others converted by [[catalog.exchange_rates]].")] = None,
+    currency: Annotated[str | None, typer.Option("--currency", help="Show prices in this currency too: a column of its own (JSON: converted), converted by [[catalog.exchange_rates]] and labelled with the rate and its date, for display only; with --sort price or value, also rank in it. Default: [catalog] currency.")] = None,
     offline: OfflineOpt = False,
     import_csv: Annotated[Path | None, typer.Option("--import", help="Import a SkyPilot catalog vms.csv into the price table (kept in the data dir).")] = None,
     refresh: Annotated[str | None, typer.Option("--refresh", help="Fetch current prices from this provider's adapter (one that lists offers) into the price table.")] = None,
@@ -297,11 +365,9 @@ def gpus(
         return
     if seen is not None:
         raise UsageError("--seen only applies with --import or --refresh")
-    if currency is not None and sort not in (GpuSort.price, GpuSort.value):
-        raise UsageError(f"--currency ranks prices: use it with --sort price or --sort value (--sort {sort.value} "
-                         "shows each price in its own currency)")
     prices = load_price_table(settings, live=_live_prices(settings, offline))
-    rank_in = _rank_currency(prices, currency, settings.catalog.currency) if sort in (GpuSort.price, GpuSort.value) else None
+    display = _rank_currency(prices, currency, settings.catalog.currency)
+    rank_in = display if sort in (GpuSort.price, GpuSort.value) else None
     rows = _gpu_rows(list(prices.entries), provider, _billing(billing), min_memory)
     if provider and not rows:
         raise UsageError(f"no prices for provider {provider!r}; known: {', '.join(prices.providers()) or 'none'}")
@@ -312,11 +378,12 @@ def gpus(
                 "gpu": gpu.to_dict() if gpu else {"name": e.gpu if e else None, "known": False},
                 "price": e.to_dict() if e else None,
                 "rank_currency": cur,
+                "converted": _converted_price(e, display, prices.rates),
             }
             for cur, group in groups for gpu, e in group
         ])
         return
-    _gpus_table(groups, sort, prices.rates)
+    _gpus_table(groups, sort, prices.rates, display)
 
 
 # --- costctl recommend ------------------------------------------------------------------------------
@@ -366,6 +433,7 @@ def _breakdown_table(b: MemoryBreakdown) -> None:
 def _recommend_tables(rec: Recommendation) -> None:
     _breakdown_table(rec.breakdown)
     fits = rec.fits
+    notes: list[str] = []
     if fits:
         for cur, opts in rec.groups:
             label = f"in {cur}" if cur else "without a price in the table"
@@ -375,21 +443,36 @@ def _recommend_tables(rec: Recommendation) -> None:
                               ("Dtype", "left"), ("Provider", "left"),
                               ("Price/GPU-h", "right"), ("Hours", "right"), ("Job cost", "right")):
                 table.add_column(col, justify=just)  # type: ignore[arg-type]
+            conversions = [o.display for o in opts if o.display is not None]
+            if conversions:
+                heading, group_notes = _conversion_heading(conversions, conversions[0].currency)
+                notes.extend(n for n in group_notes if n not in notes)
+                table.add_column(heading, justify="right")
             for i, o in enumerate(opts, 1):
                 p = o.price
-                table.add_row(
+                cells = [
                     str(i), o.gpu.name, str(o.gpus), _gib(o.usable_bytes), o.dtype,
                     p.provider if p else "-",
-                    f"{p.price_per_gpu_hour} {p.currency}{' ' + p.label if p.label != 'on-demand' else ''}" if p else "-",
+                    (f"{p.price_per_gpu_hour} {p.currency}{' ' + p.label if p.label != 'on-demand' else ''}"
+                     f"{' est.' if p.estimated else ''}") if p else "-",
                     f"{o.hours:,.3g}" if o.hours is not None else "-",
                     f"{o.cost.rounded(2 if o.cost.amount >= 1 else 4)} {o.cost.currency}" if o.cost else "-",
-                )
+                ]
+                if conversions:
+                    shown = o.cost if o.cost is not None else o.hourly
+                    cells.append(f"{format_amount(o.display.apply(shown).amount)}{'/h' if o.cost is None else ''}"
+                                 if o.display is not None and shown is not None else "-")
+                table.add_row(*cells)
             print_table(table, droppable=RECOMMEND_DROPPABLE)
+        if any(o.price is not None and o.price.estimated for o in fits):
+            notes.append(NOTE_ESTIMATED)
     elif not rec.fitting_gpus:
         biggest = max((a.gpu for a in rec.no_fit), key=lambda g: g.memory_gb, default=None)
         print_line(f"No single card fits {_gib(rec.breakdown.total)} GiB per GPU"
                    + (f" (largest in the catalog: {biggest.name}, {biggest.memory_gb:g} GiB nominal)."
                       if biggest else "."))
+    for note in notes:
+        print_line(note)
     if rec.no_fit:
         table = _table("Cards that do not fit, and what would make them fit")
         table.add_column("GPU")
@@ -429,7 +512,7 @@ def recommend_cmd(
     provider: ProviderOpt = None,
     billing: Annotated[BillingChoice, typer.Option("--billing", help="on-demand, spot or any.")] = BillingChoice.on_demand,
     headroom: Annotated[float, typer.Option("--headroom", help="Fraction of the card's nominal memory kept free, in [0, 1): covers what the driver reserves (NVML shows 46068 MiB of an L40S's 48 GiB).")] = DEFAULT_HEADROOM,
-    currency: Annotated[str | None, typer.Option("--currency", help="Rank costs in this currency: its own prices, and others converted by [[catalog.exchange_rates]].")] = None,
+    currency: Annotated[str | None, typer.Option("--currency", help="Rank costs in this currency: its own prices, and others converted by [[catalog.exchange_rates]]; a converted price and cost are shown in a column of their own (JSON: converted), labelled with the rate and its date, for display only. Default: [catalog] currency.")] = None,
     offline: OfflineOpt = False,
     fmt: FormatOpt = TableOrJson.table,
     config: ConfigOption = None,

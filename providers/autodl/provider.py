@@ -40,10 +40,12 @@ from costctl_providers._adapter import HttpProvider
 from costctl_providers.errors import NotFoundError, ProviderResponseError
 from costctl_providers.base import BillingMode, Capabilities, Instance, Status
 from costctl_providers.capabilities import NO_MOVE, Storage, StoragePath, no, yes
+from costctl_providers.preset import ConfigPreset
 
 from . import container
 from .api import EnvelopeClient
 from .config import AutoDLConfig
+from .preset import AUTODL_PRESET
 from .normalize import (
     CURRENCY,
     PROVIDER,
@@ -102,12 +104,14 @@ class AutoDLProvider(HttpProvider):
                         network=True),
         ),
         hostnames=("autodl-container-*",),
+        hostname_env=container.HOSTNAME_ENV,
         others_survive=False,
         others_note="only the data disk (/root/autodl-tmp) and /root/autodl-fs are meant to keep "
                     "checkpoints across a shutdown",
     )
     config_model = AutoDLConfig
     config: AutoDLConfig
+    config_preset: ClassVar[ConfigPreset] = AUTODL_PRESET
     credential_keys = ("token", "api_key")
     auth_scheme = ""
     extra_headers = {"Content-Type": "application/json"}

@@ -39,9 +39,11 @@ from costctl.money import Money
 from costctl_providers._adapter import HttpProvider
 from costctl_providers.errors import AuthError, NotFoundError, ProviderResponseError
 from costctl_providers.base import BillingMode, Capabilities, Instance, Offer, Status
+from costctl_providers.preset import ConfigPreset
 from costctl_providers.capabilities import NO_MOVE, Storage, StoragePath, no
 
 from .config import RunPodConfig
+from .preset import RUNPOD_PRESET
 from .normalize import (
     CURRENCY,
     PROVIDER,
@@ -129,6 +131,7 @@ class RunPodProvider(HttpProvider):
     )
     config_model = RunPodConfig
     config: RunPodConfig
+    config_preset: ClassVar[ConfigPreset] = RUNPOD_PRESET
     extra_headers = {"Content-Type": "application/json"}
 
     def graphql(self, query: str, variables: dict[str, Any] | None = None, *, idempotent: bool) -> dict[str, Any]:

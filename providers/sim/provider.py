@@ -49,6 +49,8 @@ from .._http import NotFoundError, wait_for_status
 from ..base import BillingMode, Capabilities, Instance, Offer, Provider, Status
 from ..capabilities import no, yes
 from ..notices import Notice
+from ..preset import ConfigPreset
+from .preset import SIM_PRESET
 from .prices import GPU_COUNTS, PRICE_TABLE, find_price, matches
 from .state import SimStateStore
 
@@ -112,6 +114,7 @@ class SimProvider(Provider):
     """
 
     name: ClassVar[str] = "sim"
+    config_preset: ClassVar[ConfigPreset] = SIM_PRESET
     capabilities: ClassVar[Capabilities] = Capabilities(
         stop=True, start=True, release=True, list_offers=True, create=True,
         move_job=yes(),  # the job runs on this machine whichever simulated instance is rented

@@ -33,9 +33,11 @@ from costctl.money import Money
 from costctl_providers._adapter import HttpProvider
 from costctl_providers.errors import NotFoundError, ProviderResponseError
 from costctl_providers.base import Capabilities, Instance, Offer, Status
+from costctl_providers.preset import ConfigPreset
 from costctl_providers.capabilities import NO_MOVE, no, yes
 
 from .config import VastAIConfig
+from .preset import VASTAI_PRESET
 from .normalize import CURRENCY, PROVIDER, dollars, from_unix, instance_from_payload, offer_from_payload
 
 
@@ -80,6 +82,7 @@ class VastAIProvider(HttpProvider):
     # A stopped Vast instance keeps its disk: no storage rules to warn about.
     config_model = VastAIConfig
     config: VastAIConfig
+    config_preset: ClassVar[ConfigPreset] = VASTAI_PRESET
 
     def _call(self, method: str, path: str, *, idempotent: bool, operation: str | None = None, **kwargs: Any) -> Any:
         """One API call under the retry rule (:mod:`costctl_providers._retry`); a 200 with
