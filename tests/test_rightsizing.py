@@ -187,3 +187,20 @@ def test_v100s_is_in_the_catalog_from_its_datasheet():
     v = get_gpu("Tesla V100S-PCIE-32GB")
     assert v is not None and v.name == "V100S-32GB" and v.memory_bytes == 32 * GIB
     assert v.peak_tflops("fp16") == 130
+
+
+def test_the_guides_case_on_autodl_is_compared_with_autodls_cny_table(tmp_path, capsys):
+    """An AutoDL instance (``[instance] provider = "autodl"``) at its yuan price: the cheaper
+    cards come from AutoDL's CNY price table, never from a USD one."""
+    log = tmp_path / "a100.csv"
+    smi_trace(log, name="NVIDIA A100-PCIE-40GB", total_mib=40960, hours=2, interval_s=5, mean_util=24.0,
+              peak_mib=12 * 1024, seed=4)
+    cfg = tmp_path / "costctl.toml"
+    cfg.write_text('[instance]\nprovider = "autodl"\ncurrency = "CNY"\n')
+    doc = _analyze(capsys, "--gpu-log", str(log), "--config", str(cfg), "--price", "6.68", "--currency", "CNY")
+    advice = doc["rightsizing"]["advice"]
+    assert advice is not None, doc["rightsizing"]["reason"]
+    assert advice["currency"] == "CNY" and advice["cheaper_card"]["currency"] == "CNY"
+    assert advice["cheaper_card"]["provider"] == "autodl" and advice["cheaper_card"]["fits"]
+    assert advice["cheaper_card"]["price_source"] == "price table"
+    assert Decimal(advice["would_have_saved"]) > 0
