@@ -78,10 +78,23 @@ def _is_text(node: ast.AST) -> bool:
     return False
 
 
+def _sqlalchemy_names(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """``(names bound to sqlalchemy's Table, names bound to the sqlalchemy module)`` in ``tree``:
+    a SQLAlchemy ``Table("runs", ...)`` is no rich table."""
+    tables, modules = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sqlalchemy":
+            tables |= {a.asname or a.name for a in node.names if a.name == "Table"}
+        elif isinstance(node, ast.Import):
+            modules |= {a.asname or a.name for a in node.names if a.name == "sqlalchemy"}
+    return tables, modules
+
+
 def findings(path: Path, tree: ast.Module, errors: set[str]) -> list[str]:
     """``file:line: what`` for each untranslated user-facing literal in ``tree``."""
     rel = path.relative_to(ROOT).as_posix()
     out = []
+    sa_tables, sa_modules = _sqlalchemy_names(tree)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
@@ -90,6 +103,9 @@ def findings(path: Path, tree: ast.Module, errors: set[str]) -> list[str]:
         if name == "_" and node.args and isinstance(node.args[0], ast.JoinedStr):
             out.append(f"{where}: an f-string given to _(): use named placeholders and .format()")
             continue
+        if (isinstance(node.func, ast.Name) and node.func.id in sa_tables) or (
+                name == "Table" and isinstance(node.func, ast.Attribute) and _receiver(node) in sa_modules):
+            continue  # a database table's name and columns
         user_facing = (
             name in errors
             or (name in CONSOLE_FUNCS and (name != "print" or not _receiver(node) or "console" in _receiver(node).lower()))
@@ -136,8 +152,11 @@ def f(x, console):
     console.print("")
     console.print(" - ")
     typer.Option(None, help=_("some help"))
+    sa.Table("runs", meta, sa.Column("id", sa.String(32)))
+    Table("charges", meta)
+    rich.table.Table("Spend")
 '''
-    tree = ast.parse(src)
+    tree = ast.parse("import sqlalchemy as sa\nfrom sqlalchemy import Table\n" + src)
     trees = {ROOT / "costctl" / "x.py": tree}
     errors = _error_classes({**_trees(), **trees})
     lines = [f.split(": ", 1)[1] for f in findings(ROOT / "costctl" / "x.py", tree, errors)]
@@ -148,6 +167,7 @@ def f(x, console):
         "help= is an untranslated literal",
         "print() gets an untranslated literal",
         "an f-string given to _(): use named placeholders and .format()",
+        "Table() gets an untranslated literal",
     ]
 
 

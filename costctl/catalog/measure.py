@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
 from ..errors import CostctlError, UsageError
+from ..i18n import _
 from .models import MeasuredProfile
 
 
@@ -34,7 +35,7 @@ def _torch() -> Any:
     try:
         import torch
     except ImportError:
-        raise CostctlError("the measured route needs PyTorch: pip install torch (the CPU build is enough)") from None
+        raise CostctlError(_("the measured route needs PyTorch: pip install torch (the CPU build is enough)")) from None
     return torch
 
 
@@ -150,19 +151,19 @@ def saved_tensor_bytes(model: Any, inputs: Any, loss_fn: Callable[[Any], Any] | 
 
     args = inputs if isinstance(inputs, tuple) else (inputs,)
     model.train()
-    stage = "the forward pass"
+    stage = "forward"
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             output = model(*args)
-            stage = "the loss"
+            stage = "loss"
             loss = (loss_fn or _default_loss)(output)
         for t in _output_tensors(output):
             key = _storage_key(t)
             if key and key not in params:
                 seen.setdefault(key, _nbytes(t))
-        stage = "the backward pass"
+        stage = "backward"
         if not getattr(loss, "requires_grad", False):
-            raise UsageError("the loss does not require a gradient (no trainable parameter reached it)")
+            raise UsageError(_("the loss does not require a gradient (no trainable parameter reached it)"))
         loss.backward()
     except UsageError:
         raise
@@ -174,16 +175,23 @@ def saved_tensor_bytes(model: Any, inputs: Any, loss_fn: Callable[[Any], Any] | 
 
 
 def _failure(exc: BaseException, stage: str, model: Any) -> str:
-    """One line for a model that failed while being measured, with a hint for the meta device."""
+    """One line for a model that failed while being measured (``stage``: ``forward``, ``loss`` or
+    ``backward``), with a hint for the meta device."""
     text = " ".join(str(exc).split()) or type(exc).__name__
     if len(text) > 300:
         text = text[:297] + "..."
-    line = f"measuring the model failed in {stage}: {type(exc).__name__}: {text}"
+    if stage == "forward":
+        line = _("measuring the model failed in the forward pass: {error_type}: {error}")
+    elif stage == "loss":
+        line = _("measuring the model failed in the loss: {error_type}: {error}")
+    else:
+        line = _("measuring the model failed in the backward pass: {error_type}: {error}")
+    line = line.format(error_type=type(exc).__name__, error=text)
     devices = {str(p.device.type) for p in model.parameters()} if hasattr(model, "parameters") else set()
     if "meta" in devices:
-        line += ("; the model is on the meta device: make_batch must build its inputs with device='meta', and "
-                 "operations that read values (.item(), nonzero, data-dependent shapes) cannot run there "
-                 "(build the model on the CPU instead)")
+        line = _("{failure}; the model is on the meta device: make_batch must build its inputs with "
+                 "device='meta', and operations that read values (.item(), nonzero, data-dependent shapes) "
+                 "cannot run there (build the model on the CPU instead)").format(failure=line)
     return line
 
 
@@ -203,20 +211,22 @@ def measure_activations(model: Any, make_batch: Callable[[int], Any], *, batches
     """
     sizes = sorted(set(int(b) for b in batches))
     if len(sizes) < 2 or sizes[0] < 1:
-        raise UsageError("measure_activations needs at least two distinct batch sizes >= 1")
+        raise UsageError(_("measure_activations needs at least two distinct batch sizes >= 1"))
     torch = _torch()
     if not isinstance(model, torch.nn.Module):
-        raise UsageError(f"the measured route needs a torch.nn.Module, got {type(model).__name__}")
+        raise UsageError(_("the measured route needs a torch.nn.Module, got {type}").format(
+            type=type(model).__name__))
     points = []
     for b in sizes:
         try:
             batch = make_batch(b)
         except Exception as exc:  # noqa: BLE001 - the user's function: one line
-            raise UsageError(f"make_batch({b}) failed: {type(exc).__name__}: {exc}") from None
+            raise UsageError(_("make_batch({batch}) failed: {error_type}: {error}").format(
+                batch=b, error_type=type(exc).__name__, error=exc)) from None
         try:
             points.append((b, saved_tensor_bytes(model, batch, loss_fn)))
         except UsageError as exc:
-            raise UsageError(f"batch {b}: {exc}") from None
+            raise UsageError(_("batch {batch}: {error}").format(batch=b, error=exc)) from None
     n = len(points)
     mean_b = sum(b for b, _ in points) / n
     mean_m = sum(m for _, m in points) / n
@@ -243,23 +253,26 @@ def load_factory(spec: str) -> Callable[[], Any]:
     """
     target, sep, func = spec.rpartition(":")
     if not sep or not target or not func:
-        raise UsageError(f"--torch-model {spec!r}: expected FILE.py:FUNCTION or MODULE:FUNCTION")
+        raise UsageError(_("--torch-model {spec!r}: expected FILE.py:FUNCTION or MODULE:FUNCTION").format(spec=spec))
     if target.endswith(".py"):
         path = Path(target)
         if not path.is_file():
-            raise UsageError(f"--torch-model: {path} does not exist")
+            raise UsageError(_("--torch-model: {path} does not exist").format(path=path))
         try:
             namespace = runpy.run_path(str(path))
         except Exception as exc:  # noqa: BLE001 - the user's file: report it in one line
-            raise UsageError(f"--torch-model: running {path} failed: {type(exc).__name__}: {exc}") from None
+            raise UsageError(_("--torch-model: running {path} failed: {error_type}: {error}").format(
+                path=path, error_type=type(exc).__name__, error=exc)) from None
     else:
         try:
             namespace = vars(importlib.import_module(target))
         except Exception as exc:  # noqa: BLE001
-            raise UsageError(f"--torch-model: cannot import {target}: {type(exc).__name__}: {exc}") from None
+            raise UsageError(_("--torch-model: cannot import {module}: {error_type}: {error}").format(
+                module=target, error_type=type(exc).__name__, error=exc)) from None
     factory = namespace.get(func)
     if not callable(factory):
-        raise UsageError(f"--torch-model: {target} has no function {func!r}")
+        raise UsageError(_("--torch-model: {module} has no function {function!r}").format(
+            module=target, function=func))
     return factory
 
 
@@ -273,15 +286,17 @@ def measure_factory(spec: str, name: str | None = None) -> MeasuredProfile:
     try:
         built = factory()
     except Exception as exc:  # noqa: BLE001 - the user's factory: report it in one line
-        raise UsageError(f"--torch-model {spec}: the function raised {type(exc).__name__}: {exc}") from None
+        raise UsageError(_("--torch-model {spec}: the function raised {error_type}: {error}").format(
+            spec=spec, error_type=type(exc).__name__, error=exc)) from None
     if not isinstance(built, tuple) or len(built) not in (2, 3):
-        raise UsageError(f"--torch-model {spec}: the function must return (model, make_batch[, loss_fn])")
+        raise UsageError(_("--torch-model {spec}: the function must return (model, make_batch[, loss_fn])").format(
+            spec=spec))
     model, make_batch = built[0], built[1]
     loss_fn = built[2] if len(built) == 3 else None
     try:
         fit = measure_activations(model, make_batch, loss_fn=loss_fn)
     except UsageError as exc:
-        raise UsageError(f"--torch-model {spec}: {exc}") from None
+        raise UsageError(_("--torch-model {spec}: {error}").format(spec=spec, error=exc)) from None
     return fit.profile(name or spec.rpartition(":")[2])
 
 

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ..errors import UsageError
+from ..i18n import _
 from .activations import compute_bytes, model_activation_bytes
 from .models import MeasuredProfile, ModelSpec, TransformerShape
 
@@ -129,25 +130,28 @@ class Setup:
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
-            raise UsageError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
+            raise UsageError(_("precision {precision!r} is not one of {choices}").format(
+                precision=self.precision, choices=", ".join(PRECISIONS)))
         if self.optimizer not in OPTIMIZERS:
-            raise UsageError(f"optimizer {self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+            raise UsageError(_("optimizer {optimizer!r} is not one of {choices}").format(
+                optimizer=self.optimizer, choices=", ".join(OPTIMIZERS)))
         if self.batch_size < 1:
-            raise UsageError(f"batch size {self.batch_size} must be at least 1")
+            raise UsageError(_("batch size {batch_size} must be at least 1").format(batch_size=self.batch_size))
         if self.seq_len is not None and self.seq_len < 1:
-            raise UsageError(f"sequence length {self.seq_len} must be at least 1")
+            raise UsageError(_("sequence length {seq_len} must be at least 1").format(seq_len=self.seq_len))
         if self.gpus < 1:
-            raise UsageError(f"GPU count {self.gpus} must be at least 1")
+            raise UsageError(_("GPU count {gpus} must be at least 1").format(gpus=self.gpus))
         if self.zero_stage not in (0, 1, 2, 3):
-            raise UsageError(f"ZeRO stage {self.zero_stage} is not one of 0, 1, 2, 3")
+            raise UsageError(_("ZeRO stage {stage} is not one of 0, 1, 2, 3").format(stage=self.zero_stage))
         if self.lora_rank is not None and self.lora_rank < 1:
-            raise UsageError(f"LoRA rank {self.lora_rank} must be at least 1")
+            raise UsageError(_("LoRA rank {rank} must be at least 1").format(rank=self.lora_rank))
         if self.base_weight_bits not in (None, 4, 8, 16):
-            raise UsageError(f"base weight bits {self.base_weight_bits} is not one of 4, 8, 16")
+            raise UsageError(_("base weight bits {bits} is not one of 4, 8, 16").format(bits=self.base_weight_bits))
         if not 0 <= self.fragmentation < 1:
-            raise UsageError(f"fragmentation {self.fragmentation} must be in [0, 1)")
+            raise UsageError(_("fragmentation {fragmentation} must be in [0, 1)").format(
+                fragmentation=self.fragmentation))
         if self.cuda_context_bytes < 0 or self.logits_copies < 0:
-            raise UsageError("CUDA context bytes and logits copies must be >= 0")
+            raise UsageError(_("CUDA context bytes and logits copies must be >= 0"))
 
     @property
     def training(self) -> bool:
@@ -399,9 +403,9 @@ def estimate_memory(model: ModelSpec, setup: Setup) -> MemoryBreakdown:
     s = setup
     inference = not s.training
     if s.lora_rank is not None and inference:
-        raise UsageError("LoRA applies to training; drop --lora-rank or pick an optimizer")
+        raise UsageError(_("LoRA applies to training; drop --lora-rank or pick an optimizer"))
     if s.base_weight_bits is not None and s.lora_rank is None and not inference:
-        raise UsageError("a quantized base (4-bit) needs LoRA adapters for training: set a LoRA rank")
+        raise UsageError(_("a quantized base (4-bit) needs LoRA adapters for training: set a LoRA rank"))
     params = model.param_count()
     trainable = 0 if inference else (lora_trainable_params(model, s.lora_rank) if s.lora_rank else params)
     notes: list[str] = []
@@ -429,7 +433,7 @@ def estimate_memory(model: ModelSpec, setup: Setup) -> MemoryBreakdown:
         optim = 0
         temps = 0  # the step runs on the CPU
         grads = trainable * 2 if s.precision != "fp32" else grads  # 16-bit grads wait on the GPU
-        notes.append("offload: optimizer state and fp32 master weights in CPU RAM (ZeRO-Offload)")
+        notes.append(_("offload: optimizer state and fp32 master weights in CPU RAM (ZeRO-Offload)"))
     n = s.gpus
     if s.zero_stage and n > 1 and not inference:
         optim = math.ceil(optim / n)
@@ -440,14 +444,15 @@ def estimate_memory(model: ModelSpec, setup: Setup) -> MemoryBreakdown:
             weights = math.ceil(weights / n)
             copies = math.ceil(copies / n)
     elif s.zero_stage and n == 1:
-        notes.append("ZeRO partitions across GPUs: with one GPU it saves nothing (use --gpus or offload)")
+        notes.append(_("ZeRO partitions across GPUs: with one GPU it saves nothing (use --gpus or offload)"))
 
     seq: int | None
     kv = 0
     if isinstance(model, TransformerShape):
         seq = model.fixed_seq_len or s.seq_len or model.default_seq_len
         if model.fixed_seq_len and s.seq_len and s.seq_len != model.fixed_seq_len:
-            notes.append(f"{model.name} has a fixed sequence of {model.fixed_seq_len} tokens; --seq-len ignored")
+            notes.append(_("{model} has a fixed sequence of {tokens} tokens; --seq-len ignored").format(
+                model=model.name, tokens=model.fixed_seq_len))
         acts = model_activation_bytes(model, s.batch_size, seq, s.precision, flash_attention=s.flash_attention,
                                       grad_checkpointing=s.grad_checkpointing, mode=s.mode, inference=inference)
         logit = logits_bytes(s.batch_size, seq, model.logits_width, 1 if inference else s.logits_copies)
@@ -459,9 +464,10 @@ def estimate_memory(model: ModelSpec, setup: Setup) -> MemoryBreakdown:
                                          grad_checkpointing=s.grad_checkpointing, inference=inference)
         logit = 0  # the measured saved tensors already include the head's output
         if s.flash_attention:
-            notes.append("flash attention does not apply to a measured (non-transformer) profile")
+            notes.append(_("flash attention does not apply to a measured (non-transformer) profile"))
     if s.precision == "bf16" or s.precision == "fp16":
-        notes.append(f"pure {s.precision}: weights, gradients and optimizer state in 16-bit")
+        notes.append(_("pure {precision}: weights, gradients and optimizer state in 16-bit").format(
+            precision=s.precision))
 
     terms = {
         "weights": weights,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from ..errors import ConfigError, UsageError
+from ..i18n import _
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,8 @@ def preset(name: str) -> ModelSpec:
     """
     key = name.strip().lower()
     if key not in PRESETS:
-        raise UsageError(f"unknown model preset {name!r}; choose one of: {', '.join(PRESETS)}")
+        raise UsageError(_("unknown model preset {name!r}; choose one of: {choices}").format(
+            name=name, choices=", ".join(PRESETS)))
     return PRESETS[key]
 
 
@@ -245,12 +247,18 @@ def shape_from_params(params: float) -> TransformerShape:
         UsageError: params not a finite number >= 1e6 (nan, inf, 0 and negatives included).
     """
     if not math.isfinite(params) or params < 1e6:
-        what = "is not a parameter count" if not math.isfinite(params) or params <= 0 else "is too small"
-        raise UsageError(f"--params {params:g} {what}; give a parameter count of at least 1e6, like 7e9 or 124e6")
-    _, layers, hidden = min(_GPT3_SHAPES, key=lambda row: abs(math.log(row[0]) - math.log(params)))
+        if not math.isfinite(params) or params <= 0:
+            message = _("--params {params:g} is not a parameter count; give a parameter count of at least 1e6, "
+                        "like 7e9 or 124e6")
+        else:
+            message = _("--params {params:g} is too small; give a parameter count of at least 1e6, like 7e9 or "
+                        "124e6")
+        raise UsageError(message.format(params=params))
+    _size, layers, hidden = min(_GPT3_SHAPES, key=lambda row: abs(math.log(row[0]) - math.log(params)))
     heads = hidden // 128 if hidden >= 2048 else hidden // 64
     return TransformerShape(
-        f"{params:.3g}-param decoder", layers, hidden, heads, 50257, dropout=False, params=int(params),
+        _("{params:.3g}-param decoder").format(params=params), layers, hidden, heads, 50257, dropout=False,
+        params=int(params),
         default_seq_len=2048,
         source=f"GPT-3 family shape L={layers}, h={hidden} (Brown et al. 2020, Table 2.1) nearest to {params:.3g} params",
     )
@@ -282,8 +290,8 @@ def _kv_heads(cfg: dict[str, Any], heads: int, path: Path) -> int | None:
     if key is not None:
         value = cfg[key]
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or heads % value:
-            raise ConfigError(f"{path}: {key} {value!r} must be a positive integer that divides "
-                              f"the {heads} attention heads")
+            raise ConfigError(_("{path}: {key} {value!r} must be a positive integer that divides the {heads} "
+                                "attention heads").format(path=path, key=key, value=value, heads=heads))
         return value
     if cfg.get("multi_query") is True:
         return 1
@@ -316,11 +324,11 @@ def shape_from_hf_config(path: Path) -> TransformerShape:
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise ConfigError(_("{path}: cannot read: {error}").format(path=path, error=exc.strerror or exc)) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not a JSON file: {exc}") from None
+        raise ConfigError(_("{path}: not a JSON file: {error}").format(path=path, error=exc)) from None
     if not isinstance(cfg, dict):
-        raise ConfigError(f"{path}: expected a JSON object (a Hugging Face config.json)")
+        raise ConfigError(_("{path}: expected a JSON object (a Hugging Face config.json)").format(path=path))
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the LM config inside
         cfg = {**cfg["text_config"], "architectures": cfg.get("architectures")}
     layers = _first(cfg, "num_hidden_layers", "n_layer", "num_layers")
@@ -330,9 +338,11 @@ def shape_from_hf_config(path: Path) -> TransformerShape:
     for key, value in (("num_hidden_layers", layers), ("hidden_size", hidden),
                        ("num_attention_heads", heads), ("vocab_size", vocab)):
         if not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"{path}: needs a positive integer {key} (or its GPT-2 spelling); got {value!r}")
+            raise ConfigError(_("{path}: needs a positive integer {key} (or its GPT-2 spelling); got {value!r}").format(
+                path=path, key=key, value=value))
     if hidden % heads:
-        raise ConfigError(f"{path}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
+        raise ConfigError(_("{path}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}").format(
+            path=path, hidden=hidden, heads=heads))
     model_type = str(cfg.get("model_type") or "").lower()
     act = str(cfg.get("hidden_act") or cfg.get("activation_function") or "").lower()
     gated = model_type in _GATED_TYPES or act in {"silu", "swiglu", "swish"}

@@ -30,6 +30,7 @@ from decimal import Decimal
 from typing import Sequence
 
 from ..errors import UsageError
+from ..i18n import _
 from ..money import Money
 from .gpus import Catalog, GpuModel
 from .memory import DEFAULT_LORA_RANK, MemoryBreakdown, Setup, estimate_memory
@@ -95,7 +96,8 @@ def training_flops(model: ModelSpec, setup: Setup, work: float, seq_len: int | N
         per_token = 6 * matmul + 6 * model.n_layers * seq * model.hidden_size
     else:
         if not model.forward_flops_per_sample:
-            raise UsageError(f"{model.name}: no FLOPs per sample known; give --reference-gpu/--reference-hours")
+            raise UsageError(_("{model}: no FLOPs per sample known; give --reference-gpu/--reference-hours").format(
+                model=model.name))
         per_token = 3 * model.forward_flops_per_sample
     if setup.grad_checkpointing:
         per_token *= 4 / 3
@@ -119,7 +121,7 @@ def job_hours_from_flops(flops: float, gpu: GpuModel, dtype: str, gpus: int, mfu
     """Hours for ``flops`` on ``gpus`` cards at ``mfu`` of the dense peak for ``dtype``."""
     peak = gpu.peak_tflops(dtype)
     if not peak:
-        raise UsageError(f"{gpu.name} has no {dtype} rate")
+        raise UsageError(_("{gpu} has no {dtype} rate").format(gpu=gpu.name, dtype=dtype))
     return flops / (gpus * peak * 1e12 * mfu) / 3600
 
 
@@ -316,62 +318,67 @@ def suggestions_for(model: ModelSpec, setup: Setup, gpu: GpuModel, headroom: flo
     b = _largest_fitting_micro_batch(model, setup, limit)
     if b is not None:
         steps = setup.batch_size // b
-        out.append(attempt(f"micro-batch {b} x {steps} gradient-accumulation steps (effective batch "
-                           f"{setup.batch_size} kept)", setup.but(batch_size=b)))
+        out.append(attempt(_("micro-batch {batch} x {steps} gradient-accumulation steps (effective batch "
+                             "{effective} kept)").format(batch=b, steps=steps, effective=setup.batch_size),
+                           setup.but(batch_size=b)))
     singles: list[tuple[str, Setup]] = []
     if setup.precision == "fp32":
-        singles.append((f"mixed precision ({'bf16' if gpu.bf16 else 'fp16'} autocast)", setup.but(precision="mixed")))
+        singles.append((_("mixed precision ({dtype} autocast)").format(dtype="bf16" if gpu.bf16 else "fp16"),
+                        setup.but(precision="mixed")))
     if setup.training and not setup.grad_checkpointing:
-        singles.append(("activation checkpointing", setup.but(grad_checkpointing=True)))
+        singles.append((_("activation checkpointing"), setup.but(grad_checkpointing=True)))
     if is_transformer and not setup.flash_attention:
-        singles.append(("flash attention (no s x s scores kept)", setup.but(flash_attention=True)))
+        singles.append((_("flash attention (no s x s scores kept)"), setup.but(flash_attention=True)))
     if setup.optimizer in ("adam", "adamw"):
-        singles.append(("8-bit AdamW (bitsandbytes)", setup.but(optimizer="adam-8bit")))
+        singles.append((_("8-bit AdamW (bitsandbytes)"), setup.but(optimizer="adam-8bit")))
     for change, new in singles:
         out.append(attempt(change, new))
     if setup.training:
         for n in ZERO_GPU_COUNTS:
             if n <= setup.gpus:
                 continue
-            s = attempt(f"ZeRO-3 / FSDP full sharding over {n} x {gpu.name}", setup.but(gpus=n, zero_stage=3), n)
+            s = attempt(_("ZeRO-3 / FSDP full sharding over {count} x {gpu}").format(count=n, gpu=gpu.name),
+                        setup.but(gpus=n, zero_stage=3), n)
             if s.fits:
                 out.append(s)
                 break
         if not setup.offload:
-            out.append(attempt("ZeRO-Offload: optimizer state and fp32 master weights in CPU RAM",
+            out.append(attempt(_("ZeRO-Offload: optimizer state and fp32 master weights in CPU RAM"),
                                setup.but(offload=True, zero_stage=max(setup.zero_stage, 2))))
         if setup.lora_rank is None:
             lora = setup.but(lora_rank=DEFAULT_LORA_RANK, precision="mixed" if setup.precision == "fp32" else setup.precision)
-            out.append(attempt(f"LoRA r={DEFAULT_LORA_RANK} on q,v (16-bit frozen base)", lora))
-            out.append(attempt(f"QLoRA r={DEFAULT_LORA_RANK} (4-bit NF4 base)", lora.but(base_weight_bits=4)))
+            out.append(attempt(_("LoRA r={rank} on q,v (16-bit frozen base)").format(rank=DEFAULT_LORA_RANK), lora))
+            out.append(attempt(_("QLoRA r={rank} (4-bit NF4 base)").format(rank=DEFAULT_LORA_RANK),
+                               lora.but(base_weight_bits=4)))
     fitting = [s for s in out if s.fits]
     if fitting:
         return tuple(fitting)
     # No single change is enough: try combined plans, least intrusive first.
     base: dict[str, object] = {"batch_size": 1}
-    base_words = ["micro-batch 1 with gradient accumulation"]
+    base_words = [_("micro-batch 1 with gradient accumulation")]
     if setup.training:
         base["grad_checkpointing"] = True
-        base_words.append("activation checkpointing")
+        base_words.append(_("activation checkpointing"))
     if is_transformer:
         base["flash_attention"] = True
-        base_words.append("flash attention")
+        base_words.append(_("flash attention"))
     if setup.precision == "fp32":
         base["precision"] = "mixed"
-        base_words.append("mixed precision")
+        base_words.append(_("mixed precision"))
     plans: list[tuple[list[str], dict[str, object]]] = [(base_words, base)]
     if setup.training:
         eight = {"optimizer": "adam-8bit"} if setup.optimizer in ("adam", "adamw") else {}
         offload = {"offload": True, "zero_stage": max(setup.zero_stage, 2)}
+        eight_bit = _("8-bit AdamW")
         if eight:
-            plans.append((base_words + ["8-bit AdamW"], {**base, **eight}))
+            plans.append((base_words + [eight_bit], {**base, **eight}))
         plans.append((base_words + ["ZeRO-Offload"], {**base, **offload}))
         if eight:
-            plans.append((base_words + ["8-bit AdamW", "ZeRO-Offload"], {**base, **eight, **offload}))
+            plans.append((base_words + [eight_bit, "ZeRO-Offload"], {**base, **eight, **offload}))
         if setup.lora_rank is None:
             lora = {"lora_rank": DEFAULT_LORA_RANK}
             plans.append(([f"LoRA r={DEFAULT_LORA_RANK}"] + base_words, {**base, **lora}))
-            plans.append(([f"QLoRA r={DEFAULT_LORA_RANK} (4-bit base)"] + base_words,
+            plans.append(([_("QLoRA r={rank} (4-bit base)").format(rank=DEFAULT_LORA_RANK)] + base_words,
                           {**base, **lora, "base_weight_bits": 4}))
     last: Suggestion | None = None
     for words, delta in plans:
@@ -379,7 +386,8 @@ def suggestions_for(model: ModelSpec, setup: Setup, gpu: GpuModel, headroom: flo
         if last.fits:
             return (last,)
     assert last is not None
-    return (Suggestion(last.change + " (still too large)", last.setup, last.required_bytes, False, last.gpus),)
+    return (Suggestion(_("{plan} (still too large)").format(plan=last.change), last.setup, last.required_bytes,
+                       False, last.gpus),)
 
 
 def recommend(
@@ -416,27 +424,32 @@ def recommend(
         UsageError: headroom outside [0, 1), mfu outside (0, 1], or unknown billing.
     """
     if not 0 <= headroom < 1:
-        raise UsageError(f"headroom {headroom} must be in [0, 1)")
+        raise UsageError(_("headroom {headroom} must be in [0, 1)").format(headroom=headroom))
     if mfu is not None and not 0 < mfu <= 1:
-        raise UsageError(f"MFU {mfu} must be in (0, 1]")
+        raise UsageError(_("MFU {mfu} must be in (0, 1]").format(mfu=mfu))
     if billing not in (None, "on-demand", "spot"):
-        raise UsageError(f"billing {billing!r} is not one of on-demand, spot, any")
+        raise UsageError(_("billing {billing!r} is not one of on-demand, spot, any").format(billing=billing))
     breakdown = estimate_memory(model, setup)
     need = breakdown.total
     notes = list(breakdown.notes)
     flops = training_flops(model, setup, work, breakdown.seq_len) if work and reference is None else None
     if reference is not None:
-        notes.append(f"time scaled from {reference.hours:g} h on {reference.gpu.name} "
-                     f"({reference.compute_share:.0%} compute-bound, rest bandwidth-bound)")
+        notes.append(_("time scaled from {hours:g} h on {gpu} ({share:.0%} compute-bound, rest "
+                       "bandwidth-bound)").format(hours=reference.hours, gpu=reference.gpu.name,
+                                                  share=reference.compute_share))
     elif flops is not None:
-        basis = (f"{mfu:.0%} of each card's dense peak (--mfu)" if mfu is not None else
-                 "the fraction of each card's dense peak that published runs of this model (or, "
-                 "without any, the median published run) achieved: see mfu and mfu_basis per card")
-        notes.append(f"time from {flops:.3g} training FLOPs at {basis}")
+        if mfu is not None:
+            notes.append(_("time from {flops:.3g} training FLOPs at {mfu:.0%} of each card's dense peak "
+                           "(--mfu)").format(flops=flops, mfu=mfu))
+        else:
+            notes.append(_("time from {flops:.3g} training FLOPs at the fraction of each card's dense peak that "
+                           "published runs of this model (or, without any, the median published run) achieved: "
+                           "see mfu and mfu_basis per card").format(flops=flops))
     else:
-        notes.append("no --tokens/--steps or reference time: ranked by price per hour")
-    notes.append(f"usable memory = the vendor's nominal GiB x (1 - headroom {headroom:g}); the driver "
-                 "reports less than nominal (NVML: 46068 MiB of an L40S's 48 GiB), which the headroom covers")
+        notes.append(_("no --tokens/--steps or reference time: ranked by price per hour"))
+    notes.append(_("usable memory = the vendor's nominal GiB x (1 - headroom {headroom:g}); the driver reports "
+                   "less than nominal (NVML: 46068 MiB of an L40S's 48 GiB), which the headroom covers").format(
+        headroom=headroom))
     ref_dtype = compute_dtype(reference.gpu, setup.precision) if reference else None
 
     options: list[CardOption] = []
@@ -446,7 +459,7 @@ def recommend(
     for gpu in gpus if gpus is not None else catalog.models:
         dtype = compute_dtype(gpu, setup.precision)
         if dtype is None:
-            excluded.append((gpu.name, "no BF16 support (use --precision mixed or fp16)"))
+            excluded.append((gpu.name, _("no BF16 support (use --precision mixed or fp16)")))
             continue
         limit = usable_bytes(gpu, headroom)
         if need > limit:
@@ -472,9 +485,14 @@ def recommend(
                                       display=display_conversion(row.currency, currency, prices.rates)))
 
     if fitting and not options:
-        notes.append(f"{len(fitting)} card(s) fit, but the price table has no "
-                     f"{billing or 'on-demand or spot'} price for them from {provider}: "
-                     + ", ".join(g.name for g in fitting))
+        if billing:
+            line = _("{count} card(s) fit, but the price table has no {billing} price for them from {provider}: "
+                     "{gpus}")
+        else:
+            line = _("{count} card(s) fit, but the price table has no on-demand or spot price for them from "
+                     "{provider}: {gpus}")
+        notes.append(line.format(count=len(fitting), billing=billing, provider=provider,
+                                 gpus=", ".join(g.name for g in fitting)))
     if not fitting and no_fit and setup.training:
         by_memory: dict[float, GpuModel] = {}
         for a in no_fit:
@@ -487,14 +505,14 @@ def recommend(
             if n:
                 plans.append(f"{n} x {gpu.name}")
         if plans:
-            notes.append("no single card fits; with ZeRO-3 data parallel it takes " + ", or ".join(plans)
-                         + " (see each card's alternatives: offload, LoRA)")
+            notes.append(_("no single card fits; with ZeRO-3 data parallel it takes {plans} (see each card's "
+                           "alternatives: offload, LoRA)").format(plans=_(", or ").join(plans)))
     groups = rank_groups(options, lambda o: o.cost if o.cost is not None else o.hourly, prices.rates, currency)
     for line in rates_used(groups, lambda o: o.price.currency if o.price else None, prices.rates):
-        notes.append(f"prices converted at {line}")
-    if len([c for c, _ in groups if c is not None]) > 1:
-        notes.append("prices in several currencies are ranked separately: set [[catalog.exchange_rates]] "
-                     "in costctl.toml to rank them together")
+        notes.append(_("prices converted at {rate}").format(rate=line))
+    if len([c for c, _opts in groups if c is not None]) > 1:
+        notes.append(_("prices in several currencies are ranked separately: set [[catalog.exchange_rates]] in "
+                       "costctl.toml to rank them together"))
     return Recommendation(
         breakdown=breakdown,
         groups=tuple((c, tuple(opts)) for c, opts in groups),

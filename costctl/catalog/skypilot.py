@@ -21,6 +21,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from ..errors import ConfigError, UsageError
+from ..i18n import _
 from .gpus import normalize_gpu_name
 from .prices import PriceEntry, make_entry
 
@@ -87,8 +88,9 @@ def parse_skypilot_csv(text: str, *, provider: str, seen: date, source: str, cur
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         raise ConfigError(
-            f"{source}: not a SkyPilot catalog CSV: missing column(s) {', '.join(missing)} "
-            f"(need {', '.join(REQUIRED_COLUMNS)}; SpotPrice and GpuInfo optional)"
+            _("{source}: not a SkyPilot catalog CSV: missing column(s) {missing} (need {required}; SpotPrice and "
+              "GpuInfo optional)").format(source=source, missing=", ".join(missing),
+                                          required=", ".join(REQUIRED_COLUMNS))
         )
     best: dict[tuple[str, str], PriceEntry] = {}
     for row in reader:
@@ -115,7 +117,7 @@ def parse_skypilot_csv(text: str, *, provider: str, seen: date, source: str, cur
             if current is None or entry.price_per_gpu_hour < current.price_per_gpu_hour:
                 best[(entry.gpu, billing)] = entry
     if not best:
-        raise ConfigError(f"{source}: no row with an accelerator and a price")
+        raise ConfigError(_("{source}: no row with an accelerator and a price").format(source=source))
     return sorted(best.values(), key=lambda e: (e.gpu, e.billing))
 
 
@@ -140,12 +142,13 @@ def import_skypilot_csv(path: Path, *, provider: str | None = None, seen: date, 
     try:
         text = path.read_text(encoding="utf-8-sig")
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise ConfigError(_("{path}: cannot read: {error}").format(path=path, error=exc.strerror or exc)) from None
     except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a UTF-8 text file") from None
+        raise ConfigError(_("{path}: not a UTF-8 text file").format(path=path)) from None
     name = provider or provider_from_path(path)
     if not name:
-        raise UsageError(f"{path}: cannot tell the provider from the file name (only SkyPilot's catalogs/<version>/<cloud>/vms.csv); pass --provider")
+        raise UsageError(_("{path}: cannot tell the provider from the file name (only SkyPilot's "
+                           "catalogs/<version>/<cloud>/vms.csv); pass --provider").format(path=path))
     return parse_skypilot_csv(text, provider=name, seen=seen, source=str(path), currency=currency)
 
 

@@ -33,6 +33,7 @@ from importlib import resources
 from typing import Callable
 
 from ..errors import ConfigError
+from ..i18n import _
 from .gpus import GpuModel, get_gpu
 
 PRECISION_CLASSES: tuple[str, ...] = ("mixed", "fp32")
@@ -88,9 +89,9 @@ def parse_throughput_csv(text: str, *, origin: str) -> tuple[ThroughputRow, ...]
         try:
             gpu = get_gpu(r["gpu"])
             if gpu is None:
-                raise ValueError(f"unknown GPU {r['gpu']!r}")
+                raise ValueError(_("unknown GPU {gpu!r}").format(gpu=r["gpu"]))
             if r["precision"] not in PRECISION_CLASSES:
-                raise ValueError(f"precision {r['precision']!r} is not mixed or fp32")
+                raise ValueError(_("precision {precision!r} is not mixed or fp32").format(precision=r["precision"]))
             rows.append(ThroughputRow(
                 model=r["model"].strip().lower(), gpu=gpu, precision=r["precision"],
                 batch=int(r["batch"]) if r.get("batch") else None,
@@ -99,7 +100,7 @@ def parse_throughput_csv(text: str, *, origin: str) -> tuple[ThroughputRow, ...]
                 seen=date.fromisoformat(r["seen"]), source=r["source"],
             ))
         except (KeyError, ValueError, TypeError) as exc:
-            raise ConfigError(f"{origin} row {n}: {exc}") from None
+            raise ConfigError(_("{origin} row {row}: {error}").format(origin=origin, row=n, error=exc)) from None
     return tuple(rows)
 
 
@@ -134,13 +135,18 @@ class Efficiency:
         """One line for the recommendation's notes."""
         if self.row is not None:
             r = self.row
-            where = "on this card" if self.basis == "published" else f"on {r.gpu.name}"
-            return (f"{self.fraction:.0%} of the dense peak, as {r.model} reached {where} "
-                    f"({r.samples_per_second:g} samples/s, {r.framework}, {r.source})")
+            if self.basis == "published":
+                line = _("{fraction:.0%} of the dense peak, as {model} reached on this card ({rate:g} samples/s, "
+                         "{framework}, {source})")
+            else:
+                line = _("{fraction:.0%} of the dense peak, as {model} reached on {gpu} ({rate:g} samples/s, "
+                         "{framework}, {source})")
+            return line.format(fraction=self.fraction, model=r.model, gpu=r.gpu.name, rate=r.samples_per_second,
+                               framework=r.framework, source=r.source)
         if self.basis == "median":
-            return (f"{self.fraction:.0%} of the dense peak: the median of the published runs "
-                    "in costctl's throughput table for this precision")
-        return f"{self.fraction:.0%} of the dense peak (--mfu)"
+            return _("{fraction:.0%} of the dense peak: the median of the published runs in costctl's throughput "
+                     "table for this precision").format(fraction=self.fraction)
+        return _("{fraction:.0%} of the dense peak (--mfu)").format(fraction=self.fraction)
 
 
 def _nearest(rows: list[ThroughputRow], gpu: GpuModel, precision: str) -> ThroughputRow:
@@ -176,7 +182,7 @@ def efficiency(model_name: str, gpu: GpuModel, precision: str, flops_per_sample:
         return Efficiency(achieved_fraction(row, flops_per_sample(row.seq_len)), basis, row)
     fractions = [achieved_fraction(r, flops_of_row(r)) for r in usable]
     if not fractions:
-        raise ConfigError(f"the throughput table has no {cls} rows")
+        raise ConfigError(_("the throughput table has no {precision} rows").format(precision=cls))
     return Efficiency(statistics.median(fractions), "median")
 
 

@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 
 from ..clock import ensure_utc
 from ..errors import LedgerError
+from ..i18n import _
 from ..money import cost_of
 from .schema import Charge, ChargeRollup, Instance, Run
 # The bucket arithmetic lives in .timebuckets (the bill's queries use it without this module).
@@ -178,14 +179,14 @@ def accrue(session: Session, run_id: str, until: datetime, rate_per_hour: Decima
     if dialect == "sqlite":
         run = conn.execute(q["run_and_latest"], {"p_run": run_id}).first()
         if run is None:
-            raise LedgerError(f"no run {run_id!r} in the ledger")
+            raise LedgerError(_("no run {run!r} in the ledger").format(run=run_id))
         latest = run.latest
         last = None if run.last_id is None else _LastCharge(run.last_id, run.last_end, run.last_rate,
                                                             run.last_currency)
     else:
         run = conn.execute(q["run"], {"p_run": run_id}).first()
         if run is None:
-            raise LedgerError(f"no run {run_id!r} in the ledger")
+            raise LedgerError(_("no run {run!r} in the ledger").format(run=run_id))
         if dialect == "postgresql":
             # Serialise accruals on this instance; released at commit.
             conn.execute(q["lock"], {"p_instance": run.instance_pk})

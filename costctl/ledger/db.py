@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ..clock import ensure_utc, utcnow
 from ..errors import LedgerError
+from ..i18n import _
 from ..progress.batch import PointBatch
 from ..records import Decision, ProgressPoint, TelemetrySample
 from . import accrual, progress_store, sample_rollup, tables
@@ -121,15 +122,19 @@ class Ledger:
     @contextmanager
     def session(self) -> Iterator[Session]:
         """A read session (for queries such as :mod:`costctl.ledger.queries`); rolled back at exit."""
-        with translate_errors("read the ledger", self.engine.url), self._read() as s:
+        with translate_errors(_("read the ledger"), self.engine.url), self._read() as s:
             yield s
 
     @contextmanager
-    def batch(self, doing: str = "write to the ledger") -> Iterator[Session]:
+    def batch(self, doing: str | None = None) -> Iterator[Session]:
         """One write transaction for several write methods called inside it (on this thread):
         each method's own transaction joins this one, and everything commits at the end, or
         nothing does (an error rolls the whole batch back). The ledger writer runs the writes
         queued in one tick this way (:class:`~costctl.ledger.writer.LedgerWriter`).
+
+        Args:
+            doing: what the batch does, a verb phrase in the shown language for the error line
+                (default ``_("write to the ledger")``; see :func:`~costctl.ledger.engine.translate_errors`).
 
         Raises:
             LedgerError: the database cannot be written (the whole batch is rolled back).
@@ -137,7 +142,8 @@ class Ledger:
         if getattr(self._local, "batch", None) is not None:  # already in one: join it
             yield self._local.batch
             return
-        with translate_errors(doing, self.engine.url), self._write_sessions() as s, s.begin():
+        with translate_errors(doing or _("write to the ledger"), self.engine.url), self._write_sessions() as s, \
+                s.begin():
             self._local.batch = s
             try:
                 yield s
@@ -180,7 +186,7 @@ class Ledger:
         """
         for attempt in (1, 2):
             try:
-                with self._write("record the instance") as s:
+                with self._write(_("record the instance")) as s:
                     inst = s.scalars(
                         select(Instance).where(
                             Instance.provider == provider,
@@ -233,9 +239,9 @@ class Ledger:
         """
         started_at = _aware(started_at, "started_at")
         run_id = uuid.uuid4().hex
-        with self._write("record the run") as s:
+        with self._write(_("record the run")) as s:
             if s.get(Instance, instance_pk) is None:
-                raise LedgerError(f"no instance with key {instance_pk} in the ledger")
+                raise LedgerError(_("no instance with key {key} in the ledger").format(key=instance_pk))
             # Core, naming only the columns given: a fresh run's INSERT names no link column.
             values: dict[str, Any] = dict(
                 id=run_id, instance_pk=instance_pk, command=list(command) if command is not None else None,
@@ -294,7 +300,7 @@ class Ledger:
         """
         rows = _sample_rows(run_id, samples)
         if rows:
-            with self._write("record telemetry") as s:
+            with self._write(_("record telemetry")) as s:
                 s.connection().execute(_SAMPLE_INSERT, rows)
 
     def record_progress(self, run_id: str,
@@ -335,7 +341,7 @@ class Ledger:
             buckets.extend(b)
         if not (sample_rows or raw or buckets):
             return
-        with self._write("record telemetry" if sample_rows else "record progress") as s:
+        with self._write(_("record telemetry") if sample_rows else _("record progress")) as s:
             conn = s.connection()
             if sample_rows:
                 conn.execute(_SAMPLE_INSERT, sample_rows)
@@ -362,7 +368,7 @@ class Ledger:
             with self.session() as s:
                 return sample_rollup.compact_chunk(s, now=now, retention=retention, max_rows=max_rows,
                                                    dry_run=True, start=start)
-        with self._write("compact telemetry") as s:
+        with self._write(_("compact telemetry")) as s:
             return sample_rollup.compact_chunk(s, now=now, retention=retention, max_rows=max_rows, start=start)
 
     def record_decision(
@@ -384,7 +390,7 @@ class Ledger:
             dry_run=dry_run,
             key=decision.key or None,
         )
-        with self._write("record a decision") as s:
+        with self._write(_("record a decision")) as s:
             s.add(row)
             s.flush()
             return row.id
@@ -397,10 +403,10 @@ class Ledger:
         Raises:
             LedgerError: no such decision, or the database cannot be written.
         """
-        with self._write("record a decision's outcome") as s:
+        with self._write(_("record a decision's outcome")) as s:
             row = s.get(DecisionRow, decision_id)
             if row is None:
-                raise LedgerError(f"no decision {decision_id} in the ledger")
+                raise LedgerError(_("no decision {decision} in the ledger").format(decision=decision_id))
             row.outcome = outcome
             if evidence:
                 row.evidence = {**(row.evidence or {}), **evidence}
@@ -415,7 +421,7 @@ class Ledger:
         """
         row = StopEventRow(run_id=run_id, decision_id=decision_id, time=_aware(time, "stop event time"),
                            state=state, attempt=attempt, detail=detail)
-        with self._write("record a stop event") as s:
+        with self._write(_("record a stop event")) as s:
             s.add(row)
             s.flush()
             return row.id
@@ -428,7 +434,7 @@ class Ledger:
         Raises:
             LedgerError: no such run, or the database cannot be written.
         """
-        with self._write("record spend") as s:
+        with self._write(_("record spend")) as s:
             return accrual.accrue(s, run_id, until, rate_per_hour, currency)
 
     def close_lost_runs(self, instance_pk: int, *, host: str, alive: Callable[[int], bool],
@@ -453,7 +459,7 @@ class Ledger:
             LedgerError: the database cannot be written.
         """
         closed: list[str] = []
-        with self._write("close runs whose watch died") as s:
+        with self._write(_("close runs whose watch died")) as s:
             runs = s.scalars(
                 select(Run).where(Run.instance_pk == instance_pk, Run.ended_at.is_(None),
                                   Run.host == host, Run.pid.is_not(None))
@@ -492,10 +498,10 @@ class Ledger:
         Raises:
             LedgerError: no such open run, or the database cannot be written.
         """
-        with self._write("take over the run") as s:
+        with self._write(_("take over the run")) as s:
             run = s.get(Run, run_id)
             if run is None or run.ended_at is not None:
-                raise LedgerError(f"no open run {run_id!r} in the ledger")
+                raise LedgerError(_("no open run {run!r} in the ledger").format(run=run_id))
             run.status = "running"
             run.pid = pid
 
@@ -510,10 +516,10 @@ class Ledger:
             LedgerError: no such run, or the database cannot be written.
         """
         ended_at = _aware(ended_at, "ended_at")
-        with self._write("record the end of the run") as s:
+        with self._write(_("record the end of the run")) as s:
             run = s.get(Run, run_id)
             if run is None:
-                raise LedgerError(f"no run {run_id!r} in the ledger")
+                raise LedgerError(_("no run {run!r} in the ledger").format(run=run_id))
             run.ended_at = ended_at
             run.exit_code = exit_code
             run.status = status
@@ -533,7 +539,7 @@ class Ledger:
         """
         row = CheckpointRow(run_id=run_id, reason=reason, requested_at=_aware(requested_at, "requested_at"),
                             deadline=_aware(deadline, "deadline"), signal=signal)
-        with self._write("record a checkpoint request") as s:
+        with self._write(_("record a checkpoint request")) as s:
             s.add(row)
             s.flush()
             return row.id
@@ -560,10 +566,11 @@ class Ledger:
         Raises:
             LedgerError: no such request, or the database cannot be written.
         """
-        with self._write("record a checkpoint outcome") as s:
+        with self._write(_("record a checkpoint outcome")) as s:
             row = s.get(CheckpointRow, checkpoint_id)
             if row is None:
-                raise LedgerError(f"no checkpoint request {checkpoint_id} in the ledger")
+                raise LedgerError(_("no checkpoint request {checkpoint} in the ledger").format(
+                    checkpoint=checkpoint_id))
             row.outcome = outcome
             row.completed_at = _aware(completed_at, "completed_at")
             if reason is not None:
@@ -596,11 +603,12 @@ class Ledger:
         """
         start_at, end_at = _aware(start_at, "start_at"), _aware(end_at, "end_at")
         if end_at < start_at:
-            raise LedgerError(f"waste interval ends ({end_at.isoformat()}) before it starts ({start_at.isoformat()})")
-        with self._write("record waste") as s:
+            raise LedgerError(_("waste interval ends ({end}) before it starts ({start})").format(
+                end=end_at.isoformat(), start=start_at.isoformat()))
+        with self._write(_("record waste")) as s:
             run = s.get(Run, run_id)
             if run is None:
-                raise LedgerError(f"no run {run_id!r} in the ledger")
+                raise LedgerError(_("no run {run!r} in the ledger").format(run=run_id))
             row = WasteRow(run_id=run_id, instance_pk=run.instance_pk, start_at=start_at, end_at=end_at,
                            rate_per_hour=rate_per_hour, currency=currency.upper(), reason=reason, detail=detail)
             s.add(row)

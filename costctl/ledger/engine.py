@@ -25,6 +25,7 @@ from sqlalchemy import event, exc
 from sqlalchemy.engine import URL, Engine
 
 from ..errors import LedgerError
+from ..i18n import _
 
 if TYPE_CHECKING:  # the ORM loads only where ORM objects are used (never for ``costctl bill``)
     from sqlalchemy.orm import Session
@@ -50,7 +51,7 @@ class MissingLedgerError(LedgerError):
     """
 
     def __init__(self, path: Path) -> None:
-        super().__init__(f"no ledger database at {path}")
+        super().__init__(_("no ledger database at {path}").format(path=path))
         self.path = path
 
 
@@ -85,7 +86,8 @@ def parse_url(url: str) -> URL:
     try:
         parsed = sa.make_url(url)
     except exc.ArgumentError:
-        raise LedgerError(f"database URL {url!r} is not valid (expected {URL_EXAMPLES})", exit_code=2) from None
+        raise LedgerError(_("database URL {url!r} is not valid (expected {examples})").format(
+            url=url, examples=URL_EXAMPLES), exit_code=2) from None
     if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
         if not parsed.database.startswith("file:"):
             parsed = parsed.set(database=str(Path(parsed.database).expanduser()))
@@ -139,11 +141,13 @@ def make_engine(url: str | URL, *, create: bool = True) -> Engine:
             path.parent.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
             raise LedgerError(
-                f"cannot create the directory of database {path}: a file is in the way (not a directory)"
+                _("cannot create the directory of database {path}: a file is in the way (not a directory)").format(
+                    path=path)
             ) from None
         except OSError as err:
             raise LedgerError(
-                f"cannot create the directory of database {path}: {err.strerror or err}"
+                _("cannot create the directory of database {path}: {error}").format(path=path,
+                                                                                    error=err.strerror or err)
             ) from None
     kwargs: dict[str, Any] = {}
     if parsed.get_backend_name() == "sqlite":
@@ -154,13 +158,14 @@ def make_engine(url: str | URL, *, create: bool = True) -> Engine:
         engine = sa.create_engine(parsed, **kwargs)
     except exc.NoSuchModuleError:
         raise LedgerError(
-            f"database URL {shown}: unknown database kind {parsed.drivername!r} (expected {URL_EXAMPLES})",
+            _("database URL {url}: unknown database kind {kind!r} (expected {examples})").format(
+                url=shown, kind=parsed.drivername, examples=URL_EXAMPLES),
             exit_code=2,  # a configuration error (--db, database_url)
         ) from None
     except ImportError as err:
         raise LedgerError(
-            f"database URL {shown}: its driver is not installed ({err}); "
-            "for PostgreSQL install costctl[postgres] and use postgresql+psycopg://",
+            _("database URL {url}: its driver is not installed ({error}); for PostgreSQL install "
+              "costctl[postgres] and use postgresql+psycopg://").format(url=shown, error=err),
             exit_code=2,
         ) from None
     if engine.dialect.name == "sqlite":
@@ -201,11 +206,15 @@ def dialect_name(reader: Reader) -> str:
 @contextmanager
 def translate_errors(doing: str, url: URL | str) -> Iterator[None]:
     """Turn SQLAlchemy/driver errors raised inside the block into one :class:`LedgerError` line:
-    ``cannot <doing> (<url, redacted>): <first line of the driver's message>``."""
+    ``cannot <doing> (<url, redacted>): <first line of the driver's message>``.
+
+    ``doing`` is a verb phrase already in the shown language (``_("read the ledger")``): the
+    translated sentence places it (``cannot {doing} ({url}): {error}``)."""
     try:
         yield
     except exc.SQLAlchemyError as err:
-        raise LedgerError(f"cannot {doing} ({redact(url)}): {first_line(err)}") from err
+        raise LedgerError(_("cannot {doing} ({url}): {error}").format(
+            doing=doing, url=redact(url), error=first_line(err))) from err
 
 
 __all__ = ["MissingLedgerError", "Reader", "configured_url", "dialect_name", "make_engine", "parse_url", "redact", "first_line", "sqlite_file", "translate_errors"]

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # Alembic (and Mako under it) is imported by the functions th
     from alembic.config import Config
 
 from ..errors import LedgerError
+from ..i18n import _
 from .engine import redact, translate_errors
 
 MIGRATIONS_PACKAGE = "costctl_alembic"
@@ -45,7 +46,8 @@ def script_location() -> str:
     for location in (spec.submodule_search_locations or []) if spec else []:
         if (Path(location) / "env.py").is_file():
             return str(location)
-    raise LedgerError(f"costctl's migration scripts ({MIGRATIONS_PACKAGE}) are not installed; reinstall costctl")
+    raise LedgerError(_("costctl's migration scripts ({package}) are not installed; reinstall costctl").format(
+        package=MIGRATIONS_PACKAGE))
 
 
 def alembic_config(engine: Engine | None = None) -> Config:
@@ -85,7 +87,7 @@ def script_revisions(versions: Path | None = None) -> dict[str, str | None]:
         text = path.read_text(encoding="utf-8")
         rev, down = _REVISION_RE.search(text), _DOWN_RE.search(text)
         if rev is None or down is None:
-            raise LedgerError(f"migration script {path} names no revision/down_revision")
+            raise LedgerError(_("migration script {path} names no revision/down_revision").format(path=path))
         out[rev.group(1)] = None if down.group(1) == "None" else down.group(2)
     return out
 
@@ -100,8 +102,11 @@ def head_revision(versions: Path | None = None) -> str:
     revisions = script_revisions(versions)
     heads = set(revisions) - {down for down in revisions.values() if down is not None}
     if len(heads) != 1:
-        raise LedgerError(f"costctl's migrations have {len(heads)} heads ({', '.join(sorted(heads)) or 'none'}); "
-                          "expected exactly one")
+        if heads:
+            message = _("costctl's migrations have {count} heads ({heads}); expected exactly one")
+        else:
+            message = _("costctl's migrations have {count} heads (none); expected exactly one")
+        raise LedgerError(message.format(count=len(heads), heads=", ".join(sorted(heads))))
     return heads.pop()
 
 
@@ -130,13 +135,14 @@ def _run(engine: Engine, doing: str, fn: str, revision: str) -> None:
                     try:
                         getattr(command, fn)(cfg, revision)
                     except CommandError as err:
-                        raise LedgerError(f"cannot {doing} ({redact(engine.url)}): {err}") from None
+                        raise LedgerError(_("cannot {doing} ({url}): {error}").format(
+                            doing=doing, url=redact(engine.url), error=err)) from None
                     if sqlite:
                         broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
                         if broken:
                             raise LedgerError(
-                                f"cannot {doing} ({redact(engine.url)}): {len(broken)} rows would break "
-                                "foreign keys; nothing was changed"
+                                _("cannot {doing} ({url}): {count} rows would break foreign keys; nothing was "
+                                  "changed").format(doing=doing, url=redact(engine.url), count=len(broken))
                             )
             finally:
                 if sqlite:
@@ -159,7 +165,7 @@ def upgrade(engine: Engine, revision: str = "head", *, isolated: bool = False) -
     """
     if revision == "head" and current_revision(engine) == head_revision():
         return
-    doing = f"upgrade the database to {revision}"
+    doing = _("upgrade the database to {revision}").format(revision=revision)
     in_memory = engine.dialect.name == "sqlite" and engine.url.database in (None, "", ":memory:")
     if not isolated or in_memory:
         _run(engine, doing, "upgrade", revision)
@@ -167,20 +173,25 @@ def upgrade(engine: Engine, revision: str = "head", *, isolated: bool = False) -
     import subprocess
     import sys
 
-    # The URL (password included) goes through stdin, never the command line (visible in ps).
+    from ..i18n import language
+
+    # The URL (password included) goes through stdin, never the command line (visible in ps); the
+    # language too, so that the child's one line is in the language this process shows.
     url = engine.url.render_as_string(hide_password=False)
     try:
         proc = subprocess.run([sys.executable, "-c", "from costctl.ledger.migrate import _upgrade_child; "
-                               "_upgrade_child()"], input=f"{url}\n{revision}\n", capture_output=True, text=True,
-                              timeout=MIGRATE_CHILD_TIMEOUT_S)
+                               "_upgrade_child()"], input=f"{url}\n{revision}\n{language()}\n",
+                              capture_output=True, text=True, timeout=MIGRATE_CHILD_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise LedgerError(f"cannot {doing} ({redact(engine.url)}): the migration process failed: {exc}") from None
+        raise LedgerError(_("cannot {doing} ({url}): the migration process failed: {error}").format(
+            doing=doing, url=redact(engine.url), error=exc)) from None
     if proc.returncode != 0:
         lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
-        detail = lines[-1] if lines else f"exit status {proc.returncode}"
+        detail = lines[-1] if lines else _("exit status {status}").format(status=proc.returncode)
         if proc.returncode == _CHILD_LEDGER_ERROR:
             raise LedgerError(detail)
-        raise LedgerError(f"cannot {doing} ({redact(engine.url)}): the migration process failed: {detail}")
+        raise LedgerError(_("cannot {doing} ({url}): the migration process failed: {error}").format(
+            doing=doing, url=redact(engine.url), error=detail))
 
 
 #: Seconds a migration child process may take (a big ledger's first migration included).
@@ -189,17 +200,20 @@ _CHILD_LEDGER_ERROR = 3  # the child's exit status for a LedgerError (its messag
 
 
 def _upgrade_child() -> None:
-    """The child process of :func:`upgrade` (``isolated=True``): reads the URL and the revision
-    from stdin (one line each), migrates, exits 0; a :class:`LedgerError` prints its one line to
-    stderr and exits :data:`_CHILD_LEDGER_ERROR`."""
+    """The child process of :func:`upgrade` (``isolated=True``): reads the URL, the revision and
+    the language of messages (:func:`costctl.i18n.language`) from stdin (one line each),
+    migrates, exits 0; a :class:`LedgerError` prints its one line to stderr and exits
+    :data:`_CHILD_LEDGER_ERROR`."""
     import sys
 
+    from ..i18n import set_language
     from .engine import make_engine, parse_url
 
-    url, revision = sys.stdin.read().splitlines()[:2]
+    url, revision, *rest = sys.stdin.read().splitlines()[:3]
+    set_language(rest[0] if rest and rest[0] else None)
     engine = make_engine(parse_url(url), create=True)
     try:
-        _run(engine, f"upgrade the database to {revision}", "upgrade", revision)
+        _run(engine, _("upgrade the database to {revision}").format(revision=revision), "upgrade", revision)
     except LedgerError as exc:
         print(exc.message if hasattr(exc, "message") else str(exc), file=sys.stderr)
         sys.exit(_CHILD_LEDGER_ERROR)
@@ -213,7 +227,7 @@ def downgrade(engine: Engine, revision: str) -> None:
     Raises:
         LedgerError: unknown revision, unreachable database, or a failed migration — one line.
     """
-    _run(engine, f"downgrade the database to {revision}", "downgrade", revision)
+    _run(engine, _("downgrade the database to {revision}").format(revision=revision), "downgrade", revision)
 
 
 def row_counts(engine: Engine, table_names: tuple[str, ...] = ("runs", "charges")) -> dict[str, int]:
@@ -223,7 +237,7 @@ def row_counts(engine: Engine, table_names: tuple[str, ...] = ("runs", "charges"
     Raises:
         LedgerError: the database cannot be read.
     """
-    with translate_errors("count the ledger's rows", engine.url):
+    with translate_errors(_("count the ledger's rows"), engine.url):
         with engine.connect() as connection:
             present = set(sa.inspect(connection).get_table_names())
             return {
@@ -261,7 +275,7 @@ def create_at_head(engine: Engine) -> bool:
     from .tables import metadata
 
     head = head_revision()
-    with _alembic_lock, translate_errors("create the ledger's tables", engine.url):
+    with _alembic_lock, translate_errors(_("create the ledger's tables"), engine.url):
         with engine.execution_options(immediate=True).connect() as connection, connection.begin():
             if connection.dialect.name == "postgresql":
                 connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({PG_MIGRATION_LOCK_KEY})")
@@ -281,13 +295,13 @@ def current_revision(engine: Engine) -> str | None:
     Raises:
         LedgerError: the database cannot be reached, or it records several revisions.
     """
-    with translate_errors("read the database revision", engine.url):
+    with translate_errors(_("read the database revision"), engine.url):
         with engine.connect() as connection:
             if not sa.inspect(connection).has_table("alembic_version"):
                 return None
             rows = connection.exec_driver_sql("SELECT version_num FROM alembic_version").fetchall()
     if len(rows) > 1:
-        raise LedgerError(f"the database records {len(rows)} schema revisions; expected one")
+        raise LedgerError(_("the database records {count} schema revisions; expected one").format(count=len(rows)))
     return rows[0][0] if rows else None
 
 

@@ -46,6 +46,7 @@ from sqlalchemy import exc as sa_exc
 from tenacity import Retrying, RetryCallState, retry_if_exception, stop_never, wait_exponential
 
 from ..errors import LedgerError
+from ..i18n import _
 from ..money import cost_of
 from ..progress.batch import PointBatch
 from .progress_store import ProgressRows
@@ -287,11 +288,12 @@ class LedgerWriter:
                 return  # only durable writes: they are kept beyond the bound
             self._queue.remove(victim)
             self._dropped += 1
-            victim.ticket._fail(LedgerError(f"{victim.what}: dropped (the ledger write queue was full)"))
+            victim.ticket._fail(LedgerError(_("{what}: dropped (the ledger write queue was full)").format(
+                what=victim.what)))
 
     def record_samples(self, run_id: str, samples: Any) -> Ticket:
         """Telemetry (droppable): :meth:`Ledger.record_samples`."""
-        return self.submit("record_samples", run_id, list(samples), kind=TELEMETRY, what="record telemetry")
+        return self.submit("record_samples", run_id, list(samples), kind=TELEMETRY, what=_("record telemetry"))
 
     def record_progress(self, run_id: str, points: Any) -> Ticket:
         """Telemetry (droppable): :meth:`Ledger.record_progress`. A
@@ -300,13 +302,13 @@ class LedgerWriter:
         hands it over); other iterables of points are copied into a list."""
         if not isinstance(points, PointBatch | ProgressRows):
             points = list(points)
-        return self.submit("record_progress", run_id, points, kind=TELEMETRY, what="record progress")
+        return self.submit("record_progress", run_id, points, kind=TELEMETRY, what=_("record progress"))
 
     def compact(self, now: datetime, retention: timedelta, *, max_rows: int = DEFAULT_COMPACT_ROWS) -> Ticket:
         """Telemetry (droppable): one bounded retention pass, :meth:`Ledger.compact` (its
         ticket's result is the :class:`~costctl.ledger.sample_rollup.CompactResult`; not
         ``done``: submit another later)."""
-        return self.submit("compact", now, retention, max_rows=max_rows, kind=TELEMETRY, what="compact telemetry")
+        return self.submit("compact", now, retention, max_rows=max_rows, kind=TELEMETRY, what=_("compact telemetry"))
 
     def accrue(self, run_id: str, until: datetime, rate_per_hour: Decimal, currency: str) -> Ticket:
         """Durable: charge ``run_id`` up to ``until`` (:meth:`Ledger.accrue`). Coalesced with the
@@ -323,9 +325,10 @@ class LedgerWriter:
                 if until > last.args[1]:
                     last.args = (run_id, until, rate_per_hour, currency)
                 return last.ticket
-            ticket = Ticket("record spend")
+            what = _("record spend")
+            ticket = Ticket(what)
             op = _Op(next(self._seq), DURABLE, "accrue", (run_id, until, rate_per_hour, currency), {}, ticket,
-                     "record spend", accrual_key=key)
+                     what, accrual_key=key)
             self._make_room()
             self._queue.append(op)
             self._newest_durable = op
@@ -336,31 +339,32 @@ class LedgerWriter:
                         dry_run: bool = False) -> Ticket:
         """Durable: :meth:`Ledger.record_decision`; the ticket resolves to the decision's id."""
         return self.submit("record_decision", run_id, decision, outcome=outcome, dry_run=dry_run,
-                           what="record a decision")
+                           what=_("record a decision"))
 
     def record_checkpoint_request(self, run_id: str, **kwargs: Any) -> Ticket:
         """Durable: :meth:`Ledger.record_checkpoint_request`; the ticket resolves to its id."""
-        return self.submit("record_checkpoint_request", run_id, what="record a checkpoint request", **kwargs)
+        return self.submit("record_checkpoint_request", run_id, what=_("record a checkpoint request"), **kwargs)
 
     def complete_checkpoint(self, checkpoint_id: int | Ticket, **kwargs: Any) -> Ticket:
         """Durable: :meth:`Ledger.complete_checkpoint` (``checkpoint_id`` may be the request's ticket)."""
-        return self.submit("complete_checkpoint", checkpoint_id, what="record a checkpoint outcome", **kwargs)
+        return self.submit("complete_checkpoint", checkpoint_id, what=_("record a checkpoint outcome"), **kwargs)
 
     def record_waste(self, run_id: str, **kwargs: Any) -> Ticket:
         """Durable: :meth:`Ledger.record_waste`."""
-        return self.submit("record_waste", run_id, what="record waste", **kwargs)
+        return self.submit("record_waste", run_id, what=_("record waste"), **kwargs)
 
     def finish_run(self, run_id: str, **kwargs: Any) -> Ticket:
         """Durable: :meth:`Ledger.finish_run`."""
-        return self.submit("finish_run", run_id, what="record the end of the run", **kwargs)
+        return self.submit("finish_run", run_id, what=_("record the end of the run"), **kwargs)
 
     def record_stop_event(self, run_id: str, **kwargs: Any) -> Ticket:
         """Durable: :meth:`Ledger.record_stop_event` (``decision_id`` may be the decision's ticket)."""
-        return self.submit("record_stop_event", run_id, what="record a stop event", **kwargs)
+        return self.submit("record_stop_event", run_id, what=_("record a stop event"), **kwargs)
 
     def set_decision_outcome(self, decision_id: int | Ticket, outcome: str, **kwargs: Any) -> Ticket:
         """Durable: :meth:`Ledger.set_decision_outcome` (``decision_id`` may be the decision's ticket)."""
-        return self.submit("set_decision_outcome", decision_id, outcome, what="record a decision's outcome", **kwargs)
+        return self.submit("set_decision_outcome", decision_id, outcome, what=_("record a decision's outcome"),
+                           **kwargs)
 
     # ------------------------------------------------------------------ state
     @property
@@ -400,11 +404,16 @@ class LedgerWriter:
             self._flushing = False
             result = self._unwritten()
         if not result.complete:
-            parts = [f"{run[:8]}: {amount} {cur} from {start.isoformat()} to {end.isoformat()}"
+            parts = [_("{run}: {amount} {currency} from {start} to {end}").format(
+                         run=run[:8], amount=amount, currency=cur, start=start.isoformat(), end=end.isoformat())
                      for (run, cur), (start, end, amount) in result.charges.items()]
-            charged = ("charges not recorded: " + "; ".join(parts)) if parts else "no charges among them"
-            self.say(f"costctl: the ledger is still unreachable after {timeout_s:g}s: {result.pending} writes "
-                     f"were NOT written ({charged}); `costctl bill` will not show them")
+            if parts:
+                line = _("costctl: the ledger is still unreachable after {timeout:g}s: {pending} writes were NOT "
+                         "written (charges not recorded: {charges}); `costctl bill` will not show them")
+            else:
+                line = _("costctl: the ledger is still unreachable after {timeout:g}s: {pending} writes were NOT "
+                         "written (no charges among them); `costctl bill` will not show them")
+            self.say(line.format(timeout=timeout_s, pending=result.pending, charges="; ".join(parts)))
         return result
 
     def _unwritten(self) -> FlushResult:
@@ -435,7 +444,8 @@ class LedgerWriter:
         self._thread.join(5)
         with self._cond:
             for op in self._queue:
-                op.ticket._fail(LedgerError(f"{op.what}: not written (the ledger was unreachable at the end)"))
+                op.ticket._fail(LedgerError(_("{what}: not written (the ledger was unreachable at the end)").format(
+                    what=op.what)))
             self._queue.clear()
         return result
 
@@ -487,7 +497,8 @@ class LedgerWriter:
                         self._cond.notify_all()
                     op.ticket._fail(error if isinstance(error, LedgerError) else LedgerError(f"{op.what}: {error}"))
                     message = getattr(error, "message", None) or f"{type(error).__name__}: {error}"
-                    self.say(f"costctl: a ledger write failed and was not recorded ({op.what}): {message}")
+                    self.say(_("costctl: a ledger write failed and was not recorded ({what}): {error}").format(
+                        what=op.what, error=message))
                     continue
                 self._done(op, value)
 
@@ -536,7 +547,7 @@ class LedgerWriter:
                 samples.clear()
                 progress.clear()
 
-        with self.ledger.batch("write to the ledger"):
+        with self.ledger.batch(_("write to the ledger")):
             for op in ops:
                 if merge and op.method in _MERGED and not op.kwargs \
                         and not any(isinstance(a, Ticket) for a in op.args):
@@ -587,7 +598,8 @@ class LedgerWriter:
         self._down_since = time.monotonic()
         self._down_written = 0
         self._back_target = None
-        self.say(f"costctl: the ledger is unreachable ({line}): {held} writes are held in memory and retried")
+        self.say(_("costctl: the ledger is unreachable ({error}): {held} writes are held in memory and retried").format(
+            error=line, held=held))
 
     def _after_success(self, op: _Op) -> None:
         if self._down_since is None:
@@ -602,8 +614,9 @@ class LedgerWriter:
                 dropped = self._dropped - self._down_dropped_at_start
             # measured from the first write that failed: writes are batched (the watch's linger), so
             # the outage may have begun up to one batch before it
-            self.say(f"costctl: the ledger is back, {self._back_after:.0f}s after a write first failed: {self._down_written} writes "
-                     f"flushed ({dropped} telemetry rows dropped)")
+            self.say(_("costctl: the ledger is back, {seconds:.0f}s after a write first failed: {written} writes "
+                       "flushed ({dropped} telemetry rows dropped)").format(
+                seconds=self._back_after, written=self._down_written, dropped=dropped))
             self._down_since = None
             self._back_target = None
 

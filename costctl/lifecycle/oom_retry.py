@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..errors import UsageError
+from ..i18n import _
 from ..records import BatchPlan
 from ..replay.oom import OomEvent, match_oom
 
@@ -40,8 +41,8 @@ def render_command(argv: Sequence[str], *, batch_size: int | None, accum_steps: 
             known (pass ``--batch-size`` / ``--accum-steps``).
     """
     if uses(argv, BATCH) and batch_size is None:
-        raise UsageError("the command uses {batch_size} but no batch size is known: pass --batch-size N "
-                         "(or set COSTCTL_BATCH_SIZE)")
+        raise UsageError(_("the command uses {placeholder} but no batch size is known: pass --batch-size N "
+                           "(or set COSTCTL_BATCH_SIZE)").format(placeholder=BATCH))
     values = {BATCH: str(batch_size) if batch_size is not None else "",
               ACCUM: str(accum_steps if accum_steps is not None else 1),
               CHECKPOINT: checkpoint or ""}
@@ -104,30 +105,34 @@ class OomScanner:
 
 def advice(plan: BatchPlan | None, event: OomEvent | None, min_batch: int) -> str:
     """The one-line advice after an OOM crash, with the numbers when the batch is known."""
-    what = "the job ran out of GPU memory"
     if event is not None and event.requested_bytes and event.total_bytes:
-        what += (f" (tried to allocate {event.requested_bytes / 2**30:.2f} GiB on a "
-                 f"{event.total_bytes / 2**30:.2f} GiB GPU)")
+        what = _("the job ran out of GPU memory (tried to allocate {requested:.2f} GiB on a {total:.2f} GiB "
+                 "GPU)").format(requested=event.requested_bytes / 2**30, total=event.total_bytes / 2**30)
+    else:
+        what = _("the job ran out of GPU memory")
     if plan is None:
-        return (f"{what}: halve the batch size and double gradient accumulation to keep the effective "
-                "batch; pass --batch-size N so costctl can name the numbers, and --on-oom retry to do it")
+        return _("{what}: halve the batch size and double gradient accumulation to keep the effective batch; "
+                 "pass --batch-size N so costctl can name the numbers, and --on-oom retry to do it").format(what=what)
     nxt = plan.halved(min_batch)
     if nxt is None:
-        return (f"{what} at batch {plan.batch_size}: halving it would go below [oom] min_batch {min_batch}; "
-                "reduce memory another way (mixed precision, activation checkpointing, a larger card)")
-    return (f"{what} at batch {plan.batch_size} x accumulation {plan.accum_steps}: retry with batch "
-            f"{nxt.batch_size} x accumulation {nxt.accum_steps} (effective batch {nxt.effective}); "
-            "costctl watch --on-oom retry does this by itself")
+        return _("{what} at batch {batch}: halving it would go below [oom] min_batch {min_batch}; reduce memory "
+                 "another way (mixed precision, activation checkpointing, a larger card)").format(
+            what=what, batch=plan.batch_size, min_batch=min_batch)
+    return _("{what} at batch {batch} x accumulation {accum}: retry with batch {next_batch} x accumulation "
+             "{next_accum} (effective batch {effective}); costctl watch --on-oom retry does this by itself").format(
+        what=what, batch=plan.batch_size, accum=plan.accum_steps, next_batch=nxt.batch_size,
+        next_accum=nxt.accum_steps, effective=nxt.effective)
 
 
 def fixed_memory_advice(plan: BatchPlan, evidence: str) -> str:
     """The one line when a halved batch died on the same allocation (see
     :mod:`costctl.lifecycle.oom_compare`): ``plan`` is the batch actually passed to the job that
     died last, ``evidence`` the figures compared (``"20480.00 MiB requested at batch 1024 and at 512"``)."""
-    return (f"the memory that runs out does not depend on the batch size ({evidence}), so a smaller batch "
-            f"will not fit: costctl stopped retrying at batch {plan.batch_size} x accumulation {plan.accum_steps} "
-            f"(effective batch {plan.effective}); use a card with more memory (costctl recommend), mixed "
-            "precision, gradient checkpointing or an 8-bit optimizer")
+    return _("the memory that runs out does not depend on the batch size ({evidence}), so a smaller batch will "
+             "not fit: costctl stopped retrying at batch {batch} x accumulation {accum} (effective batch "
+             "{effective}); use a card with more memory (costctl recommend), mixed precision, gradient "
+             "checkpointing or an 8-bit optimizer").format(evidence=evidence, batch=plan.batch_size,
+                                                          accum=plan.accum_steps, effective=plan.effective)
 
 
 __all__ = ["ACCUM", "BATCH", "CHECKPOINT", "BatchPlan", "OomScanner", "advice", "fixed_memory_advice",

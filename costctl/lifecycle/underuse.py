@@ -30,6 +30,7 @@ from typing import Any
 
 from ..catalog import get_gpu
 from ..config import DownsizeConfig
+from ..i18n import _
 from ..money import Money
 from .sizing import CardOption, PriceOption, best_fit, rank_cards
 
@@ -70,12 +71,15 @@ class UnderuseAdvice:
     def text(self) -> str:
         """One line for people."""
         c = self.card
-        return (
-            f"{self.label or 'run ' + self.run_id[:8]} used at most {self.peak_memory_bytes / 2**30:.1f} GiB of "
-            f"{self.card_memory_bytes / 2**30:.0f} GiB on {self.gpu or 'its GPU'} at {self.mean_utilization:.0f}% "
-            f"mean utilization: {c.option.gpu} ({c.option.price_per_hour} {self.currency}/h at "
-            f"{c.option.provider}) would have done it for about {self.saved.quantize(Decimal('0.01'))} "
-            f"{self.currency} less ({c.saving_per_hour.quantize(Decimal('0.0001'))} {self.currency} per hour)"
+        return _(
+            "{run} used at most {peak:.1f} GiB of {total:.0f} GiB on {gpu} at {utilization:.0f}% mean utilization: "
+            "{card} ({price} {currency}/h at {provider}) would have done it for about {saved} {currency} less "
+            "({per_hour} {currency} per hour)"
+        ).format(
+            run=self.label or _("run {run}").format(run=self.run_id[:8]), peak=self.peak_memory_bytes / 2**30,
+            total=self.card_memory_bytes / 2**30, gpu=self.gpu or _("its GPU"), utilization=self.mean_utilization,
+            card=c.option.gpu, price=c.option.price_per_hour, currency=self.currency, provider=c.option.provider,
+            saved=self.saved.quantize(Decimal("0.01")), per_hour=c.saving_per_hour.quantize(Decimal("0.0001")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -188,35 +192,38 @@ def rightsizing_from_log(
         options: cards one could rent, priced per instance with as many GPUs as the log's.
     """
     if rate is None:
-        return LogRightsizing(None, "right-sizing needs the instance's price: give --price (and --currency) or "
-                                    "--gpu with --provider")
+        return LogRightsizing(None, _("right-sizing needs the instance's price: give --price (and --currency) or "
+                                      "--gpu with --provider"))
     if peak_memory_bytes is None or mean_utilization is None:
-        return LogRightsizing(None, "right-sizing needs the GPU log's memory used and utilization; this log "
-                                    "does not record both")
+        return LogRightsizing(None, _("right-sizing needs the GPU log's memory used and utilization; this log "
+                                      "does not record both"))
     total = card_memory_bytes
     if not total and gpu:
         model = get_gpu(gpu)
         total = model.memory_bytes if model else None
     if not total:
-        return LogRightsizing(None, "right-sizing needs the card's memory: the log records no total and its "
-                                    "model is unknown (give --gpu)")
+        return LogRightsizing(None, _("right-sizing needs the card's memory: the log records no total and its "
+                                      "model is unknown (give --gpu)"))
     if (peak_memory_bytes >= config.underutilized_memory_fraction * total
             or mean_utilization >= config.underutilized_gpu_utilization):
-        return LogRightsizing(None, (
-            f"right-sizing: the card was used (peak {peak_memory_bytes / 2**30:.1f} GiB of "
-            f"{total / 2**30:.0f} GiB, mean utilization {mean_utilization:.0f}%; advice below "
-            f"{config.underutilized_memory_fraction:.0%} of memory and {config.underutilized_gpu_utilization:g}% "
-            "utilization, [downsize] underutilized_*)"))
+        return LogRightsizing(None, _(
+            "right-sizing: the card was used (peak {peak:.1f} GiB of {total:.0f} GiB, mean utilization "
+            "{utilization:.0f}%; advice below {memory_fraction:.0%} of memory and {gpu_utilization:g}% mean "
+            "utilization, [downsize] underutilized_*)").format(
+            peak=peak_memory_bytes / 2**30, total=total / 2**30, utilization=mean_utilization,
+            memory_fraction=config.underutilized_memory_fraction,
+            gpu_utilization=config.underutilized_gpu_utilization))
     advice = underuse_advice(run_id=run_id, gpu=gpu, rate=rate, duration_s=duration_s,
                              peak_memory_bytes=peak_memory_bytes, card_memory_bytes=total,
                              mean_utilization=mean_utilization, options=options, config=config, label=label)
     if advice is None:
         if not any(o.currency == rate.currency for o in options):
-            return LogRightsizing(None, f"right-sizing: no {rate.currency} price for any card to compare with "
-                                        "(costctl never compares prices in two currencies)")
-        return LogRightsizing(None, f"right-sizing: no card in the price table fits with "
-                                    f"{config.headroom:.0%} headroom and saves at least "
-                                    f"{config.min_saving_per_hour} {rate.currency} per hour")
+            return LogRightsizing(None, _("right-sizing: no {currency} price for any card to compare with "
+                                          "(costctl never compares prices in two currencies)").format(
+                currency=rate.currency))
+        return LogRightsizing(None, _("right-sizing: no card in the price table fits with {headroom:.0%} headroom "
+                                      "and saves at least {saving} {currency} per hour").format(
+            headroom=config.headroom, saving=config.min_saving_per_hour, currency=rate.currency))
     return LogRightsizing(advice, None)
 
 

@@ -32,6 +32,7 @@ from typing import Any
 from collections.abc import Iterator
 
 from ..config import Settings
+from ..i18n import _, ngettext
 from ..money import Money, cost_of
 from ..policies import classify_sample
 from ..records import Decision, ProgressPoint, TelemetrySample
@@ -170,11 +171,11 @@ def _saving(rate: Money | None, end: datetime | None, when: datetime | None) -> 
 def _where(decision: Decision) -> str | None:
     ev = decision.evidence
     if ev.get("step") is not None:
-        return f"step {ev['step']}"
+        return _("step {step}").format(step=ev["step"])
     if ev.get("epoch") is not None:
-        return f"epoch {ev['epoch']:g}"
+        return _("epoch {epoch:g}").format(epoch=ev["epoch"])
     if ev.get("index") is not None:
-        return f"point {ev['index']}"
+        return _("point {index}").format(index=ev["index"])
     return None
 
 
@@ -192,18 +193,24 @@ def _in_log_order(decisions: list[Decision]) -> list[Decision]:
 def _signals(scan: LogScan | None, n: int, timed: list[ProgressPoint], train: TrainLog | None) -> tuple[list[str], list[str]]:
     used, absent = [], []
     if scan is not None:
-        (used if scan.gpu_status_seen else absent).append(f"gpu utilization ({n} GPU{'s' if n != 1 else ''})")
-        (used if scan.cpu_status_seen else absent).append("cpu (not recorded)")
-        (used if scan.ssh_status_seen else absent).append("ssh sessions (not recorded)")
+        (used if scan.gpu_status_seen else absent).append(
+            ngettext("gpu utilization ({count} GPU)", "gpu utilization ({count} GPUs)", n).format(count=n))
+        if scan.cpu_status_seen:
+            used.append(_("cpu"))
+        else:
+            absent.append(_("cpu (not recorded)"))
+        if scan.ssh_status_seen:
+            used.append(_("ssh sessions"))
+        else:
+            absent.append(_("ssh sessions (not recorded)"))
     else:
-        absent.append("gpu utilization (no GPU log)")
+        absent.append(_("gpu utilization (no GPU log)"))
     if timed:
-        used.append("training progress (on the time axis)")
+        used.append(_("training progress (on the time axis)"))
     elif train is not None:
-        absent.append("training progress (not on the time axis: its own axis for the loss policies)")
+        absent.append(_("training progress (not on the time axis: its own axis for the loss policies)"))
     else:
-        absent.append("training progress (no training log)")
-    used = [u.replace(" (not recorded)", "") for u in used]
+        absent.append(_("training progress (no training log)"))
     return used, absent
 
 
@@ -237,7 +244,7 @@ def analyze(
     from ..errors import UsageError
 
     if gpu_log is None and train_log is None:
-        raise UsageError("nothing to analyze: give --gpu-log FILE and/or --train-log FILE")
+        raise UsageError(_("nothing to analyze: give --gpu-log FILE and/or --train-log FILE"))
     scan = gpu_log.scan if gpu_log is not None and gpu_log.sample_count else None
     if options.sample_interval is not None:
         interval = options.sample_interval
@@ -254,9 +261,10 @@ def analyze(
     assumptions: list[str] = []
     notes: list[str] = []
     if gpu_log is not None:
-        notes.append("nvidia-smi and dashboard times carry no zone; they are shown as recorded (read as UTC)")
+        notes.append(_("nvidia-smi and dashboard times carry no zone; they are shown as recorded (read as UTC)"))
         if gpu_log.relative:
-            notes.append("the GPU log records only elapsed seconds: times count from --start-time (default 1970-01-01)")
+            notes.append(_("the GPU log records only elapsed seconds: times count from --start-time "
+                           "(default 1970-01-01)"))
 
     # One pass over the samples feeds the replay and every streaming figure (nothing per sample kept).
     indices = gpu_log.gpu_indices if scan is not None else []
@@ -299,7 +307,7 @@ def analyze(
         run: ReplayRun = replay_timeline(settings, samples_in, timed, rate=rate, sample_interval=interval)
     else:
         run = ReplayRun([], [], interval, False)
-    for _ in samples_in:  # a replay that stopped early still leaves every sample to the figures
+    for _sample in samples_in:  # a replay that stopped early still leaves every sample to the figures
         pass
     assumptions.extend(run.assumptions)
     loss_run: ReplayRun | None = None
@@ -311,8 +319,8 @@ def analyze(
             loss_run = pre.finish()
         else:
             loss_run = replay_loss(settings, train_log.iter_batches(), rate=rate)
-        notes.append("the training log has no wall times: its loss analysis stands on its own axis "
-                     "(give --start-time and --step-rate to place it on the GPU log's time axis)")
+        notes.append(_("the training log has no wall times: its loss analysis stands on its own axis "
+                       "(give --start-time and --step-rate to place it on the GPU log's time axis)"))
         notes.extend(loss_run.assumptions)  # e.g. where a diagnosis does not apply
         loss_run.decisions.extend(_grad_norm_decisions(settings, train_log, notes))
 
@@ -358,7 +366,7 @@ def analyze(
         oracle = oracle_stop([machine.last] if machine.last is not None else [], timed_progress=timed,
                              plateau=plateau_cfg)
     else:
-        oracle = OracleStop(None, "no time axis (no GPU log, training log not placed in time): no stop to cost")
+        oracle = OracleStop(None, _("no time axis (no GPU log, training log not placed in time): no stop to cost"))
 
     peers = [PeerReport(p.result(), _saving(rate, end, p.result().stop_time),
                         p.result().stop_time is not None and last_work is not None and last_work > p.result().stop_time)
@@ -401,12 +409,12 @@ def _grad_norm_decisions(settings: Settings, train_log: TrainLog, notes: list[st
     found = train_log.grad_norms.feed(rule, now)
     rule.finish()
     if rule.isolated:
-        notes.append(f"{rule.isolated} isolated non-finite grad_norm value(s) (fp16 loss scaling skips such "
-                     "steps): not divergence")
+        notes.append(_("{count} isolated non-finite grad_norm value(s) (fp16 loss scaling skips such steps): "
+                       "not divergence").format(count=rule.isolated))
     best = train_log.summary_of("train").min if train_log.count("train") else None
     if rule.nonfinite and best is not None and best.value == 0.0:
-        notes.append(f"train loss best is 0 while {rule.nonfinite} grad_norm value(s) were non-finite: the "
-                     "loss looks filtered or zeroed, not converged")
+        notes.append(_("train loss best is 0 while {count} grad_norm value(s) were non-finite: the loss looks "
+                       "filtered or zeroed, not converged").format(count=rule.nonfinite))
     return found
 
 

@@ -2,6 +2,9 @@
 
 Needs matplotlib (the optional extra ``costctl[plot]``); without it :func:`plot_analysis` raises
 a one-line :class:`~costctl.errors.UsageError`. Uses the non-interactive Agg backend.
+
+The figure's own labels stay in English in every language: matplotlib's bundled fonts (DejaVu)
+have no CJK glyphs, so Chinese labels would be drawn as empty boxes.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import UsageError
+from ..i18n import _
 from ..money import cost_of
 from ..records import ProgressPoint
 from .analysis import Analysis
@@ -23,7 +27,7 @@ def _pyplot():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UsageError("--plot needs matplotlib, which is not installed: pip install 'costctl[plot]'") from None
+        raise UsageError(_("--plot needs matplotlib, which is not installed: pip install 'costctl[plot]'")) from None
     return plt
 
 
@@ -47,7 +51,7 @@ def plot_analysis(a: Analysis, path: Path, progress: list[ProgressPoint] | None 
     if a.rate is not None and a.start is not None:
         panels.append("spend")
     if not panels:
-        raise UsageError("--plot: nothing to draw (no GPU log, no loss, no price)")
+        raise UsageError(_("--plot: nothing to draw (no GPU log, no loss, no price)"))
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, 2.8 * len(panels)), sharex=not own_axis, squeeze=False)
     axes = [row[0] for row in axes]
     by_name = dict(zip(panels, axes))
@@ -96,7 +100,7 @@ def plot_analysis(a: Analysis, path: Path, progress: list[ProgressPoint] | None 
     try:
         fig.savefig(path, dpi=100)
     except OSError as exc:
-        raise UsageError(f"--plot {path}: cannot write: {exc.strerror}") from None
+        raise UsageError(_("--plot {path}: cannot write: {error}").format(path=path, error=exc.strerror)) from None
     finally:
         plt.close(fig)
     return path

@@ -11,6 +11,7 @@ from decimal import Decimal
 
 from ..config import Settings
 from ..errors import ConfigError, UsageError
+from ..i18n import _
 from ..money import Money, parse_decimal
 
 
@@ -37,21 +38,23 @@ def resolve_price(
             only one of ``--gpu``/``--provider``, or no catalog price for them.
     """
     if price is not None and (gpu or provider):
-        raise UsageError("give either --price or --gpu/--provider, not both")
+        raise UsageError(_("give either --price or --gpu/--provider, not both"))
     cur = (currency or settings.instance.currency).upper()
     if currency is not None and (len(currency) != 3 or not currency.isalpha()):
-        raise UsageError(f"--currency {currency!r}: expected an ISO 4217 code such as USD or CNY")
+        raise UsageError(_("--currency {currency!r}: expected an ISO 4217 code such as USD or CNY").format(
+            currency=currency))
     if price is not None:
         try:
             amount = parse_decimal(price, what="--price")
         except ConfigError as exc:
-            raise UsageError(f"{exc.message}; expected a price per instance-hour such as 2.5") from None
+            raise UsageError(_("{error}; expected a price per instance-hour such as 2.5").format(
+                error=exc.message)) from None
         if amount <= 0:
-            raise UsageError(f"--price {price}: expected a positive price per instance-hour")
+            raise UsageError(_("--price {price}: expected a positive price per instance-hour").format(price=price))
         return Money(amount, cur), "--price"
     if gpu or provider:
         if not (gpu and provider):
-            raise UsageError("--gpu and --provider go together (the catalog prices a GPU at a provider)")
+            raise UsageError(_("--gpu and --provider go together (the catalog prices a GPU at a provider)"))
         return _catalog_price(settings, gpu, provider, cur if currency else None,
                               gpu_count or settings.instance.gpu_count)
     if settings.instance.price_per_hour is not None:
@@ -64,24 +67,30 @@ def _catalog_price(settings: Settings, gpu: str, provider: str, currency: str | 
     try:
         from ..catalog.prices import load_price_table
     except ImportError:  # pragma: no cover - the catalog ships with costctl
-        raise UsageError("no price catalog in this build: pass --price") from None
+        raise UsageError(_("no price catalog in this build: pass --price")) from None
     billing = "spot" if settings.instance.billing == "spot" else "on-demand"
     table = load_price_table(settings)
     entry = table.cheapest(gpu, billing=billing, provider=provider, currency=currency)
     if entry is None:
         known = sorted({e.provider for e in table.lookup(gpu, billing=billing)})
-        hint = f"; it has {gpu} at: {', '.join(known)}" if known else ""
-        raise UsageError(
-            f"no {billing} price for {gpu!r} at {provider!r} in the price table{hint}; pass --price "
-            "(AutoDL publishes no price list) or add [[catalog.prices]] to the config"
-        )
+        if known:
+            message = _("no {billing} price for {gpu!r} at {provider!r} in the price table; it has {gpu} at: "
+                        "{providers}; pass --price (AutoDL publishes no price list) or add [[catalog.prices]] "
+                        "to the config")
+        else:
+            message = _("no {billing} price for {gpu!r} at {provider!r} in the price table; pass --price "
+                        "(AutoDL publishes no price list) or add [[catalog.prices]] to the config")
+        raise UsageError(message.format(billing=billing, gpu=gpu, provider=provider, providers=", ".join(known)))
     per_gpu = entry.price
     if currency and per_gpu.currency != currency:
         converted = table.convert(per_gpu, currency)
         if converted is None:
-            raise UsageError(f"the catalog prices {gpu} at {provider} in {per_gpu.currency}, not {currency}, "
-                             "and no [[catalog.exchange_rates]] links them")
+            raise UsageError(_("the catalog prices {gpu} at {provider} in {have}, not {want}, and no "
+                               "[[catalog.exchange_rates]] links them").format(
+                gpu=gpu, provider=provider, have=per_gpu.currency, want=currency))
         per_gpu = converted
     rate = Money(per_gpu.amount * Decimal(count), per_gpu.currency)
-    return rate, (f"catalog: {entry.provider} {entry.gpu} {entry.billing} {entry.price} per GPU-hour "
-                  f"x {count} GPU(s), seen {entry.seen.isoformat()} ({entry.source})")
+    return rate, _("catalog: {provider} {gpu} {billing} {price} per GPU-hour x {count} GPU(s), seen {seen} "
+                   "({source})").format(provider=entry.provider, gpu=entry.gpu, billing=entry.billing,
+                                        price=entry.price, count=count, seen=entry.seen.isoformat(),
+                                        source=entry.source)

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from rich.console import Console
 from rich.table import Table
 
+from ..i18n import _, ngettext
 from ..money import Money
 from ..policies.idle import fmt_duration
 from ..progress.lines import MAX_LINE_CHARS
@@ -43,6 +44,11 @@ class _Clock:
         return text[11:] if self.same_day and when is not None else text
 
 
+def _join(items: list[str]) -> str:
+    """A list of facts or labels in one line, with the language's list separator."""
+    return _(", ").join(items)
+
+
 def _d(td: timedelta) -> str:
     return fmt_duration(td)
 
@@ -61,15 +67,15 @@ def _f(value: float | None, fmt: str = ".2f") -> str:
 
 def _stretch_table(title: str, rows: list[StretchReport], t: _Clock, show_policy: bool) -> Table:
     table = Table(title=title, title_justify="left")
-    for col in ("start", "duration", "spend", "after it"):
+    for col in (_("start"), _("duration"), _("spend"), _("after it")):
         table.add_column(col, no_wrap=True)
     if show_policy:
-        table.add_column("idle policy", no_wrap=True)
+        table.add_column(_("idle policy"), no_wrap=True)
     for r in rows:
         s = r.stretch
-        cells = [t(s.start), _d(s.duration), _m(r.spend), "end of log" if s.final else "work resumed"]
+        cells = [t(s.start), _d(s.duration), _m(r.spend), _("end of log") if s.final else _("work resumed")]
         if show_policy:
-            cells.append(f"stop {t(r.stopped_at)}" if r.stopped_at else "not stopped")
+            cells.append(_("stop {time}").format(time=t(r.stopped_at)) if r.stopped_at else _("not stopped"))
         table.add_row(*cells)
     return table
 
@@ -77,17 +83,21 @@ def _stretch_table(title: str, rows: list[StretchReport], t: _Clock, show_policy
 def _gpu_section(a: Analysis, console: Console, t: _Clock) -> None:
     g = a.gpu_log
     assert g is not None
-    console.print(f"GPU log: {g.path} ({g.format}), {g.sample_count} samples, "
-                  f"nominal interval {a.sample_interval.total_seconds():g} s"
-                  + (f", {g.skipped} unreadable records skipped" if g.skipped else ""))
-    table = Table(title="GPUs (never averaged)", title_justify="left")
-    for col in ("GPU", "samples", "mean util %", "0 % samples", "longest 0 % run", "max MiB"):
+    if g.skipped:
+        line = _("GPU log: {path} ({format}), {samples} samples, nominal interval {interval:g} s, "
+                 "{skipped} unreadable records skipped")
+    else:
+        line = _("GPU log: {path} ({format}), {samples} samples, nominal interval {interval:g} s")
+    console.print(line.format(path=g.path, format=g.format, samples=g.sample_count,
+                              interval=a.sample_interval.total_seconds(), skipped=g.skipped))
+    table = Table(title=_("GPUs (never averaged)"), title_justify="left")
+    for col in (_("GPU"), _("samples"), _("mean util %"), _("samples at 0 %"), _("longest run at 0 %"), _("max MiB")):
         table.add_column(col)
     for st in a.gpu_stats:
         run = st.longest_zero_run
         table.add_row(
             str(st.index), str(st.samples), _f(st.mean_utilization), str(st.zero_samples),
-            f"{run.count} from {t(run.start)}" if run else "-",
+            _("{count} from {time}").format(count=run.count, time=t(run.start)) if run else "-",
             f"{st.memory_used_max / MIB:.0f}" if st.memory_used_max is not None else "-",
         )
     console.print(table)
@@ -96,40 +106,53 @@ def _gpu_section(a: Analysis, console: Console, t: _Clock) -> None:
 def _train_section(a: Analysis, console: Console) -> None:
     log = a.train_log
     assert log is not None
-    console.print(f"training log: {log.path} ({log.format}), {log.count('train')} train-loss points, "
-                  f"{log.count('eval')} eval points")
+    console.print(_("training log: {path} ({format}), {train} train-loss points, {eval} eval points").format(
+        path=log.path, format=log.format, train=log.count("train"), eval=log.count("eval")))
     if log.long_lines:
-        console.print(f"  {log.long_lines:,} line{'s' if log.long_lines != 1 else ''} longer than "
-                      f"{MAX_LINE_CHARS:,} characters skipped: a loss on them was not read")
+        console.print("  " + ngettext(
+            "{count:,} line longer than {limit:,} characters skipped: a loss on them was not read",
+            "{count:,} lines longer than {limit:,} characters skipped: a loss on them was not read",
+            log.long_lines).format(count=log.long_lines, limit=MAX_LINE_CHARS))
     for kind in ("train", "eval"):
         s = log.summary_of(kind)
         if s.min is None or s.first is None or s.last is None:
             continue
-        named = f" '{log.primary_names[kind]}' (primary)" if kind in log.primary_names else ""
-        line = (f"  {kind}{named}: first {s.first.value:g}, last {s.last.value:g}, "
-                f"min {s.min.value:g} at {log.x_axis} {_f(log.x(s.min), 'g')}")
+        figures = dict(kind=kind, first=s.first.value, last=s.last.value, min=s.min.value, axis=log.x_axis,
+                       x=_f(log.x(s.min), "g"))
+        if kind in log.primary_names:
+            head = _("{kind} '{name}' (primary): first {first:g}, last {last:g}, min {min:g} at {axis} {x}").format(
+                name=log.primary_names[kind], **figures)
+        else:
+            head = _("{kind}: first {first:g}, last {last:g}, min {min:g} at {axis} {x}").format(**figures)
+        facts = [head]
         if s.last_improvement is not None:
-            line += f", last >2 % improvement at {log.x_axis} {_f(log.x(s.last_improvement), 'g')}"
+            facts.append(_("last improvement >2 % at {axis} {x}").format(
+                axis=log.x_axis, x=_f(log.x(s.last_improvement), "g")))
         if s.nonfinite:
-            line += f", {s.nonfinite} NaN/inf from {log.x_axis} {_f(log.x(s.first_nonfinite), 'g')}"  # type: ignore[arg-type]
-        console.print(line)
+            facts.append(_("{count} NaN/inf from {axis} {x}").format(
+                count=s.nonfinite, axis=log.x_axis, x=_f(log.x(s.first_nonfinite), "g")))  # type: ignore[arg-type]
+        console.print("  " + _join(facts))
     for kind, name, gran, s in log.extra:  # the other series, kept apart (not watched by the policies)
         if s.min is None or s.first is None or s.last is None:
             continue
-        console.print(f"  {kind} '{name}' (per {gran}, {s.count} points): first {s.first.value:g}, "
-                      f"last {s.last.value:g}, min {s.min.value:g}")
-    console.print(f"  placed on the time axis by {a.progress_placement}" if a.progress_placement
-                  else "  not on the time axis: the loss policies ran on its own axis")
+        console.print("  " + _("{kind} '{name}' (per {granularity}, {count} points): first {first:g}, "
+                               "last {last:g}, min {min:g}").format(
+            kind=kind, name=name, granularity=gran, count=s.count, first=s.first.value, last=s.last.value,
+            min=s.min.value))
+    console.print("  " + (_("placed on the time axis by {placement}").format(placement=a.progress_placement)
+                          if a.progress_placement
+                          else _("not on the time axis: the loss policies ran on its own axis")))
     if log.oom:
-        console.print(f"  {len(log.oom)} out-of-memory error(s), first at line {log.oom[0].line_number}")
+        console.print("  " + _("{count} out-of-memory error(s), first at line {line}").format(
+            count=len(log.oom), line=log.oom[0].line_number))
 
 
 def _decisions(a: Analysis, console: Console, t: _Clock) -> None:
     if not a.decisions:
-        console.print("Decisions: none (no policy would have fired)")
+        console.print(_("Decisions: none (no policy would have fired)"))
         return
-    table = Table(title="Decisions", title_justify="left")
-    for col in ("#", "when", "policy", "action", "saving", "note"):
+    table = Table(title=_("Decisions"), title_justify="left")
+    for col in ("#", _("when"), _("policy"), _("action"), _("saving"), _("note")):
         table.add_column(col)
     reasons: list[str] = []
     shown: dict[tuple[str, bool], int] = {}
@@ -142,105 +165,129 @@ def _decisions(a: Analysis, console: Console, t: _Clock) -> None:
         shown[group] = shown.get(group, 0) + 1
         note = []
         if d.after_stop:
-            note.append("after the stop")
+            note.append(_("after the stop"))
         if d.work_after and d.decision.action == "stop":
-            note.append("cuts the run")
+            note.append(_("cuts the run"))
         if d.saving is not None:
             saving = _m(d.saving)
         elif d.saving_if_followed is not None:
-            saving = f"{_m(d.saving_if_followed)} if followed"
+            saving = _("{amount} if followed").format(amount=_m(d.saving_if_followed))
         else:
             saving = "-"
         reasons.append(d.decision.reason)
         table.add_row(str(len(reasons)), t(d.decision.time) if d.on_time_axis else (d.at or "-"),
-                      d.decision.policy, d.decision.action, saving, ", ".join(note))
+                      d.decision.policy, d.decision.action, saving, _join(note))
     console.print(table)
     for k, reason in enumerate(reasons, start=1):
         console.print(f"  {k}. {reason}")
-    for (policy, _), count in hidden.items():
-        console.print(f"  ... and {count} more {policy} decision(s) (all of them in --format json)")
+    for (policy, _on_axis), count in hidden.items():
+        console.print("  " + _("... and {count} more {policy} decision(s) (all of them in --format json)").format(
+            count=count, policy=policy))
     if any(d.work_after and d.decision.action == "stop" and not d.after_stop for d in a.decisions):
-        console.print("  a stop marked 'cuts the run' falls in a pause that work followed")
+        console.print("  " + _("a stop marked 'cuts the run' falls in a pause that work followed"))
 
 
 def _peers(a: Analysis, console: Console, t: _Clock) -> None:
     first = a.first_stop
-    table = Table(title="Compared on the same log", title_justify="left")
-    for col in ("rule", "stops at", "saving", "note"):
+    table = Table(title=_("Compared on the same log"), title_justify="left")
+    for col in (_("rule"), _("stops at"), _("saving"), _("note")):
         table.add_column(col)
-    table.add_row("costctl idle", t(first.decision.time) if first else "never",
-                  _m(first.saving) if first else "-", "cuts the run" if first and first.work_after else "")
+    never = _("never")
+    cuts = _("cuts the run")
+    table.add_row(_("costctl idle"), t(first.decision.time) if first else never,
+                  _m(first.saving) if first else "-", cuts if first and first.work_after else "")
     for p in a.peers:
         r = p.result
-        table.add_row(f"{r.name} ({r.variant})" if r.variant else r.name, t(r.stop_time) if r.stop_time else "never", _m(p.saving),
-                      "cuts the run" if p.work_after else "")
-    table.add_row("oracle", t(a.oracle.time) if a.oracle.time else "never", _m(a.oracle_saving), "")
+        table.add_row(f"{r.name} ({r.variant})" if r.variant else r.name, t(r.stop_time) if r.stop_time else never,
+                      _m(p.saving), cuts if p.work_after else "")
+    table.add_row(_("oracle"), t(a.oracle.time) if a.oracle.time else never, _m(a.oracle_saving), "")
     console.print(table)
-    console.print("  costctl idle: stop when ALL GPUs (and every other recorded signal) stayed idle for time_window")
+    console.print("  " + _("costctl idle: stop when ALL GPUs (and every other recorded signal) stayed idle for "
+                           "time_window"))
     for p in a.peers:
         if p.result.settings:
-            console.print(f"  {p.result.name} ({p.result.variant}) replays {p.result.settings}")
+            console.print("  " + _("{name} ({variant}) replays {settings}").format(
+                name=p.result.name, variant=p.result.variant, settings=p.result.settings))
         console.print(f"    {p.result.rule}; {p.result.reason}")
         if p.result.assumption:
-            console.print(f"    assumed: {p.result.assumption}")
+            console.print("    " + _("assumed: {assumption}").format(assumption=p.result.assumption))
 
 
 def render(a: Analysis, console: Console) -> None:
     """Print the analysis (see :mod:`costctl.replay.analysis` for what each figure means)."""
     t = _Clock(a.start, a.end)
     span = (a.end - a.start) if a.start and a.end else None
-    console.print(f"timeline: {t.full(a.start)} -> {t.full(a.end)}" + (f" ({_d(span)})" if span is not None else ""))
-    if a.rate is not None:
-        console.print(f"price: {a.rate}/h per instance; spend over the log: {_m(a.total_spend)}")
+    if span is not None:
+        console.print(_("timeline: {start} -> {end} ({duration})").format(
+            start=t.full(a.start), end=t.full(a.end), duration=_d(span)))
     else:
-        console.print("price: none given (--price, --gpu/--provider or [instance] price_per_hour): durations only")
+        console.print(_("timeline: {start} -> {end}").format(start=t.full(a.start), end=t.full(a.end)))
+    if a.rate is not None:
+        console.print(_("price: {rate}/h per instance; spend over the log: {spend}").format(
+            rate=a.rate, spend=_m(a.total_spend)))
+    else:
+        console.print(_("price: none given (--price, --gpu/--provider or [instance] price_per_hour): "
+                        "durations only"))
     if a.gpu_log is not None:
         _gpu_section(a, console, t)
     if a.train_log is not None:
         _train_section(a, console)
-    console.print("signals used: " + (", ".join(a.signals_used) or "none"))
+    console.print(_("signals used: {signals}").format(signals=_join(a.signals_used) or _("none")))
     if a.signals_absent:
-        console.print("signals absent (take no part): " + ", ".join(a.signals_absent))
-    console.print("policies replayed: " + ", ".join(a.policies))
+        console.print(_("signals absent (take no part): {signals}").format(signals=_join(a.signals_absent)))
+    console.print(_("policies replayed: {policies}").format(policies=_join(a.policies)))
 
     if a.gpu_log is not None:
-        title = "Idle stretches (machine: every GPU idle, costctl's rule)"
         if a.stretches:
-            console.print(_stretch_table(title, a.stretches, t, True))
+            console.print(_stretch_table(_("Idle stretches (machine: every GPU idle, costctl's rule)"),
+                                         a.stretches, t, True))
         else:
-            console.print(f"{title}: none")
-        console.print(f"all idle time (incl. dips shorter than --min-stretch): {_d(a.idle_total)}"
-                      + (f", {_m(a.idle_spend)}" if a.rate is not None else ""))
+            console.print(_("Idle stretches (machine: every GPU idle, costctl's rule): none"))
+        if a.rate is not None:
+            console.print(_("all idle time (incl. dips shorter than --min-stretch): {duration}, {spend}").format(
+                duration=_d(a.idle_total), spend=_m(a.idle_spend)))
+        else:
+            console.print(_("all idle time (incl. dips shorter than --min-stretch): {duration}").format(
+                duration=_d(a.idle_total)))
         for index, rows in a.gpu_idle_stretches.items():
             if rows:
-                console.print(_stretch_table(f"GPU {index} idle stretches (this GPU alone)", rows, t, False))
+                console.print(_stretch_table(_("GPU {index} idle stretches (this GPU alone)").format(index=index),
+                                             rows, t, False))
             else:
-                console.print(f"GPU {index}: no idle stretch")
+                console.print(_("GPU {index}: no idle stretch").format(index=index))
         if a.gpu_idle_stretches and not any(r.stretch.final for r in a.stretches):
             idle_gpus = [i for i, rows in a.gpu_idle_stretches.items() if any(r.stretch.final for r in rows)]
             if idle_gpus:
-                console.print(f"GPU {', '.join(map(str, idle_gpus))} idle to the end, but the machine is busy "
-                              "under costctl's rule (ALL GPUs must be idle): costctl does not stop it")
+                console.print(_("GPU {gpus} idle to the end, but the machine is busy under costctl's rule "
+                                "(ALL GPUs must be idle): costctl does not stop it").format(
+                    gpus=", ".join(map(str, idle_gpus))))
 
     _decisions(a, console, t)
     o = a.oracle
-    console.print(f"oracle (perfect hindsight): {'stop at ' + t.full(o.time) if o.time else 'no stop'} ({o.reason})"
-                  + (f", saving {_m(a.oracle_saving)}" if a.oracle_saving is not None else ""))
+    if o.time is None:
+        console.print(_("oracle (perfect hindsight): no stop ({reason})").format(reason=o.reason))
+    elif a.oracle_saving is None:
+        console.print(_("oracle (perfect hindsight): stop at {time} ({reason})").format(
+            time=t.full(o.time), reason=o.reason))
+    else:
+        console.print(_("oracle (perfect hindsight): stop at {time} ({reason}), saving {saving}").format(
+            time=t.full(o.time), reason=o.reason, saving=_m(a.oracle_saving)))
     first = a.first_stop
     if first is not None and a.oracle_saving is not None and first.saving is not None:
-        console.print(f"costctl: stop at {t.full(first.decision.time)}, saving {_m(first.saving)} "
-                      f"({_m(a.oracle_saving - first.saving)} less than the oracle)")
+        console.print(_("costctl: stop at {time}, saving {saving} ({less} less than the oracle)").format(
+            time=t.full(first.decision.time), saving=_m(first.saving), less=_m(a.oracle_saving - first.saving)))
     if a.peers:
         _peers(a, console, t)
     rs = a.rightsizing
     if rs is not None:
         if rs.advice is not None:
-            console.print(f"right-sizing: {rs.advice.text}; on it the run would have cost about "
-                          f"{rs.advice.cost_there.quantize(Decimal('0.01'))} {rs.advice.currency} "
-                          f"({rs.advice.card.speed_source})")
+            console.print(_("right-sizing: {advice}; on it the run would have cost about {cost} {currency} "
+                            "({speed_source})").format(
+                advice=rs.advice.text, cost=rs.advice.cost_there.quantize(Decimal("0.01")),
+                currency=rs.advice.currency, speed_source=rs.advice.card.speed_source))
         elif rs.reason:
             console.print(rs.reason)
     for line in a.assumptions:
-        console.print(f"assumed: {line}")
+        console.print(_("assumed: {assumption}").format(assumption=line))
     for line in a.notes:
-        console.print(f"note: {line}")
+        console.print(_("note: {note}").format(note=line))

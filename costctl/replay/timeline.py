@@ -19,6 +19,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from ..errors import UsageError
+from ..i18n import _
 from ..records import ProgressPoint, TelemetrySample
 from .train_log import TrainLog
 
@@ -39,15 +40,16 @@ def place_progress(
             no x position (no step, no epoch) when a rate is given.
     """
     if (start is None) != (step_rate is None):
-        raise UsageError("--start-time and --step-rate go together: give both to place the training log in time")
+        raise UsageError(_("--start-time and --step-rate go together: give both to place the training log in time"))
     points = log.points
     if start is not None and step_rate is not None:
         if step_rate <= 0:
-            raise UsageError(f"--step-rate {step_rate:g}: expected a positive number of steps (or epochs) per second")
+            raise UsageError(_("--step-rate {rate:g}: expected a positive number of steps (or epochs) per "
+                               "second").format(rate=step_rate))
         xs = [log.x(p) for p in log.train] or [log.x(p) for p in log.eval]
         known = [x for x in xs if x is not None]
         if not known:
-            raise UsageError("the training log has neither steps nor epochs: it cannot be placed with --step-rate")
+            raise UsageError(_("the training log has neither steps nor epochs: it cannot be placed with --step-rate"))
         x0 = known[0]
         out = []
         for p in points:

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..clock import ensure_utc
 from ..errors import UsageError
+from ..i18n import _
 from ..relay import protocol as relay_protocol
 from ..relay.client import costctl_argv
 
@@ -82,24 +83,26 @@ def find_target(runs: list[Any], ref: str, *, alive: Callable[[int], bool]) -> A
     """
     ref = ref.strip()
     if not ref:
-        raise UsageError("--attach needs a run id (or a unique prefix) or the job's pid")
+        raise UsageError(_("--attach needs a run id (or a unique prefix) or the job's pid"))
     found = [r for r in runs if _matches(r, ref)]
     if not found:
-        raise UsageError(f"--attach {ref}: no open run on {socket.gethostname()} has this id or job pid "
-                         "(`costctl bill` lists the runs)")
+        raise UsageError(_("--attach {ref}: no open run on {host} has this id or job pid (`costctl bill` lists "
+                           "the runs)").format(ref=ref, host=socket.gethostname()))
     if len(found) > 1:
-        raise UsageError(f"--attach {ref}: {len(found)} open runs match ({', '.join(r.id[:8] for r in found)}); "
-                         "give more of the run id")
+        raise UsageError(_("--attach {ref}: {count} open runs match ({runs}); give more of the run id").format(
+            ref=ref, count=len(found), runs=", ".join(r.id[:8] for r in found)))
     (run,) = found
     if run.pid is not None and run.pid != os.getpid() and alive(run.pid):
-        raise UsageError(f"--attach {ref}: run {run.id[:8]} is still watched (watch pid {run.pid})")
+        raise UsageError(_("--attach {ref}: run {run} is still watched (watch pid {pid})").format(
+            ref=ref, run=run.id[:8], pid=run.pid))
     if not run.log_path:
-        raise UsageError(f"--attach {ref}: run {run.id[:8]} has no run log (it watched no command)")
+        raise UsageError(_("--attach {ref}: run {run} has no run log (it watched no command)").format(
+            ref=ref, run=run.id[:8]))
     log_path = Path(run.log_path)
     state = relay_protocol.read_state(relay_protocol.state_path(log_path))
     if state is None or not relay_protocol._pid_running(state.get("relay_pid")):
-        raise UsageError(f"--attach {ref}: the output relay of run {run.id[:8]} is gone "
-                         "(its job is no longer running)")
+        raise UsageError(_("--attach {ref}: the output relay of run {run} is gone (its job is no longer "
+                           "running)").format(ref=ref, run=run.id[:8]))
     offset = state.get("watch_offset")
     try:
         size = log_path.stat().st_size

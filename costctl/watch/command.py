@@ -17,6 +17,7 @@ from ..checkpoint import CheckpointFile, find_checkpoints, known_patterns, newes
 from ..child import check_command
 from ..config import Settings
 from ..errors import UsageError
+from ..i18n import _
 from ..lifecycle.oom_retry import BatchPlan, render_command
 from ..progress.lines import compile_loss_regex
 from .options import WatchOptions
@@ -33,7 +34,7 @@ def skipped_line(cp: CheckpointFile, reason: str, cwd: Path | None = None) -> st
         shown = cp.path.relative_to(cwd or Path.cwd())
     except ValueError:
         shown = cp.path
-    return f"costctl: skipped checkpoint {shown} ({reason})"
+    return _("costctl: skipped checkpoint {path} ({reason})").format(path=shown, reason=reason)
 
 
 def prepare_command(opts: WatchOptions, s: Settings, *, warn: Callable[[str], None] = _to_stderr,
@@ -63,7 +64,7 @@ def prepare_command(opts: WatchOptions, s: Settings, *, warn: Callable[[str], No
         if not raw:
             return None
         if not raw.isdigit() or int(raw) < 1:
-            raise UsageError(f"{name}={raw!r}: expected a positive integer")
+            raise UsageError(_("{name}={value!r}: expected a positive integer").format(name=name, value=raw))
         return int(raw)
 
     if opts.loss_regex:
@@ -74,14 +75,18 @@ def prepare_command(opts: WatchOptions, s: Settings, *, warn: Callable[[str], No
     resume_from: str | None = None
     if opts.resume:
         if not s.checkpoint.path and not known:
-            raise UsageError("--resume needs [checkpoint] path (where the job writes its checkpoints)")
+            raise UsageError(_("--resume needs [checkpoint] path (where the job writes its checkpoints)"))
         pattern = [resolve_pattern(s.checkpoint.path)] if s.checkpoint.path else []
         pattern += known_patterns(known)
         if not find_checkpoints(pattern):
-            where = f"[checkpoint] path {s.checkpoint.path!r}" if s.checkpoint.path else \
-                "the places this job's saves were acknowledged"
-            raise UsageError(f"--resume: no checkpoint matches {where}"
-                             + (" nor where this job's saves were acknowledged" if known and s.checkpoint.path else ""))
+            if not s.checkpoint.path:
+                message = _("--resume: no checkpoint matches the places this job's saves were acknowledged")
+            elif known:
+                message = _("--resume: no checkpoint matches [checkpoint] path {path!r} nor where this job's saves "
+                            "were acknowledged")
+            else:
+                message = _("--resume: no checkpoint matches [checkpoint] path {path!r}")
+            raise UsageError(message.format(path=s.checkpoint.path))
         skipped: list[str] = []
 
         def skip(cp: CheckpointFile, reason: str) -> None:
@@ -90,9 +95,13 @@ def prepare_command(opts: WatchOptions, s: Settings, *, warn: Callable[[str], No
 
         newest = newest_intact_checkpoint(pattern, on_skip=skip)
         if newest is None:
-            raise UsageError(f"--resume: none of the {len(skipped)} checkpoints matching [checkpoint] path "
-                             f"{s.checkpoint.path!r}{' (or saved elsewhere by this job)' if known else ''} "
-                             "is intact (each is named above with what is wrong)")
+            if known:
+                message = _("--resume: none of the {count} checkpoints matching [checkpoint] path {path!r} (or saved "
+                            "elsewhere by this job) is intact (each is named above with what is wrong)")
+            else:
+                message = _("--resume: none of the {count} checkpoints matching [checkpoint] path {path!r} is "
+                            "intact (each is named above with what is wrong)")
+            raise UsageError(message.format(count=len(skipped), path=s.checkpoint.path))
         resume_from = str(newest.path)
     if opts.command:
         argv = render_command(opts.command, batch_size=batch.batch_size if batch else None,

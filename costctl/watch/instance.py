@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from ..clock import Clock
 from ..config import Settings
 from ..errors import ConfigError, CostctlError
+from ..i18n import _
 from ..money import Money
 from ..records import Decision
 from ..stopping import StopRoute
@@ -70,15 +71,19 @@ def _api_problem(provider: Provider, instance_id: str, inst: Instance | None,
     """Why the provider's API is no stop route for this instance; None when it is one."""
     cap = provider.capabilities.stop
     if not cap:
-        return f"{provider.name} cannot stop instances through its API ({cap.reason or 'not supported'})"
+        if cap.reason:
+            return _("{provider} cannot stop instances through its API ({reason})").format(
+                provider=provider.name, reason=cap.reason)
+        return _("{provider} cannot stop instances through its API (not supported)").format(provider=provider.name)
     if inst is not None:
         return None
     assert error is not None
     if isinstance(error, AuthError):
-        return f"the credential was rejected ({error.message})"
+        return _("the credential was rejected ({error})").format(error=error.message)
     if isinstance(error, ConfigError):
         return error.message  # no credential configured: the message says how to add one
-    return f"instance {instance_id} could not be read, so no credential is proven ({error.message})"
+    return _("instance {instance} could not be read, so no credential is proven ({error})").format(
+        instance=instance_id, error=error.message)
 
 
 def stop_route(provider: Provider, instance_id: str, inst: Instance | None, error: CostctlError | None, *,
@@ -106,19 +111,20 @@ def stop_route(provider: Provider, instance_id: str, inst: Instance | None, erro
     """
     api = _api_problem(provider, instance_id, inst, error)
     if advise_only:
-        found = "the API could stop it" if api is None else f"the API could not: {api}"
-        return StopRoute("none", f"requested with --advise-only ({found})")
+        if api is None:
+            return StopRoute("none", _("requested with --advise-only (the API could stop it)"))
+        return StopRoute("none", _("requested with --advise-only (the API could not: {problem})").format(problem=api))
     if api is None:
-        return StopRoute("api", "credential accepted" if provider.credential_env else "instance read")
+        return StopRoute("api", _("credential accepted") if provider.credential_env else _("instance read"))
     finder = getattr(provider, "self_stop_command", None)
     self_stop = finder(instance_id) if callable(finder) else None
     if self_stop:
         return StopRoute("self-stop", self_stop.reason, tuple(self_stop.argv))
-    why_not = self_stop.reason if self_stop is not None else "the adapter declares no self-stop"
+    why_not = self_stop.reason if self_stop is not None else _("the adapter declares no self-stop")
     raise ConfigError(
-        f"refusing to watch {provider.name} instance {instance_id}: costctl could not stop it. "
-        f"API: {api}; self-stop: {why_not}. Fix one of them, or pass --advise-only for a watch "
-        "that stops nothing"
+        _("refusing to watch {provider} instance {instance}: costctl could not stop it. API: {api}; self-stop: "
+          "{self_stop}. Fix one of them, or pass --advise-only for a watch that stops nothing").format(
+            provider=provider.name, instance=instance_id, api=api, self_stop=why_not)
     )
 
 
@@ -145,8 +151,8 @@ def resolve_instance(settings: Settings, provider: Provider, *, say: Callable[[s
     instance_id = s.instance.id or provider.detect_self()
     if not instance_id:
         raise ConfigError(
-            f"instance.id is not set and provider '{provider.name}' cannot tell which instance "
-            "this is: set [instance] id (or COSTCTL_INSTANCE__ID)"
+            _("instance.id is not set and provider '{provider}' cannot tell which instance this is: set "
+              "[instance] id (or COSTCTL_INSTANCE__ID)").format(provider=provider.name)
         )
     error: CostctlError | None = None
     try:
@@ -157,24 +163,25 @@ def resolve_instance(settings: Settings, provider: Provider, *, say: Callable[[s
     if error is not None:
         if s.instance.price_per_hour is None:
             raise error
-        say(f"costctl: cannot read instance {instance_id} from {provider.name} ({error.message}); "
-            f"using the configured price")
+        say(_("costctl: cannot read instance {instance} from {provider} ({error}); using the configured "
+              "price").format(instance=instance_id, provider=provider.name, error=error.message))
     if inst is not None and inst.price_per_hour is not None:
         rate = Money(inst.price_per_hour, inst.currency)
     elif s.instance.price_per_hour is not None:
         rate = Money(s.instance.price_per_hour, s.instance.currency)
     else:
         raise ConfigError(
-            f"no price for instance {instance_id}: {provider.name} did not report one; "
-            "set [instance] price_per_hour and currency"
+            _("no price for instance {instance}: {provider} did not report one; set [instance] price_per_hour "
+              "and currency").format(instance=instance_id, provider=provider.name)
         )
     if rate.currency != s.instance.currency:
         # Budget caps are in the instance's currency: the one the provider bills in.
         budget = s.policies.budget
         if budget.total is not None or budget.daily is not None:
             say(
-                f"costctl: {provider.name} bills in {rate.currency}, not {s.instance.currency}: "
-                f"budget caps are read as {rate.currency}"
+                _("costctl: {provider} bills in {currency}, not {configured}: budget caps are read as "
+                  "{currency}").format(provider=provider.name, currency=rate.currency,
+                                       configured=s.instance.currency)
             )
         s = s.model_copy(update={"instance": s.instance.model_copy(update={"currency": rate.currency})})
     return ResolvedInstance(
@@ -215,20 +222,24 @@ def bring_up(
             started = provider.start_instance(instance_id)
             records.append((Decision(
                 time=clock.now(), policy="start", action="start",
-                reason=f"{provider.name} reported this machine's instance {instance_id} as "
-                       f"{inst.status.value}; started it, since this watch runs on it",
+                reason=_("{provider} reported this machine's instance {instance} as {status}; started it, since "
+                         "this watch runs on it").format(provider=provider.name, instance=instance_id,
+                                                         status=inst.status.value),
                 evidence={"status_before": inst.status.value}, key="start-self"),
-                f"instance {instance_id} is {started.status.value}"))
+                _("instance {instance} is {status}").format(instance=instance_id, status=started.status.value)))
         else:
-            say(f"costctl: {provider.name} reports instance {instance_id} as {inst.status.value}; "
-                "charging it while this watch runs")
+            say(_("costctl: {provider} reports instance {instance} as {status}; charging it while this watch "
+                  "runs").format(provider=provider.name, instance=instance_id, status=inst.status.value))
     if options.resume and inst is not None and inst.status in (Status.STOPPED, Status.STOPPING) \
             and provider.capabilities.start:
         started = provider.start_instance(instance_id)
         records.append((Decision(
             time=clock.now(), policy="resume", action="start",
-            reason=f"--resume: instance {instance_id} was {inst.status.value}"
-                   f"{' (preempted)' if inst.preempted else ''}; started it to resume the job",
+            reason=(_("--resume: instance {instance} was {status} (preempted); started it to resume the job")
+                    if inst.preempted else
+                    _("--resume: instance {instance} was {status}; started it to resume the job")).format(
+                instance=instance_id, status=inst.status.value),
             evidence={"status_before": inst.status.value, "preempted": inst.preempted},
-            key="resume-start"), f"instance {instance_id} is {started.status.value}"))
+            key="resume-start"), _("instance {instance} is {status}").format(instance=instance_id,
+                                                                             status=started.status.value)))
     return records
