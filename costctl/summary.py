@@ -58,11 +58,20 @@ class RunSummary:
     stop: Any = None
     _util_sum: float = field(default=0.0, repr=False)
     _util_n: int = field(default=0, repr=False)
+    _per_gpu: dict[int, list[float]] = field(default_factory=dict, repr=False)  # index -> [sum, count]
 
     @property
     def mean_gpu_utilization(self) -> float | None:
         """Mean GPU utilization in percent over every readable reading (None without GPU telemetry)."""
         return self._util_sum / self._util_n if self._util_n else None
+
+    @property
+    def busiest_gpu_utilization(self) -> float | None:
+        """The highest of the GPUs' own mean utilizations (percent; None without GPU telemetry):
+        what the speed model of a move or of the right-sizing advice takes, as the busiest GPU
+        bounds the run's pace (one idle GPU beside a busy one must not halve the figure)."""
+        means = [total / n for total, n in self._per_gpu.values() if n]
+        return max(means) if means else None
 
     def add_waste(self, money: Money, seconds: float) -> None:
         """Add paid-but-lost time (one currency per watch)."""
@@ -130,6 +139,9 @@ class RunSummary:
                 self.max_gpu_utilization = max(self.max_gpu_utilization or 0.0, g.utilization)
                 self._util_sum += g.utilization
                 self._util_n += 1
+                acc = self._per_gpu.setdefault(g.index, [0.0, 0])
+                acc[0] += g.utilization
+                acc[1] += 1
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form (money as a decimal string)."""

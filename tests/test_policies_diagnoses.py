@@ -169,7 +169,7 @@ def _overfit_run(history: History, *, interleaved: bool) -> None:
 
 def test_eval_rising_while_train_falls_is_overfitting_with_the_money_since_the_best_eval() -> None:
     history = _history(rate=Money(Decimal("3.00"), "USD"))
-    policy = OverfittingPolicy(OverfittingConfig(smoothing=0.0))
+    policy = OverfittingPolicy(OverfittingConfig(smoothing=0.0, patience=2))
     _overfit_run(history, interleaved=False)
     [d] = policy.decisions(history, T0)
     assert d.policy == "overfitting" and d.evidence["best_step"] == 200 and d.evidence["step"] == 600
@@ -179,7 +179,8 @@ def test_eval_rising_while_train_falls_is_overfitting_with_the_money_since_the_b
 
 def test_overfitting_is_the_same_whether_train_and_eval_come_interleaved_or_apart() -> None:
     a, b = _history(), _history()
-    pa, pb = OverfittingPolicy(OverfittingConfig(smoothing=0.0)), OverfittingPolicy(OverfittingConfig(smoothing=0.0))
+    pa, pb = (OverfittingPolicy(OverfittingConfig(smoothing=0.0, patience=2)),
+              OverfittingPolicy(OverfittingConfig(smoothing=0.0, patience=2)))
     _overfit_run(a, interleaved=False)
     _overfit_run(b, interleaved=True)
     da, db = pa.decisions(a, T0), pb.decisions(b, T0)
@@ -323,3 +324,23 @@ def test_overfitting_covers_only_inside_its_episode() -> None:
         False, True, True, False, False, True, True]
     assert not policy.covers(Decision(time=T0, policy="unstable", action="advise", reason="",
                                       evidence={"step": 1500}, key="u"))
+
+
+def test_a_suspected_overfit_covers_a_plateau_before_patience_runs_out() -> None:
+    """The eval loss is worse than its best at one evaluation while the train loss fell: a train
+    plateau from there is covered (never downsized), though overfitting is not reported yet."""
+    from costctl.records import Decision
+
+    history = _history()
+    policy = OverfittingPolicy(OverfittingConfig(smoothing=0.0))
+    train = [2.0 * math.exp(-i / 20) + 0.01 for i in range(60)]
+    _add(history, train)
+    _add(history, [1.0, 0.9, 0.95], kind="eval", name="eval_loss", every=200, seconds=1200.0)
+    assert policy.decisions(history, T0) == []  # patience 3: not yet
+    plateau = Decision(time=T0, policy="plateau", action="downsize", reason="", evidence={"step": 450}, key="p")
+    early = Decision(time=T0, policy="plateau", action="downsize", reason="", evidence={"step": 150}, key="q")
+    assert policy.covers(plateau) and not policy.covers(early)
+    _add(history, [0.8], kind="eval", name="eval_loss", step0=600, seconds=1200.0)  # improves: no longer suspect
+    policy.decisions(history, T0)
+    later = Decision(time=T0, policy="plateau", action="downsize", reason="", evidence={"step": 700}, key="r")
+    assert not policy.covers(later)

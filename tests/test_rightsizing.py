@@ -204,3 +204,22 @@ def test_the_guides_case_on_autodl_is_compared_with_autodls_cny_table(tmp_path, 
     assert advice["cheaper_card"]["provider"] == "autodl" and advice["cheaper_card"]["fits"]
     assert advice["cheaper_card"]["price_source"] == "price table"
     assert Decimal(advice["would_have_saved"]) > 0
+
+
+def test_a_faster_card_is_never_credited_with_a_speed_up_so_a_pricier_card_never_saves():
+    """An L40S's dense fp16 peak is above an RTX 4090's: without a cap the speed model would call
+    a move to the pricier L40S a saving (issue 15 trial). The factor is at least 1."""
+    from costctl.lifecycle.sizing import best_fit, rank_cards
+
+    factor, _ = time_factor("RTX 4090", "L40S", None)
+    assert factor == 1.0
+    slower, _ = time_factor("A100-80GB", "RTX 3090", 0.5)
+    assert slower > 1.0
+    opts = [PriceOption("L40S", 1, Decimal("1.03"), "USD", "sim", "on-demand", 48 * GIB),
+            PriceOption("RTX 3090", 1, Decimal("0.44"), "USD", "sim", "on-demand", 24 * GIB)]
+    cards = rank_cards(current_gpu="RTX 4090", current_rate=Money(Decimal("0.69"), "USD"), peak_bytes=3 * GIB,
+                       headroom=0.2, options=opts, utilization=None)
+    best = best_fit(cards)
+    assert best is not None and best.option.gpu == "RTX 3090"
+    l40s = next(c for c in cards if c.option.gpu == "L40S")
+    assert l40s.saving_per_hour < 0

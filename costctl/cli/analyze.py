@@ -205,7 +205,8 @@ def _rightsizing(settings: Any, result: Any, *, gpu: str | None, provider: str |
     return rightsizing_from_log(
         run_id="", label="the recorded run", gpu=name, rate=rate, duration_s=duration,
         peak_memory_bytes=max(peaks) if peaks else None, card_memory_bytes=min(totals) if totals else None,
-        mean_utilization=sum(means) / len(means) if means else None, options=options, config=settings.downsize)
+        # the busiest GPU's mean: it bounds the run's pace (an idle GPU beside it must not halve the figure)
+        mean_utilization=max(means) if means else None, options=options, config=settings.downsize)
 
 
 def _write_json(data: Any) -> None:

@@ -50,6 +50,7 @@ from ..checkpoint import (
 from ..clock import Clock
 from ..config import Settings
 from ..errors import CostctlError
+from ..catalog import normalize_gpu_name
 from ..money import Money
 from ..protocols import DecisionLog, InstanceControl, JobControl, LifecycleLedger, RunControl, Stopper
 from ..records import Action, Decision
@@ -150,6 +151,9 @@ class Lifecycle:
         self.checkpoints: list[CheckpointAttempt] = []
         self.preempted = False
         self._notice_keys: set[str] = set()
+        #: the card a downsize is moving the job to while its checkpoint request is pending: later
+        #: plateau decisions advise only (one move at a time, planned from the card the job is on)
+        self._moving_to: str | None = None
         self.periodic: PeriodicSchedule | None = None
         periodic = s.checkpoint.periodic
         if periodic == "on" or (periodic == "auto" and run.state.billing == "spot"):
@@ -561,7 +565,7 @@ class Lifecycle:
         }
         if peak is None:
             return None, [], evidence
-        util = self.summary.mean_gpu_utilization
+        util = self.summary.busiest_gpu_utilization
         cards = rank_cards(current_gpu=self.run.state.gpu_name, current_rate=self.run.state.rate, peak_bytes=peak, headroom=cfg.headroom,
                            options=self.price_options(), utilization=util / 100 if util is not None else None,
                            remaining_s=remaining_s, compute_dtype=cfg.compute_dtype)
@@ -601,15 +605,31 @@ class Lifecycle:
             return recorded, f"advised: set [checkpoint] path so costctl can resume the job; then `{resume}`"
         if self.dry_run:
             return recorded, (f"dry-run: would checkpoint, end the job, move to {target.option.gpu} and resume")
+        if self._moving_to is not None:
+            return recorded, f"advised: a move to {self._moving_to} is already under way"
         now = self.clock.now()
+        self._moving_to = target.option.gpu
         attempt = self.request_checkpoint("downsize", now + self.settings.checkpoint.deadline,
                                           then=lambda a: self._move(a, target))
         if attempt is None:
+            self._moving_to = None
             return recorded, "advised: the checkpoint request could not be written"
         return recorded, f"checkpoint requested to move to {target.option.gpu}"
 
     def _move(self, attempt: CheckpointAttempt, target: CardOption) -> None:
+        try:
+            self._move_now(attempt, target)
+        finally:
+            self._moving_to = None
+
+    def _move_now(self, attempt: CheckpointAttempt, target: CardOption) -> None:
         now = self.clock.now()
+        current = self.run.state.gpu_name
+        if current and normalize_gpu_name(current)[0] == normalize_gpu_name(target.option.gpu)[0]:
+            self.log.record(Decision(time=now, policy="downsize", action=Action.ADVISE,
+                                     reason=f"not moving to {target.option.gpu}: the job already runs on one",
+                                     evidence=attempt.evidence(), key=f"downsize-same:{now.isoformat()}"), "stayed")
+            return
         cp = attempt.checkpoint.path if attempt.checkpoint else None
         if cp is None and attempt.outcome is Outcome.ACKNOWLEDGED and self.pattern:
             newest = newest_intact_checkpoint(self.pattern)

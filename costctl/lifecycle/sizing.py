@@ -6,7 +6,9 @@ underutilization advice (a cheaper card would have done a finished run).
 A card *fits* when its memory per GPU is at least the run's peak GPU memory (the highest
 reading of any one GPU, bytes) times ``1 + headroom``.
 
-Speed: a slower card takes longer for the same work. The time on a candidate relative to the
+Speed: a slower card takes longer for the same work; a faster one is taken as no faster (the
+factor is at least 1: peak ratios ignore memory bandwidth and occupancy, so a speed-up is never
+counted on, and a card that costs more per hour never "saves"). The time on a candidate relative to the
 current card follows Amdahl's law with the measured mean GPU utilization ``u`` (0..1) as the
 GPU-bound share: ``factor = (1 - u) + u · peak_current / peak_candidate``, with ``peak`` the
 catalog's dense peak for ``compute_dtype`` (:meth:`costctl.catalog.GpuModel.peak_tflops`).
@@ -156,7 +158,10 @@ def time_factor(current_gpu: str | None, candidate_gpu: str, utilization: float 
     if not p_cur or not p_cand:
         return 1.0, f"no dense {compute_dtype} peak for both cards: same speed assumed"
     u = 1.0 if utilization is None else min(1.0, max(0.0, utilization))
-    factor = (1.0 - u) + u * (p_cur / p_cand)
+    # a faster card is never credited with a speed-up (factor >= 1): a dense peak says nothing of
+    # memory bandwidth or of how much of the card the kernels use (an L40S's peak is above an
+    # A100's), so a move to a card that costs more per hour is never called a saving
+    factor = max(1.0, (1.0 - u) + u * (p_cur / p_cand))
     basis = "no GPU utilization reading: fully GPU-bound assumed" if utilization is None \
         else f"mean GPU utilization {u:.0%}"
     return factor, (f"dense {compute_dtype} peak {p_cur:g} vs {p_cand:g} TFLOPS ({cur.name} vs {cand.name}), "

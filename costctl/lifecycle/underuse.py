@@ -78,7 +78,8 @@ class UnderuseAdvice:
         ).format(
             run=self.label or _("run {run}").format(run=self.run_id[:8]), peak=self.peak_memory_bytes / 2**30,
             total=self.card_memory_bytes / 2**30, gpu=self.gpu or _("its GPU"), utilization=self.mean_utilization,
-            card=c.option.gpu, price=c.option.price_per_hour, currency=self.currency, provider=c.option.provider,
+            card=(_("{count} x {gpu}").format(count=c.option.gpu_count, gpu=c.option.gpu)
+                  if c.option.gpu_count > 1 else c.option.gpu), price=c.option.price_per_hour, currency=self.currency, provider=c.option.provider,
             saved=self.saved.quantize(Decimal("0.01")), per_hour=c.saving_per_hour.quantize(Decimal("0.0001")),
         )
 

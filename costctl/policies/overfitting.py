@@ -16,7 +16,8 @@ smoothed) eval loss:
   improving while the train loss stops too is a plateau (the plateau policy's), not overfitting.
 
 One decision per episode: the episode ends when the eval loss improves again (a new best), and a
-later fire is a new episode. While an episode is open it supersedes the plateau policy (a train
+later fire is a new episode. While an episode is open -- and from the first evaluation that is worse than the best one while
+the train loss fell (a suspected over-fit, before ``patience`` runs out) -- it supersedes the plateau policy (a train
 loss that flattens while the eval loss has turned is not "the rest may go on a cheaper card":
 the advice is to stop or keep the best checkpoint), so a plateau at or after the step (epoch,
 time) the episode opened at is dropped by the engine (:meth:`OverfittingPolicy.covers`). The advice: stop, or keep the checkpoint of the best eval
@@ -66,7 +67,7 @@ class OverfittingConfig(PolicyConfig):
 
     action: Literal["advise", "stop"] = Field(
         default="advise", description="what to do when the run overfits: advise | stop (keep the best checkpoint)")
-    patience: int = Field(default=2, ge=1, description="evaluations with no improvement, as EarlyStopping's patience")
+    patience: int = Field(default=3, ge=1, description="evaluations with no improvement, as EarlyStopping's patience")
     min_delta: float = Field(default=0.0, ge=0, description="an eval improvement smaller than this (absolute) is none, as EarlyStopping's min_delta")
     smoothing: float = Field(default=0.8, ge=0, lt=1, description="TensorBoard debiased EMA weight over the eval values; 0 = off")
     train_min_delta: float = Field(default=0.01, ge=0, lt=1, description="relative fall of the train loss since the best eval that counts as still falling")
@@ -200,15 +201,25 @@ class OverfittingPolicy(Policy):
             self.best_point = batch.point(i)
             self._best_arrival = self._arrival
             self.wait = 0
-            if self.open:
+            if self.episodes and self.episodes[-1][1] is None:
                 self.episodes[-1][1] = _position(self.best_point)
             self.open = False
             return None
         self.wait += 1
-        if self.open or self.wait < cfg.patience:
+        if self.open:
             return None
         assert self.best_point is not None
         point = batch.point(i)
+        if self.wait < cfg.patience:
+            # not yet the rule's patience, but the eval loss is already worse than its best while the
+            # train loss fell: a suspected over-fit, which covers a train plateau from here (never a
+            # reason to move the run to a cheaper card), though nothing is reported yet
+            if not (self.episodes and self.episodes[-1][1] is None):
+                base = self._train_min_at(self.best_point, self._best_arrival)
+                now_min = self._train_min_at(point, self._arrival)
+                if math.isfinite(base) and math.isfinite(now_min) and now_min < base - abs(base) * cfg.train_min_delta:
+                    self.episodes.append([_position(point), None])
+            return None
         base = self.train_min_at_best = self._train_min_at(self.best_point, self._best_arrival)
         now_min = self.train_now = self._train_min_at(point, self._arrival)
         if not (math.isfinite(base) and math.isfinite(now_min)):
@@ -216,7 +227,8 @@ class OverfittingPolicy(Policy):
         if not now_min < base - abs(base) * cfg.train_min_delta:
             return None
         self.open = True
-        self.episodes.append([_position(point), None])
+        if not (self.episodes and self.episodes[-1][1] is None):
+            self.episodes.append([_position(point), None])
         return self._decision(history, now, point, value)
 
     def covers(self, decision: Decision) -> bool:

@@ -274,8 +274,13 @@ def render(a: Analysis, console: Console) -> None:
             time=t.full(o.time), reason=o.reason, saving=_m(a.oracle_saving)))
     first = a.first_stop
     if first is not None and a.oracle_saving is not None and first.saving is not None:
-        console.print(_("costctl: stop at {time}, saving {saving} ({less} less than the oracle)").format(
-            time=t.full(first.decision.time), saving=_m(first.saving), less=_m(a.oracle_saving - first.saving)))
+        if first.work_after or first.saving.amount > a.oracle_saving.amount:
+            # a stop before the oracle's with work after it cut the run: not a better saving
+            console.print(_("costctl: stop at {time}, which would have cut the run short (work followed it): "
+                            "not a saving").format(time=t.full(first.decision.time)))
+        else:
+            console.print(_("costctl: stop at {time}, saving {saving} ({less} less than the oracle)").format(
+                time=t.full(first.decision.time), saving=_m(first.saving), less=_m(a.oracle_saving - first.saving)))
     if a.peers:
         _peers(a, console, t)
     rs = a.rightsizing

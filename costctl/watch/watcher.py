@@ -1634,7 +1634,7 @@ class Watcher:
     def _advise_underuse(self, end: datetime) -> None:
         """End-of-run advice when a cheaper card would have done this run (GPU telemetry only)."""
         summ = self.summary
-        if summ.peak_gpu_memory_bytes is None or summ.mean_gpu_utilization is None or self.lifecycle is None:
+        if summ.peak_gpu_memory_bytes is None or summ.busiest_gpu_utilization is None or self.lifecycle is None:
             return
         try:
             options = self.lifecycle.price_options()
@@ -1644,7 +1644,7 @@ class Watcher:
         advice = underuse_advice(
             run_id=run.run_id, gpu=run.gpu_name, rate=run.rate,
             duration_s=(end - run.run_started_at).total_seconds(), peak_memory_bytes=summ.peak_gpu_memory_bytes,
-            card_memory_bytes=summ.gpu_memory_total_bytes, mean_utilization=summ.mean_gpu_utilization,
+            card_memory_bytes=summ.gpu_memory_total_bytes, mean_utilization=summ.busiest_gpu_utilization,
             options=options, config=self.settings.downsize,
         )
         if advice is not None:
