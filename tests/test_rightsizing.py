@@ -218,7 +218,7 @@ def test_a_faster_card_is_never_credited_with_a_speed_up_so_a_pricier_card_never
     opts = [PriceOption("L40S", 1, Decimal("1.03"), "USD", "sim", "on-demand", 48 * GIB),
             PriceOption("RTX 3090", 1, Decimal("0.44"), "USD", "sim", "on-demand", 24 * GIB)]
     cards = rank_cards(current_gpu="RTX 4090", current_rate=Money(Decimal("0.69"), "USD"), peak_bytes=3 * GIB,
-                       headroom=0.2, options=opts, utilization=None)
+                       headroom=0.2, options=opts, utilization=0.2)
     best = best_fit(cards)
     assert best is not None and best.option.gpu == "RTX 3090"
     l40s = next(c for c in cards if c.option.gpu == "L40S")
