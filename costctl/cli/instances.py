@@ -35,7 +35,7 @@ from rich.table import Table
 
 from ..clock import RealClock, ensure_utc
 from ..errors import CostctlError, ProviderError, UsageError
-from ..money import cost_of
+from ..money import cost_of, round_money
 from ..report import money_text
 from .common import (ConfigOption, FormatOption, OutputFormat, err_console, out_console, print_json, print_table,
                      settings_from)
@@ -130,7 +130,7 @@ def fmt_amount(amount: Decimal | None, places: int = 2) -> str:
     """Display rounding only: ``places`` decimals, up to 4 when the amount needs them (0.125)."""
     if amount is None:
         return "-"
-    q = amount.quantize(Decimal(1).scaleb(-4))
+    q = round_money(amount, 4)
     text = format(q.normalize(), "f")
     whole, _, frac = text.partition(".")
     return f"{whole}.{frac.ljust(places, '0')}"
@@ -191,7 +191,15 @@ def _table(columns: tuple[tuple[str, str], ...]) -> Table:
     return table
 
 
+def _say(text: str) -> None:
+    """One of costctl's own lines, on stderr."""
+    err_console.print(text, soft_wrap=True)
+
+
 def _describe(inst: Instance, account: str | None = None) -> str:
+    from ..cloud import checked_instance
+
+    inst = checked_instance(inst, _say)
     price = f", {fmt_amount(inst.price_per_hour)} {inst.currency}/h" if inst.price_per_hour is not None else ""
     where = f"{inst.provider} account {account}" if account else inst.provider
     return f"{inst.id} on {where} ({inst.gpu_count}× {inst.gpu or '?'}, {inst.status.value}{price})"
@@ -215,7 +223,7 @@ def instances(
 ) -> None:
     """List instances of every configured provider and account: account, id, GPU, status,
     billing mode, price per hour, running time, spend so far."""
-    from ..cloud import open_provider
+    from ..cloud import checked_instance, open_provider
 
     settings = settings_from(config)
     names = [provider] if provider else configured_providers(settings)
@@ -246,7 +254,7 @@ def instances(
                 failures.append(exc.message)
                 err_console.print(f"costctl: {label}: {exc.message}", soft_wrap=True)
                 continue
-            rows.extend(_instance_row(i, now, acct or None) for i in found)
+            rows.extend(_instance_row(checked_instance(i, _say), now, acct or None) for i in found)
     if failures and not rows and len(failures) == asked:
         raise ProviderError(f"no provider could be read ({len(failures)} failed; see above)")
     if fmt == OutputFormat.json:
@@ -438,7 +446,7 @@ def offers(
     """Current prices for a GPU type: cheapest first within each currency, per instance-hour and per GPU-hour.
 
     No offer at all is an error (exit status 1), with catalog names when the GPU name is unknown."""
-    from ..cloud import open_provider
+    from ..cloud import checked_offers, open_provider
 
     if billing is not None and billing not in ("on-demand", "spot"):
         raise UsageError(f"--billing {billing!r}: expected on-demand or spot")
@@ -455,7 +463,7 @@ def offers(
                     _require(prov, "list_offers", "list offers")
                 continue
             asked.append(name)
-            found.extend(prov.list_offers(gpu))
+            found.extend(checked_offers(prov.list_offers(gpu), _say))
         except UsageError:
             raise
         except CostctlError as exc:

@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 
 from ..clock import ensure_utc
 from ..errors import LedgerError
-from ..money import cost_of
+from ..money import MAX_AMOUNT, cost_of
 from .schema import Charge, ChargeRollup, Instance, Run
 # The bucket arithmetic lives in .timebuckets (the bill's queries use it without this module).
 from .timebuckets import BUCKET_S, BUCKET_US, US_PER_S, bucket_pieces, epoch_us, from_epoch_us
@@ -159,13 +159,13 @@ def accrue(session: Session, run_id: str, until: datetime, rate_per_hour: Decima
 
     Raises:
         LedgerError: no run ``run_id``.
-        TypeError / ValueError: a float or negative rate, or a naive ``until``.
+        TypeError / ValueError: a float rate, a rate outside 0 to 10^9, or a naive ``until``.
     """
     if isinstance(rate_per_hour, (float, bool)) or not isinstance(rate_per_hour, (Decimal, int)):
         raise TypeError(f"rate_per_hour must be a Decimal, not {type(rate_per_hour).__name__}")
     rate = Decimal(rate_per_hour)
-    if not rate.is_finite() or rate < 0:
-        raise ValueError(f"rate_per_hour must be a finite amount >= 0, got {rate}")
+    if not rate.is_finite() or rate < 0 or rate > MAX_AMOUNT:
+        raise ValueError(f"rate_per_hour must be a finite amount from 0 to 1000000000, got {rate:.6g}")
     if until.tzinfo is None:
         raise ValueError("until must be an aware datetime")
     until = ensure_utc(until)

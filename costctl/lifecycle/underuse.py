@@ -18,10 +18,9 @@ from typing import Any
 
 from ..catalog import get_gpu
 from ..config import DownsizeConfig
-from ..money import Money
+from ..money import Money, round_money
 from .sizing import CardOption, PriceOption, best_fit, rank_cards
 
-_ROUND = Decimal("0.000001")
 
 
 @dataclass(frozen=True)
@@ -55,8 +54,8 @@ class UnderuseAdvice:
             f"run {self.run_id[:8]} used at most {self.peak_memory_bytes / 2**30:.1f} GiB of "
             f"{self.card_memory_bytes / 2**30:.0f} GiB on {self.gpu or 'its GPU'} at {self.mean_utilization:.0f}% "
             f"mean utilization: {c.option.gpu} ({c.option.price_per_hour} {self.currency}/h at "
-            f"{c.option.provider}) would have done it for about {self.saved.quantize(Decimal('0.01'))} "
-            f"{self.currency} less ({c.saving_per_hour.quantize(Decimal('0.0001'))} {self.currency} per hour)"
+            f"{c.option.provider}) would have done it for about {round_money(self.saved, 2)} "
+            f"{self.currency} less ({round_money(c.saving_per_hour, 4)} {self.currency} per hour)"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,7 +68,7 @@ class UnderuseAdvice:
             "mean_utilization": round(self.mean_utilization, 3),
             "duration_s": self.duration_s,
             "cheaper_card": self.card.to_dict(),
-            "would_have_saved": str(self.saved.quantize(_ROUND)),
+            "would_have_saved": str(round_money(self.saved, 6)),
             "currency": self.currency,
             "advice": self.text,
         }

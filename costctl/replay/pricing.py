@@ -10,8 +10,11 @@ from __future__ import annotations
 from decimal import Decimal
 
 from ..config import Settings
-from ..errors import ConfigError, UsageError
-from ..money import Money, parse_decimal
+from ..errors import UsageError
+from ..money import AmountError, Money, bounded_amount
+
+#: What ``--price`` allows (the text after the value in its error).
+PRICE_ALLOWED = "expected a price per instance-hour above 0 and up to 1000000000, such as 2.5"
 
 
 def resolve_price(
@@ -33,7 +36,8 @@ def resolve_price(
         gpu_count: GPUs in the instance (default ``[instance] gpu_count``); catalog prices are per GPU-hour.
 
     Raises:
-        UsageError: ``--price`` together with ``--gpu``/``--provider``, a bad price or currency,
+        UsageError: ``--price`` together with ``--gpu``/``--provider``, a price that is not a
+            number above 0 and up to 10^9 (:data:`PRICE_ALLOWED`), a bad currency,
             only one of ``--gpu``/``--provider``, or no catalog price for them.
     """
     if price is not None and (gpu or provider):
@@ -43,11 +47,12 @@ def resolve_price(
         raise UsageError(f"--currency {currency!r}: expected an ISO 4217 code such as USD or CNY")
     if price is not None:
         try:
-            amount = parse_decimal(price, what="--price")
-        except ConfigError as exc:
-            raise UsageError(f"{exc.message}; expected a price per instance-hour such as 2.5") from None
-        if amount <= 0:
-            raise UsageError(f"--price {price}: expected a positive price per instance-hour")
+            amount = bounded_amount(price, what="--price")
+        except AmountError:
+            amount = None
+        if amount is None or amount <= 0:
+            shown = price if len(price) <= 40 else price[:37] + "..."
+            raise UsageError(f"--price {shown!r}: {PRICE_ALLOWED}")
         return Money(amount, cur), "--price"
     if gpu or provider:
         if not (gpu and provider):
