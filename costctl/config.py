@@ -498,9 +498,10 @@ def key_range(loc: tuple[Any, ...]) -> str:
     model: Any = settings_model()
     field: FieldInfo | None = None
     for part in loc:
-        if isinstance(part, int):  # a row of a list: [[catalog.prices]]
-            model = typing.get_args(model)[0] if typing.get_args(model) else None
+        if isinstance(part, int):  # a row of a list ([[catalog.prices]]): its model comes next
             continue
+        while typing.get_origin(model) is list and typing.get_args(model):
+            model = typing.get_args(model)[0]
         if not (isinstance(model, type) and issubclass(model, BaseModel)) or part not in model.model_fields:
             return ""
         field = model.model_fields[part]

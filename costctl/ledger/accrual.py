@@ -79,12 +79,18 @@ def add_to_rollup(session: Session, *, run_id: str, instance_pk: int, rate: Deci
     t = ChargeRollup.__table__
     conn = connection if connection is not None else session.connection()
     dialect = conn.dialect.name
+    if dialect in ("sqlite", "postgresql"):
+        # One statement for every bucket (executemany): a long interval (a watch that slept, a
+        # simulated clock that jumped a year) spans thousands of buckets.
+        rows = [{"p_run_id": run_id, "p_bucket_s": bucket_s, "p_rate_per_hour": rate, "p_currency": currency,
+                 "p_instance_pk": instance_pk, "p_duration_us": hi - lo, "p_first_us": lo, "p_last_us": hi}
+                for bucket_s, lo, hi in bucket_pieces(start_us, end_us)]
+        if rows:
+            conn.execute(_rollup_upsert(dialect), rows)
+        return
     for bucket_s, lo, hi in bucket_pieces(start_us, end_us):
         values = dict(run_id=run_id, bucket_s=bucket_s, rate_per_hour=rate, currency=currency,
                       instance_pk=instance_pk, duration_us=hi - lo, first_us=lo, last_us=hi)
-        if dialect in ("sqlite", "postgresql"):
-            conn.execute(_rollup_upsert(dialect), {f"p_{k}": v for k, v in values.items()})
-            continue
         key = ((t.c.run_id == run_id) & (t.c.bucket_s == bucket_s) & (t.c.rate_per_hour == rate)
                & (t.c.currency == currency))
         row = session.execute(select(t.c.first_us, t.c.last_us).where(key)).first()
