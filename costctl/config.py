@@ -8,8 +8,11 @@ accept ``off`` (disabled; never zero). Money is a string or number, held as Deci
 The field types are in :mod:`costctl.config_types`. The ``[policies.*]`` sections come from
 the policy registry: each policy module (built-in, or a plugin found through the
 ``costctl.policies`` entry-point group) carries its own config model.
-Unknown keys and sections are errors. :func:`load_settings` turns every problem into one
-:class:`~costctl.errors.ConfigError` line naming the key, the value and what is allowed.
+Unknown keys and sections are errors. Every number has a range (the field types' and each
+key's ``Field`` bounds; docs/configuration.md lists them). :func:`load_settings` turns every
+problem into one :class:`~costctl.errors.ConfigError` line naming the key, the value and what is
+allowed (for a number, its whole range: :func:`key_range`); a value an environment variable set
+is named by the variable, not by the config file (:func:`env_variable_for`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
+    BaseModel,
     BeforeValidator,
     ByteSize,
     Field,
@@ -35,7 +39,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic import BaseModel
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -608,14 +611,12 @@ def _names_table(parts: tuple[str, ...]) -> bool:
     model: Any = settings_model()
     for part in parts:
         if isinstance(model, type) and issubclass(model, BaseModel) and part in model.model_fields:
-            annotation = model.model_fields[part].annotation
-            model = annotation
-        elif model is dict or getattr(model, "__origin__", None) is dict:
+            model = model.model_fields[part].annotation
+        elif model is dict or typing.get_origin(model) is dict:
             model = dict
         else:
             return False
-    return (isinstance(model, type) and issubclass(model, BaseModel)) or model is dict or \
-        getattr(model, "__origin__", None) is dict
+    return (isinstance(model, type) and issubclass(model, BaseModel)) or model is dict or typing.get_origin(model) is dict
 
 
 _settings_models: dict[type, type[Settings]] = {}

@@ -205,3 +205,23 @@ def test_bill_rows_add_up_to_their_totals_for_any_amounts_a_ledger_can_hold(rows
         assert Decimal(total) == sum((Decimal(r["spend"]) for r in doc["rows"] if r["currency"] == cur), Decimal(0))
     exported = list(csv.DictReader(io.StringIO(render_csv(bill_rows, ["currency", "spend"]))))
     assert [r["spend"] for r in exported] == [r["spend"] for r in doc["rows"]]
+
+
+def test_instances_with_a_provider_price_of_1e26_shows_it_unknown_not_a_crash(tmp_path, capsys, monkeypatch):
+    """`costctl instances` crashed on a price of ~1e26 (its spend's rounding); the listing now
+    refuses the provider's price at the boundary: shown as unknown, said on stderr, exit 0."""
+    from tests.fakes.vastai import API_KEY, FakeVast
+
+    with FakeVast() as fake:
+        fake.add(312, dph_total=1e26)
+        cfg = tmp_path / "costctl.toml"
+        cfg.write_text(f'[instance]\nprovider = "vastai"\n[providers.vastai]\nbase_url = "{fake.url}"\n')
+        monkeypatch.setenv("VAST_API_KEY", API_KEY)
+        assert main(["instances", "-c", str(cfg), "--format", "json"]) == 0
+        out, err = capsys.readouterr()
+        (row,) = json.loads(out)
+        assert row["price_per_hour"] is None and row["spend"] is None
+        assert ("costctl: vastai reported a price of 1E+26 USD per hour for instance 312; expected an amount of "
+                "money from 0 to 1000000000, like 2.5 or \"2.50\"; refused, shown as unknown") in err
+        assert main(["instances", "-c", str(cfg)]) == 0
+        assert "internal error" not in capsys.readouterr().err
