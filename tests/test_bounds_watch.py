@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import typing
 from datetime import timedelta
 from decimal import Decimal
@@ -271,7 +272,7 @@ def test_provider_negative_price_charges_the_configured_price_and_stores_nothing
         s = settings_from_toml(tmp_path, f'[instance]\nprovider = "vastai"\nid = "{rig.instance_id}"\n'
                                          'price_per_hour = "0.30"\n[policies.idle]\ntime_window = "30s"\n')
         clock = SimClock(T0)
-        fd = __import__("os").open(__import__("os").devnull, __import__("os").O_WRONLY)
+        fd = os.open(os.devnull, os.O_WRONLY)
         w = Watcher(s, WatchOptions(command=[], quiet=True, status_line=False), clock=clock, provider=rig.provider,
                     stdout_fd=fd, stderr_fd=fd, sampler=FixedGpu(used_bytes=0, total_bytes=24 * 2**30, utilization=0.0))
         said: list[str] = []
