@@ -11,20 +11,28 @@ A provider's table ``[providers.<name>]`` may hold named accounts::
     timeout = 30                       # any key of the provider table, for this account only
 
 ``[instance] account`` picks the account a watch uses (default: the provider's default account).
+
+Prices a provider reports are checked here, at the boundary (:func:`checked_price`): a negative,
+absurd (over 10^9 per hour) or non-finite price is refused with a message naming the provider,
+the instance and the price, so that the caller uses the configured fallback, shows nothing, or
+refuses; such a price is never charged or stored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from decimal import Decimal
 from typing import Any
 
-from costctl_providers.base import Account, Provider
+from costctl_providers.base import Account, Instance, Offer, Provider
 from costctl_providers.registry import get_provider, provider_class
 
 from .clock import Clock
 from .config import Settings
 from .errors import ConfigError
 from .i18n import _
+from .money import AMOUNT_ALLOWED, AmountError, bounded_amount
 from .paths import data_dir
 
 #: The key of a provider table that holds its named accounts.
@@ -126,3 +134,64 @@ def open_provider(
     acct = _account(settings, name, account)[0]
     table = provider_config(settings, name, account)
     return get_provider(name, table, data_dir=data_dir(settings.data_dir), clock=clock, account=acct)
+
+
+class PriceRefused(AmountError):
+    """A price a provider reported that costctl refuses (negative, over 10^9 per hour, not a
+    finite number); its message names the provider, the instance or offer, and the price."""
+
+
+def checked_price(provider: str, price: object, currency: str, *, instance: str | None = None,
+                  offer: str | None = None) -> Decimal | None:
+    """A price per instance-hour as ``provider`` reported it for ``instance`` (or for
+    ``offer``), checked at the boundary: the amount (kept to 10 decimals, see
+    :func:`costctl.money.bounded_amount`), or None when it reported no price.
+
+    Raises:
+        PriceRefused: the price is negative, over 10^9 (``currency`` per hour) or not a finite
+            number: ``"vastai reported a price of -0.5 USD per hour for instance 312; expected
+            an amount of money from 0 to 1000000000, like 2.5 or "2.50""``.
+    """
+    if price is None:
+        return None
+    try:
+        return bounded_amount(price)
+    except AmountError:
+        shown = str(price) if len(str(price)) <= 40 else str(price)[:37] + "..."
+        if offer is not None:
+            message = (f"{provider} reported a price of {shown} {currency} per hour for offer {offer}; "
+                       f"expected {AMOUNT_ALLOWED}")
+        else:
+            message = (f"{provider} reported a price of {shown} {currency} per hour for instance {instance}; "
+                       f"expected {AMOUNT_ALLOWED}")
+        raise PriceRefused(message, price) from None
+
+
+def checked_instance(inst: Instance, say: Callable[[str], None]) -> Instance:
+    """``inst`` as a listing shows it: a price (or spot bid) :func:`checked_price` refuses is
+    said (``say``, one line) and dropped (None: shown as unknown), never used."""
+    changes: dict[str, Decimal | None] = {}
+    for name in ("price_per_hour", "bid_per_hour"):
+        try:
+            changes[name] = checked_price(inst.provider, getattr(inst, name), inst.currency, instance=inst.id)
+        except PriceRefused as exc:
+            say(f"costctl: {exc.message}; refused, shown as unknown")
+            changes[name] = None
+    return dataclasses.replace(inst, **changes)
+
+
+def checked_offers(offers: Iterable[Offer], say: Callable[[str], None]) -> list[Offer]:
+    """The ``offers`` whose price :func:`checked_price` accepts and that have at least one GPU;
+    each one left out is said (``say``, one line)."""
+    kept: list[Offer] = []
+    for offer in offers:
+        try:
+            price = checked_price(offer.provider, offer.price_per_hour, offer.currency, offer=offer.id)
+        except PriceRefused as exc:
+            say(f"costctl: {exc.message}; the offer is left out")
+            continue
+        if price is None or offer.gpu_count < 1:
+            say(f"costctl: {offer.provider} reported offer {offer.id} with {offer.gpu_count} GPUs; the offer is left out")
+            continue
+        kept.append(dataclasses.replace(offer, price_per_hour=price))
+    return kept

@@ -8,16 +8,21 @@ accept ``off`` (disabled; never zero). Money is a string or number, held as Deci
 The field types are in :mod:`costctl.config_types`. The ``[policies.*]`` sections come from
 the policy registry: each policy module (built-in, or a plugin found through the
 ``costctl.policies`` entry-point group) carries its own config model.
-Unknown keys and sections are errors. :func:`load_settings` turns every problem into one
-:class:`~costctl.errors.ConfigError` line naming the key, the value and what is allowed.
+Unknown keys and sections are errors. Every number has a range (the field types' and each
+key's ``Field`` bounds; docs/configuration.md lists them). :func:`load_settings` turns every
+problem into one :class:`~costctl.errors.ConfigError` line naming the key, the value and what is
+allowed (for a number, its whole range: :func:`key_range`); a value an environment variable set
+is named by the variable, not by the config file (:func:`env_variable_for`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import tomllib
+import typing
 from datetime import date, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -25,6 +30,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
+    BaseModel,
     BeforeValidator,
     ByteSize,
     Field,
@@ -41,6 +47,7 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+from pydantic_settings.exceptions import SettingsError
 
 # The shared field types live in config_types (importable by the policies); re-exported here.
 from .config_types import (  # noqa: F401
@@ -51,6 +58,7 @@ from .config_types import (  # noqa: F401
     MoneyAmount,
     Percent,
     Section,
+    ValueRange,
     Window,
     _format_duration,
     bounded_duration,
@@ -72,9 +80,19 @@ from .policies.idle_fraction import IdleFractionConfig  # noqa: F401
 from .policies.plateau import PlateauConfig  # noqa: F401
 from .policies.registry import ENTRY_POINT_GROUP, discover_policies, known_policies, policies_model
 from .policies.stall import StallConfig  # noqa: F401
-from .validation import one_line
+from .validation import describe_value, one_line
 
 ENV_PREFIX = "COSTCTL_"
+
+#: The largest count a key takes (steps, points): 10^12, far past any real run.
+MAX_COUNT = 10**12
+#: ``[downsize] peak_memory`` at most 1 PiB (bytes): larger than any GPU's memory.
+MAX_PEAK_MEMORY = 2**50
+#: ``[oom] min_batch`` at most 2^20.
+MAX_BATCH = 2**20
+#: ``[[catalog.exchange_rates]] rate`` from 10^-6 to 10^6: every pair of real currencies lies
+#: well inside (1 USD is about 16,000 IDR and 25,000 VND; 1 IDR about 0.00006 USD).
+MIN_EXCHANGE_RATE, MAX_EXCHANGE_RATE = Decimal("0.000001"), Decimal(1_000_000)
 
 
 class InstanceConfig(_Section):
@@ -143,9 +161,9 @@ class WatchConfig(_Section):
     grace_period: Duration = timedelta(seconds=10)
     timezone: str = "UTC"
     on_exit: Literal["guard", "stop", "leave"] = "guard"
-    total_steps: int | None = Field(default=None, ge=1)
+    total_steps: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     status_line: bool = True
-    ledger_queue_max: int = Field(default=10_000, ge=1)  # writes held in memory during an outage
+    ledger_queue_max: int = Field(default=10_000, ge=1, le=10_000_000)  # writes held in memory during an outage
     ledger_retry_max: Duration = timedelta(seconds=30)  # longest wait between retries
     ledger_flush_timeout: Duration = timedelta(minutes=2)  # longest wait for the ledger at the end
 
@@ -269,7 +287,8 @@ class DownsizeConfig(_Section):
 
     min_saving_per_hour: MoneyAmount = Decimal("0.10")
     headroom: float = Field(default=0.2, ge=0, le=4)
-    peak_memory: ByteSize | None = None
+    peak_memory: Annotated[ByteSize, ValueRange("1 byte to 1PiB")] | None = Field(default=None, ge=1,
+                                                                                 le=MAX_PEAK_MEMORY)
     compute_dtype: Literal["fp16", "bf16", "fp32"] = "fp16"
     underutilized_memory_fraction: float = Field(default=0.5, gt=0, le=1)
     underutilized_gpu_utilization: Percent = 50.0
@@ -281,7 +300,7 @@ class OomConfig(_Section):
     ``min_batch``; ``"advise"`` prints those numbers."""
 
     action: Literal["advise", "retry"] = "advise"
-    min_batch: int = Field(default=1, ge=1)
+    min_batch: int = Field(default=1, ge=1, le=MAX_BATCH)
 
 
 #: Bounds of ``[ledger] sample_retention`` and ``progress_interval``.
@@ -457,7 +476,7 @@ class ExchangeRateConfig(_Section):
 
     base: Currency
     quote: Currency
-    rate: Annotated[Decimal, Field(gt=0)]
+    rate: Annotated[Decimal, Field(ge=MIN_EXCHANGE_RATE, le=MAX_EXCHANGE_RATE)]
     as_of: date
 
 
@@ -507,6 +526,13 @@ class Settings(BaseSettings):
     _toml_path: ClassVar[Path | None] = None
     _config_path: Path | None = PrivateAttr(default=None)
 
+    @field_validator("database_url", "data_dir", mode="before")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        if isinstance(value, (str, Path)) and "\x00" in str(value):
+            raise ValueError("expected text without NUL bytes")
+        return value
+
     @property
     def config_path(self) -> Path | None:
         """The TOML file these settings were read from (None: defaults and environment only)."""
@@ -542,8 +568,137 @@ def _one_line(err: ValidationError) -> str:
     if first["type"] == "extra_forbidden" and len(loc) == 2 and loc[0] == "policies":
         return (f"unknown policy [policies.{loc[1]}]; known: {', '.join(known_policies())} "
                 f"(a third-party policy registers through the {ENTRY_POINT_GROUP} entry-point group)")
-    return one_line(err, unknown_hint="(check the spelling; `costctl init` writes every key)",
+    return one_line(err, unknown_hint="(check the spelling; `costctl init` writes every key)", ranges=key_range,
                     secret_keys=("notify.urls",))
+
+
+def key_range(loc: tuple[Any, ...]) -> str:
+    """The documented range of the setting at ``loc`` (``("policies", "idle",
+    "min_gpu_utilization")`` -> ``"0 to 100"``): :func:`costctl.config_types.value_range` of
+    its field; ``""`` for a key with none or no such key."""
+    from pydantic.fields import FieldInfo
+
+    from .config_types import value_range
+
+    model: Any = settings_model()
+    field: FieldInfo | None = None
+    for part in loc:
+        if isinstance(part, int):  # a row of a list ([[catalog.prices]]): its model comes next
+            continue
+        while typing.get_origin(model) is list and typing.get_args(model):
+            model = typing.get_args(model)[0]
+        if not (isinstance(model, type) and issubclass(model, BaseModel)) or part not in model.model_fields:
+            return ""
+        field = model.model_fields[part]
+        model = field.annotation
+    return value_range(field) if field is not None else ""
+
+
+def _setting_variables() -> dict[tuple[str, ...], str]:
+    """The ``COSTCTL_*`` settings variables set now: their key path (lower case, ``("policies",
+    "idle", "time_window")``) -> the variable's name as set."""
+    found: dict[tuple[str, ...], str] = {}
+    for name in os.environ:
+        upper = name.upper()
+        if (upper.startswith(ENV_PREFIX) and upper not in _NON_SETTING_ENV
+                and not upper.startswith(_NON_SETTING_ENV_PREFIXES)):
+            found[tuple(upper[len(ENV_PREFIX):].lower().split("__"))] = name
+    return found
+
+
+def _in_overrides(overrides: dict[str, Any] | None, path: tuple[str, ...]) -> bool:
+    """Whether ``overrides`` (the CLI flags' nested dict) sets ``path`` or a table above it."""
+    node: Any = overrides or {}
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _json_holds(text: str, path: tuple[str, ...]) -> bool:
+    """Whether the JSON object ``text`` (a table given in one variable) sets ``path``."""
+    try:
+        node: Any = json.loads(text)
+    except ValueError:
+        return False
+    for part in path:
+        if not isinstance(node, dict):
+            return False
+        lowered = {str(k).lower(): v for k, v in node.items()}
+        if part not in lowered:
+            return False
+        node = lowered[part]
+    return True
+
+
+def env_variable_for(path: tuple[str, ...], overrides: dict[str, Any] | None = None) -> str | None:
+    """The ``COSTCTL_*`` variable a setting's value at ``path`` came from: the variable naming
+    the key itself (``COSTCTL_POLICIES__IDLE__TIME_WINDOW``), else one naming a table above it
+    whose JSON value sets the key (``COSTCTL_POLICIES__IDLE='{"time_window": "10m"}'``). None
+    when no variable gave it (the config file, a default) or a command-line option did
+    (``overrides``, which win over the environment)."""
+    if _in_overrides(overrides, path):
+        return None
+    variables = _setting_variables()
+    if path in variables:
+        return variables[path]
+    for cut in range(len(path) - 1, 0, -1):
+        name = variables.get(path[:cut])
+        if name is not None and _json_holds(os.environ[name], path[cut:]):
+            return name
+    return None
+
+
+def _where(err: ValidationError, path: Path | None, overrides: dict[str, Any] | None) -> str:
+    """``err``'s first problem as one line, naming where the bad value came from: an environment
+    variable by its name, a value of the config file after the file's path, a command-line
+    option (or a default) alone."""
+    first = err.errors()[0]
+    loc = tuple(str(p).lower() for p in first["loc"])
+    key = ".".join(str(p) for p in first["loc"])
+    variable = env_variable_for(loc, overrides) if loc else None
+    if variable is not None:
+        if variable.upper() == ENV_PREFIX + "__".join(loc).upper():  # the variable names the key itself
+            if first["type"] == "extra_forbidden":
+                return (f"unknown environment variable {variable} (no key '{key}' in the config; "
+                        "`costctl init` writes every key)")
+            line = one_line(err, ranges=key_range, secret_keys=("notify.urls",))
+            return f"environment variable {variable}{line[len(key):]}" if line.startswith(key) else line
+        return f"environment variable {variable}: {_one_line(err)}"
+    if _in_overrides(overrides, loc) or path is None:
+        return _one_line(err)
+    return f"{path}: {_one_line(err)}"
+
+
+def _table_variable(message: str) -> str:
+    """pydantic-settings could not read a variable holding a table (its value is no JSON
+    object): one line naming the variable."""
+    variables = _setting_variables()
+    for parts, name in sorted(variables.items()):
+        value = os.environ[name]
+        try:
+            json.loads(value)
+        except ValueError:
+            if _names_table(parts):
+                table = ".".join(parts)
+                return (f"environment variable {name} = {describe_value(value)}: expected a JSON object for the "
+                        f"table [{table}], or one variable per key ({name}__<KEY>=...)")
+    return f"cannot read the COSTCTL_* environment variables: {message}"
+
+
+def _names_table(parts: tuple[str, ...]) -> bool:
+    """Whether the key path ``parts`` names a table of the settings (a section, a policy's
+    section, a provider's table), not a single value."""
+    model: Any = settings_model()
+    for part in parts:
+        if isinstance(model, type) and issubclass(model, BaseModel) and part in model.model_fields:
+            model = model.model_fields[part].annotation
+        elif model is dict or typing.get_origin(model) is dict:
+            model = dict
+        else:
+            return False
+    return (isinstance(model, type) and issubclass(model, BaseModel)) or model is dict or typing.get_origin(model) is dict
 
 
 _settings_models: dict[type, type[Settings]] = {}
@@ -616,7 +771,8 @@ def load_settings(config: Path | None = None, overrides: dict[str, Any] | None =
         settings._config_path = path
         return settings
     except ValidationError as exc:
-        where = f"{path}: " if path else ""
-        raise ConfigError(f"{where}{_one_line(exc)}") from None
+        raise ConfigError(_where(exc, path, overrides)) from None
+    except SettingsError as exc:  # a table's variable that is no JSON object
+        raise ConfigError(_table_variable(str(exc))) from None
     finally:
         Settings._toml_path = None

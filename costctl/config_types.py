@@ -7,39 +7,66 @@ describe its own ``[policies.<name>]`` section without importing the whole
 
 Durations are written ``90s``, ``30m``, ``2h``, ``1h30m`` or a number of seconds; windows also
 accept ``off`` (disabled; never zero). Money is a string or number, held as Decimal.
+
+Every value has a range, checked at load, and the types carry it so that every key using a type
+gets it: a :data:`Duration` or :data:`Window` lies in ``[1s, 8760h]`` (:data:`MIN_DURATION`,
+:data:`MAX_DURATION`; :func:`bounded_duration` / :func:`bounded_window` narrow it for one key),
+a :data:`MoneyAmount` in ``[0, 10^9]`` (:data:`costctl.money.MAX_AMOUNT`), a :data:`Percent` in
+``[0, 100]``; numbers are finite (``inf`` and ``nan`` are refused) and text holds no NUL byte
+(:class:`Section`). Counts and other numbers give their bounds with ``Field(ge=..., le=...)``.
+:func:`value_range` reads any key's range back as text, for ``costctl init``'s comments and the
+documentation's table.
 """
 
 from __future__ import annotations
 
 import re
+import typing
+from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator
+from pydantic.fields import FieldInfo
 
-from .errors import ConfigError
-from .money import parse_decimal
+from .money import AMOUNT_ALLOWED, MAX_AMOUNT, AmountError, bounded_amount
 
 _DURATION_RE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m)?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$")
 
 
 #: The shortest duration a plain :data:`Duration` or :data:`Window` takes.
 MIN_DURATION = timedelta(seconds=1)
+#: The longest duration a plain :data:`Duration` or :data:`Window` takes: a year (8760h). Longer
+#: than any window, interval or timeout a watch can use, and far enough from ``datetime``'s
+#: limits (year 9999) that no time computed from it overflows.
+MAX_DURATION = timedelta(days=365)
+_YEAR_NOTE = "a year"
 
 
-def duration_allowed(minimum: timedelta = MIN_DURATION, maximum: timedelta | None = None, *,
+@dataclass(frozen=True, slots=True)
+class ValueRange:
+    """The documented range of a field type, as text (``"1s to 8760h"``); metadata of the
+    annotated types below, read by :func:`value_range`."""
+
+    text: str
+
+
+def duration_allowed(minimum: timedelta = MIN_DURATION, maximum: timedelta | None = MAX_DURATION, *,
                      noun: str = "a duration", note: str = "", off: bool = False) -> str:
     """What a duration setting allows, as the text after ``expected`` in its error message,
-    naming that setting's own bounds: ``"a duration like 90s, ... (at least 1s)"``, or, with a
-    maximum, ``"a retention from 1h to 87600h (ten years), written like 90s, ..., or off"``.
+    naming that setting's own bounds: ``"a duration from 1s to 8760h (a year), written like
+    90s, ..."``, ``"a retention from 1h to 87600h (ten years), written like 90s, ..., or off"``.
 
     Args:
-        minimum / maximum: the bounds (inclusive; no maximum: unbounded).
+        minimum / maximum: the bounds (inclusive; maximum None: unbounded, ``at least ...``).
         noun: what the setting is (``"a retention"``, ``"an interval"``).
-        note: said after the maximum, in parentheses (``"ten years"``).
+        note: said after the maximum, in parentheses (``"ten years"``; for the default maximum,
+            ``"a year"``).
         off: the setting also takes ``off``.
     """
+    if maximum == MAX_DURATION and not note:
+        note = _YEAR_NOTE
     forms = "90s, 30m, 2h, 1h30m or a number of seconds"
     if maximum is None:
         text = f"{noun} like {forms} (at least {format_duration(minimum)})"
@@ -49,12 +76,21 @@ def duration_allowed(minimum: timedelta = MIN_DURATION, maximum: timedelta | Non
     return text + (", or off" if off else "")
 
 
-def parse_duration(value: Any, *, minimum: timedelta = MIN_DURATION, maximum: timedelta | None = None,
+def duration_range(minimum: timedelta = MIN_DURATION, maximum: timedelta | None = MAX_DURATION) -> str:
+    """A duration key's range for the documentation: ``"1s to 8760h"`` (``"at least 1s"``
+    without a maximum)."""
+    if maximum is None:
+        return f"at least {format_duration(minimum)}"
+    return f"{format_duration(minimum)} to {format_duration(maximum)}"
+
+
+def parse_duration(value: Any, *, minimum: timedelta = MIN_DURATION, maximum: timedelta | None = MAX_DURATION,
                    allowed: str | None = None) -> timedelta:
     """Parse ``90s``, ``30m``, ``2h``, ``1h30m``, a bare number of seconds, or a timedelta.
 
     Args:
-        minimum / maximum: the bounds the result must lie in (inclusive; default at least 1 s).
+        minimum / maximum: the bounds the result must lie in (inclusive; default 1 s to
+            :data:`MAX_DURATION`, a year; maximum None: unbounded).
         allowed: the text after ``expected`` in the error (default :func:`duration_allowed`
             of the bounds), so every setting's message names its own bounds.
 
@@ -98,7 +134,7 @@ def _to_timedelta(value: Any, message: str) -> timedelta:
     return td
 
 
-def parse_window(value: Any, *, minimum: timedelta = MIN_DURATION, maximum: timedelta | None = None,
+def parse_window(value: Any, *, minimum: timedelta = MIN_DURATION, maximum: timedelta | None = MAX_DURATION,
                  allowed: str | None = None) -> timedelta | None:
     """Like :func:`parse_duration`, but ``off`` (or ``false``) disables the window: returns None.
 
@@ -130,44 +166,47 @@ WINDOW_ALLOWED = duration_allowed(off=True)
 
 
 def parse_money(value: Any) -> Decimal:
-    """A non-negative amount of money (string or number) as Decimal.
+    """An amount of money (string or number) as Decimal, in ``[0, 10^9]``, kept to 10 decimals
+    (:func:`costctl.money.bounded_amount`).
 
     Raises:
-        ValueError: not a number, or negative.
+        ValueError: not a finite number, negative, or over 10^9 (the message names the range).
     """
     try:
-        amount = parse_decimal(value)
-    except ConfigError:
-        raise ValueError("expected an amount of money like 2.5 or \"2.50\"") from None
-    if amount < 0:
-        raise ValueError("expected an amount of money >= 0")
-    return amount
+        return bounded_amount(value)
+    except AmountError:
+        raise ValueError(f"expected {AMOUNT_ALLOWED}") from None
 
 
-#: A positive duration (``30m``); serialized back as ``30m``.
-Duration = Annotated[timedelta, BeforeValidator(parse_duration), PlainSerializer(format_duration)]
-#: A duration or ``off`` (None).
-Window = Annotated[timedelta | None, BeforeValidator(parse_window), PlainSerializer(format_duration)]
-#: Money >= 0 as Decimal; serialized as a string.
-MoneyAmount = Annotated[Decimal, BeforeValidator(parse_money), PlainSerializer(str)]
+#: The range of a :data:`MoneyAmount`, for the documentation.
+MONEY_RANGE = f"0 to {MAX_AMOUNT:f}"
+
+#: A duration from 1s to 8760h (``30m``); serialized back as ``30m``.
+Duration = Annotated[timedelta, BeforeValidator(parse_duration), PlainSerializer(format_duration),
+                     ValueRange(duration_range())]
+#: A duration (1s to 8760h) or ``off`` (None).
+Window = Annotated[timedelta | None, BeforeValidator(parse_window), PlainSerializer(format_duration),
+                   ValueRange(duration_range() + ", or off")]
+#: Money from 0 to 10^9 as Decimal (kept to 10 decimals); serialized as a string.
+MoneyAmount = Annotated[Decimal, BeforeValidator(parse_money), PlainSerializer(str), ValueRange(MONEY_RANGE)]
 
 
-def bounded_duration(minimum: timedelta, maximum: timedelta | None = None, **text: Any) -> Any:
-    """A :data:`Duration` type bounded to ``[minimum, maximum]`` whose error message names
-    those bounds (``text``: ``noun`` and ``note`` of :func:`duration_allowed`)."""
+def bounded_duration(minimum: timedelta, maximum: timedelta | None = MAX_DURATION, **text: Any) -> Any:
+    """A :data:`Duration` type bounded to ``[minimum, maximum]`` (default maximum: a year) whose
+    error message names those bounds (``text``: ``noun`` and ``note`` of :func:`duration_allowed`)."""
     allowed = duration_allowed(minimum, maximum, **text)
     return Annotated[timedelta, BeforeValidator(lambda v: parse_duration(v, minimum=minimum, maximum=maximum,
                                                                          allowed=allowed)),
-                     PlainSerializer(format_duration)]
+                     PlainSerializer(format_duration), ValueRange(duration_range(minimum, maximum))]
 
 
-def bounded_window(minimum: timedelta, maximum: timedelta | None = None, **text: Any) -> Any:
+def bounded_window(minimum: timedelta, maximum: timedelta | None = MAX_DURATION, **text: Any) -> Any:
     """A :data:`Window` type (a duration or ``off``) bounded to ``[minimum, maximum]``, its
     error message naming those bounds (see :func:`bounded_duration`)."""
     allowed = duration_allowed(minimum, maximum, off=True, **text)
     return Annotated[timedelta | None, BeforeValidator(lambda v: parse_window(v, minimum=minimum, maximum=maximum,
                                                                               allowed=allowed)),
-                     PlainSerializer(format_duration)]
+                     PlainSerializer(format_duration), ValueRange(duration_range(minimum, maximum) + ", or off")]
 
 
 #: A percentage in [0, 100].
@@ -176,10 +215,54 @@ Percent = Annotated[float, Field(ge=0, le=100)]
 Action = Literal["advise", "stop"]
 
 
-class Section(BaseModel):
-    """Base of every config section: unknown keys are errors, assignments are validated."""
+def _number(value: Any) -> str:
+    """A bound as the documentation shows it: ``100``, ``0.5``, ``1000000``."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"{value:,}".replace(",", "") if isinstance(value, int) else f"{value:g}"
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+def value_range(field: FieldInfo) -> str:
+    """A field's documented range as text: ``"1s to 8760h"``, ``"0 to 100"``, ``"> 0 and
+    < 1"``, ``"1 to 64"``, ``"0 to 1000000000"``, or ``""`` for a field with no range (text,
+    a choice, a flag). Read from the field's :class:`ValueRange` (the duration and money types)
+    or its ``ge``/``gt``/``le``/``lt`` bounds."""
+    metadata = list(field.metadata)
+    for arg in typing.get_args(field.annotation):  # X | None: the bounds sit on X
+        metadata.extend(getattr(arg, "__metadata__", ()))
+    for m in metadata:
+        if isinstance(m, ValueRange):
+            return m.text
+    low = high = None
+    for m in metadata:
+        for name in ("ge", "gt"):
+            if getattr(m, name, None) is not None:
+                low = (name, getattr(m, name))
+        for name in ("le", "lt"):
+            if getattr(m, name, None) is not None:
+                high = (name, getattr(m, name))
+    if low is None and high is None:
+        return ""
+    if low is not None and high is not None and low[0] == "ge" and high[0] == "le":
+        return f"{_number(low[1])} to {_number(high[1])}"
+    parts = [f"{'>=' if name == 'ge' else '>'} {_number(v)}" for name, v in ([low] if low else [])]
+    parts += [f"{'<=' if name == 'le' else '<'} {_number(v)}" for name, v in ([high] if high else [])]
+    return " and ".join(parts)
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors, assignments are validated,
+    numbers are finite (``inf`` and ``nan`` are refused) and text holds no NUL byte (a NUL
+    reaches no command, path or URL)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        if isinstance(value, str) and "\x00" in value:
+            raise ValueError("expected text without NUL bytes")
+        return value
 
 
 # Old private names, kept for code that imported them from costctl.config.
@@ -188,7 +271,7 @@ _format_duration = format_duration
 _money = parse_money
 
 __all__ = [
-    "DURATION_ALLOWED", "WINDOW_ALLOWED", "MIN_DURATION", "duration_allowed", "bounded_duration",
-    "bounded_window", "parse_duration", "parse_window", "format_duration",
-    "parse_money", "Duration", "Window", "MoneyAmount", "Percent", "Action", "Section",
+    "DURATION_ALLOWED", "WINDOW_ALLOWED", "MIN_DURATION", "MAX_DURATION", "MONEY_RANGE", "duration_allowed",
+    "duration_range", "bounded_duration", "bounded_window", "parse_duration", "parse_window", "format_duration",
+    "parse_money", "Duration", "Window", "MoneyAmount", "Percent", "Action", "Section", "ValueRange", "value_range",
 ]

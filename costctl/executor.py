@@ -296,6 +296,8 @@ class Executor:
             )
         except OSError as exc:
             return {"command": command, "result": f"failed to start: {exc.strerror}", "ok": False}
+        except ValueError as exc:  # "embedded null byte": the config refuses it; a hook set in code may not
+            return {"command": command, "result": f"failed to start: {exc}", "ok": False}
         self._hook_proc = proc
         try:
             out, err = proc.communicate(timeout=timeout)

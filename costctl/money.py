@@ -2,17 +2,49 @@
 
 Two amounts in different currencies are never added; converting needs an explicit
 :class:`ExchangeRate` (with the date it was seen).
+
+Bounds: every amount costctl takes in — a price per hour from the configuration, the command
+line or a provider, a budget cap, a saving — lies in ``[0, MAX_AMOUNT]`` (10^9 units of its
+currency) and is kept to :data:`AMOUNT_PLACES` decimals (rounded half-even when given with
+more). The bound is costctl's own choice: far above any real hourly price or cap in any
+currency (an 8-GPU H100 node is about 30 USD, 220 CNY or 500,000 IDR per hour), and low enough
+that a charge, a run's spend and a bill's total stay exact to the micro-unit within Decimal's
+default 28 significant digits. Rounding for display (:func:`round_money`) never fails for a
+finite amount, however large.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 
-from .errors import ConfigError, CurrencyMismatchError
+from .errors import ConfigError, CostctlError, CurrencyMismatchError
 
 SECONDS_PER_HOUR = Decimal(3600)
+
+#: The largest amount of money costctl takes in (a price per hour, a cap), in units of its
+#: currency: 10^9. See the module docstring for why.
+MAX_AMOUNT = Decimal(10) ** 9
+#: Decimal places an amount taken in keeps (more are rounded half-even): 10, far below any
+#: currency's smallest unit (AutoDL bills in 1/1000 yuan; Vast.ai prices are floats).
+AMOUNT_PLACES = 10
+#: What an amount taken in may be, as the text after "expected" in error messages.
+AMOUNT_ALLOWED = "an amount of money from 0 to 1000000000, like 2.5 or \"2.50\""
+
+
+class AmountError(CostctlError):
+    """An amount of money outside ``[0, MAX_AMOUNT]``, or no finite number (exit status 2).
+
+    Attributes:
+        value: what was given (as given).
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, value: object = None) -> None:
+        super().__init__(message)
+        self.value = value
 
 
 def parse_decimal(value: object, *, what: str = "amount") -> Decimal:
@@ -42,6 +74,56 @@ def parse_decimal(value: object, *, what: str = "amount") -> Decimal:
     if not result.is_finite():
         raise ConfigError(f"{what}: {value!r} is not a finite number")
     return result
+
+
+def bounded_amount(value: object, *, what: str = "amount") -> Decimal:
+    """``value`` (str, int, Decimal, or float via its shortest repr) as an amount of money taken
+    in: a finite Decimal in ``[0, MAX_AMOUNT]``, as written when it has at most
+    :data:`AMOUNT_PLACES` decimals, else rounded half-even to them (``"1e-400"`` is 0,
+    ``0.28666666666666667`` is ``0.2866666667``); an exponent is written out (``"1e3"`` is 1000).
+
+    Raises:
+        AmountError: not a finite number, negative, or over :data:`MAX_AMOUNT`; the message
+            names ``what``, the value and the range.
+    """
+    try:
+        amount = parse_decimal(value, what=what)
+    except ConfigError as exc:
+        raise AmountError(f"{exc.message}; expected {AMOUNT_ALLOWED}", value) from None
+    if amount < 0 or amount > MAX_AMOUNT:
+        shown = str(value) if len(str(value)) <= 40 else str(value)[:37] + "..."
+        raise AmountError(f"{what}: {shown} is outside the range; expected {AMOUNT_ALLOWED}", value)
+    exponent = amount.as_tuple().exponent
+    assert isinstance(exponent, int)  # finite
+    if exponent < -AMOUNT_PLACES:
+        amount = round_money(amount, AMOUNT_PLACES)
+        amount = amount.quantize(Decimal(1)) if amount == amount.to_integral_value() else amount.normalize()
+    elif exponent > 0:
+        amount = amount.quantize(Decimal(1))
+    return amount.copy_abs()  # -0 is 0
+
+
+#: The largest magnitude :func:`round_money` rounds: 10^30, beyond anything a bill can hold
+#: (a rate of at most :data:`MAX_AMOUNT` per hour over the ten thousand years a timestamp spans
+#: is under 10^17).
+MAX_ROUNDED = Decimal(10) ** 30
+
+
+def round_money(amount: Decimal, places: int) -> Decimal:
+    """``amount`` rounded half-even to ``places`` decimals (0 to 28), for any finite amount up
+    to :data:`MAX_ROUNDED` in magnitude, however many digits it has (Decimal's own
+    ``quantize`` fails past 28 significant digits).
+
+    Raises:
+        AmountError: ``amount`` is NaN or infinite, or larger than :data:`MAX_ROUNDED`.
+    """
+    if not amount.is_finite():
+        raise AmountError(f"{amount} is not a finite amount of money", amount)
+    if abs(amount) > MAX_ROUNDED:
+        raise AmountError(f"{amount:.6e} is too large an amount of money (at most 1e30)", amount)
+    digits = max(amount.adjusted(), 0) + places + 2
+    return amount.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN,
+                           context=Context(prec=max(28, digits)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +180,9 @@ class Money:
         return cls(Decimal(0), currency)
 
     def rounded(self, places: int = 2) -> Decimal:
-        """The amount rounded half-even to ``places`` decimals (display only)."""
-        return self.amount.quantize(Decimal(1).scaleb(-places))
+        """The amount rounded half-even to ``places`` decimals (display only; never fails for
+        a finite amount, see :func:`round_money`)."""
+        return round_money(self.amount, places)
 
     def __str__(self) -> str:
         return f"{self.rounded(2)} {self.currency}"
@@ -144,4 +227,5 @@ class ExchangeRate:
         raise CurrencyMismatchError(f"rate {self.base}/{self.quote} cannot convert {cur}")
 
 
-__all__ = ["Money", "ExchangeRate", "cost_of", "parse_decimal", "SECONDS_PER_HOUR"]
+__all__ = ["Money", "ExchangeRate", "cost_of", "parse_decimal", "bounded_amount", "round_money", "AmountError",
+           "SECONDS_PER_HOUR", "MAX_AMOUNT", "AMOUNT_PLACES", "AMOUNT_ALLOWED"]

@@ -30,12 +30,13 @@ import dataclasses
 import io
 import json
 from datetime import date, datetime, timezone
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 from collections.abc import Callable, Sequence
 from zoneinfo import ZoneInfo
 
 from .cli.common import print_table
+from .money import round_money
 
 if TYPE_CHECKING:  # rich loads when a table is rendered: a JSON or CSV bill never imports it
     from rich.console import Console
@@ -54,12 +55,12 @@ def money_text(amount: Decimal | None, places: int = EXPORT_MONEY_PLACES) -> str
     """``amount`` rounded half-even to ``places`` decimals, as a string (None stays None)."""
     if amount is None:
         return None
-    return str(amount.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN))
+    return str(round_money(amount, places))
 
 
 def export_amount(amount: Decimal) -> Decimal:
     """``amount`` as a bill row exports it: rounded half-even to :data:`EXPORT_MONEY_PLACES` places."""
-    return amount.quantize(Decimal(1).scaleb(-EXPORT_MONEY_PLACES), rounding=ROUND_HALF_EVEN)
+    return round_money(amount, EXPORT_MONEY_PLACES)
 
 
 def row_totals(rows: Sequence[Any]) -> dict[str, Decimal]:

@@ -13,12 +13,19 @@ key reads the same everywhere::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
 
 #: Longest ``repr`` of a bad value quoted in a message, in characters (longer ones are cut with "...").
 MAX_VALUE_CHARS = 60
+
+#: pydantic's error types of a number outside its bounds (or not finite), and of text that is no
+#: number: with the key's range known, the message names the whole range.
+BOUND_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number"})
+NUMBER_ERRORS = frozenset({"int_parsing", "int_from_float", "float_parsing", "int_type", "float_type",
+                           "decimal_parsing", "decimal_type"})
 
 
 def describe_value(value: Any) -> str:
@@ -34,6 +41,7 @@ def one_line(
     unknown_hint: str = "",
     count_others: bool = True,
     secret_keys: tuple[str, ...] = (),
+    ranges: Callable[[tuple[Any, ...]], str] | None = None,
 ) -> str:
     """The first problem of ``err`` as one line naming the key, the value and what is allowed.
 
@@ -47,6 +55,9 @@ def one_line(
         count_others: append ``(and N more problem(s))`` when pydantic reported more than one.
         secret_keys: dotted key prefixes whose values are secrets (``"notify.urls"``): a bad
             value there is never quoted, the line says ``(hidden)`` in its place.
+        ranges: the documented range of the key at a location (``"0 to 100"``, ``""`` when it
+            has none): a number outside its bounds, or no number at all, then reads
+            ``expected a number from 0 to 100`` instead of pydantic's one-sided bound.
 
     Returns:
         ``"[table] unknown key 'k' hint"`` or ``"[table] key.path = 'value': what is allowed"``
@@ -63,6 +74,9 @@ def one_line(
     msg = str(first["msg"]).removeprefix("Value error, ")
     if first["type"] == "literal_error":
         msg = msg.replace("Input should be", "expected")
+    rng = ranges(tuple(first["loc"])) if ranges is not None and first["type"] in BOUND_ERRORS | NUMBER_ERRORS else ""
+    if rng:
+        msg = f"expected a number {'from ' if rng[0].isdigit() else ''}{rng}"
     more = f" (and {len(problems) - 1} more problem(s))" if count_others and len(problems) > 1 else ""
     if any(key == s or key.startswith(s + ".") for s in secret_keys):
         return f"{prefix}{key} = (hidden): {msg}{more}"

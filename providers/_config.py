@@ -12,6 +12,7 @@ from typing import Annotated, Any, Mapping, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from costctl.config_types import value_range
 from costctl.errors import ConfigError
 from costctl.validation import one_line
 
@@ -69,10 +70,18 @@ def load_table(model: type[ConfigT], provider: str, table: Mapping[str, Any] | N
     """Validate ``provider``'s ``[providers.<provider>]`` table (None = empty) as ``model``.
 
     Raises:
-        ConfigError: one line naming the table, the key, the value and what is allowed, e.g.
-            ``[providers.autodl] unknown key 'base_ulr'``.
+        ConfigError: one line naming the table, the key, the value and what is allowed (a
+            number's whole range), e.g. ``[providers.autodl] unknown key 'base_ulr'``,
+            ``[providers.vastai] retries = 11: expected a number from 0 to 10``.
     """
     try:
         return model(**dict(table or {}))
     except ValidationError as exc:
-        raise ConfigError(one_line(exc, table=f"providers.{provider}", count_others=False)) from None
+        raise ConfigError(one_line(exc, table=f"providers.{provider}", count_others=False,
+                                   ranges=lambda loc: _key_range(model, loc))) from None
+
+
+def _key_range(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
+    """The documented range of ``model``'s key at ``loc`` (``"0 to 10"``; ``""``: none)."""
+    field = model.model_fields.get(str(loc[0])) if len(loc) == 1 else None
+    return value_range(field) if field is not None else ""

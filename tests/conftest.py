@@ -49,6 +49,27 @@ def _strip_user_environment() -> None:
 
 
 _strip_user_environment()  # at import, before any test module reads the environment
+
+# --- Hypothesis ----------------------------------------------------------------------------
+# Property tests run derandomized (the same examples on every run: a failure reproduces, CI never
+# flakes), with no deadline (a loaded 2-core machine is slow, not wrong) and a fixed example count;
+# a test that is costly per example asks for fewer with @settings(max_examples=N), inheriting the
+# rest. Profiles: "ci" (selected when CI=true), "dev" (the default elsewhere: the same examples),
+# and "explore" (HYPOTHESIS_PROFILE=explore: random and many, to look for new cases by hand).
+from hypothesis import HealthCheck as _HealthCheck
+from hypothesis import settings as _hypothesis_settings
+
+#: Examples per property test in the "ci" and "dev" profiles (unless the test asks for fewer).
+HYPOTHESIS_EXAMPLES = 100
+_hypothesis_settings.register_profile(
+    "ci", derandomize=True, deadline=None, max_examples=HYPOTHESIS_EXAMPLES, database=None, print_blob=True,
+    suppress_health_check=[_HealthCheck.too_slow])
+_hypothesis_settings.register_profile("dev", _hypothesis_settings.get_profile("ci"))
+_hypothesis_settings.register_profile(
+    "explore", derandomize=False, deadline=None, max_examples=2_000, database=None, print_blob=True,
+    suppress_health_check=[_HealthCheck.too_slow])
+_hypothesis_settings.load_profile(
+    _os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if _os.environ.get("CI") == "true" else "dev"))
 #: A costctl.toml where pytest runs, or in the checkout (where the CLI children run), is the
 #: user's own config: while one exists, every test reads an empty config file instead.
 _USER_CONFIGS = [p for p in dict.fromkeys((_Path.cwd() / "costctl.toml",

@@ -170,7 +170,7 @@ def test_plot_without_matplotlib_is_one_line(tmp_path: Path) -> None:
     [
         ((), "nothing to analyze"),
         (("--price", "abc"), "--price"),
-        (("--price", "-1"), "positive"),
+        (("--price", "-1"), "above 0 and up to 1000000000"),
         (("--price", "2", "--gpu", "RTX 4090", "--provider", "runpod"), "not both"),
         (("--gpu", "RTX 4090"), "go together"),
         (("--gpu", "L4", "--provider", "autodl"), "AutoDL publishes no price list"),  # AutoDL rents no L4

@@ -139,7 +139,7 @@ seen = 2026-07-01
         (("", "RTX 4090", "on-demand", "1", "USD", "2026-01-01", "s"), "provider is empty"),
         (("x", "", "on-demand", "1", "USD", "2026-01-01", "s"), "gpu is empty"),
         (("x", "RTX 4090", "hourly", "1", "USD", "2026-01-01", "s"), "billing"),
-        (("x", "RTX 4090", "spot", "-1", "USD", "2026-01-01", "s"), "negative"),
+        (("x", "RTX 4090", "spot", "-1", "USD", "2026-01-01", "s"), "-1 is outside the range; expected an amount of money from 0 to 1000000000"),
         (("x", "RTX 4090", "spot", "abc", "USD", "2026-01-01", "s"), "not a number"),
         (("x", "RTX 4090", "spot", "1", "US", "2026-01-01", "s"), "currency"),
         (("x", "RTX 4090", "spot", "1", "USD", "01/02/2026", "s"), "YYYY-MM-DD"),

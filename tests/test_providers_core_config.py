@@ -21,15 +21,17 @@ ADAPTERS = [("autodl", AutoDLConfig), ("vastai", VastAIConfig), ("runpod", RunPo
     ("table", "line"),
     [
         ({"base_url": "api.example.com"}, "base_url = 'api.example.com': expected an http:// or https:// URL"),
-        ({"timeout": 0}, "timeout = 0: Input should be greater than 0"),
-        ({"retries": 11}, "retries = 11: Input should be less than or equal to 10"),
-        ({"backoff": -1}, "backoff = -1: Input should be greater than or equal to 0"),
-        ({"poll_interval": 601}, "poll_interval = 601: Input should be less than or equal to 600"),
-        ({"stop_timeout": 0}, "stop_timeout = 0: Input should be greater than 0"),
+        ({"timeout": 0}, "timeout = 0: expected a number > 0 and <= 300"),
+        ({"retries": 11}, "retries = 11: expected a number from 0 to 10"),
+        ({"backoff": -1}, "backoff = -1: expected a number from 0 to 60"),
+        ({"retries": "many"}, "retries = 'many': expected a number from 0 to 10"),
+        ({"timeout": float("inf")}, "timeout = inf: expected a number > 0 and <= 300"),
+        ({"poll_interval": 601}, "poll_interval = 601: expected a number > 0 and <= 600"),
+        ({"stop_timeout": 0}, "stop_timeout = 0: expected a number > 0 and <= 86400"),
         ({"credentials_file": 3}, "credentials_file = 3: Input should be a valid string"),
         ({"api_token": "x"}, "unknown key 'api_token'"),
         # Only the first problem is named for a provider table, with no count of the others.
-        ({"timeout": 0, "retries": 11}, "timeout = 0: Input should be greater than 0"),
+        ({"timeout": 0, "retries": 11}, "timeout = 0: expected a number > 0 and <= 300"),
     ],
 )
 def test_common_keys_are_checked_alike_in_every_adapter(name, model, table, line):

@@ -27,12 +27,13 @@ def test_command_that_does_not_exist(tmp_path):
 @pytest.mark.parametrize(
     "key,value,expect",
     [
-        ("COSTCTL_POLICIES__IDLE__TIME_WINDOW", "0", "policies.idle.time_window"),
+        ("COSTCTL_POLICIES__IDLE__TIME_WINDOW", "0", "environment variable COSTCTL_POLICIES__IDLE__TIME_WINDOW = '0'"),
         ("COSTCTL_POLICIES__IDLE__TIME_WINDOW", "soon", "or off"),
-        ("COSTCTL_POLICIES__IDLE__MIN_GPU_UTILIZATION", "150", "policies.idle.min_gpu_utilization"),
+        ("COSTCTL_POLICIES__IDLE__MIN_GPU_UTILIZATION", "150",
+         "environment variable COSTCTL_POLICIES__IDLE__MIN_GPU_UTILIZATION = '150': expected a number from 0 to 100"),
         ("COSTCTL_POLICIES__IDLE__ACTION", "nuke", "advise"),
-        ("COSTCTL_INSTANCE__PRICE_PER_HOUR", "cheap", "instance.price_per_hour"),
-        ("COSTCTL_POLICIES__IDLE__TIME_WINDW", "10m", "unknown key"),
+        ("COSTCTL_INSTANCE__PRICE_PER_HOUR", "cheap", "environment variable COSTCTL_INSTANCE__PRICE_PER_HOUR = 'cheap'"),
+        ("COSTCTL_POLICIES__IDLE__TIME_WINDW", "10m", "unknown environment variable COSTCTL_POLICIES__IDLE__TIME_WINDW"),
         ("COSTCTL_BOGUS", "1", "unknown environment variable"),
         ("COSTCTL_WATCH__TIMEZONE", "Mars/Base", "IANA"),
     ],

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence, TypeVar
 
 from ..errors import ConfigError, CostctlError, CurrencyMismatchError, UsageError
-from ..money import ExchangeRate, Money, parse_decimal
+from ..money import AmountError, ExchangeRate, Money, bounded_amount
 from ..paths import data_dir
 from .gpus import normalize_gpu_name
 
@@ -164,8 +164,9 @@ def make_entry(
 
     Raises:
         ConfigError: empty provider or GPU, billing not on-demand|spot|prepaid|from, a price
-            that is not a number >= 0, a currency that is not three letters, a date not
-            ``YYYY-MM-DD``, or a prepaid row without a period tier or a period price.
+            that is not a number from 0 to 10^9 (:func:`costctl.money.bounded_amount`), a currency
+            that is not three letters, a date not ``YYYY-MM-DD``, or a prepaid row without a period
+            tier or a period price.
     """
     provider = (provider or "").strip().lower()
     if not provider:
@@ -191,9 +192,10 @@ def make_entry(
             price_per_gpu_hour = (per_period / PERIOD_HOURS[tier_name]).quantize(Decimal("0.0001"))
     elif per_period is not None:
         raise ConfigError(f"price for {provider} {raw}: period_price is for prepaid rows only")
-    amount = parse_decimal(price_per_gpu_hour, what=f"price for {provider} {raw}")
-    if amount < 0:
-        raise ConfigError(f"price for {provider} {raw}: {amount} is negative")
+    try:
+        amount = bounded_amount(price_per_gpu_hour, what=f"price for {provider} {raw}")
+    except AmountError as exc:
+        raise ConfigError(exc.message) from None
     cur = (currency or "").strip().upper()
     if len(cur) != 3 or not cur.isalpha():
         raise ConfigError(f"price for {provider} {raw}: currency {currency!r} is not a 3-letter ISO code")
@@ -585,7 +587,7 @@ def live_prices(settings: "Settings", *, seen: date | None = None) -> LivePrices
     """
     from costctl_providers.registry import available_providers, capabilities_of
 
-    from ..cloud import open_provider
+    from ..cloud import checked_offers, open_provider
 
     entries: list[PriceEntry] = []
     problems: list[str] = []
@@ -599,7 +601,8 @@ def live_prices(settings: "Settings", *, seen: date | None = None) -> LivePrices
             if not adapter.has_credential():
                 continue
             asked.append(name)
-            entries.extend(prices_from_offers(adapter.list_offers(), seen=when, source=f"{name} API (live)"))
+            offers = checked_offers(adapter.list_offers(), problems.append)
+            entries.extend(prices_from_offers(offers, seen=when, source=f"{name} API (live)"))
         except CostctlError as exc:
             problems.append(f"{name}: live prices unavailable ({exc}); using the dated table")
     return LivePrices(tuple(entries), tuple(problems), tuple(asked))

@@ -22,6 +22,11 @@ from ..errors import CostctlError, UsageError
 from .common import ConfigOption, out_console, settings_from
 
 TIME_ALLOWED = "expected an ISO-8601 date-time such as 2026-02-02T01:07:37 (no offset = the logs' own clock, read as UTC)"
+#: ``--step-rate`` at most 10^6 steps per second (no training loop is faster; a placement past it
+#: would put a whole log within a microsecond).
+MAX_STEP_RATE = 1_000_000
+#: ``--sky-idle-minutes`` at most a year of minutes (SkyPilot's own ``-i`` is minutes).
+MAX_SKY_IDLE_MINUTES = 525_600
 
 
 class AnalyzeFormat(str, Enum):
@@ -105,8 +110,9 @@ def analyze(
     settings = settings_from(config, **overrides)
     if gpu_log is None and train_log is None:
         raise UsageError("nothing to analyze: give --gpu-log FILE and/or --train-log FILE")
-    if sky_idle_minutes <= 0:
-        raise UsageError(f"--sky-idle-minutes {sky_idle_minutes:g}: expected a positive number of minutes")
+    if not 0 < sky_idle_minutes <= MAX_SKY_IDLE_MINUTES:  # False for nan too
+        raise UsageError(f"--sky-idle-minutes {sky_idle_minutes:g}: expected a number of minutes above 0 and up to "
+                         f"{MAX_SKY_IDLE_MINUTES} (a year)")
     start = parse_start_time(start_time) if start_time else None
     # Usage errors before any log is read (a big log takes a while to read).
     if step_rate is not None:
@@ -114,8 +120,9 @@ def analyze(
             raise UsageError("--step-rate places a training log in time: give --train-log too")
         if start is None:
             raise UsageError("--start-time and --step-rate go together: give both to place the training log in time")
-        if step_rate <= 0:
-            raise UsageError(f"--step-rate {step_rate:g}: expected a positive number of steps (or epochs) per second")
+        if not 0 < step_rate <= MAX_STEP_RATE:  # False for nan too
+            raise UsageError(f"--step-rate {step_rate:g}: expected a number of steps (or epochs) per second above 0 "
+                             f"and up to {MAX_STEP_RATE}")
     columns = [c.strip() for c in gpu_log_columns.split(",") if c.strip()] if gpu_log_columns else None
     options = AnalyzeOptions(
         compare=compare,

@@ -313,13 +313,13 @@ def _converted_price(e: PriceEntry | None, display: str | None, rates: Any) -> d
 
 def _refresh(settings: Any, name: str, seen: date) -> list[PriceEntry]:
     """Current offers of provider ``name`` as price rows (through the provider registry)."""
-    from ..cloud import open_provider  # imports the providers package only when asked
+    from ..cloud import checked_offers, open_provider  # imports the providers package only when asked
 
     adapter = open_provider(settings, name)
     if not adapter.capabilities.offers:
         raise UsageError(f"provider {name!r} publishes no prices through its API; "
                          "add them as [[catalog.prices]] in costctl.toml")
-    entries = prices_from_offers(adapter.list_offers(), seen=seen)
+    entries = prices_from_offers(checked_offers(adapter.list_offers(), err_console.print), seen=seen)
     if not entries:
         raise UsageError(f"provider {name!r} listed no on-demand or spot offers")
     return entries

@@ -79,22 +79,6 @@ def _toml_value(value: Any) -> str:
     return json.dumps(str(value))
 
 
-def _bounds(metadata: list[Any]) -> str:
-    from annotated_types import Ge, Gt, Le, Lt
-
-    parts = []
-    for m in metadata:
-        if isinstance(m, Ge):
-            parts.append(f">= {m.ge}")
-        elif isinstance(m, Gt):
-            parts.append(f"> {m.gt}")
-        elif isinstance(m, Le):
-            parts.append(f"<= {m.le}")
-        elif isinstance(m, Lt):
-            parts.append(f"< {m.lt}")
-    return ", ".join(parts)
-
-
 def _choices(annotation: Any) -> list[str]:
     for arg in (annotation, *typing.get_args(annotation)):
         if typing.get_origin(arg) is typing.Literal:
@@ -117,7 +101,9 @@ def _heading(spec: PolicySpec) -> str:
 def policy_section_toml(spec: PolicySpec) -> str:
     """The ``[policies.<name>]`` table of one policy: every key with its default (a key without
     one, commented out, showing the field's first example if it has one), its description, its
-    choices and its bounds as a comment."""
+    choices and its range (:func:`costctl.config_types.value_range`) as a comment."""
+    from ..config_types import value_range
+
     model: type[BaseModel] = spec.config
     defaults = model().model_dump(mode="json")
     lines = [_line(f"[policies.{spec.name}]", _heading(spec))]
@@ -126,7 +112,7 @@ def policy_section_toml(spec: PolicySpec) -> str:
         choices = _choices(field.annotation)
         if choices and "|" not in comment:
             comment = (comment + ": " if comment else "") + " | ".join(choices)
-        bounds = _bounds(field.metadata)
+        bounds = value_range(field)
         if bounds:
             comment += f" ({bounds})" if comment else bounds
         value = defaults.get(key)

@@ -36,7 +36,7 @@ from rich.table import Table
 from ..clock import RealClock, ensure_utc
 from ..errors import CostctlError, ProviderError, UsageError
 from ..i18n import N_, _
-from ..money import cost_of
+from ..money import cost_of, round_money
 from ..report import money_text
 from .common import (ConfigOption, FormatOption, OutputFormat, err_console, out_console, print_json, print_table,
                      settings_from)
@@ -131,7 +131,7 @@ def fmt_amount(amount: Decimal | None, places: int = 2) -> str:
     """Display rounding only: ``places`` decimals, up to 4 when the amount needs them (0.125)."""
     if amount is None:
         return "-"
-    q = amount.quantize(Decimal(1).scaleb(-4))
+    q = round_money(amount, 4)
     text = format(q.normalize(), "f")
     whole, _dot, frac = text.partition(".")
     return f"{whole}.{frac.ljust(places, '0')}"
@@ -192,9 +192,17 @@ def _table(columns: tuple[tuple[str, str], ...]) -> Table:
     return table
 
 
+def _say(text: str) -> None:
+    """One of costctl's own lines, on stderr."""
+    err_console.print(text, soft_wrap=True)
+
+
 def _describe(inst: Instance, account: str | None = None) -> str:
     """``sim-local on sim (1× RTX 4090, running, 0.50 CNY/h)``, in the current language (the
     account is named when given; the price is left out when unknown)."""
+    from ..cloud import checked_instance
+
+    inst = checked_instance(inst, _say)
     shape = {"id": inst.id, "provider": inst.provider, "account": account, "count": inst.gpu_count,
              "gpu": inst.gpu or "?", "status": inst.status.value, "currency": inst.currency,
              "price": fmt_amount(inst.price_per_hour)}
@@ -229,7 +237,7 @@ def instances(
 ) -> None:
     """List instances of every configured provider and account: account, id, GPU, status,
     billing mode, price per hour, running time, spend so far."""
-    from ..cloud import open_provider
+    from ..cloud import checked_instance, open_provider
 
     settings = settings_from(config)
     names = [provider] if provider else configured_providers(settings)
@@ -264,7 +272,7 @@ def instances(
                     failed = _("costctl: {provider}: {message}")
                 err_console.print(failed.format(provider=name, account=acct, message=exc.message), soft_wrap=True)
                 continue
-            rows.extend(_instance_row(i, now, acct or None) for i in found)
+            rows.extend(_instance_row(checked_instance(i, _say), now, acct or None) for i in found)
     if failures and not rows and len(failures) == asked:
         raise ProviderError(_("no provider could be read ({count} failed; see above)").format(count=len(failures)))
     if fmt == OutputFormat.json:
@@ -469,7 +477,7 @@ def offers(
     """Current prices for a GPU type: cheapest first within each currency, per instance-hour and per GPU-hour.
 
     No offer at all is an error (exit status 1), with catalog names when the GPU name is unknown."""
-    from ..cloud import open_provider
+    from ..cloud import checked_offers, open_provider
 
     if billing is not None and billing not in ("on-demand", "spot"):
         raise UsageError(_("--billing {value!r}: expected on-demand or spot").format(value=billing))
@@ -486,7 +494,7 @@ def offers(
                     _require(prov, "list_offers", N_("provider {name} cannot list offers: {reason}"))
                 continue
             asked.append(name)
-            found.extend(prov.list_offers(gpu))
+            found.extend(checked_offers(prov.list_offers(gpu), _say))
         except UsageError:
             raise
         except CostctlError as exc:

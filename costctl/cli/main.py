@@ -63,6 +63,11 @@ def _root(
     pass
 
 
+#: The command modules registered on :data:`app` so far (once each: :func:`main` may run many
+#: times in one process, and typer rebuilds its command group from every registration).
+_REGISTERED: set[str] = set()
+
+
 def _register(argv: list[str]) -> None:
     """Register the command modules: only the one that owns the command in ``argv`` when it
     names one, else all of them (for ``--help`` and for typer's own error messages)."""
@@ -70,7 +75,9 @@ def _register(argv: list[str]) -> None:
     owner = COMMAND_OWNERS.get(first) if first else None
     modules = (owner,) if owner else COMMAND_MODULES
     for name in modules:
-        importlib.import_module(f"{__package__}.{name}").register(app)
+        if name not in _REGISTERED:
+            importlib.import_module(f"{__package__}.{name}").register(app)
+            _REGISTERED.add(name)
 
 
 #: errno values of a write to stdout that failed for a reason outside costctl: a full disk

@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 from ..clock import ensure_utc
 from ..errors import LedgerError
 from ..i18n import _
-from ..money import cost_of
+from ..money import MAX_AMOUNT, cost_of
 from .schema import Charge, ChargeRollup, Instance, Run
 # The bucket arithmetic lives in .timebuckets (the bill's queries use it without this module).
 from .timebuckets import BUCKET_S, BUCKET_US, US_PER_S, bucket_pieces, epoch_us, from_epoch_us
@@ -80,12 +80,18 @@ def add_to_rollup(session: Session, *, run_id: str, instance_pk: int, rate: Deci
     t = ChargeRollup.__table__
     conn = connection if connection is not None else session.connection()
     dialect = conn.dialect.name
+    if dialect in ("sqlite", "postgresql"):
+        # One statement for every bucket (executemany): a long interval (a watch that slept, a
+        # simulated clock that jumped a year) spans thousands of buckets.
+        rows = [{"p_run_id": run_id, "p_bucket_s": bucket_s, "p_rate_per_hour": rate, "p_currency": currency,
+                 "p_instance_pk": instance_pk, "p_duration_us": hi - lo, "p_first_us": lo, "p_last_us": hi}
+                for bucket_s, lo, hi in bucket_pieces(start_us, end_us)]
+        if rows:
+            conn.execute(_rollup_upsert(dialect), rows)
+        return
     for bucket_s, lo, hi in bucket_pieces(start_us, end_us):
         values = dict(run_id=run_id, bucket_s=bucket_s, rate_per_hour=rate, currency=currency,
                       instance_pk=instance_pk, duration_us=hi - lo, first_us=lo, last_us=hi)
-        if dialect in ("sqlite", "postgresql"):
-            conn.execute(_rollup_upsert(dialect), {f"p_{k}": v for k, v in values.items()})
-            continue
         key = ((t.c.run_id == run_id) & (t.c.bucket_s == bucket_s) & (t.c.rate_per_hour == rate)
                & (t.c.currency == currency))
         row = session.execute(select(t.c.first_us, t.c.last_us).where(key)).first()
@@ -160,13 +166,13 @@ def accrue(session: Session, run_id: str, until: datetime, rate_per_hour: Decima
 
     Raises:
         LedgerError: no run ``run_id``.
-        TypeError / ValueError: a float or negative rate, or a naive ``until``.
+        TypeError / ValueError: a float rate, a rate outside 0 to 10^9, or a naive ``until``.
     """
     if isinstance(rate_per_hour, (float, bool)) or not isinstance(rate_per_hour, (Decimal, int)):
         raise TypeError(f"rate_per_hour must be a Decimal, not {type(rate_per_hour).__name__}")
     rate = Decimal(rate_per_hour)
-    if not rate.is_finite() or rate < 0:
-        raise ValueError(f"rate_per_hour must be a finite amount >= 0, got {rate}")
+    if not rate.is_finite() or rate < 0 or rate > MAX_AMOUNT:
+        raise ValueError(f"rate_per_hour must be a finite amount from 0 to 1000000000, got {rate:.6g}")
     if until.tzinfo is None:
         raise ValueError("until must be an aware datetime")
     until = ensure_utc(until)

@@ -11,14 +11,14 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import BigInteger, and_, case, cast, distinct, false, func, literal, or_, select, union_all
 
 from ..clock import ensure_utc
-from ..money import cost_of
+from ..money import cost_of, round_money
 from . import tables
 from .engine import Reader, dialect_name
 from .lifecycle import GpuUse, waste_by_run
@@ -426,8 +426,7 @@ def run_page(session: Reader, since: datetime | None = None, until: datetime | N
             per_run = _money(((run_id, currency), rate, us) for run_id, currency, rate, us in session.execute(
                 select(S.c.run_id, S.c.currency, S.c.rate_per_hour, func.sum(S.c.us))
                 .group_by(S.c.run_id, S.c.currency, S.c.rate_per_hour)))
-            quantum = Decimal(1).scaleb(-places)
-            totals = sum_by_currency([(cur, amount.quantize(quantum, rounding=ROUND_HALF_EVEN))
+            totals = sum_by_currency([(cur, round_money(amount, places))
                                       for (_, cur), amount in per_run.items()])
     spend: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
     newest: dict[tuple[str, str], tuple[int, Decimal]] = {}
@@ -614,8 +613,7 @@ def chain_page(session: Reader, since: datetime | None = None, until: datetime |
             select(S.c.run_id, S.c.currency, S.c.rate_per_hour, func.sum(S.c.us))
             .group_by(S.c.run_id, S.c.currency, S.c.rate_per_hour)):
         per_chain[(roots.get(run_id, run_id), currency)] += amount_of_us(Decimal(str(rate)), us)
-    quantum = Decimal(1).scaleb(-places)
-    totals = sum_by_currency([(cur, amount.quantize(quantum, rounding=ROUND_HALF_EVEN))
+    totals = sum_by_currency([(cur, round_money(amount, places))
                               for (_, cur), amount in per_chain.items()])
     shown = ordered if limit is None else ordered[:limit]
     wanted = {run_id for root in shown for run_id in members[root]}

@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from sqlalchemy import DateTime, String, Text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
+
+from ..errors import LedgerError
+from ..money import MAX_AMOUNT, AmountError
+
+#: Characters a money column holds (``VARCHAR(64)`` on PostgreSQL).
+DECIMAL_TEXT_CHARS = 64
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -55,11 +61,19 @@ class UTCDateTime(TypeDecorator[datetime]):
 class DecimalText(TypeDecorator[Decimal]):
     """An exact Decimal stored as text (``str(Decimal)``); up to 64 characters.
 
+    Every money column holds a price per hour, so a value is a finite amount in
+    ``[0, MAX_AMOUNT]`` (10^9, :mod:`costctl.money`) whose text fits the column: anything else
+    is refused on the way in (nothing absurd is stored, so nothing absurd is billed), and a
+    stored text that is no number is refused on the way out.
+
     Raises:
         TypeError: when binding a float (money is never a float) or anything not Decimal/int.
+        AmountError: when binding an amount that is not finite, negative, over 10^9, or longer
+            than 64 characters as text.
+        LedgerError: a stored value is no number.
     """
 
-    impl = String(64)
+    impl = String(DECIMAL_TEXT_CHARS)
     cache_ok = True
 
     def process_bind_param(self, value: Decimal | int | None, dialect: Dialect) -> str | None:
@@ -67,13 +81,30 @@ class DecimalText(TypeDecorator[Decimal]):
             return None
         if isinstance(value, bool) or not isinstance(value, (Decimal, int)):
             raise TypeError(f"{value!r}: money columns take Decimal (or int), never float")
-        value = Decimal(value)
-        if not value.is_finite():
-            raise ValueError(f"{value!r}: money must be finite")
-        return str(value)
+        return money_text(Decimal(value))
 
     def process_result_value(self, value: str | None, dialect: Dialect) -> Decimal | None:
-        return None if value is None else Decimal(value)
+        if value is None:
+            return None
+        try:
+            return Decimal(value)
+        except InvalidOperation:
+            raise LedgerError(f"the ledger holds {value[:40]!r} where an amount of money belongs") from None
+
+
+def money_text(value: Decimal) -> str:
+    """How a :class:`DecimalText` column stores ``value``: its exact ``str``.
+
+    Raises:
+        AmountError: ``value`` is not finite, negative, over :data:`~costctl.money.MAX_AMOUNT`,
+            or its text is longer than :data:`DECIMAL_TEXT_CHARS`.
+    """
+    if not value.is_finite() or value < 0 or value > MAX_AMOUNT:
+        raise AmountError(f"{value:.6g}: a money column holds an amount from 0 to 1000000000", value)
+    text = str(value)
+    if len(text) > DECIMAL_TEXT_CHARS:
+        raise AmountError(f"{text[:20]}...: a money column holds at most {DECIMAL_TEXT_CHARS} characters", value)
+    return text
 
 
 class JSONText(TypeDecorator[Any]):
@@ -91,4 +122,4 @@ class JSONText(TypeDecorator[Any]):
         return None if value is None else json.loads(value)
 
 
-__all__ = ["UTCDateTime", "DecimalText", "JSONText"]
+__all__ = ["UTCDateTime", "DecimalText", "JSONText", "money_text", "DECIMAL_TEXT_CHARS"]

@@ -51,7 +51,7 @@ from ..clock import Clock
 from ..config import Settings
 from ..errors import CostctlError
 from ..catalog import normalize_gpu_name
-from ..money import Money
+from ..money import Money, round_money
 from ..protocols import DecisionLog, InstanceControl, JobControl, LifecycleLedger, RunControl, Stopper
 from ..records import Action, Decision
 from ..summary import RunSummary
@@ -65,11 +65,10 @@ from .sizing import CardOption, PriceOption, best_fit, options_from_offers, opti
 if TYPE_CHECKING:
     from costctl_providers.notices import Notice
 
-_CENT = Decimal("0.0001")
 
 
 def _money(amount: Decimal | None, currency: str) -> str:
-    return "?" if amount is None else f"{amount.quantize(_CENT)} {currency}"
+    return "?" if amount is None else f"{round_money(amount, 4)} {currency}"
 
 
 #: How many checkpoint times a watch keeps (the newest), for a preemption's restart point.

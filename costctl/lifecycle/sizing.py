@@ -31,9 +31,8 @@ from typing import Any
 
 from ..catalog import get_gpu, normalize_gpu_name
 from ..catalog.prices import PriceTable
-from ..money import Money
+from ..money import Money, round_money
 
-_ROUND = Decimal("0.000001")
 
 
 @dataclass(frozen=True)
@@ -90,7 +89,7 @@ class CardOption:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (money as decimal strings, 6 places)."""
         def m(x: Decimal | None) -> str | None:
-            return None if x is None else str(x.quantize(_ROUND))
+            return None if x is None else str(round_money(x, 6))
 
         return {
             "gpu": self.option.gpu,

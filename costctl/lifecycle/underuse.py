@@ -31,10 +31,9 @@ from typing import Any
 from ..catalog import get_gpu
 from ..config import DownsizeConfig
 from ..i18n import _
-from ..money import Money
+from ..money import Money, round_money
 from .sizing import CardOption, PriceOption, best_fit, rank_cards
 
-_ROUND = Decimal("0.000001")
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,7 @@ class UnderuseAdvice:
             total=self.card_memory_bytes / 2**30, gpu=self.gpu or _("its GPU"), utilization=self.mean_utilization,
             card=(_("{count} x {gpu}").format(count=c.option.gpu_count, gpu=c.option.gpu)
                   if c.option.gpu_count > 1 else c.option.gpu), price=c.option.price_per_hour, currency=self.currency, provider=c.option.provider,
-            saved=self.saved.quantize(Decimal("0.01")), per_hour=c.saving_per_hour.quantize(Decimal("0.0001")),
+            saved=round_money(self.saved, 2), per_hour=round_money(c.saving_per_hour, 4),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -93,8 +92,8 @@ class UnderuseAdvice:
             "mean_utilization": round(self.mean_utilization, 3),
             "duration_s": self.duration_s,
             "cheaper_card": self.card.to_dict(),
-            "would_have_cost": str(self.cost_there.quantize(_ROUND)),
-            "would_have_saved": str(self.saved.quantize(_ROUND)),
+            "would_have_cost": str(round_money(self.cost_there, 6)),
+            "would_have_saved": str(round_money(self.saved, 6)),
             "speed_model": SPEED_MODEL,
             "currency": self.currency,
             "advice": self.text,

@@ -28,7 +28,7 @@ from pydantic import Field
 from ..clock import ensure_utc
 from ..config_types import Action, MoneyAmount
 from ..errors import PolicyError
-from ..money import Money
+from ..money import Money, round_money
 from ..records import Decision
 from .base import Pending, Policy, PolicyConfig, PolicyContext, register
 from .history import History
@@ -113,11 +113,13 @@ class BudgetPolicy(Policy):
                 ("daily", self.config.daily, history.spend_today, ensure_utc(midnight))):
             if cap is None or spend is None or spend.currency != self.currency or spend.amount >= cap:
                 continue
-            hours = (cap - spend.amount) / rate.amount
-            at = now + timedelta(seconds=float(hours * 3600))
-            if at > horizon or (best is not None and best.at <= at):
+            seconds = (cap - spend.amount) / rate.amount * 3600
+            if seconds > Decimal(repr((horizon - now).total_seconds())):  # past the horizon (a tiny rate: years)
                 continue
-            spent = spend.amount.quantize(Decimal("0.01"))
+            at = now + timedelta(seconds=float(seconds))
+            if best is not None and best.at <= at:
+                continue
+            spent = round_money(spend.amount, 2)
             best = Pending(policy=self.name, action=self.action, at=at,
                            progress=f"{cap_name} budget {spent} of {cap} {self.currency}")
         return best
@@ -151,7 +153,7 @@ class BudgetPolicy(Policy):
             "spend": str(spend.amount),
             "currency": self.currency,
             "warn_at": self.config.warn_at,
-            "fraction": str(fraction.quantize(Decimal("0.0001"))) if fraction is not None else None,
+            "fraction": f"{fraction:.4f}" if fraction is not None else None,
             "day": day if cap_name == "daily" else None,
             "timezone": str(self.tz),
             "rate_per_hour": str(history.rate.amount) if history.rate is not None else None,

@@ -35,7 +35,7 @@ class DivergenceConfig(PolicyConfig):
 
     action: Action = Field(default="advise", description="what to do when the loss turns NaN/inf: advise | stop")
     grad_norm_streak: int = Field(
-        default=DEFAULT_STREAK, ge=1,
+        default=DEFAULT_STREAK, ge=1, le=1_000_000,
         description="logged non-finite grad norms in a row that are divergence (an isolated one is an fp16 "
                     "loss-scaling skip); one with a non-finite loss on the same log always is",
     )

@@ -80,7 +80,7 @@ class IdleConfig(PolicyConfig):
     time_window: Window = Field(default=timedelta(minutes=30),
                                 description="how long every present signal must stay idle, or \"off\"")
     min_gpu_utilization: Percent = Field(default=5.0, description="percent; ALL GPUs must stay below it")
-    min_cpu_utilization: float = Field(default=10.0, ge=0,
+    min_cpu_utilization: float = Field(default=10.0, ge=0, le=100_000,
                                        description="percent of one core, summed over the watched process tree")
     count_ssh_sessions: bool = Field(default=True, description="an open SSH session keeps the instance busy")
     exit_window: Window = Field(default=timedelta(minutes=2),

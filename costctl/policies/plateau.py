@@ -67,11 +67,11 @@ class PlateauConfig(PolicyConfig):
     action: Literal["advise", "stop", "downsize"] = Field(
         default="advise", description="what to do on a plateau: advise | stop | downsize")
     mode: Literal["min", "max"] = Field(default="min", description="min (a loss) | max")
-    threshold: float = Field(default=1e-4, ge=0, description="significance threshold of an improvement")
+    threshold: float = Field(default=1e-4, ge=0, le=1_000_000, description="significance threshold of an improvement")
     threshold_mode: Literal["rel", "abs"] = Field(
         default="rel", description="rel | abs (use abs for losses that can go negative)")
-    patience: int = Field(default=10, ge=0, description="bad progress points tolerated")
-    cooldown: int = Field(default=0, ge=0, description="progress points ignored after firing")
+    patience: int = Field(default=10, ge=0, le=1_000_000, description="bad progress points tolerated")
+    cooldown: int = Field(default=0, ge=0, le=1_000_000, description="progress points ignored after firing")
     smoothing: float = Field(default=0.0, ge=0, lt=1, description="TensorBoard debiased EMA weight; 0 = off")
     monitor: Literal["train", "eval"] = Field(default="train", description="which loss: train | eval")
     hold_until_learning: bool = Field(

@@ -74,7 +74,7 @@ class UnstableConfig(PolicyConfig):
     action: Literal["advise", "stop"] = Field(default="advise", description="what to do when the loss is unstable: advise | stop")
     monitor: Literal["train", "eval"] = Field(default="train", description="which loss: train | eval")
     window: int = Field(default=20, ge=3, le=10_000, description="values the median swing is taken over")
-    max_swing: float = Field(default=0.15, gt=0, description="median |change| between neighbours, as a fraction of the trend, beyond which the loss is unstable")
+    max_swing: float = Field(default=0.15, gt=0, le=1000, description="median |change| between neighbours, as a fraction of the trend, beyond which the loss is unstable")
     smoothing: float = Field(default=0.9, ge=0, lt=1, description="TensorBoard debiased EMA weight of the trend")
     level_floor: float = Field(default=0.05, ge=0, lt=1, description="the trend is taken as at least this fraction of the first value (a loss near 0 is not judged by its rounding)")
 

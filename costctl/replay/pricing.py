@@ -10,9 +10,12 @@ from __future__ import annotations
 from decimal import Decimal
 
 from ..config import Settings
-from ..errors import ConfigError, UsageError
-from ..i18n import _
-from ..money import Money, parse_decimal
+from ..errors import UsageError
+from ..i18n import N_, _
+from ..money import AmountError, Money, bounded_amount
+
+#: What ``--price`` allows (the text after the value in its error).
+PRICE_ALLOWED = N_("expected a price per instance-hour above 0 and up to 1000000000, such as 2.5")
 
 
 def resolve_price(
@@ -34,7 +37,8 @@ def resolve_price(
         gpu_count: GPUs in the instance (default ``[instance] gpu_count``); catalog prices are per GPU-hour.
 
     Raises:
-        UsageError: ``--price`` together with ``--gpu``/``--provider``, a bad price or currency,
+        UsageError: ``--price`` together with ``--gpu``/``--provider``, a price that is not a
+            number above 0 and up to 10^9 (:data:`PRICE_ALLOWED`), a bad currency,
             only one of ``--gpu``/``--provider``, or no catalog price for them.
     """
     if price is not None and (gpu or provider):
@@ -45,12 +49,12 @@ def resolve_price(
             currency=currency))
     if price is not None:
         try:
-            amount = parse_decimal(price, what="--price")
-        except ConfigError as exc:
-            raise UsageError(_("{error}; expected a price per instance-hour such as 2.5").format(
-                error=exc.message)) from None
-        if amount <= 0:
-            raise UsageError(_("--price {price}: expected a positive price per instance-hour").format(price=price))
+            amount = bounded_amount(price, what="--price")
+        except AmountError:
+            amount = None
+        if amount is None or amount <= 0:
+            shown = price if len(price) <= 40 else price[:37] + "..."
+            raise UsageError(_("--price {price!r}: {allowed}").format(price=shown, allowed=_(PRICE_ALLOWED)))
         return Money(amount, cur), "--price"
     if gpu or provider:
         if not (gpu and provider):

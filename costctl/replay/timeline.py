@@ -36,8 +36,9 @@ def place_progress(
         placed: every time is None).
 
     Raises:
-        UsageError: only one of ``start`` / ``step_rate`` given, a rate <= 0, or points that have
-            no x position (no step, no epoch) when a rate is given.
+        UsageError: only one of ``start`` / ``step_rate`` given, a rate <= 0, points that have
+            no x position (no step, no epoch) when a rate is given, or a point the rate places
+            outside the years 1 to 9999.
     """
     if (start is None) != (step_rate is None):
         raise UsageError(_("--start-time and --step-rate go together: give both to place the training log in time"))
@@ -58,7 +59,13 @@ def place_progress(
                 x = p.epoch if p.epoch is not None else (float(p.step) if p.step is not None else None)
             if x is None:
                 continue
-            out.append(replace(p, time=start + timedelta(seconds=(x - x0) / step_rate)))
+            try:
+                when = start + timedelta(seconds=(x - x0) / step_rate)
+            except (OverflowError, ValueError):  # past year 1 or 9999, or past timedelta's range
+                raise UsageError(f"--start-time {start.isoformat()} with --step-rate {step_rate:g} places step "
+                                 f"{x:g} of the training log outside the years 1 to 9999: give an earlier start "
+                                 "or a faster rate") from None
+            out.append(replace(p, time=when))
         return out, "start+rate"
     stamps = _file_timestamps(log)
     if stamps:
@@ -76,7 +83,15 @@ def _file_timestamps(log: TrainLog) -> dict[float | None, datetime]:
     for name in _TIMESTAMP_SERIES:
         series = log.series.get(name)
         if series:
-            return {x: datetime.fromtimestamp(v, tz=timezone.utc) for x, v in series if x is not None}
+            stamps = {}
+            for x, v in series:
+                if x is None:
+                    continue
+                try:
+                    stamps[x] = datetime.fromtimestamp(v, tz=timezone.utc)
+                except (OverflowError, ValueError, OSError):  # no time: the point stays unplaced
+                    continue
+            return stamps
     return {}
 
 

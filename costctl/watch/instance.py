@@ -22,8 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 
 from ..clock import Clock
+from ..cloud import PriceRefused, checked_price
 from ..config import Settings
 from ..errors import ConfigError, CostctlError
 from ..i18n import _
@@ -143,8 +145,8 @@ def resolve_instance(settings: Settings, provider: Provider, *, say: Callable[[s
 
     Raises:
         ConfigError: no instance id (neither configured nor detected), no price (the provider
-            reports none and ``[instance] price_per_hour`` is not set), or no stop route (and
-            not ``advise_only``).
+            reports none, or a price :func:`costctl.cloud.checked_price` refuses, and
+            ``[instance] price_per_hour`` is not set), or no stop route (and not ``advise_only``).
         CostctlError: the provider could not be read and no price is configured to fall back on.
     """
     s = settings
@@ -165,10 +167,23 @@ def resolve_instance(settings: Settings, provider: Provider, *, say: Callable[[s
             raise error
         say(_("costctl: cannot read instance {instance} from {provider} ({error}); using the configured "
               "price").format(instance=instance_id, provider=provider.name, error=error.message))
-    if inst is not None and inst.price_per_hour is not None:
-        rate = Money(inst.price_per_hour, inst.currency)
+    reported: Decimal | None = None
+    refused: PriceRefused | None = None
+    if inst is not None:
+        try:  # the boundary: a negative or absurd price is refused, never charged or stored
+            reported = checked_price(provider.name, inst.price_per_hour, inst.currency, instance=instance_id)
+        except PriceRefused as exc:
+            refused = exc
+    if inst is not None and reported is not None:
+        rate = Money(reported, inst.currency)
     elif s.instance.price_per_hour is not None:
+        if refused is not None:
+            say(f"costctl: {refused.message}; refused, charging the configured price "
+                f"{s.instance.price_per_hour} {s.instance.currency} per hour ([instance] price_per_hour) instead")
         rate = Money(s.instance.price_per_hour, s.instance.currency)
+    elif refused is not None:
+        raise ConfigError(f"{refused.message}; refused: set [instance] price_per_hour and currency to charge "
+                          "that price instead")
     else:
         raise ConfigError(
             _("no price for instance {instance}: {provider} did not report one; set [instance] price_per_hour "

@@ -42,7 +42,7 @@ from .. import paths
 from ..checkpoint import ephemeral_storage_warning, resolve_pattern
 from ..child import OutputMux
 from ..clock import Clock, RealClock
-from ..cloud import open_provider
+from ..cloud import PriceRefused, checked_price, open_provider
 from ..config import Settings
 from ..decisions import DecisionRecorder
 from ..errors import ConfigError, CostctlError, LedgerError, UsageError
@@ -768,7 +768,8 @@ class Watcher:
         start a new one there, charged at ``inst``'s price; :attr:`state` is replaced whole.
 
         Raises:
-            ConfigError: the provider reported no price for ``inst``.
+            ConfigError: the provider reported no price for ``inst``, or one costctl refuses
+                (:func:`costctl.cloud.checked_price`).
         """
         assert self.writer is not None and self.recorder is not None and self.provider is not None
         assert self._spend is not None
@@ -777,7 +778,11 @@ class Watcher:
         self.writer.accrue(old.run_id, now, old.rate.amount, old.rate.currency)
         spent = self._spend.run_spend(now)
         self.writer.finish_run(old.run_id, ended_at=now, exit_code=self.child_status, status="downsized")
-        if inst.price_per_hour is None:
+        try:  # the boundary: a negative or absurd price is refused, never charged or stored
+            price = checked_price(self.provider.name, inst.price_per_hour, inst.currency, instance=inst.id)
+        except PriceRefused as exc:
+            raise ConfigError(exc.message) from None
+        if price is None:
             raise ConfigError(f"{self.provider.name} reported no price for instance {inst.id}")
         if inst.currency == old.rate.currency:
             self._spend_before += spent
@@ -787,7 +792,7 @@ class Watcher:
         try:
             instance_pk = self.writer.submit(
                 "ensure_instance", self.provider.name, inst.id, gpu=inst.gpu, gpu_count=inst.gpu_count,
-                billing=inst.billing.value, price_per_hour=inst.price_per_hour, currency=inst.currency,
+                billing=inst.billing.value, price_per_hour=price, currency=inst.currency,
                 region=inst.region, what="record the instance").result(wait_s)
             run_id = self.writer.submit(
                 "start_run", instance_pk, started_at=now, command=self.options.command, log_path=str(self.log_path),
@@ -795,7 +800,7 @@ class Watcher:
         except TimeoutError:
             raise LedgerError(f"the ledger was unreachable for {wait_s:g}s: cannot start the run on {inst.id}") from None
         self._state = replace(old, instance_id=inst.id, instance=inst,
-                              rate=Money(inst.price_per_hour, inst.currency), gpu_name=inst.gpu,
+                              rate=Money(price, inst.currency), gpu_name=inst.gpu,
                               gpu_count=inst.gpu_count, billing=inst.billing.value, instance_pk=instance_pk,
                               run_id=run_id, run_started_at=now)
         self._spend = self._read_spend(self.state, now)

@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from costctl.clock import Clock, RealClock, ensure_utc
 from costctl.errors import ConfigError, ProviderError
 from costctl.i18n import _
+from costctl.money import MAX_AMOUNT
 
 from .._adapter import clock_sleep
 from .._http import NotFoundError, wait_for_status
@@ -67,7 +68,7 @@ class SimConfig(BaseModel):
     instance_id: str = Field(default=DEFAULT_INSTANCE_ID, min_length=1, max_length=128)
     gpu: str = Field(default=DEFAULT_GPU, min_length=1)
     gpu_count: int = Field(default=1, ge=1, le=64)
-    price_per_hour: Decimal | None = Field(default=None, ge=0, allow_inf_nan=False)
+    price_per_hour: Decimal | None = Field(default=None, ge=0, le=MAX_AMOUNT, allow_inf_nan=False)
     currency: str = Field(default="USD", pattern=r"^[A-Za-z]{3}$")
     billing: Literal["on-demand", "spot", "prepaid"] = "on-demand"
     transition_s: float = Field(default=0.0, ge=0, le=3600)
