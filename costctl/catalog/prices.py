@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence, TypeVar
 
 from ..errors import ConfigError, CostctlError, CurrencyMismatchError, UsageError
-from ..money import AmountError, ExchangeRate, Money, bounded_amount
+from ..money import AmountError, ExchangeRate, Money, bounded_amount, parse_decimal
 from ..paths import data_dir
 from .gpus import normalize_gpu_name
 
