@@ -268,3 +268,20 @@ def test_a_dry_run_watch_is_marked_and_saves_nothing(tmp_path, capsys):
         else evidence["decided"]
     assert row["idle_waste_s"] == (decided - idle_since).total_seconds() > 0  # the stretch the decision proved
     assert (row["saved"], row["saved_s"]) == ("0.000000", 0)
+
+
+def test_an_advise_only_watch_is_marked_its_idle_stretch_is_waste_and_it_saves_nothing(db_url, capsys):
+    with Ledger.open(db_url) as ledger:
+        pk = ledger.ensure_instance("autodl", "no-credential", gpu="RTX 4090", gpu_count=1, billing="on-demand",
+                                    price_per_hour=RATE, currency="USD")
+        run = _run(ledger, pk, at(0), at(3), mode="advise-only")
+        advised = Decision(time=at(2), policy="idle", action=Action.ADVISE, reason="idle",
+                           evidence={"idle_since": iso(at(1, 30)), "advise_only": True, "would": "stop"})
+        ledger.record_decision(run, advised, outcome="advise-only: nothing stopped")
+        plain = Decision(time=at(2, 30), policy="plateau", action=Action.ADVISE, reason="plateau",
+                         evidence={"idle_since": iso(at(0))})  # advice, not a would-stop: no waste
+        ledger.record_decision(run, plain, outcome="advised")
+    (row,) = json.loads(bill(capsys, "--format", "json", "--db", db_url))["rows"]
+    assert (row["advise_only"], row["dry_run"], row["stop_policy"]) == (True, False, None)
+    assert (row["idle_waste_s"], row["waste"], row["saved"]) == (1800, "1.800000", "0.000000")
+    assert "advise-only" in bill(capsys, "--db", db_url)

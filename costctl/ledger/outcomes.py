@@ -37,7 +37,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import Text, and_, func, or_, select, type_coerce
 
 from ..clock import ensure_utc
 from ..money import cost_of
@@ -236,8 +236,11 @@ def run_stories(session: Reader, since: datetime | None = None, until: datetime 
     since = _aware(since)
     until = _aware(until)
     now = ensure_utc(now)
+    # An advise-only watch's would-stop is advice whose evidence says so (the JSON text, matched
+    # as text: type_coerce keeps the pattern from being JSON-encoded as the column's values are).
     stopping = or_(DECISIONS.c.action == "stop",
-                   and_(DECISIONS.c.action == "advise", DECISIONS.c.evidence.like('%"advise_only": true%')))
+                   and_(DECISIONS.c.action == "advise",
+                        type_coerce(DECISIONS.c.evidence, Text).like('%"advise_only": true%')))
     concerned = select(DECISIONS.c.run_id).where(stopping).union(select(WASTE.c.run_id)).subquery("concerned")
     where = [RUNS.c.id.in_(select(concerned.c.run_id)), *active]
     if run_ids is not None:
