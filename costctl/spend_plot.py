@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from .errors import UsageError
@@ -37,6 +37,8 @@ STYLES = {
 }
 #: Width and height of the figure, inches, and its resolution (dots per inch).
 WIDTH_IN, PANEL_IN, DPI = 11.0, 3.0, 100
+#: Legend entries per column beside a spend panel.
+LEGEND_ROWS = 20
 
 
 def check_plot_path(path: Path) -> None:
@@ -66,6 +68,17 @@ def _style(mark: Mark) -> tuple[str, str]:
     return STYLES.get(mark.action, ("tab:purple", "-"))
 
 
+def _mark(ax: Any, marks: list[Mark]) -> None:
+    """Draw ``marks`` on ``ax`` as vertical lines across it, one collection per style (a ledger's
+    2,000 marks are 5 collections, not 2,000 lines)."""
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for mark in marks:
+        groups.setdefault(_style(mark), []).append(mark.time)
+    for (colour, style), times in groups.items():
+        ax.vlines(times, 0, 1, transform=ax.get_xaxis_transform(), colors=colour, linestyles=style, linewidth=0.9,
+                  alpha=0.8)
+
+
 def plot_bill(data: PlotData, path: Path, tz: ZoneInfo) -> Path:
     """Draw ``data`` (:func:`costctl.ledger.timeline.plot_data`) to ``path`` (PNG, ``WIDTH_IN``
     inches wide at ``DPI``; ``PANEL_IN`` inches per panel) with times shown in ``tz``, and
@@ -89,15 +102,20 @@ def plot_bill(data: PlotData, path: Path, tz: ZoneInfo) -> Path:
             for series in (s for s in data.spend if s.currency == currency):
                 ax.plot(series.times, [float(a) for a in series.amounts], linewidth=1.2, label=series.label,
                         drawstyle="default")
-            for mark in (m for m in data.marks if m.currency == currency):
-                colour, style = _style(mark)
-                ax.axvline(mark.time, color=colour, linestyle=style, linewidth=0.9, alpha=0.8)
+            _mark(ax, [m for m in data.marks if m.currency == currency])
             ax.set_ylabel(f"spend ({currency})")
             ax.set_title("Cumulative spend per instance in {currency}: red = stop (dashed: not confirmed), "
                          "grey dashed = dry-run stop, orange = advice".format(currency=currency), fontsize="medium",
                          loc="left")
-            ax.legend(loc="upper left", fontsize="small")
+            # beside the panel: a legend of 20 instances would hide the lines
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="x-small", frameon=False,
+                      ncols=1 + (len(ax.get_lines()) - 1) // LEGEND_ROWS)
             ax.grid(alpha=0.3)
+        if data.spend:  # the currencies' panels on one time axis: the window's charges
+            first = min(series.times[0] for series in data.spend)
+            last = max(series.times[-1] for series in data.spend)
+            for ax in axes[:len(currencies)]:
+                ax.set_xlim(first, max(last, first))
         if data.run is not None:
             ax = axes[-1]
             run = data.run
@@ -113,10 +131,8 @@ def plot_bill(data: PlotData, path: Path, tz: ZoneInfo) -> Path:
                 twin = ax.twinx()
                 twin.plot(cpu.times, cpu.values, color="tab:grey", linestyle=":", linewidth=0.9, label="CPU")
                 twin.set_ylabel("CPU % of one core")
-                twin.legend(loc="upper right", fontsize="small")
-            for mark in run.marks:
-                colour, style = _style(mark)
-                ax.axvline(mark.time, color=colour, linestyle=style, linewidth=0.9)
+                twin.legend(loc="lower left", bbox_to_anchor=(1.06, 0.0), fontsize="x-small", frameon=False)
+            _mark(ax, run.marks)
             if not run.series:
                 ax.text(0.5, 0.5, "no readable utilization samples for this run", transform=ax.transAxes,
                         ha="center", va="center")
@@ -124,13 +140,16 @@ def plot_bill(data: PlotData, path: Path, tz: ZoneInfo) -> Path:
             ax.set_title("Utilization of run {run} on {instance}".format(run=run.run_id[:12], instance=run.label),
                          fontsize="medium", loc="left")
             if any(s.gpu_index is not None for s in run.series):
-                ax.legend(loc="upper left", fontsize="small")
+                ax.legend(loc="upper left", bbox_to_anchor=(1.06, 1.0), fontsize="x-small", frameon=False)
             ax.grid(alpha=0.3)
         for ax in axes:
             locator = AutoDateLocator(tz=tz)
             ax.xaxis.set_major_locator(locator)
             ax.xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=tz))
-        fig.tight_layout()
+        # Fixed margins in inches (tight_layout measures every label: seconds on a big ledger).
+        height = PANEL_IN * panels
+        fig.subplots_adjust(left=0.7 / WIDTH_IN, right=1 - 2.4 / WIDTH_IN, top=1 - 0.35 / height,
+                            bottom=0.55 / height, hspace=0.55)
         try:
             fig.savefig(path, dpi=DPI)
         except OSError as exc:
@@ -140,4 +159,4 @@ def plot_bill(data: PlotData, path: Path, tz: ZoneInfo) -> Path:
     return path
 
 
-__all__ = ["DPI", "PANEL_IN", "STYLES", "WIDTH_IN", "check_plot_path", "plot_bill"]
+__all__ = ["DPI", "LEGEND_ROWS", "PANEL_IN", "STYLES", "WIDTH_IN", "check_plot_path", "plot_bill"]
