@@ -30,19 +30,20 @@ aggregate statements over the decisions, stop events and waste rows of the runs 
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Text, and_, func, or_, select, type_coerce
+from sqlalchemy import JSON, Text, and_, case, cast, func, or_, select, type_coerce
 
 from ..clock import ensure_utc
 from ..money import cost_of
 from . import tables
-from .engine import Reader
+from .engine import Reader, dialect_name
+from .sqltime import epoch_us_sql
+from .timebuckets import epoch_us, from_epoch_us
 
 RUNS, INSTANCES, DECISIONS = tables.runs, tables.instances, tables.decisions
 STOP_EVENTS, WASTE, ROLLUPS = tables.stop_events, tables.waste, tables.charge_rollups
@@ -135,63 +136,61 @@ class RunStory:
     stop_state: str | None = None
     saving: Saving | None = None
 
-    def waste_by_currency(self, reasons: Iterable[str] | None = None) -> dict[str, tuple[float, Decimal]]:
-        """``{currency: (seconds, amount)}`` of the waste pieces (only ``reasons`` when given)."""
-        wanted = set(reasons) if reasons is not None else None
-        out: dict[str, tuple[float, Decimal]] = {}
-        for p in self.waste:
-            if wanted is not None and p.reason not in wanted:
-                continue
-            s, a = out.get(p.currency, (0.0, Decimal(0)))
-            out[p.currency] = (s + p.seconds, a + p.amount)
-        return out
-
 
 @dataclass(slots=True)
 class _Run:
-    """What the statements read about one run (internal)."""
+    """What the statements read about one run (internal); times in POSIX microseconds."""
 
     instance_pk: int
-    started_at: datetime
-    end: datetime
+    start_us: int
+    end_us: int
     mode: str | None
     gpu: str | None
     rate: Decimal | None
     currency: str
-    stops: list[Any] = field(default_factory=list)  # decision rows, oldest first
-    events: list[Any] = field(default_factory=list)  # stop events, oldest first
-    recorded: list[Any] = field(default_factory=list)  # waste rows
-    next_start: datetime | None = None
+    priced: bool = True  # its summary gave its rate (else: an open run)
+    next_us: int | None = None  # the next run on the same instance began
+    named: int | None = None  # the decision its stop events name
+    stop_end_us: int | None = None  # its stop's terminal event, else its last event
+    state: str | None = None  # that terminal event's state
+    has_events: bool = False
+    stops: list[tuple[int, int, str, str, bool, int | None]] = field(default_factory=list)
+    # (decision id, decided µs, policy, action, dry run, idle since µs), oldest first
+    recorded: list[tuple[int, int, Decimal, str, str]] = field(default_factory=list)
+    # waste rows: (start µs, end µs, rate, currency, reason)
 
 
-def _aware(value: datetime | None) -> datetime | None:
-    return ensure_utc(value) if value is not None else None
+def _idle_since_sql(dialect: str) -> Any:
+    """SQL for the ``idle_since`` of a decision's evidence (ISO-8601 text, NULL when absent)."""
+    text = type_coerce(DECISIONS.c.evidence, Text)
+    if dialect == "postgresql":
+        return func.json_extract_path_text(cast(text, JSON), IDLE_SINCE)
+    return case((func.json_valid(text) == 1, func.json_extract(text, f"$.{IDLE_SINCE}")), else_=None)
 
 
-def _iso(value: Any) -> datetime | None:
-    """An evidence time (ISO-8601, ``Z`` allowed) as aware UTC; None when absent or unreadable."""
+def _iso_us(value: Any) -> int | None:
+    """An evidence time (ISO-8601, ``Z`` allowed; naive = UTC) as POSIX µs; None when absent or unreadable."""
     if not isinstance(value, str):
         return None
     try:
-        return ensure_utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
+        return epoch_us(ensure_utc(datetime.fromisoformat(value.replace("Z", "+00:00"))))
     except ValueError:
         return None
 
 
-def _clip(start: datetime, end: datetime, lo: datetime | None, hi: datetime | None) -> tuple[datetime, datetime] | None:
-    a = max(start, lo) if lo is not None else start
-    b = min(end, hi) if hi is not None else end
+def _clip(a: int, b: int, lo: int | None, hi: int | None) -> tuple[int, int] | None:
+    a = max(a, lo) if lo is not None else a
+    b = min(b, hi) if hi is not None else b
     return (a, b) if b > a else None
 
 
-def _minus(pieces: list[tuple[datetime, datetime]], cuts: Sequence[tuple[datetime, datetime]]
-           ) -> list[tuple[datetime, datetime]]:
+def _minus(pieces: list[tuple[int, int]], cuts: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     """``pieces`` (merged, sorted, disjoint) with every ``cut`` interval removed."""
     out = pieces
     for c0, c1 in cuts:
         if c1 <= c0:
             continue
-        nxt: list[tuple[datetime, datetime]] = []
+        nxt: list[tuple[int, int]] = []
         for a, b in out:
             if c1 <= a or c0 >= b:
                 nxt.append((a, b))
@@ -204,9 +203,9 @@ def _minus(pieces: list[tuple[datetime, datetime]], cuts: Sequence[tuple[datetim
     return out
 
 
-def _merge(intervals: Iterable[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
+def _merge(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     """Union of intervals, sorted and disjoint (touching ones joined)."""
-    out: list[tuple[datetime, datetime]] = []
+    out: list[tuple[int, int]] = []
     for a, b in sorted(i for i in intervals if i[1] > i[0]):
         if out and a <= out[-1][1]:
             out[-1] = (out[-1][0], max(out[-1][1], b))
@@ -225,47 +224,89 @@ def run_stories(session: Reader, since: datetime | None = None, until: datetime 
         now: the bill's present (aware UTC): no saving runs past it.
         horizon: ``[bill] saved_horizon``, the longest a stopped instance is assumed to have run on.
         active: SQL conditions on ``runs`` that select the runs of the window (the bill's own
-            rule, :func:`costctl.ledger.queries.run_page`'s); empty: every run.
+            rule, :func:`costctl.ledger.queries.active_runs_sql`); empty: every run.
         run_ids: only these runs (None: all).
 
-    Runs without a stop decision or waste row are left out. Statements: the runs with a stop
-    (or an advise-only watch's would-stop) or a waste row, their decisions, stop events and
-    waste rows, the next run on each such run's instance (``LEAD`` over ``runs``), and, for
-    open runs only, their newest charged rate.
+    Runs without a stop decision or waste row are left out. Two statements carry it, with
+    times as integer microseconds: one row per stop decision (or advise-only would-stop) with
+    its run, the run's stop events summed up per run (the decision they name, the terminal
+    event: a stop has one) and the next run on its instance (``LEAD`` over ``runs``), and one
+    row per waste row with its run; a third prices open runs at their newest charged rate.
     """
-    since = _aware(since)
-    until = _aware(until)
-    now = ensure_utc(now)
+    dialect = dialect_name(session)
+
+    def us(col: Any) -> Any:
+        return epoch_us_sql(col, dialect)
+
+    lo = epoch_us(since) if since is not None else None
+    hi = epoch_us(until) if until is not None else None
+    now_us = epoch_us(now)
+    horizon_us = horizon // timedelta(microseconds=1)
+    where = list(active)
+    if run_ids is not None:
+        where.append(RUNS.c.id.in_(sorted(set(run_ids))))
     # An advise-only watch's would-stop is advice whose evidence says so (the JSON text, matched
     # as text: type_coerce keeps the pattern from being JSON-encoded as the column's values are).
     stopping = or_(DECISIONS.c.action == "stop",
                    and_(DECISIONS.c.action == "advise",
                         type_coerce(DECISIONS.c.evidence, Text).like('%"advise_only": true%')))
-    concerned = select(DECISIONS.c.run_id).where(stopping).union(select(WASTE.c.run_id)).subquery("concerned")
-    where = [RUNS.c.id.in_(select(concerned.c.run_id)), *active]
-    if run_ids is not None:
-        where.append(RUNS.c.id.in_(sorted(set(run_ids))))
+    E = STOP_EVENTS
+    terminal = E.c.state.in_(TERMINAL_STATES)
+    events = (select(E.c.run_id, func.max(E.c.decision_id).label("named"),
+                     func.min(case((terminal, us(E.c.time)))).label("end_us"),
+                     func.max(case((terminal, E.c.state))).label("state"),
+                     func.max(us(E.c.time)).label("last_us"))
+              .group_by(E.c.run_id).subquery("ev"))
+    stopped_pks = select(RUNS.c.instance_pk).where(RUNS.c.id.in_(select(E.c.run_id)))
+    following = (select(RUNS.c.id, func.lead(us(RUNS.c.started_at)).over(
+        partition_by=RUNS.c.instance_pk, order_by=(RUNS.c.started_at, RUNS.c.id)).label("next_us"))
+        .where(RUNS.c.instance_pk.in_(stopped_pks)).subquery("seq"))
+    run_cols = (RUNS.c.id, RUNS.c.instance_pk, us(RUNS.c.started_at).label("start_us"),
+                us(RUNS.c.ended_at).label("ended_us"), us(RUNS.c.charged_until).label("charged_us"),
+                us(RUNS.c.last_seen_at).label("seen_us"), RUNS.c.mode, RUNS.c.billing, RUNS.c.gpu,
+                RUNS.c.price_per_hour, RUNS.c.price_currency, INSTANCES.c.gpu.label("inst_gpu"),
+                INSTANCES.c.price_per_hour.label("inst_price"), INSTANCES.c.currency.label("inst_currency"))
     runs: dict[str, _Run] = {}
-    open_ids: list[str] = []  # runs without a summary: priced below at their newest charged rate
+
+    def run_of(r: Any) -> _Run:
+        run = runs.get(r.id)
+        if run is None:
+            ends = [t for t in (r.ended_us, r.charged_us) if t is not None]
+            priced = r.billing is not None and r.price_per_hour is not None and r.price_currency is not None
+            run = runs[r.id] = _Run(
+                instance_pk=r.instance_pk, start_us=int(r.start_us), end_us=int(max(ends) if ends else r.seen_us),
+                mode=r.mode, gpu=r.gpu if r.billing is not None else r.inst_gpu,
+                rate=r.price_per_hour if priced else r.inst_price,  # an open run's: its newest charged rate, below
+                currency=r.price_currency if priced else r.inst_currency, priced=priced)
+        return run
+
+    D = DECISIONS
     for r in session.execute(
-            select(RUNS.c.id, RUNS.c.instance_pk, RUNS.c.started_at, RUNS.c.ended_at, RUNS.c.charged_until,
-                   RUNS.c.last_seen_at, RUNS.c.mode, RUNS.c.billing, RUNS.c.gpu, RUNS.c.price_per_hour,
-                   RUNS.c.price_currency, INSTANCES.c.gpu.label("inst_gpu"),
-                   INSTANCES.c.price_per_hour.label("inst_price"), INSTANCES.c.currency.label("inst_currency"))
-            .join(INSTANCES, INSTANCES.c.id == RUNS.c.instance_pk).where(*where)):
-        ends = [t for t in (r.ended_at, r.charged_until) if t is not None]
-        priced = r.billing is not None and r.price_per_hour is not None and r.price_currency is not None
-        runs[r.id] = _Run(instance_pk=r.instance_pk, started_at=ensure_utc(r.started_at),
-                          end=ensure_utc(max(ends) if ends else r.last_seen_at), mode=r.mode,
-                          gpu=r.gpu if r.billing is not None else r.inst_gpu,
-                          rate=r.price_per_hour if priced else r.inst_price,
-                          currency=r.price_currency if priced else r.inst_currency)
-        if not priced:
-            open_ids.append(r.id)
+            select(*run_cols, D.c.id.label("decision_id"), us(D.c.time).label("decided_us"), D.c.policy, D.c.action,
+                   D.c.dry_run, _idle_since_sql(dialect).label("idle_since"), events.c.named, events.c.end_us,
+                   events.c.state, events.c.last_us, following.c.next_us)
+            .select_from(D.join(RUNS, RUNS.c.id == D.c.run_id).join(INSTANCES, INSTANCES.c.id == RUNS.c.instance_pk)
+                         .outerjoin(events, events.c.run_id == RUNS.c.id)
+                         .outerjoin(following, following.c.id == RUNS.c.id))
+            .where(stopping, *where).order_by(D.c.run_id, D.c.time, D.c.id)):
+        run = run_of(r)
+        if r.last_us is not None:
+            run.has_events, run.named, run.state = True, r.named, r.state
+            run.stop_end_us = int(r.end_us if r.end_us is not None else r.last_us)
+        run.next_us = int(r.next_us) if r.next_us is not None else None
+        run.stops.append((r.decision_id, int(r.decided_us), r.policy, r.action, bool(r.dry_run),
+                          _iso_us(r.idle_since)))
+    W = WASTE
+    for r in session.execute(
+            select(*run_cols, us(W.c.start_at).label("w_start"), us(W.c.end_at).label("w_end"), W.c.rate_per_hour.label(
+                "w_rate"), W.c.currency.label("w_currency"), W.c.reason)
+            .select_from(W.join(RUNS, RUNS.c.id == W.c.run_id).join(INSTANCES, INSTANCES.c.id == RUNS.c.instance_pk))
+            .where(*where).order_by(W.c.start_at, W.c.id)):
+        run_of(r).recorded.append((int(r.w_start), int(r.w_end), r.w_rate, r.w_currency, r.reason))
     if not runs:
         return {}
-    ids = select(RUNS.c.id).where(*where)
-    if open_ids:  # the rate of an open run's newest charge, from the rollups
+    open_ids = [rid for rid, run in runs.items() if not run.priced]
+    if open_ids:  # an open run (no summary yet): the rate of its newest charge, from the rollups
         newest: dict[str, tuple[int, Decimal, str]] = {}
         for run_id, rate, currency, last in session.execute(
                 select(ROLLUPS.c.run_id, ROLLUPS.c.rate_per_hour, ROLLUPS.c.currency, func.max(ROLLUPS.c.last_us))
@@ -275,87 +316,58 @@ def run_stories(session: Reader, since: datetime | None = None, until: datetime 
                 newest[run_id] = (int(last), Decimal(str(rate)), currency)
         for run_id, (_, rate, currency) in newest.items():
             runs[run_id].rate, runs[run_id].currency = rate, currency
-    for d in session.execute(
-            select(DECISIONS.c.id, DECISIONS.c.run_id, DECISIONS.c.time, DECISIONS.c.policy, DECISIONS.c.action,
-                   DECISIONS.c.evidence, DECISIONS.c.dry_run)
-            .where(DECISIONS.c.run_id.in_(ids), stopping).order_by(DECISIONS.c.time, DECISIONS.c.id)):
-        runs[d.run_id].stops.append(d)
-    for e in session.execute(
-            select(STOP_EVENTS.c.run_id, STOP_EVENTS.c.decision_id, STOP_EVENTS.c.time, STOP_EVENTS.c.state)
-            .where(STOP_EVENTS.c.run_id.in_(ids)).order_by(STOP_EVENTS.c.time, STOP_EVENTS.c.id)):
-        runs[e.run_id].events.append(e)
-    for w in session.execute(select(WASTE).where(WASTE.c.run_id.in_(ids)).order_by(WASTE.c.start_at, WASTE.c.id)):
-        runs[w.run_id].recorded.append(w)
-    # The next run on each instance concerned (the counterfactual's first bound), in one pass.
-    pks = sorted({run.instance_pk for run in runs.values() if run.events})
-    if pks:
-        following = func.lead(RUNS.c.started_at, type_=RUNS.c.started_at.type).over(partition_by=RUNS.c.instance_pk,
-                                                      order_by=(RUNS.c.started_at, RUNS.c.id)).label("next_start")
-        seq = select(RUNS.c.id, following).where(RUNS.c.instance_pk.in_(pks)).subquery("seq")
-        for rid, nxt in session.execute(select(seq.c.id, seq.c.next_start).where(seq.c.id.in_(ids))):
-            if rid in runs:
-                runs[rid].next_start = _aware(nxt)
     return {rid: story for rid, run in runs.items()
-            if (story := _story(rid, run, since, until, now, horizon)) is not None}
+            if (story := _story(rid, run, lo, hi, now_us, horizon_us)) is not None}
 
 
-def _story(run_id: str, run: _Run, since: datetime | None, until: datetime | None, now: datetime,
-           horizon: timedelta) -> RunStory | None:
+def _story(run_id: str, run: _Run, lo: int | None, hi: int | None, now_us: int, horizon_us: int) -> RunStory | None:
     """One run's :class:`RunStory` from what was read (None when nothing of it is in the window)."""
     # The stop carried through: the decision its events name, else the run's first real stop.
     carried = None
-    if run.events:
-        named = {e.decision_id for e in run.events if e.decision_id is not None}
-        carried = next((d for d in run.stops if d.id in named), None) or next(
-            (d for d in run.stops if d.action == "stop" and not d.dry_run), None)
-    terminal = next((e for e in run.events if e.state in TERMINAL_STATES), None)
-    stop_end = ensure_utc(terminal.time) if terminal is not None else (
-        ensure_utc(run.events[-1].time) if run.events else None)
-    state = terminal.state if terminal is not None else (run.events[-1].state if run.events else None)
-
-    idle: list[tuple[datetime, datetime]] = []
+    if run.has_events:
+        carried = next((d for d in run.stops if d[0] == run.named), None) or next(
+            (d for d in run.stops if d[3] == "stop" and not d[4]), None)
+    idle = []
     for d in run.stops:
-        evidence = d.evidence if isinstance(d.evidence, dict) else {}
-        start = _iso(evidence.get(IDLE_SINCE))
-        if start is None:
+        if d[5] is None:
             continue
-        end = stop_end if d is carried and stop_end is not None else ensure_utc(d.time)
-        span = _clip(start, end, run.started_at, run.end)
+        end = run.stop_end_us if d is carried and run.stop_end_us is not None else d[1]
+        span = _clip(d[5], end, run.start_us, run.end_us)
         if span:
             idle.append(span)
-    recorded = [(ensure_utc(w.start_at), ensure_utc(w.end_at)) for w in run.recorded]
-    idle = _minus(_merge(idle), recorded)
+    merged = _minus(_merge(idle), [(a, b) for a, b, *_ in run.recorded]) if idle else []
     pieces: list[WastePiece] = []
     if run.rate is not None:
-        for a, b in idle:
-            span = _clip(a, b, since, until)
+        for a, b in merged:
+            span = _clip(a, b, lo, hi)
             if span:
-                pieces.append(WastePiece(span[0], span[1], Decimal(run.rate), run.currency, "idle"))
-    for w in run.recorded:
-        a, b = ensure_utc(w.start_at), ensure_utc(w.end_at)
+                pieces.append(WastePiece(from_epoch_us(span[0]), from_epoch_us(span[1]), Decimal(run.rate),
+                                         run.currency, "idle"))
+    for a, b, rate, currency, reason in run.recorded:
         if a == b:  # an instant: counted where it happened
-            if (since is None or a >= since) and (until is None or a < until):
-                pieces.append(WastePiece(a, a, w.rate_per_hour, w.currency, w.reason))
+            if (lo is None or a >= lo) and (hi is None or a < hi):
+                pieces.append(WastePiece(from_epoch_us(a), from_epoch_us(a), rate, currency, reason))
             continue
-        span = _clip(a, b, since, until)
+        span = _clip(a, b, lo, hi)
         if span:
-            pieces.append(WastePiece(span[0], span[1], w.rate_per_hour, w.currency, w.reason))
+            pieces.append(WastePiece(from_epoch_us(span[0]), from_epoch_us(span[1]), rate, currency, reason))
     pieces.sort(key=lambda p: (p.start, p.end))
 
     saving = None
-    if (carried is not None and state in SAVING_STATES and stop_end is not None and run.rate is not None
-            and not carried.dry_run and run.mode is None and carried.policy not in NO_SAVING_POLICIES
-            and (since is None or stop_end >= since) and (until is None or stop_end < until)):
-        bounds = [(stop_end + horizon, BOUND_HORIZON), (now, BOUND_NOW)]
-        if run.next_start is not None:
-            bounds.insert(0, (run.next_start, BOUND_NEXT_RUN))
+    at = run.stop_end_us
+    if (carried is not None and run.state in SAVING_STATES and at is not None and run.rate is not None
+            and not carried[4] and run.mode is None and carried[2] not in NO_SAVING_POLICIES
+            and (lo is None or at >= lo) and (hi is None or at < hi)):
+        bounds = [(at + horizon_us, BOUND_HORIZON), (now_us, BOUND_NOW)]
+        if run.next_us is not None:
+            bounds.insert(0, (run.next_us, BOUND_NEXT_RUN))
         end, bound = min(bounds, key=lambda b: b[0])  # ties: the next run, then the horizon
-        saving = Saving(stop_end, max(end, stop_end), bound, Decimal(run.rate), run.currency)
+        saving = Saving(from_epoch_us(at), from_epoch_us(max(end, at)), bound, Decimal(run.rate), run.currency)
     if not pieces and saving is None and carried is None:
         return None
     return RunStory(run_id=run_id, instance_pk=run.instance_pk, gpu=run.gpu, waste=tuple(pieces),
-                    stop_policy=carried.policy if carried is not None else None,
-                    stop_state=state if carried is not None else None, saving=saving)
+                    stop_policy=carried[2] if carried is not None else None,
+                    stop_state=run.state if carried is not None else None, saving=saving)
 
 
 __all__ = ["BOUND_HORIZON", "BOUND_NEXT_RUN", "BOUND_NOW", "COUNTERFACTUAL", "DEFAULT_SAVED_HORIZON", "IDLE_SINCE", "NO_SAVING_POLICIES",

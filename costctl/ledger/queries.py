@@ -15,7 +15,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import BigInteger, and_, case, cast, distinct, false, func, literal, or_, select, union_all
+from sqlalchemy import BigInteger, and_, case, distinct, false, func, literal, or_, select, union_all
 
 from ..clock import ensure_utc, utcnow
 from ..money import cost_of
@@ -23,6 +23,7 @@ from . import tables
 from .engine import Reader, dialect_name
 from .lifecycle import GpuUse
 from .outcomes import DEFAULT_SAVED_HORIZON, RunStory, run_stories
+from .sqltime import epoch_us_sql
 from .timebuckets import BUCKET_S, BUCKET_US, US_PER_S, epoch_us, from_epoch_us
 
 if TYPE_CHECKING:
@@ -263,16 +264,6 @@ def amount_of_us(rate_per_hour: Decimal, us: int) -> Decimal:
 def _end_us_sql(dialect: str) -> Any:
     """SQL for ``charges.end_at`` as POSIX microseconds (exact: no julianday, no float)."""
     return epoch_us_sql(CHARGES.c.end_at, dialect)
-
-
-def epoch_us_sql(col: Any, dialect: str) -> Any:
-    """SQL for a :class:`~costctl.ledger.types.UTCDateTime` column as POSIX microseconds
-    (exact: no julianday, no float), on SQLite (``dialect`` ``sqlite``) and PostgreSQL."""
-    if dialect == "postgresql":
-        return cast(func.round(func.extract("epoch", col) * 1_000_000), BigInteger)
-    # SQLite keeps 'YYYY-MM-DD HH:MM:SS.ffffff' (UTC): whole seconds by strftime, µs by substr.
-    return (cast(func.strftime("%s", func.substr(col, 1, 19)), BigInteger) * 1_000_000
-            + cast(func.substr(col, 21, 6), BigInteger))
 
 
 def _window(since_us: int | None, until_us: int | None

@@ -22,7 +22,8 @@ from ..clock import ensure_utc
 from ..errors import UsageError
 from . import tables
 from .engine import Reader, dialect_name
-from .queries import active_runs_sql, amount_of_us, epoch_us_sql, window_slices
+from .queries import active_runs_sql, amount_of_us, window_slices
+from .sqltime import epoch_us_sql
 from .timebuckets import BUCKET_S, US_PER_S, epoch_us, from_epoch_us
 
 RUNS, INSTANCES, DECISIONS = tables.runs, tables.instances, tables.decisions
