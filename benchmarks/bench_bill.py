@@ -7,10 +7,14 @@ and on PostgreSQL (``--postgres URL``, else ``$COSTCTL_TEST_POSTGRES_URL``; skip
 unreachable). Generation is in SQL (a recursive CTE on SQLite, ``generate_series`` on
 PostgreSQL, one transaction, indexes built after the rows). The shape: 20 instances in USD
 and CNY, runs of 1,000 charges of 9 s each 1 s apart (a charge row per accrual, as when the rate
-or the watch changes), 3 rates, about 1.1 M instance-hours at 10 M rows.
+or the watch changes), 3 rates, about 1.1 M instance-hours at 10 M rows; every closed run ends
+with an idle stop (decided a minute before its end, idle for its last 10 minutes, confirmed at
+its end: a decision and two stop events), so the WASTE and SAVED columns are computed for every
+run (10 k stops at 10 M rows).
 
 Each ``costctl bill --by run|instance|day|gpu --format table|json|csv --db URL`` (and one
-``--since/--until`` window cutting buckets and charges, ``--by day`` in America/New_York) runs
+``--since/--until`` window cutting buckets and charges, ``--by day`` in America/New_York, and
+``--plot FILE.png`` by run, matplotlib's import included) runs
 ``--repeat`` times (median kept) in a fresh child process per run, which imports the CLI and
 runs the same command once on an empty SQLite ledger (so lazy imports, start-up's business, are
 done), then times ``costctl.cli.main.main([...])`` in-process on the big ledger (stdout to
@@ -24,7 +28,7 @@ builds; otherwise they are deleted at the end.
 Figures (LAST LINE, one JSON object)::
 
     {"results": [{"backend": "sqlite"|"postgresql", "charges": int, "samples": int,
-                  "rollup_rows": int, "by": str, "format": str, "window": bool,
+                  "rollup_rows": int, "by": str, "format": str, "window": bool, "plot": bool,
                   "bill_s": float (median wall seconds of the bill call in-process),
                   "cpu_s": float (median CPU seconds of this process in that call; the
                             database server's own CPU is not in it),
@@ -178,6 +182,25 @@ def build(url: str, n: int) -> dict[str, int]:
         ex(f"{gen}INSERT INTO charges (run_id, instance_pk, start_at, end_at, rate_per_hour, currency, duration_us) "
            f"SELECT {_run_id(c['r'], dialect)}, {c['i']} + 1, {sec(c['start'])}, {sec(c['start'] + f' + {CHARGE_S}')}, "
            f"{c['rate']}, {c['cur']}, {CHARGE_S * 1_000_000} {frm}")
+        # an idle stop on every closed run: decided at its end - 60 s, idle since its end - 600 s,
+        # requested then confirmed at its end (decision ids 1..n in run order: the closed runs
+        # are the first ones)
+        closed = shape["runs"] - INSTANCES
+        if closed > 0:
+            if dialect == "sqlite":
+                iso = lambda e: f"strftime('%Y-%m-%dT%H:%M:%SZ', {e}, 'unixepoch')"  # noqa: E731
+                false = "0"
+            else:
+                iso = lambda e: f"to_char(to_timestamp({e}) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"  # noqa: E731
+                false = "false"
+            gen_d = series("k", closed) if dialect == "sqlite" else ""
+            frm_d = src if dialect == "sqlite" else f"FROM generate_series(0, {closed - 1}) AS g(k)"
+            ex(f"{gen_d}INSERT INTO decisions (id, run_id, time, policy, action, reason, evidence, outcome, dry_run, key) "
+               f"SELECT k + 1, {_run_id(r, dialect)}, {sec(end + ' - 60')}, 'idle', 'stop', 'idle', "
+               f"'{{\"idle_since\": \"' || {iso(end + ' - 600')} || '\"}}', 'stop confirmed', {false}, NULL {frm_d}")
+            ex(f"{gen_d}INSERT INTO stop_events (run_id, decision_id, time, state, attempt, detail) "
+               f"SELECT {_run_id(r, dialect)}, k + 1, {sec(end + ' - 60')}, 'requested', 0, NULL {frm_d} UNION ALL "
+               f"SELECT {_run_id(r, dialect)}, k + 1, {sec(end)}, 'confirmed', 1, NULL {frm_d}")
         # rollups: each 9 s charge meets one or two 15-minute buckets
         s_us, e_us = f"({c['start']} * 1000000)", f"(({c['start']} + {CHARGE_S}) * 1000000)"
         b1, b2 = f"({c['start']} / 900 * 900)", f"(({c['start']} + {CHARGE_S}) / 900 * 900)"
@@ -336,6 +359,7 @@ def main() -> None:
             cases = [(by, fmt, []) for by in GROUPINGS for fmt in FORMATS]
             window = ["--since", "2026-01-03T05:07:11.5+00:00", "--until", "2026-02-20T17:52:03+00:00"]
             cases += [(by, "json", window) for by in GROUPINGS]
+            cases += [("run", "json", ["--plot", str(cache / "bench-plot.png")])]
             for by, fmt, extra in cases:
                 case_env = dict(env)
                 if by == "day":
@@ -343,9 +367,10 @@ def main() -> None:
                 figures = time_bill(url, ["--by", by, "--format", fmt, *extra], opts.repeat, case_env)
                 results.append({"backend": backend, "charges": rows["charges"], "samples": rows["samples"],
                                 "rollup_rows": rows["charge_rollups"], "by": by, "format": fmt,
-                                "window": bool(extra), **figures})
+                                "window": "--since" in extra, "plot": "--plot" in extra, **figures})
                 r = results[-1]
-                print(f"{backend:10} {r['charges']:>9} {by:8} {fmt:5} {'window' if extra else '':6} "
+                label = "window" if r["window"] else "plot" if r["plot"] else ""
+                print(f"{backend:10} {r['charges']:>9} {by:8} {fmt:5} {label:6} "
                       f"bill {r['bill_s']:7.3f} s  cpu {r['cpu_s']:6.3f} s  process {r['process_s']:6.2f} s  rss {r['peak_rss_mb']:6.1f} MiB",
                       flush=True)
     if not (opts.keep or opts.reuse):

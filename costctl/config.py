@@ -334,6 +334,28 @@ class LedgerConfig(_Section):
         description="loss points stored as rows per series and interval; the rest are summed up exactly")
 
 
+#: Bounds of ``[bill] saved_horizon``.
+SAVED_HORIZON_MIN, SAVED_HORIZON_MAX = timedelta(hours=1), timedelta(days=30)
+
+
+class BillConfig(_Section):
+    """``[bill]``: how ``costctl bill`` tells the money story.
+
+    ``saved_horizon`` bounds the counterfactual behind the SAVED column
+    (:mod:`costctl.ledger.outcomes`): a stop the provider confirmed is taken to have saved the
+    run's rate until the next run on the same instance began, or for ``saved_horizon``, or until
+    now, whichever is first. The default, 24 h, is a forgotten instance found the next day;
+    the bounds (1 h to 720 h, 30 days) keep the claim to a time someone would plausibly have
+    noticed (AutoDL releases an instance shut down for 15 days).
+    """
+
+    saved_horizon: bounded_duration(SAVED_HORIZON_MIN, SAVED_HORIZON_MAX, noun="a horizon",  # type: ignore[valid-type]
+                                    note="30 days") = Field(
+        default=timedelta(hours=24),
+        description="a confirmed stop saved the run's rate until the next run on the instance, or this long, "
+                    "whichever came first (1h to 720h)")
+
+
 class HooksConfig(_Section):
     """``[hooks]``: ``before_stop`` is a shell command run (with ``before_stop_timeout``) before
     costctl stops an instance, e.g. to sync outputs; its failure is recorded, not fatal."""
@@ -510,6 +532,7 @@ class Settings(BaseSettings):
     instance: InstanceConfig = InstanceConfig()
     watch: WatchConfig = WatchConfig()
     ledger: LedgerConfig = LedgerConfig()
+    bill: BillConfig = BillConfig()
     policies: PoliciesConfig = Field(default_factory=PoliciesConfig)  # type: ignore[valid-type]
     hooks: HooksConfig = HooksConfig()
     stop: StopConfig = StopConfig()

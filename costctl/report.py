@@ -18,9 +18,16 @@ rounded amounts of every row it covers (:func:`row_totals`; by run with ``--limi
 amounts of every run of the window, shown or not: see
 :func:`costctl.ledger.queries.run_page`). So the ``spend`` strings of a complete JSON or CSV
 bill add up, as decimals, to its ``totals`` exactly, in every grouping; the exact total differs
-from the shown one by at most half a micro-unit per row. The table shows the same rows and
-totals to the cent (each cell rounded half-even from the 6-place amount, the footer from the
-6-place total).
+from the shown one by at most half a micro-unit per row. Waste and savings (``waste``,
+``idle_waste``, ``saved``) follow the same rule, with their own totals (``waste_totals``,
+``saved_totals``).
+
+The table shows the same rows and totals to the cent, and its money columns add up to their
+footers as shown, in every grouping: each footer is the 6-place total rounded half-even to the
+cent, and the column's cells are the rows' 6-place amounts apportioned to it by the largest
+remainder method per currency (:func:`apportion`), so a cell may differ from its own amount
+rounded by up to a cent. With ``--limit``, the runs (chains) not shown are one row of their own,
+so the rows still add up to the footer that covers them.
 """
 
 from __future__ import annotations
@@ -29,8 +36,9 @@ import csv
 import dataclasses
 import io
 import json
-from datetime import date, datetime, timezone
-from decimal import Decimal
+from datetime import date, datetime, timedelta, timezone
+from decimal import ROUND_FLOOR, ROUND_HALF_EVEN, Decimal
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from collections.abc import Callable, Sequence
 from zoneinfo import ZoneInfo
@@ -46,7 +54,9 @@ GroupBy = Literal["run", "chain", "instance", "day", "gpu"]
 #: Decimal places of money in JSON and CSV (micro-units: a 1 s charge at 0.10/h is 0.000028).
 EXPORT_MONEY_PLACES = 6
 #: Fields holding computed money (rounded on export); other Decimals are exact prices.
-COMPUTED_MONEY = frozenset({"spend", "waste"})
+COMPUTED_MONEY = frozenset({"spend", "waste", "idle_waste", "saved"})
+#: The money columns of the table (each with a per-currency footer), by row field.
+MONEY_FIELDS = ("waste", "saved", "spend")
 #: Decimal places of money in the table.
 TABLE_MONEY_PLACES = 2
 
@@ -63,13 +73,52 @@ def export_amount(amount: Decimal) -> Decimal:
     return round_money(amount, EXPORT_MONEY_PLACES)
 
 
-def row_totals(rows: Sequence[Any]) -> dict[str, Decimal]:
+def row_totals(rows: Sequence[Any], name: str = "spend") -> dict[str, Decimal]:
     """Per-currency totals of bill rows under the module's rule: the exact sum of each row's
-    exported (rounded) ``spend``, sorted by currency code. ``{}`` for no rows."""
+    exported (rounded) ``name`` (``spend``, ``waste``, ``saved``), sorted by currency code; a
+    currency whose amounts are all zero is left out for waste and savings. ``{}`` for no rows."""
     totals: dict[str, Decimal] = {}
     for r in rows:
-        totals[r.currency] = totals.get(r.currency, Decimal(0)) + export_amount(r.spend)
+        amount = export_amount(getattr(r, name))
+        if amount or name == "spend":
+            totals[r.currency] = totals.get(r.currency, Decimal(0)) + amount
     return dict(sorted(totals.items()))
+
+
+def apportion(amounts: Sequence[Decimal], places: int = 2) -> tuple[list[Decimal], Decimal]:
+    """Round ``amounts`` to ``places`` decimals so that they add up to their sum rounded
+    half-even: the largest remainder method (Hamilton's apportionment, as used to make rounded
+    percentages add up to 100 %). Each amount is first rounded down; the units still missing
+    go, one each, to the amounts with the largest remainders (ties: the larger amount, then the
+    earlier one).
+
+    Args:
+        amounts: Decimals of one currency (any sign; the bill's are 6-place amounts >= 0).
+        places: decimals of the result (2: cents).
+
+    Returns:
+        ``(cells, total)``: one Decimal per amount, in order, each within one unit of
+        ``places`` of its amount, and ``total`` = ``sum(amounts)`` rounded half-even, which
+        ``sum(cells)`` equals exactly.
+    """
+    quantum = Decimal(1).scaleb(-places)
+    total = sum(amounts, Decimal(0)).quantize(quantum, rounding=ROUND_HALF_EVEN)
+    cells = [a.quantize(quantum, rounding=ROUND_FLOOR) for a in amounts]
+    missing = int((total - sum(cells, Decimal(0))) / quantum)
+    # sum(floors) <= sum < sum(floors) + n units, and the rounded sum lies on the same grid: 0 <= missing <= n.
+    order = sorted(range(len(amounts)), key=lambda i: (-(amounts[i] - cells[i]), -amounts[i], i))
+    for i in order[:missing]:
+        cells[i] += quantum
+    return cells, total
+
+
+def counterfactual_text(horizon: timedelta) -> str:
+    """The statement behind the SAVED column (:data:`costctl.ledger.outcomes.COUNTERFACTUAL`)
+    with ``[bill] saved_horizon`` written like ``24h``."""
+    from .config_types import format_duration
+    from .ledger.outcomes import COUNTERFACTUAL
+
+    return COUNTERFACTUAL.format(horizon=format_duration(horizon))
 
 
 def iso_utc(value: datetime | None) -> str | None:
@@ -102,11 +151,16 @@ def records(rows: Sequence[Any]) -> list[dict[str, Any]]:
 def render_json(by: GroupBy, rows: Sequence[Any], totals: dict[str, Decimal],
                 since: datetime | None, until: datetime | None,
                 advice: Sequence[dict[str, Any]] = (), runs_not_shown: int | None = None,
-                chains_not_shown: int | None = None, expanded: Sequence[Any] | None = None) -> str:
-    """``{"by", "since", "until", "rows": [...], "totals": {"USD": "1.230000"}}`` as indented JSON
-    (``totals``: the sums of the rows' rounded spend, see the module docstring; pass
-    :func:`row_totals` of the rows, or run_page's rounded totals),
-    plus ``"advice": [...]`` (underutilization advice per run) when there is any, and
+                chains_not_shown: int | None = None, expanded: Sequence[Any] | None = None, *,
+                waste_totals: dict[str, Decimal] | None = None, saved_totals: dict[str, Decimal] | None = None,
+                saved_horizon: timedelta | None = None, as_of: datetime | None = None) -> str:
+    """``{"by", "since", "until", "rows": [...], "totals": {"USD": "1.230000"}, "waste_totals":
+    {...}, "saved_totals": {...}}`` as indented JSON (``totals``: the sums of the rows' rounded
+    spend, see the module docstring; pass :func:`row_totals` of the rows, or run_page's rounded
+    totals; ``waste_totals`` / ``saved_totals`` likewise for waste and savings), plus
+    ``"saved_counterfactual": {"text", "horizon_s", "as_of"}`` when ``saved_horizon`` is given
+    (the statement behind "saved", its horizon in seconds and the present it was counted at),
+    ``"advice": [...]`` (underutilization advice per run) when there is any, and
     ``"runs_not_shown": N`` when ``--limit`` left N runs out of the rows (not of the totals)
     (``"chains_not_shown"`` by chain), and ``"runs": [...]`` (run rows) for ``--expand``."""
     doc: dict[str, Any] = {
@@ -115,7 +169,12 @@ def render_json(by: GroupBy, rows: Sequence[Any], totals: dict[str, Decimal],
         "until": iso_utc(until),
         "rows": records(rows),
         "totals": {cur: money_text(amount) for cur, amount in totals.items()},
+        "waste_totals": {cur: money_text(amount) for cur, amount in (waste_totals or {}).items()},
+        "saved_totals": {cur: money_text(amount) for cur, amount in (saved_totals or {}).items()},
     }
+    if saved_horizon is not None:
+        doc["saved_counterfactual"] = {"text": counterfactual_text(saved_horizon),
+                                       "horizon_s": saved_horizon.total_seconds(), "as_of": iso_utc(as_of)}
     if advice:
         doc["advice"] = list(advice)
     if runs_not_shown:
@@ -182,85 +241,187 @@ def _gpu_cell(gpu: str | None, count: int | None = None) -> str:
 
 
 def _status_cell(r: Any) -> str:
-    return r.status if r.exit_code is None else f"{r.status} ({r.exit_code})"
+    status = r.status if r.exit_code is None else f"{r.status} ({r.exit_code})"
+    if getattr(r, "dry_run", False):
+        return f"{status}, dry run"
+    if getattr(r, "advise_only", False):
+        return f"{status}, advise-only"
+    if getattr(r, "dry_runs", 0):
+        return f"{status}, dry runs: {r.dry_runs}"
+    return status
 
 
 #: Run statuses shown in red on a terminal: the instance may still be billing.
 ALARM_STATUSES = frozenset({"stop failed", "unguarded"})
 
-Column = tuple[str, Callable[[Any], str], str]  # header, cell text, justify
+#: A column: header, cell text (None for a money column, whose cells are apportioned),
+#: justification, and the row field of a money column (None for the others).
+Column = tuple[str, Callable[[Any], str] | None, str, str | None]
 
 #: Columns hidden first, in this order, when the table does not fit a terminal.
 DROPPABLE: dict[str, tuple[str, ...]] = {
-    "run": ("STARTED", "WASTE", "INSTANCE"),
-    "chain": ("STARTED", "INSTANCE", "WASTE", "PREEMPTED"),
-    "instance": ("FIRST CHARGE", "LAST CHARGE", "RUNS", "BILLING"),
+    "run": ("STARTED", "WASTE", "INSTANCE", "SAVED"),
+    "chain": ("STARTED", "INSTANCE", "WASTE", "PREEMPTED", "SAVED"),
+    "instance": ("FIRST CHARGE", "LAST CHARGE", "RUNS", "BILLING", "WASTE", "SAVED"),
+    "day": ("INSTANCES", "WASTE", "SAVED"),
+    "gpu": ("INSTANCES", "WASTE", "SAVED"),
 }
+
+_MONEY_COLUMNS: list[Column] = [("WASTE", None, "right", "waste"), ("SAVED", None, "right", "saved"),
+                                ("SPEND", None, "right", "spend")]
 
 
 def _columns(by: GroupBy, tz: ZoneInfo) -> list[Column]:
     t = _time_cell(tz)
     if by == "run":
         return [
-            ("RUN", lambda r: r.run_id[:12], "left"),
-            ("INSTANCE", lambda r: f"{r.provider}:{r.instance_id}", "left"),
-            ("GPU", lambda r: _gpu_cell(r.gpu, r.gpu_count), "left"),
-            ("STARTED", lambda r: t(r.started_at), "left"),
-            ("DURATION", lambda r: duration_cell(r.duration_s), "right"),
-            ("STATUS", _status_cell, "left"),
+            ("RUN", lambda r: r.run_id[:12], "left", None),
+            ("INSTANCE", lambda r: f"{r.provider}:{r.instance_id}", "left", None),
+            ("GPU", lambda r: _gpu_cell(r.gpu, r.gpu_count), "left", None),
+            ("STARTED", lambda r: t(r.started_at), "left", None),
+            ("DURATION", lambda r: duration_cell(r.duration_s), "right", None),
+            ("STATUS", _status_cell, "left", None),
             ("PRICE/h", lambda r: money_cell(r.price_per_hour, r.currency) + (" spot" if r.billing == "spot" else ""),
-             "right"),
-            ("WASTE", lambda r: money_cell(r.waste) if r.waste else "-", "right"),
-            ("SPEND", lambda r: money_cell(r.spend, r.currency), "right"),
+             "right", None),
+            *_MONEY_COLUMNS,
         ]
     if by == "chain":
         return [
-            ("CHAIN", lambda r: r.chain_id[:12], "left"),
-            ("RUNS", lambda r: str(r.runs), "right"),
-            ("INSTANCE", lambda r: f"{r.provider}:{r.instance_id}", "left"),
-            ("GPU", lambda r: r.gpu or "-", "left"),
-            ("STARTED", lambda r: t(r.started_at), "left"),
-            ("DURATION", lambda r: duration_cell(r.duration_s), "right"),
-            ("STATUS", _status_cell, "left"),
-            ("PREEMPTED", lambda r: str(r.preemptions) if r.preemptions else "-", "right"),
-            ("WASTE", lambda r: money_cell(r.waste) if r.waste else "-", "right"),
-            ("SPEND", lambda r: money_cell(r.spend, r.currency), "right"),
+            ("CHAIN", lambda r: r.chain_id[:12], "left", None),
+            ("RUNS", lambda r: str(r.runs), "right", None),
+            ("INSTANCE", lambda r: f"{r.provider}:{r.instance_id}", "left", None),
+            ("GPU", lambda r: r.gpu or "-", "left", None),
+            ("STARTED", lambda r: t(r.started_at), "left", None),
+            ("DURATION", lambda r: duration_cell(r.duration_s), "right", None),
+            ("STATUS", _status_cell, "left", None),
+            ("PREEMPTED", lambda r: str(r.preemptions) if r.preemptions else "-", "right", None),
+            *_MONEY_COLUMNS,
         ]
     if by == "instance":
         return [
-            ("INSTANCE", lambda r: f"{r.provider}:{r.instance_id}", "left"),
-            ("GPU", lambda r: _gpu_cell(r.gpu, r.gpu_count), "left"),
-            ("BILLING", lambda r: r.billing, "left"),
-            ("RUNS", lambda r: str(r.runs), "right"),
-            ("FIRST CHARGE", lambda r: t(r.first_charge_at), "left"),
-            ("LAST CHARGE", lambda r: t(r.last_charge_at), "left"),
-            ("CHARGED", lambda r: duration_cell(r.duration_s), "right"),
-            ("PRICE/h", lambda r: price_range_cell(r.min_price_per_hour, r.max_price_per_hour, r.currency), "right"),
-            ("SPEND", lambda r: money_cell(r.spend, r.currency), "right"),
+            ("INSTANCE", lambda r: f"{r.provider}:{r.instance_id}", "left", None),
+            ("GPU", lambda r: _gpu_cell(r.gpu, r.gpu_count), "left", None),
+            ("BILLING", lambda r: r.billing, "left", None),
+            ("RUNS", lambda r: str(r.runs), "right", None),
+            ("FIRST CHARGE", lambda r: t(r.first_charge_at), "left", None),
+            ("LAST CHARGE", lambda r: t(r.last_charge_at), "left", None),
+            ("CHARGED", lambda r: duration_cell(r.duration_s), "right", None),
+            ("PRICE/h", lambda r: price_range_cell(r.min_price_per_hour, r.max_price_per_hour, r.currency), "right",
+             None),
+            *_MONEY_COLUMNS,
         ]
     if by == "day":
         return [
-            ("DAY", lambda r: r.day.isoformat(), "left"),
-            ("RUNS", lambda r: str(r.runs), "right"),
-            ("INSTANCES", lambda r: str(r.instances), "right"),
-            ("CHARGED", lambda r: duration_cell(r.duration_s), "right"),
-            ("SPEND", lambda r: money_cell(r.spend, r.currency), "right"),
+            ("DAY", lambda r: r.day.isoformat(), "left", None),
+            ("RUNS", lambda r: str(r.runs), "right", None),
+            ("INSTANCES", lambda r: str(r.instances), "right", None),
+            ("CHARGED", lambda r: duration_cell(r.duration_s), "right", None),
+            *_MONEY_COLUMNS,
         ]
     return [
-        ("GPU", lambda r: r.gpu or "-", "left"),
-        ("RUNS", lambda r: str(r.runs), "right"),
-        ("INSTANCES", lambda r: str(r.instances), "right"),
-        ("CHARGED", lambda r: duration_cell(r.duration_s), "right"),
-        ("GPU-HOURS", lambda r: f"{r.gpu_hours:.2f}", "right"),
-        ("SPEND", lambda r: money_cell(r.spend, r.currency), "right"),
+        ("GPU", lambda r: r.gpu or "-", "left", None),
+        ("RUNS", lambda r: str(r.runs), "right", None),
+        ("INSTANCES", lambda r: str(r.instances), "right", None),
+        ("CHARGED", lambda r: duration_cell(r.duration_s), "right", None),
+        ("GPU-HOURS", lambda r: f"{r.gpu_hours:.2f}", "right", None),
+        *_MONEY_COLUMNS,
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class NotShown:
+    """The rows ``--limit`` left out: ``count`` runs (or chains: ``what``). The table shows them
+    as one row per currency whose amounts are the totals less the shown rows' exported
+    amounts, so it still adds up."""
+
+    count: int
+    what: str = "run"
+
+    def label(self) -> str:
+        """``3 older runs`` / ``1 older chain``."""
+        return f"{self.count} older {self.what}{'s' if self.count != 1 else ''}"
+
+
+@dataclass(frozen=True, slots=True)
+class RestRow:
+    """The rows not shown, in one currency: their spend, waste and savings (6-place amounts)."""
+
+    label: str
+    currency: str
+    spend: Decimal
+    waste: Decimal
+    saved: Decimal
+
+
+def rest_rows(rows: Sequence[Any], totals: dict[str, dict[str, Decimal]], not_shown: NotShown) -> list[RestRow]:
+    """The :class:`RestRow` of each currency in which the rows not shown have any amount:
+    ``totals[field][currency]`` (6-place, every row of the window) less the shown ``rows``'
+    exported amounts."""
+    currencies = sorted({c for t in totals.values() for c in t})
+    out = []
+    for cur in currencies:
+        rest = {name: totals.get(name, {}).get(cur, Decimal(0))
+                - sum((export_amount(getattr(r, name)) for r in rows if r.currency == cur), Decimal(0))
+                for name in MONEY_FIELDS}
+        if any(rest.values()):
+            out.append(RestRow(not_shown.label(), cur, rest["spend"], rest["waste"], rest["saved"]))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class TableMoney:
+    """The money cells of a table, as shown: per money field (``spend``, ``waste``, ``saved``),
+    the cell of each row and the footer per currency (the cells of each currency add up to
+    its footer exactly); ``currencies`` in footer order."""
+
+    cells: dict[str, list[Decimal]]
+    footers: dict[str, dict[str, Decimal]]
+    currencies: list[str]
+
+
+def table_money(rows: Sequence[Any]) -> TableMoney:
+    """The money the table shows: for each field of :data:`MONEY_FIELDS` and each currency,
+    the rows' exported (6-place) amounts apportioned to the cent with :func:`apportion`, the
+    footer being their sum rounded half-even. ``rows``: bill rows (and :class:`RestRow`), each
+    with ``currency`` and the money fields."""
+    currencies = sorted({r.currency for r in rows})
+    cells: dict[str, list[Decimal]] = {}
+    footers: dict[str, dict[str, Decimal]] = {}
+    for name in MONEY_FIELDS:
+        amounts = [export_amount(getattr(r, name)) for r in rows]
+        out = [Decimal(0)] * len(rows)
+        footers[name] = {}
+        for cur in currencies:
+            idx = [i for i, r in enumerate(rows) if r.currency == cur]
+            rounded, footers[name][cur] = apportion([amounts[i] for i in idx])
+            for i, value in zip(idx, rounded):
+                out[i] = value
+        cells[name] = out
+    return TableMoney(cells, footers, currencies)
+
+
+def _money_table_cell(value: Decimal, exact: Decimal, currency: str, name: str) -> str:
+    """A money cell as apportioned: ``1.23 USD`` for spend, ``1.23`` for waste and savings, and
+    ``-`` for a waste or saving that is exactly nothing."""
+    if name != "spend" and not exact:
+        return "-"
+    text = money_text(value, TABLE_MONEY_PLACES) or "-"
+    return f"{text} {currency}" if name == "spend" else text
 
 
 def render_table(console: Console, by: GroupBy, rows: Sequence[Any], totals: dict[str, Decimal],
                  tz: ZoneInfo, since: datetime | None = None, until: datetime | None = None,
-                 title: str | None = None) -> None:
+                 title: str | None = None, *, waste_totals: dict[str, Decimal] | None = None,
+                 saved_totals: dict[str, Decimal] | None = None, not_shown: NotShown | None = None,
+                 saved_horizon: timedelta | None = None) -> None:
     """Print the bill as a rich table (no markup is interpreted in cells) with per-currency
-    totals in the footer; times shown in ``tz``; ``title`` replaces "Spend by ..."."""
+    footers under WASTE, SAVED and SPEND; times shown in ``tz``; ``title`` replaces "Spend by ...".
+
+    Every money column adds up to its footer as shown (:func:`table_money`). ``totals`` /
+    ``waste_totals`` / ``saved_totals`` (6-place, per currency) matter only with ``not_shown``
+    (``--limit`` left rows out): the rest of each total is then shown as rows of their own
+    (:func:`rest_rows`); otherwise the footers are the rows' own sums, which those totals are.
+    With ``saved_horizon`` the counterfactual behind SAVED is said under the table."""
     from rich.table import Table
     from rich.text import Text
 
@@ -271,22 +432,47 @@ def render_table(console: Console, by: GroupBy, rows: Sequence[Any], totals: dic
     if not rows:
         console.print(Text(f"No charges recorded{window}."))
         return
+    rest = rest_rows(rows, {"spend": totals, "waste": waste_totals or {}, "saved": saved_totals or {}},
+                     not_shown) if not_shown is not None else []
+    every: list[Any] = [*rows, *rest]
+    money = table_money(every)
     table = Table(title=Text(title or f"Spend by {by}{window} ({tz.key})"), show_footer=True, title_justify="left")
     columns = _columns(by, tz)
-    total_text = "\n".join(money_cell(amount, cur) for cur, amount in totals.items()) or "-"
-    for i, (header, _, justify) in enumerate(columns):
-        footer = "TOTAL" if i == 0 else (total_text if i == len(columns) - 1 else "")
-        table.add_column(header, justify=justify, footer=Text(footer), no_wrap=header in {"RUN", "CHAIN", "SPEND"})  # type: ignore[arg-type]
-    for row in rows:
+    for i, (header, _, justify, name) in enumerate(columns):
+        if name is not None:
+            footer = "\n".join("-" if name != "spend" and not money.footers[name][cur]
+                               else money_cell(money.footers[name][cur], cur) for cur in money.currencies) or "-"
+        else:
+            footer = "TOTAL" if i == 0 else ""
+        table.add_column(header, justify=justify, footer=Text(footer),  # type: ignore[arg-type]
+                         no_wrap=header in {"RUN", "CHAIN", "SPEND"})
+    for k, row in enumerate(every):
+        cells = []
+        for i, (_, cell, _, name) in enumerate(columns):
+            if name is not None:
+                cells.append(Text(_money_table_cell(money.cells[name][k], getattr(row, name), row.currency, name)))
+            elif isinstance(row, RestRow):
+                cells.append(Text(row.label if i == 0 else ""))
+            else:
+                cells.append(Text(cell(row)))  # type: ignore[misc]
         alarm = getattr(row, "status", None) in ALARM_STATUSES
-        table.add_row(*(Text(cell(row)) for _, cell, _ in columns), style="bold red" if alarm else None)
+        table.add_row(*cells, style="bold red" if alarm else ("dim" if isinstance(row, RestRow) else None))
     # Piped or redirected, rows are never wrapped; on a narrow terminal the least useful
     # columns are hidden first and nothing is cut short.
     print_table(table, droppable=DROPPABLE.get(by, ()), console=console)
+    if saved_horizon is not None:
+        console.print(Text(counterfactual_text(saved_horizon)))  # wrapped at the console's width
 
 
 __all__ = [
     "GroupBy",
+    "MONEY_FIELDS",
+    "NotShown",
+    "RestRow",
+    "apportion",
+    "counterfactual_text",
+    "rest_rows",
+    "table_money",
     "EXPORT_MONEY_PLACES",
     "money_text",
     "export_amount",

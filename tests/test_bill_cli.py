@@ -188,7 +188,11 @@ def test_bill_table_shows_totals_per_currency(db_url, capsys):
 
 def test_bill_empty_ledger(db_url, capsys):
     Ledger.open(db_url).close()  # an existing ledger with nothing charged (bill never creates one)
-    assert bill_json(capsys, db_url) == {"by": "run", "since": None, "until": None, "rows": [], "totals": {}}
+    doc = bill_json(capsys, db_url)
+    counterfactual = doc.pop("saved_counterfactual")
+    assert doc == {"by": "run", "since": None, "until": None, "rows": [], "totals": {}, "waste_totals": {},
+                   "saved_totals": {}}
+    assert counterfactual["horizon_s"] == 86400 and "24h" in counterfactual["text"]
     code, out, _ = bill(capsys, "--db", db_url)
     assert code == 0 and "No charges recorded" in out
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from datetime import datetime
+from pathlib import Path
 from enum import Enum
 from typing import TYPE_CHECKING, Annotated, Any
 from collections.abc import Sequence
@@ -19,10 +20,10 @@ from zoneinfo import ZoneInfo
 
 import typer
 
-from ..clock import ensure_utc
+from ..clock import ensure_utc, utcnow
 from ..errors import CostctlError, UsageError
 from ..money import Money
-from ..report import EXPORT_MONEY_PLACES, render_csv, render_json, render_table, row_totals
+from ..report import EXPORT_MONEY_PLACES, NotShown, render_csv, render_json, render_table, row_totals
 from . import common
 from .common import ConfigOption, DbOption, FormatOption, OutputFormat, settings_from
 
@@ -104,6 +105,11 @@ LimitOption = Annotated[int, typer.Option("--limit", min=1, max=MAX_LIMIT,
                                           help="--by run / chain: show the newest N runs / chains "
                                                "(totals cover every one).")]
 ExpandOption = Annotated[bool, typer.Option("--expand", help="--by chain: also list each chain's runs.")]
+PlotOption = Annotated[Path | None, typer.Option(
+    "--plot", help="Also write a PNG: cumulative spend per instance over the window, stops and advice marked, "
+                   "and a run's utilization (needs matplotlib).")]
+RunOption = Annotated[str | None, typer.Option(
+    "--run", help="--plot: the run whose utilization is drawn (its id or a unique prefix; default: the newest).")]
 
 
 def run_unguarded(run: Any) -> bool:
@@ -150,16 +156,23 @@ def bill(
     db: DbOption = None,
     limit: LimitOption = 100,
     expand: ExpandOption = False,
+    plot: PlotOption = None,
+    run: RunOption = None,
 ) -> None:
-    """Show recorded spend. Totals are per currency (never added across currencies).
+    """Show recorded spend, waste and savings. Totals are per currency (never added across currencies).
 
     Charges are clipped to [--since, --until); a run's duration_s is its time inside that
-    window. JSON: {"rows": [...], "totals": {"USD": "1.234567"}} with money as decimal strings
-    and times as ISO-8601 UTC; CSV: the rows only. Each row's spend is rounded half-even to 6
+    window. JSON: {"rows": [...], "totals": {"USD": "1.234567"}, "waste_totals": {...},
+    "saved_totals": {...}, "saved_counterfactual": {...}} with money as decimal strings and
+    times as ISO-8601 UTC; CSV: the rows only. Each row's amounts are rounded half-even to 6
     places and each total is the exact sum of those rounded amounts (every run of the window
-    with --limit), so the rows of a complete bill add up to the totals exactly. Rows by run also carry billing and waste
-    (paid time whose work was lost, a share of the spend); runs whose GPU stayed underused get
-    advice naming a cheaper card and what it would have saved (JSON: "advice").
+    with --limit), so the rows of a complete bill add up to the totals exactly; the table's
+    columns add up to its footers as shown (largest remainder to the cent). WASTE: paid time
+    whose work was lost or never done (the idle stretch before a stop, work lost to a
+    preemption); SAVED: what confirmed stops avoided, under the counterfactual said under the
+    table ([bill] saved_horizon). Dry runs are marked. Runs whose GPU stayed underused get
+    advice naming a cheaper card and what it would have saved (JSON: "advice"). --plot FILE.png
+    also draws cumulative spend per instance with stops and advice, and a run's utilization.
     """
     # Core only: the bill reads through a plain connection (no sqlalchemy.orm, no ORM classes).
     from ..ledger import queries
@@ -174,6 +187,14 @@ def bill(
         raise UsageError(f"--since {since!r} is not before --until {until!r}")
     if expand and by is not GroupBy.chain:
         raise UsageError("--expand goes with --by chain (it lists each chain's runs)")
+    if run is not None and plot is None:
+        raise UsageError("--run goes with --plot (it names the run whose utilization is drawn)")
+    if plot is not None:
+        from ..spend_plot import check_plot_path
+
+        check_plot_path(plot)  # matplotlib present and the file writable, before anything is printed
+    now = utcnow()
+    horizon = settings.bill.saved_horizon
 
     use: dict[str, GpuUse] = {}
     rows: Sequence[Any] = []
@@ -185,8 +206,11 @@ def bill(
         if settings.database_url is not None:  # --db, COSTCTL_DATABASE_URL or database_url: a typo?
             raise
         # The default ledger before anything was recorded: an empty bill, and nothing created.
+        if plot is not None:
+            raise UsageError(f"--plot {plot}: nothing to draw (no ledger database at {exc.path}; "
+                             "`costctl watch` creates it)") from None
         if fmt is OutputFormat.json:
-            sys.stdout.write(render_json(by.value, rows, {}, start, end))
+            sys.stdout.write(render_json(by.value, rows, {}, start, end, saved_horizon=horizon, as_of=now))
         elif fmt is OutputFormat.csv:
             sys.stdout.write(render_csv(rows, [f.name for f in dataclasses.fields(getattr(queries, ROW_TYPES[by]))]))
         else:
@@ -194,42 +218,51 @@ def bill(
                               soft_wrap=True)
         return
     with ledger, ledger.connection() as session:
-        totals = None
+        totals = waste_totals = saved_totals = None
+        story = {"now": now, "horizon": horizon}
         if by is GroupBy.run:
             page = queries.run_page(session, start, end, limit=limit, unguarded=run_unguarded,
-                                   places=EXPORT_MONEY_PLACES)
+                                    places=EXPORT_MONEY_PLACES, **story)
             rows, use, totals = page.rows, page.use, page.totals
+            waste_totals, saved_totals = page.waste_totals, page.saved_totals
             hidden = page.runs_total - page.runs_shown
         elif by is GroupBy.chain:
             chains = queries.chain_page(session, start, end, limit=limit, unguarded=run_unguarded,
-                                        places=EXPORT_MONEY_PLACES)
+                                        places=EXPORT_MONEY_PLACES, **story)
             rows, totals, chain_runs = chains.rows, chains.totals, chains.runs
+            waste_totals, saved_totals = chains.waste_totals, chains.saved_totals
             hidden = chains.chains_total - chains.chains_shown
         elif by is GroupBy.instance:
-            rows = queries.bill_by_instance(session, start, end)
+            rows = queries.bill_by_instance(session, start, end, **story)
         elif by is GroupBy.day:
-            rows = queries.bill_by_day(session, tz, start, end)
+            rows = queries.bill_by_day(session, tz, start, end, **story)
         else:
-            rows = queries.bill_by_gpu(session, start, end)
-    if totals is None:
-        totals = row_totals(rows)  # the rows' rounded spend added: rows sum to the totals exactly
+            rows = queries.bill_by_gpu(session, start, end, **story)
+        if plot is not None:
+            from ..ledger.timeline import plot_data
+
+            drawing = plot_data(session, start, end, run=run)
+    if totals is None:  # the rows' rounded amounts added: rows sum to the totals exactly
+        totals, waste_totals, saved_totals = row_totals(rows), row_totals(rows, "waste"), row_totals(rows, "saved")
     advice = underuse_advice_for(rows, use, settings) if use else []
     what = "chain" if by is GroupBy.chain else "run"
     not_shown = (f"{hidden} older {what}{'s' if hidden != 1 else ''} not shown (--limit {limit}); "
                  "the totals include them") if hidden else None
 
-
     if fmt is OutputFormat.json:
         sys.stdout.write(render_json(by.value, rows, totals, start, end, [a.to_dict() for a in advice],
                                      runs_not_shown=hidden or None if by is not GroupBy.chain else None,
                                      chains_not_shown=hidden or None if by is GroupBy.chain else None,
-                                     expanded=chain_runs if expand else None))
+                                     expanded=chain_runs if expand else None, waste_totals=waste_totals,
+                                     saved_totals=saved_totals, saved_horizon=horizon, as_of=now))
     elif fmt is OutputFormat.csv:
         sys.stdout.write(render_csv(rows, [f.name for f in dataclasses.fields(getattr(queries, ROW_TYPES[by]))]))
         if not_shown:
             print(f"costctl: {not_shown}", file=sys.stderr)
     else:
-        render_table(_out(), by.value, rows, totals, tz, start, end)
+        render_table(_out(), by.value, rows, totals, tz, start, end, waste_totals=waste_totals,
+                     saved_totals=saved_totals, not_shown=NotShown(hidden, what) if hidden else None,
+                     saved_horizon=horizon)
         if expand and chain_runs:
             render_table(_out(), "run", chain_runs, row_totals(chain_runs), tz, start, end,
                          title="Runs of the chains above")
@@ -244,6 +277,11 @@ def bill(
                     f"{r.provider} instance {r.instance_id}; `costctl watch --attach {r.run_id[:8]}` guards it "
                     f"again (its relay starts one when the job ends), `costctl stop {r.instance_id}` stops it",
                     soft_wrap=True)
+    if plot is not None:
+        from ..spend_plot import plot_bill
+
+        plot_bill(drawing, plot, tz)
+        print(f"costctl: plot written to {plot}", file=sys.stderr)
 
 
 def register(app: typer.Typer) -> None:

@@ -227,16 +227,21 @@ class Ledger:
         pid: int | None = None,
         continues_run_id: str | None = None,
         resumed_from: str | None = None,
+        mode: str | None = None,
     ) -> str:
         """Record a new run (status ``running``) and return its id (uuid4 hex, 32 chars).
 
         ``host`` and ``pid`` identify the watch process (see :meth:`close_lost_runs`);
         ``continues_run_id`` / ``resumed_from``: a resumed run's link to the run it continues
-        and the checkpoint it resumed from (:meth:`continued_run` finds the run).
+        and the checkpoint it resumed from (:meth:`continued_run` finds the run); ``mode``: how
+        the run is watched (:data:`costctl.ledger.tables.RUN_MODES`; None: a watch that guards).
 
         Raises:
-            LedgerError: no such instance, or the database cannot be written.
+            LedgerError: no such instance, or the database cannot be written; ValueError: an
+                unknown ``mode``.
         """
+        if mode is not None and mode not in tables.RUN_MODES:
+            raise ValueError(f"run mode {mode!r}: expected one of {', '.join(tables.RUN_MODES)} or None")
         started_at = _aware(started_at, "started_at")
         run_id = uuid.uuid4().hex
         with self._write(_("record the run")) as s:
@@ -251,6 +256,8 @@ class Ledger:
                 values["continues_run_id"] = continues_run_id
             if resumed_from is not None:
                 values["resumed_from"] = resumed_from
+            if mode is not None:
+                values["mode"] = mode
             s.connection().execute(insert(tables.runs).values(**values))
         return run_id
 
@@ -490,20 +497,25 @@ class Ledger:
             s.expunge_all()
         return runs
 
-    def resume_run(self, run_id: str, *, pid: int) -> None:
+    def resume_run(self, run_id: str, *, pid: int, mode: str | None = None) -> None:
         """A new watch (``costctl watch --attach``) took over open run ``run_id``: status
-        ``running`` again, watched by process ``pid``. Its charges go on from the newest charge
-        end of its instance (:func:`costctl.ledger.accrual.charge_start`).
+        ``running`` again, watched by process ``pid`` in ``mode`` (as :meth:`start_run`'s: the
+        run is now watched, and any stop made, the way the new watch does). Its charges go on
+        from the newest charge end of its instance (:func:`costctl.ledger.accrual.charge_start`).
 
         Raises:
-            LedgerError: no such open run, or the database cannot be written.
+            LedgerError: no such open run, or the database cannot be written; ValueError: an
+                unknown ``mode``.
         """
+        if mode is not None and mode not in tables.RUN_MODES:
+            raise ValueError(f"run mode {mode!r}: expected one of {', '.join(tables.RUN_MODES)} or None")
         with self._write(_("take over the run")) as s:
             run = s.get(Run, run_id)
             if run is None or run.ended_at is not None:
                 raise LedgerError(_("no open run {run!r} in the ledger").format(run=run_id))
             run.status = "running"
             run.pid = pid
+            run.mode = mode
 
     def finish_run(self, run_id: str, *, ended_at: datetime, exit_code: int | None, status: str,
                    use: RunUse | None = None) -> None:

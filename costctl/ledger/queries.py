@@ -9,19 +9,21 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import BigInteger, and_, case, cast, distinct, false, func, literal, or_, select, union_all
+from sqlalchemy import BigInteger, and_, case, distinct, false, func, literal, or_, select, union_all
 
-from ..clock import ensure_utc
+from ..clock import ensure_utc, utcnow
 from ..money import cost_of, round_money
 from . import tables
 from .engine import Reader, dialect_name
-from .lifecycle import GpuUse, waste_by_run
+from .lifecycle import GpuUse
+from .outcomes import DEFAULT_SAVED_HORIZON, RunStory, run_stories
+from .sqltime import epoch_us_sql
 from .timebuckets import BUCKET_S, BUCKET_US, US_PER_S, epoch_us, from_epoch_us
 
 if TYPE_CHECKING:
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 # SQLAlchemy Core only (the tables of :mod:`.tables`, no ORM): ``costctl bill`` reads through a
 # plain connection and never imports ``sqlalchemy.orm``. A session works as well.
 RUNS, INSTANCES, CHARGES = tables.runs, tables.instances, tables.charges
+DRY_RUN, ADVISE_ONLY = tables.DRY_RUN, tables.ADVISE_ONLY
 ROLLUPS, STOP_EVENTS = tables.charge_rollups, tables.stop_events
 
 
@@ -117,7 +120,13 @@ class RunBill:
     last charge when charging went on after ``ended_at``. ``price_per_hour`` is the rate of its
     newest charge (else the instance's price). ``spend`` covers the window only. ``billing`` is
     the instance's (on-demand | spot | prepaid); ``waste_s``/``waste`` the paid seconds and
-    money whose work was lost (e.g. last checkpoint → preemption), a share of ``spend``."""
+    money whose work was lost or never done, a share of ``spend``: the idle stretch before a
+    stop (``idle_waste_s``/``idle_waste``) and the work a preemption lost (last checkpoint →
+    preemption); ``saved_s``/``saved`` what its confirmed stop saved under the counterfactual of
+    :mod:`costctl.ledger.outcomes` (``saved_until``: where the counterfactual ended,
+    ``saved_bound``: why, ``next run`` / ``horizon`` / ``now``); ``stop_policy`` the policy
+    whose stop was carried through. ``dry_run``: watched with ``--dry-run`` (nothing was
+    stopped, nothing saved); ``advise_only``: watched by a watch that stops nothing."""
 
     run_id: str
     instance_id: str
@@ -139,6 +148,15 @@ class RunBill:
     stop_state: str | None = None
     stop_attempts: int | None = None
     stop_history: tuple[dict[str, Any], ...] = ()
+    idle_waste_s: float = 0.0
+    idle_waste: Decimal = Decimal(0)
+    saved_s: float = 0.0
+    saved: Decimal = Decimal(0)
+    saved_until: datetime | None = None
+    saved_bound: str | None = None
+    stop_policy: str | None = None
+    dry_run: bool = False
+    advise_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +166,9 @@ class InstanceBill:
     Prices are the rates actually charged in ``currency`` inside the window (per
     instance-hour), never the instance's current price, which may be in another currency:
     ``price_per_hour`` is the rate of the newest such charge, ``min_price_per_hour`` /
-    ``max_price_per_hour`` the range when the price changed."""
+    ``max_price_per_hour`` the range when the price changed. ``waste``/``saved`` (and their
+    seconds): its runs' waste inside the window and the savings of stops confirmed inside it
+    (:mod:`costctl.ledger.outcomes`)."""
 
     instance_id: str
     provider: str
@@ -165,12 +185,16 @@ class InstanceBill:
     last_charge_at: datetime
     duration_s: float
     spend: Decimal
+    waste_s: float = 0.0
+    waste: Decimal = Decimal(0)
+    saved_s: float = 0.0
+    saved: Decimal = Decimal(0)
 
 
 @dataclass(frozen=True, slots=True)
 class DayBill:
-    """One calendar day in the report's time zone (per currency); charges spanning midnight
-    are split at midnight."""
+    """One calendar day in the report's time zone (per currency); charges and waste spanning
+    midnight are split at midnight; a saving counts on the day its stop was confirmed."""
 
     day: date
     currency: str
@@ -178,12 +202,16 @@ class DayBill:
     instances: int
     duration_s: float
     spend: Decimal
+    waste_s: float = 0.0
+    waste: Decimal = Decimal(0)
+    saved_s: float = 0.0
+    saved: Decimal = Decimal(0)
 
 
 @dataclass(frozen=True, slots=True)
 class GpuBill:
     """One GPU type (per currency). ``gpu_hours`` counts every GPU of an instance
-    (charged instance-hours × gpu_count)."""
+    (charged instance-hours × gpu_count); waste and savings count with the run's card."""
 
     gpu: str | None
     currency: str
@@ -192,6 +220,10 @@ class GpuBill:
     duration_s: float
     gpu_hours: float
     spend: Decimal
+    waste_s: float = 0.0
+    waste: Decimal = Decimal(0)
+    saved_s: float = 0.0
+    saved: Decimal = Decimal(0)
 
 
 
@@ -231,12 +263,7 @@ def amount_of_us(rate_per_hour: Decimal, us: int) -> Decimal:
 
 def _end_us_sql(dialect: str) -> Any:
     """SQL for ``charges.end_at`` as POSIX microseconds (exact: no julianday, no float)."""
-    col = CHARGES.c.end_at
-    if dialect == "postgresql":
-        return cast(func.round(func.extract("epoch", col) * 1_000_000), BigInteger)
-    # SQLite keeps 'YYYY-MM-DD HH:MM:SS.ffffff' (UTC): whole seconds by strftime, µs by substr.
-    return (cast(func.strftime("%s", func.substr(col, 1, 19)), BigInteger) * 1_000_000
-            + cast(func.substr(col, 21, 6), BigInteger))
+    return epoch_us_sql(CHARGES.c.end_at, dialect)
 
 
 def _window(since_us: int | None, until_us: int | None
@@ -352,13 +379,56 @@ class RunPage:
     """The newest runs of a window (``rows``, oldest first, at most ``limit`` runs), the totals
     per currency over ALL runs of the window, how many runs the window has (``runs_total``)
     and how many are shown (``runs_shown``); ``use`` is the GPU use of the shown runs from
-    their summaries (runs with readable GPU samples only)."""
+    their summaries (runs with readable GPU samples only); ``waste_totals`` / ``saved_totals``
+    the waste and savings over ALL runs of the window, added as ``totals`` is."""
 
     rows: list[RunBill]
     totals: dict[str, Decimal]
     runs_total: int
     runs_shown: int
     use: dict[str, GpuUse]
+    waste_totals: dict[str, Decimal] = field(default_factory=dict)
+    saved_totals: dict[str, Decimal] = field(default_factory=dict)
+
+
+def _rounded(amount: Decimal, places: int | None) -> Decimal:
+    """``amount`` rounded half-even to ``places`` decimals (None: as is)."""
+    return amount if places is None else amount.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN)
+
+
+def story_money(stories: dict[str, RunStory]) -> dict[tuple[str, str], dict[str, Any]]:
+    """``{(run_id, currency): {"waste_s", "waste", "idle_waste_s", "idle_waste", "saved_s",
+    "saved", "saving"}}`` of runs' stories (exact amounts; ``saving`` the
+    :class:`~costctl.ledger.outcomes.Saving` or None)."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def slot(run_id: str, currency: str) -> dict[str, Any]:
+        return out.setdefault((run_id, currency), {"waste_s": 0.0, "waste": Decimal(0), "idle_waste_s": 0.0,
+                                                   "idle_waste": Decimal(0), "saved_s": 0.0, "saved": Decimal(0),
+                                                   "saving": None})
+
+    for run_id, story in stories.items():
+        for p in story.waste:
+            m = slot(run_id, p.currency)
+            m["waste_s"] += p.seconds
+            m["waste"] += p.amount
+            if p.reason == "idle":
+                m["idle_waste_s"] += p.seconds
+                m["idle_waste"] += p.amount
+        if story.saving is not None:
+            m = slot(run_id, story.saving.currency)
+            m["saved_s"], m["saved"], m["saving"] = story.saving.seconds, story.saving.amount, story.saving
+    return out
+
+
+def _story_totals(money: dict[tuple[Any, str], dict[str, Any]], name: str, places: int | None) -> dict[str, Decimal]:
+    """Per-currency totals of ``money[...][name]``, each key's amount rounded first (as rows are)."""
+    return sum_by_currency([(cur, _rounded(m[name], places)) for (_, cur), m in money.items() if m[name]])
+
+
+#: A run's waste and saving in a currency it has none in.
+_NO_MONEY: dict[str, Any] = {"waste_s": 0.0, "waste": Decimal(0), "idle_waste_s": 0.0, "idle_waste": Decimal(0),
+                             "saved_s": 0.0, "saved": Decimal(0), "saving": None}
 
 
 def _run_end_sql() -> Any:
@@ -373,7 +443,9 @@ def _run_end_sql() -> Any:
     )
 
 
-def _active_sql(since: datetime | None, until: datetime | None) -> list[Any]:
+def active_runs_sql(since: datetime | None, until: datetime | None) -> list[Any]:
+    """SQL conditions on ``runs`` for the runs active inside ``[since, until)``, as the bill counts
+    them (a run meets the window; a zero-length run counts at its instant)."""
     end = _run_end_sql()
     where = []
     if until is not None:
@@ -386,7 +458,8 @@ def _active_sql(since: datetime | None, until: datetime | None) -> list[Any]:
 def run_page(session: Reader, since: datetime | None = None, until: datetime | None = None, *,
              limit: int | None = 100, unguarded: Callable[[Row[Any]], bool] | None = None,
              places: int | None = None, run_ids: Collection[str] | None = None,
-             with_totals: bool = True) -> RunPage:
+             with_totals: bool = True, now: datetime | None = None,
+             horizon: timedelta = DEFAULT_SAVED_HORIZON, stories: dict[str, RunStory] | None = None) -> RunPage:
     """The runs active inside ``[since, until)`` (see :class:`RunBill`): the newest ``limit``
     (None: all) as rows, oldest first, with the totals over all of them. Reads the runs and
     their summaries, the rollups and the edge buckets' charges (aggregates only): never the
@@ -402,10 +475,14 @@ def run_page(session: Reader, since: datetime | None = None, until: datetime | N
 
     ``run_ids``: only these runs are counted and shown (the totals still cover every run of
     the window). ``with_totals=False``: the totals are not computed (``{}``; a caller that sums
-    the window itself, :func:`chain_page`)."""
+    the window itself, :func:`chain_page`).
+
+    Waste and savings: :func:`costctl.ledger.outcomes.run_stories` of the window's runs, at
+    ``now`` (aware UTC; default the current time) with ``horizon`` (``[bill] saved_horizon``),
+    unless the caller read them already (``stories``)."""
     since = ensure_utc(since) if since else None
     until = ensure_utc(until) if until else None
-    active = _active_sql(since, until)
+    active = active_runs_sql(since, until)
     if run_ids is not None:
         active.append(RUNS.c.id.in_(sorted(run_ids)))
     runs_total = int(session.scalar(select(func.count()).select_from(RUNS).where(*active)) or 0)
@@ -445,7 +522,13 @@ def run_page(session: Reader, since: datetime | None = None, until: datetime | N
                 newest[(run_id, currency)] = (int(last), Decimal(str(rate)))
         pks = {r.instance_pk for r in runs}
         instances = {i.id: i for i in session.execute(select(INSTANCES).where(INSTANCES.c.id.in_(pks)))}
-    wasted = waste_by_run(session, since, until)
+    if stories is None:
+        stories = run_stories(session, since, until, now=now or utcnow(), horizon=horizon, active=active)
+    money = story_money(stories)
+    if with_totals:
+        waste_totals, saved_totals = _story_totals(money, "waste", places), _story_totals(money, "saved", places)
+    else:
+        waste_totals, saved_totals = {}, {}
     stops = stop_history_by_run(session, set(ids))
     rows: list[RunBill] = []
     use: dict[str, GpuUse] = {}
@@ -459,10 +542,15 @@ def run_page(session: Reader, since: datetime | None = None, until: datetime | N
         own_currency = (run.price_currency or inst.currency) if summarized else inst.currency
         per_currency = {cur: amount for (rid, cur), amount in sorted(spend.items()) if rid == run.id} \
             or {own_currency: Decimal(0)}
+        for rid, cur in money:  # waste or a saving in a currency the window charged nothing in
+            if rid == run.id and cur not in per_currency:
+                per_currency[cur] = Decimal(0)
+        story = stories.get(run.id)
         if summarized and (run.peak_memory_bytes is not None or run.mean_utilization is not None):
             use[run.id] = GpuUse(run.peak_memory_bytes, run.memory_total_bytes, run.mean_utilization,
                                  int(run.gpu_samples or 0))
         for currency, amount in per_currency.items():
+            m = money.get((run.id, currency), _NO_MONEY)
             if (run.id, currency) in newest:
                 price: Decimal | None = newest[(run.id, currency)][1]
             elif summarized and run.price_currency == currency:
@@ -486,13 +574,22 @@ def run_page(session: Reader, since: datetime | None = None, until: datetime | N
                 exit_code=run.exit_code,
                 host=run.host,
                 billing=(run.billing if summarized else inst.billing) or inst.billing,
-                waste_s=wasted[(run.id, currency)].seconds if (run.id, currency) in wasted else 0.0,
-                waste=wasted[(run.id, currency)].amount if (run.id, currency) in wasted else Decimal(0),
+                waste_s=m["waste_s"],
+                waste=m["waste"],
                 stop_state=stops[run.id][-1]["state"] if run.id in stops else None,
                 stop_attempts=max(e["attempt"] for e in stops[run.id]) if run.id in stops else None,
                 stop_history=tuple(stops.get(run.id, ())),
+                idle_waste_s=m["idle_waste_s"],
+                idle_waste=m["idle_waste"],
+                saved_s=m["saved_s"],
+                saved=m["saved"],
+                saved_until=m["saving"].until if m["saving"] is not None else None,
+                saved_bound=m["saving"].bound if m["saving"] is not None else None,
+                stop_policy=story.stop_policy if story is not None else None,
+                dry_run=run.mode == DRY_RUN,
+                advise_only=run.mode == ADVISE_ONLY,
             ))
-    return RunPage(rows, totals, runs_total, len(runs), use)
+    return RunPage(rows, totals, runs_total, len(runs), use, waste_totals, saved_totals)
 
 
 def bill_by_run(session: Reader, since: datetime | None = None, until: datetime | None = None, *,
@@ -528,7 +625,8 @@ class ChainBill:
     newest one's end (None while it runs); ``status``/``exit_code`` the newest run's;
     ``preemptions`` the runs that ended preempted; ``resumes`` the runs that resumed from a
     checkpoint (the newest's checkpoint in ``resumed_from``); ``duration_s``, ``spend``,
-    ``waste_s``, ``waste`` the sums over its runs (as :class:`RunBill` counts them)."""
+    ``waste_s``, ``waste``, ``saved_s``, ``saved`` the sums over its runs (as :class:`RunBill`
+    counts them); ``dry_runs`` how many of its runs were dry runs."""
 
     chain_id: str
     runs: int
@@ -548,20 +646,26 @@ class ChainBill:
     resumed_from: str | None
     waste_s: float = 0.0
     waste: Decimal = Decimal(0)
+    saved_s: float = 0.0
+    saved: Decimal = Decimal(0)
+    dry_runs: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class ChainPage:
     """The newest chains of a window (``rows``, oldest first, at most ``limit`` chains), the
     totals per currency over ALL chains of the window (the sums of each chain's rounded spend,
-    as :func:`run_page`'s), how many chains the window has and how many are shown, and the
-    :class:`RunBill` rows of the shown chains' runs (``--expand``)."""
+    as :func:`run_page`'s; ``waste_totals`` / ``saved_totals`` likewise), how many chains the
+    window has and how many are shown, and the :class:`RunBill` rows of the shown chains' runs
+    (``--expand``)."""
 
     rows: list[ChainBill]
     totals: dict[str, Decimal]
     chains_total: int
     chains_shown: int
     runs: list[RunBill]
+    waste_totals: dict[str, Decimal] = field(default_factory=dict)
+    saved_totals: dict[str, Decimal] = field(default_factory=dict)
 
 
 def chain_roots(session: Reader) -> dict[str, str]:
@@ -587,20 +691,22 @@ def chain_roots(session: Reader) -> dict[str, str]:
 
 def chain_page(session: Reader, since: datetime | None = None, until: datetime | None = None, *,
                limit: int | None = 100, unguarded: Callable[[Row[Any]], bool] | None = None,
-               places: int = 6) -> ChainPage:
+               places: int = 6, now: datetime | None = None,
+               horizon: timedelta = DEFAULT_SAVED_HORIZON) -> ChainPage:
     """The chains of runs active inside ``[since, until)`` (see :class:`ChainBill`): the newest
     ``limit`` (None: all; ordered by their newest run's start) as rows, oldest first, with the
     totals over all of them. Aggregates only (the runs' ids and links, one sum per run and
     rate): never a charge row, never the samples.
 
     ``places``: each chain's amount is rounded half-even to ``places`` decimals and the totals
-    are the sums of those rounded amounts, so the rows of a complete bill add up to its totals."""
+    are the sums of those rounded amounts, so the rows of a complete bill add up to its totals.
+    Waste and savings as :func:`run_page` reads them (``now``, ``horizon``)."""
     since = ensure_utc(since) if since else None
     until = ensure_utc(until) if until else None
     roots = chain_roots(session)
     ordered: list[str] = []  # chains, newest first (by their newest run active in the window)
     members: dict[str, list[str]] = defaultdict(list)
-    for run in session.execute(select(RUNS.c.id).where(*_active_sql(since, until))
+    for run in session.execute(select(RUNS.c.id).where(*active_runs_sql(since, until))
                                .order_by(RUNS.c.started_at.desc(), RUNS.c.id.desc())):
         root = roots.get(run.id, run.id)
         if root not in members:
@@ -615,10 +721,19 @@ def chain_page(session: Reader, since: datetime | None = None, until: datetime |
         per_chain[(roots.get(run_id, run_id), currency)] += amount_of_us(Decimal(str(rate)), us)
     totals = sum_by_currency([(cur, round_money(amount, places))
                               for (_, cur), amount in per_chain.items()])
+    stories = run_stories(session, since, until, now=now or utcnow(), horizon=horizon,
+                          active=active_runs_sql(since, until))
+    chain_money: dict[tuple[str, str], dict[str, Any]] = {}
+    for (run_id, cur), m in story_money(stories).items():
+        c = chain_money.setdefault((roots.get(run_id, run_id), cur), {"waste": Decimal(0), "saved": Decimal(0)})
+        c["waste"] += m["waste"]
+        c["saved"] += m["saved"]
+    waste_totals = _story_totals(chain_money, "waste", places)
+    saved_totals = _story_totals(chain_money, "saved", places)
     shown = ordered if limit is None else ordered[:limit]
     wanted = {run_id for root in shown for run_id in members[root]}
     runs = run_page(session, since, until, limit=None, unguarded=unguarded, run_ids=wanted,
-                    with_totals=False).rows if wanted else []
+                    with_totals=False, stories=stories).rows if wanted else []
     resumed = {r.id: r.resumed_from for r in session.execute(
         select(RUNS.c.id, RUNS.c.resumed_from).where(RUNS.c.id.in_(sorted(wanted))))} if wanted else {}
     by_chain: dict[tuple[str, str], list[RunBill]] = defaultdict(list)
@@ -640,18 +755,61 @@ def chain_page(session: Reader, since: datetime | None = None, until: datetime |
                 preemptions=sum(1 for r in group if r.status == "preempted"),
                 resumes=sum(1 for i in ids if resumed.get(i)), resumed_from=newest_resume,
                 waste_s=sum(r.waste_s for r in group), waste=sum((r.waste for r in group), Decimal(0)),
+                saved_s=sum(r.saved_s for r in group), saved=sum((r.saved for r in group), Decimal(0)),
+                dry_runs=sum(1 for i in ids if any(r.dry_run for r in group if r.run_id == i)),
             ))
-    return ChainPage(rows, totals, len(ordered), len(shown), runs)
+    return ChainPage(rows, totals, len(ordered), len(shown), runs, waste_totals, saved_totals)
 
 
 # --------------------------------------------------------------------------- other groupings
 
 
+def grouped_story_money(stories: dict[str, RunStory], key: Callable[[RunStory], Any] | None = None, *,
+                        tz: ZoneInfo | None = None) -> dict[tuple[Any, str], dict[str, Any]]:
+    """Waste and savings of ``stories`` per ``(key, currency)``: ``{"waste_s", "waste",
+    "saved_s", "saved", "first"}`` (exact amounts; ``first`` the earliest time counted, aware
+    UTC). ``key(story)`` gives a run's group; with ``tz`` the group is the local day instead:
+    waste split at the midnights of ``tz``, a saving on the day its stop was confirmed."""
+    out: dict[tuple[Any, str], dict[str, Any]] = {}
+
+    def slot(k: Any, currency: str, when: datetime) -> dict[str, Any]:
+        m = out.setdefault((k, currency), {"waste_s": 0.0, "waste": Decimal(0), "saved_s": 0.0, "saved": Decimal(0),
+                                           "first": when})
+        m["first"] = min(m["first"], when)
+        return m
+
+    for story in stories.values():
+        for p in story.waste:
+            if tz is None:
+                parts = [(key(story) if key else None, p.start, p.end)]
+            else:
+                parts = split_at_midnights(p.start, p.end, tz) or [(p.start.astimezone(tz).date(), p.start, p.end)]
+            for k, a, b in parts:
+                m = slot(k, p.currency, a)
+                m["waste_s"] += (b - a).total_seconds()
+                m["waste"] += cost_of(p.rate_per_hour, b - a)
+        if story.saving is not None:
+            sv = story.saving
+            k = sv.at.astimezone(tz).date() if tz is not None else (key(story) if key else None)
+            m = slot(k, sv.currency, sv.at)
+            m["saved_s"] += sv.seconds
+            m["saved"] += sv.amount
+    return out
+
+
+def _money_fields(m: dict[str, Any] | None) -> dict[str, Any]:
+    """``waste_s``, ``waste``, ``saved_s``, ``saved`` of a :func:`grouped_story_money` entry (zeros for None)."""
+    m = m or _NO_MONEY
+    return {"waste_s": m["waste_s"], "waste": m["waste"], "saved_s": m["saved_s"], "saved": m["saved"]}
+
+
 def bill_by_instance(
-    session: Reader, since: datetime | None = None, until: datetime | None = None
+    session: Reader, since: datetime | None = None, until: datetime | None = None, *,
+    now: datetime | None = None, horizon: timedelta = DEFAULT_SAVED_HORIZON,
 ) -> list[InstanceBill]:
-    """Instances with charges inside ``[since, until)``, one row per currency charged in, by
-    first charge (see :class:`InstanceBill` for which rate is shown)."""
+    """Instances with charges (or waste, or a saving) inside ``[since, until)``, one row per
+    currency, by first charge (see :class:`InstanceBill` for which rate is shown); waste and
+    savings as :func:`run_page` reads them (``now``, ``horizon``)."""
     S = window_slices(session, since, until)
     groups: dict[tuple[int, str], dict[str, Any]] = {}
     for pk, currency, rate, us, first, last in session.execute(
@@ -668,10 +826,19 @@ def bill_by_instance(
             g["newest"] = (last, rate)
     runs = {(pk, cur): int(n) for pk, cur, n in session.execute(
         select(S.c.instance_pk, S.c.currency, func.count(distinct(S.c.run_id))).group_by(S.c.instance_pk, S.c.currency))}
+    stories = run_stories(session, since, until, now=now or utcnow(), horizon=horizon,
+                          active=active_runs_sql(since, until))
+    money = grouped_story_money(stories, lambda story: story.instance_pk)
+    for (pk, currency), m in money.items():  # waste or a saving where the window charged nothing
+        if (pk, currency) not in groups:
+            at = epoch_us(m["first"])
+            groups[(pk, currency)] = {"us": 0, "spend": Decimal(0), "rates": [], "first": at, "last": at,
+                                      "newest": (at, None)}
     instances = {i.id: i for i in session.execute(select(INSTANCES).where(INSTANCES.c.id.in_({pk for pk, _ in groups})))}
     rows = []
     for (pk, currency), g in groups.items():
         inst = instances[pk]
+        m = money.get((pk, currency), _NO_MONEY)
         rows.append(InstanceBill(
             instance_id=inst.provider_instance_id,
             provider=inst.provider,
@@ -680,14 +847,18 @@ def bill_by_instance(
             billing=inst.billing,
             region=inst.region,
             price_per_hour=g["newest"][1],
-            min_price_per_hour=min(g["rates"]),
-            max_price_per_hour=max(g["rates"]),
+            min_price_per_hour=min(g["rates"], default=None),
+            max_price_per_hour=max(g["rates"], default=None),
             currency=currency,
             runs=runs.get((pk, currency), 0),
             first_charge_at=from_epoch_us(int(g["first"])),
             last_charge_at=from_epoch_us(int(g["last"])),
             duration_s=_s(g["us"]),
             spend=g["spend"],
+            waste_s=m["waste_s"],
+            waste=m["waste"],
+            saved_s=m["saved_s"],
+            saved=m["saved"],
         ))
     return sorted(rows, key=lambda r: (r.first_charge_at, r.instance_id, r.currency))
 
@@ -730,11 +901,13 @@ def local_day_sql(bucket_s: Any, tz: ZoneInfo, first_s: int, last_s: int) -> Any
 
 
 def bill_by_day(
-    session: Reader, tz: ZoneInfo, since: datetime | None = None, until: datetime | None = None
+    session: Reader, tz: ZoneInfo, since: datetime | None = None, until: datetime | None = None, *,
+    now: datetime | None = None, horizon: timedelta = DEFAULT_SAVED_HORIZON,
 ) -> list[DayBill]:
     """Spend per local day of ``tz`` inside ``[since, until)``, oldest first (days of 23 or 25
     hours and zones 15 or 30 minutes off UTC exact: days are made of whole UTC 15-minute
-    buckets, the cut edges of the window clipped in SQL)."""
+    buckets, the cut edges of the window clipped in SQL); waste and savings as
+    :func:`run_page` reads them (``now``, ``horizon``), by :func:`grouped_story_money`'s days."""
     R = ROLLUPS
     # Two statements: each min/max alone is one step down the bucket_s index.
     lo = session.scalar(select(func.min(R.c.bucket_s)))
@@ -754,16 +927,26 @@ def bill_by_day(
         select(day, S.c.currency, func.count(distinct(S.c.run_id)), func.count(distinct(S.c.instance_pk)))
         .group_by(day, S.c.currency))}
     epoch_day = date(1970, 1, 1)
+    stories = run_stories(session, since, until, now=now or utcnow(), horizon=horizon,
+                          active=active_runs_sql(since, until))
+    money = grouped_story_money(stories, tz=tz)
+    for day_date, currency in money:  # waste or a saving on a day the window charged nothing
+        d = (day_date - epoch_day).days
+        if (d, currency) not in spend:
+            spend[(d, currency)] = Decimal(0)
     return [
-        DayBill(day=epoch_day + timedelta(days=d), currency=currency, runs=counts[(d, currency)][0],
-                instances=counts[(d, currency)][1], duration_s=_s(us_by[(d, currency)]), spend=amount)
+        DayBill(day=epoch_day + timedelta(days=d), currency=currency, runs=counts.get((d, currency), (0, 0))[0],
+                instances=counts.get((d, currency), (0, 0))[1], duration_s=_s(us_by.get((d, currency), 0)),
+                spend=amount, **_money_fields(money.get((epoch_day + timedelta(days=d), currency))))
         for (d, currency), amount in sorted(spend.items())
     ]
 
 
-def bill_by_gpu(session: Reader, since: datetime | None = None, until: datetime | None = None) -> list[GpuBill]:
+def bill_by_gpu(session: Reader, since: datetime | None = None, until: datetime | None = None, *,
+                now: datetime | None = None, horizon: timedelta = DEFAULT_SAVED_HORIZON) -> list[GpuBill]:
     """Spend per GPU type inside ``[since, until)``, by spend, largest first. A run counts with
-    the card it ran on (its summary); an open run with its instance's current card."""
+    the card it ran on (its summary); an open run with its instance's current card. Waste and
+    savings as :func:`run_page` reads them (``now``, ``horizon``)."""
     W = window_slices(session, since, until)
     # Summed per run first, so the join to the runs meets one row per run and rate.
     S = (select(W.c.run_id, W.c.instance_pk, W.c.currency, W.c.rate_per_hour, func.sum(W.c.us).label("us"))
@@ -784,10 +967,16 @@ def bill_by_gpu(session: Reader, since: datetime | None = None, until: datetime 
     counts = {(g, cur): (int(r), int(i)) for g, cur, r, i in session.execute(
         select(gpu, S.c.currency, func.count(distinct(S.c.run_id)), func.count(distinct(S.c.instance_pk)))
         .select_from(joined).group_by(gpu, S.c.currency))}
+    stories = run_stories(session, since, until, now=now or utcnow(), horizon=horizon,
+                          active=active_runs_sql(since, until))
+    money = grouped_story_money(stories, lambda story: story.gpu)
+    for key in money:  # waste or a saving where the window charged nothing
+        spend.setdefault(key, Decimal(0))
     rows = [
-        GpuBill(gpu=g, currency=currency, runs=counts[(g, currency)][0], instances=counts[(g, currency)][1],
-                duration_s=_s(us_by[(g, currency)]), gpu_hours=gpu_us[(g, currency)] / 3_600_000_000,
-                spend=amount)
+        GpuBill(gpu=g, currency=currency, runs=counts.get((g, currency), (0, 0))[0],
+                instances=counts.get((g, currency), (0, 0))[1], duration_s=_s(us_by.get((g, currency), 0)),
+                gpu_hours=gpu_us.get((g, currency), 0) / 3_600_000_000, spend=amount,
+                **_money_fields(money.get((g, currency))))
         for (g, currency), amount in spend.items()
     ]
     return sorted(rows, key=lambda r: (r.currency, -r.spend, r.gpu or ""))

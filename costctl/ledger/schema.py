@@ -123,6 +123,9 @@ class Run(Base):
     #: resumed from (None for a fresh start). ``costctl bill --by chain`` follows these links.
     continues_run_id: Mapped[str | None]
     resumed_from: Mapped[str | None]
+    #: How the run was watched: :data:`costctl.ledger.tables.RUN_MODES` (``dry-run``: stops recorded, nothing
+    #: stopped; ``advise-only``: every stop recorded as advice), None for a watch that guards.
+    mode: Mapped[str | None]
 
     instance: Mapped[Instance] = relationship(back_populates="runs")
 

@@ -42,6 +42,11 @@ NAMING_CONVENTION = {
 #: The ledger's schema (Alembic's target metadata).
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
+#: ``runs.mode`` values: a dry run (``costctl watch --dry-run``: stops recorded, nothing stopped)
+#: and an advise-only watch (every stop recorded as advice). NULL: a watch that guards.
+DRY_RUN, ADVISE_ONLY = "dry-run", "advise-only"
+RUN_MODES = (DRY_RUN, ADVISE_ONLY)
+
 #: Surrogate keys of the high-volume tables: BIGINT on PostgreSQL, INTEGER (rowid) on SQLite.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
@@ -98,6 +103,9 @@ runs = Table(
     # not a foreign key: the bill follows the links to show a job's chain of runs.
     Column("continues_run_id", String(32), index=True),
     Column("resumed_from", Text),
+    # How the run was watched: "dry-run", "advise-only", or NULL for a watch that guards
+    # (stops the instance when a policy says so). The bill marks the first two.
+    Column("mode", String(16)),
 )
 
 samples = Table(
@@ -275,5 +283,5 @@ stop_events = Table(
     Index("ix_stop_events_run_id_time", "run_id", "time"),
 )
 
-__all__ = ["BigId", "NAMING_CONVENTION", "metadata", "instances", "runs", "samples", "progress", "sample_minutes",
+__all__ = ["ADVISE_ONLY", "DRY_RUN", "RUN_MODES", "BigId", "NAMING_CONVENTION", "metadata", "instances", "runs", "samples", "progress", "sample_minutes",
            "progress_buckets", "charges", "charge_rollups", "decisions", "checkpoints", "waste", "stop_events"]

@@ -20,7 +20,12 @@ from .analysis import Analysis
 _COLOURS = {"stop": "tab:red", "advise": "tab:orange", "warn": "tab:olive"}
 
 
-def _pyplot():
+def pyplot():
+    """``matplotlib.pyplot`` on the non-interactive Agg backend.
+
+    Raises:
+        UsageError: matplotlib is not installed (one line naming the extra to install).
+    """
     try:
         import matplotlib
 
@@ -42,7 +47,7 @@ def plot_analysis(a: Analysis, path: Path, progress: list[ProgressPoint] | None 
     Raises:
         UsageError: matplotlib missing, or the file cannot be written.
     """
-    plt = _pyplot()
+    plt = pyplot()
     timed = [p for p in (progress or []) if p.time is not None]
     own_axis = a.train_log is not None and not timed
     panels = ["util"] if a.gpu_log is not None else []

@@ -51,6 +51,7 @@ from ..ledger.db import Ledger
 from ..ledger.lifecycle import spot_exposure
 from ..ledger.progress_store import ProgressStore
 from ..ledger.spend import SpendTracker
+from ..ledger.tables import ADVISE_ONLY, DRY_RUN
 from ..ledger.writer import LedgerWriter, Ticket
 from ..lifecycle.controller import Lifecycle
 from ..notify.dispatch import Notifier
@@ -317,6 +318,11 @@ class Watcher:
         """This watch stops nothing: ``--dry-run``, or a stop route of ``none`` (``--advise-only``)."""
         return self.options.dry_run or (self.route is not None and not self.route.stops)
 
+    def _run_mode(self, route: StopRoute) -> str | None:
+        """The run's ``runs.mode`` in the ledger: ``dry-run`` (``--dry-run``), ``advise-only``
+        (a stop route of ``none``), else None (this watch stops the instance when told to)."""
+        return DRY_RUN if self.options.dry_run else None if route.stops else ADVISE_ONLY
+
     def _before_self_stop(self) -> None:
         """A self-stop is about to run (the machine may power off under this process): charge up
         to now, record the run as ended by the stop, and wait (up to :data:`SELF_STOP_FLUSH_S`)
@@ -508,7 +514,7 @@ class Watcher:
         if target is not None:  # --attach: the same ledger run, its log, its job
             self.log_path = target.log_path
             self.checkpoint_request = target.log_path.with_suffix(".checkpoint-request")
-            self.ledger.resume_run(target.run_id, pid=os.getpid())
+            self.ledger.resume_run(target.run_id, pid=os.getpid(), mode=self._run_mode(route))
             run_id, run_started_at = target.run_id, target.started_at
             self._spend_before = self.ledger.spend(run_id=run_id).get(rate.currency, Decimal(0))
         else:
@@ -521,7 +527,7 @@ class Watcher:
             run_id = self.ledger.start_run(
                 instance_pk, started_at=self.started_at, command=self.options.command,
                 log_path=str(self.log_path), host=socket.gethostname(), pid=os.getpid(),
-                continues_run_id=continues, resumed_from=resume_from,
+                continues_run_id=continues, resumed_from=resume_from, mode=self._run_mode(route),
             )
             run_started_at = self.started_at
         self._state = RunState(provider=provider.name, instance_id=instance_id, instance=inst, rate=rate,
