@@ -393,7 +393,7 @@ class RunPage:
 
 def _rounded(amount: Decimal, places: int | None) -> Decimal:
     """``amount`` rounded half-even to ``places`` decimals (None: as is)."""
-    return amount if places is None else amount.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN)
+    return amount if places is None else round_money(amount, places)
 
 
 def story_money(stories: dict[str, RunStory]) -> dict[tuple[str, str], dict[str, Any]]:
