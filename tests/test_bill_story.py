@@ -201,7 +201,7 @@ def test_a_bad_horizon_is_one_line(db_url, capsys, monkeypatch):
     monkeypatch.setenv("COSTCTL_BILL__SAVED_HORIZON", "90d")
     assert main(["bill", "--db", db_url]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "bill.saved_horizon" in err and "from 1h to 720h" in err
+    assert err.count("\n") == 1 and "COSTCTL_BILL__SAVED_HORIZON" in err and "from 1h to 720h" in err
 
 
 # ------------------------------------------------------------------ a real watch
