@@ -288,6 +288,9 @@ class IdleFractionPolicy(Policy):
         signal_list = [s for s in ("gpu", "cpu", "ssh", "jupyter", "progress") if s in signals]
         fraction = busy / window.total_seconds()
         evidence = {
+            # the bill's waste runs from here to the stop (costctl.ledger.outcomes): the window was
+            # idle for all but busy_fraction of it
+            "idle_since": iso(start),
             "window_start": iso(start),
             "window_end": iso(now),
             "time_window_s": window.total_seconds(),
