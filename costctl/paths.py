@@ -102,15 +102,17 @@ def runtime_dir() -> Path:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         info = path.lstat()
     except OSError as exc:
-        raise ConfigError(f"runtime dir {path} cannot be created: {exc.strerror}") from None
+        raise ConfigError(_("runtime dir {path} cannot be created: {reason}").format(
+            path=path, reason=exc.strerror)) from None
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise ConfigError(f"runtime dir {path} is not a directory owned by this user (uid {os.getuid()})")
+        raise ConfigError(_("runtime dir {path} is not a directory owned by this user (uid {uid})").format(
+            path=path, uid=os.getuid()))
     if info.st_mode & 0o077:
         try:
             path.chmod(0o700)
         except OSError as exc:
-            raise ConfigError(f"runtime dir {path} is open to other users and cannot be closed: "
-                              f"{exc.strerror}") from None
+            raise ConfigError(_("runtime dir {path} is open to other users and cannot be closed: {reason}").format(
+                path=path, reason=exc.strerror)) from None
     return path
 
 

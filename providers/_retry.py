@@ -38,6 +38,7 @@ from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
 from costctl.errors import ProviderError
+from costctl.i18n import _, ngettext
 
 from .errors import is_transient
 
@@ -177,7 +178,7 @@ def call_with_retries(
 def _detail(exc: BaseException | None, provider: str, operation: str = "") -> str:
     """The error's text without the ``"<provider>: "`` prefix, and without a repeat of
     ``operation`` at its start or as its ``" on <operation>"`` tail."""
-    text = str(exc) if exc is not None else "unknown failure"
+    text = str(exc) if exc is not None else _("unknown failure")
     prefix = f"{provider}: "
     if text.startswith(prefix):
         text = text[len(prefix):]
@@ -188,20 +189,41 @@ def _detail(exc: BaseException | None, provider: str, operation: str = "") -> st
     return text
 
 
+def _detail_with_note(detail: str, requested: float | None, cap: float) -> str:
+    """``detail`` with the provider's ``Retry-After`` (and its cap) in the current language, one
+    whole pattern per case."""
+    if requested is None:
+        return detail
+    if requested > cap:
+        return _("{detail} (Retry-After {requested:g}s, capped at {cap:g}s)").format(
+            detail=detail, requested=requested, cap=cap)
+    return _("{detail} (Retry-After {requested:g}s)").format(detail=detail, requested=requested)
+
+
 def _final(
     exc: ProviderError, *, provider: str, operation: str, count: int, idempotent: bool,
     deadline: _Deadline, policy: RetryPolicy, redact: Callable[[str], str],
 ) -> ProviderError:
-    plural = "attempt" if count == 1 else "attempts"
-    why = ""
-    if is_transient(exc):
-        if not idempotent:
-            why = f" (not retried: {operation} is not idempotent)"
-        elif deadline.hit:
-            why = f" (retry deadline {policy.deadline_s:g}s reached)"
-    note = retry_after_note(getattr(exc, "retry_after_s", None), policy.retry_after_max_s)
-    detail = _detail(exc, provider, operation) + (f" ({note})" if note else "")
-    message = redact(f"{provider}: {operation} failed after {count} {plural}{why}: {detail}")
+    """The error that leaves the loop: ``exc`` with the message "<provider>: <operation> failed
+    after N attempts[ (why not more)]: <detail>" in the current language (one sentence per case,
+    the count's plural by :func:`~costctl.i18n.ngettext`)."""
+    detail = _detail_with_note(_detail(exc, provider, operation), getattr(exc, "retry_after_s", None),
+                               policy.retry_after_max_s)
+    shape = dict(provider=provider, operation=operation, count=count, detail=detail, deadline=policy.deadline_s)
+    if is_transient(exc) and not idempotent:
+        said = ngettext("{provider}: {operation} failed after {count} attempt (not retried: {operation} is not "
+                        "idempotent): {detail}",
+                        "{provider}: {operation} failed after {count} attempts (not retried: {operation} is not "
+                        "idempotent): {detail}", count)
+    elif is_transient(exc) and deadline.hit:
+        said = ngettext("{provider}: {operation} failed after {count} attempt (retry deadline {deadline:g}s "
+                        "reached): {detail}",
+                        "{provider}: {operation} failed after {count} attempts (retry deadline {deadline:g}s "
+                        "reached): {detail}", count)
+    else:
+        said = ngettext("{provider}: {operation} failed after {count} attempt: {detail}",
+                        "{provider}: {operation} failed after {count} attempts: {detail}", count)
+    message = redact(said.format(**shape))
     out = copy.copy(exc)
     out.args = (message,)
     out.message = message

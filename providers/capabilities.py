@@ -20,12 +20,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from costctl.i18n import _
+
 
 @dataclass(frozen=True)
 class Capability:
     """One capability: supported or not; ``reason`` says why not (None when supported).
 
-    Truthy exactly when supported, so ``if caps.stop:`` reads as before."""
+    Truthy exactly when supported, so ``if caps.stop:`` reads as before. ``reason`` is a clause
+    in the language shown (adapters write ``no(_("..."))``: declared at import, after the
+    language is chosen)."""
 
     supported: bool
     reason: str | None = None
@@ -34,7 +38,10 @@ class Capability:
         return self.supported
 
     def __str__(self) -> str:
-        return "yes" if self.supported else f"no ({self.reason or 'not supported'})"
+        """``yes``, or ``no (<reason>)`` in the current language."""
+        if self.supported:
+            return _("yes")
+        return _("no ({reason})").format(reason=self.reason or _("not supported"))
 
 
 def yes() -> Capability:
@@ -78,15 +85,15 @@ def _coerce(value: Any, name: str) -> Capability:
     if isinstance(value, Capability):
         return value
     if isinstance(value, bool):
-        return Capability(True) if value else Capability(False, f"{name.replace('_', ' ')} is not supported")
+        return Capability(True) if value else Capability(
+            False, _("{capability} is not supported").format(capability=name.replace("_", " ")))
     if isinstance(value, str):
         return Capability(False, value)
     raise TypeError(f"capability {name}: expected a bool, a Capability or a reason string, not {value!r}")
 
 
 #: Why ``move_job`` is absent on a real provider (the default).
-NO_MOVE = ("the job runs on the rented machine; costctl does not copy it to another instance, "
-           "it advises")
+NO_MOVE = _("the job runs on the rented machine; costctl does not copy it to another instance, it advises")
 
 
 @dataclass(frozen=True)
@@ -116,16 +123,16 @@ class Capabilities:
     stop: Capability = Capability(True)
     start: Capability = Capability(True)
     release: Capability = Capability(True)
-    create: Capability = Capability(False, "this adapter cannot rent new instances")
-    list_offers: Capability = Capability(False, "this adapter cannot list prices")
+    create: Capability = Capability(False, _("this adapter cannot rent new instances"))
+    list_offers: Capability = Capability(False, _("this adapter cannot list prices"))
     move_job: Capability = Capability(False, NO_MOVE)
-    self_stop: Capability = Capability(False, "the instance is stopped through the provider's API only")
-    spot: Capability = Capability(False, "no interruptible instances")
-    change_gpu: Capability = Capability(False, "the card of an instance cannot be changed")
-    balance: Capability = Capability(False, "the account balance cannot be read")
-    billing_records: Capability = Capability(False, "invoices cannot be read")
-    price_list: Capability = Capability(False, "its offers are individual listings, not a price list")
-    preemption_notice: Capability = Capability(False, "no warning inside the guest before a preemption")
+    self_stop: Capability = Capability(False, _("the instance is stopped through the provider's API only"))
+    spot: Capability = Capability(False, _("no interruptible instances"))
+    change_gpu: Capability = Capability(False, _("the card of an instance cannot be changed"))
+    balance: Capability = Capability(False, _("the account balance cannot be read"))
+    billing_records: Capability = Capability(False, _("invoices cannot be read"))
+    price_list: Capability = Capability(False, _("its offers are individual listings, not a price list"))
+    preemption_notice: Capability = Capability(False, _("no warning inside the guest before a preemption"))
 
     def __init__(self, offers: Any = None, **kwargs: Any) -> None:
         if offers is not None:
@@ -160,7 +167,7 @@ class Capabilities:
 
     def absent(self) -> dict[str, str]:
         """The capabilities not supported, each with its reason."""
-        return {k: v.reason or "not supported" for k, v in self.as_dict().items() if not v}
+        return {k: v.reason or _("not supported") for k, v in self.as_dict().items() if not v}
 
 
 # ----------------------------------------------------------------------------- storage
@@ -236,19 +243,40 @@ class Storage:
 
     def warning(self, path: str, where: str, provider: str) -> str | None:
         """One line when checkpoints at ``where`` (``path`` as configured) would not survive a
-        stop on ``provider``'s machine; None when they would."""
+        stop on ``provider``'s machine; None when they would. A whole sentence in the current
+        language, one per case (with or without the path's note, the surviving paths, the
+        reason others do not survive)."""
         hit = self.find(where)
         keep = ", ".join(p.path for p in self.surviving)
+        shape = dict(path=path, provider=provider, keep=keep)
         if hit is not None:
             if hit.survives:
                 return None
-            what = f" ({hit.note})" if hit.note else ""
-            return (f"checkpoint path {path} is under {hit.path}{what}, which {provider} does not keep "
-                    f"across a stop" + (f"; keep checkpoints under {keep}" if keep else ""))
+            shape.update(prefix=hit.path, note=hit.note)
+            if hit.note and keep:
+                said = _("checkpoint path {path} is under {prefix} ({note}), which {provider} does not keep across "
+                         "a stop; keep checkpoints under {keep}")
+            elif hit.note:
+                said = _("checkpoint path {path} is under {prefix} ({note}), which {provider} does not keep across "
+                         "a stop")
+            elif keep:
+                said = _("checkpoint path {path} is under {prefix}, which {provider} does not keep across a stop; "
+                         "keep checkpoints under {keep}")
+            else:
+                said = _("checkpoint path {path} is under {prefix}, which {provider} does not keep across a stop")
+            return said.format(**shape)
         if self.others_survive:
             return None
-        why = f": {self.others_note}" if self.others_note else ""
-        return f"checkpoint path {path} is outside {keep or 'the surviving storage'} on {provider}{why}"
+        shape.update(why=self.others_note)
+        if keep and self.others_note:
+            said = _("checkpoint path {path} is outside {keep} on {provider}: {why}")
+        elif keep:
+            said = _("checkpoint path {path} is outside {keep} on {provider}")
+        elif self.others_note:
+            said = _("checkpoint path {path} is outside the surviving storage on {provider}: {why}")
+        else:
+            said = _("checkpoint path {path} is outside the surviving storage on {provider}")
+        return said.format(**shape)
 
 
 __all__ = ["Capabilities", "Capability", "NO_MOVE", "SelfStop", "Storage", "StoragePath", "find_executable", "no",

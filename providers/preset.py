@@ -8,8 +8,12 @@ the credential it needs) as data, each choice with the sentence that explains it
     class AutoDLProvider(HttpProvider):
         config_preset = ConfigPreset(
             display_name="AutoDL",
-            keys=(PresetKey("instance", "currency", "CNY", "AutoDL bills in yuan."), ...),
+            keys=(PresetKey("instance", "currency", "CNY", _("AutoDL bills in yuan.")), ...),
         )
+
+Every sentence a preset holds goes through :func:`costctl.i18n._` where the preset is declared
+(a module constant, built when the adapter is first imported, after the language is chosen), so
+``costctl init`` writes its comments in the language shown (Simplified Chinese or English).
 
 An adapter without a preset gets the example config with only ``[instance] provider`` set.
 """
@@ -32,7 +36,8 @@ class PresetKey:
             config must already show the key there (set or commented out).
         key: the key.
         value: the value written; None writes the key commented out, showing ``example``.
-        why: the comment: why this value on this provider's machines (whole sentences).
+        why: the comment: why this value on this provider's machines (whole sentences, in the
+            language shown).
         example: the value a commented-out key shows (ignored when ``value`` is set).
     """
 
@@ -49,7 +54,8 @@ class ConfigPreset:
 
     Attributes:
         display_name: the provider as people call it, for the file's header (``"AutoDL"``).
-        summary: header lines: the choices in a few words, each a whole sentence.
+        summary: header lines: the choices in a few words, each a whole sentence (in the language
+            shown, as every sentence here).
         keys: the keys written, each with its reason (:class:`PresetKey`).
         default_gpu: the card ``[instance] gpu`` names when ``init`` is given no ``--gpu`` (its
             price, from costctl's price table, becomes the ``price_per_hour`` fallback); None

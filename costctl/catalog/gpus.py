@@ -20,6 +20,7 @@ from functools import lru_cache
 from importlib import resources
 
 from ..errors import ConfigError
+from ..i18n import _
 
 GIB = 1024**3
 
@@ -140,13 +141,15 @@ class Catalog:
                 key = _key(spelling)
                 other = index.get(key)
                 if other is not None and other != model.name:
-                    raise ConfigError(f"GPU catalog: alias {spelling!r} names both {other} and {model.name}")
+                    raise ConfigError(_("GPU catalog: alias {alias!r} names both {first} and {second}").format(
+                        alias=spelling, first=other, second=model.name))
                 index[key] = model.name
         amb: dict[str, tuple[str, ...]] = {}
         for spelling, names in self.ambiguous.items():
             for name in names:
                 if _key(name) not in index:
-                    raise ConfigError(f"GPU catalog: ambiguous name {spelling!r} lists unknown model {name!r}")
+                    raise ConfigError(_("GPU catalog: ambiguous name {name!r} lists unknown model {model!r}").format(
+                        name=spelling, model=name))
             amb[_key(spelling)] = tuple(index[_key(n)] for n in names)
         object.__setattr__(self, "_index", index)
         object.__setattr__(self, "_ambiguous_index", amb)
@@ -198,12 +201,14 @@ def _model_from_row(row: dict[str, object]) -> GpuModel:
         row["aliases"] = tuple(row.get("aliases", ()))  # type: ignore[arg-type]
         model = GpuModel(**row)  # type: ignore[arg-type]
     except TypeError as exc:
-        raise ConfigError(f"GPU catalog row {row.get('name')!r}: {exc}") from None
+        raise ConfigError(_("GPU catalog row {name!r}: {error}").format(name=row.get("name"), error=exc)) from None
     dense, sparse = model.fp16_tensor_tflops, model.fp16_tensor_tflops_sparse
     if sparse is not None and not dense < sparse:
-        raise ConfigError(f"GPU catalog row {model.name}: dense FP16 tensor {dense} is not below sparse {sparse}")
+        raise ConfigError(_("GPU catalog row {name}: dense FP16 tensor {dense} is not below sparse {sparse}").format(
+            name=model.name, dense=dense, sparse=sparse))
     if model.fp16_tensor_tflops_fp16_acc is not None and not dense < model.fp16_tensor_tflops_fp16_acc:
-        raise ConfigError(f"GPU catalog row {model.name}: FP32-accumulate figure must be below the FP16-accumulate one")
+        raise ConfigError(_("GPU catalog row {name}: FP32-accumulate figure must be below the FP16-accumulate "
+                            "one").format(name=model.name))
     return model
 
 
@@ -217,7 +222,7 @@ def parse_catalog(text: str) -> Catalog:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"GPU catalog: not valid TOML: {exc}") from None
+        raise ConfigError(_("GPU catalog: not valid TOML: {error}").format(error=exc)) from None
     models = tuple(_model_from_row(row) for row in data.get("gpu", []))
     ambiguous = {k: tuple(v) for k, v in data.get("ambiguous", {}).items()}
     return Catalog(models=models, ambiguous=ambiguous)

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Sequence, TypeVar
 
 from ..errors import ConfigError, CostctlError, CurrencyMismatchError, UsageError
+from ..i18n import N_, _
 from ..money import AmountError, ExchangeRate, Money, bounded_amount, parse_decimal
 from ..paths import data_dir
 from .gpus import normalize_gpu_name
@@ -170,40 +171,45 @@ def make_entry(
     """
     provider = (provider or "").strip().lower()
     if not provider:
-        raise ConfigError("price: provider is empty")
+        raise ConfigError(_("price: provider is empty"))
     raw = (gpu or "").strip()
     if not raw:
-        raise ConfigError(f"price for {provider}: gpu is empty")
+        raise ConfigError(_("price for {provider}: gpu is empty").format(provider=provider))
+    row = dict(provider=provider, gpu=raw)
     billing = (billing or "").strip().lower()
     if billing not in BILLING_MODES:
-        raise ConfigError(f"price for {provider} {raw}: billing {billing!r} is not one of on-demand, spot, from")
+        raise ConfigError(_("price for {provider} {gpu}: billing {billing!r} is not one of {allowed}").format(
+            billing=billing, allowed=", ".join(BILLING_MODES), **row))
     tier_name = (tier or "").strip().lower()
     per_period: Decimal | None = None
     if period_price not in (None, ""):
-        per_period = parse_decimal(period_price, what=f"period price for {provider} {raw}")
+        per_period = parse_decimal(period_price, what=_("period price for {provider} {gpu}").format(**row))
         if per_period <= 0:
-            raise ConfigError(f"period price for {provider} {raw}: {per_period} is not above 0")
+            raise ConfigError(_("period price for {provider} {gpu}: {amount} is not above 0").format(
+                amount=per_period, **row))
     if billing == "prepaid":
         if tier_name not in PERIOD_HOURS or per_period is None:
-            raise ConfigError(f"prepaid price for {provider} {raw}: give tier {' | '.join(PERIOD_HOURS)} and the "
-                              "period_price per card for that period")
+            raise ConfigError(_("prepaid price for {provider} {gpu}: give tier {tiers} and the period_price per "
+                                "card for that period").format(tiers=" | ".join(PERIOD_HOURS), **row))
         if price_per_gpu_hour in (None, ""):
             # a comparison figure, never charged: four places are plenty
             price_per_gpu_hour = (per_period / PERIOD_HOURS[tier_name]).quantize(Decimal("0.0001"))
     elif per_period is not None:
-        raise ConfigError(f"price for {provider} {raw}: period_price is for prepaid rows only")
+        raise ConfigError(_("price for {provider} {gpu}: period_price is for prepaid rows only").format(**row))
     try:
-        amount = bounded_amount(price_per_gpu_hour, what=f"price for {provider} {raw}")
+        amount = bounded_amount(price_per_gpu_hour, what=_("price for {provider} {gpu}").format(**row))
     except AmountError as exc:
         raise ConfigError(exc.message) from None
     cur = (currency or "").strip().upper()
     if len(cur) != 3 or not cur.isalpha():
-        raise ConfigError(f"price for {provider} {raw}: currency {currency!r} is not a 3-letter ISO code")
+        raise ConfigError(_("price for {provider} {gpu}: currency {currency!r} is not a 3-letter ISO code").format(
+            currency=currency, **row))
     if isinstance(seen, str):
         try:
             seen = date.fromisoformat(seen.strip())
         except ValueError:
-            raise ConfigError(f"price for {provider} {raw}: date {seen!r} is not YYYY-MM-DD") from None
+            raise ConfigError(_("price for {provider} {gpu}: date {date!r} is not YYYY-MM-DD").format(
+                date=seen, **row)) from None
     name, known = normalize_gpu_name(raw, memory_gb=memory_gb)
     return PriceEntry(provider, name, raw, known, billing, amount, cur, seen, (source or "").strip(),  # type: ignore[arg-type]
                       tier_name, (estimated or "").strip(), per_period)
@@ -221,14 +227,15 @@ def parse_price_csv(text: str, *, origin: str) -> list[PriceEntry]:
     reader = csv.DictReader(io.StringIO("\n".join(lines)))
     missing = [c for c in PRICE_COLUMNS if c not in (reader.fieldnames or [])]
     if missing:
-        raise ConfigError(f"{origin}: missing column(s) {', '.join(missing)}; expected {','.join(PRICE_COLUMNS)}")
+        raise ConfigError(_("{origin}: missing column(s) {missing}; expected {expected}").format(
+            origin=origin, missing=", ".join(missing), expected=",".join(PRICE_COLUMNS)))
     out = []
     for n, row in enumerate(reader, start=2):
         try:
             out.append(make_entry(*(row[c] or "" for c in PRICE_COLUMNS), tier=row.get("tier") or None,
                                   estimated=row.get("estimated") or None, period_price=row.get("period_price") or None))
         except ConfigError as exc:
-            raise ConfigError(f"{origin} row {n}: {exc}") from None
+            raise ConfigError(_("{origin} row {row}: {error}").format(origin=origin, row=n, error=exc)) from None
     return out
 
 
@@ -364,10 +371,9 @@ class PriceTable:
         if currency is None:
             currencies = {r.currency for r in rows}
             if len(currencies) > 1:
-                raise CurrencyMismatchError(
-                    f"prices for {gpu} are in {', '.join(sorted(currencies))}; set [[catalog.exchange_rates]] "
-                    "and a currency to compare them"
-                )
+                raise CurrencyMismatchError(_(
+                    "prices for {gpu} are in {currencies}; set [[catalog.exchange_rates]] and a currency to compare "
+                    "them").format(gpu=gpu, currencies=", ".join(sorted(currencies))))
             return min(rows, key=lambda r: r.price_per_gpu_hour)
         scored = [(self.convert(r.price, currency), r) for r in rows]
         usable = [(m.amount, r) for m, r in scored if m is not None]
@@ -388,8 +394,10 @@ def convert(money: Money, currency: str, rates: Sequence[ExchangeRate]) -> Money
 
 
 #: A display conversion's label (a table column's heading): the rate as the quote currency per
-#: unit of the base currency, with the date it was seen.
-DISPLAY_LABEL = "≈ {currency} at {rate} {quote}/{base}, {as_of}"
+#: unit of the base currency, with the date it was seen (translated where shown).
+DISPLAY_LABEL = N_("≈ {currency} at {rate} {quote}/{base}, {as_of}")
+#: The rate alone, as the label writes it (no words: the same in every language).
+DISPLAY_RATE = "{rate} {quote}/{base}, {as_of}"
 
 
 @dataclass(frozen=True)
@@ -407,10 +415,18 @@ class DisplayConversion:
 
     @property
     def label(self) -> str:
-        """``"≈ USD at 7.12 CNY/USD, 2026-11-30"``: what the converted column shows."""
+        """``"≈ USD at 7.12 CNY/USD, 2026-11-30"``: what the converted column shows (in the
+        current language)."""
         r = self.rate
-        return DISPLAY_LABEL.format(currency=self.currency, rate=r.rate, quote=r.quote.upper(),
-                                    base=r.base.upper(), as_of=r.as_of.isoformat())
+        return _(DISPLAY_LABEL).format(currency=self.currency, rate=r.rate, quote=r.quote.upper(),
+                                       base=r.base.upper(), as_of=r.as_of.isoformat())
+
+    @property
+    def rate_text(self) -> str:
+        """``"7.12 CNY/USD, 2026-11-30"``: the rate and its date, as :attr:`label` writes them."""
+        r = self.rate
+        return DISPLAY_RATE.format(rate=r.rate, quote=r.quote.upper(), base=r.base.upper(),
+                                   as_of=r.as_of.isoformat())
 
     def apply(self, money: Money) -> Money:
         """``money`` in :attr:`currency` (unrounded).
@@ -477,7 +493,7 @@ def rank_groups(
     with_price = [(m, i) for m, i in priced if m is not None]
     if currency is None and rates and with_price:
         counts: dict[str, int] = {}
-        for m, _ in with_price:
+        for m, _item in with_price:
             counts[m.currency] = counts.get(m.currency, 0) + 1
         currency = max(sorted(counts), key=lambda c: counts[c])
     groups: dict[str, list[tuple[Decimal, T]]] = {}
@@ -489,7 +505,7 @@ def rank_groups(
             groups.setdefault(m.currency, []).append((m.amount, i))
     order = sorted(groups, key=lambda c: (c != (currency or "").upper(), c))
     out: list[tuple[str | None, list[T]]] = [
-        (c, [i for _, i in sorted(groups[c], key=lambda t: t[0])]) for c in order
+        (c, [i for _amount, i in sorted(groups[c], key=lambda t: t[0])]) for c in order
     ]
     if unpriced:
         out.append((None, unpriced))
@@ -519,7 +535,8 @@ def check_rank_currency(
         return None
     code = currency.strip().upper()
     if len(code) != 3 or not code.isalpha():
-        raise error(f"{source} {currency!r} is not a 3-letter ISO 4217 code (USD, CNY, EUR...)")
+        raise error(_("{source} {currency!r} is not a 3-letter ISO 4217 code (USD, CNY, EUR...)").format(
+            source=source, currency=currency))
     have = sorted({e.currency for e in table.entries})
     if not have or code in have:
         return code
@@ -528,22 +545,24 @@ def check_rank_currency(
     if linked & set(have):
         return code
     example = have[0]
-    raise error(
-        f"{source} {code}: no price is in {code} (prices are in {', '.join(have)}) and no "
-        f"[[catalog.exchange_rates]] entry converts {example} to {code}; add one to costctl.toml, e.g. "
-        f'[[catalog.exchange_rates]] base = "{example}" quote = "{code}" rate = "..." as_of = "YYYY-MM-DD"'
-    )
+    raise error(_(
+        "{source} {code}: no price is in {code} (prices are in {have}) and no [[catalog.exchange_rates]] entry "
+        "converts {example} to {code}; add one to costctl.toml, e.g. [[catalog.exchange_rates]] "
+        "base = \"{example}\" quote = \"{code}\" rate = \"...\" as_of = \"YYYY-MM-DD\""
+    ).format(source=source, code=code, have=", ".join(have), example=example))
 
 
 def rates_used(groups: Sequence[tuple[str | None, Sequence[T]]], currency_of: Callable[[T], str | None],
                rates: Sequence[ExchangeRate]) -> list[str]:
     """Human lines for the rates a :func:`rank_groups` result relied on: ``"1 USD = 7.10 CNY
-    (as of 2026-07-01)"`` for each rate linking a group's currency to an item's currency."""
+    (as of 2026-07-01)"`` for each rate linking a group's currency to an item's currency (in the
+    current language)."""
     pairs = {(g, c) for g, items in groups if g for c in (currency_of(i) for i in items) if c and c != g}
     lines = []
     for rate in rates:
         if any({rate.base.upper(), rate.quote.upper()} == {a, b} for a, b in pairs):
-            lines.append(f"1 {rate.base} = {rate.rate} {rate.quote} (as of {rate.as_of.isoformat()})")
+            lines.append(_("1 {base} = {rate} {quote} (as of {date})").format(
+                base=rate.base, rate=rate.rate, quote=rate.quote, date=rate.as_of.isoformat()))
     return lines
 
 
@@ -570,7 +589,8 @@ def config_prices(settings: "Settings | None") -> list[PriceEntry]:
 @dataclass(frozen=True)
 class LivePrices:
     """Prices fetched from providers' APIs: ``entries``, and one line per provider that was
-    asked but failed (``problems``; the dated table stands in for it)."""
+    asked but failed (``problems``, sentences in the current language; the dated table stands in
+    for it)."""
 
     entries: tuple[PriceEntry, ...] = ()
     problems: tuple[str, ...] = ()
@@ -604,7 +624,8 @@ def live_prices(settings: "Settings", *, seen: date | None = None) -> LivePrices
             offers = checked_offers(adapter.list_offers(), problems.append)
             entries.extend(prices_from_offers(offers, seen=when, source=f"{name} API (live)"))
         except CostctlError as exc:
-            problems.append(f"{name}: live prices unavailable ({exc}); using the dated table")
+            problems.append(_("{provider}: live prices unavailable ({error}); using the dated table").format(
+                provider=name, error=exc))
     return LivePrices(tuple(entries), tuple(problems), tuple(asked))
 
 

@@ -51,6 +51,7 @@ from ..catalog.recommend import (
 )
 from ..catalog.skypilot import import_skypilot_csv
 from ..errors import ConfigError, UsageError
+from ..i18n import N_, _
 from ..money import Money
 from .common import ConfigOption, err_console, print_json, print_line, print_table, settings_from
 
@@ -84,28 +85,53 @@ class BillingChoice(str, Enum):
 PrecisionChoice = Enum("PrecisionChoice", {p.replace("-", "_"): p for p in PRECISIONS}, type=str)  # type: ignore[misc]
 OptimizerChoice = Enum("OptimizerChoice", {o.replace("-", "_"): o for o in OPTIMIZERS}, type=str)  # type: ignore[misc]
 
-FormatOpt = Annotated[TableOrJson, typer.Option("--format", "-f", help="table or json.")]
-ProviderOpt = Annotated[str | None, typer.Option("--provider", "-p", help="Only prices from this provider (runpod, vastai, autodl, aws...).")]
+FormatOpt = Annotated[TableOrJson, typer.Option("--format", "-f", help=_("table or json."))]
+ProviderOpt = Annotated[str | None, typer.Option("--provider", "-p", help=_(
+    "Only prices from this provider (runpod, vastai, autodl, aws...)."))]
 
 
-#: Columns of the ``gpus`` table hidden first on a narrow terminal (see :func:`print_table`).
-GPUS_DROPPABLE = ("Seen", "TDP W", "CC", "FP32", "BW GB/s", "FP16 TF")
+#: Columns of the ``gpus`` table hidden first on a narrow terminal (see :func:`print_table`);
+#: headings marked for translation, translated where the table is built.
+GPUS_DROPPABLE = (N_("Seen"), N_("TDP W"), N_("CC"), N_("FP32"), N_("BW GB/s"), N_("FP16 TF"))
 
-#: A prepaid row's period, as a price's unit (``1052 CNY/month``).
-PERIOD_UNIT = {"daily": "day", "weekly": "week", "monthly": "month"}
-#: Footnotes of the ``gpus`` table (whole sentences; named placeholders for translation).
-NOTE_UNLISTED = "* not in costctl's GPU catalog: specs unknown"
-NOTE_FROM = ("from: a marketplace's lowest listing seen (a floor, not a price a job can count on); "
-             "listed after the on-demand and spot prices")
-NOTE_PREPAID = ("prepaid: a rental paid ahead for a day, a week or a month, per card, with its price per GPU-hour "
-                "beside it; listed after the on-demand and spot prices, never ranked as a job's price")
-NOTE_ESTIMATED = ("est.: no public figure was seen for this price; it is an estimate, and the row's source says "
-                  "from what (--format json: estimated)")
-NOTE_DISPLAY_ONLY = ("{label}: converted for display only; every price is charged in its own currency, "
-                     "and amounts in two currencies are never added")
-NOTE_DISPLAY_RATES = "≈ {currency}: converted for display only at {rates}; amounts in two currencies are never added"
-#: Columns of the ``recommend`` tables hidden first on a narrow terminal.
-RECOMMEND_DROPPABLE = ("#", "Dtype", "GPUs", "Hours")
+#: A prepaid row's price cell, per period (``1.4411 CNY (1052/month)``): one pattern each.
+PERIOD_PRICE = {
+    "daily": N_("{price} {currency} ({period_price}/day)"),
+    "weekly": N_("{price} {currency} ({period_price}/week)"),
+    "monthly": N_("{price} {currency} ({period_price}/month)"),
+}
+#: Footnotes of the ``gpus`` table (whole sentences; named placeholders; translated where shown).
+NOTE_UNLISTED = N_("* not in costctl's GPU catalog: specs unknown")
+NOTE_FROM = N_("from: a marketplace's lowest listing seen (a floor, not a price a job can count on); "
+               "listed after the on-demand and spot prices")
+NOTE_PREPAID = N_("prepaid: a rental paid ahead for a day, a week or a month, per card, with its price per GPU-hour "
+                  "beside it; listed after the on-demand and spot prices, never ranked as a job's price")
+NOTE_ESTIMATED = N_("est.: no public figure was seen for this price; it is an estimate, and the row's source says "
+                    "from what (--format json: estimated)")
+NOTE_DISPLAY_ONLY = N_("{label}: converted for display only; every price is charged in its own currency, "
+                       "and amounts in two currencies are never added")
+NOTE_DISPLAY_RATES = N_("≈ {currency}: converted for display only at {rates}; amounts in two currencies are never "
+                        "added")
+#: Columns of the ``recommend`` tables hidden first on a narrow terminal (translated where used).
+RECOMMEND_DROPPABLE = ("#", N_("Dtype"), N_("GPUs"), N_("Hours"))
+#: The rows of the memory breakdown (keys of :attr:`MemoryBreakdown.terms`), as people read them.
+TERM_LABELS = {
+    "weights": N_("weights"),
+    "weight_copies": N_("weight copies"),
+    "gradients": N_("gradients"),
+    "optimizer_state": N_("optimizer state"),
+    "activations": N_("activations"),
+    "logits": N_("logits"),
+    "kv_cache": N_("kv cache"),
+    "optimizer_step": N_("optimizer step"),
+    "cuda_context": N_("cuda context"),
+    "fragmentation": N_("fragmentation"),
+}
+
+
+def _translated(headings: Sequence[str]) -> tuple[str, ...]:
+    """``headings`` (marked with :func:`N_`) in the current language."""
+    return tuple(_(h) for h in headings)
 
 
 def _table(title: str | None = None) -> Table:
@@ -120,7 +146,7 @@ def _finite(option: str, value: float | None) -> None:
         UsageError: one line naming the option.
     """
     if value is not None and not math.isfinite(value):
-        raise UsageError(f"{option} {value}: expected a finite number")
+        raise UsageError(_("{option} {value}: expected a finite number").format(option=option, value=value))
 
 
 def _rank_currency(prices: PriceTable, option: str | None, configured: str | None) -> str | None:
@@ -131,7 +157,8 @@ def _rank_currency(prices: PriceTable, option: str | None, configured: str | Non
     return check_rank_currency(prices, configured, source="[catalog] currency", error=ConfigError)
 
 
-OfflineOpt = Annotated[bool, typer.Option("--offline", help="Use the dated price table only; do not ask providers' APIs for their live price lists.")]
+OfflineOpt = Annotated[bool, typer.Option("--offline", help=_(
+    "Use the dated price table only; do not ask providers' APIs for their live price lists."))]
 
 
 def _may_have_credentials(settings: Any) -> bool:
@@ -154,7 +181,7 @@ def _live_prices(settings: Any, offline: bool) -> LivePrices | None:
         return None
     live = live_prices(settings)
     for line in live.problems:
-        err_console.print(f"note: {line}", soft_wrap=True)
+        err_console.print(_("note: {problem}").format(problem=line), soft_wrap=True)
     return live
 
 
@@ -164,15 +191,16 @@ def _gib(n: int | float) -> str:
 
 def _price_cell(e: PriceEntry) -> str:
     """A price for a table: ``1.98 CNY``, or for a prepaid row ``1.4411 CNY (1052/month)``."""
-    cell = f"{e.price_per_gpu_hour} {e.currency}"
-    if e.period_price is not None:
-        cell += f" ({e.period_price}/{PERIOD_UNIT.get(e.tier, e.tier)})"
-    return cell
+    if e.period_price is None:
+        return f"{e.price_per_gpu_hour} {e.currency}"
+    shape = dict(price=e.price_per_gpu_hour, currency=e.currency, period_price=e.period_price, period=e.tier)
+    pattern = PERIOD_PRICE.get(e.tier)
+    return (_(pattern) if pattern else _("{price} {currency} ({period_price}/{period})")).format(**shape)
 
 
 def _billing_cell(e: PriceEntry) -> str:
-    """Billing mode and tier, ``est.`` appended to an estimated price."""
-    return f"{e.label} est." if e.estimated else e.label
+    """Billing mode and tier (values, as ``--billing`` takes them), ``est.`` after an estimated price."""
+    return _("{billing} est.").format(billing=e.label) if e.estimated else e.label
 
 
 def _conversion_heading(conversions: Sequence[DisplayConversion], currency: str | None) -> tuple[str, list[str]]:
@@ -180,10 +208,10 @@ def _conversion_heading(conversions: Sequence[DisplayConversion], currency: str 
     the column (``≈ USD at 7.12 CNY/USD, 2026-11-30``); several rates are named in a footnote."""
     labels = sorted({c.label for c in conversions})
     if len(labels) == 1:
-        return labels[0], [NOTE_DISPLAY_ONLY.format(label=labels[0])]
+        return labels[0], [_(NOTE_DISPLAY_ONLY).format(label=labels[0])]
     heading = f"≈ {currency}"
-    rates = "; ".join(label.split(" at ", 1)[1] for label in labels)
-    return heading, [NOTE_DISPLAY_RATES.format(currency=currency, rates=rates)]
+    rates = "; ".join(sorted({c.rate_text for c in conversions}))
+    return heading, [_(NOTE_DISPLAY_RATES).format(currency=currency, rates=rates)]
 
 
 def _tensor(gpu: GpuModel) -> float:
@@ -243,28 +271,29 @@ def _sort_rows(rows: list[tuple[GpuModel | None, PriceEntry | None]], sort: GpuS
 
 def _gpus_table(groups: list[tuple[str | None, list[tuple[GpuModel | None, PriceEntry | None]]]], sort: GpuSort,
                 rates: Any = (), display: str | None = None) -> None:
-    table = _table("GPU catalog (Mem: vendor's nominal GiB; TF: dense tensor TFLOPS, FP32 accumulate)")
-    for col, just in (("GPU", "left"), ("Mem GiB", "right"), ("BW GB/s", "right"), ("FP32", "right"),
-                      ("FP16 TF", "right"), ("BF16 TF", "right"), ("CC", "right"), ("TDP W", "right"),
-                      ("Provider", "left"), ("Billing", "left"), ("Price/GPU-h", "right"), ("Seen", "left")):
+    table = _table(_("GPU catalog (Mem: vendor's nominal GiB; TF: dense tensor TFLOPS, FP32 accumulate)"))
+    for col, just in ((_("GPU"), "left"), (_("Mem GiB"), "right"), (_("BW GB/s"), "right"), (_("FP32"), "right"),
+                      (_("FP16 TF"), "right"), (_("BF16 TF"), "right"), (_("CC"), "right"), (_("TDP W"), "right"),
+                      (_("Provider"), "left"), (_("Billing"), "left"), (_("Price/GPU-h"), "right"),
+                      (_("Seen"), "left")):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
-    conversions = {id(e): c for _, rows in groups for _, e in rows if e is not None
+    conversions = {id(e): c for _group, rows in groups for _gpu, e in rows if e is not None
                    for c in [display_conversion(e.currency, display, rates)] if c is not None}
     notes: list[str] = []
     if conversions:
         heading, notes = _conversion_heading(list(conversions.values()), display)
         table.add_column(heading, justify="right")
     if sort is GpuSort.value:
-        table.add_column("TF per 1/h", justify="right")
+        table.add_column(_("TF per 1/h"), justify="right")
     unlisted = False
-    for _, rows in groups:
+    for _group, rows in groups:
         for gpu, e in rows:
             cells = [gpu.name if gpu else f"{e.gpu} *" if e else "?"]
             unlisted = unlisted or gpu is None
             if gpu:
                 cells += [f"{gpu.memory_gb:g}", f"{gpu.memory_bandwidth_gbs:,.0f}", f"{gpu.fp32_tflops:g}",
                           f"{gpu.fp16_tensor_tflops:g}",
-                          f"{gpu.bf16_tensor_tflops:g}" if gpu.bf16 else "no BF16",
+                          f"{gpu.bf16_tensor_tflops:g}" if gpu.bf16 else _("no BF16"),
                           gpu.compute_capability, str(gpu.tdp_w)]
             else:
                 cells += ["?"] * 7
@@ -279,24 +308,24 @@ def _gpus_table(groups: list[tuple[str | None, list[tuple[GpuModel | None, Price
                 cells.append(f"{Decimal(str(_tensor(gpu))) / e.price_per_gpu_hour:,.0f}"
                              if gpu and e and e.ranked and e.price_per_gpu_hour else "-")
             table.add_row(*cells)
-    print_table(table, droppable=GPUS_DROPPABLE)
-    entries = [e for _, rows in groups for _, e in rows if e is not None]
+    print_table(table, droppable=_translated(GPUS_DROPPABLE))
+    entries = [e for _group, rows in groups for _gpu, e in rows if e is not None]
     if unlisted:
-        print_line(NOTE_UNLISTED)
+        print_line(_(NOTE_UNLISTED))
     if any(e.billing == "from" for e in entries):
-        print_line(NOTE_FROM)
+        print_line(_(NOTE_FROM))
     if any(e.billing == "prepaid" for e in entries):
-        print_line(NOTE_PREPAID)
+        print_line(_(NOTE_PREPAID))
     if any(e.estimated for e in entries):
-        print_line(NOTE_ESTIMATED)
+        print_line(_(NOTE_ESTIMATED))
     for note in notes:
         print_line(note)
     for line in rates_used(groups, lambda r: r[1].currency if r[1] else None, rates):
-        err_console.print(f"note: ranked converting at {line}")
-    currencies = [c for c, _ in groups if c is not None]
+        err_console.print(_("note: ranked converting at {rate}").format(rate=line))
+    currencies = [c for c, _rows in groups if c is not None]
     if len(currencies) > 1:
-        err_console.print(f"note: prices in {', '.join(currencies)} are ranked separately; set "
-                          "[[catalog.exchange_rates]] in costctl.toml to rank them together")
+        err_console.print(_("note: prices in {currencies} are ranked separately; set [[catalog.exchange_rates]] in "
+                            "costctl.toml to rank them together").format(currencies=", ".join(currencies)))
 
 
 def _converted_price(e: PriceEntry | None, display: str | None, rates: Any) -> dict[str, object] | None:
@@ -317,39 +346,39 @@ def _refresh(settings: Any, name: str, seen: date) -> list[PriceEntry]:
 
     adapter = open_provider(settings, name)
     if not adapter.capabilities.offers:
-        raise UsageError(f"provider {name!r} publishes no prices through its API; "
-                         "add them as [[catalog.prices]] in costctl.toml")
+        raise UsageError(_("provider {name!r} publishes no prices through its API; add them as [[catalog.prices]] "
+                           "in costctl.toml").format(name=name))
     entries = prices_from_offers(checked_offers(adapter.list_offers(), err_console.print), seen=seen)
     if not entries:
-        raise UsageError(f"provider {name!r} listed no on-demand or spot offers")
+        raise UsageError(_("provider {name!r} listed no on-demand or spot offers").format(name=name))
     return entries
 
 
 def gpus(
     provider: ProviderOpt = None,
-    min_memory: Annotated[float | None, typer.Option("--min-memory", help="Only cards with at least this much memory: GiB, nominal as vendors print it (24 for an RTX 4090, 48 for an L40S).", min=0)] = None,
-    sort: Annotated[GpuSort, typer.Option("--sort", help="price, memory, tflops (dense 16-bit tensor) or value (TFLOPS per price).")] = GpuSort.memory,
-    billing: Annotated[BillingChoice, typer.Option("--billing", help="on-demand, spot or any (any also lists marketplaces' 'from' floors).")] = BillingChoice.any,
-    currency: Annotated[str | None, typer.Option("--currency", help="Show prices in this currency too: a column of its own (JSON: converted), converted by [[catalog.exchange_rates]] and labelled with the rate and its date, for display only; with --sort price or value, also rank in it. Default: [catalog] currency.")] = None,
+    min_memory: Annotated[float | None, typer.Option("--min-memory", help=_("Only cards with at least this much memory: GiB, nominal as vendors print it (24 for an RTX 4090, 48 for an L40S)."), min=0)] = None,
+    sort: Annotated[GpuSort, typer.Option("--sort", help=_("price, memory, tflops (dense 16-bit tensor) or value (TFLOPS per price)."))] = GpuSort.memory,
+    billing: Annotated[BillingChoice, typer.Option("--billing", help=_("on-demand, spot or any (any also lists marketplaces' 'from' floors)."))] = BillingChoice.any,
+    currency: Annotated[str | None, typer.Option("--currency", help=_("Show prices in this currency too: a column of its own (JSON: converted), converted by [[catalog.exchange_rates]] and labelled with the rate and its date, for display only; with --sort price or value, also rank in it. Default: [catalog] currency."))] = None,
     offline: OfflineOpt = False,
-    import_csv: Annotated[Path | None, typer.Option("--import", help="Import a SkyPilot catalog vms.csv into the price table (kept in the data dir).")] = None,
-    refresh: Annotated[str | None, typer.Option("--refresh", help="Fetch current prices from this provider's adapter (one that lists offers) into the price table.")] = None,
-    seen: Annotated[str | None, typer.Option("--seen", help="Date the imported prices were seen, YYYY-MM-DD (default today).")] = None,
+    import_csv: Annotated[Path | None, typer.Option("--import", help=_("Import a SkyPilot catalog vms.csv into the price table (kept in the data dir)."))] = None,
+    refresh: Annotated[str | None, typer.Option("--refresh", help=_("Fetch current prices from this provider's adapter (one that lists offers) into the price table."))] = None,
+    seen: Annotated[str | None, typer.Option("--seen", help=_("Date the imported prices were seen, YYYY-MM-DD (default today)."))] = None,
     fmt: FormatOpt = TableOrJson.table,
     config: ConfigOption = None,
 ) -> None:
     """List the GPU catalog with prices per GPU-hour; import prices from a SkyPilot catalog CSV
-    (--import) or a provider's offers (--refresh)."""
+    (--import) or a provider's offers (--refresh). (``--help`` shows the translated text given in
+    :func:`register`.)"""
     _finite("--min-memory", min_memory)
     settings = settings_from(config)
     if import_csv is not None and refresh is not None:
-        raise UsageError("give --import or --refresh, not both")
+        raise UsageError(_("give --import or --refresh, not both"))
     if import_csv is not None or refresh is not None:
         try:
             when = date.fromisoformat(seen) if seen else date.today()
         except ValueError:
-            raise UsageError(f"--seen {seen!r} is not a date like 2026-07-01") from None
-        source = import_csv if import_csv is not None else f"provider {refresh}"
+            raise UsageError(_("--seen {value!r} is not a date like 2026-07-01").format(value=seen)) from None
         if import_csv is not None:
             entries = import_skypilot_csv(import_csv, provider=provider, seen=when)
         else:
@@ -359,18 +388,27 @@ def gpus(
         if fmt is TableOrJson.json:
             print_json({"imported": [e.to_dict() for e in entries], "file": str(path), "unknown_gpus": unknown})
         else:
-            err_console.print(f"imported {len(entries)} price(s) for {entries[0].provider} from {source} into {path}")
+            if import_csv is not None:
+                said = _("imported {count} price(s) for {provider} from {source} into {path}")
+            else:
+                said = _("imported {count} price(s) for {provider} from provider {name} into {path}")
+            err_console.print(said.format(count=len(entries), provider=entries[0].provider, source=import_csv,
+                                          name=refresh, path=path))
             if unknown:
-                err_console.print(f"not in the catalog (kept, flagged): {', '.join(unknown)}")
+                err_console.print(_("not in the catalog (kept, flagged): {gpus}").format(gpus=", ".join(unknown)))
         return
     if seen is not None:
-        raise UsageError("--seen only applies with --import or --refresh")
+        raise UsageError(_("--seen only applies with --import or --refresh"))
     prices = load_price_table(settings, live=_live_prices(settings, offline))
     display = _rank_currency(prices, currency, settings.catalog.currency)
     rank_in = display if sort in (GpuSort.price, GpuSort.value) else None
     rows = _gpu_rows(list(prices.entries), provider, _billing(billing), min_memory)
     if provider and not rows:
-        raise UsageError(f"no prices for provider {provider!r}; known: {', '.join(prices.providers()) or 'none'}")
+        known = prices.providers()
+        if known:
+            raise UsageError(_("no prices for provider {provider!r}; known: {known}").format(
+                provider=provider, known=", ".join(known)))
+        raise UsageError(_("no prices for provider {provider!r}; known: none").format(provider=provider))
     groups = _sort_rows(rows, sort, prices.rates, rank_in)
     if fmt is TableOrJson.json:
         print_json([
@@ -393,9 +431,13 @@ def _model_from_options(params: float | None, model: str | None, config_json: Pa
                         torch_model: str | None) -> ModelSpec:
     given = [n for n, v in (("--params", params), ("--model", model), ("--config-json", config_json),
                             ("--torch-model", torch_model)) if v is not None]
-    if len(given) != 1:
-        raise UsageError("give exactly one of --params (e.g. 7e9), --model (a preset), --config-json "
-                         f"(a Hugging Face config.json) or --torch-model FILE.py:FUNC; got {', '.join(given) or 'none'}")
+    if len(given) > 1:
+        raise UsageError(_("give exactly one of --params (e.g. 7e9), --model (a preset), --config-json (a Hugging "
+                           "Face config.json) or --torch-model FILE.py:FUNC; got {given}").format(
+                               given=", ".join(given)))
+    if not given:
+        raise UsageError(_("give exactly one of --params (e.g. 7e9), --model (a preset), --config-json (a Hugging "
+                           "Face config.json) or --torch-model FILE.py:FUNC; got none"))
     if params is not None:
         return shape_from_params(params)
     if model is not None:
@@ -406,28 +448,57 @@ def _model_from_options(params: float | None, model: str | None, config_json: Pa
     return measure_factory(torch_model)
 
 
-def _breakdown_table(b: MemoryBreakdown) -> None:
+def _breakdown_title(b: MemoryBreakdown) -> str:
+    """The breakdown's heading: model, parameters, batch, precision, optimizer, GPUs and the
+    memory-saving options in use, in the current language (one pattern per optional part)."""
     s = b.setup
-    seq = f" x seq {b.seq_len}" if b.seq_len else ""
-    extras = [x for x, on in (("activation checkpointing", s.grad_checkpointing), ("flash attention", s.flash_attention),
-                              (f"ZeRO-{s.zero_stage}", s.zero_stage), ("offload", s.offload),
-                              (f"LoRA r={s.lora_rank}", s.lora_rank), ("4-bit base", s.base_weight_bits == 4)) if on]
-    title = (f"Memory per GPU: {b.model} ({b.params / 1e9:.3g} B params"
-             f"{f', {b.trainable_params / 1e6:.3g} M trainable' if b.trainable_params != b.params else ''}), "
-             f"batch {s.batch_size}{seq}, {s.precision}, {s.optimizer}, {s.gpus} GPU(s)"
-             + (f", {', '.join(extras)}" if extras else ""))
-    print_line(title)
+    if b.trainable_params != b.params:
+        params = _("{params:.3g} B params, {trainable:.3g} M trainable").format(
+            params=b.params / 1e9, trainable=b.trainable_params / 1e6)
+    else:
+        params = _("{params:.3g} B params").format(params=b.params / 1e9)
+    if b.seq_len:
+        batch = _("batch {batch} x seq {seq}").format(batch=s.batch_size, seq=b.seq_len)
+    else:
+        batch = _("batch {batch}").format(batch=s.batch_size)
+    extras = [text for text, on in (
+        (_("activation checkpointing"), s.grad_checkpointing), (_("flash attention"), s.flash_attention),
+        (_("ZeRO-{stage}").format(stage=s.zero_stage), s.zero_stage), (_("offload"), s.offload),
+        (_("LoRA r={rank}").format(rank=s.lora_rank), s.lora_rank), (_("4-bit base"), s.base_weight_bits == 4),
+    ) if on]
+    shape = dict(model=b.model, params=params, batch=batch, precision=s.precision, optimizer=s.optimizer,
+                 gpus=s.gpus, extras=", ".join(extras))
+    if extras:
+        return _("Memory per GPU: {model} ({params}), {batch}, {precision}, {optimizer}, {gpus} GPU(s), "
+                 "{extras}").format(**shape)
+    return _("Memory per GPU: {model} ({params}), {batch}, {precision}, {optimizer}, {gpus} GPU(s)").format(**shape)
+
+
+def _breakdown_table(b: MemoryBreakdown) -> None:
+    print_line(_breakdown_title(b))
     table = _table()
-    table.add_column("Term")
-    table.add_column("GiB", justify="right")
-    table.add_column("Share", justify="right")
+    table.add_column(_("Term"))
+    table.add_column(_("GiB"), justify="right")
+    table.add_column(_("Share"), justify="right")
     total = b.total or 1
     for name, value in b.terms.items():
-        table.add_row(name.replace("_", " "), _gib(value), f"{value / total:.0%}")
-    table.add_row("total", _gib(b.total), "100%")
+        label = TERM_LABELS.get(name)
+        table.add_row(_(label) if label else name.replace("_", " "), _gib(value), f"{value / total:.0%}")
+    table.add_row(_("total"), _gib(b.total), "100%")
     print_table(table)
     if b.cpu_bytes:
-        print_line(f"CPU RAM for offloaded state: {_gib(b.cpu_bytes)} GiB")
+        print_line(_("CPU RAM for offloaded state: {size} GiB").format(size=_gib(b.cpu_bytes)))
+
+
+def _option_price(p: PriceEntry) -> str:
+    """A card's price in the ``recommend`` table: ``1.98 CNY``, its billing mode and tier when not
+    on-demand (``0.69 USD spot community``), ``est.`` after an estimated one."""
+    shape = dict(price=p.price_per_gpu_hour, currency=p.currency, billing=p.label)
+    if p.label != "on-demand":
+        said = _("{price} {currency} {billing} est.") if p.estimated else "{price} {currency} {billing}"
+    else:
+        said = _("{price} {currency} est.") if p.estimated else "{price} {currency}"
+    return said.format(**shape)
 
 
 def _recommend_tables(rec: Recommendation) -> None:
@@ -436,12 +507,15 @@ def _recommend_tables(rec: Recommendation) -> None:
     notes: list[str] = []
     if fits:
         for cur, opts in rec.groups:
-            label = f"in {cur}" if cur else "without a price in the table"
             # The need is the same on every card (the estimate per GPU): in the title, not in each row.
-            table = _table(f"Cards that fit {_gib(rec.breakdown.total)} GiB per GPU, cheapest job first ({label})")
-            for col, just in (("#", "right"), ("GPU", "left"), ("GPUs", "right"), ("Usable GiB", "right"),
-                              ("Dtype", "left"), ("Provider", "left"),
-                              ("Price/GPU-h", "right"), ("Hours", "right"), ("Job cost", "right")):
+            if cur:
+                title = _("Cards that fit {need} GiB per GPU, cheapest job first (in {currency})")
+            else:
+                title = _("Cards that fit {need} GiB per GPU, cheapest job first (without a price in the table)")
+            table = _table(title.format(need=_gib(rec.breakdown.total), currency=cur))
+            for col, just in (("#", "right"), (_("GPU"), "left"), (_("GPUs"), "right"), (_("Usable GiB"), "right"),
+                              (_("Dtype"), "left"), (_("Provider"), "left"),
+                              (_("Price/GPU-h"), "right"), (_("Hours"), "right"), (_("Job cost"), "right")):
                 table.add_column(col, justify=just)  # type: ignore[arg-type]
             conversions = [o.display for o in opts if o.display is not None]
             if conversions:
@@ -453,71 +527,78 @@ def _recommend_tables(rec: Recommendation) -> None:
                 cells = [
                     str(i), o.gpu.name, str(o.gpus), _gib(o.usable_bytes), o.dtype,
                     p.provider if p else "-",
-                    (f"{p.price_per_gpu_hour} {p.currency}{' ' + p.label if p.label != 'on-demand' else ''}"
-                     f"{' est.' if p.estimated else ''}") if p else "-",
+                    _option_price(p) if p else "-",
                     f"{o.hours:,.3g}" if o.hours is not None else "-",
                     f"{o.cost.rounded(2 if o.cost.amount >= 1 else 4)} {o.cost.currency}" if o.cost else "-",
                 ]
                 if conversions:
                     shown = o.cost if o.cost is not None else o.hourly
-                    cells.append(f"{format_amount(o.display.apply(shown).amount)}{'/h' if o.cost is None else ''}"
-                                 if o.display is not None and shown is not None else "-")
+                    if o.display is None or shown is None:
+                        cells.append("-")
+                    else:
+                        amount = format_amount(o.display.apply(shown).amount)
+                        cells.append(amount if o.cost is not None else _("{amount}/h").format(amount=amount))
                 table.add_row(*cells)
-            print_table(table, droppable=RECOMMEND_DROPPABLE)
+            print_table(table, droppable=_translated(RECOMMEND_DROPPABLE))
         if any(o.price is not None and o.price.estimated for o in fits):
-            notes.append(NOTE_ESTIMATED)
+            notes.append(_(NOTE_ESTIMATED))
     elif not rec.fitting_gpus:
         biggest = max((a.gpu for a in rec.no_fit), key=lambda g: g.memory_gb, default=None)
-        print_line(f"No single card fits {_gib(rec.breakdown.total)} GiB per GPU"
-                   + (f" (largest in the catalog: {biggest.name}, {biggest.memory_gb:g} GiB nominal)."
-                      if biggest else "."))
+        need = _gib(rec.breakdown.total)
+        if biggest:
+            print_line(_("No single card fits {need} GiB per GPU (largest in the catalog: {gpu}, {memory:g} GiB "
+                         "nominal).").format(need=need, gpu=biggest.name, memory=biggest.memory_gb))
+        else:
+            print_line(_("No single card fits {need} GiB per GPU.").format(need=need))
     for note in notes:
         print_line(note)
     if rec.no_fit:
-        table = _table("Cards that do not fit, and what would make them fit")
-        table.add_column("GPU")
-        table.add_column("Need/usable GiB", justify="right")
-        table.add_column("Would fit with")
+        table = _table(_("Cards that do not fit, and what would make them fit"))
+        table.add_column(_("GPU"))
+        table.add_column(_("Need/usable GiB"), justify="right")
+        table.add_column(_("Would fit with"))
         for a in rec.no_fit:
-            advice = "; ".join(f"{s.change} ({_gib(s.required_bytes)} GiB)" for s in a.suggestions)
+            advice = "; ".join(_("{change} ({need} GiB)").format(change=s.change, need=_gib(s.required_bytes))
+                               for s in a.suggestions)
             table.add_row(a.gpu.name, f"{_gib(a.required_bytes)} / {_gib(a.usable_bytes)}", advice or "-")
         print_table(table)
     for gpu, reason in rec.excluded:
-        print_line(f"{gpu}: skipped, {reason}")
+        print_line(_("{gpu}: skipped, {reason}").format(gpu=gpu, reason=reason))
     for note in rec.notes:
-        print_line(f"note: {note}")
+        print_line(_("note: {note}").format(note=note))
 
 
 def recommend_cmd(
-    params: Annotated[float | None, typer.Option("--params", help="Parameter count, e.g. 7e9 (GPT-3-family shape for activations).")] = None,
-    model: Annotated[str | None, typer.Option("--model", "-m", help="Preset: bert-base, bert-large, gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-2-7b, llama-2-13b, llama-3-8b, mistral-7b, vit-base, resnet50.")] = None,
-    config_json: Annotated[Path | None, typer.Option("--config-json", help="A Hugging Face config.json.")] = None,
-    torch_model: Annotated[str | None, typer.Option("--torch-model", help="FILE.py:FUNC returning (model, make_batch): measure activations on the CPU (needs torch).")] = None,
-    batch: Annotated[int, typer.Option("--batch", "-b", help="Micro-batch per GPU.", min=1)] = 8,
-    seq_len: Annotated[int | None, typer.Option("--seq-len", "-s", help="Tokens per sample (default: the model's).", min=1)] = None,
-    precision: Annotated[PrecisionChoice, typer.Option("--precision", help="fp32, fp16 or bf16 (pure 16-bit: weights, grads, optimizer), or mixed (autocast with fp32 master weights).")] = PrecisionChoice("mixed"),
-    optimizer: Annotated[OptimizerChoice, typer.Option("--optimizer", help="none = inference (weights, KV cache).")] = OptimizerChoice("adamw"),
-    gpus: Annotated[int, typer.Option("--gpus", help="Data-parallel GPUs.", min=1)] = 1,
-    zero: Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3.", min=0, max=3)] = 0,
-    offload: Annotated[bool, typer.Option("--offload", help="Optimizer state and fp32 master weights in CPU RAM.")] = False,
-    grad_checkpointing: Annotated[bool, typer.Option("--grad-checkpointing", help="Full activation checkpointing.")] = False,
-    flash_attention: Annotated[bool, typer.Option("--flash-attention", help="Flash attention (no s x s scores kept).")] = False,
-    lora_rank: Annotated[int | None, typer.Option("--lora-rank", help="Train LoRA adapters of this rank (q,v).", min=1)] = None,
-    qlora: Annotated[bool, typer.Option("--qlora", help="4-bit NF4 base (double quantization) under LoRA adapters; with --optimizer none, 4-bit inference.")] = False,
-    tokens: Annotated[float | None, typer.Option("--tokens", help="Tokens (samples for CNNs) the job processes, e.g. 2e9.", min=1)] = None,
-    steps: Annotated[int | None, typer.Option("--steps", help="Optimizer steps (batch x GPUs samples each).", min=1)] = None,
-    mfu: Annotated[float | None, typer.Option("--mfu", help="Fraction of each card's dense peak for the time estimate (default: what published runs of the model, or the median published run, achieved on the nearest card).")] = DEFAULT_MFU,
-    reference_gpu: Annotated[str | None, typer.Option("--reference-gpu", help="Card the job was timed on.")] = None,
-    reference_hours: Annotated[float | None, typer.Option("--reference-hours", help="Hours the job took on --reference-gpu.")] = None,
+    params: Annotated[float | None, typer.Option("--params", help=_("Parameter count, e.g. 7e9 (GPT-3-family shape for activations)."))] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help=_("Preset: bert-base, bert-large, gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-2-7b, llama-2-13b, llama-3-8b, mistral-7b, vit-base, resnet50."))] = None,
+    config_json: Annotated[Path | None, typer.Option("--config-json", help=_("A Hugging Face config.json."))] = None,
+    torch_model: Annotated[str | None, typer.Option("--torch-model", help=_("FILE.py:FUNC returning (model, make_batch): measure activations on the CPU (needs torch)."))] = None,
+    batch: Annotated[int, typer.Option("--batch", "-b", help=_("Micro-batch per GPU."), min=1)] = 8,
+    seq_len: Annotated[int | None, typer.Option("--seq-len", "-s", help=_("Tokens per sample (default: the model's)."), min=1)] = None,
+    precision: Annotated[PrecisionChoice, typer.Option("--precision", help=_("fp32, fp16 or bf16 (pure 16-bit: weights, grads, optimizer), or mixed (autocast with fp32 master weights)."))] = PrecisionChoice("mixed"),
+    optimizer: Annotated[OptimizerChoice, typer.Option("--optimizer", help=_("none = inference (weights, KV cache)."))] = OptimizerChoice("adamw"),
+    gpus: Annotated[int, typer.Option("--gpus", help=_("Data-parallel GPUs."), min=1)] = 1,
+    zero: Annotated[int, typer.Option("--zero", help=_("ZeRO stage 0-3."), min=0, max=3)] = 0,
+    offload: Annotated[bool, typer.Option("--offload", help=_("Optimizer state and fp32 master weights in CPU RAM."))] = False,
+    grad_checkpointing: Annotated[bool, typer.Option("--grad-checkpointing", help=_("Full activation checkpointing."))] = False,
+    flash_attention: Annotated[bool, typer.Option("--flash-attention", help=_("Flash attention (no s x s scores kept)."))] = False,
+    lora_rank: Annotated[int | None, typer.Option("--lora-rank", help=_("Train LoRA adapters of this rank (q,v)."), min=1)] = None,
+    qlora: Annotated[bool, typer.Option("--qlora", help=_("4-bit NF4 base (double quantization) under LoRA adapters; with --optimizer none, 4-bit inference."))] = False,
+    tokens: Annotated[float | None, typer.Option("--tokens", help=_("Tokens (samples for CNNs) the job processes, e.g. 2e9."), min=1)] = None,
+    steps: Annotated[int | None, typer.Option("--steps", help=_("Optimizer steps (batch x GPUs samples each)."), min=1)] = None,
+    mfu: Annotated[float | None, typer.Option("--mfu", help=_("Fraction of each card's dense peak for the time estimate (default: what published runs of the model, or the median published run, achieved on the nearest card)."))] = DEFAULT_MFU,
+    reference_gpu: Annotated[str | None, typer.Option("--reference-gpu", help=_("Card the job was timed on."))] = None,
+    reference_hours: Annotated[float | None, typer.Option("--reference-hours", help=_("Hours the job took on --reference-gpu."))] = None,
     provider: ProviderOpt = None,
-    billing: Annotated[BillingChoice, typer.Option("--billing", help="on-demand, spot or any.")] = BillingChoice.on_demand,
-    headroom: Annotated[float, typer.Option("--headroom", help="Fraction of the card's nominal memory kept free, in [0, 1): covers what the driver reserves (NVML shows 46068 MiB of an L40S's 48 GiB).")] = DEFAULT_HEADROOM,
-    currency: Annotated[str | None, typer.Option("--currency", help="Rank costs in this currency: its own prices, and others converted by [[catalog.exchange_rates]]; a converted price and cost are shown in a column of their own (JSON: converted), labelled with the rate and its date, for display only. Default: [catalog] currency.")] = None,
+    billing: Annotated[BillingChoice, typer.Option("--billing", help=_("on-demand, spot or any."))] = BillingChoice.on_demand,
+    headroom: Annotated[float, typer.Option("--headroom", help=_("Fraction of the card's nominal memory kept free, in [0, 1): covers what the driver reserves (NVML shows 46068 MiB of an L40S's 48 GiB)."))] = DEFAULT_HEADROOM,
+    currency: Annotated[str | None, typer.Option("--currency", help=_("Rank costs in this currency: its own prices, and others converted by [[catalog.exchange_rates]]; a converted price and cost are shown in a column of their own (JSON: converted), labelled with the rate and its date, for display only. Default: [catalog] currency."))] = None,
     offline: OfflineOpt = False,
     fmt: FormatOpt = TableOrJson.table,
     config: ConfigOption = None,
 ) -> None:
-    """Estimate GPU memory for a training job and rank the cards that fit by estimated cost.
+    """Estimate GPU memory for a training job and rank the cards that fit by estimated cost
+    (``--help`` shows the translated text given in :func:`register`: a docstring cannot be translated).
 
     A card fits when the estimate (bytes per GPU, CUDA context and fragmentation included) is
     at most its usable memory: the vendor's nominal capacity x (1 - --headroom). The driver
@@ -528,9 +609,9 @@ def recommend_cmd(
                           ("--reference-hours", reference_hours), ("--headroom", headroom)):
         _finite(option, value)
     if tokens is not None and steps is not None:
-        raise UsageError("give --tokens or --steps, not both")
+        raise UsageError(_("give --tokens or --steps, not both"))
     if (reference_gpu is None) != (reference_hours is None):
-        raise UsageError("--reference-gpu and --reference-hours go together")
+        raise UsageError(_("--reference-gpu and --reference-hours go together"))
     settings = settings_from(config)
     spec = _model_from_options(params, model, config_json, torch_model)
     setup = Setup(
@@ -543,9 +624,10 @@ def recommend_cmd(
     if reference_gpu is not None:
         ref = get_gpu(reference_gpu)
         if ref is None:
-            raise UsageError(f"--reference-gpu {reference_gpu!r} is not in the catalog; see `costctl gpus`")
+            raise UsageError(_("--reference-gpu {gpu!r} is not in the catalog; see `costctl gpus`").format(
+                gpu=reference_gpu))
         if not reference_hours or reference_hours <= 0:
-            raise UsageError("--reference-hours must be > 0")
+            raise UsageError(_("--reference-hours must be > 0"))
         reference = Reference(ref, reference_hours)
     seq = (spec.fixed_seq_len or seq_len or spec.default_seq_len) if isinstance(spec, TransformerShape) else None
     work = tokens if tokens is not None else (work_from_steps(spec, setup, steps, seq) if steps else None)
@@ -563,5 +645,12 @@ def recommend_cmd(
 
 def register(app: typer.Typer) -> None:
     """Add ``gpus`` and ``recommend`` to ``app``."""
-    app.command("gpus")(gpus)
-    app.command("recommend")(recommend_cmd)
+    app.command("gpus", help=_(
+        "List the GPU catalog with prices per GPU-hour; import prices from a SkyPilot catalog CSV (--import) or "
+        "a provider's offers (--refresh)."))(gpus)
+    app.command("recommend", help=_(
+        "Estimate GPU memory for a training job and rank the cards that fit by estimated cost.\n\n"
+        "A card fits when the estimate (bytes per GPU, CUDA context and fragmentation included) is at most its "
+        "usable memory: the vendor's nominal capacity x (1 - --headroom). The driver reports less than nominal "
+        "(an L40S's 48 GiB shows as 46068 MiB in NVML); the default headroom (10 %) covers that gap.",
+    ))(recommend_cmd)

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from ..i18n import _
 from . import migrate as migrations
 from .engine import make_engine, parse_url, redact, translate_errors
 
@@ -35,7 +36,7 @@ def open_engine(url: str, *, migrate: bool = True, create: bool = True, isolated
     """
     engine = make_engine(parse_url(url), create=create)
     try:
-        with translate_errors("open the database", engine.url):
+        with translate_errors(_("open the database"), engine.url):
             with engine.connect() as conn:
                 conn.exec_driver_sql("SELECT 1")
         if migrate:
@@ -80,7 +81,7 @@ class LedgerReader:
         Raises:
             LedgerError: the database cannot be read.
         """
-        with translate_errors("read the ledger", self.engine.url), self.engine.connect() as conn:
+        with translate_errors(_("read the ledger"), self.engine.url), self.engine.connect() as conn:
             yield conn
 
     def close(self) -> None:

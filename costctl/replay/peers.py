@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from ..i18n import N_, _
 from ..policies.base import iso
 from ..records import SignalStatus, TelemetrySample
 
@@ -54,7 +55,8 @@ class DstackSetting:
         key: a short name (``documented-example``, ``minimum-window``).
         min_gpu_utilization: percent.
         time_window: the window.
-        source: where the values come from, in words.
+        source: where the values come from, in words (an English sentence marked with
+            :func:`~costctl.i18n.N_`, shown translated).
     """
 
     key: str
@@ -63,25 +65,33 @@ class DstackSetting:
     source: str
 
     def describe(self) -> str:
-        """``dstack utilization_policy (min_gpu_utilization=10, time_window=1h, dstack's documented example)``."""
-        return (f"dstack utilization_policy (min_gpu_utilization={self.min_gpu_utilization:g}, "
-                f"time_window={_minutes(self.time_window)}, {self.source})")
+        """``dstack utilization_policy (min_gpu_utilization=10, time_window=1h, dstack's documented example)``,
+        in the current language."""
+        said = _("dstack utilization_policy (min_gpu_utilization={threshold:g}, time_window={window}, {source})")
+        return said.format(threshold=self.min_gpu_utilization, window=_minutes(self.time_window),
+                           source=_(self.source) if self.source else "")
 
 
 #: the values of dstack's documented example (docs/concepts/tasks.md, dev-environments.md, services.md).
-DSTACK_DOCUMENTED_EXAMPLE = DstackSetting("documented-example", 10.0, timedelta(hours=1), "dstack's documented example")
+DSTACK_DOCUMENTED_EXAMPLE = DstackSetting("documented-example", 10.0, timedelta(hours=1),
+                                          N_("dstack's documented example"))
 #: the example's threshold with dstack's minimum ``time_window`` (``Minimum time_window is 5m``).
 DSTACK_MINIMUM_WINDOW = DstackSetting("minimum-window", 10.0, timedelta(minutes=5),
-                                      "dstack's 5-minute minimum window, the example's threshold")
+                                      N_("dstack's 5-minute minimum window, the example's threshold"))
 #: the dstack settings the suite and ``analyze --compare`` replay, in this order.
 DSTACK_SETTINGS = (DSTACK_DOCUMENTED_EXAMPLE, DSTACK_MINIMUM_WINDOW)
 
 
 def skypilot_describe(idle_minutes: float = SKYPILOT_DEFAULT_IDLE_MINUTES) -> str:
-    """``SkyPilot autostop (sky autostop -i 5: no running job and no SSH session for 5 min, SkyPilot's default)``."""
-    default = ", SkyPilot's default" if idle_minutes == SKYPILOT_DEFAULT_IDLE_MINUTES else ""
-    return (f"SkyPilot autostop (sky autostop -i {idle_minutes:g}: no running job and no SSH session "
-            f"for {idle_minutes:g} min{default})")
+    """``SkyPilot autostop (sky autostop -i 5: no running job and no SSH session for 5 min, SkyPilot's default)``,
+    in the current language."""
+    if idle_minutes == SKYPILOT_DEFAULT_IDLE_MINUTES:
+        said = _("SkyPilot autostop (sky autostop -i {minutes:g}: no running job and no SSH session for "
+                 "{minutes:g} min, SkyPilot's default)")
+    else:
+        said = _("SkyPilot autostop (sky autostop -i {minutes:g}: no running job and no SSH session for "
+                 "{minutes:g} min)")
+    return said.format(minutes=idle_minutes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,11 +154,12 @@ def skypilot_autostop(
     if job_recorded:
         assumption = None
     elif job_span is not None:
-        assumption = "job running from the first to the last recorded training progress point"
+        assumption = _("job running from the first to the last recorded training progress point")
     else:
-        assumption = (f"a GPU log records no jobs: a job is taken to be running while any GPU is "
-                      f">= {min_gpu_utilization:g} %")
-    rule = f"stop after {idle_minutes:g} min with no job running and no SSH session (sky autostop -i {idle_minutes:g})"
+        assumption = _("a GPU log records no jobs: a job is taken to be running while any GPU is "
+                       ">= {threshold:g} %").format(threshold=min_gpu_utilization)
+    rule = _("stop after {minutes:g} min with no job running and no SSH session (sky autostop -i {minutes:g})").format(
+        minutes=idle_minutes)
     variant = "default" if idle_minutes == SKYPILOT_DEFAULT_IDLE_MINUTES else f"-i {idle_minutes:g}"
 
     def result(stop: datetime | None, reason: str) -> PeerResult:
@@ -156,7 +167,7 @@ def skypilot_autostop(
                           settings=skypilot_describe(idle_minutes), variant=variant)
 
     if not samples:
-        return result(None, "no samples")
+        return result(None, _("no samples"))
     last_active = samples[0].time  # the idle timer starts when the cluster comes up
     for sample in samples:
         if job_recorded and job_span is None:
@@ -173,8 +184,9 @@ def skypilot_autostop(
             last_active = sample.time
             continue
         if sample.time - last_active >= idle_for:
-            return result(sample.time, f"no job running and no SSH session since {iso(last_active)} ({idle_minutes:g} min)")
-    return result(None, "never idle long enough")
+            return result(sample.time, _("no job running and no SSH session since {time} ({minutes:g} min)").format(
+                time=iso(last_active), minutes=idle_minutes))
+    return result(None, _("never idle long enough"))
 
 
 def dstack_utilization_policy(
@@ -193,9 +205,10 @@ def dstack_utilization_policy(
             described from the values.
     """
     if setting is None:
-        setting = DstackSetting("custom", min_gpu_utilization, time_window, "custom values")
-    rule = (f"terminate when any GPU has all samples of the last {time_window.total_seconds() / 60:g} min "
-            f"below {min_gpu_utilization:g} % (dstack utilization_policy)")
+        setting = DstackSetting("custom", min_gpu_utilization, time_window, N_("custom values"))
+    rule = _("terminate when any GPU has all samples of the last {minutes:g} min below {threshold:g} % "
+             "(dstack utilization_policy)").format(minutes=time_window.total_seconds() / 60,
+                                                   threshold=min_gpu_utilization)
     lo = 0
     for hi, sample in enumerate(samples):
         now = sample.time
@@ -214,9 +227,10 @@ def dstack_utilization_policy(
             if values[index] and all(u < min_gpu_utilization for u in values[index]):
                 return PeerResult(
                     "dstack-utilization-policy", rule, None, now,
-                    f"GPU {index}: all {len(values[index])} samples since {iso(after)} "
-                    f"below {min_gpu_utilization:g} %",
+                    _("GPU {gpu}: all {count} samples since {time} below {threshold:g} %").format(
+                        gpu=index, count=len(values[index]), time=iso(after), threshold=min_gpu_utilization),
                     gpu=index, settings=setting.describe(), variant=setting.key,
                 )
-    return PeerResult("dstack-utilization-policy", rule, None, None, "no GPU stayed below the threshold for a whole window",
+    return PeerResult("dstack-utilization-policy", rule, None, None,
+                      _("no GPU stayed below the threshold for a whole window"),
                       settings=setting.describe(), variant=setting.key)

@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from costctl.i18n import _
+
 from costctl_providers._http import AuthError, HttpClient, NotFoundError
 from costctl_providers.credentials import Credential
 
@@ -77,16 +79,17 @@ class EnvelopeClient:
         """The envelope's ``data``, or the typed error its ``code`` means (module docstring):
         transient for rate-limit and server codes, permanent otherwise."""
         if not isinstance(body, dict) or "code" not in body:
-            raise self.http.response_error(f"{where}: answer is not an AutoDL envelope")
+            raise self.http.response_error(_("{where}: answer is not an AutoDL envelope").format(where=where))
         code = str(body.get("code"))
         if code == SUCCESS:
             return body.get("data")
-        msg = str(body.get("msg") or "").strip() or "no message"
-        text = f"{where}: {msg} (code {code})"
+        msg = str(body.get("msg") or "").strip() or _("no message")
+        text = _("{where}: {message} (code {code})").format(where=where, message=msg, code=code)
         if _NOT_FOUND.search(code) or _NOT_FOUND.search(msg):
-            raise NotFoundError(self.http.redact(f"autodl: {text}"))
+            raise NotFoundError(self.http.redact(_("autodl: {error}").format(error=text)))
         if _AUTH.search(code):
-            raise AuthError(self.http.redact(f"autodl: {self.credential.name} was rejected: {text}"))
+            raise AuthError(self.http.redact(_("autodl: {credential} was rejected: {error}").format(
+                credential=self.credential.name, error=text)))
         if PERMANENT.search(msg):
             raise self.http.response_error(text)
         if RATE_LIMITED.search(code) or RATE_LIMITED.search(msg):

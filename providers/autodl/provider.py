@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from costctl.errors import ProviderError
+from costctl.i18n import _
 from costctl.money import Money
 
 from costctl_providers._adapter import HttpProvider
@@ -85,29 +86,29 @@ class AutoDLProvider(HttpProvider):
     capabilities: ClassVar[Capabilities] = Capabilities(
         stop=True, start=True, release=True,
         create=yes(),  # Pro instances: create_instance(gpu_spec_uuid=..., image_uuid=..., cuda_v_from=...)
-        list_offers=no("AutoDL's API has no price list (gpu_stock gives free cards, no prices)"),
+        list_offers=no(_("AutoDL's API has no price list (gpu_stock gives free cards, no prices)")),
         move_job=no(NO_MOVE),
         self_stop=yes(),  # `shutdown` inside the container, no token needed
-        spot=no("AutoDL has no interruptible instances"),
-        change_gpu=no("AutoDL's API cannot change an instance's card"),
+        spot=no(_("AutoDL has no interruptible instances")),
+        change_gpu=no(_("AutoDL's API cannot change an instance's card")),
         balance=True,
-        billing_records=no("AutoDL's developer API has no invoice list"),
-        preemption_notice=no("AutoDL does not preempt"),
+        billing_records=no(_("AutoDL's developer API has no invoice list")),
+        preemption_notice=no(_("AutoDL does not preempt")),
     )
     credential_env: ClassVar[tuple[str, ...]] = ("AUTODL_TOKEN",)
     #: AutoDL's WeChat push as ``autodl://TOKEN`` ([notify] urls; costctl_providers.autodl.push).
     notify_plugins: ClassVar[tuple[str, ...]] = ("costctl_providers.autodl.push:NotifyAutoDL",)
     storage: ClassVar[Storage] = Storage(
         paths=(
-            StoragePath("/root/autodl-tmp", survives=True, note="data disk, kept across a shutdown"),
-            StoragePath("/root/autodl-fs", survives=True, note="network file storage (no SQLite WAL)",
+            StoragePath("/root/autodl-tmp", survives=True, note=_("data disk, kept across a shutdown")),
+            StoragePath("/root/autodl-fs", survives=True, note=_("network file storage (no SQLite WAL)"),
                         network=True),
         ),
         hostnames=("autodl-container-*",),
         hostname_env=container.HOSTNAME_ENV,
         others_survive=False,
-        others_note="only the data disk (/root/autodl-tmp) and /root/autodl-fs are meant to keep "
-                    "checkpoints across a shutdown",
+        others_note=_("only the data disk (/root/autodl-tmp) and /root/autodl-fs are meant to keep "
+                      "checkpoints across a shutdown"),
     )
     config_model = AutoDLConfig
     config: AutoDLConfig
@@ -146,10 +147,10 @@ class AutoDLProvider(HttpProvider):
     def console(self) -> EnvelopeClient:
         """The web-console client (``console_api = true`` and a console JWT required)."""
         if not self.config.console_api:
-            raise ProviderError(
+            raise ProviderError(_(
                 "autodl: ordinary (non-Pro) instances need the unofficial web console API; "
                 "set console_api = true in [providers.autodl] and provide AUTODL_CONSOLE_TOKEN"
-            )
+            ))
         if self._console_client is None:
             cred = self.find_credential(("console_token",), env_var=CONSOLE_TOKEN_ENV)
             assert cred is not None
@@ -226,7 +227,7 @@ class AutoDLProvider(HttpProvider):
             for inst in self._console_instances():
                 if inst.id == instance_id:
                     return inst
-        raise NotFoundError(f"autodl: no instance {instance_id!r} in this account")
+        raise NotFoundError(_("autodl: no instance {id!r} in this account").format(id=instance_id))
 
     def _poll(self, instance_id: str) -> Instance:
         """A cheap status read: Pro ``GET .../status`` merged into the last full record."""
@@ -257,7 +258,7 @@ class AutoDLProvider(HttpProvider):
             ProviderError: a Pro instance, or ``console_api`` is off.
         """
         if self.is_pro(instance_id):
-            raise ProviderError("autodl: no-GPU mode is not available for Pro instances through the API")
+            raise ProviderError(_("autodl: no-GPU mode is not available for Pro instances through the API"))
         return self._power_on(instance_id, "non_gpu")
 
     def _power_on(self, instance_id: str, payload: str) -> Instance:
@@ -265,7 +266,7 @@ class AutoDLProvider(HttpProvider):
         if current.status in (Status.RUNNING, Status.STARTING, Status.PROVISIONING):
             return current
         if current.status is Status.TERMINATED:
-            raise ProviderError(f"autodl: instance {instance_id} was released; it cannot be started")
+            raise ProviderError(_("autodl: instance {id} was released; it cannot be started").format(id=instance_id))
         client, path = (self.pro, f"{_PRO}/power_on") if self.is_pro(instance_id) else (self.console, f"{_CONSOLE}/power_on")
         client.call("POST", path, json={"instance_uuid": instance_id, "payload": payload}, idempotent=True)
         return self._poll(instance_id)
@@ -310,9 +311,11 @@ class AutoDLProvider(HttpProvider):
         try:
             code = self._run_command(argv)
         except Exception as exc:  # noqa: BLE001 - any failure is one user-facing line
-            raise ProviderError(f"autodl: running {' '.join(argv)!r} failed: {exc}") from None
+            raise ProviderError(_("autodl: running {command!r} failed: {error}").format(
+                command=" ".join(argv), error=exc)) from None
         if code != 0:
-            raise ProviderError(f"autodl: {' '.join(argv)!r} exited with status {code}")
+            raise ProviderError(_("autodl: {command!r} exited with status {code}").format(
+                command=" ".join(argv), code=code))
         known = self._known.get(instance_id)
         if known is not None:
             return dataclasses.replace(known, status=Status.STOPPING, status_raw="shutdown command")
@@ -330,7 +333,7 @@ class AutoDLProvider(HttpProvider):
             ProviderError: an ordinary instance (the console API here does not release).
         """
         if not self.is_pro(instance_id):
-            raise ProviderError("autodl: releasing ordinary instances is only possible in the AutoDL console")
+            raise ProviderError(_("autodl: releasing ordinary instances is only possible in the AutoDL console"))
         stopped = self.stop_instance(instance_id, wait=True)
         if stopped.status is Status.TERMINATED:
             return stopped
@@ -380,7 +383,7 @@ class AutoDLProvider(HttpProvider):
         data = self.pro.call("POST", f"{_PRO}/create", json=body, idempotent=False)
         uuid = data.get("instance_uuid") if isinstance(data, Mapping) else data
         if not isinstance(uuid, str) or not uuid:
-            raise ProviderResponseError("autodl: create answered without an instance uuid")
+            raise ProviderResponseError(_("autodl: create answered without an instance uuid"))
         return self.get_instance(uuid)
 
     # -- account ---------------------------------------------------------------------------------
@@ -390,7 +393,7 @@ class AutoDLProvider(HttpProvider):
         data = self.pro.call("POST", "/api/v1/dev/wallet/balance", json={}, idempotent=True)
         amount = yuan_from_milli((data or {}).get("assets") if isinstance(data, Mapping) else None)
         if amount is None:
-            raise ProviderResponseError("autodl: wallet balance answered without assets")
+            raise ProviderResponseError(_("autodl: wallet balance answered without assets"))
         return Money(amount, CURRENCY)
 
     def gpu_stock(self, region_sign: str, *, gpu_names: Sequence[str] | None = None) -> list[GpuStock]:

@@ -37,6 +37,8 @@ from apprise.exception import AppriseImproperlyConfigured
 from apprise.plugins.base import NotifyBase
 from apprise.utils.parse import parse_bool
 
+from costctl.i18n import _
+
 #: AutoDL's host and the push's path.
 AUTODL_HOST = "www.autodl.com"
 PUSH_PATH = "/api/v1/wechat/message/send"
@@ -72,7 +74,7 @@ class NotifyAutoDL(NotifyBase):
                  run_name: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not token:
-            raise AppriseImproperlyConfigured("an AutoDL URL needs the account token: autodl://TOKEN")
+            raise AppriseImproperlyConfigured(_("an AutoDL URL needs the account token: autodl://TOKEN"))
         self.token = token
         self.endpoint = endpoint or AUTODL_HOST
         self.https = https

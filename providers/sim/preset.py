@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+from costctl.i18n import _
+
 from costctl_providers.preset import ConfigPreset
 
 SIM_PRESET = ConfigPreset(
-    display_name="the simulated provider",
-    summary=("Written for the simulated provider: a local instance that costs what its table says, for trying "
-             "costctl without an account.",),
+    display_name=_("the simulated provider"),
+    summary=(_("Written for the simulated provider: a local instance that costs what its table says, for trying "
+               "costctl without an account."),),
 )
 
 __all__ = ["SIM_PRESET"]
