@@ -256,9 +256,6 @@ ALLOWED = {
         "--help text: an example value of a price-catalog provider",
     ("costctl/cli/gpus.py", "Only prices from this provider (runpod, vastai, autodl, aws...)."):
         "--help text: example values of price-catalog providers",
-    ("costctl/replay/pricing.py",
-     "; pass --price (AutoDL publishes no price list) or add [[catalog.prices]] to the config"):
-        "error message text pointing at the price catalog",
     # `costctl sim ...`: the simulated provider's own rehearsal commands (`costctl sim preempt`
     # makes it issue a preemption notice); the command word is the provider's name by design.
     ("costctl/cli/main.py", "sim"): "the `sim` command word and its module",

@@ -79,11 +79,10 @@ def _catalog_price(settings: Settings, gpu: str, provider: str, currency: str | 
         known = sorted({e.provider for e in table.lookup(gpu, billing=billing)})
         if known:
             message = _("no {billing} price for {gpu!r} at {provider!r} in the price table; it has {gpu} at: "
-                        "{providers}; pass --price (AutoDL publishes no price list) or add [[catalog.prices]] "
-                        "to the config")
+                        "{providers}; pass --price or add [[catalog.prices]] to the config")
         else:
             message = _("no {billing} price for {gpu!r} at {provider!r} in the price table; pass --price "
-                        "(AutoDL publishes no price list) or add [[catalog.prices]] to the config")
+                        "or add [[catalog.prices]] to the config")
         raise UsageError(message.format(billing=billing, gpu=gpu, provider=provider, providers=", ".join(known)))
     per_gpu = entry.price
     if currency and per_gpu.currency != currency:
