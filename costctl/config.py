@@ -72,6 +72,7 @@ from .config_types import (  # noqa: F401
 )
 from . import job as _job
 from .errors import ConfigError
+from .i18n import N_, _
 from .paths import CONFIG_FILE_NAME
 from .policies.budget import BudgetConfig  # noqa: F401
 from .policies.divergence import DivergenceConfig  # noqa: F401
@@ -128,13 +129,14 @@ class InstanceConfig(_Section):
         if v is None:
             return v
         if "\x00" in v:
-            raise ValueError("expected a command line without NUL bytes")
+            raise ValueError(_("expected a command line without NUL bytes"))
         try:
             argv = shlex.split(v)
         except ValueError as exc:  # "No closing quotation"
-            raise ValueError(f"expected a command line a shell could split ({str(exc).lower()})") from None
+            raise ValueError(_("expected a command line a shell could split ({problem})").format(
+                problem=str(exc).lower())) from None
         if not argv:
-            raise ValueError("expected a command, e.g. \"shutdown\" (leave the key out for the adapter's default)")
+            raise ValueError(_("expected a command, e.g. \"shutdown\" (leave the key out for the adapter's default)"))
         return v
 
     @property
@@ -173,7 +175,7 @@ class WatchConfig(_Section):
         try:
             ZoneInfo(v)
         except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError("expected an IANA time zone name such as UTC or Asia/Shanghai") from None
+            raise ValueError(_("expected an IANA time zone name such as UTC or Asia/Shanghai")) from None
         return v
 
     @property
@@ -197,7 +199,7 @@ def _signal_name(value: Any) -> str | None:
         return None
     if isinstance(value, str) and value.strip().lower() in {"off", "none", "false", ""}:
         return None
-    allowed = "off, or a signal name such as SIGUSR1 or SIGUSR2 (never SIGKILL/SIGSTOP)"
+    allowed = _("off, or a signal name such as SIGUSR1 or SIGUSR2 (never SIGKILL/SIGSTOP)")
     try:
         if isinstance(value, int) and not isinstance(value, bool):
             sig = _signal.Signals(value)
@@ -207,9 +209,9 @@ def _signal_name(value: Any) -> str | None:
         else:
             raise ValueError
     except (KeyError, ValueError):
-        raise ValueError(f"expected {allowed}") from None
+        raise ValueError(_("expected {allowed}").format(allowed=allowed)) from None
     if sig in (_signal.SIGKILL, _signal.SIGSTOP):
-        raise ValueError(f"expected {allowed}")
+        raise ValueError(_("expected {allowed}").format(allowed=allowed))
     return sig.name
 
 
@@ -242,10 +244,8 @@ class CheckpointConfig(_Section):
     @model_validator(mode="after")
     def _bounds(self) -> "CheckpointConfig":
         if self.min_interval > self.max_interval:
-            raise ValueError(
-                f"min_interval ({_format_duration(self.min_interval)}) must not exceed "
-                f"max_interval ({_format_duration(self.max_interval)})"
-            )
+            raise ValueError(_("min_interval ({minimum}) must not exceed max_interval ({maximum})").format(
+                minimum=_format_duration(self.min_interval), maximum=_format_duration(self.max_interval)))
         return self
 
 
@@ -320,18 +320,18 @@ class LedgerConfig(_Section):
     and inf counts, min, max, first, last): :mod:`costctl.ledger.progress_store`.
     """
 
-    sample_retention: bounded_window(SAMPLE_RETENTION_MIN, SAMPLE_RETENTION_MAX, noun="a retention",  # type: ignore[valid-type]
-                                     note="ten years") = Field(
+    sample_retention: bounded_window(SAMPLE_RETENTION_MIN, SAMPLE_RETENTION_MAX, noun=N_("a retention"),  # type: ignore[valid-type]
+                                     note=N_("ten years")) = Field(
         default=timedelta(days=7),
-        description="raw telemetry is kept this long, then rolled up per minute; \"off\" keeps it raw "
-                    "(1h to 87600h)")
+        description=N_("raw telemetry is kept this long, then rolled up per minute; \"off\" keeps it raw "
+                    "(1h to 87600h)"))
     progress_interval: bounded_duration(PROGRESS_INTERVAL_MIN, PROGRESS_INTERVAL_MAX,  # type: ignore[valid-type]
-                                        noun="an interval") = Field(
+                                        noun=N_("an interval")) = Field(
         default=timedelta(seconds=60),
-        description="the interval progress points are counted in (1s to 1h)")
+        description=N_("the interval progress points are counted in (1s to 1h)"))
     progress_points_per_interval: int = Field(
         default=20, ge=1, le=10_000,
-        description="loss points stored as rows per series and interval; the rest are summed up exactly")
+        description=N_("loss points stored as rows per series and interval; the rest are summed up exactly"))
 
 
 #: Bounds of ``[bill] saved_horizon``.
@@ -349,11 +349,11 @@ class BillConfig(_Section):
     noticed (AutoDL releases an instance shut down for 15 days).
     """
 
-    saved_horizon: bounded_duration(SAVED_HORIZON_MIN, SAVED_HORIZON_MAX, noun="a horizon",  # type: ignore[valid-type]
-                                    note="30 days") = Field(
+    saved_horizon: bounded_duration(SAVED_HORIZON_MIN, SAVED_HORIZON_MAX, noun=N_("a horizon"),  # type: ignore[valid-type]
+                                    note=N_("30 days")) = Field(
         default=timedelta(hours=24),
-        description="a confirmed stop saved the run's rate until the next run on the instance, or this long, "
-                    "whichever came first (1h to 720h)")
+        description=N_("a confirmed stop saved the run's rate until the next run on the instance, or this long, "
+                    "whichever came first (1h to 720h)"))
 
 
 class HooksConfig(_Section):
@@ -388,9 +388,10 @@ class StopConfig(_Section):
     @model_validator(mode="after")
     def _ordered(self) -> "StopConfig":
         if self.poll_interval > self.deadline or self.resend_interval > self.deadline:
-            raise ValueError(f"stop.poll_interval ({format_duration(self.poll_interval)}) and stop.resend_interval "
-                             f"({format_duration(self.resend_interval)}) must not be longer than stop.deadline "
-                             f"({format_duration(self.deadline)})")
+            raise ValueError(_("stop.poll_interval ({poll}) and stop.resend_interval ({resend}) must not be longer "
+                               "than stop.deadline ({deadline})").format(
+                poll=format_duration(self.poll_interval), resend=format_duration(self.resend_interval),
+                deadline=format_duration(self.deadline)))
         return self
 
 
@@ -423,7 +424,7 @@ class NotifyTarget(_Section):
         text = v.get_secret_value() if isinstance(v, SecretStr) else v
         if not isinstance(text, str) or not _URL_SCHEME_RE.match(text.strip()):
             # never quote the value: it may hold a token
-            raise ValueError("expected an Apprise URL such as json://host:port/path or dingtalk://TOKEN")
+            raise ValueError(_("expected an Apprise URL such as json://host:port/path or dingtalk://TOKEN"))
         return text.strip()
 
 
@@ -444,7 +445,7 @@ class NotifyConfig(_Section):
     warn_before: Window = timedelta(minutes=5)
     max_per_hour: int = Field(default=12, ge=1, le=3600)
     timeout: bounded_duration(timedelta(seconds=1), timedelta(minutes=10),  # type: ignore[valid-type]
-                              noun="a timeout") = timedelta(seconds=30)
+                              noun=N_("a timeout")) = timedelta(seconds=30)
     queue_max: int = Field(default=20, ge=1, le=1000)
 
 
@@ -490,7 +491,7 @@ class UiConfig(_Section):
     """
 
     language: Literal["auto", "en", "zh_CN"] = Field(
-        default="auto", description="auto (from LANG/LC_ALL), en or zh_CN (Simplified Chinese)")
+        default="auto", description=N_("auto (from LANG/LC_ALL), en or zh_CN (Simplified Chinese)"))
 
 
 class ExchangeRateConfig(_Section):
@@ -553,7 +554,7 @@ class Settings(BaseSettings):
     @classmethod
     def _no_nul(cls, value: Any) -> Any:
         if isinstance(value, (str, Path)) and "\x00" in str(value):
-            raise ValueError("expected text without NUL bytes")
+            raise ValueError(_("expected text without NUL bytes"))
         return value
 
     @property
@@ -589,9 +590,10 @@ def _one_line(err: ValidationError) -> str:
     first = err.errors()[0]
     loc = first["loc"]
     if first["type"] == "extra_forbidden" and len(loc) == 2 and loc[0] == "policies":
-        return (f"unknown policy [policies.{loc[1]}]; known: {', '.join(known_policies())} "
-                f"(a third-party policy registers through the {ENTRY_POINT_GROUP} entry-point group)")
-    return one_line(err, unknown_hint="(check the spelling; `costctl init` writes every key)", ranges=key_range,
+        return _("unknown policy [policies.{name}]; known: {known} (a third-party policy registers through the "
+                 "{group} entry-point group)").format(name=loc[1], known=", ".join(known_policies()),
+                                                      group=ENTRY_POINT_GROUP)
+    return one_line(err, unknown_hint=_("(check the spelling; `costctl init` writes every key)"), ranges=key_range,
                     secret_keys=("notify.urls",))
 
 
@@ -684,14 +686,14 @@ def _where(err: ValidationError, path: Path | None, overrides: dict[str, Any] | 
     if variable is not None:
         if variable.upper() == ENV_PREFIX + "__".join(loc).upper():  # the variable names the key itself
             if first["type"] == "extra_forbidden":
-                return (f"unknown environment variable {variable} (no key '{key}' in the config; "
-                        "`costctl init` writes every key)")
-            line = one_line(err, ranges=key_range, secret_keys=("notify.urls",))
-            return f"environment variable {variable}{line[len(key):]}" if line.startswith(key) else line
-        return f"environment variable {variable}: {_one_line(err)}"
+                return _("unknown environment variable {variable} (no key '{key}' in the config; "
+                         "`costctl init` writes every key)").format(variable=variable, key=key)
+            return one_line(err, ranges=key_range, secret_keys=("notify.urls",),
+                            shown_key=_("environment variable {variable}").format(variable=variable))
+        return _("environment variable {variable}: {problem}").format(variable=variable, problem=_one_line(err))
     if _in_overrides(overrides, loc) or path is None:
         return _one_line(err)
-    return f"{path}: {_one_line(err)}"
+    return _("{path}: {problem}").format(path=path, problem=_one_line(err))
 
 
 def _table_variable(message: str) -> str:
@@ -705,9 +707,10 @@ def _table_variable(message: str) -> str:
         except ValueError:
             if _names_table(parts):
                 table = ".".join(parts)
-                return (f"environment variable {name} = {describe_value(value)}: expected a JSON object for the "
-                        f"table [{table}], or one variable per key ({name}__<KEY>=...)")
-    return f"cannot read the COSTCTL_* environment variables: {message}"
+                return _("environment variable {name} = {value}: expected a JSON object for the table [{table}], "
+                         "or one variable per key ({name}__<KEY>=...)").format(
+                    name=name, value=describe_value(value), table=table)
+    return _("cannot read the COSTCTL_* environment variables: {problem}").format(problem=message)
 
 
 def _names_table(parts: tuple[str, ...]) -> bool:
@@ -753,7 +756,7 @@ def find_config_file(explicit: Path | None, cwd: Path | None = None) -> Path | N
         explicit = Path(os.environ["COSTCTL_CONFIG"])
     if explicit is not None:
         if not explicit.is_file():
-            raise ConfigError(f"config file {explicit} does not exist (or is not a file)")
+            raise ConfigError(_("config file {path} does not exist (or is not a file)").format(path=explicit))
         return explicit
     candidate = (cwd or Path.cwd()) / CONFIG_FILE_NAME
     return candidate if candidate.is_file() else None
@@ -778,16 +781,17 @@ def load_settings(config: Path | None = None, overrides: dict[str, Any] | None =
             with path.open("rb") as fh:
                 tomllib.load(fh)
         except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+            raise ConfigError(_("{path}: not valid TOML: {problem}").format(path=path, problem=exc)) from None
         except OSError as exc:
-            raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+            raise ConfigError(_("{path}: cannot read: {problem}").format(path=path, problem=exc.strerror)) from None
     for key in os.environ:
         upper = key.upper()
         if (upper.startswith(ENV_PREFIX) and upper not in _NON_SETTING_ENV
                 and not upper.startswith(_NON_SETTING_ENV_PREFIXES)):
             top = upper[len(ENV_PREFIX):].split("__", 1)[0].lower()
             if top not in Settings.model_fields:
-                raise ConfigError(f"unknown environment variable {key} (no key '{top}' in the config)")
+                raise ConfigError(_("unknown environment variable {variable} (no key '{key}' in the config)").format(
+                    variable=key, key=top))
     Settings._toml_path = path
     try:
         settings = settings_cls(**(overrides or {}))

@@ -30,6 +30,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator
 from pydantic.fields import FieldInfo
 
+from .i18n import N_, _
 from .money import AMOUNT_ALLOWED, MAX_AMOUNT, AmountError, bounded_amount
 
 _DURATION_RE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m)?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$")
@@ -41,7 +42,7 @@ MIN_DURATION = timedelta(seconds=1)
 #: than any window, interval or timeout a watch can use, and far enough from ``datetime``'s
 #: limits (year 9999) that no time computed from it overflows.
 MAX_DURATION = timedelta(days=365)
-_YEAR_NOTE = "a year"
+_YEAR_NOTE = N_("a year")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,7 @@ class ValueRange:
 
 
 def duration_allowed(minimum: timedelta = MIN_DURATION, maximum: timedelta | None = MAX_DURATION, *,
-                     noun: str = "a duration", note: str = "", off: bool = False) -> str:
+                     noun: str = N_("a duration"), note: str = "", off: bool = False) -> str:
     """What a duration setting allows, as the text after ``expected`` in its error message,
     naming that setting's own bounds: ``"a duration from 1s to 8760h (a year), written like
     90s, ..."``, ``"a retention from 1h to 87600h (ten years), written like 90s, ..., or off"``.
@@ -67,21 +68,27 @@ def duration_allowed(minimum: timedelta = MIN_DURATION, maximum: timedelta | Non
     """
     if maximum == MAX_DURATION and not note:
         note = _YEAR_NOTE
-    forms = "90s, 30m, 2h, 1h30m or a number of seconds"
+    forms = _("90s, 30m, 2h, 1h30m or a number of seconds")
+    values = {"noun": _(noun), "forms": forms, "minimum": format_duration(minimum),
+              "maximum": format_duration(maximum), "note": _(note) if note else ""}
     if maximum is None:
-        text = f"{noun} like {forms} (at least {format_duration(minimum)})"
+        text = (_("{noun} like {forms} (at least {minimum}), or off") if off
+                else _("{noun} like {forms} (at least {minimum})"))
+    elif note:
+        text = (_("{noun} from {minimum} to {maximum} ({note}), written like {forms}, or off") if off
+                else _("{noun} from {minimum} to {maximum} ({note}), written like {forms}"))
     else:
-        text = (f"{noun} from {format_duration(minimum)} to {format_duration(maximum)}"
-                + (f" ({note})" if note else "") + f", written like {forms}")
-    return text + (", or off" if off else "")
+        text = (_("{noun} from {minimum} to {maximum}, written like {forms}, or off") if off
+                else _("{noun} from {minimum} to {maximum}, written like {forms}"))
+    return text.format(**values)
 
 
 def duration_range(minimum: timedelta = MIN_DURATION, maximum: timedelta | None = MAX_DURATION) -> str:
     """A duration key's range for the documentation: ``"1s to 8760h"`` (``"at least 1s"``
     without a maximum)."""
     if maximum is None:
-        return f"at least {format_duration(minimum)}"
-    return f"{format_duration(minimum)} to {format_duration(maximum)}"
+        return _("at least {minimum}").format(minimum=format_duration(minimum))
+    return _("{low} to {high}").format(low=format_duration(minimum), high=format_duration(maximum))
 
 
 def parse_duration(value: Any, *, minimum: timedelta = MIN_DURATION, maximum: timedelta | None = MAX_DURATION,
@@ -100,7 +107,7 @@ def parse_duration(value: Any, *, minimum: timedelta = MIN_DURATION, maximum: ti
     Raises:
         ValueError: for anything else, including zero, negatives, ``off`` and values out of bounds.
     """
-    message = f"expected {allowed or duration_allowed(minimum, maximum)}"
+    message = _("expected {allowed}").format(allowed=allowed or duration_allowed(minimum, maximum))
     try:
         td = _to_timedelta(value, message)
     except (OverflowError, ArithmeticError, ValueError):  # 1e99 s, 1e20h: past timedelta; NaN
@@ -175,38 +182,48 @@ def parse_money(value: Any) -> Decimal:
     try:
         return bounded_amount(value)
     except AmountError:
-        raise ValueError(f"expected {AMOUNT_ALLOWED}") from None
+        raise ValueError(_("expected {allowed}").format(allowed=_(AMOUNT_ALLOWED))) from None
 
 
 #: The range of a :data:`MoneyAmount`, for the documentation.
-MONEY_RANGE = f"0 to {MAX_AMOUNT:f}"
+MONEY_RANGE = _("{low} to {high}").format(low=0, high=f"{MAX_AMOUNT:f}")
 
 #: A duration from 1s to 8760h (``30m``); serialized back as ``30m``.
 Duration = Annotated[timedelta, BeforeValidator(parse_duration), PlainSerializer(format_duration),
                      ValueRange(duration_range())]
 #: A duration (1s to 8760h) or ``off`` (None).
 Window = Annotated[timedelta | None, BeforeValidator(parse_window), PlainSerializer(format_duration),
-                   ValueRange(duration_range() + ", or off")]
+                   ValueRange(_("{range}, or off").format(range=duration_range()))]
 #: Money from 0 to 10^9 as Decimal (kept to 10 decimals); serialized as a string.
 MoneyAmount = Annotated[Decimal, BeforeValidator(parse_money), PlainSerializer(str), ValueRange(MONEY_RANGE)]
+
+
+class _Allowed:
+    """:func:`duration_allowed` of one key's bounds, worded when shown (in the language of that
+    moment, not of the import)."""
+
+    def __init__(self, minimum: timedelta, maximum: timedelta | None, text: dict[str, Any]) -> None:
+        self.minimum, self.maximum, self.text = minimum, maximum, text
+
+    def __str__(self) -> str:
+        return duration_allowed(self.minimum, self.maximum, **self.text)
 
 
 def bounded_duration(minimum: timedelta, maximum: timedelta | None = MAX_DURATION, **text: Any) -> Any:
     """A :data:`Duration` type bounded to ``[minimum, maximum]`` (default maximum: a year) whose
     error message names those bounds (``text``: ``noun`` and ``note`` of :func:`duration_allowed`)."""
-    allowed = duration_allowed(minimum, maximum, **text)
     return Annotated[timedelta, BeforeValidator(lambda v: parse_duration(v, minimum=minimum, maximum=maximum,
-                                                                         allowed=allowed)),
+                                                                         allowed=_Allowed(minimum, maximum, text))),
                      PlainSerializer(format_duration), ValueRange(duration_range(minimum, maximum))]
 
 
 def bounded_window(minimum: timedelta, maximum: timedelta | None = MAX_DURATION, **text: Any) -> Any:
     """A :data:`Window` type (a duration or ``off``) bounded to ``[minimum, maximum]``, its
     error message naming those bounds (see :func:`bounded_duration`)."""
-    allowed = duration_allowed(minimum, maximum, off=True, **text)
+    allowed = _Allowed(minimum, maximum, {**text, "off": True})
     return Annotated[timedelta | None, BeforeValidator(lambda v: parse_window(v, minimum=minimum, maximum=maximum,
                                                                               allowed=allowed)),
-                     PlainSerializer(format_duration), ValueRange(duration_range(minimum, maximum) + ", or off")]
+                     PlainSerializer(format_duration), ValueRange(_("{range}, or off").format(range=duration_range(minimum, maximum)))]
 
 
 #: A percentage in [0, 100].
@@ -244,10 +261,10 @@ def value_range(field: FieldInfo) -> str:
     if low is None and high is None:
         return ""
     if low is not None and high is not None and low[0] == "ge" and high[0] == "le":
-        return f"{_number(low[1])} to {_number(high[1])}"
+        return _("{low} to {high}").format(low=_number(low[1]), high=_number(high[1]))
     parts = [f"{'>=' if name == 'ge' else '>'} {_number(v)}" for name, v in ([low] if low else [])]
     parts += [f"{'<=' if name == 'le' else '<'} {_number(v)}" for name, v in ([high] if high else [])]
-    return " and ".join(parts)
+    return _("{low} and {high}").format(low=parts[0], high=parts[1]) if len(parts) == 2 else parts[0]
 
 
 class Section(BaseModel):
@@ -261,7 +278,7 @@ class Section(BaseModel):
     @classmethod
     def _no_nul(cls, value: Any) -> Any:
         if isinstance(value, str) and "\x00" in value:
-            raise ValueError("expected text without NUL bytes")
+            raise ValueError(_("expected text without NUL bytes"))
         return value
 
 

@@ -20,6 +20,7 @@ from datetime import date, timedelta
 from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 
 from .errors import ConfigError, CostctlError, CurrencyMismatchError
+from .i18n import N_, _
 
 SECONDS_PER_HOUR = Decimal(3600)
 
@@ -30,7 +31,7 @@ MAX_AMOUNT = Decimal(10) ** 9
 #: currency's smallest unit (AutoDL bills in 1/1000 yuan; Vast.ai prices are floats).
 AMOUNT_PLACES = 10
 #: What an amount taken in may be, as the text after "expected" in error messages.
-AMOUNT_ALLOWED = "an amount of money from 0 to 1000000000, like 2.5 or \"2.50\""
+AMOUNT_ALLOWED = N_("an amount of money from 0 to 1000000000, like 2.5 or \"2.50\"")
 
 
 class AmountError(CostctlError):
@@ -57,7 +58,7 @@ def parse_decimal(value: object, *, what: str = "amount") -> Decimal:
         ConfigError: if the value is not a finite number.
     """
     if isinstance(value, bool):
-        raise ConfigError(f"{what}: {value!r} is not a number")
+        raise ConfigError(_("{what}: {value!r} is not a number").format(what=what, value=value))
     if isinstance(value, Decimal):
         result = value
     elif isinstance(value, int):
@@ -68,11 +69,11 @@ def parse_decimal(value: object, *, what: str = "amount") -> Decimal:
         try:
             result = Decimal(value.strip())
         except InvalidOperation:
-            raise ConfigError(f"{what}: {value!r} is not a number") from None
+            raise ConfigError(_("{what}: {value!r} is not a number").format(what=what, value=value)) from None
     else:
-        raise ConfigError(f"{what}: {value!r} is not a number")
+        raise ConfigError(_("{what}: {value!r} is not a number").format(what=what, value=value))
     if not result.is_finite():
-        raise ConfigError(f"{what}: {value!r} is not a finite number")
+        raise ConfigError(_("{what}: {value!r} is not a finite number").format(what=what, value=value))
     return result
 
 
@@ -89,10 +90,12 @@ def bounded_amount(value: object, *, what: str = "amount") -> Decimal:
     try:
         amount = parse_decimal(value, what=what)
     except ConfigError as exc:
-        raise AmountError(f"{exc.message}; expected {AMOUNT_ALLOWED}", value) from None
+        raise AmountError(_("{problem}; expected {allowed}").format(problem=exc.message, allowed=_(AMOUNT_ALLOWED)),
+                          value) from None
     if amount < 0 or amount > MAX_AMOUNT:
         shown = str(value) if len(str(value)) <= 40 else str(value)[:37] + "..."
-        raise AmountError(f"{what}: {shown} is outside the range; expected {AMOUNT_ALLOWED}", value)
+        raise AmountError(_("{what}: {value} is outside the range; expected {allowed}").format(
+            what=what, value=shown, allowed=_(AMOUNT_ALLOWED)), value)
     exponent = amount.as_tuple().exponent
     assert isinstance(exponent, int)  # finite
     if exponent < -AMOUNT_PLACES:
@@ -118,9 +121,9 @@ def round_money(amount: Decimal, places: int) -> Decimal:
         AmountError: ``amount`` is NaN or infinite, or larger than :data:`MAX_ROUNDED`.
     """
     if not amount.is_finite():
-        raise AmountError(f"{amount} is not a finite amount of money", amount)
+        raise AmountError(_("{amount} is not a finite amount of money").format(amount=amount), amount)
     if abs(amount) > MAX_ROUNDED:
-        raise AmountError(f"{amount:.6e} is too large an amount of money (at most 1e30)", amount)
+        raise AmountError(_("{amount:.6e} is too large an amount of money (at most 1e30)").format(amount=amount), amount)
     digits = max(amount.adjusted(), 0) + places + 2
     return amount.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN,
                            context=Context(prec=max(28, digits)))
@@ -148,7 +151,7 @@ class Money:
             raise TypeError("can only combine Money with Money")
         if other.currency != self.currency:
             raise CurrencyMismatchError(
-                f"cannot combine {self.currency} and {other.currency} without an exchange rate"
+                _("cannot combine {a} and {b} without an exchange rate").format(a=self.currency, b=other.currency)
             )
 
     def __add__(self, other: "Money") -> "Money":
@@ -224,7 +227,8 @@ class ExchangeRate:
             return Money(money.amount * self.rate, self.quote)
         if cur == self.quote.upper():
             return Money(money.amount / self.rate, self.base)
-        raise CurrencyMismatchError(f"rate {self.base}/{self.quote} cannot convert {cur}")
+        raise CurrencyMismatchError(_("rate {base}/{quote} cannot convert {currency}").format(
+            base=self.base, quote=self.quote, currency=cur))
 
 
 __all__ = ["Money", "ExchangeRate", "cost_of", "parse_decimal", "bounded_amount", "round_money", "AmountError",

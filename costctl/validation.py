@@ -18,6 +18,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .i18n import _
+
 #: Longest ``repr`` of a bad value quoted in a message, in characters (longer ones are cut with "...").
 MAX_VALUE_CHARS = 60
 
@@ -42,6 +44,7 @@ def one_line(
     count_others: bool = True,
     secret_keys: tuple[str, ...] = (),
     ranges: Callable[[tuple[Any, ...]], str] | None = None,
+    shown_key: str | None = None,
 ) -> str:
     """The first problem of ``err`` as one line naming the key, the value and what is allowed.
 
@@ -58,6 +61,8 @@ def one_line(
         ranges: the documented range of the key at a location (``"0 to 100"``, ``""`` when it
             has none): a number outside its bounds, or no number at all, then reads
             ``expected a number from 0 to 100`` instead of pydantic's one-sided bound.
+        shown_key: how the line names a bad value's key, instead of its dotted path (e.g.
+            ``environment variable COSTCTL_X``, already translated).
 
     Returns:
         ``"[table] unknown key 'k' hint"`` or ``"[table] key.path = 'value': what is allowed"``
@@ -69,15 +74,20 @@ def one_line(
     prefix = f"[{table}] " if table else ""
     key = ".".join(str(p) for p in first["loc"]) or ("(table)" if table else "")
     if first["type"] == "extra_forbidden":
-        hint = f" {unknown_hint}" if unknown_hint else ""
-        return f"{prefix}unknown key '{key}'{hint}"
+        if unknown_hint:
+            return prefix + _("unknown key '{key}' {hint}").format(key=key, hint=unknown_hint)
+        return prefix + _("unknown key '{key}'").format(key=key)
     msg = str(first["msg"]).removeprefix("Value error, ")
     if first["type"] == "literal_error":
-        msg = msg.replace("Input should be", "expected")
+        msg = _("expected {choices}").format(choices=msg.removeprefix("Input should be").strip())
     rng = ranges(tuple(first["loc"])) if ranges is not None and first["type"] in BOUND_ERRORS | NUMBER_ERRORS else ""
     if rng:
-        msg = f"expected a number {'from ' if rng[0].isdigit() else ''}{rng}"
-    more = f" (and {len(problems) - 1} more problem(s))" if count_others and len(problems) > 1 else ""
-    if any(key == s or key.startswith(s + ".") for s in secret_keys):
-        return f"{prefix}{key} = (hidden): {msg}{more}"
-    return f"{prefix}{key} = {describe_value(first.get('input'))}: {msg}{more}"
+        msg = (_("expected a number from {range}") if rng[0].isdigit() else _("expected a number {range}")).format(
+            range=rng)
+    shown = shown_key or key
+    hidden = any(key == s or key.startswith(s + ".") for s in secret_keys)
+    value = _("(hidden)") if hidden else describe_value(first.get("input"))
+    if count_others and len(problems) > 1:
+        return prefix + _("{key} = {value}: {problem} (and {count} more problem(s))").format(
+            key=shown, value=value, problem=msg, count=len(problems) - 1)
+    return prefix + _("{key} = {value}: {problem}").format(key=shown, value=value, problem=msg)

@@ -56,3 +56,23 @@ def test_the_ui_language_setting_wins_over_the_locale(tmp_path, value, want_zh) 
                 extra_env={"COSTCTL_UI__LANGUAGE": value})
     assert r.returncode == 0
     assert ("用法：" in r.stdout) is want_zh
+
+
+def _has_chinese(text: str) -> bool:
+    return any("\u4e00" <= c <= "\u9fff" for c in text)
+
+
+@pytest.mark.parametrize("toml, key", [('[stop]\ndeadline = "soon"\n', "stop.deadline"),
+                                       ('[policies.idle]\ntime_windw = "10m"\n', "policies.idle.time_windw")])
+def test_a_config_error_is_chinese_under_a_chinese_locale_and_english_under_c(tmp_path, toml, key) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(toml)
+    r = costctl(["bill", "--config", str(bad)], lang="zh_CN.UTF-8", tmp_path=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert key in r.stderr and "Traceback" not in r.stderr
+    assert ("未知配置项" in r.stderr) if "windw" in key else ("之间的时长，写法如" in r.stderr), r.stderr
+    assert "expected" not in r.stderr and "unknown key" not in r.stderr
+    r = costctl(["bill", "--config", str(bad)], lang="C", tmp_path=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert key in r.stderr and "Traceback" not in r.stderr and not _has_chinese(r.stderr)
+    assert (f"unknown key '{key}'" in r.stderr) if "windw" in key else ("expected a duration from" in r.stderr)
