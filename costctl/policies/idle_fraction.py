@@ -93,7 +93,7 @@ class IdleFractionConfig(PolicyConfig):
                                  description="the largest share of the window's time that may be busy")
     min_gpu_utilization: Percent = Field(default=5.0,
                                          description="percent; a sample is idle when ALL GPUs are below it")
-    min_cpu_utilization: float = Field(default=10.0, ge=0,
+    min_cpu_utilization: float = Field(default=10.0, ge=0, le=100_000,
                                        description="percent of one core, summed over the watched process tree")
     jupyter_url: str = Field(default="auto",
                              description="a local Jupyter server's activity is a signal: \"auto\" (its runtime "
