@@ -348,3 +348,22 @@ def test_a_run_whose_watch_died_while_its_job_runs_on_is_unguarded_then_lost_onc
     with ledger.session() as s:
         row = s.get(Run, run)
         assert (row.status, row.ended_at) == ("lost", at(30))
+
+
+def test_measured_use_takes_the_busiest_gpus_mean_not_the_average_over_gpus(ledger):
+    """Two GPUs, one busy (~90 %), one idle: the run's utilization is the busy GPU's mean (the
+    right-sizing in `costctl bill` must not halve it), its peak memory the highest of any GPU."""
+    from costctl.ledger.summaries import measured_use
+    from costctl.records import GpuReading, SignalStatus, TelemetrySample
+
+    pk = new_instance(ledger, gpu_count=2)
+    run = new_run(ledger, pk)
+    samples = [TelemetrySample(time=at(i), gpu_status=SignalStatus.OK, gpus=[
+        GpuReading(index=0, utilization=88.0 + (i % 3) * 2, memory_used_bytes=10 * 2**30, memory_total_bytes=80 * 2**30),
+        GpuReading(index=1, utilization=0.0, memory_used_bytes=2**20, memory_total_bytes=80 * 2**30)])
+        for i in range(30)]
+    ledger.record_samples(run, samples)
+    with ledger.session() as s:
+        use = measured_use(s, run)
+    assert use.mean_utilization == pytest.approx(90.0)
+    assert use.peak_memory_bytes == 10 * 2**30 and use.gpu_samples == 60

@@ -23,7 +23,8 @@ from .schema import Charge, Instance, Progress, ProgressBucket, Run, Sample, Sam
 @dataclass(frozen=True, slots=True)
 class RunUse:
     """GPU use of one run (given by the caller, or measured from its samples): peak memory
-    used on any one GPU and that GPU's total (bytes), mean utilization (percent), the number
+    used on any one GPU and that GPU's total (bytes), mean utilization (percent: the busiest
+    GPU's own mean, so an idle GPU beside a busy one does not halve it), the number
     of readable GPU samples, and the progress points it reported."""
 
     peak_memory_bytes: int | None = None
@@ -38,21 +39,37 @@ def measured_use(session: Session, run_id: str) -> RunUse:
     the per-minute rollups of the samples already compacted (``sample_minutes``: a run longer
     than ``[ledger] sample_retention`` has both), and its points: progress rows plus the points
     summed into ``progress_buckets``. Four aggregate queries, each by the run's index."""
-    peak, total, util_sum, util_n, count = session.execute(
-        select(func.max(Sample.memory_used_bytes), func.max(Sample.memory_total_bytes),
-               func.sum(Sample.utilization), func.count(Sample.utilization), func.count())
+    peak, total, count = session.execute(
+        select(func.max(Sample.memory_used_bytes), func.max(Sample.memory_total_bytes), func.count())
         .where(Sample.run_id == run_id, Sample.gpu_index.is_not(None), Sample.status == "ok")
     ).one()
-    m_peak, m_total, m_sum, m_n, m_count = session.execute(
+    m_peak, m_total, m_count = session.execute(
         select(func.max(SampleMinute.memory_used_max), func.max(SampleMinute.memory_total_max),
-               func.sum(SampleMinute.utilization_sum), func.sum(SampleMinute.utilization_count),
                func.sum(SampleMinute.ok_samples))
         .where(SampleMinute.run_id == run_id, SampleMinute.gpu_index.is_not(None))
     ).one()
+    # utilization per GPU (raw samples and minute rollups together): the busiest GPU's mean, as
+    # the watch's summary takes it (costctl.summary.RunSummary.busiest_gpu_utilization)
+    per_gpu: dict[int, list[float]] = {}
+    for index, u_sum, u_n in session.execute(
+            select(Sample.gpu_index, func.sum(Sample.utilization), func.count(Sample.utilization))
+            .where(Sample.run_id == run_id, Sample.gpu_index.is_not(None), Sample.status == "ok")
+            .group_by(Sample.gpu_index)):
+        acc = per_gpu.setdefault(int(index), [0.0, 0])
+        acc[0] += float(u_sum or 0)
+        acc[1] += int(u_n or 0)
+    for index, u_sum, u_n in session.execute(
+            select(SampleMinute.gpu_index, func.sum(SampleMinute.utilization_sum),
+                   func.sum(SampleMinute.utilization_count))
+            .where(SampleMinute.run_id == run_id, SampleMinute.gpu_index.is_not(None))
+            .group_by(SampleMinute.gpu_index)):
+        acc = per_gpu.setdefault(int(index), [0.0, 0])
+        acc[0] += float(u_sum or 0)
+        acc[1] += int(u_n or 0)
     peaks = [int(v) for v in (peak, m_peak) if v is not None]
     totals = [int(v) for v in (total, m_total) if v is not None]
-    n = int(util_n or 0) + int(m_n or 0)
-    mean = (float(util_sum or 0) + float(m_sum or 0)) / n if n else None
+    means = [total_u / n for total_u, n in per_gpu.values() if n]
+    mean = max(means) if means else None
     points = session.scalar(select(func.count()).select_from(Progress).where(Progress.run_id == run_id)) or 0
     bucketed = session.scalar(select(func.sum(ProgressBucket.count)).where(ProgressBucket.run_id == run_id)) or 0
     return RunUse(max(peaks) if peaks else None, max(totals) if totals else None, mean,
