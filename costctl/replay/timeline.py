@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 from ..errors import UsageError
 from ..records import ProgressPoint, TelemetrySample
+from .times import from_unix, offset
 from .train_log import TrainLog
 
 _TIMESTAMP_SERIES = ("_timestamp", "timestamp")
@@ -54,9 +55,10 @@ def place_progress(
             x = log.x(p)
             if x is None:
                 x = p.epoch if p.epoch is not None else (float(p.step) if p.step is not None else None)
-            if x is None:
-                continue
-            out.append(replace(p, time=start + timedelta(seconds=(x - x0) / step_rate)))
+            when = None if x is None else offset(start, (x - x0) / step_rate)
+            if when is None:
+                continue  # no position, or one no date holds (past the years a replay computes with)
+            out.append(replace(p, time=when))
         return out, "start+rate"
     stamps = _file_timestamps(log)
     if stamps:
@@ -74,7 +76,8 @@ def _file_timestamps(log: TrainLog) -> dict[float | None, datetime]:
     for name in _TIMESTAMP_SERIES:
         series = log.series.get(name)
         if series:
-            return {x: datetime.fromtimestamp(v, tz=timezone.utc) for x, v in series if x is not None}
+            stamps = {x: from_unix(v) for x, v in series if x is not None}
+            return {x: when for x, when in stamps.items() if when is not None}  # unplaceable: left out
     return {}
 
 
