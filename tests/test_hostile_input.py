@@ -184,7 +184,7 @@ def test_a_huge_integer_in_a_metrics_file_never_fails_a_tick_and_the_run_is_clos
 
 def test_a_metrics_cell_over_131072_characters_keeps_the_rest_of_the_read(tmp_path: Path) -> None:
     path = tmp_path / "metrics.csv"
-    path.write_text("step,train_loss,note\n1,0.5,x\n2,0.4,\"" + "y" * 10_000_000 + "\"\n3,0.3,x\n")
+    path.write_text("step,train_loss,note\n1,0.5,x\n2,0.4,\"" + "y" * 300_000 + "\"\n3,0.3,x\n")
     follower = MetricsFileFollower(path)
     assert [(p.step, p.value) for p in follower.poll(T0)] == [(1, 0.5), (2, 0.4), (3, 0.3)]
     with path.open("a") as fh:
@@ -386,32 +386,34 @@ def _gpu_samples(d: dict) -> int:
 def test_analyze_a_10_mb_csv_field_in_a_gpu_log_skips_that_row_and_reads_every_other(tmp_path: Path, capsys) -> None:
     rows = _smi_rows()
     rows[5] = rows[5].replace("NVIDIA A6000", '"' + "x" * 10_000_000 + '"')
-    rows[7] = rows[7].replace("90 %", "9" * 10_000_000 + " %")
+    rows[7] = rows[7].replace("90 %", "9" * 300_000 + " %")  # past the csv module's limit, unquoted
     log = tmp_path / "gpu.csv"
     log.write_text("\n".join([SMI_HEADER, *rows]) + "\n")
     d = _analyze_json(capsys, "--gpu-log", str(log), "--compare")
     assert _gpu_samples(d) == 11 and d["gpu_log"]["skipped"] == 1
     custom = tmp_path / "custom.csv"
     custom.write_text("elapsed_sec,gpu_util_pct,mem_used_mb,note\n" + "".join(
-        f"{i},{0 if i % 2 else 80},500,{'y' * 10_000_000 if i == 3 else 'x'}\n" for i in range(10)))
+        f"{i},{0 if i % 2 else 80},500,{'y' * 300_000 if i == 3 else 'x'}\n" for i in range(10)))
     assert _gpu_samples(_analyze_json(capsys, "--gpu-log", str(custom), "--compare")) == 10
 
 
-def test_analyze_a_10_mb_line_in_a_console_log_and_a_dashboard_log(tmp_path: Path, capsys) -> None:
+def test_analyze_a_3_mb_line_in_a_console_log_is_skipped_and_counted(tmp_path: Path, capsys) -> None:
     console = tmp_path / "train.log"
-    console.write_text("step 1 loss: 0.9\n" + "z" * 10_000_000 + "\nstep 2 loss: 0.8\nstep 3 loss " + "7" * 5_000_000 + "\n")
+    console.write_text("step 1 loss: 0.9\n" + "z" * 3_000_000 + "\nstep 2 loss: 0.8\nstep 3 loss " + "7" * 300_000 + "\n")
     d = _analyze_json(capsys, "--train-log", str(console))
-    assert d["train_log"]["train_points"] == 2
+    assert d["train_log"]["train_points"] == 2 and d["train_log"]["long_lines_skipped"] == 2
 
 
-@pytest.mark.parametrize("cell", ["inf MiB", "1e400 MiB", f"{BIG} MiB", "-5 MiB", "nan MiB"])
-def test_analyze_infinite_memory_values_are_no_readings(tmp_path: Path, capsys, cell: str) -> None:
+def test_analyze_infinite_memory_values_are_no_readings(tmp_path: Path, capsys) -> None:
+    """inf, 1e400, 400 digits, negative and NaN memory: those nvidia-smi rows are skipped and
+    counted (the analysis of the rest as ever); a wandb memory of 1e400 is no memory value."""
     rows = _smi_rows()
-    rows[3] = rows[3].replace("49140 MiB", cell)
+    for i, cell in zip((2, 3, 4, 6, 8), ("inf MiB", "1e400 MiB", f"{BIG} MiB", "-5 MiB", "nan MiB")):
+        rows[i] = rows[i].replace("49140 MiB", cell)
     log = tmp_path / "gpu.csv"
     log.write_text("\n".join([SMI_HEADER, *rows]) + "\n")
     d = _analyze_json(capsys, "--gpu-log", str(log), "--compare")
-    assert _gpu_samples(d) == 11 and d["gpu_log"]["skipped"] == 1
+    assert _gpu_samples(d) == 7 and d["gpu_log"]["skipped"] == 5
     wandb = tmp_path / "wandb-events.jsonl"
     wandb.write_text("".join(json.dumps({"system.gpu.0.gpu": 50.0, "_timestamp": 1700000000 + i}).replace(
         "}", f', "system.gpu.0.memoryAllocatedBytes": {"1e400" if i == 2 else 10**9}}}') + "\n" for i in range(6)))

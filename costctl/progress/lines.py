@@ -57,6 +57,12 @@ old parser):
   (read at import), or per parser with ``LineParser(engine="python")``.
 
 A ``--loss-regex`` always runs in Python (each line decoded), whatever the engine.
+
+Huge numbers (both engines: the native one hands them to the per-line parser): an integer past
+int64 (a step, a total, an epoch header's total, of any length: never an ``int()`` of more than
+19 significant digits) is no number: no step, no total, the loss kept; an epoch past the float
+range (309+ digits) is no epoch, and an epoch header with one is no header. A loss value reads
+as ``float()`` reads it (``1e400`` and 400 digits are ``inf``: a divergence).
 """
 
 from __future__ import annotations
