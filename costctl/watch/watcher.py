@@ -260,6 +260,7 @@ class Watcher:
         self._tick_error_reported = False
         #: per thread or reader (:meth:`_thread_failed`): how many unexpected exceptions it raised
         self.thread_errors: dict[str, int] = {}
+        self._errors_lock = threading.Lock()  # its own: the output thread never waits on a tick
         self._progress_due = False  # the parser asked for its points to be taken (_progress_backlog)
         self._threaded = False  # run(): the stop runs in a StopRunner thread; else step() steps it
         self._summary_from: datetime | None = None  # the first ledger run's start (earlier when attached)
@@ -1298,8 +1299,9 @@ class Watcher:
         (``<crash-log dir>/<what>-<run id>.log``). Returns True for that first one, which the
         caller says, once (a thread failing on every line or tick says it once, not a line per
         failure); the thread goes on either way."""
-        count = self.thread_errors.get(what, 0) + 1
-        self.thread_errors[what] = count
+        with self._errors_lock:
+            count = self.thread_errors.get(what, 0) + 1
+            self.thread_errors[what] = count
         return count == 1
 
     @staticmethod
