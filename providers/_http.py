@@ -405,7 +405,7 @@ class HttpClient:
         """Parse ``response``'s body as JSON or raise :class:`ProviderResponseError` (permanent)."""
         try:
             return _json.loads(response.content or b"")
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past the parser's limit
             snippet = self._snippet(response)
             raise ProviderResponseError(
                 self.redact(_("{provider}: malformed JSON in the answer to {where}: {snippet!r}").format(

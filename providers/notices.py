@@ -459,12 +459,17 @@ class NoticePoller:
     ``interval_s`` only after a failed poll). Each
     distinct notice (action, deadline, source) is passed to ``on_notice`` once. A source that
     cannot be read leaves :attr:`last_error` set and is polled again; an unreadable source
-    never produces a notice.
+    never produces a notice. Whatever a source answers, a poll never raises and the polling
+    thread never ends before :meth:`stop`: an exception other than a :class:`ProviderError`
+    (a source's bug, an answer no parser expected) is read as an unreadable source
+    (:attr:`last_error`) and handed to ``on_error``.
 
     Args:
         source: what to poll.
         interval_s: seconds between polls (default 5, AWS's recommendation).
         on_notice: called with each new :class:`Notice`.
+        on_error: called with each such unexpected exception (the caller logs its traceback);
+            an exception it raises itself is ignored.
     """
 
     def __init__(
@@ -473,12 +478,14 @@ class NoticePoller:
         interval_s: float = 5.0,
         *,
         on_notice: Callable[[Notice], None] | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
         self.source = source
         self.interval_s = interval_s
         self.on_notice = on_notice
+        self.on_error = on_error
         self.latest: Notice | None = None
         self.last_error: ProviderError | None = None
         self._seen: set[tuple[str, datetime, str]] = set()
@@ -496,6 +503,11 @@ class NoticePoller:
             self.last_error = exc
             log.debug("notice source %s unreadable: %s", self.source.name, exc.message)
             return None
+        except Exception as exc:  # noqa: BLE001 - any answer: the source is unreadable, the poller goes on
+            self.last_error = ProviderError(f"{self.source.name}: the notice source failed: {type(exc).__name__}")
+            log.debug("notice source %s failed", self.source.name, exc_info=True)
+            self._report(exc)
+            return None
         self.latest = notice
         if notice is not None:
             key = (notice.action, notice.deadline, notice.source)
@@ -503,8 +515,20 @@ class NoticePoller:
                 self._seen.add(key)
                 log.warning("preemption notice from %s: %s at %s", notice.source, notice.action, notice.deadline.isoformat())
                 if self.on_notice is not None:
-                    self.on_notice(notice)
+                    try:
+                        self.on_notice(notice)
+                    except Exception as exc:  # noqa: BLE001 - the polling thread goes on
+                        if self.on_error is None:
+                            raise
+                        self._report(exc)
         return notice
+
+    def _report(self, exc: BaseException) -> None:
+        if self.on_error is not None:
+            try:
+                self.on_error(exc)
+            except Exception:  # noqa: BLE001 - reporting must not end the polling
+                pass
 
     @property
     def long_poll(self) -> bool:
@@ -519,7 +543,11 @@ class NoticePoller:
     def _run(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
-            self.poll_once(wait=True)
+            try:
+                self.poll_once(wait=True)
+            except Exception as exc:  # noqa: BLE001 - an on_notice that raised: the thread goes on
+                self.last_error = ProviderError(f"{self.source.name}: handling a notice failed: {type(exc).__name__}")
+                log.debug("notice handling failed", exc_info=True)
             if self.long_poll and self.last_error is None:
                 continue  # the server held the call until a change or its timeout_sec
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from ..clock import ensure_utc, utcnow
 from ..errors import LedgerError
 from ..i18n import _
+from ..numbers import INT64_MAX
 from ..progress.batch import PointBatch
 from ..records import Decision, ProgressPoint, TelemetrySample
 from . import accrual, progress_store, sample_rollup, tables
@@ -50,6 +51,13 @@ _PROGRESS_INSERT = insert(Progress.__table__)
 _BUCKET_INSERT = insert(ProgressBucket.__table__)
 
 
+def _bytes(value: int | None) -> int | None:
+    """A byte count as the BIGINT columns hold it: None when absent, negative or past 2**63 - 1
+    (the readers keep to that range; this is the ledger's own guard, so no reading can fail
+    the write)."""
+    return value if value is not None and 0 <= value <= INT64_MAX else None
+
+
 def _sample_rows(run_id: str, samples: Sequence[TelemetrySample]) -> list[dict[str, Any]]:
     """The ``samples`` rows of ``samples`` (see :meth:`Ledger.record_samples`)."""
     rows: list[dict[str, Any]] = []
@@ -60,7 +68,7 @@ def _sample_rows(run_id: str, samples: Sequence[TelemetrySample]) -> list[dict[s
         for gpu in sample.gpus:
             rows.append({
                 "run_id": run_id, "time": when, "gpu_index": gpu.index, "utilization": gpu.utilization,
-                "memory_used_bytes": gpu.memory_used_bytes, "memory_total_bytes": gpu.memory_total_bytes,
+                "memory_used_bytes": _bytes(gpu.memory_used_bytes), "memory_total_bytes": _bytes(gpu.memory_total_bytes),
                 "power_w": gpu.power_w, "status": "error" if gpu.error else gpu_status, "source": source,
                 "error": gpu.error,
             })

@@ -55,7 +55,7 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
-from ..progress.batch import NO_INT, PointBatch
+from ..progress.batch import NO_INT, PointBatch, column_int
 from ..records import ProgressKind, ProgressPoint
 from .schema import Progress, ProgressBucket
 
@@ -457,8 +457,17 @@ def point_rows(run_id: str, points: PointBatch) -> list[dict[str, Any]]:
     return rows
 
 
+def _count(value: int | None) -> int | None:
+    """A step or total as the INTEGER columns hold it: None when absent, negative or past
+    2**63 - 1 (a point's loss is stored; a step no column holds is no step), as
+    :func:`~costctl.progress.batch.column_int` reads it."""
+    return None if value is None or column_int(value) == NO_INT else value
+
+
 def progress_point_rows(run_id: str, points: Sequence[ProgressPoint]) -> list[dict[str, Any]]:
-    """``progress`` rows for ProgressPoints (every point; times must be aware or None).
+    """``progress`` rows for ProgressPoints (every point; times must be aware or None). A step
+    or total past the INTEGER columns (negative or past 2**63 - 1) is stored as none, a
+    non-finite epoch likewise: a job's output never fails the write.
 
     Raises:
         ValueError: a naive time.
@@ -469,8 +478,9 @@ def progress_point_rows(run_id: str, points: Sequence[ProgressPoint]) -> list[di
             raise ValueError("progress time must be an aware datetime (costctl times are UTC)")
         value = float(p.value)
         special = _special(value)
+        epoch = p.epoch if p.epoch is None or math.isfinite(p.epoch) else None
         rows.append({
-            "run_id": run_id, "time": p.time, "step": p.step, "epoch": p.epoch, "total": p.total,
+            "run_id": run_id, "time": p.time, "step": _count(p.step), "epoch": epoch, "total": _count(p.total),
             "kind": p.kind, "name": p.name, "value": value if special is None else None,
             "value_special": special,
         })

@@ -53,7 +53,7 @@ def console_grad_norms(text: str, out) -> None:
     """
     if not any(w in text for w in GRAD_NORM_WORDS):
         return
-    from .lines import _step_epoch_total, clean_line, parse_line
+    from .lines import _held, _step_epoch_total, clean_line, parse_line
 
     prev_end = -1  # the end of the last value taken: a match before the next line end is on its line
     ascii_text = text.isascii()
@@ -77,7 +77,7 @@ def console_grad_norms(text: str, out) -> None:
             out.append((value, train[0].value, train[0].step, train[0].epoch))
         else:  # no loss on the line (Megatron prints none for a skipped iteration): where it is
             step, epoch, _ = _step_epoch_total(clean_line(line))
-            out.append((value, None, step, epoch))
+            out.append((value, None, _held(step), epoch))
 
 
 class GradNormLog:

@@ -57,6 +57,12 @@ old parser):
   (read at import), or per parser with ``LineParser(engine="python")``.
 
 A ``--loss-regex`` always runs in Python (each line decoded), whatever the engine.
+
+Huge numbers (both engines: the native one hands them to the per-line parser): an integer past
+int64 (a step, a total, an epoch header's total, of any length: never an ``int()`` of more than
+19 significant digits) is no number: no step, no total, the loss kept; an epoch past the float
+range (309+ digits) is no epoch, and an epoch header with one is no header. A loss value reads
+as ``float()`` reads it (``1e400`` and 400 digits are ``inf``: a divergence).
 """
 
 from __future__ import annotations
@@ -98,6 +104,29 @@ MAX_LINE_CHARS = 64 * 1024
 # replaced bad byte is one character), so it is skipped, and a partial line is dropped past it.
 _MAX_LINE_BYTES = 4 * MAX_LINE_CHARS
 _I64_MAX = (1 << 63) - 1
+#: What :func:`_int` gives for a digit run past int64: one past :data:`_I64_MAX`, which the
+#: columns (:func:`~costctl.progress.batch.column_int`) and :func:`_held` read as no step/total,
+#: as they read any integer past int64; its arithmetic (a global step, a product of totals)
+#: stays past int64 exactly when the true value's does.
+_PAST_I64 = _I64_MAX + 1
+#: The most significant digits of an epoch number kept (more: a float overflow, no epoch).
+_MAX_EPOCH_DIGITS = 308
+
+
+def _int(digits: str) -> int:
+    """``int(digits)`` of a regex's ``\\d+`` (Unicode digits too, as ``int()`` reads them),
+    without ``int()``'s 4,300-digit ``ValueError``: more than 19 significant digits (past any
+    int64) gives :data:`_PAST_I64`, which reads as no step or total."""
+    significant = digits.lstrip("0")
+    return int(significant or "0") if len(significant) <= 19 else _PAST_I64
+
+
+def _epoch_number(text: str) -> float | None:
+    """An epoch as written (``\\d+(\\.\\d+)?``) as a float; None when it is not finite (a
+    number past the float range is no epoch: the columns and the series never hold an
+    infinite epoch)."""
+    value = float(text)
+    return value if math.isfinite(value) else None
 
 
 def _select_engine() -> tuple[str, object]:
@@ -260,18 +289,18 @@ def _step_epoch_total(line: str, low: str | None = None) -> tuple[int | None, fl
         starts = ([max(0, q_step - 7)] if q_step >= 0 else []) + ([q_iter] if q_iter >= 0 else [])
         m = _STEP_RE.search(line, min(starts)) if starts else None
     if m:
-        step = int(m["n"])
-        step_total = int(m["total"]) if m["total"] else None
+        step = _int(m["n"])
+        step_total = _int(m["total"]) if m["total"] else None
     at = 0 if low is None else low.find("epoch")
     m = _EPOCH_RE.search(line, at) if at >= 0 else None
     if m:
-        epoch = float(m["n"])
-        epoch_total = int(m["total"]) if m["total"] else None
+        epoch = _epoch_number(m["n"])
+        epoch_total = _int(m["total"]) if m["total"] else None
     if step is None:
         if epoch is None and "|" in line:
             m = _TQDM_RE.search(line)
             if m:
-                return int(m["n"]), None, int(m["total"])
+                return _int(m["n"]), None, _int(m["total"])
         return None, epoch, epoch_total
     if epoch is not None and epoch_total and step_total and epoch >= 1 and step <= step_total:
         return int(epoch - 1) * step_total + step, epoch, epoch_total * step_total
@@ -385,7 +414,9 @@ def parse_epoch_header(line: str) -> tuple[int, int | None] | None:
     m = _EPOCH_HEADER_RE.fullmatch(clean_line(line))
     if not m:
         return None
-    return int(m["n"]), (int(m["total"]) if m["total"] else None)
+    if len(m["n"].lstrip("0")) > _MAX_EPOCH_DIGITS:
+        return None  # past the float range: no epoch (see _epoch_number)
+    return int(m["n"].lstrip("0") or "0"), (_int(m["total"]) if m["total"] else None)
 
 
 def compile_loss_regex(pattern: str) -> re.Pattern[str]:
@@ -425,6 +456,8 @@ def _parse_custom(regex: re.Pattern[str], line: str) -> list[_Raw]:
     step_f = parse_value(step_text) if step_text else None
     step = int(step_f) if step_f is not None and math.isfinite(step_f) else None
     epoch = parse_value(epoch_text) if epoch_text else None
+    if epoch is not None and not math.isfinite(epoch):
+        epoch = None
     loss_text = groups["loss"] if "loss" in regex.groupindex else m.group(1)
     for text, kind, name in ((loss_text, "train", "loss"), (groups.get("eval_loss"), "eval", "eval_loss")):
         value = parse_value(text) if text else None
@@ -498,7 +531,7 @@ def _parse_fast(line: str) -> list[_Raw] | None:
     elif line.startswith("iter "):
         m = _FAST_ITER_RE.fullmatch(line)
         if m is not None:
-            return [("train", "loss", float(m[2]), int(m[1]), None, None)]
+            return [("train", "loss", float(m[2]), _int(m[1]), None, None)]
     return None
 
 
@@ -673,15 +706,22 @@ class LineParser:
                 self.parse_block(complete, now, batch)
         return batch
 
-    def gap(self) -> None:
+    def gap(self, *, at_line_start: bool = False) -> None:
         """Output was lost between the text fed so far and the next (a parse queue that
         overflowed): the unfinished line is dropped and the next text is discarded up to its
-        first line end, so the two sides of the gap are never read as one (false) line."""
+        first line end, so the two sides of the gap are never read as one (false) line.
+
+        ``at_line_start``: the next text starts a line (the output lost ended at a line end:
+        a piece whose parse failed): the unfinished line is dropped, the next text is read whole.
+        """
         self._pending.clear()
         self._pending_len = 0
+        self._decoder.reset()
+        if at_line_start:
+            self._discarding = False
+            return
         self._discarding = True
         self._after_cr = False
-        self._decoder.reset()
 
     def flush_batch(self, now: datetime | float | None) -> PointBatch:
         """Parse a final line that never got its line end (call when the stream closes)."""
@@ -887,7 +927,7 @@ class LineParser:
         # The epoch context (from the last header): epoch for lines without one, and the
         # total for lines with neither step nor epoch.
         ctx = _NAN if self._epoch is None else float(self._epoch)
-        ctx_total = NO_INT if self._epoch is None or self._epochs_total is None else self._epochs_total
+        ctx_total = NO_INT if self._epoch is None else column_int(self._epochs_total)
         for (hf, hfe, it, itl, tqn, tqt, tql, kl, kv, evs, evv, bl, hn, ht, other) in chain.from_iterable(
             _block_rows(text, first)
         ):
@@ -929,7 +969,7 @@ class LineParser:
                     self._parse_other(batch, other, t)
                     if self._epoch is not None:
                         ctx = float(self._epoch)
-                        ctx_total = NO_INT if self._epochs_total is None else self._epochs_total
+                        ctx_total = column_int(self._epochs_total)
                 continue
             if train < 0:
                 train = key_index("train", "loss")

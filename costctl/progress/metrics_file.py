@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -35,8 +34,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
+from costctl.jsonio import loads
+from costctl.numbers import as_count, as_float
 from costctl.progress.grad_norms import GRAD_NORM_KEYS, GradNormRecord
-from costctl.progress.lines import parse_value
 from costctl.records import ProgressPoint
 
 __all__ = ["EVAL_KEYS", "TRAIN_KEYS", "MetricsFileFollower", "read_metrics_file"]
@@ -61,15 +61,10 @@ _SUMMARY_KEYS = ("train_runtime",)
 
 def number(value: Any) -> float | None:
     """A metric cell or JSON value as a float: numbers as they are, numeric text (incl. ``nan``,
-    ``inf``) parsed; None for booleans, empty cells, missing values and anything else."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip()
-        return parse_value(text) if text else None
-    return None
+    ``inf``) parsed as ``float()`` parses it; an integer or text past the float range is
+    ``+/-inf``, as on a console line (:func:`costctl.numbers.as_float`); None for booleans, empty
+    cells, missing values, text over 64 Ki characters and anything else. Never raises."""
+    return as_float(value)
 
 
 @dataclass
@@ -106,9 +101,10 @@ def _points_from_row(
     to ``grads`` as ``(value, train loss of the row or None, step, epoch)``."""
     if any(k in row for k in _SUMMARY_KEYS):
         return []
-    step_value = next((number(row[k]) for k in STEP_KEYS if k in row and number(row[k]) is not None), None)
-    step = int(step_value) if step_value is not None and math.isfinite(step_value) else None
-    epoch = next((number(row[k]) for k in EPOCH_KEYS if k in row and number(row[k]) is not None), None)
+    step_value = next((v for k in STEP_KEYS if k in row and (v := number(row[k])) is not None), None)
+    # a step is a count: 0 to 2**63 - 1 (what the ledger holds), else no step (the loss is kept)
+    step = as_count(step_value) if step_value is not None else None
+    epoch = next((v for k in EPOCH_KEYS if k in row and (v := number(row[k])) is not None), None)
     if epoch is not None and not math.isfinite(epoch):
         epoch = None
     points = []
@@ -133,8 +129,8 @@ def _json_rows(lines: Iterable[str]) -> Iterable[dict[str, Any]]:
         if not line.startswith("{"):
             continue
         try:
-            row = json.loads(line)
-        except ValueError:
+            row = loads(line)
+        except ValueError:  # not JSON, or nested past the parser's limit (jsonio)
             continue
         if isinstance(row, dict):
             yield row
@@ -143,8 +139,8 @@ def _json_rows(lines: Iterable[str]) -> Iterable[dict[str, Any]]:
 def _log_history(text: str) -> list[dict[str, Any]] | None:
     """The ``log_history`` entries of a whole-document JSON file, or None if it is not one."""
     try:
-        doc = json.loads(text)
-    except ValueError:
+        doc = loads(text)
+    except ValueError:  # half-written, or not JSON at all (jsonio)
         return None
     if isinstance(doc, dict) and isinstance(doc.get("log_history"), list):
         return [e for e in doc["log_history"] if isinstance(e, dict)]
@@ -326,7 +322,7 @@ def _detect(head: bytes, *, final: bool) -> str | None:
         return None  # the first line is still being written
     if stripped.startswith("{"):
         try:
-            first = json.loads(stripped.split("\n", 1)[0])
+            first = loads(stripped.split("\n", 1)[0])
         except ValueError:
             return "document"
         # a trainer_state.json written on one line (json.dumps without indent) is a document

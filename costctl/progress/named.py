@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from ..records import ProgressPoint
 from .batch import PointBatch
-from .lines import _step_epoch_total, clean_line, parse_epoch_header
+from .lines import _PAST_I64, _held, _int, _step_epoch_total, clean_line, parse_epoch_header
 from .series import granularity_of, named_losses
 
 # YOLOv5 console columns (no "loss" in the name) when the header also has gpu_mem.
@@ -178,6 +178,7 @@ class NamedLossReader:
             if epoch is None and step is None and self._epoch is not None:
                 epoch = float(self._epoch)
             bar = "|" in line and ("it/s" in line or "s/it" in line)
+            step, total = _held(step), _held(total)  # past int64: no step (as the line parser)
             for kind, name, value in found:
                 self._add(kind, name, ProgressPoint(time=None, value=value, kind=kind, name=name,  # type: ignore[arg-type]
                                                     step=step, epoch=epoch, total=total), redraw=bar)
@@ -221,7 +222,9 @@ class NamedLossReader:
             m = _ROW_EPOCH_RE.fullmatch(head[0])
             if m is None:
                 continue
-            epoch = int(m[1])
+            epoch = _int(m[1])
+            if epoch >= _PAST_I64:
+                continue  # an epoch past int64 is no table row (its number is no epoch)
             if self._row is not None and self._row[0] != epoch:
                 self._emit_row()
             self._row = (epoch, head)

@@ -57,9 +57,10 @@ class OutputProgress:
             out.extend(parser.flush_batch(now))
         return self.primary.cut(out)
 
-    def gap(self, stream: str) -> None:
-        """``stream``'s output was lost before its next bytes (:meth:`LineParser.gap`)."""
-        self.parsers[stream].gap()
+    def gap(self, stream: str, *, at_line_start: bool = False) -> None:
+        """``stream``'s output was lost before its next bytes (:meth:`LineParser.gap`;
+        ``at_line_start``: what was lost ended at a line end)."""
+        self.parsers[stream].gap(at_line_start=at_line_start)
 
     def take_grad_norms(self) -> list[tuple]:
         """The gradient norms read since the last call, in log order (thread-safe: the parser

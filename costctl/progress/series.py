@@ -27,6 +27,7 @@ same series and watch the same one.
 
 from __future__ import annotations
 
+import math
 import re
 
 from ..errors import UsageError
@@ -85,7 +86,7 @@ class EpochShape:
         if not self.ok:
             return
         for e in epochs:
-            if e != e or e != int(e) or e in self._epochs:
+            if not math.isfinite(e) or e != int(e) or e in self._epochs:
                 self.ok = False
                 return
             self._epochs.add(e)

@@ -24,11 +24,11 @@ returns one of :data:`GPU_FORMATS` or :data:`TRAIN_FORMATS`:
 from __future__ import annotations
 
 import csv
-import io
-import json
 import re
 from pathlib import Path
 
+from ..jsonio import loads
+from ..progress.metrics_file import csv_rows
 from .gpu_smi_csv import looks_like_custom_gpu_csv, looks_like_smi_csv
 from .gpu_smi_table import looks_like_table
 from .gpu_wandb import looks_like_wandb
@@ -58,8 +58,8 @@ def _json_records(text: str, limit: int = 20) -> list[dict]:
         if not line:
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            record = loads(line)
+        except ValueError:  # not JSON, an integer past the parser's limit, nested too deep (jsonio)
             break
         if isinstance(record, dict):
             out.append(record)
@@ -76,10 +76,13 @@ def _csv_header(line: str, second: str | None) -> list[str] | None:
     line, if any, has as many cells; else None (a console line that happens to hold commas)."""
     if "," not in line:
         return None
-    names = [c.strip() for c in next(csv.reader(io.StringIO(line)), [])]
-    if len(names) < 2 or not all(_COLUMN_NAME.match(n) for n in names):
-        return None
-    if second is not None and len(next(csv.reader(io.StringIO(second)), [])) != len(names):
+    try:
+        names = [c.strip() for c in next(csv_rows(line), [])]
+        if len(names) < 2 or not all(_COLUMN_NAME.match(n) for n in names):
+            return None
+        if second is not None and len(next(csv_rows(second), [])) != len(names):
+            return None
+    except csv.Error:
         return None
     return names
 

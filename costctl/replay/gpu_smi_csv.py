@@ -19,8 +19,9 @@ being told its columns (``columns=``, the CLI's ``--gpu-log-columns``).
 
 from __future__ import annotations
 
+import math
 import re
-import itertools
+from typing import Any
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -30,9 +31,14 @@ from ..errors import UsageError
 from ..records import GpuReading, TelemetrySample
 from ..telemetry import smi_parse
 from ..telemetry.smi_parse import Column, SmiParseError, SmiRow
-from .gpu_log import MIB, GpuLog, make_sample, recorded_fields, relative_time
+from ..numbers import INT64_MAX, as_count, finite
+from .gpu_log import MIB, RELATIVE_EPOCH, GpuLog, make_sample, recorded_fields
+from .times import TIME_MAX, TIME_MIN, in_range, offset
 from .smi_rows import RowPlan, iter_cells, time_of
 from .textio import iter_lines
+
+#: why a record the csv module refuses is skipped (in the "no GPU sample" line).
+NOT_CSV = "not CSV (a quote left open past the csv module's field limit)"
 
 #: rows without a GPU identity whose timestamps are this close belong to one snapshot (seconds).
 SAME_SNAPSHOT_S = 0.05
@@ -169,7 +175,7 @@ def parse_smi_lines(
 
 
 def iter_smi_lines(
-    lines: Iterable[str], *, columns: Sequence[str] | None = None, counts: dict[str, int] | None = None
+    lines: Iterable[str], *, columns: Sequence[str] | None = None, counts: dict[str, Any] | None = None
 ) -> Iterator[TelemetrySample]:
     """:func:`parse_smi_lines`' samples one at a time (nothing kept); ``counts["skipped"]`` is
     set to the skipped rows as the lines are read.
@@ -187,23 +193,32 @@ def iter_smi_lines(
     plan: RowPlan | None = None
     is_header, add = smi_parse.is_header, grouper.add
     for line_no, cells in iter_cells(lines):
+        if cells is None:  # a record the csv module refuses
+            skipped += 1
+            counts["skipped"] = skipped
+            counts.setdefault("first_skip", f"line {line_no}: {NOT_CSV}")
+            continue
         if not cells[0][:1].isdigit() and is_header(cells):  # a data row starts with its timestamp
             current, plan = smi_parse.parse_header(cells), None
             continue
         if plan is None:
             cols = current
-            if not cols:
-                if inferred is None:
-                    inferred = infer_columns(cells)
-                cols = inferred
-            plan = plans.get(cols)
-            if plan is None:
-                plan = plans[cols] = RowPlan(cols)  # UsageError: no timestamp column
+            try:
+                if not cols:
+                    if inferred is None:
+                        inferred = infer_columns(cells)
+                    cols = inferred
+                plan = plans.get(cols)
+                if plan is None:
+                    plan = plans[cols] = RowPlan(cols)  # UsageError: no timestamp column
+            except UsageError as exc:
+                raise UsageError(f"line {line_no}: {exc.message}") from None
         try:
             when, identity, reading, has_index = plan.read(line_no, cells)
-        except SmiParseError:
+        except SmiParseError as exc:
             skipped += 1
             counts["skipped"] = skipped
+            counts.setdefault("first_skip", str(exc))
             continue
         add(when, identity, reading, has_index=has_index)
         if grouper.samples:
@@ -248,16 +263,16 @@ def _memory_factor(name: str) -> int:
     return MIB  # "_mb"/"_mib"/none: scripts print nvidia-smi's / NVML's MiB
 
 
-def _cell_float(cell: str | None) -> float | None:
+def _cell_float(cell: str | None, *, low: float = -math.inf, high: float = math.inf) -> float | None:
+    """A custom logger's cell as a finite float within ``low .. high`` (units ``%``, ``W``,
+    ``MiB`` after the number ignored), else None: ``inf``, ``nan``, ``1e400`` or a number out of
+    range is no reading."""
     if cell is None:
         return None
     text = "".join(cell.split())  # a quoted value broken over two lines ("26.11\n0")
     if smi_parse.is_missing(text):
         return None
-    try:
-        return float(text.rstrip("%WMiB"))
-    except ValueError:
-        return None
+    return finite(text.rstrip("%WMiB"), low=low, high=high)
 
 
 def read_custom_gpu_csv(path: Path, *, start: datetime | None = None) -> GpuLog:
@@ -279,61 +294,79 @@ def read_custom_gpu_csv(path: Path, *, start: datetime | None = None) -> GpuLog:
 
 
 def iter_custom_gpu_csv(lines: Iterable[str], *, start: datetime | None = None,
-                        counts: dict[str, int] | None = None, path: Path | None = None) -> Iterator[TelemetrySample]:
+                        counts: dict[str, Any] | None = None, path: Path | None = None) -> Iterator[TelemetrySample]:
     """:func:`read_custom_gpu_csv`'s samples one at a time from the file's lines; ``counts``
     gets ``skipped`` (unreadable rows) and ``relative`` (1 when times are offsets).
+
+    Values keep to smi_parse's ranges: utilization 0-100 %, memory 0 to 2**63 - 1 bytes, watts
+    finite and 0 or more, a GPU index 0 to 2**63 - 1 (a number out of that range skips the row:
+    its reading cannot be told apart from the other GPUs'; no number reads as GPU 0, as a
+    missing cell does); a time outside
+    :data:`~costctl.replay.times.TIME_MIN` .. :data:`~costctl.replay.times.TIME_MAX` skips the row.
 
     Raises:
         UsageError: no time column.
     """
     counts = counts if counts is not None else {}
     counts["skipped"] = 0
-    rows_iter = iter(smi_parse.iter_rows(lines))
-    first = next(rows_iter, None)
-    if first is None:
-        return
-    names = [c.field for c in first.columns]
-
-    def pick(pattern: re.Pattern[str] | tuple[str, ...]) -> str | None:
-        for n in names:
-            if (n in pattern) if isinstance(pattern, tuple) else pattern.match(n):
-                return n
-        return None
-
-    t_abs, t_rel = pick(_TIME_ABS), pick(_TIME_REL)
-    if t_abs is None and t_rel is None:
-        raise UsageError(f"{path or 'GPU CSV'}: GPU CSV without a time column (expected timestamp or elapsed_sec)")
-    util, used, total = pick(_UTIL), pick(_MEM_USED), pick(_MEM_TOTAL)
-    power, index = pick(_POWER), pick(_INDEX)
-    counts["relative"] = int(t_abs is None)
+    columns: tuple[Column, ...] = ()
+    names: list[str] | None = None
+    t_abs = t_rel = util = used = total = power = index = None
     grouper = _Grouper("gpu-csv")
     skipped = 0
-    for row in itertools.chain((first,), rows_iter):
-        try:
-            if t_abs is not None:
-                when = _parse_abs_time(row.get(t_abs))
-            else:
-                secs = _cell_float(row.get(t_rel))
-                if secs is None:
-                    raise ValueError("no time")
-                when = relative_time(secs, start)
-        except ValueError:
+    for line_no, cells in iter_cells(lines):
+        if cells is None:  # a record the csv module refuses
             skipped += 1
             counts["skipped"] = skipped
+            counts.setdefault("first_skip", f"line {line_no}: {NOT_CSV}")
             continue
-        u = _cell_float(row.get(util)) if util else None
-        mu = _cell_float(row.get(used)) if used else None
-        mt = _cell_float(row.get(total)) if total else None
+        if smi_parse.is_header(cells):
+            columns = smi_parse.parse_header(cells)
+            continue
+        row = SmiRow(line_no, columns, tuple(cells))
+        if names is None:  # the first data row: the columns are chosen once, by name
+            names = [c.field for c in columns]
+
+            def pick(pattern: re.Pattern[str] | tuple[str, ...]) -> str | None:
+                for n in names:  # type: ignore[union-attr]
+                    if (n in pattern) if isinstance(pattern, tuple) else pattern.match(n):
+                        return n
+                return None
+
+            t_abs, t_rel = pick(_TIME_ABS), pick(_TIME_REL)
+            if t_abs is None and t_rel is None:
+                raise UsageError(f"{path or 'GPU CSV'}: GPU CSV without a time column (expected timestamp or elapsed_sec)")
+            util, used, total = pick(_UTIL), pick(_MEM_USED), pick(_MEM_TOTAL)
+            power, index = pick(_POWER), pick(_INDEX)
+            counts["relative"] = int(t_abs is None)
+        when: datetime | None
+        if t_abs is not None:
+            when = _parse_abs_time(row.get(t_abs))
+        else:
+            secs = _cell_float(row.get(t_rel))
+            when = None if secs is None else offset(start or RELATIVE_EPOCH, secs)
         idx_cell = _cell_float(row.get(index)) if index else None
+        gpu_index = as_count(idx_cell) if idx_cell is not None else 0
+        if when is None or gpu_index is None:
+            skipped += 1
+            counts["skipped"] = skipped
+            counts.setdefault("first_skip", f"line {line_no}: " + (
+                f"no time in {t_abs or t_rel} (expected {'a timestamp' if t_abs else 'seconds'} within the years "
+                f"{TIME_MIN.year}-{TIME_MAX.year - 1})" if when is None else
+                f"{index} is not a GPU index (expected a whole number from 0 to {INT64_MAX})"))
+            continue
+        u = _cell_float(row.get(util), low=0.0, high=100.0) if util else None
+        mu = _bytes(row.get(used), used) if used else None
+        mt = _bytes(row.get(total), total) if total else None
         reading = GpuReading(
-            index=int(idx_cell) if idx_cell is not None else 0,
+            index=gpu_index,
             utilization=u,
-            memory_used_bytes=int(round(mu * _memory_factor(used))) if mu is not None and used else None,
-            memory_total_bytes=int(round(mt * _memory_factor(total))) if mt is not None and total else None,
-            power_w=_cell_float(row.get(power)) if power else None,
+            memory_used_bytes=mu,
+            memory_total_bytes=mt,
+            power_w=_cell_float(row.get(power), low=0.0) if power else None,
             error=None if u is not None or not util else f"{util} unreadable",
         )
-        ident = f"index={int(idx_cell)}" if idx_cell is not None else None
+        ident = f"index={gpu_index}" if idx_cell is not None else None
         grouper.add(when, ident, reading, has_index=True)
         if grouper.samples:
             yield from grouper.drain()
@@ -341,15 +374,32 @@ def iter_custom_gpu_csv(lines: Iterable[str], *, start: datetime | None = None,
     yield from grouper.drain()
 
 
-def _parse_abs_time(cell: str | None) -> datetime:
+def _bytes(cell: str | None, name: str) -> int | None:
+    """A custom logger's memory cell in bytes (unit from the column name, see
+    :func:`_memory_factor`), 0 to 2**63 - 1; else None."""
+    value = _cell_float(cell, low=0.0)
+    if value is None:
+        return None
+    size = value * _memory_factor(name)
+    return int(round(size)) if size < 2.0**63 else None
+
+
+def _parse_abs_time(cell: str | None) -> datetime | None:
+    """An absolute time cell (nvidia-smi's shape or ISO 8601; naive = UTC) within
+    :data:`~costctl.replay.times.TIME_MIN` .. :data:`~costctl.replay.times.TIME_MAX`, else None."""
     if cell is None:
-        raise ValueError("no time")
+        return None
     text = cell.strip()
     try:
         naive = smi_parse.parse_timestamp(text)
         if naive is not None:
-            return naive.replace(tzinfo=timezone.utc)
+            when = naive.replace(tzinfo=timezone.utc)
+            return when if in_range(when) else None
     except SmiParseError:
         pass
-    parsed = datetime.fromisoformat(text)
-    return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed.astimezone(timezone.utc)
+    try:
+        parsed = datetime.fromisoformat(text)
+        when = parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed.astimezone(timezone.utc)
+    except (ValueError, OverflowError):
+        return None
+    return when if in_range(when) else None

@@ -15,15 +15,19 @@ giving index, name, power draw (W), memory used/total (MiB -> bytes) and GPU-Uti
 
 from __future__ import annotations
 
+import math
 import re
+from typing import Any
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import UsageError
+from ..numbers import finite, parse_count
 from ..records import GpuReading, TelemetrySample
 from .gpu_log import MIB, GpuLog, make_sample, recorded_fields
 from .textio import iter_lines
+from .times import TIME_MAX, TIME_MIN, in_range
 
 _DATE = re.compile(
     r"^\s*((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\s+(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
@@ -36,6 +40,8 @@ _PROC_ROW = re.compile(r"^\|\s+(\d+)\s+(?:\S+\s+\S+\s+)?(\d+)\s+(?:C|G|C\+G|M|M\
 _UNIT_NUMBER = re.compile(r"^(\d+(?:\.\d+)?)\s*([A-Za-z%]*)$")
 
 SNIFF_MARKERS = ("NVIDIA-SMI", "GPU-Util")
+#: Longer lines are not the dashboard's (its lines are about 90 characters): skipped unread.
+_MAX_LINE_CHARS = 4096
 
 
 def looks_like_table(head: str) -> bool:
@@ -43,21 +49,34 @@ def looks_like_table(head: str) -> bool:
     return all(m in head for m in SNIFF_MARKERS)
 
 
-def _number(cell: str, unit: str) -> float | None:
+def _number(cell: str, unit: str, high: float = math.inf) -> float | None:
+    """The number of a cell in ``unit`` (``305W``, ``93%``), finite and within ``0 .. high``, else None."""
     m = _UNIT_NUMBER.match(cell.strip())
     if not m or (m.group(2) and m.group(2) != unit):
         return None
-    return float(m.group(1))
+    return finite(m.group(1), low=0.0, high=high)
 
 
-def _parse_date(text: str) -> datetime:
-    return datetime.strptime(" ".join(text.split()), "%a %b %d %H:%M:%S %Y").replace(tzinfo=timezone.utc)
+def _mib(cell: str) -> int | None:
+    """A ``11948MiB`` cell in bytes (0 to 2**63 - 1), else None."""
+    value = _number(cell, "MiB")
+    return int(value * MIB) if value is not None and value * MIB < 2.0**63 else None
+
+
+def _parse_date(text: str) -> datetime | None:
+    """The snapshot's date line as aware UTC, or None outside the years a replay computes with
+    (:data:`~costctl.replay.times.TIME_MIN` .. :data:`~costctl.replay.times.TIME_MAX`)."""
+    try:
+        when = datetime.strptime(" ".join(text.split()), "%a %b %d %H:%M:%S %Y").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+    return when if in_range(when) else None
 
 
 class _Snapshot:
     __slots__ = ("time", "gpus", "procs", "saw_process_table")
 
-    def __init__(self, time: datetime) -> None:
+    def __init__(self, time: datetime | None) -> None:
         self.time = time
         self.gpus: list[dict] = []
         self.procs: dict[int, list[int]] = {}
@@ -69,6 +88,14 @@ class _Snapshot:
             procs = tuple(self.procs.get(g["index"], ())) if self.saw_process_table else None
             readings.append(GpuReading(processes=procs, **g))
         return make_sample(self.time, readings, "nvidia-smi-table")
+
+
+def _why(snap: _Snapshot, line_no: int) -> str:
+    """Why the snapshot whose date is on line ``line_no`` gave no sample."""
+    if snap.time is None:
+        return (f"line {line_no}: a date outside the years {TIME_MIN.year}-{TIME_MAX.year - 1} "
+                "(expected nvidia-smi's date line, e.g. Tue Oct 29 19:00:23 2024)")
+    return f"the snapshot dated on line {line_no}: no GPU row read (expected '|   0  NAME ... |' and its usage row)"
 
 
 def parse_table_lines(lines: Iterable[str]) -> tuple[list[TelemetrySample], int]:
@@ -84,7 +111,7 @@ def parse_table_lines(lines: Iterable[str]) -> tuple[list[TelemetrySample], int]
     return samples, counts["skipped"]
 
 
-def iter_table_lines(lines: Iterable[str], counts: dict[str, int] | None = None) -> Iterator[TelemetrySample]:
+def iter_table_lines(lines: Iterable[str], counts: dict[str, Any] | None = None) -> Iterator[TelemetrySample]:
     """:func:`parse_table_lines`' samples one at a time; ``counts["skipped"]`` set as it reads.
 
     Raises:
@@ -97,18 +124,25 @@ def iter_table_lines(lines: Iterable[str], counts: dict[str, int] | None = None)
     snap: _Snapshot | None = None
     pending: dict | None = None
     undated = False
+    line_no = snap_line = 0
     for raw in lines:
+        if len(raw) > _MAX_LINE_CHARS:
+            line_no += 1
+            continue  # no line of the dashboard is this long (and its regexes stay linear)
         line = raw.rstrip("\r\n")
+        line_no += 1
         m = _DATE.match(line)
         if m:
             if snap is not None:
-                if snap.gpus:
+                if snap.gpus and snap.time is not None:
                     produced = True
                     yield snap.sample()
                 else:
                     skipped += 1
                     counts["skipped"] = skipped
+                    counts.setdefault("first_skip", _why(snap, snap_line))
             snap = _Snapshot(_parse_date(m.group(1)))
+            snap_line = line_no
             pending = None
             continue
         if snap is None:
@@ -123,31 +157,33 @@ def iter_table_lines(lines: Iterable[str], counts: dict[str, int] | None = None)
                 util_tok = cells[3].split()
                 pending_row["power_w"] = _number(power.group(1), "W") if power else None
                 if mem:
-                    used = _number(mem.group(1), "MiB")
-                    total = _number(mem.group(2), "MiB")
-                    pending_row["memory_used_bytes"] = int(used * MIB) if used is not None else None
-                    pending_row["memory_total_bytes"] = int(total * MIB) if total is not None else None
-                pending_row["utilization"] = _number(util_tok[0], "%") if util_tok else None
+                    pending_row["memory_used_bytes"] = _mib(mem.group(1))
+                    pending_row["memory_total_bytes"] = _mib(mem.group(2))
+                pending_row["utilization"] = _number(util_tok[0], "%", 100.0) if util_tok else None
                 snap.gpus.append(pending_row)
             continue
         gm = _GPU_ROW.match(line)
         if gm and not snap.saw_process_table:
-            pending = {"index": int(gm.group(1)), "name": gm.group(2).strip() or None}
+            index = parse_count(gm.group(1))
+            if index is not None:  # an index past int64 is no GPU row
+                pending = {"index": index, "name": gm.group(2).strip() or None}
             continue
         if "Processes:" in line:
             snap.saw_process_table = True
             continue
         if snap.saw_process_table:
             pm = _PROC_ROW.match(line)
-            if pm:
-                snap.procs.setdefault(int(pm.group(1)), []).append(int(pm.group(2)))
+            gpu, pid = (parse_count(pm.group(1)), parse_count(pm.group(2))) if pm else (None, None)
+            if gpu is not None and pid is not None:
+                snap.procs.setdefault(gpu, []).append(pid)
     if snap is not None:
-        if snap.gpus:
+        if snap.gpus and snap.time is not None:
             produced = True
             yield snap.sample()
         else:
             skipped += 1
             counts["skipped"] = skipped
+            counts.setdefault("first_skip", _why(snap, snap_line))
     if not produced and undated:
         raise UsageError(
             "nvidia-smi table without date lines: cannot place snapshots in time "

@@ -11,15 +11,18 @@ tree's, so it is not used as the CPU signal (the replay's CPU signal stays ABSEN
 
 from __future__ import annotations
 
-import json
+import math
 import re
+from typing import Any
 from collections.abc import Iterable, Iterator
-from datetime import datetime, timezone
 from pathlib import Path
 
+from ..jsonio import loads
+from ..numbers import finite, parse_count
 from ..records import GpuReading, TelemetrySample
 from .gpu_log import GpuLog, make_sample, recorded_fields
 from .textio import iter_lines
+from .times import TIME_MAX, TIME_MIN, from_unix
 
 _KEY = re.compile(r"^system\.gpu\.(\d+)\.(\w+)$")
 
@@ -29,36 +32,44 @@ def looks_like_wandb(first_record: dict) -> bool:
     return any(_KEY.match(k) for k in first_record)
 
 
-def _float(value: object) -> float | None:
+def _float(value: object, *, low: float = 0.0, high: float = math.inf) -> float | None:
+    """A JSON number (not a bool, not text) finite and within ``low .. high``, else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value)
+    return finite(value, low=low, high=high)
 
 
 def record_to_sample(record: dict) -> TelemetrySample | None:
-    """One wandb system record -> a sample, or None if it has no time or no GPU key."""
-    ts = _float(record.get("_timestamp"))
-    if ts is None:
+    """One wandb system record -> a sample, or None if it has no time (or one outside
+    :data:`~costctl.replay.times.TIME_MIN` .. :data:`~costctl.replay.times.TIME_MAX`) or no GPU key.
+
+    Ranges: utilization 0-100 %, memory 0 to 2**63 - 1 bytes, watts finite and 0 or more, a GPU
+    index 0 to 2**63 - 1; a value out of its range is no reading (None), a key with an index out
+    of range is left out."""
+    ts = _float(record.get("_timestamp"), low=-math.inf)
+    when = from_unix(ts) if ts is not None else None
+    if when is None:
         return None
     per_gpu: dict[int, dict[str, object]] = {}
     for key, value in record.items():
-        m = _KEY.match(key)
-        if m:
-            per_gpu.setdefault(int(m.group(1)), {})[m.group(2)] = value
+        m = _KEY.match(key) if isinstance(key, str) else None
+        index = parse_count(m.group(1)) if m else None
+        if index is not None:
+            per_gpu.setdefault(index, {})[m.group(2)] = value  # type: ignore[union-attr]
     if not per_gpu:
         return None
     readings = []
     for index, vals in per_gpu.items():
-        used = _float(vals.get("memoryAllocatedBytes"))
+        used = _float(vals.get("memoryAllocatedBytes"), high=2.0**63 - 1024)
         readings.append(
             GpuReading(
                 index=index,
-                utilization=_float(vals.get("gpu")),
+                utilization=_float(vals.get("gpu"), high=100.0),
                 memory_used_bytes=int(used) if used is not None else None,
                 power_w=_float(vals.get("powerWatts")),
             )
         )
-    return make_sample(datetime.fromtimestamp(ts, tz=timezone.utc), readings, "wandb")
+    return make_sample(when, readings, "wandb")
 
 
 def read_wandb_system(path: Path) -> GpuLog:
@@ -73,22 +84,26 @@ def read_wandb_system(path: Path) -> GpuLog:
     return GpuLog("wandb-system", samples, path=path, fields=recorded_fields(samples), skipped=skipped)
 
 
-def iter_wandb_lines(lines: Iterable[str], counts: dict[str, int] | None = None) -> Iterator[TelemetrySample]:
+def iter_wandb_lines(lines: Iterable[str], counts: dict[str, Any] | None = None) -> Iterator[TelemetrySample]:
     """:func:`read_wandb_system`'s samples one at a time from the file's lines;
     ``counts["skipped"]`` counts unparseable lines as it reads."""
     counts = counts if counts is not None else {}
     counts["skipped"] = 0
-    for line in lines:
+    for line_no, line in enumerate(lines, start=1):
         line = line.strip()
         if not line:
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            record = loads(line)
+        except ValueError as exc:  # not JSON, or nested past the parser's limit (jsonio)
             counts["skipped"] += 1
+            counts.setdefault("first_skip", f"line {line_no}: not a JSON record ({str(exc)[:80]})")
             continue
         sample = record_to_sample(record) if isinstance(record, dict) else None
         if sample is None:
             counts["skipped"] += 1
+            counts.setdefault("first_skip", f"line {line_no}: expected a record with _timestamp (Unix seconds "
+                                            f"within the years {TIME_MIN.year}-{TIME_MAX.year - 1}) and "
+                                            "system.gpu.N.* keys")
         else:
             yield sample

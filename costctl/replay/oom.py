@@ -21,7 +21,9 @@ unallocated`` (reserved in total is then X + Z, as ``c10/cuda/CUDACachingAllocat
 computes Z as reserved minus allocated).
 
 Sizes are converted to bytes with binary units (PyTorch's ``MiB``/``GiB`` are 2**20/2**30; see
-``torch/cuda/memory.py`` ``_format_size``); a value is rounded to the nearest byte.
+``torch/cuda/memory.py`` ``_format_size``); a value is rounded to the nearest byte. A size past
+2**63 - 1 bytes, and a ``GPU N`` index past it, are not read (None): the message is still an OOM
+event, and a number of thousands of digits costs no conversion error.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
+
+from ..numbers import INT64_MAX, parse_count
 
 _UNITS = {
     "b": 1,
@@ -44,7 +48,10 @@ _UNITS = {
     "gb": 10**9,
     "tb": 10**12,
 }
-_SIZE = r"(\d+(?:\.\d+)?)\s*(bytes|byte|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)\b"
+# A size: at most 40 digits on either side of the point, not inside a longer number (the
+# lookbehind), so a search tries each start in bounded time: a line of thousands of digits is
+# read in linear time, and a number that long is no size (past 2**63 bytes anyway).
+_SIZE = r"(?<![\d.])(\d{1,40}(?:\.\d{1,40})?)\s*(bytes|byte|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)\b"
 
 _RECOGNIZERS = (
     re.compile(r"CUDA out of memory", re.IGNORECASE),
@@ -68,7 +75,7 @@ _ALLOCATED_OLD = re.compile(_SIZE + r"\s+already allocated")
 _ALLOCATED_NEW = re.compile(_SIZE + r"\s+is allocated by PyTorch")
 _RESERVED_OLD = re.compile(_SIZE + r"\s+(?:reserved in total by PyTorch|cached\b)")
 _UNALLOCATED_NEW = re.compile(_SIZE + r"\s+is reserved by PyTorch but unallocated")
-_GPU = re.compile(r"\bGPU (\d+)(?:;| has)")
+_GPU = re.compile(r"\bGPU (\d{1,19})(?:;| has)")
 _NAME = re.compile(r"((?:[\w.]+\.)?(?:OutOfMemoryError|RuntimeError|ResourceExhaustedError))\s*:")
 
 
@@ -86,13 +93,21 @@ def oom_in(text: str) -> bool:
     return may_hold_oom(text) and any(p.search(text) for p in _RECOGNIZERS)
 
 
-def size_to_bytes(number: str, unit: str) -> int:
+def size_to_bytes(number: str, unit: str) -> int | None:
     """``("12.50", "MiB")`` -> 13107200. Binary units for ``KiB/MiB/GiB/TiB``, decimal for ``KB/MB/GB``.
+
+    Returns:
+        the size in bytes, or None when it is past 2**63 - 1 bytes (no memory is that large;
+        ``number`` is ``\\d+(\\.\\d+)?`` of any length, checked before any arithmetic).
 
     Raises:
         KeyError: an unknown unit.
     """
-    return int((Decimal(number) * _UNITS[unit.lower()]).to_integral_value())
+    factor = _UNITS[unit.lower()]
+    if len(number.split(".", 1)[0].lstrip("0")) > 19:
+        return None
+    size = int((Decimal(number) * factor).to_integral_value())
+    return size if size <= INT64_MAX else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +139,10 @@ class OomEvent:
     reserved_bytes: int | None = None
 
 
+#: Characters of an OOM line kept as :attr:`OomEvent.message` (a real message is under 1,000).
+MAX_MESSAGE_CHARS = 2000
+
+
 def _size(pattern: re.Pattern[str], text: str) -> int | None:
     m = pattern.search(text)
     return size_to_bytes(m.group(1), m.group(2)) if m else None
@@ -135,7 +154,9 @@ def _reserved(line: str, allocated: int | None) -> int | None:
     if stated is not None:
         return stated
     unallocated = _size(_UNALLOCATED_NEW, line)
-    return allocated + unallocated if allocated is not None and unallocated is not None else None
+    if allocated is None or unallocated is None or allocated + unallocated > INT64_MAX:
+        return None
+    return allocated + unallocated
 
 
 def match_oom(line: str, line_number: int | None = None) -> OomEvent | None:
@@ -153,15 +174,19 @@ def match_oom(line: str, line_number: int | None = None) -> OomEvent | None:
         allocated = _size(_ALLOCATED_NEW, line)
     return OomEvent(
         line_number=line_number,
-        message=line.strip(),
+        message=_cut(line.strip()),
         exception=name.group(1) if name else None,
-        gpu_index=int(gpu.group(1)) if gpu else None,
+        gpu_index=parse_count(gpu.group(1)) if gpu else None,
         requested_bytes=_size(_REQUESTED, line),
         total_bytes=_size(_TOTAL_NEW, line) or _size(_TOTAL_OLD, line),
         free_bytes=_size(_FREE_NEW, line) if _FREE_NEW.search(line) else _size(_FREE_OLD, line),
         allocated_bytes=allocated,
         reserved_bytes=_reserved(line, allocated),
     )
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 3] + "..."
 
 
 def find_oom(lines: Iterable[str]) -> list[OomEvent]:

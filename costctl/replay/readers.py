@@ -6,21 +6,22 @@
 
 from __future__ import annotations
 
-import sys
-
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 from datetime import datetime
 from pathlib import Path
 
 from ..errors import UsageError
+from ..jsonio import JsonTooDeep
 from .formats import GPU_FORMATS, detect_file
-from .gpu_log import GpuLog
-from .gpu_smi_csv import iter_custom_gpu_csv, iter_smi_lines, read_custom_gpu_csv, read_smi_csv
-from .gpu_smi_table import iter_table_lines, read_smi_table
-from .gpu_wandb import iter_wandb_lines, read_wandb_system
+from ..records import TelemetrySample
+from .gpu_log import GpuLog, recorded_fields
+from .gpu_smi_csv import iter_custom_gpu_csv, iter_smi_lines
+from .gpu_smi_table import iter_table_lines
+from .gpu_wandb import iter_wandb_lines
 from .textio import BLOCK_CHARS, iter_lines
-from .train_log import TrainLog, read_console, read_metrics
+from .train_log import TrainLog, read_console, read_metrics, too_deep
 
 
 def read_gpu_log(
@@ -39,22 +40,50 @@ def read_gpu_log(
     fmt = detect_file(path)
     if columns and fmt not in ("nvidia-smi-csv",):
         fmt = "nvidia-smi-csv"
-    if fmt == "nvidia-smi-csv":
-        log = read_smi_csv(path, columns=columns)
-    elif fmt == "nvidia-smi-table":
-        log = read_smi_table(path)
-    elif fmt == "wandb-system":
-        log = read_wandb_system(path)
-    elif fmt == "gpu-csv":
-        log = read_custom_gpu_csv(path, start=start)
-    else:
+    if fmt not in GPU_FORMATS:
         raise UsageError(
             f"{path}: looks like a training log ({fmt}), not a GPU log; pass it with --train-log "
             f"(GPU logs: nvidia-smi --query-gpu CSV, the nvidia-smi table, wandb system metrics)"
         )
+    counts: dict[str, Any] = {}
+    with _named(path):
+        samples = list(_gpu_records(path, fmt, iter_lines(path), columns, start, counts))
+    log = GpuLog(fmt, samples, path=path, relative=bool(counts.get("relative")), fields=recorded_fields(samples),
+                 skipped=counts.get("skipped", 0))
     if not log.samples:
-        raise UsageError(f"{path}: no GPU sample could be read ({log.format}, {log.skipped} unreadable records)")
+        raise UsageError(_no_sample(path, log, counts))
     return log
+
+
+def _gpu_records(path: Path, fmt: str, lines: Iterable[str], columns: Sequence[str] | None,
+                 start: datetime | None, counts: dict[str, Any]) -> Iterator[TelemetrySample]:
+    """The samples of a GPU log of format ``fmt`` from its lines (``counts``: see the readers)."""
+    if fmt == "nvidia-smi-csv":
+        return iter_smi_lines(lines, columns=columns, counts=counts)
+    if fmt == "nvidia-smi-table":
+        return iter_table_lines(lines, counts)
+    if fmt == "wandb-system":
+        return iter_wandb_lines(lines, counts)
+    return iter_custom_gpu_csv(lines, start=start, counts=counts, path=path)
+
+
+@contextmanager
+def _named(path: Path) -> Iterator[None]:
+    """A reader's UsageError (``line 3: ...``) as one line that names the file too."""
+    try:
+        yield
+    except UsageError as exc:
+        if exc.message.startswith(str(path)):
+            raise
+        raise UsageError(f"{path}: {exc.message}", exit_code=exc.exit_code) from None
+
+
+def _no_sample(path: Path, log: GpuLog, counts: dict[str, Any]) -> str:
+    """The one line for a GPU log none of whose records could be read: the file, the count,
+    and the first unreadable record with what was expected there."""
+    first = counts.get("first_skip")
+    return (f"{path}: no GPU sample could be read ({log.format}, {log.skipped} unreadable records"
+            + (f"; the first: {first}" if first else "") + ")")
 
 
 def open_gpu_log(
@@ -77,23 +106,17 @@ def open_gpu_log(
             f"{path}: looks like a training log ({fmt}), not a GPU log; pass it with --train-log "
             f"(GPU logs: nvidia-smi --query-gpu CSV, the nvidia-smi table, wandb system metrics)"
         )
-    counts: dict[str, int] = {}
+    counts: dict[str, Any] = {}
 
-    def source():
-        lines = iter_lines(path, block_chars)
-        if fmt == "nvidia-smi-csv":
-            return iter_smi_lines(lines, columns=columns, counts=counts)
-        if fmt == "nvidia-smi-table":
-            return iter_table_lines(lines, counts)
-        if fmt == "wandb-system":
-            return iter_wandb_lines(lines, counts)
-        return iter_custom_gpu_csv(lines, start=start, counts=counts, path=path)
+    def source() -> Iterator[TelemetrySample]:
+        with _named(path):
+            yield from _gpu_records(path, fmt, iter_lines(path, block_chars), columns, start, counts)
 
     log = GpuLog(fmt, [], path=path, source=source)
     scan = log.scan  # the first pass
     log.fields, log.skipped, log.relative = scan.fields, counts.get("skipped", 0), bool(counts.get("relative"))
     if not scan.count:
-        raise UsageError(f"{path}: no GPU sample could be read ({log.format}, {log.skipped} unreadable records)")
+        raise UsageError(_no_sample(path, log, counts))
     return log
 
 
@@ -123,6 +146,5 @@ def read_train_log(path: Path, *, loss_regex: str | None = None, streamed: bool 
             return read_console(path, loss_regex=loss_regex, streamed=streamed, replay=replay if streamed else None,
                                 loss_name=loss_name)
         return read_metrics(path, fmt, loss_name=loss_name)
-    except RecursionError:
-        raise UsageError(f"{path}: its JSON nests deeper than costctl can read ({sys.getrecursionlimit()} levels); "
-                         "a training log's records are flat: is it the right file?") from None
+    except (RecursionError, JsonTooDeep):
+        raise UsageError(too_deep(path)) from None

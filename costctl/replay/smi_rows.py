@@ -27,6 +27,8 @@ from ..errors import UsageError
 from ..records import GpuReading
 from ..telemetry import smi_parse
 from ..telemetry.smi_parse import Column, SmiParseError, SmiRow
+from ..validation import describe_value
+from .times import TIME_MAX, TIME_MIN, in_range
 
 __all__ = ["RowPlan", "iter_cells", "time_of"]
 
@@ -40,6 +42,7 @@ _CACHE_MAX = 8192
 #: rows remembered per plan (~0.7 KiB each with their reading): about 1 MiB at most.
 _ROWS_MAX = 1024
 _POWER_FIELDS = ("power.draw", "power.draw.instant", "power.draw.average")
+_INF = float("inf")
 _IDENTITY_FIELDS = ("index", "uuid", "pci.bus_id")
 
 
@@ -47,20 +50,30 @@ def time_of(cell: str | None, line_no: int) -> datetime:
     """The aware-UTC time of a ``timestamp`` cell (the recorder's local time, read as UTC).
 
     Raises:
-        SmiParseError: missing, or not an nvidia-smi timestamp.
+        SmiParseError: missing, not an nvidia-smi timestamp, or outside the years a replay
+            computes with (:data:`~costctl.replay.times.TIME_MIN` .. :data:`~costctl.replay.times.TIME_MAX`).
     """
     m = _FAST_TIME.fullmatch(cell) if cell is not None else None
+    when = None
     if m is not None:  # nvidia-smi's own shape, without strptime (same value: %f pads on the right)
         y, mo, d, h, mi, sec, frac = m.groups()
         try:
-            return datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec),
+            when = datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec),
                             int(frac.ljust(6, "0")) if frac else 0, tzinfo=timezone.utc)
         except ValueError:
             pass  # out-of-range fields: parse_timestamp says why
-    naive = smi_parse.parse_timestamp(cell)
-    if naive is None:
-        raise SmiParseError(f"line {line_no}: timestamp is {cell}")
-    return naive.replace(tzinfo=timezone.utc)
+    if when is None:
+        try:
+            naive = smi_parse.parse_timestamp(cell)
+        except SmiParseError as exc:
+            raise SmiParseError(f"line {line_no}: {exc}") from None
+        if naive is None:
+            raise SmiParseError(f"line {line_no}: timestamp is {describe_value(cell)}")
+        when = naive.replace(tzinfo=timezone.utc)
+    if not in_range(when):
+        raise SmiParseError(f"line {line_no}: timestamp {describe_value(cell)} is outside the years "
+                            f"{TIME_MIN.year}-{TIME_MAX.year - 1}")
+    return when
 
 
 class _Feed:
@@ -86,13 +99,16 @@ class _Feed:
         return line.rstrip("\r\n") + "\n"
 
 
-def iter_cells(lines: Iterable[str]) -> Iterator[tuple[int, list[str]]]:
+def iter_cells(lines: Iterable[str]) -> Iterator[tuple[int, list[str] | None]]:
     """``(line number where the record starts, stripped cells)`` per CSV record of ``lines``,
     blank records skipped; the same records and cells as
     :func:`costctl.telemetry.smi_parse.iter_rows` reads.
 
-    Raises:
-        SmiParseError: text the csv module refuses (one line naming where).
+    A cell as long as its line is read whatever its length (the csv module's process-wide field
+    limit, 131,072 characters by default, is raised to the longest line seen, never lowered). A
+    record the csv module refuses (a quote left open across lines past that limit) gives
+    ``None`` for cells: the caller counts it as skipped, and the records after it are read.
+    Never raises.
     """
     it = iter(lines)
     feed = _Feed(it)
@@ -101,14 +117,18 @@ def iter_cells(lines: Iterable[str]) -> Iterator[tuple[int, list[str]]]:
     for line in it:
         n += 1
         if '"' in line or "\x00" in line or len(line) >= _SPLIT_MAX:
+            if len(line) >= csv.field_size_limit():
+                csv.field_size_limit(len(line) + 1)
             feed.pending, feed.count = line, n - 1
             start = n
             try:
                 raw = next(reader)
             except StopIteration:
                 return
-            except csv.Error as exc:
-                raise SmiParseError(f"line {feed.count}: not CSV: {exc}") from exc
+            except csv.Error:
+                n = feed.count
+                yield start, None
+                continue
             n = feed.count
             cells = [c.strip() for c in raw]
         else:
@@ -210,7 +230,7 @@ class RowPlan:
         gpu_index = 0
         if self.i_pos is not None:
             cell = cells[self.i_pos]
-            if cell.isdigit() and cell.isascii():
+            if cell.isdigit() and cell.isascii() and len(cell) <= 18:  # always an int64
                 gpu_index = int(cell)
             else:
                 parsed = smi_parse.parse_int(cell)
@@ -261,10 +281,15 @@ class RowPlan:
         return value
 
 
+# The short paths below return only values in the ranges of smi_parse (utilization 0-100 %,
+# memory 0 to 2**63 - 1 bytes, finite watts, never negative: the regex has no sign); any other
+# cell goes to smi_parse, which reads it or raises its SmiParseError.
 def _percent(cell: str, unit: str) -> float | None:
     m = _NUM_UNIT.fullmatch(cell)
     if m is not None and (m.group(2) or unit) == "%":
-        return float(m.group(1))
+        value = float(m.group(1))
+        if value <= 100.0:
+            return value
     return smi_parse.parse_percent(cell, unit)
 
 
@@ -273,12 +298,16 @@ def _memory(cell: str, unit: str) -> int | None:
     if m is not None:
         factor = smi_parse.MEMORY_UNITS.get(m.group(2) or unit)
         if factor is not None:
-            return int(round(float(m.group(1)) * factor))
+            size = float(m.group(1)) * factor
+            if size < 2.0**63:
+                return int(round(size))
     return smi_parse.parse_memory_bytes(cell, unit)
 
 
 def _watts(cell: str, unit: str) -> float | None:
     m = _NUM_UNIT.fullmatch(cell)
     if m is not None and (m.group(2) or unit) == "W":
-        return float(m.group(1))
+        value = float(m.group(1))
+        if value != _INF:
+            return value
     return smi_parse.parse_watts(cell, unit)

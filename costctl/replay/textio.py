@@ -87,18 +87,25 @@ def iter_lines(path: Path, block_chars: int = BLOCK_CHARS) -> Iterator[str]:
         UsageError: as :func:`open_text`.
     """
     with open_text(path) as fh:
-        rest = ""
+        pieces: list[str] = []  # the unfinished line, in pieces (no quadratic copies of a long line)
         while block := fh.read(max(1, block_chars)):
-            if "\n" not in block and "\r" not in block:
-                rest += block  # inside a long line: nothing to split yet
+            if "\n" not in block and "\r" not in block and not (pieces and pieces[-1].endswith("\r")):
+                pieces.append(block)  # inside a long line: nothing to split yet
                 continue
-            text = rest + block
+            text = "".join(pieces) + block if pieces else block
+            # Lines are cut up to the last line end only: the regex is never run over the
+            # unfinished line (trying it at each of its positions would cost its length squared).
+            # A CR at the block's end may be half of a CRLF: its line waits for the next block.
+            stop = len(text) - 1 if text.endswith("\r") else len(text)
+            end = max(text.rfind("\n", 0, stop), text.rfind("\r", 0, stop)) + 1
+            for m in _LINE.finditer(text, 0, end):
+                yield m.group()
+            pieces = [text[end:]] if end < len(text) else []
+        if pieces:
+            text = "".join(pieces)  # a held CR ends its line now; then the last line, unended
             end = 0
             for m in _LINE.finditer(text):
-                if m.end() == len(text) and text.endswith("\r"):
-                    break  # a CR at the block's end may be half of a CRLF: wait for the next block
                 end = m.end()
                 yield m.group()
-            rest = text[end:]
-        if rest:
-            yield rest
+            if end < len(text):
+                yield text[end:]

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 from ..errors import UsageError
 from ..i18n import _
 from ..records import ProgressPoint, TelemetrySample
+from .times import from_unix, offset
 from .train_log import TrainLog
 
 _TIMESTAMP_SERIES = ("_timestamp", "timestamp")
@@ -83,15 +84,8 @@ def _file_timestamps(log: TrainLog) -> dict[float | None, datetime]:
     for name in _TIMESTAMP_SERIES:
         series = log.series.get(name)
         if series:
-            stamps = {}
-            for x, v in series:
-                if x is None:
-                    continue
-                try:
-                    stamps[x] = datetime.fromtimestamp(v, tz=timezone.utc)
-                except (OverflowError, ValueError, OSError):  # no time: the point stays unplaced
-                    continue
-            return stamps
+            stamps = {x: from_unix(v) for x, v in series if x is not None}
+            return {x: when for x, when in stamps.items() if when is not None}  # unplaceable: left out
     return {}
 
 

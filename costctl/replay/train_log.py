@@ -34,6 +34,7 @@ import ast
 import json
 import math
 import re
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from itertools import compress
@@ -42,6 +43,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import UsageError
+from ..jsonio import JsonTooDeep, loads
+from ..numbers import as_count
 from ..progress import LineParser, read_metrics_file
 from ..progress.lines import MAX_LINE_CHARS
 from ..progress.batch import PointBatch, native
@@ -249,6 +252,12 @@ def _x_axis(train: list[ProgressPoint]) -> str:
 
 
 # -- metrics files -----------------------------------------------------------------------------
+def too_deep(path: Path) -> str:
+    """The one line for a JSON log nested past the parser's limit (about 1,000 levels)."""
+    return (f"{path}: its JSON nests deeper than costctl can read ({sys.getrecursionlimit()} levels); "
+            "a training log's records are flat: is it the right file?")
+
+
 def _read_csv_series(text: str) -> dict[str, list[SeriesPoint]]:
     """The numeric columns of CSV ``text`` (a cell of any length read: :func:`csv_rows`)."""
     series: dict[str, list[SeriesPoint]] = {}
@@ -273,8 +282,8 @@ def _read_jsonl_series(text: str) -> dict[str, list[SeriesPoint]]:
         if not line.startswith("{"):
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            record = loads(line)
+        except ValueError:  # not JSON, or nested past the parser's limit (jsonio): skipped
             continue
         if isinstance(record, dict):
             _add_series(series, record, set())
@@ -283,9 +292,14 @@ def _read_jsonl_series(text: str) -> dict[str, list[SeriesPoint]]:
 
 def _read_trainer_state(path: Path, text: str) -> tuple[dict[str, list[SeriesPoint]], dict[str, Any]]:
     try:
-        doc = json.loads(text)
+        doc = loads(text)
+    except JsonTooDeep:
+        raise UsageError(too_deep(path)) from None
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
+                         "expected a trainer_state.json") from None
+    except ValueError:  # pragma: no cover - jsonio reads every other failure as one of the above
+        raise UsageError(f"{path}: not valid JSON; expected a trainer_state.json") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("log_history"), list):
         raise UsageError(f"{path}: a JSON document without log_history (expected a trainer_state.json)")
     summary = {k: doc[k] for k in ("global_step", "epoch", "best_metric", "max_steps") if k in doc}
@@ -347,7 +361,7 @@ def _metrics_grad_norms(series: dict[str, list[SeriesPoint]], train: list[Progre
     by_step = any(p.step is not None for p in train)
     out: list[GradNormRecord] = []
     for x, value in series[key]:
-        step = int(x) if x is not None and by_step and math.isfinite(x) else None
+        step = as_count(x) if x is not None and by_step else None  # 0 .. 2**63 - 1, else no step
         epoch = x if x is not None and not by_step else None
         out.append((value, loss_at.get(x) if x is not None else None, step, epoch))
     return out

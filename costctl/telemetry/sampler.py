@@ -79,6 +79,9 @@ class Sampler:
             :class:`~costctl.telemetry.ssh.SshSessionCounter` (a scan at most every 60 s).
         jupyter: a :class:`~costctl.telemetry.jupyter.JupyterActivity` (read at most every
             30 s), or None (``jupyter_status`` ABSENT).
+        on_error: called with ``(source, exception)`` (``source``: ``"gpu"``, ``"cpu"`` or
+            ``"ssh"``) when a source raises, so that the caller can log its traceback; an
+            exception it raises itself is ignored.
 
     No exception from one source can lose the sample: that source reads ERROR with the reason
     (in ``TelemetrySample.reasons``), the others are still read.
@@ -92,8 +95,10 @@ class Sampler:
         *,
         ssh_counter: Callable[[], tuple[SignalStatus, int | None, str | None]] | None = None,
         jupyter: JupyterActivity | None = None,
+        on_error: Callable[[str, BaseException], None] | None = None,
     ) -> None:
         self.gpu = gpu
+        self.on_error = on_error
         self.cpu = cpu
         self.count_ssh = count_ssh
         self.jupyter = jupyter
@@ -126,7 +131,8 @@ class Sampler:
                     reasons.append(f"gpu: {read.error}")
             except Exception as exc:  # noqa: BLE001 - a failing source is ERROR, not a lost tick
                 gpus, gpu_status = (), SignalStatus.ERROR
-                reasons.append(f"gpu: {self.gpu.name} read raised {type(exc).__name__}: {exc}")
+                reasons.append(f"gpu: {self.gpu.name} read raised {_short(exc)}")
+                self._failed("gpu", exc)
             for reading in gpus:
                 if reading.error:
                     reasons.append(f"gpu{reading.index}: {reading.error}")
@@ -141,7 +147,8 @@ class Sampler:
                     reasons.append(f"cpu: {cpu_read.error}")
             except Exception as exc:  # noqa: BLE001
                 cpu_percent, cpu_status = None, SignalStatus.ERROR
-                reasons.append(f"cpu: read raised {type(exc).__name__}: {exc}")
+                reasons.append(f"cpu: read raised {_short(exc)}")
+                self._failed("cpu", exc)
 
         ssh_sessions: int | None = None
         ssh_status = SignalStatus.ABSENT
@@ -152,7 +159,8 @@ class Sampler:
                     reasons.append(f"ssh: {ssh_error}")
             except Exception as exc:  # noqa: BLE001
                 ssh_status, ssh_sessions = SignalStatus.ERROR, None
-                reasons.append(f"ssh: count raised {type(exc).__name__}: {exc}")
+                reasons.append(f"ssh: count raised {_short(exc)}")
+                self._failed("ssh", exc)
 
         jupyter = JupyterReading(SignalStatus.ABSENT)
         if self.jupyter is not None:
@@ -178,6 +186,13 @@ class Sampler:
             jupyter_busy_kernels=jupyter.busy_kernels,
         )
 
+    def _failed(self, source: str, exc: BaseException) -> None:
+        if self.on_error is not None:
+            try:
+                self.on_error(source, exc)
+            except Exception:  # noqa: BLE001 - reporting must not lose the sample
+                pass
+
     def close(self) -> None:
         """Close the GPU source (``nvmlShutdown``); idempotent."""
         if self.gpu is not None:
@@ -185,3 +200,10 @@ class Sampler:
                 self.gpu.close()
             except Exception:  # noqa: BLE001 - closing must not mask the watch's own exit
                 pass
+
+
+def _short(exc: BaseException) -> str:
+    """``Type: message`` with the message cut to 200 characters (it becomes a sample's reason,
+    stored in the ledger)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text if len(text) <= 200 else text[:197] + '...'}"

@@ -17,6 +17,13 @@ Units: memory is returned in **bytes** (``MiB`` = 1,048,576 bytes, as nvidia-smi
 power in **watts**, utilization in **percent** (0-100). Timestamps (``2026/02/02 01:07:37.100``)
 are the recording machine's local time with no zone; they are returned naive.
 
+Ranges (a cell outside its range is not a reading: :class:`SmiParseError`, so a recorded log
+skips the row and counts it, and the live source reads ERROR, i.e. busy — a value costctl
+cannot read never counts as idle): utilization 0-100 %; memory 0 to 2**63 - 1 bytes (what the
+ledger's INTEGER columns hold); power a finite number of watts, 0 or more; an index 0 to
+2**63 - 1. ``inf``, ``nan``, ``1e400`` and integers of thousands of digits are out of range.
+A cell quoted in a message is cut to 60 characters (:func:`costctl.validation.describe_value`).
+
 Typical log reading::
 
     text = decode_text(path.read_bytes())
@@ -31,13 +38,16 @@ Typical log reading::
 from __future__ import annotations
 
 import csv
+import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from costctl.numbers import INT64_MAX, parse_count
 from costctl.progress.encoding import decode_bytes
 from costctl.records import GpuReading
+from costctl.validation import describe_value
 
 #: bytes per unit of memory as nvidia-smi prints it (binary units).
 MEMORY_UNITS: dict[str, int] = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
@@ -139,7 +149,7 @@ def parse_column(cell: str) -> Column:
     """
     match = _HEADER_CELL_RE.match(cell.strip())
     if not match:
-        raise SmiParseError(f"not a column name: {cell!r}")
+        raise SmiParseError(f"not a column name: {describe_value(cell)}")
     unit = match.group("unit")
     return Column(match.group("field").lower(), unit.strip() if unit and unit.strip() else None)
 
@@ -289,8 +299,11 @@ def parse_quantity(cell: str | None, unit: str | None = None) -> tuple[float, st
     assert cell is not None
     match = _QUANTITY_RE.match(cell.strip())
     if not match:
-        raise SmiParseError(f"not a number: {cell!r}")
-    return float(match.group("num")), match.group("unit") or unit
+        raise SmiParseError(f"not a number: {describe_value(cell)}")
+    value = float(match.group("num"))
+    if not math.isfinite(value):  # 1e400, or hundreds of digits: past the float range
+        raise SmiParseError(f"not a finite number: {describe_value(cell)}")
+    return value, match.group("unit") or unit
 
 
 def parse_percent(cell: str | None, unit: str | None = "%") -> float | None:
@@ -304,7 +317,9 @@ def parse_percent(cell: str | None, unit: str | None = "%") -> float | None:
         return None
     value, got = quantity
     if got not in (None, "%"):
-        raise SmiParseError(f"expected a percentage, got {cell!r}")
+        raise SmiParseError(f"expected a percentage, got {describe_value(cell)}")
+    if not 0.0 <= value <= 100.0:
+        raise SmiParseError(f"expected a percentage from 0 to 100, got {describe_value(cell)}")
     return value
 
 
@@ -321,8 +336,11 @@ def parse_memory_bytes(cell: str | None, unit: str | None = "MiB") -> int | None
     value, got = quantity
     factor = MEMORY_UNITS.get(got or "MiB")
     if factor is None:
-        raise SmiParseError(f"unknown memory unit in {cell!r} (allowed: {', '.join(MEMORY_UNITS)})")
-    return int(round(value * factor))
+        raise SmiParseError(f"unknown memory unit in {describe_value(cell)} (allowed: {', '.join(MEMORY_UNITS)})")
+    size = value * factor
+    if not 0.0 <= size < 2.0**63:
+        raise SmiParseError(f"expected a memory size from 0 to {INT64_MAX} bytes, got {describe_value(cell)}")
+    return int(round(size))
 
 
 def parse_watts(cell: str | None, unit: str | None = "W") -> float | None:
@@ -335,22 +353,27 @@ def parse_watts(cell: str | None, unit: str | None = "W") -> float | None:
     if quantity is None:
         return None
     value, got = quantity
-    if got in (None, "W"):
-        return value
-    if got == "mW":
-        return value / 1000.0
-    raise SmiParseError(f"expected watts, got {cell!r}")
+    if got not in (None, "W", "mW"):
+        raise SmiParseError(f"expected watts, got {describe_value(cell)}")
+    if value < 0:
+        raise SmiParseError(f"expected a power of 0 watts or more, got {describe_value(cell)}")
+    return value / 1000.0 if got == "mW" else value
 
 
 def parse_int(cell: str | None) -> int | None:
-    """``"0"`` → 0 (e.g. ``index``); None when missing. Raises :class:`SmiParseError`."""
+    """``"0"`` → 0 (e.g. ``index``); None when missing.
+
+    Raises:
+        SmiParseError: not an integer from 0 to 2**63 - 1 (a 5,000-digit index is out of range,
+            never an ``int()`` error).
+    """
     if is_missing(cell):
         return None
     assert cell is not None
-    try:
-        return int(cell.strip())
-    except ValueError as exc:
-        raise SmiParseError(f"not an integer: {cell!r}") from exc
+    value = parse_count(cell)
+    if value is None:
+        raise SmiParseError(f"not an integer from 0 to {INT64_MAX}: {describe_value(cell)}")
+    return value
 
 
 def parse_text(cell: str | None) -> str | None:
@@ -372,7 +395,7 @@ def parse_timestamp(cell: str | None) -> datetime | None:
             return datetime.strptime(text, fmt)
         except ValueError:
             continue
-    raise SmiParseError(f"not an nvidia-smi timestamp (YYYY/MM/DD HH:MM:SS.fff): {cell!r}")
+    raise SmiParseError(f"not an nvidia-smi timestamp (YYYY/MM/DD HH:MM:SS.fff): {describe_value(cell)}")
 
 
 # -- rows to readings ------------------------------------------------------------------------

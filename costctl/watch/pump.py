@@ -117,9 +117,11 @@ class ParsePump:
             (``data`` is bytes from the log; the parser decodes UTF-8 incrementally).
         emit: called (parser thread) with each non-empty batch, in output order.
         now: the clock; the time a range was queued becomes its points' time.
-        on_error: called once with an exception the parser raised (parsing goes on).
+        on_error: called once with an exception the parser raised (parsing goes on, from the
+            stream's next line end: see :attr:`failed_pieces`).
         on_gap: called (parser thread) with a stream whose output was lost before its next
-            bytes are parsed (see the module docstring).
+            bytes are parsed (see the module docstring); with ``at_line_start=True`` when what
+            was lost (a piece whose parse raised) ended at a line end.
         lines_seen: gives the line ends parsed so far (all streams), to estimate the lines of
             what is left unparsed; None: estimated from 1 line per 40 bytes.
         on_backlog: called (parser thread) when :data:`MAX_UNCONSUMED_POINTS` points wait to
@@ -150,6 +152,8 @@ class ParsePump:
         #: [stream, start, end, time, monotonic start]; a list, so the last one can grow in place.
         self._queue: deque[list] = deque()
         self._gaps: set[str] = set()  # streams whose next range follows lost output
+        #: streams whose last piece failed to parse at a line end: the parser starts the next clean
+        self._clean: dict[str, bool] = {}
         lock = threading.RLock()
         self._cond = threading.Condition(lock)
         #: the parser thread's own wait for work, on the same lock: an inline parse's "idle
@@ -168,6 +172,9 @@ class ParsePump:
         self.lost_bytes = 0
         self.parsed_bytes = 0
         self.queued_bytes = 0
+        #: pieces whose parse raised (the first is reported through ``on_error``); each is
+        #: followed by a gap on its stream
+        self.failed_pieces = 0
         self._thread = threading.Thread(target=self._run, name="costctl-parse", daemon=True)
         self._thread.start()
 
@@ -277,11 +284,14 @@ class ParsePump:
         with self._cond:
             gap = stream in self._gaps
             self._gaps.discard(stream)
+            clean = self._clean.pop(stream, False)
             self.parsed_bytes += len(data)
             self.lost_bytes += lost
         try:
             if gap and self._on_gap is not None:
                 self._on_gap(stream)
+            elif clean and self._on_gap is not None:
+                self._on_gap(stream, at_line_start=True)
             if data:
                 batch = self._parse(stream, data, when)
                 if batch:
@@ -292,9 +302,21 @@ class ParsePump:
             if lost and self._on_gap is not None:
                 self._on_gap(stream)  # the rest of this range is not in the log
         except Exception as exc:  # noqa: BLE001 - parsing must go on
+            # The parser's line state may be half-updated: the stream starts clean, so one bad
+            # piece never corrupts the next: at the next piece's start when this piece ended at
+            # a line end, else at its first line end (a gap, as for lost output).
+            with self._cond:
+                if data[-1:] in (b"\n", b"\r"):
+                    self._clean[stream] = True
+                else:
+                    self._gaps.add(stream)
+                self.failed_pieces += 1
             if not self._error_reported and self._on_error is not None:
                 self._error_reported = True
-                self._on_error(exc)
+                try:
+                    self._on_error(exc)
+                except Exception:  # noqa: BLE001 - reporting must not end the parser thread
+                    pass
 
     def _wait_consumed(self) -> None:
         """Wait (parser thread) while too many points wait to be taken (see

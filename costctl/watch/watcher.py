@@ -275,6 +275,9 @@ class Watcher:
         self._own_cpu = False
         self._spend_before = Decimal(0)  # spend of earlier ledger runs of this watch (same currency)
         self._tick_error_reported = False
+        #: per thread or reader (:meth:`_thread_failed`): how many unexpected exceptions it raised
+        self.thread_errors: dict[str, int] = {}
+        self._errors_lock = threading.Lock()  # its own: the output thread never waits on a tick
         self._progress_due = False  # the parser asked for its points to be taken (_progress_backlog)
         self._threaded = False  # run(): the stop runs in a StopRunner thread; else step() steps it
         self._summary_from: datetime | None = None  # the first ledger run's start (earlier when attached)
@@ -646,7 +649,8 @@ class Watcher:
             gpu = detect_gpu_source(log=lambda m: self.say(f"costctl: {m}"), stand_in=stand_in)
             cpu = _job_cpu(self.child.pid) if self.child else MachineCpu()
             self._sampler = Sampler(gpu, cpu, count_ssh=s.policies.idle.count_ssh_sessions,
-                                    jupyter=jupyter_source(s))
+                                    jupyter=jupyter_source(s),
+                                    on_error=self._sampler_failed)
             self._own_cpu = self.child is not None
         gpu_name = resolved.gpu_name
         mode = f"running {shlex.join(self.options.command)}" if self.options.command else "guarding this machine"
@@ -760,7 +764,12 @@ class Watcher:
 
     def _wake_at_exit(self, child: RelayChild) -> None:
         """Thread: wake the main loop when ``child``'s root process exits."""
-        child.wait_exit()
+        try:
+            child.wait_exit()
+        except Exception as exc:  # noqa: BLE001 - the loop still polls the child; no thread traceback
+            if self._thread_failed("job-exit", exc):
+                self.say(f"costctl: waiting for the job's exit failed: {self._exc_text(exc)}"
+                         f"{self._crash_log('job-exit', exc)}; the watch goes on and polls the job")
         self._wake()
 
     def _wake(self) -> None:
@@ -863,7 +872,8 @@ class Watcher:
             else:
                 found = detect_cloud(provider=provider, instance_id=self.state.instance_id, clock=self.clock, **urls)
             if found.source is not None:
-                poller = NoticePoller(found.source, cfg.poll_interval.total_seconds(), on_notice=self._on_notice)
+                poller = NoticePoller(found.source, cfg.poll_interval.total_seconds(), on_notice=self._on_notice,
+                                      on_error=self._notices_failed)
                 if poller.long_poll and self._threaded:
                     # A long-polling source (GCP) waits on the server: one thread of its own polls
                     # it back to back, a notice is seen when it is set (the job below skips it).
@@ -874,10 +884,16 @@ class Watcher:
                 self.notice_poller = poller
                 self.say(f"costctl: watching {found.platform} for preemption notices {how}")
 
+        def detect_in_thread() -> None:
+            try:
+                detect()
+            except Exception as exc:  # noqa: BLE001 - a thread's exception would print a traceback
+                self._notices_failed(exc)
+
         if cfg.source != "auto" or getattr(provider.capabilities, "preemption_notice", False):
             detect()
         else:
-            threading.Thread(target=detect, name="costctl-detect-cloud", daemon=True).start()
+            threading.Thread(target=detect_in_thread, name="costctl-detect-cloud", daemon=True).start()
 
     def _on_notice(self, notice: Notice) -> None:
         with self._lock:
@@ -928,7 +944,7 @@ class Watcher:
         try:
             self.poll_notices()
         except Exception as exc:  # noqa: BLE001 - a broken notice source must not end the watch
-            self.say(f"costctl: preemption notice poll failed: {type(exc).__name__}: {exc}")
+            self._notices_failed(exc)
         finally:
             self._wake()  # the lifecycle may have something for the main loop
 
@@ -1110,6 +1126,8 @@ class Watcher:
                     out.append_point(point)
             except CostctlError as exc:
                 self.say(f"costctl: metrics file: {exc.message}")
+            except Exception as exc:  # noqa: BLE001 - a file the job writes must never fail a tick
+                self._metrics_failed(exc)
         return out
 
     def _act(self, decision: Decision) -> None:
@@ -1367,12 +1385,57 @@ class Watcher:
         if mux is not None and len(fds) < 2:
             mux.terminal = True
 
+    def _thread_failed(self, what: str, exc: BaseException) -> bool:
+        """An unexpected exception in one of the watch's threads or readers (``what``:
+        ``"output"``, ``"metrics-file"``, ``"sampler-gpu"``, ``"notices"``...): counted in
+        :attr:`thread_errors`; the first one's traceback goes to the crash log
+        (``<crash-log dir>/<what>-<run id>.log``). Returns True for that first one, which the
+        caller says, once (a thread failing on every line or tick says it once, not a line per
+        failure); the thread goes on either way."""
+        with self._errors_lock:
+            count = self.thread_errors.get(what, 0) + 1
+            self.thread_errors[what] = count
+        return count == 1
+
+    @staticmethod
+    def _exc_text(exc: BaseException) -> str:
+        """``Type: message`` of ``exc`` for one line (the message cut to 200 characters: an
+        exception may quote megabytes of input)."""
+        text = str(exc)
+        return f"{type(exc).__name__}: {text if len(text) <= 200 else text[:197] + '...'}"
+
     def _output_failed(self, exc: BaseException) -> None:
-        """Handling the job's output raised (the relay thread): say so once; the output goes on
-        being read and logged by the relay."""
-        where = self._crash_log("output", exc)
-        self.say(f"costctl: error while handling the job's output: {type(exc).__name__}: {exc}{where}; "
-                 "the job and its run log are unaffected")
+        """Handling the job's output raised (the relay thread, or the parser thread): said once
+        for the whole watch, with the traceback in the crash log; the output goes on being read
+        and logged by the relay and parsed (from the next line on)."""
+        if self._thread_failed("output", exc):
+            where = self._crash_log("output", exc)
+            self.say(f"costctl: error while handling the job's output: {self._exc_text(exc)}{where}; "
+                     "the job and its run log are unaffected")
+
+    def _metrics_failed(self, exc: BaseException) -> None:
+        """Reading the metrics file raised something unexpected: said once, the traceback in the
+        crash log; the file is polled again at the next tick (the tick itself goes on)."""
+        if self._thread_failed("metrics-file", exc):
+            where = self._crash_log("metrics-file", exc)
+            self.say(f"costctl: error while reading the metrics file: {self._exc_text(exc)}{where}; "
+                     "the watch goes on and reads it again at the next tick")
+
+    def _sampler_failed(self, source: str, exc: BaseException) -> None:
+        """A telemetry source raised (the sampler reads it ERROR, i.e. busy, for that sample):
+        said once per source, the traceback in the crash log."""
+        if self._thread_failed(f"sampler-{source}", exc):
+            where = self._crash_log(f"sampler-{source}", exc)
+            self.say(f"costctl: the {source} reading failed: {self._exc_text(exc)}{where}; it counts as busy "
+                     "while it fails, and the watch goes on")
+
+    def _notices_failed(self, exc: BaseException) -> None:
+        """The preemption-notice source raised something unexpected: said once, the traceback in
+        the crash log; it is polled again (an unreadable source never gives a notice)."""
+        if self._thread_failed("notices", exc):
+            where = self._crash_log("notices", exc)
+            self.say(f"costctl: preemption notice poll failed: {self._exc_text(exc)}{where}; "
+                     "the watch goes on polling")
 
     def _handle_signal(self, signum: int, frame: Any) -> None:
         # Only a plain assignment: the handler runs between two bytecodes of the main thread,
