@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .i18n import _
 from .records import Action, Decision
 from .summary import RunSummary
 
@@ -124,7 +125,10 @@ class DecisionRecorder:
             while len(self._by_key) > 256:
                 del self._by_key[next(iter(self._by_key))]
         self.summary.add_decision(decision)
-        line = f"costctl {decision.policy}: {decision.reason}" if say is True else say or None
+        if say is True:
+            line: str | None = _("costctl {policy}: {reason}").format(policy=decision.policy, reason=decision.reason)
+        else:
+            line = say or None
         if line is not None:
             line = self._live_line(decision, line)
         if line is not None:
@@ -135,7 +139,8 @@ class DecisionRecorder:
             try:
                 subscriber(recorded)
             except Exception as exc:  # noqa: BLE001 - a broken subscriber must not end the watch
-                self.say(f"costctl: decision subscriber failed: {type(exc).__name__}: {exc}")
+                self.say(_("costctl: decision subscriber failed: {error}: {detail}").format(
+                    error=type(exc).__name__, detail=exc))
         return recorded
 
 
@@ -151,8 +156,8 @@ class DecisionRecorder:
             return None
         self._said[decision.policy] = (decision.time, 0)
         if last is not None and last[1]:
-            line += (f" [{last[1]} more {decision.policy} advice since the last line printed: recorded, "
-                     "counted in the summary]")
+            return _("{line} [{count} more {policy} advice since the last line printed: recorded, counted in the "
+                     "summary]").format(line=line, count=last[1], policy=decision.policy)
         return line
 
 

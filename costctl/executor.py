@@ -35,9 +35,12 @@ from typing import Any
 from .clock import Clock
 from .config import HooksConfig, StopConfig
 from .errors import CostctlError
+from .i18n import _, format_time
 from .protocols import DecisionLog, InstanceControl, JobControl, RunControl, StopLog, StopResult
 from .records import Action, Decision
-from .stopping import StopEvent, StopProcess, StopRoute, StopState, exit_text, kill_self_stops
+from .stopping import (STATE_WORDS, StopEvent, StopProcess, StopRoute, StopState, exit_text, kill_self_stops,
+                       stop_state_text)
+from .summary import action_text
 
 #: Seconds between the SIGTERM and the SIGKILL sent to a timed-out before_stop hook's group.
 HOOK_KILL_GRACE_S = 2.0
@@ -99,7 +102,7 @@ class Executor:
         self.dry_run = dry_run
         self.log_path = log_path
         self.advise_only = advise_only
-        self.route = route or StopRoute("api", "instance read")
+        self.route = route or StopRoute("api", _("instance read"))
         self.stop_log = stop_log
         self.stop_config = stop_config or StopConfig()
         self.before_self_stop = before_self_stop
@@ -118,10 +121,14 @@ class Executor:
             return self._advise_instead(decision)
         if decision.action is Action.STOP:
             return self._handle_stop(decision)
-        label = "warning" if decision.action is Action.WARN else "advice"
+        # outcomes: short machine words in the ledger (compared by code), not translated
         outcome = "warned" if decision.action is Action.WARN else "advised"
+        if decision.action is Action.WARN:
+            line = _("costctl {policy} warning: {reason}")
+        else:
+            line = _("costctl {policy} advice: {reason}")
         self.log.record(decision, outcome, dry_run=self.dry_run,
-                        say=f"costctl {decision.policy} {label}: {decision.reason}")
+                        say=line.format(policy=decision.policy, reason=decision.reason))
         return outcome
 
     def _advise_instead(self, decision: Decision) -> str:
@@ -129,26 +136,32 @@ class Executor:
         would = str(decision.action.value if isinstance(decision.action, Action) else decision.action)
         advised = replace(decision, action=Action.ADVISE,
                           evidence={**decision.evidence, "advise_only": True, "would": would})
-        outcome = "advise-only: nothing stopped"
+        outcome = _("advise-only: nothing stopped")
         self.log.record(advised, outcome, dry_run=self.dry_run,
-                        say=f"costctl {decision.policy} advice (advise-only, nothing is stopped): "
-                            f"would {would}: {decision.reason}")
+                        say=_("costctl {policy} advice (advise-only, nothing is stopped): would {action}: "
+                              "{reason}").format(policy=decision.policy, action=action_text(would),
+                                                 reason=decision.reason))
         return outcome
 
     def _handle_stop(self, decision: Decision) -> str:
         if self.dry_run:
-            outcome = "dry-run: would run before_stop, end the job and stop the instance"
+            outcome = _("dry-run: would run before_stop, end the job and stop the instance")
             self.log.record(decision, outcome, dry_run=True,
-                            say=f"costctl {decision.policy} (dry run): would stop: {decision.reason}")
+                            say=_("costctl {policy} (dry run): would stop: {reason}").format(
+                                policy=decision.policy, reason=decision.reason))
             return outcome
         if self.stop is not None:
-            outcome = (f"already stopped at {self.stop.time.isoformat()}" if self.stop.stopped
-                       else f"a stop decided at {self.stop.time.isoformat()} is {self.stop.state}")
+            when = format_time(self.stop.time)
+            if self.stop.stopped:
+                outcome = _("already stopped at {time}").format(time=when)
+            else:
+                outcome = _("a stop decided at {time} is {state}").format(
+                    time=when, state=_(STATE_WORDS.get(self.stop.state, self.stop.state)))
             self.log.record(decision, outcome, say=False)
             return outcome
-        self.say(f"costctl {decision.policy}: stopping: {decision.reason}")
+        self.say(_("costctl {policy}: stopping: {reason}").format(policy=decision.policy, reason=decision.reason))
         now = self.clock.now()
-        evidence = {**decision.evidence, "stop_route": self.route.label}
+        evidence = {**decision.evidence, "stop_route": self.route.label_en}
         recorded = self.log.record(replace(decision, evidence=evidence), "stop requested", say=False)
         self._decision_id = getattr(recorded, "ledger_id", None)
         self.stop = StopResult(time=now, outcome="stop requested")
@@ -192,13 +205,13 @@ class Executor:
         assert self.stop is not None
         self.stop.hook = hook
         if hook:
-            self._stop_parts.append(f"before_stop {hook['result']}")
+            self._stop_parts.append(_("before_stop {result}").format(result=hook["result"]))
             if not hook.get("ok") and not (self.stopping is not None and self.stopping.done):
-                self.say(f"costctl: before_stop {hook['result']}; stopping anyway")
+                self.say(_("costctl: before_stop {result}; stopping anyway").format(result=hook["result"]))
         child_status = self.job.end() if self.job.running else None
         if child_status is not None:
-            self._stop_parts.append(f"job ended (exit status {child_status})")
-        return "; ".join(self._stop_parts) or None
+            self._stop_parts.append(_("job ended (exit status {status})").format(status=child_status))
+        return _("; ").join(self._stop_parts) or None
 
     def _on_stop_event(self, event: StopEvent) -> None:
         """Store one step of the stop, say it, and once it ends, the decision's outcome."""
@@ -207,28 +220,30 @@ class Executor:
         stop.state, stop.attempts, stop.detail = event.state.value, event.attempt, event.detail
         self._store("record_stop_event", self.run.state.run_id, decision_id=self._decision_id, time=event.time,
                     state=event.state.value, attempt=event.attempt, detail=event.detail)
-        name, iid = self.instances.name, self.run.state.instance_id
+        shape = {"instance": self.run.state.instance_id, "provider": self.instances.name,
+                 "count": event.attempt, "attempt": event.attempt, "detail": event.detail}
         if event.state is StopState.CONFIRMED:
-            self.say(f"costctl: instance {iid} on {name} is stopped (confirmed by {name}; "
-                     f"{event.attempt} stop request(s))")
+            self.say(_("costctl: instance {instance} on {provider} is stopped (confirmed by {provider}; {count} stop "
+                       "request(s))").format(**shape))
         elif event.state is StopState.GONE:
-            self.say(f"costctl: instance {iid} on {name} is gone: {event.detail}")
+            self.say(_("costctl: instance {instance} on {provider} is gone: {detail}").format(**shape))
         elif event.state is StopState.SELF_STOP_SENT:
-            self.say(f"costctl: self-stop sent: {event.detail}")
+            self.say(_("costctl: self-stop sent: {detail}").format(**shape))
         elif event.state is StopState.FAILED:
-            self.say(f"costctl: STOP FAILED: instance {iid} on {name} may still be running and billing: "
-                     f"{event.detail}")
+            self.say(_("costctl: STOP FAILED: instance {instance} on {provider} may still be running and billing: "
+                       "{detail}").format(**shape))
         elif event.state is StopState.SENT:
-            self.say(f"costctl: stop request {event.attempt} sent to {name}: {event.detail}")
+            self.say(_("costctl: stop request {attempt} sent to {provider}: {detail}").format(**shape))
         elif event.attempt:  # a retry or a re-send
-            self.say(f"costctl: stop: {event.detail}")
+            self.say(_("costctl: stop: {detail}").format(**shape))
         for listener in list(self._stop_listeners):
             try:
                 listener(event, self.stopping)
             except Exception as exc:  # noqa: BLE001 - a listener (notifications) never ends the stop
-                self.say(f"costctl: a stop listener failed: {type(exc).__name__}")
+                self.say(_("costctl: a stop listener failed: {error}").format(error=type(exc).__name__))
         if event.state.terminal:
-            stop.outcome = "; ".join([*self._stop_parts, f"stop {event.state.value}: {event.detail}"])
+            ended = _("{what}: {detail}").format(what=stop_state_text(event.state.value), detail=event.detail)
+            stop.outcome = _("; ").join([*self._stop_parts, ended])
             proc = self.stopping
             history = [e.as_dict() for e in proc.events] if proc is not None else [event.as_dict()]
             extra: dict[str, Any] = {"stop": {"state": event.state.value, "attempts": event.attempt,
@@ -241,7 +256,7 @@ class Executor:
                 try:
                     callback(stop)
                 except CostctlError as exc:
-                    self.say(f"costctl: after the stop: {exc.message}")
+                    self.say(_("costctl: after the stop: {error}").format(error=exc.message))
             stop.closed = True  # last: the watch ends on it (StopResult.done), in another thread
 
     def abort(self) -> None:
@@ -279,7 +294,8 @@ class Executor:
         except CostctlError as exc:
             if not self._log_failed:
                 self._log_failed = True
-                self.say(f"costctl: could not record the stop in the ledger ({exc.message}); the stop goes on")
+                self.say(_("costctl: could not record the stop in the ledger ({error}); the stop goes on").format(
+                    error=exc.message))
 
     def _run_hook(self) -> dict[str, Any]:
         command = self.hooks.before_stop
@@ -287,7 +303,7 @@ class Executor:
             return {}
         timeout = self.hooks.before_stop_timeout.total_seconds()
         started = self.clock.now()
-        self.say(f"costctl: running before_stop hook: {command}")
+        self.say(_("costctl: running before_stop hook: {command}").format(command=command))
         try:
             # A group of its own: on a timeout the hook's children are ended with it.
             proc = subprocess.Popen(
@@ -295,16 +311,17 @@ class Executor:
                 stderr=subprocess.PIPE, start_new_session=True,
             )
         except OSError as exc:
-            return {"command": command, "result": f"failed to start: {exc.strerror}", "ok": False}
+            return {"command": command, "result": _("failed to start: {error}").format(error=exc.strerror),
+                    "ok": False}
         except ValueError as exc:  # "embedded null byte": the config refuses it; a hook set in code may not
-            return {"command": command, "result": f"failed to start: {exc}", "ok": False}
+            return {"command": command, "result": _("failed to start: {error}").format(error=exc), "ok": False}
         self._hook_proc = proc
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             end_group(proc)
-            return {"command": command, "result": f"timed out after {timeout:g}s (its process group was ended)",
-                    "ok": False}
+            return {"command": command, "ok": False,
+                    "result": _("timed out after {seconds:g}s (its process group was ended)").format(seconds=timeout)}
         finally:
             self._hook_proc = None
         tail = (out + err).decode("utf-8", "replace")[-2000:]
@@ -317,7 +334,7 @@ class Executor:
         ok = proc.returncode == 0
         return {
             "command": command,
-            "result": "succeeded" if ok else f"failed (it {exit_text(proc.returncode)})",
+            "result": _("succeeded") if ok else _("failed (it {exit})").format(exit=exit_text(proc.returncode)),
             "ok": ok,
             "exit_status": proc.returncode,
             "started_at": started.isoformat(),

@@ -14,6 +14,8 @@ import sys
 import threading
 from datetime import datetime, tzinfo
 
+from .i18n import _
+
 _ERASE = "\r\x1b[2K"
 _REVERSE, _RESET = "\x1b[7m", "\x1b[0m"
 
@@ -41,7 +43,9 @@ def countdown(progress: str, at: datetime, now: datetime, tz: tzinfo, *, would: 
     """
     local = at.astimezone(tz)
     when = local.strftime("%H:%M") if local.date() == now.astimezone(tz).date() else local.strftime("%Y-%m-%d %H:%M")
-    return f"{progress} — {'would stop' if would else 'stopping'} at {when}"
+    if would:
+        return _("{progress} — would stop at {time}").format(progress=progress, time=when)
+    return _("{progress} — stopping at {time}").format(progress=progress, time=when)
 
 
 class StatusLine:

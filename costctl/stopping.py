@@ -49,6 +49,8 @@ from typing import TYPE_CHECKING, Literal
 
 from .clock import Clock
 from .errors import CostctlError
+from .i18n import N_, _
+from .summary import STATE_WORDS, STOP_STATE_TEXT, stop_state_text
 
 if TYPE_CHECKING:
     from costctl_providers.base import Instance, Provider
@@ -93,6 +95,7 @@ class StopState(StrEnum):
 _TERMINAL = frozenset({StopState.CONFIRMED, StopState.GONE, StopState.FAILED})
 
 
+
 @dataclass(frozen=True)
 class StopRoute:
     """How a watch would stop its instance, as the preflight found it.
@@ -114,18 +117,27 @@ class StopRoute:
         """Whether this watch may stop the instance (False under ``--advise-only``)."""
         return self.kind != "none"
 
-    @property
-    def label(self) -> str:
-        """``API (credential accepted)``, ``self-stop via shutdown``, ``none (--advise-only)``."""
+    def _label(self, tr: Callable[[str], str]) -> str:
         if self.kind == "api":
-            return f"API ({self.detail})"
+            return tr(N_("API ({detail})")).format(detail=self.detail)
         if self.kind == "self-stop":
             assert self.argv
-            return f"self-stop via {' '.join(self.argv)}"
-        return "none (--advise-only: nothing will be stopped)"
+            return tr(N_("self-stop via {command}")).format(command=" ".join(self.argv))
+        return tr(N_("none (--advise-only: nothing will be stopped)"))
+
+    @property
+    def label(self) -> str:
+        """``API (credential accepted)``, ``self-stop via shutdown``, ``none (--advise-only)``, in
+        the current language (:mod:`costctl.i18n`)."""
+        return self._label(_)
+
+    @property
+    def label_en(self) -> str:
+        """:attr:`label` in English, for a decision's evidence (machine data)."""
+        return self._label(N_)
 
     def __str__(self) -> str:
-        return f"stop route: {self.label}"
+        return _("stop route: {route}").format(route=self.label)
 
     def as_evidence(self) -> dict[str, object]:
         """JSON form for a decision's evidence."""
@@ -164,19 +176,21 @@ def _is_not_found(exc: BaseException) -> bool:
     return isinstance(exc, NotFoundError)
 
 
-def _tries(exc: BaseException) -> str:
+def _tries(exc: BaseException) -> int | None:
+    """The HTTP attempts an error names, when its message does not say them already."""
     attempts = getattr(exc, "attempts", None)
-    return f" ({attempts} HTTP attempts)" if attempts and "attempt" not in str(exc) else ""
+    return attempts if attempts and "attempt" not in str(exc) else None
 
 
 def exit_text(returncode: int) -> str:
-    """``exited with status 3`` or ``was killed by SIGTERM`` (a negative Popen return code)."""
+    """``exited with status 3`` or ``was killed by SIGTERM`` (a negative Popen return code): a
+    whole predicate, in the current language, that follows the name of what ran."""
     if returncode < 0:
         try:
-            return f"was killed by {signal.Signals(-returncode).name}"
+            return _("was killed by {signal}").format(signal=signal.Signals(-returncode).name)
         except ValueError:
-            return f"was killed by signal {-returncode}"
-    return f"exited with status {returncode}"
+            return _("was killed by signal {number}").format(number=-returncode)
+    return _("exited with status {status}").format(status=returncode)
 
 
 #: The self-stop commands running now (so that a watch told to end kills them, group and all).
@@ -208,9 +222,10 @@ def run_self_stop(argv: Sequence[str], *, timeout_s: float = SELF_STOP_TIMEOUT_S
         proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
     except FileNotFoundError:
-        raise CostctlError(f"self-stop {shown!r}: command not found") from None
+        raise CostctlError(_("self-stop {command!r}: command not found").format(command=shown)) from None
     except OSError as exc:
-        raise CostctlError(f"self-stop {shown!r} could not be started: {exc.strerror}") from None
+        raise CostctlError(_("self-stop {command!r} could not be started: {error}").format(
+            command=shown, error=exc.strerror)) from None
     with _running_lock:
         _running.add(proc)
     try:
@@ -221,16 +236,18 @@ def run_self_stop(argv: Sequence[str], *, timeout_s: float = SELF_STOP_TIMEOUT_S
         except ProcessLookupError:
             pass
         proc.communicate()
-        raise CostctlError(f"self-stop {shown!r} did not return within {timeout_s:g}s (its process group "
-                           "was killed)") from None
+        raise CostctlError(_("self-stop {command!r} did not return within {timeout:g}s (its process group "
+                             "was killed)").format(command=shown, timeout=timeout_s)) from None
     finally:
         with _running_lock:
             _running.discard(proc)
     if proc.returncode != 0:
         tail = (err or out).decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
-        raise CostctlError(f"self-stop {shown!r} {exit_text(proc.returncode)}"
-                           + (f": {tail[0][:200]}" if tail[0] else ""))
-    return f"{shown} exited 0"
+        if tail[0]:
+            raise CostctlError(_("self-stop {command!r} {exit}: {output}").format(
+                command=shown, exit=exit_text(proc.returncode), output=tail[0][:200]))
+        raise CostctlError(_("self-stop {command!r} {exit}").format(command=shown, exit=exit_text(proc.returncode)))
+    return _("{command} exited 0").format(command=shown)
 
 
 @dataclass
@@ -291,8 +308,8 @@ class StopProcess:
     def __post_init__(self) -> None:
         self.started_at = self.started_at or self.clock.now()
         self.next_at = self.started_at
-        self._emit(StopState.REQUESTED, f"stop of {self.instances.name} instance {self.instance_id} requested "
-                                        f"({self.route.label})")
+        self._emit(StopState.REQUESTED, _("stop of {provider} instance {instance} requested ({route})").format(
+            provider=self.instances.name, instance=self.instance_id, route=self.route.label))
 
     # ------------------------------------------------------------------ state
     @property
@@ -319,8 +336,11 @@ class StopProcess:
 
     def describe(self) -> str:
         """One short clause for the status line (``stopping: sent (attempt 2), status running``)."""
-        status = f", status {self.last_status}" if self.last_status else ""
-        return f"stopping {self.instance_id}: {self.state.value} (attempt {self.attempts}){status}"
+        shape = {"instance": self.instance_id, "state": _(STATE_WORDS[self.state.value]), "attempt": self.attempts,
+                 "status": self.last_status}
+        if self.last_status:
+            return _("stopping {instance}: {state} (attempt {attempt}), status {status}").format(**shape)
+        return _("stopping {instance}: {state} (attempt {attempt})").format(**shape)
 
     def _emit(self, state: StopState, detail: str) -> bool:
         """Move to ``state`` and report it; False (nothing done) once the stop already ended
@@ -357,13 +377,19 @@ class StopProcess:
                 self._self_stop_outlived()
                 return
             if self.route.kind == "self-stop":
-                self._self_stop(self.route.argv or (), "the preflight chose the instance's self-stop")
+                self._self_stop(self.route.argv or (), _("the preflight chose the instance's self-stop"))
                 return
             now = self.clock.now()
             if now >= self.deadline:
-                self._escalate(f"not confirmed {self.config.deadline.total_seconds():g}s after the first stop "
-                               f"request ({self.attempts} stop request(s) sent"
-                               + (f", status still {self.last_status}" if self.last_status else "") + ")")
+                shape = {"deadline": self.config.deadline.total_seconds(), "count": self.attempts,
+                         "status": self.last_status}
+                if self.last_status:
+                    why = _("not confirmed {deadline:g}s after the first stop request ({count} stop request(s) "
+                            "sent, status still {status})")
+                else:
+                    why = _("not confirmed {deadline:g}s after the first stop request ({count} stop request(s) "
+                            "sent)")
+                self._escalate(why.format(**shape))
                 return
             if self.state is StopState.REQUESTED:
                 self._send()
@@ -374,25 +400,36 @@ class StopProcess:
         """End an unfinished stop as failed (the watch was told to end: SIGTERM, Ctrl-C). Does
         not wait for a provider call in flight: what it answers afterwards is not recorded, so a
         stop is never claimed after the watch said it failed."""
-        self._emit(StopState.FAILED, f"{reason}, before the stop was confirmed "
-                                     f"({self.attempts} stop request(s) sent"
-                                     + (f", status {self.last_status}" if self.last_status else "") + ")")
+        shape = {"reason": reason, "count": self.attempts, "status": self.last_status}
+        if self.last_status:
+            why = _("{reason}, before the stop was confirmed ({count} stop request(s) sent, status {status})")
+        else:
+            why = _("{reason}, before the stop was confirmed ({count} stop request(s) sent)")
+        self._emit(StopState.FAILED, why.format(**shape))
 
     def _send(self) -> None:
         self.attempts += 1
         try:
             inst = self.instances.stop_instance(self.instance_id, wait=False)
         except CostctlError as exc:
+            tries = _tries(exc)
+            shape = {"attempt": self.attempts, "tries": tries, "error": exc.message}
             if _is_not_found(exc):
-                self._emit(StopState.GONE, f"the provider no longer knows the instance: {exc.message}")
+                self._emit(StopState.GONE, _("the provider no longer knows the instance: {error}").format(**shape))
             elif _is_transient(exc):
                 self._send_failures += 1
                 backoff = self._backoff()
-                self._emit(StopState.REQUESTED, f"stop request {self.attempts} failed{_tries(exc)}: {exc.message}; "
-                                                f"sending it again in {backoff.total_seconds():.0f}s")
+                if tries:
+                    failed = _("stop request {attempt} failed ({tries} HTTP attempts): {error}; sending it again "
+                               "in {backoff:.0f}s")
+                else:
+                    failed = _("stop request {attempt} failed: {error}; sending it again in {backoff:.0f}s")
+                self._emit(StopState.REQUESTED, failed.format(backoff=backoff.total_seconds(), **shape))
                 self.next_at = self.clock.now() + backoff
+            elif tries:
+                self._escalate(_("stop request {attempt} refused ({tries} HTTP attempts): {error}").format(**shape))
             else:
-                self._escalate(f"stop request {self.attempts} refused{_tries(exc)}: {exc.message}")
+                self._escalate(_("stop request {attempt} refused: {error}").format(**shape))
             return
         self._last_sent_at = self.clock.now()
         self._seen(inst, sent=True)
@@ -401,12 +438,17 @@ class StopProcess:
         try:
             inst = self.instances.get_instance(self.instance_id)
         except CostctlError as exc:
+            tries = _tries(exc)
             if _is_not_found(exc):
-                self._emit(StopState.GONE, f"the provider no longer knows the instance: {exc.message}")
+                self._emit(StopState.GONE, _("the provider no longer knows the instance: {error}").format(
+                    error=exc.message))
             elif _is_transient(exc):
                 self.next_at = self.clock.now() + self.config.poll_interval  # keep reading until the deadline
+            elif tries:
+                self._escalate(_("reading the instance failed ({tries} HTTP attempts): {error}").format(
+                    tries=tries, error=exc.message))
             else:
-                self._escalate(f"reading the instance failed{_tries(exc)}: {exc.message}")
+                self._escalate(_("reading the instance failed: {error}").format(error=exc.message))
             return
         self._seen(inst, sent=False)
 
@@ -414,19 +456,22 @@ class StopProcess:
         from costctl_providers.base import Status
 
         self.last_status = inst.status_raw or inst.status.value
+        # the status word (``stopped``, ``running (exited)``): the provider's own words, untranslated
         word = inst.status.value + (f" ({inst.status_raw})" if inst.status_raw and inst.status_raw != inst.status.value else "")
+        shape = {"provider": self.instances.name, "instance": self.instance_id, "status": word,
+                 "count": self.attempts, "attempt": self.attempts}
         if inst.status in (Status.STOPPED, Status.TERMINATED):
-            self._emit(StopState.CONFIRMED, f"{self.instances.name} reports instance {self.instance_id} {word} "
-                                            f"after {self.attempts} stop request(s)")
+            self._emit(StopState.CONFIRMED, _("{provider} reports instance {instance} {status} after {count} stop "
+                                              "request(s)").format(**shape))
             return
         now = self.clock.now()
         if sent:
-            self._emit(StopState.SENT, f"stop request {self.attempts} accepted; the instance is {word}")
+            self._emit(StopState.SENT, _("stop request {attempt} accepted; the instance is {status}").format(**shape))
         elif (inst.status is not Status.STOPPING and self._last_sent_at is not None
               and now - self._last_sent_at >= self.config.resend_interval):
-            self._emit(StopState.REQUESTED, f"the instance is still {word} "
-                                            f"{(now - self._last_sent_at).total_seconds():.0f}s after stop request "
-                                            f"{self.attempts}; sending it again")
+            self._emit(StopState.REQUESTED, _("the instance is still {status} {seconds:.0f}s after stop request "
+                                              "{attempt}; sending it again").format(
+                seconds=(now - self._last_sent_at).total_seconds(), **shape))
             self._send()
             return
         self.next_at = now + self.config.poll_interval
@@ -445,16 +490,16 @@ class StopProcess:
             except Exception:  # noqa: BLE001 - no self-stop is the answer then
                 argv = None
         if argv:
-            self._self_stop(argv, f"API route ended: {why}")
+            self._self_stop(argv, _("API route ended: {why}").format(why=why))
             return
-        self._emit(StopState.FAILED, f"{why}; no self-stop route for this instance")
+        self._emit(StopState.FAILED, _("{why}; no self-stop route for this instance").format(why=why))
 
     def _self_stop(self, argv: Sequence[str], why: str) -> None:
         self._self_stop_tried = True
         self.attempts += 1
         # Recorded before it runs: the machine may power off before anything else is written.
-        if not self._emit(StopState.SELF_STOP_SENT, f"{why}; running {' '.join(argv)} "
-                                                    "(a self-stop cannot be confirmed)"):
+        if not self._emit(StopState.SELF_STOP_SENT, _("{why}; running {command} (a self-stop cannot be "
+                                                      "confirmed)").format(why=why, command=" ".join(argv))):
             return
         if self.before_self_stop is not None:
             self.before_self_stop()
@@ -463,7 +508,7 @@ class StopProcess:
         except CostctlError as exc:
             with self._emit_lock:  # the command did not even run to completion: not a stop
                 self.state = StopState.REQUESTED
-                self._emit(StopState.FAILED, f"{why}; {exc.message}")
+                self._emit(StopState.FAILED, _("{why}; {error}").format(why=why, error=exc.message))
             return
         with self._emit_lock:
             if self.state.terminal:  # cancelled meanwhile
@@ -471,7 +516,8 @@ class StopProcess:
             now = self.clock.now()
             grace = self.config.self_stop_grace
             event = StopEvent(time=now, state=self.state, attempt=self.attempts,
-                              detail=f"{result}; the machine should power off within {grace.total_seconds():g}s")
+                              detail=_("{result}; the machine should power off within {grace:g}s").format(
+                                  result=result, grace=grace.total_seconds()))
             self.events.append(event)
             self.on_event(event)
             self._self_stop_ran_at = now
@@ -486,8 +532,8 @@ class StopProcess:
             if self.state.terminal:
                 return
             self.state = StopState.REQUESTED
-            self._emit(StopState.FAILED, f"the self-stop returned but this machine is still running {waited:.0f}s "
-                                         "later: the instance was not stopped")
+            self._emit(StopState.FAILED, _("the self-stop returned but this machine is still running {seconds:.0f}s "
+                                           "later: the instance was not stopped").format(seconds=waited))
 
 
 class StopRunner:
@@ -521,7 +567,8 @@ class StopRunner:
                 self._wake.wait(max(0.0, min(self._wake_s, left)))
         except BaseException as exc:  # noqa: BLE001 - a bug must still end the stop, as failed
             self.error = exc
-            proc.cancel(f"internal error in the stop thread: {type(exc).__name__}: {exc}")
+            proc.cancel(_("internal error in the stop thread: {error}: {detail}").format(
+                error=type(exc).__name__, detail=exc))
 
     def join(self, timeout_s: float | None = None) -> None:
         """Wait for the thread to end."""
@@ -529,5 +576,5 @@ class StopRunner:
         self.thread.join(timeout_s)
 
 
-__all__ = ["EXIT_STOP_FAILED", "SELF_STOP_TIMEOUT_S", "StopEvent", "StopProcess", "StopRoute", "StopRunner",
-           "StopState", "exit_text", "kill_self_stops", "run_self_stop"]
+__all__ = ["EXIT_STOP_FAILED", "SELF_STOP_TIMEOUT_S", "STOP_STATE_TEXT", "StopEvent", "StopProcess", "StopRoute",
+           "StopRunner", "StopState", "exit_text", "kill_self_stops", "run_self_stop", "stop_state_text"]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TextIO
 
+from .i18n import N_, _
 from .money import Money
 from .records import Decision, ProgressPoint, TelemetrySample
 
@@ -173,66 +175,141 @@ class RunSummary:
         }
 
     def print(self, run_id: str, currency: str, file: TextIO) -> None:
-        """Render the summary as a small rich table on ``file`` (costctl's stderr)."""
+        """Render the summary as a small rich table on ``file`` (costctl's stderr), in the current
+        language (:mod:`costctl.i18n`; the decisions' reasons as they were recorded)."""
         from rich.console import Console  # imported here: a watch loads rich only to print this
         from rich.table import Table
         from rich.text import Text
 
         console = Console(file=file, highlight=False, markup=False, soft_wrap=True)
         failed = self.stop is not None and not self.stop.stopped
-        table = Table(title=f"costctl run {run_id[:8]}", show_header=False, title_justify="left")
-        table.add_column("what")
-        table.add_column("value")
+        table = Table(title=_("costctl run {run}").format(run=run_id[:8]), show_header=False, title_justify="left")
+        table.add_column(_("what"))
+        table.add_column(_("value"))
         dur = str(self.duration).split(".")[0] if self.duration else "-"
-        table.add_row("duration", dur)
-        table.add_row("spend", f"{self.spend.rounded(4)} {self.spend.currency}" if self.spend else f"0 {currency}")
+        table.add_row(_("duration"), dur)
+        table.add_row(_("spend"), f"{self.spend.rounded(4)} {self.spend.currency}" if self.spend else f"0 {currency}")
         if self.advise_only:
-            table.add_row("advise-only", "nothing was stopped: stop decisions were advice (--advise-only)")
+            table.add_row(_("advise-only"), _("nothing was stopped: stop decisions were advice (--advise-only)"))
         elif self.stop_route:
-            table.add_row("stop route", self.stop_route)
+            table.add_row(_("stop route"), self.stop_route)
 
         def fmt(v: float | None) -> str:
             return "-" if v is None else f"{v:.6g}"
 
-        table.add_row(
-            "loss first / best / last",
-            f"{fmt(self.first_loss)} / {fmt(self.best_loss)}"
-            + (f" (at {self.best_at})" if self.best_at is not None else "")
-            + f" / {fmt(self.last_loss)}  [{self.loss_points} points]",
-        )
-        if self.plateau_at:
-            where = {k: self.plateau_at.get(k) for k in ("index", "step", "epoch", "value") if self.plateau_at.get(k) is not None}
-            table.add_row("plateau detected at", ", ".join(f"{k} {v}" for k, v in where.items()) or "yes")
+        losses = {"first": fmt(self.first_loss), "best": fmt(self.best_loss), "last": fmt(self.last_loss),
+                  "points": self.loss_points, "where": where_text(self.best_at)}
+        if self.best_at is not None:
+            loss_row = _("{first} / {best} (at {where}) / {last}  [{points} points]").format(**losses)
         else:
-            table.add_row("plateau detected at", "-")
+            loss_row = _("{first} / {best} / {last}  [{points} points]").format(**losses)
+        table.add_row(_("loss first / best / last"), loss_row)
+        if self.plateau_at:
+            where = [_(_PLATEAU_AT[k]).format(value=self.plateau_at[k]) for k in _PLATEAU_AT
+                     if self.plateau_at.get(k) is not None]
+            table.add_row(_("plateau detected at"), _(", ").join(where) or _("yes"))
+        else:
+            table.add_row(_("plateau detected at"), "-")
         if self.peak_gpu_memory_bytes is not None:
-            table.add_row("peak GPU memory", f"{self.peak_gpu_memory_bytes / 2**20:.0f} MiB")
+            table.add_row(_("peak GPU memory"), _("{mib:.0f} MiB").format(mib=self.peak_gpu_memory_bytes / 2**20))
         if self.mean_gpu_utilization is not None:
-            table.add_row("mean GPU utilization", f"{self.mean_gpu_utilization:.0f}%")
+            table.add_row(_("mean GPU utilization"), f"{self.mean_gpu_utilization:.0f}%")
         if self.waste is not None:
-            table.add_row("waste (lost work)", f"{self.waste.rounded(4)} {self.waste.currency} "
-                          f"({self.waste_s:.0f}s since the last checkpoint)")
+            table.add_row(_("waste (lost work)"),
+                          _("{amount} {currency} ({seconds:.0f}s since the last checkpoint)").format(
+                              amount=self.waste.rounded(4), currency=self.waste.currency, seconds=self.waste_s))
         if len(self.run_ids) > 1:
-            table.add_row("ledger runs", ", ".join(r[:8] for r in self.run_ids))
+            table.add_row(_("ledger runs"), _(", ").join(r[:8] for r in self.run_ids))
         if self.stop is not None:
-            what = "stop failed" if failed else f"stop {self.stop.state}"
-            table.add_row("stop", Text(f"{what} after {self.stop.attempts} request(s): {self.stop.detail}"
-                                       + (" -- the instance may still be running and billing" if failed else ""),
-                                       style="bold red" if failed else ""))
+            what = stop_state_text("failed" if failed else self.stop.state)
+            if failed:
+                stop_row = _("{what} after {attempts} request(s): {detail} -- the instance may still be running "
+                             "and billing")
+            else:
+                stop_row = _("{what} after {attempts} request(s): {detail}")
+            table.add_row(_("stop"), Text(stop_row.format(what=what, attempts=self.stop.attempts,
+                                                          detail=self.stop.detail),
+                                          style="bold red" if failed else ""))
         if self.decisions:
             groups: dict[tuple[str, str], list[Decision]] = {}
             for d in self.decisions:  # one row per policy and action; repeats are counted
                 groups.setdefault((d.policy, d.action), []).append(d)
             for (policy, act), ds in groups.items():
-                action = f"would {act} (dry run)" if self.dry_run and act in ("stop", "downsize") else act
                 if ds[0].evidence.get("advise_only") and ds[0].evidence.get("would"):
-                    action = f"{act} (would {ds[0].evidence['would']}; advise-only)"
-                more = ""
+                    action = _("{action} (would {would}; advise-only)").format(
+                        action=action_text(act), would=action_text(ds[0].evidence["would"]))
+                elif self.dry_run and act in ("stop", "downsize"):
+                    action = _("would {action} (dry run)").format(action=action_text(act))
+                else:
+                    action = action_text(act)
                 if len(ds) > 1:
-                    more = f" (fired {len(ds)} times; the last: {ds[-1].reason.split(':')[0]})"
-                table.add_row(f"decision {policy}", f"{action}: {ds[0].reason}{more}")
+                    row = _("{action}: {reason} (fired {count} times; the last: {last})").format(
+                        action=action, reason=ds[0].reason, count=len(ds), last=_HEAD.split(ds[-1].reason, 1)[0])
+                else:
+                    row = _("{action}: {reason}").format(action=action, reason=ds[0].reason)
+                table.add_row(_("decision {policy}").format(policy=policy), row)
         else:
-            table.add_row("decisions", "none")
+            table.add_row(_("decisions"), _("none"))
         for line in self.advice:
-            table.add_row("advice", line)
+            table.add_row(_("advice"), line)
         console.print(table)
+
+
+#: How a stop that reached a state is named for people (``stop confirmed``), per
+#: :class:`~costctl.stopping.StopState` value (the value itself stays in the ledger's
+#: ``state`` column).
+STOP_STATE_TEXT: dict[str, str] = {
+    "requested": N_("stop requested"), "sent": N_("stop sent"), "confirmed": N_("stop confirmed"),
+    "gone": N_("stop gone"), "self-stop sent": N_("stop self-stop sent"), "failed": N_("stop failed"),
+}
+
+
+#: A :class:`~costctl.stopping.StopState` value as a word for people (the status line:
+#: ``stopping i-1: sent``).
+STATE_WORDS: dict[str, str] = {
+    "requested": N_("requested"), "sent": N_("sent"), "confirmed": N_("confirmed"), "gone": N_("gone"),
+    "self-stop sent": N_("self-stop sent"), "failed": N_("failed"),
+}
+
+
+def stop_state_text(state: str) -> str:
+    """``"stop confirmed"`` for ``"confirmed"`` (a :class:`~costctl.stopping.StopState`
+    value), in the current language; an unknown state as ``"stop <state>"``."""
+    found = STOP_STATE_TEXT.get(str(state))
+    return _(found) if found else _("stop {state}").format(state=state)
+
+
+#: A decision's action (:class:`~costctl.records.Action` value, kept in the ledger) as a word
+#: for people; another action is said as it is.
+ACTION_WORDS: dict[str, str] = {
+    "advise": N_("advise"), "warn": N_("warn"), "stop": N_("stop"), "downsize": N_("downsize"),
+    "checkpoint": N_("checkpoint"), "retry": N_("retry"), "resume": N_("resume"), "start": N_("start"),
+    "snooze": N_("snooze"),
+}
+
+
+def action_text(action: str) -> str:
+    """``action`` (an :class:`~costctl.records.Action` value) in the current language."""
+    found = ACTION_WORDS.get(str(action))
+    return _(found) if found else str(action)
+
+
+#: How a plateau's place is said in the summary, by evidence key (in this order).
+_PLATEAU_AT = {"index": N_("index {value}"), "step": N_("step {value}"), "epoch": N_("epoch {value}"),
+               "value": N_("value {value}")}
+#: Where a reason's head ends (``"train loss plateaued at epoch 85: ..."``): its first colon,
+#: ASCII or full-width (a Chinese reason).
+_HEAD = re.compile("[:\uff1a]")
+
+
+def where_text(best_at: str | None) -> str:
+    """``"step 1200"`` / ``"epoch 7"`` (:attr:`RunSummary.best_at`, kept in English in the JSON
+    form) in the current language; another text as it is."""
+    if not best_at:
+        return ""
+    kind, _sp, number = best_at.partition(" ")
+    if kind == "step":
+        return _("step {step}").format(step=number)
+    if kind == "epoch":
+        return _("epoch {epoch}").format(epoch=number)
+    return best_at

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ..i18n import _
+
 if TYPE_CHECKING:  # rich loads when a table or message is printed (see __getattr__)
     from rich.console import Console
     from rich.table import Table
@@ -19,11 +21,11 @@ if TYPE_CHECKING:  # config (pydantic, the policies) loads when a command reads 
 
 ConfigOption = Annotated[
     Path | None,
-    typer.Option("--config", "-c", help="Config file (default: ./costctl.toml or $COSTCTL_CONFIG)."),
+    typer.Option("--config", "-c", help=_("Config file (default: ./costctl.toml or $COSTCTL_CONFIG).")),
 ]
 DbOption = Annotated[
     str | None,
-    typer.Option("--db", help="SQLAlchemy database URL (default: $COSTCTL_DATABASE_URL or SQLite in the data dir)."),
+    typer.Option("--db", help=_("SQLAlchemy database URL (default: $COSTCTL_DATABASE_URL or SQLite in the data dir).")),
 ]
 
 
@@ -35,7 +37,7 @@ class OutputFormat(str, Enum):
     csv = "csv"
 
 
-FormatOption = Annotated[OutputFormat, typer.Option("--format", "-f", help="table, json or csv.")]
+FormatOption = Annotated[OutputFormat, typer.Option("--format", "-f", help=_("table, json or csv."))]
 
 def __getattr__(name: str) -> Any:
     """``err_console`` (costctl's own messages, never the child's output, go to stderr) and
@@ -61,7 +63,6 @@ def settings_from(config: Path | None, db: str | None = None, **overrides: Any) 
         ConfigError: one line, exit status 2.
     """
     from ..config import load_settings
-
     from ..i18n import set_language
 
     extra: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
@@ -106,7 +107,8 @@ def print_table(table: Table, *, droppable: Sequence[str] = (), console: Console
 
     Args:
         table: the table, with its rows added.
-        droppable: headers of columns that may be hidden on a narrow terminal, in drop order.
+        droppable: headers of columns that may be hidden on a narrow terminal, in drop order
+            (as shown, or their English message ids: either matches).
         console: where to print (default: :data:`out_console`, stdout).
 
     Returns:
@@ -126,16 +128,22 @@ def print_table(table: Table, *, droppable: Sequence[str] = (), console: Console
     for header in droppable:
         if natural_width(console, table) <= console.width:
             break
-        column = next((c for c in table.columns if str(c.header) == header), None)
+        column = next((c for c in table.columns if str(c.header) in (header, _(header))), None)
         if column is not None:
             table.columns.remove(column)
             for index, kept in enumerate(table.columns):
                 kept._index = index  # rich pads the first and last column by this position
-            dropped.append(header)
+            dropped.append(str(column.header))
     for column in table.columns:
         column.overflow = "fold"
     console.print(table)
     if dropped:
-        _console("err_console").print(f"note: columns {', '.join(dropped)} hidden to fit {console.width} columns; "
-                          "widen the terminal, pipe the output or use --format json to see them", soft_wrap=True)
+        from babel.lists import format_list  # "A, B, and C" / "A、B和C" by the language's rules (CLDR)
+
+        from ..i18n import language
+
+        _console("err_console").print(
+            _("note: columns {columns} hidden to fit {width} columns; widen the terminal, pipe the output or "
+              "use --format json to see them").format(columns=format_list(dropped, locale=language()),
+                                                      width=console.width), soft_wrap=True)
     return dropped

@@ -21,6 +21,7 @@ from typing import Annotated
 import typer
 
 from ..errors import UsageError
+from ..i18n import _
 
 #: Longest snooze the command asks for (each watch also caps it at its ``[snooze] max``).
 MAX_ASK = timedelta(days=7)
@@ -40,16 +41,18 @@ def parse_request(text: str) -> dict[str, object]:
 
     try:
         td = parse_duration(text, maximum=MAX_ASK, allowed=ALLOWED)
-    except ValueError as exc:
-        raise UsageError(f"snooze {text!r}: {exc}") from None
+    except ValueError:
+        raise UsageError(_("snooze {text!r}: expected a duration like 10m, 1h or 1h30m (up to 7 days), off, "
+                           "or status").format(text=text)) from None
     return {"op": "snooze", "seconds": td.total_seconds()}
 
 
 def snooze(
     duration: Annotated[str, typer.Argument(metavar="DURATION|off|status",
-                                            help="How long to hold the idle autostop (10m, 1h), off, or status.")],
+                                            help=_("How long to hold the idle autostop (10m, 1h), off, "
+                                                      "or status."))],
     watch: Annotated[int | None, typer.Option("--watch", metavar="PID",
-                                              help="Only the watch with this process id.")] = None,
+                                              help=_("Only the watch with this process id."))] = None,
 ) -> None:
     """Postpone the pending idle autostop of the running watches of this user on this machine
     (DURATION, capped by each watch's [snooze] max), lift it (off), or show what is pending
@@ -61,9 +64,13 @@ def snooze(
     if watch is not None:
         sockets = [p for p in sockets if p.name == f"watch-{watch}.sock"]
     if not sockets:
-        which = f"watch {watch}" if watch is not None else "costctl watch"
-        typer.echo(f"costctl: no running {which} of this user on this machine to reach "
-                   f"(none listens in {_dir()})", err=True)
+        if watch is not None:
+            none = _("costctl: no running watch {pid} of this user on this machine to reach (none listens in "
+                     "{dir})")
+        else:
+            none = _("costctl: no running costctl watch of this user on this machine to reach (none listens in "
+                     "{dir})")
+        typer.echo(none.format(pid=watch, dir=_dir()), err=True)
         raise typer.Exit(1)
     reached = refused = 0
     for path in sockets:
@@ -73,11 +80,12 @@ def snooze(
             _forget(path)  # its watch died without removing it
             continue
         except PermissionError as exc:
-            typer.echo(f"costctl: {path.name}: {exc.strerror}", err=True)
+            typer.echo(_("costctl: {socket}: {error}").format(socket=path.name, error=exc.strerror), err=True)
             refused += 1
             continue
         except (OSError, ValueError) as exc:
-            typer.echo(f"costctl: {path.name}: no answer ({type(exc).__name__}: {exc})", err=True)
+            typer.echo(_("costctl: {socket}: no answer ({error}: {detail})").format(
+                socket=path.name, error=type(exc).__name__, detail=exc), err=True)
             refused += 1
             continue
         reached += 1
@@ -85,10 +93,10 @@ def snooze(
             typer.echo(str(answer.get("message", "")))
         else:
             refused += 1
-            typer.echo(f"costctl: {answer.get('error', 'refused')}", err=True)
+            typer.echo(_("costctl: {message}").format(message=answer.get("error") or _("refused")), err=True)
     if reached == 0 and refused == 0:
-        typer.echo(f"costctl: no running costctl watch of this user on this machine (stale sockets removed "
-                   f"from {_dir()})", err=True)
+        typer.echo(_("costctl: no running costctl watch of this user on this machine (stale sockets removed "
+                     "from {dir})").format(dir=_dir()), err=True)
         raise typer.Exit(1)
     if refused:
         raise typer.Exit(1)
@@ -110,7 +118,10 @@ def _forget(path: Path) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add ``snooze`` to the CLI."""
-    app.command("snooze")(snooze)
+    app.command("snooze", help=_(
+        "Postpone the pending idle autostop of the running watches of this user on this machine (DURATION, "
+        "capped by each watch's [snooze] max), lift it (off), or show what is pending (status). Budget caps "
+        "and a failed stop are never snoozed."))(snooze)
 
 
 __all__ = ["parse_request", "register", "snooze"]

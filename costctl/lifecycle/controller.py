@@ -51,6 +51,7 @@ from ..clock import Clock
 from ..config import Settings
 from ..errors import CostctlError
 from ..catalog import normalize_gpu_name
+from ..i18n import N_, _, format_time
 from ..money import Money, round_money
 from ..protocols import DecisionLog, InstanceControl, JobControl, LifecycleLedger, RunControl, Stopper
 from ..records import Action, Decision
@@ -70,6 +71,38 @@ if TYPE_CHECKING:
 def _money(amount: Decimal | None, currency: str) -> str:
     return "?" if amount is None else f"{round_money(amount, 4)} {currency}"
 
+
+#: Why a checkpoint is requested (the ledger's word, :meth:`Lifecycle.request_checkpoint`'s
+#: ``reason``) as said to people; another reason is said as it is.
+CHECKPOINT_REASONS = {"periodic": N_("periodic"), "preemption": N_("preemption"), "downsize": N_("downsize")}
+#: A checkpoint request's outcome (the ledger's word, :class:`~costctl.checkpoint.Outcome`) as said to people.
+OUTCOME_WORDS = {"saved": N_("saved"), "acknowledged": N_("acknowledged"), "timed-out": N_("timed-out"),
+                 "job-exited": N_("job-exited"), "failed": N_("failed"), "unknown": N_("unknown")}
+#: A checkpoint request's end, by (its save time known, its checkpoint known).
+_REQUEST_ENDED = {
+    (False, False): N_("checkpoint request ({reason}) {outcome}"),
+    (True, False): N_("checkpoint request ({reason}) {outcome} in {seconds:.1f}s"),
+    (False, True): N_("checkpoint request ({reason}) {outcome}: {path}"),
+    (True, True): N_("checkpoint request ({reason}) {outcome} in {seconds:.1f}s: {path}"),
+}
+#: A save the job reported on its own, said, by (its step known, its duration known).
+_OWN_SAVE_SAID = {
+    (False, False): N_("costctl: checkpoint saved by the job on its own: {path}; a preemption now loses only the "
+                       "work since it (said at most every 10 minutes)"),
+    (True, False): N_("costctl: checkpoint saved by the job on its own: {path} (step {step}); a preemption now loses "
+                      "only the work since it (said at most every 10 minutes)"),
+    (False, True): N_("costctl: checkpoint saved by the job on its own: {path}, the save took {seconds:.1f}s; a "
+                      "preemption now loses only the work since it (said at most every 10 minutes)"),
+    (True, True): N_("costctl: checkpoint saved by the job on its own: {path} (step {step}), the save took "
+                     "{seconds:.1f}s; a preemption now loses only the work since it (said at most every 10 minutes)"),
+}
+#: A preemption's lost work (the waste row's detail), by (a checkpoint known, the watch stopped the instance).
+_WASTE_DETAIL = {
+    (True, True): N_("work since the last checkpoint ({start}) lost at the stop ({end})"),
+    (True, False): N_("work since the last checkpoint ({start}) lost at the preemption ({end})"),
+    (False, True): N_("work since the start of the run ({start}) lost at the stop ({end})"),
+    (False, False): N_("work since the start of the run ({start}) lost at the preemption ({end})"),
+}
 
 #: How many checkpoint times a watch keeps (the newest), for a preemption's restart point.
 SAVE_TIMES_KEPT = 64
@@ -109,7 +142,10 @@ class Lifecycle:
         started_wall: the watch's start, in wall-clock seconds (checkpoints older than it are
             not resume points).
         on_oom: ``"retry"`` or ``"advise"``.
-        mtbf_s / mtbf_source: mean time between preemptions for the periodic interval.
+        mtbf_s / mtbf_source: mean time between preemptions for the periodic interval, and where
+            it comes from (English, for the evidence: ``"configured"``, or what was observed).
+        mtbf_shown: ``mtbf_source`` as said to people, in the current language (default: its
+            translation).
         earlier_saves_s / earlier_saves_source: save durations (seconds) the earlier runs of this
             run's chain measured, and where they were read (the periodic cost starts from them).
     """
@@ -120,8 +156,10 @@ class Lifecycle:
                  command: Sequence[str] | None = None, dry_run: bool = False, started_wall: float = 0.0,
                  on_oom: str = "advise", mtbf_s: float | None = None, mtbf_source: str = "configured",
                  earlier_saves_s: Sequence[float] = (), earlier_saves_source: str = "ledger",
-                 saves_path: Path | None = None) -> None:
+                 saves_path: Path | None = None, mtbf_shown: str | None = None) -> None:
         s = settings
+        self._mtbf_shown = mtbf_shown if mtbf_shown is not None else _(mtbf_source)
+        self.tz = s.watch.tz  # times are said in [watch] timezone
         self.settings = s
         self.clock = clock
         self.run = run
@@ -192,9 +230,10 @@ class Lifecycle:
             attempt = self.requester.request(reason, deadline)
         except OSError as exc:
             self.log.record(Decision(time=self.clock.now(), policy="checkpoint", action=Action.ADVISE,
-                                 reason=f"cannot write the checkpoint request {self.requester.request_path}: "
-                                        f"{exc.strerror or exc}", key=f"checkpoint-error:{reason}:{deadline}"),
-                        "request not written")
+                                     reason=_("cannot write the checkpoint request {path}: {error}").format(
+                                         path=self.requester.request_path, error=exc.strerror or exc),
+                                     key=f"checkpoint-error:{reason}:{deadline}"),
+                            "request not written")
             if then is not None:
                 then(CheckpointAttempt(reason=reason, requested_at=self.clock.now(), deadline=deadline,
                                        outcome=Outcome.TIMED_OUT, completed_at=self.clock.now()))
@@ -202,17 +241,24 @@ class Lifecycle:
         if merged:
             if then is not None:
                 self._then.append(then)
-            self.say(f"costctl: checkpoint request now due by {attempt.deadline.isoformat()} ({attempt.reason})")
+            self.say(_("costctl: checkpoint request now due by {time} ({reason})").format(
+                time=format_time(attempt.deadline, self.tz), reason=_(CHECKPOINT_REASONS.get(attempt.reason,
+                                                                                            attempt.reason))))
             return attempt
         self._then = [then] if then is not None else []
         attempt.ledger_id = self.ledger.record_checkpoint_request(
             self.run.state.run_id, reason=reason, requested_at=attempt.requested_at, deadline=attempt.deadline,
             signal=attempt.signal)
         left = (attempt.deadline - attempt.requested_at).total_seconds()
-        via = f" and {attempt.signal} to pid {', '.join(map(str, attempt.signalled_pids)) or 'none'}" \
-            if attempt.signal else ""
-        self.say(f"costctl: checkpoint requested ({reason}) through {self.requester.request_path.name}{via}; "
-                 f"waiting up to {max(0.0, left):.0f}s")
+        shape = {"reason": _(CHECKPOINT_REASONS.get(reason, reason)), "file": self.requester.request_path.name,
+                 "signal": attempt.signal, "pids": ", ".join(map(str, attempt.signalled_pids)) or _("none"),
+                 "seconds": max(0.0, left)}
+        if attempt.signal:
+            said = _("costctl: checkpoint requested ({reason}) through {file} and {signal} to pid {pids}; waiting up "
+                     "to {seconds:.0f}s")
+        else:
+            said = _("costctl: checkpoint requested ({reason}) through {file}; waiting up to {seconds:.0f}s")
+        self.say(said.format(**shape))
         return attempt
 
     def poll(self) -> None:
@@ -240,8 +286,10 @@ class Lifecycle:
                 if attempt is not None:
                     self.log.record(Decision(
                         time=now, policy="checkpoint", action=Action.CHECKPOINT,
-                        reason=(f"periodic checkpoint on a {self.run.state.billing} instance: Young/Daly interval "
-                                f"{self.periodic.interval_s:.0f}s since {since.isoformat()}"),
+                        reason=_("periodic checkpoint on a {billing} instance: Young/Daly interval {interval:.0f}s "
+                                 "since {since}").format(billing=self.run.state.billing,
+                                                         interval=self.periodic.interval_s,
+                                                         since=format_time(since, self.tz)),
                         evidence=self.periodic.evidence(), key=f"checkpoint-periodic:{now.isoformat()}"),
                         "requested", say=False)
 
@@ -257,10 +305,16 @@ class Lifecycle:
         first = self._interval_said is None
         self._interval_said = interval
         ev = p.evidence()
-        self.say(f"costctl: periodic checkpoints {'every' if first else 'now every'} {interval:.0f}s "
-                 f"(Young/Daly sqrt(2 x save {ev['save_s']:g}s {ev['save_s_detail']} x MTBF {ev['mtbf_s']:g}s "
-                 f"{ev['mtbf_source']}), clamped to [{p.min_s:g}s, {p.max_s:g}s]; a checkpoint the job saves "
-                 "on its own restarts the count)")
+        if first:
+            said = _("costctl: periodic checkpoints every {interval:.0f}s (Young/Daly sqrt(2 x save {save:g}s "
+                     "{save_source} x MTBF {mtbf:g}s {mtbf_source}), clamped to [{min:g}s, {max:g}s]; a checkpoint "
+                     "the job saves on its own restarts the count)")
+        else:
+            said = _("costctl: periodic checkpoints now every {interval:.0f}s (Young/Daly sqrt(2 x save {save:g}s "
+                     "{save_source} x MTBF {mtbf:g}s {mtbf_source}), clamped to [{min:g}s, {max:g}s]; a checkpoint "
+                     "the job saves on its own restarts the count)")
+        self.say(said.format(interval=interval, save=ev["save_s"], save_source=p.save_source_text,
+                             mtbf=ev["mtbf_s"], mtbf_source=self._mtbf_shown, min=p.min_s, max=p.max_s))
 
     def note_disk_checkpoint(self) -> datetime | None:
         """The newest complete checkpoint on disk written since this watch started, whoever
@@ -285,8 +339,8 @@ class Lifecycle:
             now = self.clock.now()
             if self._disk_said_at is None or (now - self._disk_said_at).total_seconds() >= REPORTED_SAY_EVERY_S:
                 self._disk_said_at = now
-                self.say(f"costctl: checkpoint on disk: {newest.path} (saved by the job at {at.isoformat()}; "
-                         "said at most every 10 minutes)")
+                self.say(_("costctl: checkpoint on disk: {path} (saved by the job at {time}; said at most every "
+                           "10 minutes)").format(path=newest.path, time=format_time(at, self.tz)))
         return self.last_checkpoint_at
 
     def note_reported_saves(self) -> None:
@@ -306,8 +360,8 @@ class Lifecycle:
                 continue
             ok, why = check_checkpoint(report.checkpoint)
             if not ok:
-                self.say(f"costctl: the job reported checkpoint {report.checkpoint} saved, but it is not whole "
-                         f"({why}): not counted")
+                self.say(_("costctl: the job reported checkpoint {path} saved, but it is not whole ({why}): not "
+                           "counted").format(path=report.checkpoint, why=why))
                 continue
             self._reported_save(report)
 
@@ -336,10 +390,8 @@ class Lifecycle:
             self._saved_elsewhere(path, at)
         if self._reported_said_at is None or (now - self._reported_said_at).total_seconds() >= REPORTED_SAY_EVERY_S:
             self._reported_said_at = now
-            step = f" (step {report.step})" if report.step is not None else ""
-            took = f", the save took {own:.1f}s" if own is not None else ""
-            self.say(f"costctl: checkpoint saved by the job on its own: {path}{step}{took}; a preemption now loses "
-                     "only the work since it (said at most every 10 minutes)")
+            self.say(_(_OWN_SAVE_SAID[(report.step is not None, own is not None)]).format(
+                path=path, step=report.step, seconds=own))
 
     def _finish_attempt(self, attempt: CheckpointAttempt) -> None:
         self.checkpoints.append(attempt)
@@ -367,12 +419,13 @@ class Lifecycle:
                 deadline=attempt.deadline, saved_at=attempt.saved_at, save_s=attempt.save_s,
                 path=str(cp.path) if cp else None, size_bytes=cp.size if cp else None,
                 save_duration_s=own)
-        outcome = attempt.outcome.value if attempt.outcome else "unknown"
-        took = f" in {attempt.save_s:.1f}s" if attempt.save_s is not None else ""
-        where = f": {attempt.checkpoint.path}" if attempt.checkpoint else ""
+        outcome = attempt.outcome.value if attempt.outcome else "unknown"  # the ledger's word: untranslated
+        shape = {"reason": _(CHECKPOINT_REASONS.get(attempt.reason, attempt.reason)),
+                 "outcome": _(OUTCOME_WORDS.get(outcome, outcome)), "seconds": attempt.save_s,
+                 "path": attempt.checkpoint.path if attempt.checkpoint else None}
         self.log.record(Decision(
             time=attempt.completed_at or self.clock.now(), policy="checkpoint", action=Action.CHECKPOINT,
-            reason=f"checkpoint request ({attempt.reason}) {outcome}{took}{where}",
+            reason=_(_REQUEST_ENDED[(attempt.save_s is not None, attempt.checkpoint is not None)]).format(**shape),
             evidence=attempt.evidence(), key=f"checkpoint:{attempt.requested_at.isoformat()}"), outcome)
         callbacks, self._then = self._then, []
         for then in callbacks:
@@ -387,14 +440,18 @@ class Lifecycle:
         if where in self._elsewhere_said:
             return
         self._elsewhere_said.add(where)
-        where_said = (f"outside [checkpoint] path {self.settings.checkpoint.path!r}" if self.settings.checkpoint.path
-                      else "with no [checkpoint] path configured")
-        text = (f"checkpoint {path} was saved {where_said}: costctl watch --resume will still find it "
-                f"(recorded in the ledger for this job's chain); to make it the configured place, set "
-                f"[checkpoint] path = \"{path.parent / '*'}\"")
+        shape = {"path": path, "configured": self.settings.checkpoint.path, "pattern": path.parent / "*"}
+        if self.settings.checkpoint.path:
+            text = _("checkpoint {path} was saved outside [checkpoint] path {configured!r}: costctl watch --resume "
+                     "will still find it (recorded in the ledger for this job's chain); to make it the configured "
+                     "place, set [checkpoint] path = \"{pattern}\"").format(**shape)
+        else:
+            text = _("checkpoint {path} was saved with no [checkpoint] path configured: costctl watch --resume will "
+                     "still find it (recorded in the ledger for this job's chain); to make it the configured place, "
+                     "set [checkpoint] path = \"{pattern}\"").format(**shape)
         storage = ephemeral_storage_warning(str(path))
         if storage:
-            text += f"; and {storage}"
+            text = _("{warning}; and {storage}").format(warning=text, storage=storage)
         self.log.record(Decision(time=when, policy="checkpoint",
                                  action=Action.WARN, reason=text,
                                  evidence={"checkpoint": str(path), "configured": self.settings.checkpoint.path,
@@ -412,7 +469,8 @@ class Lifecycle:
         self.note_reported_saves()
         newest = newest_intact_checkpoint(
             self.pattern, newer_than_s=self.started_wall,
-            on_skip=lambda cp, why: self.say(f"costctl: skipped checkpoint {cp.path} ({why})")) if self.pattern else None
+            on_skip=lambda cp, why: self.say(_("costctl: skipped checkpoint {path} ({why})").format(
+                path=cp.path, why=why))) if self.pattern else None
         reported = self._reported
         if reported is not None and check_checkpoint(reported[1])[0]:
             if newest is None or reported[0] >= self.requester.on_clock(newest.mtime_ns, self.clock.now()):
@@ -440,13 +498,19 @@ class Lifecycle:
                     "seconds_left": round(left, 3), "stop_by": stop_by.isoformat(), "raw": notice.raw,
                     "short_notice": short}
         job = self.job.running
-        reason = (f"{notice.source} preemption notice: {notice.action} at {notice.deadline.isoformat()} "
-                  f"({left:.0f}s from now); ")
-        reason += (f"requesting a checkpoint, the job ends by {stop_by.isoformat()}" if job
-                   else "no job to checkpoint; stopping the instance now")
-        if short and job:
-            reason += (f" (a short notice: half of it for the checkpoint, the rest to end the job, less than "
-                       f"[watch] grace_period + [preemption] margin = {reserve.total_seconds():g}s)")
+        shape = {"source": notice.source, "action": notice.action, "deadline": format_time(notice.deadline, self.tz),
+                 "seconds": left, "stop_by": format_time(stop_by, self.tz), "reserve": reserve.total_seconds()}
+        if not job:
+            reason = _("{source} preemption notice: {action} at {deadline} ({seconds:.0f}s from now); no job to "
+                       "checkpoint; stopping the instance now")
+        elif short:
+            reason = _("{source} preemption notice: {action} at {deadline} ({seconds:.0f}s from now); requesting a "
+                       "checkpoint, the job ends by {stop_by} (a short notice: half of it for the checkpoint, the "
+                       "rest to end the job, less than [watch] grace_period + [preemption] margin = {reserve:g}s)")
+        else:
+            reason = _("{source} preemption notice: {action} at {deadline} ({seconds:.0f}s from now); requesting a "
+                       "checkpoint, the job ends by {stop_by}")
+        reason = reason.format(**shape)
         self.log.record(Decision(time=now, policy="preemption", action=Action.CHECKPOINT if job else Action.STOP,
                              reason=reason, evidence=evidence, key=key), "notice received")
         if job:
@@ -463,17 +527,23 @@ class Lifecycle:
         self.preempted = True
         now = self.clock.now()
         if notice is not None:
-            why = f"preemption at {notice.deadline.isoformat()}"
+            why = _("preemption at {time}").format(time=format_time(notice.deadline, self.tz))
             key = f"preemption-stop:{notice.deadline.isoformat()}"
         else:
-            why = f"the provider took the spot instance at {(preempted_at or now).isoformat()} without notice"
+            why = _("the provider took the spot instance at {time} without notice").format(
+                time=format_time(preempted_at or now, self.tz))
             key = f"preempted:{(preempted_at or now).isoformat()}"
-        cp = (f"checkpoint {attempt.outcome.value}" if attempt and attempt.outcome else
-              f"no checkpoint requested (the newest known: {self.last_checkpoint_at.isoformat()})"
-              if self.last_checkpoint_at else "no checkpoint")
+        if attempt and attempt.outcome:
+            cp = _("checkpoint {outcome}").format(outcome=_(OUTCOME_WORDS.get(attempt.outcome.value,
+                                                                              attempt.outcome.value)))
+        elif self.last_checkpoint_at:
+            cp = _("no checkpoint requested (the newest known: {time})").format(
+                time=format_time(self.last_checkpoint_at, self.tz))
+        else:
+            cp = _("no checkpoint")
         decision = Decision(
             time=now, policy="preemption", action=Action.STOP,
-            reason=f"{why}: {cp}; ending the job and stopping the instance",
+            reason=_("{why}: {checkpoint}; ending the job and stopping the instance").format(why=why, checkpoint=cp),
             evidence={"notice_deadline": notice.deadline.isoformat() if notice else None,
                       "preempted_at": preempted_at.isoformat() if preempted_at else None,
                       "checkpoint": attempt.evidence() if attempt else None,
@@ -505,8 +575,8 @@ class Lifecycle:
         start = max(saved_at or self.run.state.run_started_at, self.run.state.run_started_at)
         start = min(start, end)
         reason = "preemption" if notice is not None else "preempted"
-        detail = (f"work since {'the last checkpoint' if saved_at else 'the start of the run'} "
-                  f"({start.isoformat()}) lost at the {'stop' if stopped else 'preemption'} ({end.isoformat()})")
+        detail = _(_WASTE_DETAIL[(saved_at is not None, stopped)]).format(start=format_time(start, self.tz),
+                                                                            end=format_time(end, self.tz))
         self.ledger.record_waste(self.run.state.run_id, start_at=start, end_at=end, rate_per_hour=self.run.state.rate.amount,
                                  currency=self.run.state.rate.currency, reason=reason, detail=detail)
         self.summary.add_waste(Money(self.run.state.rate.amount * Decimal(repr((end - start).total_seconds())) / 3600,
@@ -534,7 +604,8 @@ class Lifecycle:
                 return options_from_offers(self.instances.list_offers(), gpu_count=count, billing=billing,
                                            currency=self.run.state.rate.currency)
             except CostctlError as exc:
-                self.say(f"costctl: cannot list {self.instances.name} offers ({exc.message}); using the price table")
+                self.say(_("costctl: cannot list {provider} offers ({error}); using the price table").format(
+                    provider=self.instances.name, error=exc.message))
         from ..catalog import load_price_table
 
         return options_from_price_table(load_price_table(self.settings), provider=self.instances.name,
@@ -543,7 +614,7 @@ class Lifecycle:
     def peak_memory(self) -> tuple[int | None, str]:
         """Peak GPU memory (bytes, on any one GPU) and where it came from."""
         peak = self.summary.peak_gpu_memory_bytes
-        if peak:
+        if peak:  # the source is evidence: English
             return peak, "GPU telemetry"
         configured = self.settings.downsize.peak_memory
         if configured:
@@ -582,38 +653,50 @@ class Lifecycle:
         cur = self.run.state.rate.currency
         evidence = {**decision.evidence, "downsize": plan}
         if target is None:
-            why = ("no GPU memory reading: set [downsize] peak_memory to size a cheaper card"
-                   if plan["peak_memory_bytes"] is None else "no cheaper card fits the peak GPU memory with headroom")
-            return replace(decision, evidence=evidence, reason=f"{decision.reason}; downsize: {why}"), f"advised: {why}"
+            if plan["peak_memory_bytes"] is None:
+                why = _("no GPU memory reading: set [downsize] peak_memory to size a cheaper card")
+            else:
+                why = _("no cheaper card fits the peak GPU memory with headroom")
+            return (replace(decision, evidence=evidence,
+                            reason=_("{reason}; downsize: {why}").format(reason=decision.reason, why=why)),
+                    _("advised: {why}").format(why=why))
         peak = plan["peak_memory_bytes"]
-        total = f", about {_money(target.rest_saving, cur)} over the rest of the run" \
-            if target.rest_saving is not None else ""
-        summary = (f"downsize to {target.option.gpu} at {target.option.price_per_hour} {cur}/h "
-                   f"({peak / 2**30:.1f} GiB peak + {cfg.headroom:.0%} headroom fits its "
-                   f"{(target.memory_bytes or 0) / 2**30:.0f} GiB): saves {_money(target.saving_per_hour, cur)}/h{total}")
-        recorded = replace(decision, evidence=evidence, reason=f"{decision.reason}; {summary}")
+        shape = {"gpu": target.option.gpu, "price": target.option.price_per_hour, "currency": cur,
+                 "peak": peak / 2**30, "headroom": cfg.headroom, "memory": (target.memory_bytes or 0) / 2**30,
+                 "saving": _money(target.saving_per_hour, cur), "total": _money(target.rest_saving, cur)}
+        if target.rest_saving is not None:
+            summary = _("downsize to {gpu} at {price} {currency}/h ({peak:.1f} GiB peak + {headroom:.0%} headroom "
+                        "fits its {memory:.0f} GiB): saves {saving}/h, about {total} over the rest of the run")
+        else:
+            summary = _("downsize to {gpu} at {price} {currency}/h ({peak:.1f} GiB peak + {headroom:.0%} headroom "
+                        "fits its {memory:.0f} GiB): saves {saving}/h")
+        recorded = replace(decision, evidence=evidence, reason=_("{reason}; {downsize}").format(
+            reason=decision.reason, downsize=summary.format(**shape)))
         if target.saving_per_hour < cfg.min_saving_per_hour:
-            return recorded, (f"advised: saving {_money(target.saving_per_hour, cur)}/h is below "
-                              f"[downsize] min_saving_per_hour {cfg.min_saving_per_hour} {cur}")
+            return recorded, _("advised: saving {saving}/h is below [downsize] min_saving_per_hour {min} "
+                               "{currency}").format(saving=shape["saving"], min=cfg.min_saving_per_hour, currency=cur)
         command = shlex.join(self.command) if self.command else "COMMAND"
         resume = f"costctl watch --resume -- {command}"
         if not self.instances.capabilities.move_job or not self.job.exists:  # else: advise
-            return recorded, (f"advised: rent a {target.option.gpu} instance ({target.option.provider}, "
-                              f"{target.option.billing}), copy the checkpoints and run `{resume}` there")
+            return recorded, _("advised: rent a {gpu} instance ({provider}, {billing}), copy the checkpoints and run "
+                               "`{resume}` there").format(gpu=target.option.gpu, provider=target.option.provider,
+                                                          billing=target.option.billing, resume=resume)
         if not self.pattern:
-            return recorded, f"advised: set [checkpoint] path so costctl can resume the job; then `{resume}`"
+            return recorded, _("advised: set [checkpoint] path so costctl can resume the job; then `{resume}`").format(
+                resume=resume)
         if self.dry_run:
-            return recorded, (f"dry-run: would checkpoint, end the job, move to {target.option.gpu} and resume")
+            return recorded, _("dry-run: would checkpoint, end the job, move to {gpu} and resume").format(
+                gpu=target.option.gpu)
         if self._moving_to is not None:
-            return recorded, f"advised: a move to {self._moving_to} is already under way"
+            return recorded, _("advised: a move to {gpu} is already under way").format(gpu=self._moving_to)
         now = self.clock.now()
         self._moving_to = target.option.gpu
         attempt = self.request_checkpoint("downsize", now + self.settings.checkpoint.deadline,
                                           then=lambda a: self._move(a, target))
         if attempt is None:
             self._moving_to = None
-            return recorded, "advised: the checkpoint request could not be written"
-        return recorded, f"checkpoint requested to move to {target.option.gpu}"
+            return recorded, _("advised: the checkpoint request could not be written")
+        return recorded, _("checkpoint requested to move to {gpu}").format(gpu=target.option.gpu)
 
     def _move(self, attempt: CheckpointAttempt, target: CardOption) -> None:
         try:
@@ -626,7 +709,8 @@ class Lifecycle:
         current = self.run.state.gpu_name
         if current and normalize_gpu_name(current)[0] == normalize_gpu_name(target.option.gpu)[0]:
             self.log.record(Decision(time=now, policy="downsize", action=Action.ADVISE,
-                                     reason=f"not moving to {target.option.gpu}: the job already runs on one",
+                                     reason=_("not moving to {gpu}: the job already runs on one").format(
+                                         gpu=target.option.gpu),
                                      evidence=attempt.evidence(), key=f"downsize-same:{now.isoformat()}"), "stayed")
             return
         cp = attempt.checkpoint.path if attempt.checkpoint else None
@@ -634,36 +718,42 @@ class Lifecycle:
             newest = newest_intact_checkpoint(self.pattern)
             cp = newest.path if newest else None
         if cp is None or self.run.stopped_at is not None or self._notice_keys:
+            ended = attempt.outcome.value if attempt.outcome else "failed"
             self.log.record(Decision(time=now, policy="downsize", action=Action.ADVISE,
-                                 reason=f"not moving to {target.option.gpu}: the checkpoint request "
-                                        f"{attempt.outcome.value if attempt.outcome else 'failed'}; the job goes on here",
+                                     reason=_("not moving to {gpu}: the checkpoint request {outcome}; the job goes on "
+                                              "here").format(gpu=target.option.gpu,
+                                                             outcome=_(OUTCOME_WORDS.get(ended, ended))),
                                  evidence=attempt.evidence(), key=f"downsize-abandoned:{now.isoformat()}"),
                         "stayed")
             return
         old_id, old_gpu = self.run.state.instance_id, self.run.state.gpu_name
         status = self.job.end()
         self.log.record(Decision(time=now, policy="downsize", action=Action.STOP,
-                             reason=f"checkpoint {cp} saved; ended the job (exit status {status}) to move from "
-                                    f"{old_gpu} to {target.option.gpu}",
+                                 reason=_("checkpoint {path} saved; ended the job (exit status {status}) to move "
+                                          "from {old} to {new}").format(path=cp, status=status, old=old_gpu,
+                                                                        new=target.option.gpu),
                              evidence=attempt.evidence(), key=f"downsize-stop:{now.isoformat()}"), "job ended")
         try:
             new = self.instances.create_instance(target.option.gpu, gpu_count=target.option.gpu_count,
                                                 billing=target.option.billing, currency=target.option.currency)
         except CostctlError as exc:
             self.log.record(Decision(time=now, policy="downsize", action=Action.ADVISE,
-                                 reason=f"could not rent a {target.option.gpu}: {exc.message}; resuming here from {cp}",
+                                     reason=_("could not rent a {gpu}: {error}; resuming here from {path}").format(
+                                         gpu=target.option.gpu, error=exc.message, path=cp),
                                  key=f"downsize-failed:{now.isoformat()}"), "resumed on the same instance")
             self.job.restart(resume_from=str(cp))
             return
         try:
             stopped = self.instances.stop_instance(old_id)
-            stop_text = f"instance {old_id} is {stopped.status.value}"
+            stop_text = _("instance {instance} is {status}").format(instance=old_id, status=stopped.status.value)
         except CostctlError as exc:
-            stop_text = f"could not stop {old_id}: {exc.message}"
+            stop_text = _("could not stop {instance}: {error}").format(instance=old_id, error=exc.message)
         self.run.move_to(new)
         self.log.record(Decision(time=now, policy="downsize", action=Action.RESUME,
-                             reason=(f"moved from {old_gpu} ({old_id}) to {new.gpu} ({new.id}, {new.price_per_hour} "
-                                     f"{new.currency}/h); {stop_text}; resuming from {cp}"),
+                                 reason=_("moved from {old_gpu} ({old_id}) to {new_gpu} ({new_id}, {price} "
+                                          "{currency}/h); {stopped}; resuming from {path}").format(
+                                     old_gpu=old_gpu, old_id=old_id, new_gpu=new.gpu, new_id=new.id,
+                                     price=new.price_per_hour, currency=new.currency, stopped=stop_text, path=cp),
                              evidence={"from_instance": old_id, "to_instance": new.id, "checkpoint": str(cp),
                                        "target": target.to_dict()},
                              key=f"downsize-resume:{now.isoformat()}"), "resumed")
@@ -705,12 +795,13 @@ class Lifecycle:
             evidence.update(batch_in_command=in_argv, comparison=compared.evidence())
             if not in_argv and compared.verdict == "same" and before.event.exception == event.exception:
                 # The retry died of the very same OOM, and only the environment carried the batch.
-                text = (f"the retry at batch {plan.batch_size} died of the same CUDA out of memory "
-                        f"({compared.why}): either the job did not take the batch costctl passed through "
-                        "$COSTCTL_BATCH_SIZE, or what runs out of memory does not depend on the batch; retrying "
-                        "again would likely fail the same way, so costctl stopped retrying. To pass the batch "
-                        "through, put {batch_size} (and {accum_steps}) in the command, e.g. --batch-size "
-                        "{batch_size}, or read costctl.job.batch_size(default=N) / $COSTCTL_BATCH_SIZE in the script")
+                text = _("the retry at batch {batch} died of the same CUDA out of memory ({why}): either the job did "
+                         "not take the batch costctl passed through $COSTCTL_BATCH_SIZE, or what runs out of memory "
+                         "does not depend on the batch; retrying again would likely fail the same way, so costctl "
+                         "stopped retrying. To pass the batch through, put {{batch_size}} (and {{accum_steps}}) in the "
+                         "command, e.g. --batch-size {{batch_size}}, or read costctl.job.batch_size(default=N) / "
+                         "$COSTCTL_BATCH_SIZE in the script").format(batch=plan.batch_size,
+                                                                     why=compared.why_text or compared.why)
                 evidence.update(same_oom=True, batch_heard=False)
                 self._oom_attempt = None
                 self.log.record(Decision(time=now, policy="oom", action=Action.ADVISE, reason=text,
@@ -722,14 +813,13 @@ class Lifecycle:
                 evidence.update(same_oom=True, batch_dependent=False, effective_batch=plan.effective)
                 self._oom_attempt = None
                 self.log.record(Decision(time=now, policy="oom", action=Action.ADVISE,
-                                         reason=fixed_memory_advice(plan, compared.why), evidence=evidence,
+                                         reason=fixed_memory_advice(plan, compared.why_text or compared.why),
+                                         evidence=evidence,
                                          key=f"oom-fixed:{self.oom_retries}"), "stopped retrying")
                 return False
         # no figure to compare now or at the next OOM: retry as before, and say so
-        unknown = compared.why if compared is not None and compared.verdict == "unknown" else (
-            "the OOM message gives no allocation size" if event.requested_bytes is None else None)
-        not_compared = (f" ({unknown}: costctl cannot tell whether the memory depends on the batch)"
-                        if unknown else "")
+        unknown = (compared.why_text or compared.why) if compared is not None and compared.verdict == "unknown" else (
+            _("the OOM message gives no allocation size") if event.requested_bytes is None else None)
         if unknown:
             evidence.update(comparison_possible=False)
         if self.on_oom == "retry" and plan is not None and nxt is not None and not self.dry_run:
@@ -738,26 +828,40 @@ class Lifecycle:
             resume = self.resume_point() or self.job.resume_from
             evidence.update(new_batch_size=nxt.batch_size, new_accum_steps=nxt.accum_steps,
                             effective_batch=nxt.effective, resume_from=resume)
-            note = "" if nxt.effective == plan.effective else \
-                f" (the odd batch changes the effective batch from {plan.effective} to {nxt.effective})"
-            if in_argv:  # costctl writes the batch into the command: the job is told it
-                told = f"(effective batch {nxt.effective}){note}"
-            else:  # only the environment carries it: the effective batch is the job's to confirm
-                told = (f"through COSTCTL_BATCH_SIZE={nxt.batch_size} COSTCTL_ACCUM_STEPS={nxt.accum_steps} "
-                        "(the command has no {batch_size} placeholder: the effective batch is unconfirmed "
-                        "until the job reads them)")
+            shape = {"batch": plan.batch_size, "accum": plan.accum_steps, "new_batch": nxt.batch_size,
+                     "new_accum": nxt.accum_steps, "effective": plan.effective, "new_effective": nxt.effective}
+            if not in_argv:  # only the environment carries it: the effective batch is the job's to confirm
+                retry = _("CUDA out of memory at batch {batch} x accumulation {accum}: retrying at batch {new_batch} x "
+                          "accumulation {new_accum} through COSTCTL_BATCH_SIZE={new_batch} "
+                          "COSTCTL_ACCUM_STEPS={new_accum} (the command has no {{batch_size}} placeholder: the "
+                          "effective batch is unconfirmed until the job reads them)")
+            elif nxt.effective == plan.effective:  # costctl writes the batch into the command: the job is told it
+                retry = _("CUDA out of memory at batch {batch} x accumulation {accum}: retrying at batch {new_batch} x "
+                          "accumulation {new_accum} (effective batch {new_effective})")
+            else:
+                retry = _("CUDA out of memory at batch {batch} x accumulation {accum}: retrying at batch {new_batch} x "
+                          "accumulation {new_accum} (effective batch {new_effective}) (the odd batch changes the "
+                          "effective batch from {effective} to {new_effective})")
+            reason = retry.format(**shape)
+            if resume:
+                reason = _("{retry}, resuming from {path}").format(retry=reason, path=resume)
+            if unknown:
+                reason = _("{advice} ({unknown}: costctl cannot tell whether the memory depends on the batch)").format(
+                    advice=reason, unknown=unknown)
             evidence.update(batch_in_command=in_argv)
             self.log.record(Decision(
                 time=now, policy="oom", action=Action.RETRY,
-                reason=(f"CUDA out of memory at batch {plan.batch_size} x accumulation {plan.accum_steps}: "
-                        f"retrying at batch {nxt.batch_size} x accumulation {nxt.accum_steps} {told}"
-                        + (f", resuming from {resume}" if resume else "") + not_compared),
+                reason=reason,
                 evidence=evidence, key=f"oom:{self.oom_retries}"), f"retry {self.oom_retries}")
             self.job.restart(batch=nxt, resume_from=resume)
             return True
-        text = advice(plan, event, min_batch) + (not_compared if self.on_oom == "retry" else "")
+        text = advice(plan, event, min_batch)
+        if unknown and self.on_oom == "retry":
+            text = _("{advice} ({unknown}: costctl cannot tell whether the memory depends on the batch)").format(
+                advice=text, unknown=unknown)
         if self.on_oom == "retry" and plan is None:
-            text += " (--on-oom retry needs the batch size: --batch-size N or COSTCTL_BATCH_SIZE)"
+            text = _("{advice} (--on-oom retry needs the batch size: --batch-size N or COSTCTL_BATCH_SIZE)").format(
+                advice=text)
         self.log.record(Decision(time=now, policy="oom", action=Action.ADVISE, reason=text, evidence=evidence,
                              key=f"oom-advice:{self.oom_retries}"), "advised")
         return False

@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..i18n import N_, _
 from ..replay.oom import OomEvent
 
 #: Largest relative difference (of the larger figure) between two requested sizes still read as
@@ -73,14 +74,17 @@ class Comparison:
     Attributes:
         verdict: ``same`` (the failing allocation does not depend on the batch), ``changed`` or
             ``unknown`` (no comparison possible; ``why`` says why).
-        why: one short phrase for the user line.
+        why: one short phrase, in English (the evidence).
         before, after: the two attempts compared.
+        why_text: ``why`` in the language in force when compared (:mod:`costctl.i18n`), for
+            the user line (empty: ``why``).
     """
 
     verdict: Verdict
     why: str
     before: Attempt
     after: Attempt
+    why_text: str = ""
 
     def evidence(self) -> dict[str, Any]:
         """The figures compared, for the decision's evidence (sizes in bytes)."""
@@ -97,35 +101,44 @@ def _equal(a: int | None, b: int | None) -> bool:
     return a is not None and b is not None and a == b
 
 
+def _comparison(verdict: Verdict, why: str, before: Attempt, after: Attempt, **values: Any) -> Comparison:
+    """A :class:`Comparison` whose ``why`` is the :func:`~costctl.i18n.N_` sentence ``why`` with
+    ``values`` filled, in English and (``why_text``) in the current language."""
+    return Comparison(verdict, why.format(**values), before, after, why_text=_(why).format(**values))
+
+
 def compare_attempts(before: Attempt, after: Attempt) -> Comparison:
     """Whether the OOM of ``after`` (the smaller batch) failed on the same allocation as that of
     ``before``; the rules and the tolerance are in the module docstring."""
     b, a = before.event, after.event
     if b.requested_bytes is None or a.requested_bytes is None:
-        return Comparison("unknown", "the OOM message gives no allocation size", before, after)
+        return _comparison("unknown", N_("the OOM message gives no allocation size"), before, after)
     if b.total_bytes is not None and a.total_bytes is not None and not same_size(b.total_bytes, a.total_bytes):
-        return Comparison("unknown", "the two attempts report different GPUs", before, after)
+        return _comparison("unknown", N_("the two attempts report different GPUs"), before, after)
     if after.batch_size >= before.batch_size:
-        return Comparison("unknown", "the batch did not shrink", before, after)
+        return _comparison("unknown", N_("the batch did not shrink"), before, after)
     if not same_size(b.requested_bytes, a.requested_bytes):
-        return Comparison("changed", f"the allocation went from {mib(b.requested_bytes)} to "
-                          f"{mib(a.requested_bytes)}", before, after)
-    said = f"{mib(a.requested_bytes)} requested at batch {before.batch_size} and at {after.batch_size}"
+        return _comparison("changed", N_("the allocation went from {was} to {now}"), before, after,
+                           was=mib(b.requested_bytes), now=mib(a.requested_bytes))
+    said = {"requested": mib(a.requested_bytes), "batch": before.batch_size, "smaller": after.batch_size}
     if a.requested_bytes in POOLED_BLOCK_BYTES or b.requested_bytes in POOLED_BLOCK_BYTES:
         if _equal(b.allocated_bytes, a.allocated_bytes) and _equal(b.reserved_bytes, a.reserved_bytes):
             assert a.allocated_bytes is not None
-            return Comparison("same", f"{said}, with {mib(a.allocated_bytes)} already allocated both times",
-                              before, after)
-        return Comparison("unknown", f"{mib(a.requested_bytes)} is the caching allocator's block size for "
-                          "small tensors, so equal figures do not show it", before, after)
+            return _comparison("same", N_("{requested} requested at batch {batch} and at {smaller}, with {allocated} "
+                                          "already allocated both times"), before, after,
+                               allocated=mib(a.allocated_bytes), **said)
+        return _comparison("unknown", N_("{requested} is the caching allocator's block size for small tensors, so "
+                                         "equal figures do not show it"), before, after,
+                           requested=mib(a.requested_bytes))
     if a.total_bytes is not None and a.requested_bytes > a.total_bytes:
-        return Comparison("same", f"{said}, more than the card's {mib(a.total_bytes)} in total", before, after)
+        return _comparison("same", N_("{requested} requested at batch {batch} and at {smaller}, more than the card's "
+                                      "{total} in total"), before, after, total=mib(a.total_bytes), **said)
     if (b.allocated_bytes is not None and a.allocated_bytes is not None
             and a.allocated_bytes < b.allocated_bytes and not same_size(b.allocated_bytes, a.allocated_bytes)):
-        return Comparison("changed", f"the same {mib(a.requested_bytes)} was requested, but the memory already "
-                          f"allocated went from {mib(b.allocated_bytes)} to {mib(a.allocated_bytes)}",
-                          before, after)
-    return Comparison("same", said, before, after)
+        return _comparison("changed", N_("the same {requested} was requested, but the memory already allocated went "
+                                         "from {was} to {now}"), before, after, requested=mib(a.requested_bytes),
+                           was=mib(b.allocated_bytes), now=mib(a.allocated_bytes))
+    return _comparison("same", N_("{requested} requested at batch {batch} and at {smaller}"), before, after, **said)
 
 
 __all__ = ["POOLED_BLOCK_BYTES", "REL_TOLERANCE", "Attempt", "Comparison", "compare_attempts", "mib", "same_size"]

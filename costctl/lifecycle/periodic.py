@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+
+from ..i18n import N_, _
 
 
 def young_daly_interval(save_s: float, mtbf_s: float, *, min_s: float, max_s: float) -> float:
@@ -35,9 +38,10 @@ def young_daly_interval(save_s: float, mtbf_s: float, *, min_s: float, max_s: fl
     """
     for name, value in (("save_s", save_s), ("mtbf_s", mtbf_s), ("min_s", min_s), ("max_s", max_s)):
         if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
+            raise ValueError(_("{name} must be a positive number of seconds, not {value!r}").format(
+                name=name, value=value))
     if min_s > max_s:
-        raise ValueError(f"min_s ({min_s:g}) must not exceed max_s ({max_s:g})")
+        raise ValueError(_("min_s ({min:g}) must not exceed max_s ({max:g})").format(min=min_s, max=max_s))
     return min(max_s, max(min_s, math.sqrt(2.0 * save_s * mtbf_s)))
 
 
@@ -49,11 +53,21 @@ def daly_interval(save_s: float, mtbf_s: float) -> float:
         ValueError: a non-positive argument.
     """
     if save_s <= 0 or mtbf_s <= 0:
-        raise ValueError("save_s and mtbf_s must be positive")
+        raise ValueError(_("save_s and mtbf_s must be positive"))
     if save_s >= 2 * mtbf_s:
         return mtbf_s
     x = save_s / (2 * mtbf_s)
     return math.sqrt(2 * save_s * mtbf_s) * (1 + math.sqrt(x) / 3 + x / 9) - save_s
+
+
+#: Where the save time comes from, by (saves measured in this run, in the chain's earlier runs).
+_SAVE_SOURCES = {
+    (False, False): N_("configured ([checkpoint] save_time)"),
+    (True, False): N_("measured: median of {count} save(s), {here} in this run"),
+    (False, True): N_("measured: median of {count} save(s), {before} in earlier runs of this chain ({source})"),
+    (True, True): N_("measured: median of {count} save(s), {here} in this run and {before} in earlier runs of this "
+                     "chain ({source})"),
+}
 
 
 @dataclass
@@ -67,7 +81,8 @@ class PeriodicSchedule:
         mtbf_source: ``"observed"`` or ``"configured"`` (for the evidence).
         earlier: save durations (seconds) measured by the earlier runs of this run's chain (a
             resumed job), oldest first; the cost starts from them.
-        earlier_source: where they came from (said with the interval).
+        earlier_source: where they came from (said with the interval; English, translated
+            where said: give it as an :func:`~costctl.i18n.N_` message).
 
     The measured cost is the median of the saves seen so far, the chain's earlier runs' and
     this run's: each save's own duration (the acknowledgement record's start to end); for a
@@ -93,20 +108,22 @@ class PeriodicSchedule:
         saves = self._saves()
         return statistics.median(saves) if saves else self.save_time_s
 
-    @property
-    def save_source(self) -> str:
-        """Where :attr:`save_s` comes from, in words: ``configured``, or the saves measured
-        (this run's and the chain's earlier runs', with their source)."""
+    def _save_source(self, tr: Callable[[str], str]) -> str:
         here = sum(1 for s in self.measured if s > 0)
         before = sum(1 for s in self.earlier if s > 0)
-        if not here and not before:
-            return "configured ([checkpoint] save_time)"
-        parts = []
-        if here:
-            parts.append(f"{here} in this run")
-        if before:
-            parts.append(f"{before} in earlier runs of this chain ({self.earlier_source})")
-        return f"measured: median of {here + before} save(s), " + " and ".join(parts)
+        return tr(_SAVE_SOURCES[(here > 0, before > 0)]).format(count=here + before, here=here, before=before,
+                                                                source=tr(self.earlier_source))
+
+    @property
+    def save_source(self) -> str:
+        """Where :attr:`save_s` comes from, in words (English, for the evidence): ``configured``,
+        or the saves measured (this run's and the chain's earlier runs', with their source)."""
+        return self._save_source(N_)
+
+    @property
+    def save_source_text(self) -> str:
+        """:attr:`save_source` in the current language (:mod:`costctl.i18n`), as it is said."""
+        return self._save_source(_)
 
     @property
     def interval_s(self) -> float:

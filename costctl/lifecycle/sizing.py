@@ -24,13 +24,14 @@ difference to staying.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from ..catalog import get_gpu, normalize_gpu_name
 from ..catalog.prices import PriceTable
+from ..i18n import N_, _
 from ..money import Money, round_money
 
 
@@ -69,7 +70,9 @@ class CardOption:
         memory_bytes: memory per GPU (None when neither the source nor the catalog knows).
         fits: memory >= peak × (1 + headroom).
         time_factor: time on this card / time on the current card (see module docstring).
-        speed_source: how ``time_factor`` was obtained.
+        speed_source: how ``time_factor`` was obtained (English: the evidence).
+        speed_text: the same in the language in force when it was sized (to show it; empty:
+            use ``speed_source``).
         effective_per_hour: price_per_hour × time_factor.
         saving_per_hour: current rate − effective_per_hour (per hour of current-card work).
         rest_cost / rest_saving: for the rest of the run, when its length is known.
@@ -85,6 +88,7 @@ class CardOption:
     saving_per_hour: Decimal
     rest_cost: Decimal | None = None
     rest_saving: Decimal | None = None
+    speed_text: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (money as decimal strings, 6 places)."""
@@ -146,25 +150,34 @@ def options_from_price_table(table: PriceTable, *, provider: str, gpu_count: int
 
 
 def time_factor(current_gpu: str | None, candidate_gpu: str, utilization: float | None,
-                compute_dtype: str = "fp16") -> tuple[float, str]:
+                compute_dtype: str = "fp16", *, tr: Callable[[str], str] = N_) -> tuple[float, str]:
     """``(factor, how)``: time on ``candidate_gpu`` relative to ``current_gpu`` (see the module
-    docstring). ``utilization`` is the mean GPU utilization as a fraction 0..1, or None."""
+    docstring). ``utilization`` is the mean GPU utilization as a fraction 0..1, or None.
+
+    Args:
+        tr: how ``how`` is worded: :func:`~costctl.i18n.N_` in English (the evidence; the
+            default), :func:`~costctl.i18n._` in the current language (to show it).
+    """
     cur = get_gpu(current_gpu) if current_gpu else None
     cand = get_gpu(candidate_gpu)
     if cur is None or cand is None:
-        return 1.0, "no catalog figures for both cards: same speed assumed"
+        return 1.0, tr(N_("no catalog figures for both cards: same speed assumed"))
     p_cur, p_cand = cur.peak_tflops(compute_dtype), cand.peak_tflops(compute_dtype)
     if not p_cur or not p_cand:
-        return 1.0, f"no dense {compute_dtype} peak for both cards: same speed assumed"
+        return 1.0, tr(N_("no dense {dtype} peak for both cards: same speed assumed")).format(dtype=compute_dtype)
     u = 1.0 if utilization is None else min(1.0, max(0.0, utilization))
     # a faster card is never credited with a speed-up (factor >= 1): a dense peak says nothing of
     # memory bandwidth or of how much of the card the kernels use (an L40S's peak is above an
     # A100's), so a move to a card that costs more per hour is never called a saving
     factor = max(1.0, (1.0 - u) + u * (p_cur / p_cand))
-    basis = "no GPU utilization reading: fully GPU-bound assumed" if utilization is None \
-        else f"mean GPU utilization {u:.0%}"
-    return factor, (f"dense {compute_dtype} peak {p_cur:g} vs {p_cand:g} TFLOPS ({cur.name} vs {cand.name}), "
-                    f"{basis} (Amdahl)")
+    if utilization is None:
+        how = N_("dense {dtype} peak {current:g} vs {candidate:g} TFLOPS ({current_name} vs {candidate_name}), no GPU "
+                 "utilization reading: fully GPU-bound assumed (Amdahl)")
+    else:
+        how = N_("dense {dtype} peak {current:g} vs {candidate:g} TFLOPS ({current_name} vs {candidate_name}), mean "
+                 "GPU utilization {utilization:.0%} (Amdahl)")
+    return factor, tr(how).format(dtype=compute_dtype, current=p_cur, candidate=p_cand, current_name=cur.name,
+                                  candidate_name=cand.name, utilization=u)
 
 
 def _dec(x: float) -> Decimal:
@@ -197,6 +210,7 @@ def rank_cards(
         model = get_gpu(opt.gpu) if known else None
         memory = opt.memory_bytes or (model.memory_bytes if model else None)
         factor, how = time_factor(current_gpu, opt.gpu, utilization, compute_dtype)
+        shown = time_factor(current_gpu, opt.gpu, utilization, compute_dtype, tr=_)[1]
         effective = opt.price_per_hour * _dec(factor)
         saving = current_rate.amount - effective
         rest_cost = rest_saving = None
@@ -206,7 +220,7 @@ def rank_cards(
         out.append(CardOption(option=opt, catalog_name=model.name if model else None, memory_bytes=memory,
                               fits=memory is not None and memory >= need, time_factor=factor,
                               speed_source=how, effective_per_hour=effective, saving_per_hour=saving,
-                              rest_cost=rest_cost, rest_saving=rest_saving))
+                              rest_cost=rest_cost, rest_saving=rest_saving, speed_text=shown))
     return sorted(out, key=lambda c: (not c.fits, c.effective_per_hour, c.option.gpu))
 
 

@@ -37,6 +37,7 @@ from datetime import datetime, timedelta, timezone, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from ..decisions import RecordedDecision
+from ..i18n import N_, _, language
 from ..records import Action
 from ..stopping import StopEvent, StopState
 from .events import Context, Event, Message, decision_message, job_end_message, stop_message
@@ -55,13 +56,14 @@ SENDER_MODULE = "costctl.notify.send"
 #: Environment variables never passed to the sender child (the URLs reach it on stdin only).
 _HIDDEN_ENV_PREFIXES = ("COSTCTL_NOTIFY__",)
 
-#: Console lines: whole sentences with named placeholders.
-SAY_FAILED = "costctl: notification {title!r} was not delivered to notify URL {index} ({url}): {detail}"
-SAY_NO_ANSWER = "costctl: the notification sender for {title!r} gave no answer: {detail}"
-SAY_DROPPED = ("costctl: notifications are coming faster than they can be sent: {count} were dropped "
-               "([notify] queue_max {limit})")
-HELD_NOTE = ("{count} earlier notification(s) were not sent: at most {limit} go out in an hour "
-             "([notify] max_per_hour).")
+#: Console lines: whole sentences with named placeholders (translated where they are said).
+SAY_FAILED = N_("costctl: notification {title!r} was not delivered to notify URL {index} ({url}): {detail}")
+SAY_NO_ANSWER = N_("costctl: the notification sender for {title!r} gave no answer: {detail}")
+SAY_ENDED = N_("costctl: the notification sender for {title!r} gave no answer: it was ended after {seconds:g}s")
+SAY_DROPPED = N_("costctl: notifications are coming faster than they can be sent: {count} were dropped "
+                 "([notify] queue_max {limit})")
+HELD_NOTE = N_("{count} earlier notification(s) were not sent: at most {limit} go out in an hour "
+               "([notify] max_per_hour).")
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +207,7 @@ class Notifier:
                 self._times.append(message.time)
             self._sent.add(message.key)
             if self._held:
-                note = HELD_NOTE.format(count=self._held, limit=self.config.max_per_hour)
+                note = _(HELD_NOTE).format(count=self._held, limit=self.config.max_per_hour)
                 message = replace(message, body=f"{message.body}\n{note}")
                 self._held = 0
             if len(self._queue) >= self.config.queue_max:
@@ -224,7 +226,7 @@ class Notifier:
         self._dropped += 1
         if not self._dropped_said:
             self._dropped_said = True
-            self.say(SAY_DROPPED.format(count=self._dropped, limit=self.config.queue_max))
+            self.say(_(SAY_DROPPED).format(count=self._dropped, limit=self.config.queue_max))
 
     def _dispatch(self) -> None:
         """Thread: start a sender child for each queued message (loud ones first)."""
@@ -241,14 +243,14 @@ class Notifier:
                 self._start(delivery)
             except Exception as exc:  # noqa: BLE001 - a notification never ends the watch
                 self._slots.release()
-                self.say(SAY_NO_ANSWER.format(title=delivery.message.title,
-                                              detail=redact(f"{type(exc).__name__}: {exc}", self._secrets)))
+                self.say(_(SAY_NO_ANSWER).format(title=delivery.message.title,
+                                                 detail=redact(f"{type(exc).__name__}: {exc}", self._secrets)))
 
     def _request(self, delivery: Delivery) -> bytes:
         m = delivery.message
         urls = [t.url for t in self.targets if t.index in delivery.targets]
         return json.dumps({"urls": urls, "title": m.title, "body": m.body, "type": m.level, "name": m.name,
-                           "timeout": self.config.timeout.total_seconds()}).encode()
+                           "timeout": self.config.timeout.total_seconds(), "language": language()}).encode()
 
     def _start(self, delivery: Delivery) -> None:
         """Start the sender child for ``delivery`` and a thread that feeds and reaps it."""
@@ -274,13 +276,13 @@ class Notifier:
                 except ProcessLookupError:
                     pass
                 out, err = proc.communicate()
-                self.say(SAY_NO_ANSWER.format(title=title, detail=f"it was ended after {limit:g}s"))
+                self.say(_(SAY_ENDED).format(title=title, seconds=limit))
                 return
             except OSError as exc:  # the child died before reading its request
                 proc.kill()
                 proc.wait()
-                self.say(SAY_NO_ANSWER.format(title=title, detail=redact(f"{type(exc).__name__}: {exc}",
-                                                                         self._secrets)))
+                self.say(_(SAY_NO_ANSWER).format(title=title, detail=redact(f"{type(exc).__name__}: {exc}",
+                                                                            self._secrets)))
                 return
             self._report(proc.returncode, out, err, delivery)
         finally:
@@ -293,8 +295,9 @@ class Notifier:
             answer = json.loads(out.decode("utf-8", "replace").strip().splitlines()[-1])
             results = answer["results"]
         except (ValueError, IndexError, KeyError, TypeError):
-            tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit status {code}"]
-            self.say(SAY_NO_ANSWER.format(title=title, detail=redact(tail[0][:300], self._secrets)))
+            tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [
+                _("exit status {status}").format(status=code)]
+            self.say(_(SAY_NO_ANSWER).format(title=title, detail=redact(tail[0][:300], self._secrets)))
             return
         delivery.results = results
         by_index = {t.index: t for t in self.targets}
@@ -303,8 +306,8 @@ class Notifier:
                 else None
             if result.get("ok") or index is None:
                 continue
-            detail = redact(str(result.get("detail") or "it failed"), self._secrets)
-            self.say(SAY_FAILED.format(title=title, index=index, url=by_index[index].shown, detail=detail))
+            detail = redact(str(result.get("detail") or _("it failed")), self._secrets)
+            self.say(_(SAY_FAILED).format(title=title, index=index, url=by_index[index].shown, detail=detail))
 
     def close(self, wait_s: float = 1.0) -> None:
         """Send what is queued and take no more; wait up to ``wait_s`` seconds for the senders

@@ -16,8 +16,8 @@ The events (``[notify] events``, and per URL; :data:`costctl.config.NOTIFY_EVENT
 ``job_end``      the watched command finished, or failed (its exit status)
 ================ ==========================================================================
 
-Every text is a whole sentence with named placeholders (:data:`TEMPLATES`), so a translation
-(gettext, later) gets whole sentences. Decisions carry their own reason, a sentence of the
+Every text is a whole sentence with named placeholders (:data:`TEMPLATES`), translated with
+gettext (:mod:`costctl.i18n`) in the language in force when the message is made. Decisions carry their own reason, a sentence of the
 policy's; the templates frame it. Pure functions: no I/O, no clock.
 """
 
@@ -29,6 +29,7 @@ from enum import StrEnum
 from typing import Any
 
 from ..decisions import RecordedDecision
+from ..i18n import N_, _
 from ..records import Action
 
 #: Key prefix of the decisions :class:`~costctl.notify.pending.StopWarnings` records.
@@ -58,37 +59,43 @@ LEVELS: dict[Event, str] = {
 #: Events never held back by ``[notify] max_per_hour`` (there is at most one stop per watch).
 LOUD: frozenset[Event] = frozenset({Event.STOP_DONE, Event.STOP_FAILED})
 
-#: The texts, whole sentences with named placeholders (``{instance}``, ``{provider}``...).
+#: The texts, whole sentences with named placeholders (``{instance}``, ``{provider}``...), marked
+#: for the catalogue (:func:`~costctl.i18n.N_`) and translated when a message is made
+#: (:func:`text`), in the language in force.
 TEMPLATES: dict[str, str] = {
-    "where": "Run {run} on {provider} instance {instance} (host {host}).",
-    "pending.title": "{instance} will be stopped at {at}",
-    "snooze.title": "The autostop of {instance} was snoozed until {until}",
-    "unsnooze.title": "The snooze of the autostop of {instance} was lifted",
-    "stop_done.title": "{instance} is stopped",
-    "stop_done.body": "{provider} confirmed that instance {instance} is stopped after {attempts} stop request(s).",
-    "stop_gone.title": "{instance} no longer exists",
-    "stop_gone.body": "{provider} no longer knows instance {instance}: it no longer bills. {detail}",
-    "self_stop.title": "{instance} is stopping itself",
-    "self_stop.body": "The API route ended, so instance {instance} runs its own stop command: {detail}",
-    "stop_reason": "It was stopped because: {reason}",
-    "stop_failed.title": "STOP FAILED: {instance} may still be running and billing",
-    "stop_failed.body": ("costctl could not stop {provider} instance {instance}: {detail}. Stop it yourself "
-                         "(`costctl stop {instance}` or the provider's console)."),
-    "stop_unconfirmed.title": "The stop of {instance} is not confirmed yet",
-    "stop_unconfirmed.body": ("The stop of {provider} instance {instance} is not confirmed yet: {detail}. costctl "
-                              "keeps trying until {deadline}; the instance may still be billing."),
-    "budget.warn.title": "Budget warning on {instance}",
-    "budget.act.title": "Budget cap reached on {instance}",
-    "advice.title": "{policy} on run {run}",
-    "preemption.title": "Preemption notice for {instance}",
-    "checkpoint.title": "Checkpoint for the preemption of {instance}",
-    "job_done.title": "The job on {instance} finished",
-    "job_failed.title": "The job on {instance} failed with exit status {status}",
-    "job_end.body": "The command {command} exited with status {status}. {next}",
-    "job_end.guard": "costctl guards the instance until it is idle, then stops it.",
-    "job_end.stop": "costctl stops the instance now (--on-exit stop).",
-    "job_end.leave": "The instance is left running (--on-exit leave).",
-    "snoozed": "The autostop was snoozed by {by} until {until}.",
+    "where": N_("Run {run} on {provider} instance {instance} (host {host})."),
+    "pending.title": N_("{instance} will be stopped at {at}"),
+    "snooze.title": N_("The autostop of {instance} was snoozed until {until}"),
+    "unsnooze.title": N_("The snooze of the autostop of {instance} was lifted"),
+    "stop_done.title": N_("{instance} is stopped"),
+    "stop_done.body": N_("{provider} confirmed that instance {instance} is stopped after {attempts} stop request(s)."),
+    "stop_gone.title": N_("{instance} no longer exists"),
+    "stop_gone.body": N_("{provider} no longer knows instance {instance}: it no longer bills. {detail}"),
+    "self_stop.title": N_("{instance} is stopping itself"),
+    "self_stop.body": N_("The API route ended, so instance {instance} runs its own stop command: {detail}"),
+    "stop_reason": N_("It was stopped because: {reason}"),
+    "stop_failed.title": N_("STOP FAILED: {instance} may still be running and billing"),
+    "stop_failed.body": N_("costctl could not stop {provider} instance {instance}: {detail}. Stop it yourself "
+                           "(`costctl stop {instance}` or the provider's console)."),
+    "stop_unconfirmed.title": N_("The stop of {instance} is not confirmed yet"),
+    "stop_unconfirmed.body": N_("The stop of {provider} instance {instance} is not confirmed yet: {detail}. costctl "
+                                "keeps trying until {deadline}; the instance may still be billing."),
+    "stop_unconfirmed.body_no_deadline": N_("The stop of {provider} instance {instance} is not confirmed yet: "
+                                            "{detail}. costctl keeps trying until its deadline; the instance may "
+                                            "still be billing."),
+    "budget.warn.title": N_("Budget warning on {instance}"),
+    "budget.act.title": N_("Budget cap reached on {instance}"),
+    "advice.title": N_("{policy} on run {run}"),
+    "preemption.title": N_("Preemption notice for {instance}"),
+    "checkpoint.title": N_("Checkpoint for the preemption of {instance}"),
+    "job_done.title": N_("The job on {instance} finished"),
+    "job_failed.title": N_("The job on {instance} failed with exit status {status}"),
+    "job_end.body": N_("The command {command} exited with status {status}. {next}"),
+    "job_end.body_no_command": N_("The command (none) exited with status {status}. {next}"),
+    "job_end.guard": N_("costctl guards the instance until it is idle, then stops it."),
+    "job_end.stop": N_("costctl stops the instance now (--on-exit stop)."),
+    "job_end.leave": N_("The instance is left running (--on-exit leave)."),
+    "snoozed": N_("The autostop was snoozed by {by} until {until}."),
 }
 
 #: Policies whose advice is the ``advice`` event.
@@ -97,8 +104,8 @@ ADVICE_POLICIES = frozenset({"plateau", "overfitting", "not_learning", "unstable
 
 
 def text(name: str, **values: Any) -> str:
-    """:data:`TEMPLATES` ``[name]`` with its named placeholders filled."""
-    return TEMPLATES[name].format(**values)
+    """:data:`TEMPLATES` ``[name]`` in the current language with its named placeholders filled."""
+    return _(TEMPLATES[name]).format(**values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +167,7 @@ def _message(event: Event, key: str, title: str, body: str, when: datetime, ctx:
         parts.append(ctx.snoozed)
     parts.append(text("where", **ctx.values()))
     return Message(event=event, key=key, title=title, body="\n".join(p for p in parts if p), level=LEVELS[event],
-                   time=when, name=f"costctl {ctx.instance} run {ctx.run[:8]}")
+                   time=when, name=_("costctl {instance} run {run}").format(instance=ctx.instance, run=ctx.run[:8]))
 
 
 def decision_event(recorded: RecordedDecision) -> Event | None:
@@ -232,8 +239,10 @@ def stop_message(state: str, *, detail: str, attempts: int, when: datetime, reas
         return _message(Event.STOP_FAILED, "stop:failed", text("stop_failed.title", **values),
                         text("stop_failed.body", **values) + "\n" + because, when, ctx)
     if state == "unconfirmed":
-        return _message(Event.STOP_FAILED, "stop:unconfirmed", text("stop_unconfirmed.title", **values),
-                        text("stop_unconfirmed.body", deadline=deadline or "its deadline", **values), when, ctx)
+        body = (text("stop_unconfirmed.body", deadline=deadline, **values) if deadline
+                else text("stop_unconfirmed.body_no_deadline", **values))
+        return _message(Event.STOP_FAILED, "stop:unconfirmed", text("stop_unconfirmed.title", **values), body,
+                        when, ctx)
     return None
 
 
@@ -242,7 +251,10 @@ def job_end_message(status: int, *, on_exit: str, when: datetime, ctx: Context) 
     values = ctx.values()
     title = text("job_done.title", **values) if status == 0 else text("job_failed.title", status=status, **values)
     follow = {"stop": "job_end.stop", "leave": "job_end.leave"}.get(on_exit, "job_end.guard")
-    body = text("job_end.body", command=ctx.command or "(none)", status=status, next=text(follow))
+    if ctx.command:
+        body = text("job_end.body", command=ctx.command, status=status, next=text(follow))
+    else:
+        body = text("job_end.body_no_command", status=status, next=text(follow))
     return _message(Event.JOB_END, f"job_end:{when.isoformat()}", title, body, when, ctx)
 
 

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, tzinfo
 
+from ..i18n import N_, _
 from ..policies.base import Pending, iso
 from ..policies.idle import fmt_span
 from ..records import Action, Decision
 from .events import WARNING_KEY_PREFIX
 
-#: The warning's reason: a whole sentence with named placeholders.
-WARNING = ("{provider} instance {instance} will be stopped at {at} ({left} from now) by the {policy} policy "
-           "unless that changes: {progress}. Run `costctl snooze 1h` on {host} to postpone an idle autostop.")
+#: The warning's reason: a whole sentence with named placeholders (translated where it is used).
+WARNING = N_("{provider} instance {instance} will be stopped at {at} ({left} from now) by the {policy} policy "
+             "unless that changes: {progress}. Run `costctl snooze 1h` on {host} to postpone an idle autostop.")
 
 
 #: How much later a warned stop may come and still be the same stop (a budget cap's projected
@@ -60,11 +61,11 @@ class StopWarnings:
         local = pending.at.astimezone(self.tz)
         at = local.strftime("%H:%M:%S %Z") if local.date() == now.astimezone(self.tz).date() \
             else local.strftime("%Y-%m-%d %H:%M:%S %Z")
-        reason = WARNING.format(provider=provider, instance=instance, at=at, left=fmt_span(pending.at - now),
+        reason = _(WARNING).format(provider=provider, instance=instance, at=at, left=fmt_span(pending.at - now),
                                 policy=pending.policy, progress=pending.progress, host=host)
         return Decision(time=now, policy=pending.policy, action=Action.WARN, reason=reason,
                         evidence={"pending_stop": {"policy": pending.policy, "at": iso(pending.at),
-                                                   "progress": pending.progress},
+                                                   "progress": pending.progress_stored},
                                   "warn_before_s": self.warn_before.total_seconds(), "at_local": at},
                         key=f"{WARNING_KEY_PREFIX}{pending.policy}:{iso(pending.at)}")
 

@@ -14,7 +14,8 @@ Apprise's own ``url(privacy=True)`` hides the parts each service declares privat
   form), and :func:`redact` masks each of them in a text: what the sender child reports, Apprise's
   own log lines (:class:`RedactFilter`), a traceback.
 
-Standard library only: the watch imports it, Apprise is never imported there.
+Standard library only (and :mod:`costctl.i18n`, which is too): the watch imports it, Apprise is
+never imported there.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import logging
 import re
 from collections.abc import Iterable
 from urllib.parse import parse_qsl, unquote, urlsplit
+
+from ..i18n import _
 
 #: What replaces a secret in a text.
 MASK = "****"
@@ -67,7 +70,7 @@ def describe_url(url: str) -> str:
     parts = _split(url)
     if parts is None or not parts.scheme:
         scheme = re.match(r"^\s*([A-Za-z][A-Za-z0-9+.-]*)://", url)
-        return f"{scheme.group(1).lower()}://..." if scheme else "(an unreadable URL)"
+        return f"{scheme.group(1).lower()}://..." if scheme else _("(an unreadable URL)")
     host = _shown_host(parts.hostname)
     if host is None:
         return f"{parts.scheme.lower()}://..."

@@ -5,14 +5,16 @@ short-lived process for each message (:class:`costctl.notify.dispatch.Notifier`)
 request to its stdin, one JSON object::
 
     {"urls": ["json://127.0.0.1:8080/hook", "autodl://TOKEN"], "title": "...", "body": "...",
-     "type": "info|success|warning|failure", "name": "costctl pro-1 run 1a2b3c4d", "timeout": 30}
+     "type": "info|success|warning|failure", "name": "costctl pro-1 run 1a2b3c4d", "timeout": 30,
+     "language": "zh_CN"}
 
 so that no URL (they hold tokens) is ever in its argv (``ps``) or its environment. Each URL is
 sent to in a thread of its own (a URL that hangs does not hold the others up), within
 ``timeout`` seconds (Apprise's connect and read timeouts, and a deadline on the whole process).
 It answers on stdout with one JSON line, ``{"results": [{"index": 1, "ok": true, "detail": ""},
 ...]}`` (index: the URL's place in ``urls``, from 1), and exits 0; ``detail`` is Apprise's
-warning lines for that URL. Every line it writes, and every log record of Apprise's (a filter on
+warning lines for that URL, costctl's own in the watch's ``language`` (:mod:`costctl.i18n`;
+the locale variables when absent). Every line it writes, and every log record of Apprise's (a filter on
 the root handler), has each part of each URL masked (:mod:`costctl.notify.redact`). Exit status
 2: the request could not be read.
 """
@@ -28,6 +30,7 @@ import threading
 import time
 from typing import Any
 
+from ..i18n import _, set_language
 from .redact import RedactFilter, all_secrets, redact
 
 #: Seconds after the timeout that the whole process is given before it answers for what is left.
@@ -56,7 +59,8 @@ def _send_one(index: int, url: str, request: dict[str, Any], results: dict[int, 
         if not sender.add(url):
             scheme = url.split("://", 1)[0] if "://" in url else "?"
             results[index] = {"index": index, "ok": False,
-                              "detail": f"Apprise does not know this URL (scheme {scheme}://) or it is malformed"}
+                              "detail": _("Apprise does not know this URL (scheme {scheme}://) or it is "
+                                          "malformed").format(scheme=scheme)}
             return
         for service in sender:
             service.socket_connect_timeout = min(timeout, 10.0)
@@ -91,7 +95,7 @@ def register_adapter_plugins() -> list[str]:
     manager = NotificationManager()
     added: list[str] = []
     for spec in notify_plugins():
-        module, _, name = spec.partition(":")
+        module, _sep, name = spec.partition(":")
         try:
             plugin = getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError):
@@ -128,7 +132,8 @@ def send(request: dict[str, Any]) -> list[dict[str, Any]]:
     deadline = time.monotonic() + timeout + EXIT_SLACK_S
     for thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))
-    return [results.get(i) or {"index": i, "ok": False, "detail": f"no answer within {timeout:g}s"}
+    return [results.get(i) or {"index": i, "ok": False,
+                               "detail": _("no answer within {seconds:g}s").format(seconds=timeout)}
             for i in range(1, len(urls) + 1)]
 
 
@@ -141,6 +146,7 @@ def main() -> int:
     except ValueError as exc:
         print(json.dumps({"error": f"costctl.notify.send: unreadable request: {type(exc).__name__}"}), flush=True)
         return 2
+    set_language(str(request.get("language") or "auto"))
     # Apprise is imported before the guard starts (its import takes ~0.4 s, seconds on a loaded
     # machine): the guard bounds the sending, which the request's timeout is about.
     import apprise  # noqa: F401

@@ -39,7 +39,7 @@ divergence 50; a policy that sets none gets
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 from zoneinfo import ZoneInfo
@@ -48,6 +48,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..clock import ensure_utc
 from ..config_types import Section
+from ..i18n import N_, _
 from ..records import Decision
 
 if TYPE_CHECKING:
@@ -106,13 +107,30 @@ class Pending:
         policy: the policy's name.
         action: what it will do then (``"stop"``, ``"advise"``: its configured action).
         at: aware UTC time it fires at, if the trend holds (idle stays idle, the rate is charged on).
-        progress: a short text of how far along it is, e.g. ``"idle 25m of 30m"``.
+        progress: a short text of how far along it is, e.g. ``"idle 25m of 30m"``, in the
+            current language (:mod:`costctl.i18n`): what the status line shows.
+        progress_en: the same in English, for what is stored (a decision's evidence); None:
+            ``progress`` is English already (:func:`progress_texts` makes both). Not compared:
+            two pendings are equal when they say the same.
     """
 
     policy: str
     action: str
     at: datetime
     progress: str
+    progress_en: str | None = field(default=None, compare=False)
+
+    @property
+    def progress_stored(self) -> str:
+        """:attr:`progress` as stored in the ledger: in English."""
+        return self.progress_en if self.progress_en is not None else self.progress
+
+
+def progress_texts(message: str, **values: Any) -> dict[str, str]:
+    """``{"progress": ..., "progress_en": ...}`` for a :class:`Pending`: the
+    :func:`~costctl.i18n.N_` sentence ``message`` with ``values`` filled, in the current language
+    and in English."""
+    return {"progress": _(message).format(**values), "progress_en": message.format(**values)}
 
 
 class Policy:
@@ -242,21 +260,24 @@ def register(cls: type[Policy]) -> type[Policy]:
     global _counter
     name = cls.name
     if not name:
-        raise ValueError(f"{cls.__name__} has no policy name")
+        raise ValueError(_("{cls} has no policy name").format(cls=cls.__name__))
     if not _NAME_RE.match(name):
-        raise ValueError(f"policy name {name!r} must be a lower-case identifier (letters, digits, _)")
+        raise ValueError(_("policy name {name!r} must be a lower-case identifier (letters, digits, _)").format(
+            name=name))
     existing = POLICIES.get(name)
     if existing is cls:
         return cls
     if existing is not None:
-        raise ValueError(f"a policy named {name!r} is already registered ({existing.__module__}.{existing.__qualname__})")
+        raise ValueError(_("a policy named {name!r} is already registered ({where})").format(
+            name=name, where=f"{existing.__module__}.{existing.__qualname__}"))
     model = cls.config_model
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
-        raise ValueError(f"policy {name!r}: config_model must be a pydantic model class")
+        raise ValueError(_("policy {name!r}: config_model must be a pydantic model class").format(name=name))
     try:
         model()
     except ValidationError:
-        raise ValueError(f"policy {name!r}: every key of {model.__name__} needs a default") from None
+        raise ValueError(_("policy {name!r}: every key of {model} needs a default").format(
+            name=name, model=model.__name__)) from None
     _counter += 1
     description = _first_line(model) if model is not PolicyConfig else _first_line(cls)
     _SPECS[name] = PolicySpec(name=name, cls=cls, config=model, order=int(cls.order), index=_counter,
@@ -276,10 +297,49 @@ def registrations() -> list[PolicySpec]:
     return sorted(_SPECS.values(), key=lambda s: (s.order, s.index))
 
 
+def where_text(step: int | None, epoch: float | None, index: int, *, other: str = N_("point {index}")) -> str:
+    """Where in the log a point is, for a reason, in the current language: ``"step 1200"``, else
+    ``"epoch 7"``, else ``other`` (a :func:`~costctl.i18n.N_` sentence with ``{index}``: ``"point
+    42"``)."""
+    if step is not None:
+        return _("step {step}").format(step=step)
+    if epoch is not None:
+        return _("epoch {epoch:g}").format(epoch=epoch)
+    return _(other).format(index=index)
+
+
+def clauses(*parts: str | None) -> str:
+    """Whole clauses of one reason (a diagnosis, then what it costs), joined the current
+    language's way (``"; "``, ``"；"``); empty ones are left out."""
+    return _("; ").join(p for p in parts if p)
+
+
+def cost_clause(rest: Any, rate: Any, *, at_rate: bool = False) -> str | None:
+    """What a diagnosed run costs, one clause for a reason: the rest of the run's estimated
+    cost (``rest``: :func:`~costctl.policies.plateau.rest_of_run_cost`'s dict, ``cost`` a decimal
+    string and ``currency``), else the rate while it runs (``rate``: Money per hour), else None.
+
+    Args:
+        at_rate: say that the estimate is at the current rate.
+    """
+    from decimal import Decimal
+
+    from ..money import Money
+
+    if rest is not None:
+        cost = Money(Decimal(rest["cost"]), rest["currency"])
+        if at_rate:
+            return _("the rest of the run would cost about {cost} at the current rate").format(cost=cost)
+        return _("the rest of the run would cost about {cost}").format(cost=cost)
+    if rate is not None:
+        return _("it costs {rate}/h while it runs").format(rate=rate)
+    return None
+
+
 def iso(when: datetime) -> str:
     """An aware datetime as ISO 8601 UTC with a ``Z`` (for keys and evidence)."""
     return ensure_utc(when).isoformat().replace("+00:00", "Z")
 
 
 __all__ = ["Pending", "Policy", "PolicyConfig", "PolicyContext", "PolicySpec", "POLICIES", "DEFAULT_ORDER",
-           "register", "unregister", "registrations", "iso"]
+           "register", "unregister", "registrations", "iso", "where_text", "clauses", "cost_clause", "progress_texts"]

@@ -28,9 +28,10 @@ from pydantic import Field
 from ..clock import ensure_utc
 from ..config_types import Action, MoneyAmount
 from ..errors import PolicyError
+from ..i18n import N_, _
 from ..money import Money, round_money
 from ..records import Decision
-from .base import Pending, Policy, PolicyConfig, PolicyContext, register
+from .base import Pending, Policy, PolicyConfig, PolicyContext, progress_texts, register
 from .history import History
 
 
@@ -120,8 +121,12 @@ class BudgetPolicy(Policy):
             if best is not None and best.at <= at:
                 continue
             spent = round_money(spend.amount, 2)
+            if cap_name == "daily":
+                progress = N_("daily budget {spent} of {cap} {currency}")
+            else:
+                progress = N_("total budget {spent} of {cap} {currency}")
             best = Pending(policy=self.name, action=self.action, at=at,
-                           progress=f"{cap_name} budget {spent} of {cap} {self.currency}")
+                           **progress_texts(progress, spent=spent, cap=cap, currency=self.currency))
         return best
 
     def evaluate(self, history: History, now: datetime) -> Decision | None:
@@ -133,10 +138,13 @@ class BudgetPolicy(Policy):
     def _check(self, cap_name: str, cap: Decimal, spend: Money, history: History, now: datetime,
                day: str) -> Decision | None:
         if spend.currency != self.currency:
-            raise PolicyError(
-                f"budget caps are in {self.currency} ([instance] currency) but the {cap_name} spend is in "
-                f"{spend.currency}; set [instance] currency to {spend.currency} or convert the caps"
-            )
+            if cap_name == "daily":
+                mismatch = _("budget caps are in {currency} ([instance] currency) but the daily spend is in "
+                             "{spent}; set [instance] currency to {spent} or convert the caps")
+            else:
+                mismatch = _("budget caps are in {currency} ([instance] currency) but the total spend is in "
+                             "{spent}; set [instance] currency to {spent} or convert the caps")
+            raise PolicyError(mismatch.format(currency=self.currency, spent=spend.currency))
         warn_level = cap * Decimal(repr(self.config.warn_at))
         if spend.amount >= cap:
             level, action = "act", self.action
@@ -158,19 +166,22 @@ class BudgetPolicy(Policy):
             "timezone": str(self.tz),
             "rate_per_hour": str(history.rate.amount) if history.rate is not None else None,
         }
-        which = "daily" if cap_name == "daily" else "total"
         # As many decimals as the cap has (at least 2, at most 6): a 0.003 cap is not "0.00".
         places = min(6, max(2, -int(Decimal(cap).normalize().as_tuple().exponent)))
         cap_text = f"{Money(cap, self.currency).rounded(places)} {self.currency}"
         spent_text = f"{spend.rounded(places)} {spend.currency}"
-        if level == "act":
-            reason = f"{which} spend {spent_text} reached the {which} budget of {cap_text}"
-        else:
-            reason = (f"{which} spend {spent_text} passed {self.config.warn_at:.0%} of the {which} budget "
-                      f"of {cap_text}")
-        if cap_name == "daily":
-            reason += f" on {day} ({self.tz})"
+        reason = _(_BUDGET_REASONS[(cap_name == "daily", level)]).format(
+            spent=spent_text, cap=cap_text, warn_at=self.config.warn_at, day=day, tz=self.tz)
         return Decision(time=now, policy=self.name, action=action, reason=reason, evidence=evidence, key=key)
+
+
+#: The budget decision's reason, by (daily cap, level).
+_BUDGET_REASONS = {
+    (False, "act"): N_("total spend {spent} reached the total budget of {cap}"),
+    (False, "warn"): N_("total spend {spent} passed {warn_at:.0%} of the total budget of {cap}"),
+    (True, "act"): N_("daily spend {spent} reached the daily budget of {cap} on {day} ({tz})"),
+    (True, "warn"): N_("daily spend {spent} passed {warn_at:.0%} of the daily budget of {cap} on {day} ({tz})"),
+}
 
 
 __all__ = ["BudgetConfig", "BudgetPolicy", "TOTAL_HORIZON"]

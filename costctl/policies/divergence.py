@@ -23,9 +23,10 @@ from pydantic import Field
 
 from ..clock import ensure_utc
 from ..config_types import Action
+from ..i18n import _
 from ..progress.batch import native
 from ..records import Decision, ProgressPoint
-from .base import Policy, PolicyConfig, PolicyContext, iso, register
+from .base import Policy, PolicyConfig, PolicyContext, iso, register, where_text
 from .grad_norm import DEFAULT_STREAK, GradNormStreak
 from .history import History, finite_or_text
 
@@ -80,7 +81,7 @@ class DivergencePolicy(Policy):
             values = batch.values
             if _all_finite(values):
                 # every value finite (a NaN or an inf makes the sum non-finite): counts only
-                for k, (kind, _) in enumerate(batch.keys):
+                for k, (kind, _name) in enumerate(batch.keys):
                     n = batch.series.count(k) if len(batch.keys) > 1 else len(values)
                     if n:
                         self._count[kind] = self._count.get(kind, 0) + n
@@ -108,8 +109,7 @@ class DivergencePolicy(Policy):
 
     def _decision(self, now: datetime, point: ProgressPoint, index: int) -> Decision:
         text = "NaN" if math.isnan(point.value) else ("+inf" if point.value > 0 else "-inf")
-        where = f"step {point.step}" if point.step is not None else (
-            f"epoch {point.epoch:g}" if point.epoch is not None else f"point {index}")
+        where = where_text(point.step, point.epoch, index)
         evidence = {
             "kind": point.kind,
             "metric": point.name,
@@ -119,7 +119,8 @@ class DivergencePolicy(Policy):
             "epoch": point.epoch,
             "point_time": iso(point.time) if point.time is not None else None,
         }
-        reason = f"{point.kind} {point.name} is {text} at {where}: the run diverged"
+        reason = _("{kind} {metric} is {value} at {where}: the run diverged").format(
+            kind=point.kind, metric=point.name, value=text, where=where)
         return Decision(time=now, policy=self.name, action=self.action, reason=reason,
                         evidence=evidence, key=f"divergence:{point.kind}:{index}")
 

@@ -21,16 +21,20 @@ from typing import Any
 
 from ..clock import ensure_utc
 from ..errors import ConfigError
+from ..i18n import N_, _
 from ..records import Decision
 from ..records import Action
-from .base import Pending, Policy, PolicyContext, iso
+from .base import Pending, Policy, PolicyContext, iso, progress_texts
 from .history import History
 from .registry import known_policies, load_builtin_policies, registrations
 
-#: The countdown's text while a due stop waits for the end of a snooze (named placeholders).
-SNOOZED_PROGRESS = "{progress}, snoozed by {by}"
+#: The countdown's text while a due stop waits for the end of a snooze (named placeholders;
+#: translated where used).
+SNOOZED_PROGRESS = N_("{progress}, snoozed by {by}")
+#: The countdown's text of a stop that is due and waits for the end of a snooze.
+SNOOZED_DUE = N_("{policy} stop due, snoozed by {by}")
 #: A stop that waited for a snooze says so in its reason.
-SNOOZED_REASON = "{reason} (the stop waited for a snooze by {by} until {until})"
+SNOOZED_REASON = N_("{reason} (the stop waited for a snooze by {by} until {until})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +93,8 @@ class PolicyEngine:
         names = list(specs) if only is None else list(only)
         unknown = [n for n in names if n not in specs]
         if unknown:
-            raise ValueError(f"unknown policy {unknown[0]!r}; known: {', '.join(known_policies())}")
+            raise ValueError(_("unknown policy {name!r}; known: {known}").format(
+                name=unknown[0], known=", ".join(known_policies())))
         self.settings = settings
         self.context = context
         self.policies: list[Policy] = []
@@ -101,8 +106,8 @@ class PolicyEngine:
             try:
                 policy = spec.cls.from_config(section, context)
             except Exception as exc:  # noqa: BLE001 - a plugin's bug is a one-line configuration error
-                raise ConfigError(f"policy {name!r} cannot be built from [policies.{name}]: "
-                                  f"{type(exc).__name__}: {exc}") from None
+                raise ConfigError(_("policy {name!r} cannot be built from [policies.{name}]: {error}: {detail}").format(
+                    name=name, error=type(exc).__name__, detail=exc)) from None
             if policy is not None:
                 self.policies.append(policy)
         self._seen: set[str] = set(seen_keys)
@@ -185,7 +190,7 @@ class PolicyEngine:
                     continue
                 if decision.key in held_before and self.snoozed is not None:
                     snooze = self.snoozed
-                    decision = replace(decision, time=now, reason=SNOOZED_REASON.format(
+                    decision = replace(decision, time=now, reason=_(SNOOZED_REASON).format(
                         reason=decision.reason, by=snooze.by, until=iso(snooze.until)), evidence={
                         **decision.evidence, "snoozed": {"by": snooze.by, "at": iso(snooze.at),
                                                          "until": iso(snooze.until)}})
@@ -270,16 +275,17 @@ class PolicyEngine:
                 continue
             if snooze is not None and policy.name in self._snoozable and found.at < snooze.until:
                 found = replace(found, at=snooze.until,
-                                progress=SNOOZED_PROGRESS.format(progress=found.progress, by=snooze.by))
+                                progress=_(SNOOZED_PROGRESS).format(progress=found.progress, by=snooze.by),
+                                progress_en=SNOOZED_PROGRESS.format(progress=found.progress_stored, by=snooze.by))
             if nearest is None or found.at < nearest.at:
                 nearest = found
         if snooze is not None:
             for decision in self._holding.values():  # due, waiting for the snooze's end
                 held = Pending(policy=decision.policy, action="stop", at=snooze.until,
-                               progress=SNOOZED_PROGRESS.format(progress=f"{decision.policy} stop due", by=snooze.by))
+                               **progress_texts(SNOOZED_DUE, policy=decision.policy, by=snooze.by))
                 if nearest is None or held.at < nearest.at:
                     nearest = held
         return nearest
 
 
-__all__ = ["PolicyEngine", "SNOOZED_PROGRESS", "SNOOZED_REASON", "Snooze"]
+__all__ = ["PolicyEngine", "SNOOZED_DUE", "SNOOZED_PROGRESS", "SNOOZED_REASON", "Snooze"]

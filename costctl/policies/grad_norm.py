@@ -29,7 +29,9 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
+from ..i18n import N_, _
 from ..records import Decision
+from .base import where_text
 from .history import finite_or_text
 
 #: Logged non-finite gradient norms in a row that make a divergence (see the module docstring).
@@ -62,7 +64,7 @@ class GradNormStreak:
 
     def __post_init__(self) -> None:
         if self.streak < 1:
-            raise ValueError(f"grad-norm streak {self.streak}: expected at least 1")
+            raise ValueError(_("grad-norm streak {streak}: expected at least 1").format(streak=self.streak))
 
     def add(self, value: float, now: datetime, *, loss: float | None = None,
             step: int | None = None, epoch: float | None = None) -> Decision | None:
@@ -90,13 +92,16 @@ class GradNormStreak:
         if self._run < self.streak and not with_loss:
             return None
         self._reported = True
-        where = f"step {step}" if step is not None else (f"epoch {epoch:g}" if epoch is not None else f"log {index}")
+        where = where_text(step, epoch, index, other=N_("log {index}"))
         text = "NaN" if math.isnan(value) else ("+inf" if value > 0 else "-inf")
+        shape = {"metric": self.metric, "value": text, "where": where, "run": self._run, "streak": self.streak,
+                 "loss": finite_or_text(loss) if loss is not None else None}
         if with_loss:
-            why = f"with a non-finite loss ({finite_or_text(loss)}) on the same log"
+            reason = _("{metric} is {value} at {where}, with a non-finite loss ({loss}) on the same log: the run "
+                       "diverged").format(**shape)
         else:
-            why = (f"{self._run} logged values in a row (an isolated one is an fp16 loss-scaling "
-                   f"skip; {self.streak} in a row is not)")
+            reason = _("{metric} is {value} at {where}, {run} logged values in a row (an isolated one is an fp16 "
+                       "loss-scaling skip; {streak} in a row is not): the run diverged").format(**shape)
         evidence = {
             "kind": "train", "metric": self.metric, "index": self._start, "at_index": index,
             "value": finite_or_text(value), "step": step, "epoch": epoch, "streak": self._run,
@@ -104,7 +109,7 @@ class GradNormStreak:
             "point_time": None,
         }
         return Decision(time=now, policy="divergence", action=self.action,  # type: ignore[arg-type]
-                        reason=f"{self.metric} is {text} at {where}, {why}: the run diverged",
+                        reason=reason,
                         evidence=evidence, key=f"divergence:grad_norm:{self._start}")
 
     def add_finite(self, count: int) -> None:

@@ -55,9 +55,10 @@ from typing import ClassVar
 from ..clock import ensure_utc
 from pydantic import Field
 
+from ..i18n import N_, _
 from ..config_types import Action, Percent, Window
 from ..records import Decision, SignalStatus, TelemetrySample
-from .base import Pending, Policy, PolicyConfig, PolicyContext, iso, register
+from .base import Pending, Policy, PolicyConfig, PolicyContext, iso, progress_texts, register
 from .history import History
 
 
@@ -155,6 +156,22 @@ def fmt_span(td: timedelta) -> str:
     whole seconds below it (``42s``); a negative span reads ``0s``."""
     secs = max(0, int(td.total_seconds()))
     return fmt_duration(timedelta(seconds=secs - secs % 60 if secs >= 60 else secs))
+
+
+#: The idle decision's reason, by (why the window is ``exit_window``: False, ``"exited"`` or
+#: ``"logoff"``; whether the signals' details follow).
+_IDLE_REASONS = {
+    (False, False): N_("idle for {window} since {since}: every present signal ({signals}) stayed idle"),
+    (False, True): N_("idle for {window} since {since}: every present signal ({signals}) stayed idle — {detail}"),
+    ("exited", False): N_("idle for {window} since {since} (exit_window: the command exited at {exited}): every "
+                          "present signal ({signals}) stayed idle"),
+    ("exited", True): N_("idle for {window} since {since} (exit_window: the command exited at {exited}): every "
+                         "present signal ({signals}) stayed idle — {detail}"),
+    ("logoff", False): N_("idle for {window} since {since} (exit_window: the last SSH session closed): every present "
+                          "signal ({signals}) stayed idle"),
+    ("logoff", True): N_("idle for {window} since {since} (exit_window: the last SSH session closed): every present "
+                         "signal ({signals}) stayed idle — {detail}"),
+}
 
 
 @register
@@ -269,7 +286,8 @@ class IdlePolicy(Policy):
         if window is None or counted_from + window <= now:
             return None
         return Pending(policy=self.name, action=self.action, at=counted_from + window,
-                       progress=f"idle {fmt_span(now - counted_from)} of {fmt_span(window)}")
+                       **progress_texts(N_("idle {elapsed} of {window}"), elapsed=fmt_span(now - counted_from),
+                                        window=fmt_span(window)))
 
     def evaluate(self, history: History, now: datetime) -> Decision | None:
         """A ``stop`` (or ``advise``) decision when the window ``[now - W, now]`` is idle."""
@@ -340,22 +358,21 @@ class IdlePolicy(Policy):
             "child_exited_at": iso(history.child_exited_at) if history.child_exited_at else None,
             "exit_window": window != self.config.time_window,
         }
-        parts = []
+        parts = []  # what each present signal showed: one whole clause each
         if max_gpu:
-            parts.append(f"max GPU utilization {max(max_gpu.values()):g} % (< {self.config.min_gpu_utilization:g} %)")
+            parts.append(_("max GPU utilization {max:g} % (< {min:g} %)").format(
+                max=max(max_gpu.values()), min=self.config.min_gpu_utilization))
         if max_cpu is not None:
-            parts.append(f"max CPU {max_cpu:g} % (< {self.config.min_cpu_utilization:g} %)")
+            parts.append(_("max CPU {max:g} % (< {min:g} %)").format(max=max_cpu, min=self.config.min_cpu_utilization))
         if max_ssh is not None:
-            parts.append("no SSH session")
+            parts.append(_("no SSH session"))
         if "progress" in signals:
-            parts.append("no new progress")
-        detail = "; ".join(parts)
-        after_exit = ""
-        if window != self.config.time_window:
-            after_exit = (f" (exit_window: the command exited at {iso(history.child_exited_at)})"
-                          if history.child_exited_at else " (exit_window: the last SSH session closed)")
-        reason = (f"idle for {fmt_duration(window)} since {iso(since)}{after_exit}: every present signal "
-                  f"({', '.join(signal_list)}) stayed idle" + (f" — {detail}" if detail else ""))
+            parts.append(_("no new progress"))
+        shape = {"window": fmt_duration(window), "since": iso(since), "signals": ", ".join(signal_list),
+                 "detail": _("; ").join(parts),
+                 "exited": iso(history.child_exited_at) if history.child_exited_at else None}
+        reason = _(_IDLE_REASONS[(window != self.config.time_window and (
+            "exited" if history.child_exited_at else "logoff"), bool(parts))]).format(**shape)
         return Decision(time=now, policy=self.name, action=self.action, reason=reason,
                         evidence=evidence, key=f"idle:{iso(since)}")
 

@@ -67,6 +67,7 @@ from pydantic import Field, SecretStr, field_validator
 
 from ..clock import ensure_utc
 from ..config_types import Action, Percent, Window
+from ..i18n import _
 from ..records import Decision, SignalStatus, TelemetrySample
 from .base import Policy, PolicyConfig, PolicyContext, iso, register
 from .history import History
@@ -108,7 +109,8 @@ class IdleFractionConfig(PolicyConfig):
         text = value.strip()
         if text in ("auto", "off") or text.startswith(("http://", "https://")):
             return text
-        raise ValueError(f"jupyter_url {value!r} is not allowed: use \"auto\", \"off\" or an http(s):// base URL")
+        raise ValueError(_("jupyter_url {value!r} is not allowed: use \"auto\", \"off\" or an http(s):// base "
+                           "URL").format(value=value))
 
 
 @dataclass(slots=True)
@@ -310,10 +312,12 @@ class IdleFractionPolicy(Policy):
             "jupyter_unreadable_samples": jupyter_errors,
             "child_running": history.child_running,
         }
-        reason = ("idle for all but {busy} of the last {window} ({percent:.1f} % of the time busy, at most "
-                  "{allowed:g} % allowed), with no progress and no notebook activity in it; signals: {signals}").format(
+        # the shares carry their "%" (a "% o" in the message would read as a printf conversion)
+        reason = _("idle for all but {busy} of the last {window} ({share} of the time busy, at most {allowed} "
+                   "allowed), with no progress and no notebook activity in it; signals: {signals}").format(
             busy=fmt_duration(timedelta(seconds=round(busy))), window=fmt_duration(window),
-            percent=100 * fraction, allowed=100 * self.config.busy_fraction, signals=", ".join(signal_list))
+            share=f"{100 * fraction:.1f} %", allowed=f"{100 * self.config.busy_fraction:g} %",
+            signals=", ".join(signal_list))
         return Decision(time=now, policy=self.name, action=self.action, reason=reason, evidence=evidence,
                         key=f"{self.name}:{iso(start)}")
 

@@ -46,16 +46,15 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime
-from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from ..clock import ensure_utc
-from ..money import Money
+from ..i18n import _
 from ..progress.batch import NO_INT, PointBatch
 from ..records import Decision, ProgressPoint
-from .base import Policy, PolicyConfig, PolicyContext, iso, register
+from .base import Policy, PolicyConfig, PolicyContext, clauses, cost_clause, iso, register, where_text
 from .history import History, finite_or_text, thin
 
 #: sqrt(pi)/2: mean |X1 - X2| of two independent N(0, s^2) is 2s/sqrt(pi).
@@ -135,8 +134,8 @@ class LearningCheck:
     def name(self, series: str) -> None:
         """The monitored series' name: a GAN/RL/contrastive loss makes the rule not apply."""
         if self.not_applicable is None and NOT_APPLICABLE_NAME.search(series):
-            self.not_applicable = (f"'{series}' looks like a GAN, RL or contrastive loss, which need not fall: "
-                                   "the not-learning rule does not apply")
+            self.not_applicable = _("'{series}' looks like a GAN, RL or contrastive loss, which need not fall: the "
+                                    "not-learning rule does not apply").format(series=series)
 
     def position(self, pos: float | None) -> None:
         """The position (step, else epoch) of the value about to be added, for the resumed-run test
@@ -146,8 +145,9 @@ class LearningCheck:
         if self.n == 0:
             self.first_pos = pos
         elif self.first_pos is not None and pos > self.first_pos and self.first_pos > self.max_start * (pos - self.first_pos):
-            self.not_applicable = (f"the log starts at {self.first_pos:g}, {self.first_pos / (pos - self.first_pos):.0f} "
-                                   "logging intervals past 0: a resumed run, whose first value is not its start")
+            self.not_applicable = _("the log starts at {first:g}, {intervals:.0f} logging intervals past 0: a resumed "
+                                    "run, whose first value is not its start").format(
+                first=self.first_pos, intervals=self.first_pos / (pos - self.first_pos))
 
     def add(self, y: float) -> str | None:
         """Take one value; returns ``"not_learning"`` when the rule fires at it, ``"learned"`` when
@@ -161,11 +161,11 @@ class LearningCheck:
         if n == 0:
             self.y0 = y
             if y <= 0:
-                self.not_applicable = (f"the loss starts at {y:g} (at or below 0: an RL loss such as GRPO's, or a "
-                                       "negative-valued one): the not-learning rule does not apply")
+                self.not_applicable = _("the loss starts at {start:g} (at or below 0: an RL loss such as GRPO's, or a "
+                                        "negative-valued one): the not-learning rule does not apply").format(start=y)
                 return None
         elif y < 0:
-            self.not_applicable = "the loss went negative: the not-learning rule does not apply"
+            self.not_applicable = _("the loss went negative: the not-learning rule does not apply")
             return None
         else:
             self.abs_diff += abs(y - self.prev)
@@ -297,8 +297,7 @@ class NotLearningPolicy(Policy):
 
         cfg, rule = self.config, self.rule
         rest = rest_of_run_cost(history, point)
-        where = f"step {point.step}" if point.step is not None else (
-            f"epoch {point.epoch:g}" if point.epoch is not None else f"point {rule.n}")
+        where = where_text(point.step, point.epoch, rule.n)
         evidence: dict[str, Any] = {
             "monitor": cfg.monitor, "metric": point.name, "step": point.step, "epoch": point.epoch,
             "point_time": iso(point.time) if point.time is not None else None,
@@ -311,14 +310,13 @@ class NotLearningPolicy(Policy):
             "spend_per_hour": str(history.rate.amount) if history.rate is not None else None,
             "currency": history.rate.currency if history.rate is not None else None,
         }
-        reason = (f"{cfg.monitor} loss is not learning at {where}: after {rule.n} points its smoothed level "
-                  f"(lowest {rule.min_level:.6g}) never fell {cfg.min_drop:g} noise units ({rule.sigma:.3g} each) below "
-                  f"its start {rule.y0:.6g} and shows no downward trend (t {rule.t:.2g}): a model, data or learning-rate "
-                  "problem, not a plateau; a cheaper card will not fix it")
-        if rest is not None:
-            reason += f"; the rest of the run would cost about {Money(Decimal(rest['cost']), rest['currency'])}"
-        elif history.rate is not None:
-            reason += f"; it costs {history.rate}/h while it runs"
+        diagnosis = _("{monitor} loss is not learning at {where}: after {points} points its smoothed level (lowest "
+                      "{lowest:.6g}) never fell {drop:g} noise units ({noise:.3g} each) below its start {start:.6g} "
+                      "and shows no downward trend (t {t:.2g}): a model, data or learning-rate problem, not a "
+                      "plateau; a cheaper card will not fix it").format(
+            monitor=cfg.monitor, where=where, points=rule.n, lowest=rule.min_level, drop=cfg.min_drop,
+            noise=rule.sigma, start=rule.y0, t=rule.t)
+        reason = clauses(diagnosis, cost_clause(rest, history.rate))
         key = f"not_learning:{cfg.monitor}:{point.name}"
         self._open = key
         return Decision(time=now, policy=self.name, action=self.action, reason=reason, evidence=evidence, key=key)

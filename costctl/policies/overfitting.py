@@ -47,10 +47,11 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from ..clock import ensure_utc
+from ..i18n import N_, _
 from ..money import Money, cost_of
 from ..progress.batch import NO_INT, PointBatch
 from ..records import Decision, ProgressPoint
-from .base import Policy, PolicyConfig, PolicyContext, iso, register
+from .base import Policy, PolicyConfig, PolicyContext, clauses, cost_clause, iso, register, where_text
 from .history import History, finite_or_text
 
 #: the train running minimum is kept where it fell by more than this (relative): a few thousand
@@ -262,7 +263,7 @@ class OverfittingPolicy(Policy):
             if history.rate is not None and since_s >= 0:
                 spent = Money(cost_of(history.rate.amount, since), history.rate.currency)
         def where(p: ProgressPoint) -> str:
-            return f"step {p.step}" if p.step is not None else (f"epoch {p.epoch:g}" if p.epoch is not None else "its start")
+            return where_text(p.step, p.epoch, 0, other=N_("its start"))
         steps_since = (point.step - best.step) if point.step is not None and best.step is not None else None
         evidence: dict[str, Any] = {
             "monitor": "eval", "metric": point.name, "index": self.evals - 1, "train_metric": self._train_name, "step": point.step, "epoch": point.epoch,
@@ -279,14 +280,17 @@ class OverfittingPolicy(Policy):
             "patience": cfg.patience, "min_delta": cfg.min_delta, "smoothing": cfg.smoothing,
             "train_min_delta": cfg.train_min_delta, "configured_action": cfg.action,
         }
-        reason = (f"overfitting at {where(point)}: eval {point.name} has not improved on its best "
-                  f"{self.best:.6g} (at {where(best)}) for {self.wait} evaluations (EarlyStopping patience "
-                  f"{cfg.patience}) while train {self._train_name} fell {self.train_min_at_best:.4g} -> "
-                  f"{self.train_now:.4g}: stop, or keep the best checkpoint")
+        diagnosis = _("overfitting at {where}: eval {metric} has not improved on its best {best:.6g} (at {best_at}) "
+                      "for {evals} evaluations (EarlyStopping patience {patience}) while train {train} fell "
+                      "{train_before:.4g} -> {train_now:.4g}: stop, or keep the best checkpoint").format(
+            where=where(point), metric=point.name, best=self.best, best_at=where(best), evals=self.wait,
+            patience=cfg.patience, train=self._train_name, train_before=self.train_min_at_best,
+            train_now=self.train_now)
         if spent is not None:
-            reason += f"; {spent} was spent since the best eval"
-        elif history.rate is not None:
-            reason += f"; it costs {history.rate}/h while it runs"
+            cost = _("{spent} was spent since the best eval").format(spent=spent)
+        else:
+            cost = cost_clause(None, history.rate)
+        reason = clauses(diagnosis, cost)
         return Decision(time=now, policy=self.name, action=self.action, reason=reason, evidence=evidence,
                         key=f"overfitting:{point.name}:{self.evals - 1}")
 

@@ -46,10 +46,11 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from ..clock import ensure_utc
-from ..money import Money, cost_of
+from ..i18n import _
+from ..money import cost_of
 from ..progress.batch import PointBatch, native, take
 from ..records import Decision, ProgressPoint, RestOfRun
-from .base import Policy, PolicyConfig, PolicyContext, iso, register
+from .base import Policy, PolicyConfig, PolicyContext, clauses, cost_clause, iso, register, where_text
 from .history import History, finite_or_text, thin
 from .not_learning import LearningCheck, position_of
 from .unstable import SwingCheck
@@ -104,13 +105,13 @@ class PlateauTracker:
                  threshold_mode: Literal["rel", "abs"] = "rel", patience: int = 10, cooldown: int = 0,
                  smoothing: float = 0.0) -> None:
         if mode not in ("min", "max"):
-            raise ValueError(f"mode {mode!r}: expected min or max")
+            raise ValueError(_("mode {mode!r}: expected min or max").format(mode=mode))
         if threshold_mode not in ("rel", "abs"):
-            raise ValueError(f"threshold_mode {threshold_mode!r}: expected rel or abs")
+            raise ValueError(_("threshold_mode {mode!r}: expected rel or abs").format(mode=threshold_mode))
         if patience < 0 or cooldown < 0 or threshold < 0:
-            raise ValueError("patience, cooldown and threshold must be >= 0")
+            raise ValueError(_("patience, cooldown and threshold must be >= 0"))
         if not 0.0 <= smoothing < 1.0:
-            raise ValueError(f"smoothing {smoothing!r}: expected a weight in [0, 1)")
+            raise ValueError(_("smoothing {smoothing!r}: expected a weight in [0, 1)").format(smoothing=smoothing))
         self.mode = mode
         self.threshold = threshold
         self.threshold_mode = threshold_mode
@@ -209,7 +210,7 @@ class PlateauTracker:
             if len(item) == 4:
                 out.append(item)
                 continue
-            last, improved, best, _, count = item
+            last, improved, best, _current, count = item
             for t in range(count - 1, -1, -1):
                 k = last - t * period
                 out.append((k, improved, best, float(seq[k])))
@@ -550,11 +551,11 @@ class PlateauPolicy(Policy):
                 if learning.n == 0 and self._series is not None:
                     learning.name(self._series)
                 positions = range(len(batch)) if mask is None else compress(range(len(batch)), mask)
-                for j, _ in zip(positions, range(k + 1)):
-                    if _ >= self._fed and learning.n < 2:
+                for j, ordinal in zip(positions, range(k + 1)):
+                    if ordinal >= self._fed and learning.n < 2:
                         learning.position(position_of(batch, j))
-                        learning.add(vals[_])
-                        self._fed = _ + 1
+                        learning.add(vals[ordinal])
+                        self._fed = ordinal + 1
             add = learning.add
             swing = self.swings.add if self.swings is not None else None
             if swing is not None and self._swings_fed < self._fed:
@@ -630,19 +631,18 @@ class PlateauPolicy(Policy):
             "spend_per_hour": str(history.rate.amount) if history.rate is not None else None,
             "currency": history.rate.currency if history.rate is not None else None,
         }
-        where = f"step {point.step}" if point.step is not None else (
-            f"epoch {point.epoch:g}" if point.epoch is not None else f"point {index}")
+        shape = {"monitor": cfg.monitor, "name": point.name, "where": where_text(point.step, point.epoch, index),
+                 "best": _fmt(best), "points": cfg.patience + 1, "patience": cfg.patience,
+                 "threshold": cfg.threshold, "mode": cfg.threshold_mode}
         # a series of its own name (a GAN's 'D loss', a detector's 'loss_cls') is named: which
         # loss plateaued matters (the plain 'loss' / 'eval_loss' needs no name)
-        named = "" if point.name in ("loss", "eval_loss", "val_loss", f"{cfg.monitor}_loss") else f" '{point.name}'"
-        reason = (f"{cfg.monitor} loss{named} plateaued at {where}: no improvement on best "
-                  f"{_fmt(best)} for {cfg.patience + 1} points (ReduceLROnPlateau patience {cfg.patience}, "
-                  f"threshold {cfg.threshold:g} {cfg.threshold_mode})")
-        if rest is not None:
-            rest_money = Money(Decimal(rest["cost"]), rest["currency"])
-            reason += f"; the rest of the run would cost about {rest_money} at the current rate"
-        elif history.rate is not None:
-            reason += f"; it costs {history.rate}/h while it runs"
+        if point.name in ("loss", "eval_loss", "val_loss", f"{cfg.monitor}_loss"):
+            diagnosis = _("{monitor} loss plateaued at {where}: no improvement on best {best} for {points} points "
+                          "(ReduceLROnPlateau patience {patience}, threshold {threshold:g} {mode})")
+        else:
+            diagnosis = _("{monitor} loss '{name}' plateaued at {where}: no improvement on best {best} for {points} "
+                          "points (ReduceLROnPlateau patience {patience}, threshold {threshold:g} {mode})")
+        reason = clauses(diagnosis.format(**shape), cost_clause(rest, history.rate, at_rate=True))
         return Decision(time=now, policy=self.name, action=self.action, reason=reason,
                         evidence=evidence, key=f"plateau:{cfg.monitor}:{index}",
                         rest_of_run=RestOfRun.from_dict(rest) if rest is not None else None)

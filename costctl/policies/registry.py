@@ -24,6 +24,7 @@ from pydantic import Field, create_model
 
 from ..config_types import Section
 from ..errors import ConfigError
+from ..i18n import _
 from .base import POLICIES, Policy, PolicySpec, register, registrations
 
 ENTRY_POINT_GROUP = "costctl.policies"
@@ -70,20 +71,24 @@ def discover_policies(*, refresh: bool = False) -> list[PolicySpec]:
     if _plugins_loaded and not refresh:
         return registrations()
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        where = f"policy plugin '{ep.name} = {ep.value}' (entry point group {ENTRY_POINT_GROUP})"
+        where = {"name": ep.name, "value": ep.value, "group": ENTRY_POINT_GROUP}
         try:
             obj = ep.load()
         except Exception as exc:  # noqa: BLE001 - any failure of a third party's import
-            raise ConfigError(f"{where} cannot be loaded: {_one_line(exc)}") from None
+            raise ConfigError(_("policy plugin '{name} = {value}' (entry point group {group}) cannot be loaded: "
+                                "{error}").format(error=_one_line(exc), **where)) from None
         if not (isinstance(obj, type) and issubclass(obj, Policy)):
-            raise ConfigError(f"{where} does not name a costctl.policies.Policy subclass")
+            raise ConfigError(_("policy plugin '{name} = {value}' (entry point group {group}) does not name a "
+                                "costctl.policies.Policy subclass").format(**where))
         if obj.name != ep.name:
-            raise ConfigError(f"{where} names a policy called {obj.name!r}; the entry point's name must be the "
-                              "policy's name")
+            raise ConfigError(_("policy plugin '{name} = {value}' (entry point group {group}) names a policy "
+                                "called {policy!r}; the entry point's name must be the policy's name").format(
+                policy=obj.name, **where))
         try:
             register(obj)
         except ValueError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
+            raise ConfigError(_("policy plugin '{name} = {value}' (entry point group {group}): {error}").format(
+                error=exc, **where)) from None
     _plugins_loaded = True
     return registrations()
 

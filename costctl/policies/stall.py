@@ -33,8 +33,9 @@ from pydantic import Field
 
 from ..clock import ensure_utc
 from ..config_types import Action, Window
+from ..i18n import N_, _
 from ..records import Decision
-from .base import Pending, Policy, PolicyConfig, PolicyContext, iso, register
+from .base import Pending, Policy, PolicyConfig, PolicyContext, iso, progress_texts, register
 from .history import History, finite_or_text
 from .idle import fmt_duration, fmt_span
 
@@ -107,7 +108,8 @@ class StallPolicy(Policy):
                 return None
             if at > now:
                 return Pending(policy=self.name, action=self.action, at=at,
-                               progress=f"no progress for {fmt_span(now - last_at)} of {fmt_span(window)}")
+                               **progress_texts(N_("no progress for {elapsed} of {window}"),
+                                                elapsed=fmt_span(now - last_at), window=fmt_span(window)))
         hung = self.hung_at(history)
         if hung is None or hung <= now:
             return None
@@ -115,7 +117,8 @@ class StallPolicy(Policy):
         if now - start < (hung - start) / 2:
             return None
         return Pending(policy=self.name, action="stop", at=hung,
-                       progress=f"silent for {fmt_span(now - start)} of {fmt_span(hung - start)} (hung job)")
+                       **progress_texts(N_("silent for {elapsed} of {wait} (hung job)"),
+                                        elapsed=fmt_span(now - start), wait=fmt_span(hung - start)))
 
     def due_at(self, history: History, now: datetime) -> datetime | None:
         """The next of the stall advice's deadline (last progress + ``stall_window``) and the
@@ -154,8 +157,9 @@ class StallPolicy(Policy):
             "last_step": last.step if last is not None else None,
             "last_epoch": last.epoch if last is not None else None,
         }
-        reason = (f"no new progress for {fmt_duration(silent)} (stall_window {fmt_duration(window)}) "
-                  f"while the job is still running; last progress at {iso(last_at)}")
+        reason = _("no new progress for {silent} (stall_window {window}) while the job is still running; last "
+                   "progress at {last}").format(silent=fmt_duration(silent), window=fmt_duration(window),
+                                                 last=iso(last_at))
         return Decision(time=now, policy=self.name, action=self.action, reason=reason,
                         evidence=evidence, key=f"stall:{iso(last_at)}")
 
@@ -177,12 +181,17 @@ class StallPolicy(Policy):
             "last_value": finite_or_text(last.value) if last is not None else None,
             "last_step": last.step if last is not None else None,
         }
-        output = ("and no output at all" if history.last_output_at is not None
-                  else "(its output is not watched)")
-        reason = (f"the job looks hung: no progress {output} for {fmt_duration(now - start)} "
-                  f"(max of stop_after {fmt_duration(cfg.stop_after)} and {cfg.cadence_factor:g}x its longest gap "
-                  f"between reports, {_gap_text(history.longest_progress_gap)}, over {history.progress_reports} "
-                  f"reports) while it is still running; last progress at {iso(last_at)}")
+        if history.last_output_at is not None:
+            hung_text = _("the job looks hung: no progress and no output at all for {silent} (max of stop_after "
+                          "{stop_after} and {factor:g}x its longest gap between reports, {gap}, over {reports} "
+                          "reports) while it is still running; last progress at {last}")
+        else:
+            hung_text = _("the job looks hung: no progress (its output is not watched) for {silent} (max of "
+                          "stop_after {stop_after} and {factor:g}x its longest gap between reports, {gap}, over "
+                          "{reports} reports) while it is still running; last progress at {last}")
+        reason = hung_text.format(silent=fmt_duration(now - start), stop_after=fmt_duration(cfg.stop_after),
+                                  factor=cfg.cadence_factor, gap=_gap_text(history.longest_progress_gap),
+                                  reports=history.progress_reports, last=iso(last_at))
         return Decision(time=now, policy=self.name, action="stop", reason=reason,
                         evidence=evidence, key=f"stall-stop:{iso(last_at)}")
 

@@ -40,15 +40,14 @@ from __future__ import annotations
 import math
 from array import array
 from datetime import datetime
-from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from ..clock import ensure_utc
-from ..money import Money
+from ..i18n import _
 from ..records import Decision, ProgressPoint
-from .base import Policy, PolicyConfig, PolicyContext, iso, register
+from .base import Policy, PolicyConfig, PolicyContext, clauses, cost_clause, iso, register, where_text
 from .history import History, finite_or_text, thin
 
 RELEASE = 0.75
@@ -190,16 +189,16 @@ class UnstablePolicy(Policy):
 
         cfg, rule = self.config, self.rule
         rest = rest_of_run_cost(history, point)
-        where = f"step {point.step}" if point.step is not None else (
-            f"epoch {point.epoch:g}" if point.epoch is not None else f"point {rule.n}")
+        where = where_text(point.step, point.epoch, rule.n)
         memory = memory_use(history)
         if memory is None:
-            card = "a bigger card only if the run is memory-bound"
+            card = _("a bigger card only if the run is memory-bound")
         elif memory >= MEMORY_BOUND:
-            card = (f"the card's memory is {memory:.0%} used (memory-bound): a bigger card would let the batch grow, "
-                    "gradient accumulation does it on this one")
+            card = _("the card's memory is {memory:.0%} used (memory-bound): a bigger card would let the batch grow, "
+                     "gradient accumulation does it on this one").format(memory=memory)
         else:
-            card = f"not a bigger card: the run uses {memory:.0%} of its memory, room for a bigger batch here"
+            card = _("not a bigger card: the run uses {memory:.0%} of its memory, room for a bigger batch "
+                     "here").format(memory=memory)
         evidence: dict[str, Any] = {
             "monitor": cfg.monitor, "metric": point.name, "step": point.step, "epoch": point.epoch,
             "point_time": iso(point.time) if point.time is not None else None, "index": rule.n - 1,
@@ -212,14 +211,12 @@ class UnstablePolicy(Policy):
             "spend_per_hour": str(history.rate.amount) if history.rate is not None else None,
             "currency": history.rate.currency if history.rate is not None else None,
         }
-        reason = (f"{cfg.monitor} loss is unstable at {where}: over the last {cfg.window} points it moves a median "
-                  f"{rule.median:.0%} of its trend ({rule.trend:.4g}) from one point to the next (bound "
-                  f"{cfg.max_swing:.0%}): use a bigger effective batch (gradient accumulation) or a lower learning "
-                  f"rate; {card}")
-        if rest is not None:
-            reason += f"; the rest of the run would cost about {Money(Decimal(rest['cost']), rest['currency'])}"
-        elif history.rate is not None:
-            reason += f"; it costs {history.rate}/h while it runs"
+        diagnosis = _("{monitor} loss is unstable at {where}: over the last {window} points it moves a median "
+                      "{median:.0%} of its trend ({trend:.4g}) from one point to the next (bound {bound:.0%}): use a "
+                      "bigger effective batch (gradient accumulation) or a lower learning rate").format(
+            monitor=cfg.monitor, where=where, window=cfg.window, median=rule.median, trend=rule.trend,
+            bound=cfg.max_swing)
+        reason = clauses(diagnosis, card, cost_clause(rest, history.rate))
         return Decision(time=now, policy=self.name, action=self.action, reason=reason, evidence=evidence,
                         key=f"unstable:{cfg.monitor}:{point.name}:{rule.n - 1}")
 

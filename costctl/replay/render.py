@@ -289,7 +289,7 @@ def render(a: Analysis, console: Console) -> None:
             console.print(_("right-sizing: {advice}; on it the run would have cost about {cost} {currency} "
                             "({speed_source})").format(
                 advice=rs.advice.text, cost=rs.advice.cost_there.quantize(Decimal("0.01")),
-                currency=rs.advice.currency, speed_source=rs.advice.card.speed_source))
+                currency=rs.advice.currency, speed_source=rs.advice.card.speed_text or rs.advice.card.speed_source))
         elif rs.reason:
             console.print(rs.reason)
     for line in a.assumptions:

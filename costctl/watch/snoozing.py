@@ -25,6 +25,7 @@ from typing import Any
 from ..clock import Clock
 from ..config import SnoozeConfig
 from ..decisions import DecisionRecorder
+from ..i18n import N_, _
 from ..notify.events import SNOOZE_KEY_PREFIX
 from ..policies.base import Pending, iso
 from ..policies.engine import PolicyEngine, Snooze
@@ -32,18 +33,25 @@ from ..policies.idle import fmt_duration
 from ..records import Action, Decision
 from ..snooze import Peer
 from ..statusline import countdown
+from ..stopping import STATE_WORDS
 
-#: The texts (whole sentences, named placeholders).
-SNOOZED = "{by} snoozed the idle autostop of {provider} instance {instance} until {until} ({granted})."
-CAPPED = "{requested} was asked; [snooze] max allows {max}."
-LIFTED = "{by} lifted the snooze of the idle autostop of {provider} instance {instance}."
-NEVER = "Budget caps and a failed stop are never snoozed."
-PENDING_NOW = "Pending: {countdown}."
-NOTHING_PENDING = "No stop is pending now."
-IN_FLIGHT = ("{provider} instance {instance} is already being stopped ({state}): a stop under way is not "
-             "snoozed.")
-WATCH = "watch {pid} (run {run}, {provider} instance {instance})"
-NOTE = "The autostop was snoozed by {by} until {until}."
+#: The texts (whole sentences, named placeholders; translated where they are used).
+SNOOZED = N_("{by} snoozed the idle autostop of {provider} instance {instance} until {until} ({granted}). Budget "
+             "caps and a failed stop are never snoozed.")
+SNOOZED_CAPPED = N_("{by} snoozed the idle autostop of {provider} instance {instance} until {until} ({granted}). "
+                    "{requested} was asked; [snooze] max allows {max}. Budget caps and a failed stop are never "
+                    "snoozed.")
+LIFTED = N_("{by} lifted the snooze of the idle autostop of {provider} instance {instance}.")
+PENDING_NOW = N_("{watch}: {reason} Pending: {countdown}.")
+NOTHING_PENDING = N_("{watch}: {reason} No stop is pending now.")
+STATUS_PENDING = N_("{watch}: Pending: {countdown}.")
+STATUS_NOTHING = N_("{watch}: No stop is pending now.")
+NO_SNOOZE = N_("{watch}: no snooze was in force. Pending: {countdown}.")
+NO_SNOOZE_NOTHING = N_("{watch}: no snooze was in force. No stop is pending now.")
+IN_FLIGHT = N_("{watch}: {provider} instance {instance} is already being stopped ({state}): a stop under way is "
+               "not snoozed.")
+WATCH = N_("watch {pid} (run {run}, {provider} instance {instance})")
+NOTE = N_("The autostop was snoozed by {by} until {until}.")
 
 
 class SnoozeControl:
@@ -80,11 +88,13 @@ class SnoozeControl:
     def _local(self, when: datetime) -> str:
         return when.astimezone(self.tz).strftime("%Y-%m-%d %H:%M:%S %Z")
 
-    def _pending_text(self, now: datetime) -> str:
+    def _pending_text(self, now: datetime, head: str, *, pending: str, nothing: str, **values: str) -> str:
+        """One answer line: ``pending`` (a sentence with ``{countdown}``) with the nearest pending
+        stop, else ``nothing``; both get ``{watch}`` (``head``) and ``values``."""
         found = self.pending(now)
         if found is None:
-            return NOTHING_PENDING
-        return PENDING_NOW.format(countdown=countdown(found.progress, found.at, now, self.tz))
+            return _(nothing).format(watch=head, **values)
+        return _(pending).format(watch=head, countdown=countdown(found.progress, found.at, now, self.tz), **values)
 
     def handle(self, request: dict[str, Any], peer: Peer) -> dict[str, Any]:
         """Answer one request (``{"op": "snooze", "seconds": N}``, ``{"op": "off"}``,
@@ -92,24 +102,26 @@ class SnoozeControl:
         op = request.get("op")
         with self.lock:
             where = self.where()
-            head = WATCH.format(pid=os.getpid(), **where)
+            head = _(WATCH).format(pid=os.getpid(), **where)
             now = self.clock.now()
             if op == "status":
-                return {"ok": True, "watch": head, "message": f"{head}: {self._pending_text(now)}",
+                return {"ok": True, "watch": head,
+                        "message": self._pending_text(now, head, pending=STATUS_PENDING, nothing=STATUS_NOTHING),
                         "snoozed_until": iso(self.engine.snoozed.until) if self.engine.snoozed else None}
             if op == "off":
                 return self._off(now, peer, head, where)
             if op != "snooze":
-                return {"ok": False, "error": f"unknown request {op!r} (snooze, off or status)"}
+                return {"ok": False, "error": _("unknown request {op!r} (snooze, off or status)").format(op=op)}
             try:
                 seconds = float(request.get("seconds"))  # type: ignore[arg-type]
             except (TypeError, ValueError):
-                return {"ok": False, "error": "a snooze needs a number of seconds"}
+                return {"ok": False, "error": _("a snooze needs a number of seconds")}
             if not seconds > 0:
-                return {"ok": False, "error": "a snooze needs a positive number of seconds"}
+                return {"ok": False, "error": _("a snooze needs a positive number of seconds")}
             state = self.stopping()
             if state is not None:
-                return {"ok": False, "watch": head, "error": f"{head}: " + IN_FLIGHT.format(state=state, **where)}
+                word = _(STATE_WORDS[state]) if state in STATE_WORDS else state
+                return {"ok": False, "watch": head, "error": _(IN_FLIGHT).format(watch=head, state=word, **where)}
             return self._snooze(now, seconds, peer, head, where)
 
     def _snooze(self, now: datetime, seconds: float, peer: Peer, head: str, where: dict[str, str]) -> dict[str, Any]:
@@ -119,20 +131,19 @@ class SnoozeControl:
         until = now + granted
         by = peer.describe()
         self.engine.snooze(Snooze(until=until, by=by, at=now))
-        reason = SNOOZED.format(by=by, until=self._local(until), granted=fmt_duration(granted), **where)
-        if granted < requested:
-            reason += " " + CAPPED.format(requested=fmt_duration(requested), max=fmt_duration(self.config.max))
-        reason += " " + NEVER
+        reason = _(SNOOZED_CAPPED if granted < requested else SNOOZED).format(
+            by=by, until=self._local(until), granted=fmt_duration(granted), requested=fmt_duration(requested),
+            max=fmt_duration(self.config.max), **where)
         evidence = {"by": {"user": peer.user, "uid": peer.uid, "pid": peer.pid, "host": socket.gethostname()},
                     "requested_s": seconds, "granted_s": granted.total_seconds(),
                     "max_s": self.config.max.total_seconds(), "until": iso(until), "until_local": self._local(until)}
         self.recorder.record(Decision(time=now, policy="snooze", action=Action.SNOOZE, reason=reason,
                                       evidence=evidence, key=f"{SNOOZE_KEY_PREFIX}{iso(now)}:{peer.pid}"), "snoozed",
-                             say=f"costctl: {reason}")
+                             say=_("costctl: {message}").format(message=reason))
         if self.on_change is not None:
-            self.on_change(NOTE.format(by=by, until=self._local(until)))
+            self.on_change(_(NOTE).format(by=by, until=self._local(until)))
         return {"ok": True, "watch": head, "snoozed_until": iso(until), "granted_s": granted.total_seconds(),
-                "message": f"{head}: {reason} {self._pending_text(now)}"}
+                "message": self._pending_text(now, head, pending=PENDING_NOW, nothing=NOTHING_PENDING, reason=reason)}
 
     def _off(self, now: datetime, peer: Peer, head: str, where: dict[str, str]) -> dict[str, Any]:
         by = peer.describe()
@@ -142,14 +153,15 @@ class SnoozeControl:
             self.on_change(None)
         if was is None or was.until <= now:
             return {"ok": True, "watch": head, "snoozed_until": None,
-                    "message": f"{head}: no snooze was in force. {self._pending_text(now)}"}
-        reason = LIFTED.format(by=by, **where)
+                    "message": self._pending_text(now, head, pending=NO_SNOOZE, nothing=NO_SNOOZE_NOTHING)}
+        reason = _(LIFTED).format(by=by, **where)
         self.recorder.record(Decision(time=now, policy="snooze", action=Action.SNOOZE, reason=reason,
                                       evidence={"by": {"user": peer.user, "uid": peer.uid, "pid": peer.pid},
                                                 "lifted": iso(was.until)},
                                       key=f"{SNOOZE_KEY_PREFIX}off:{iso(now)}:{peer.pid}"), "snooze lifted",
-                             say=f"costctl: {reason}")
-        return {"ok": True, "watch": head, "snoozed_until": None, "message": f"{head}: {reason} {self._pending_text(now)}"}
+                             say=_("costctl: {message}").format(message=reason))
+        return {"ok": True, "watch": head, "snoozed_until": None,
+                "message": self._pending_text(now, head, pending=PENDING_NOW, nothing=NOTHING_PENDING, reason=reason)}
 
 
 __all__ = ["SnoozeControl"]

@@ -46,6 +46,7 @@ from ..cloud import PriceRefused, checked_price, open_provider
 from ..config import Settings
 from ..decisions import DecisionRecorder
 from ..errors import ConfigError, CostctlError, LedgerError, UsageError
+from ..i18n import N_, _, ngettext
 from ..executor import Executor
 from ..ledger.db import Ledger
 from ..ledger.lifecycle import spot_exposure
@@ -194,6 +195,24 @@ def jupyter_source(settings: Settings) -> JupyterActivity | None:
         return None
     token = section.jupyter_token.get_secret_value() if section.jupyter_token is not None else None
     return JupyterActivity(section.jupyter_url, token=token)
+
+
+#: The watch's first line, by (what it does: ``running`` a command, ``guarding`` the machine or
+#: ``attached`` to a run's job; whether the instance is spot).
+_STARTED = {
+    ("running", False): N_("costctl: run {run} running {command} on {provider} instance {instance} ({gpu}, {price} "
+                           "{currency}/h); config {config}; log {log}"),
+    ("running", True): N_("costctl: run {run} running {command} on {provider} instance {instance} ({gpu}, {price} "
+                          "{currency}/h, spot); config {config}; log {log}"),
+    ("guarding", False): N_("costctl: run {run} guarding this machine on {provider} instance {instance} ({gpu}, "
+                            "{price} {currency}/h); config {config}; log {log}"),
+    ("guarding", True): N_("costctl: run {run} guarding this machine on {provider} instance {instance} ({gpu}, "
+                           "{price} {currency}/h, spot); config {config}; log {log}"),
+    ("attached", False): N_("costctl: run {run} attached (from log offset {offset}) to {command} on {provider} "
+                            "instance {instance} ({gpu}, {price} {currency}/h); config {config}; log {log}"),
+    ("attached", True): N_("costctl: run {run} attached (from log offset {offset}) to {command} on {provider} "
+                           "instance {instance} ({gpu}, {price} {currency}/h, spot); config {config}; log {log}"),
+}
 
 
 class Watcher:
@@ -506,12 +525,12 @@ class Watcher:
             self.ledger = None
             raise
         if lost:
-            self.say(f"costctl: closed {len(lost)} earlier run(s) on this instance whose watch died "
-                     f"without closing them ({', '.join(r[:8] for r in lost)}): status lost")
+            self.say(_("costctl: closed {count} earlier run(s) on this instance whose watch died without closing them "
+                       "({runs}): status lost").format(count=len(lost), runs=", ".join(r[:8] for r in lost)))
         self.summary.stop_route = route.label
         self.summary.advise_only = not route.stops
         if not route.stops:
-            self.status.badge = "ADVISE-ONLY: nothing is stopped"
+            self.status.badge = _("ADVISE-ONLY: nothing is stopped")
         self.started_at = self.clock.now()
         self.started_wall = time.time()
         if target is not None:  # --attach: the same ledger run, its log, its job
@@ -586,22 +605,22 @@ class Watcher:
         )
         self._start_notifier(s)
         earlier_saves, chain_preempted = self._chain_history(run_id)
-        mtbf_s, mtbf_source = self._mtbf(chain_preempted)
+        mtbf_s, mtbf_source, mtbf_shown = self._mtbf(chain_preempted)
         self.lifecycle = Lifecycle(
             s, clock=self.clock, run=self, job=self.job, instances=provider, log=self.recorder,
             stopper=self.executor, ledger=self.writer, summary=self.summary, say=self.say,
             request_path=self.checkpoint_request, command=self.options.command, dry_run=self.options.dry_run,
             started_wall=self.started_wall, on_oom=self.options.on_oom, mtbf_s=mtbf_s, mtbf_source=mtbf_source,
-            earlier_saves_s=earlier_saves, earlier_saves_source="ledger: the chain's checkpoint rows",
-            saves_path=self._saves_path,
+            earlier_saves_s=earlier_saves, earlier_saves_source=N_("ledger: the chain's checkpoint rows"),
+            saves_path=self._saves_path, mtbf_shown=mtbf_shown,
         )
         for decision, outcome in pending:
             self.recorder.record(decision, outcome)
         if not route.stops:
             self.recorder.record(Decision(
                 time=self.started_at, policy="advise-only", action=Action.WARN,
-                reason="this watch stops nothing: every stop (policies, budget caps, --on-exit stop, "
-                       f"a move to another card) is advice only; {route.detail}",
+                reason=_("this watch stops nothing: every stop (policies, budget caps, --on-exit stop, a move to "
+                         "another card) is advice only; {detail}").format(detail=route.detail),
                 evidence={"stop_route": route.as_evidence()}, key="advise-only"), "warned")
         self._metrics = MetricsFileFollower(self.options.metrics_file) if self.options.metrics_file else None
         # Each stream's parser reads what analyze reads (named losses, column tables, gradient
@@ -645,29 +664,36 @@ class Watcher:
                 self.ledger.close()
                 raise
         if self._sampler is None:
-            stand_in = "the watched process tree" if self.child else "all user processes"
-            gpu = detect_gpu_source(log=lambda m: self.say(f"costctl: {m}"), stand_in=stand_in)
+            # the stand-in is named in the sampler's sentence: English message ids (N_), for it to translate
+            stand_in = N_("the watched process tree") if self.child else N_("all user processes")
+            gpu = detect_gpu_source(log=lambda m: self.say(_("costctl: {message}").format(message=m)),
+                                    stand_in=stand_in)
             cpu = _job_cpu(self.child.pid) if self.child else MachineCpu()
             self._sampler = Sampler(gpu, cpu, count_ssh=s.policies.idle.count_ssh_sessions,
                                     jupyter=jupyter_source(s),
                                     on_error=self._sampler_failed)
             self._own_cpu = self.child is not None
         gpu_name = resolved.gpu_name
-        mode = f"running {shlex.join(self.options.command)}" if self.options.command else "guarding this machine"
+        shape = {"run": run_id[:8], "command": shlex.join(self.options.command or []),
+                 "offset": target.since if target is not None else None, "provider": provider.name,
+                 "instance": instance_id, "gpu": gpu_name or _("unknown GPU"), "price": rate.amount,
+                 "currency": rate.currency, "config": s.config_path or _("defaults and environment"),
+                 "log": self.log_path}
+        spot = billing == "spot"
         if target is not None:
-            mode = f"attached (from log offset {target.since}) to {shlex.join(self.options.command or [])}"
-        config = s.config_path or "defaults and environment"
-        self.say(
-            f"costctl: run {run_id[:8]} {mode} on {provider.name} instance {instance_id} "
-            f"({gpu_name or 'unknown GPU'}, {rate.amount} {rate.currency}/h"
-            f"{', ' + billing if billing == 'spot' else ''}); config {config}; log {self.log_path}"
-        )
-        self.say(f"costctl: {route}" + (f" ({route.detail})" if route.kind == "self-stop" else ""))
+            mode = "attached"
+        else:
+            mode = "running" if self.options.command else "guarding"
+        self.say(_(_STARTED[(mode, spot)]).format(**shape))
+        if route.kind == "self-stop":
+            self.say(_("costctl: {route} ({detail})").format(route=route, detail=route.detail))
+        else:
+            self.say(_("costctl: {route}").format(route=route))
         if resume_from:
-            self.say(f"costctl: resuming from {resume_from}")
+            self.say(_("costctl: resuming from {path}").format(path=resume_from))
         if self.options.metrics_file is not None and not self.options.metrics_file.exists():
-            self.say(f"costctl: metrics file {self.options.metrics_file} does not exist yet; "
-                     "waiting for the job to write it")
+            self.say(_("costctl: metrics file {path} does not exist yet; waiting for the job to write it").format(
+                path=self.options.metrics_file))
         if billing == "spot":
             self._start_notice_source()
         self._start_control(s)
@@ -710,7 +736,8 @@ class Watcher:
         try:
             server.start()
         except (CostctlError, OSError) as exc:
-            self.say(f"costctl: `costctl snooze` cannot reach this watch: {getattr(exc, 'message', None) or exc}")
+            self.say(_("costctl: `costctl snooze` cannot reach this watch: {error}").format(
+                error=getattr(exc, "message", None) or exc))
             return
         self._control = server
 
@@ -728,7 +755,8 @@ class Watcher:
         decision = warnings.check(self.engine.next_stop(self.history, now), now, provider=run.provider,
                                   instance=run.instance_id, host=socket.gethostname())
         if decision is not None:
-            self.recorder.record(decision, "warned", say=f"costctl {decision.policy} warning: {decision.reason}")
+            self.recorder.record(decision, "warned", say=_("costctl {policy} warning: {reason}").format(
+                policy=decision.policy, reason=decision.reason))
 
     def _attach_target(self, instance_pk: int, instance_id: str) -> AttachTarget | None:
         """``--attach RUN``: the run to take over (None without ``--attach``); its command
@@ -740,13 +768,14 @@ class Watcher:
         if self.options.attach is None:
             return None
         if self.options.command:
-            raise UsageError("--attach takes no command: the run's job already runs")
+            raise UsageError(_("--attach takes no command: the run's job already runs"))
         assert self.ledger is not None
         target = find_target(self.ledger.open_runs(host=socket.gethostname()), self.options.attach,
                              alive=watch_alive)
         if target.instance_pk != instance_pk:
-            raise UsageError(f"--attach {self.options.attach}: run {target.run_id[:8]} was recorded on another "
-                             f"instance than {instance_id} (give the same --config as its watch)")
+            raise UsageError(_("--attach {attach}: run {run} was recorded on another instance than {instance} (give "
+                               "the same --config as its watch)").format(attach=self.options.attach,
+                                                                        run=target.run_id[:8], instance=instance_id))
         self.options = replace(self.options, command=target.command or ["?"])
         return target
 
@@ -768,8 +797,8 @@ class Watcher:
             child.wait_exit()
         except Exception as exc:  # noqa: BLE001 - the loop still polls the child; no thread traceback
             if self._thread_failed("job-exit", exc):
-                self.say(f"costctl: waiting for the job's exit failed: {self._exc_text(exc)}"
-                         f"{self._crash_log('job-exit', exc)}; the watch goes on and polls the job")
+                self.say(_("costctl: waiting for the job's exit failed: {error}{traceback}; the watch goes on and polls "
+                           "the job").format(error=self._exc_text(exc), traceback=self._crash_log("job-exit", exc)))
         self._wake()
 
     def _wake(self) -> None:
@@ -798,7 +827,8 @@ class Watcher:
         except PriceRefused as exc:
             raise ConfigError(exc.message) from None
         if price is None:
-            raise ConfigError(f"{self.provider.name} reported no price for instance {inst.id}")
+            raise ConfigError(_("{provider} reported no price for instance {instance}").format(
+                provider=self.provider.name, instance=inst.id))
         if inst.currency == old.rate.currency:
             self._spend_before += spent
         # The new run's key and id are needed at once: written through the writer (after what
@@ -808,12 +838,13 @@ class Watcher:
             instance_pk = self.writer.submit(
                 "ensure_instance", self.provider.name, inst.id, gpu=inst.gpu, gpu_count=inst.gpu_count,
                 billing=inst.billing.value, price_per_hour=price, currency=inst.currency,
-                region=inst.region, what="record the instance").result(wait_s)
+                region=inst.region, what=_("record the instance")).result(wait_s)
             run_id = self.writer.submit(
                 "start_run", instance_pk, started_at=now, command=self.options.command, log_path=str(self.log_path),
-                host=socket.gethostname(), pid=os.getpid(), what="record the run").result(wait_s)
+                host=socket.gethostname(), pid=os.getpid(), what=_("record the run")).result(wait_s)
         except TimeoutError:
-            raise LedgerError(f"the ledger was unreachable for {wait_s:g}s: cannot start the run on {inst.id}") from None
+            raise LedgerError(_("the ledger was unreachable for {seconds:g}s: cannot start the run on "
+                                "{instance}").format(seconds=wait_s, instance=inst.id)) from None
         self._state = replace(old, instance_id=inst.id, instance=inst,
                               rate=Money(price, inst.currency), gpu_name=inst.gpu,
                               gpu_count=inst.gpu_count, billing=inst.billing.value, instance_pk=instance_pk,
@@ -839,23 +870,30 @@ class Watcher:
         except LedgerError:
             return [], 0
 
-    def _mtbf(self, chain_preemptions: int = 0) -> tuple[float | None, str]:
+    def _mtbf(self, chain_preemptions: int = 0) -> tuple[float | None, str, str]:
         """Mean time between preemptions for the periodic interval (see the lifecycle docs):
         every preemption the ledger recorded on spot instances counts, the earlier runs' of
-        this chain (``chain_preemptions``) among them."""
+        this chain (``chain_preemptions``) among them. Returns ``(seconds, where it comes from
+        in English (the evidence), the same in the current language)``."""
         configured = self.settings.checkpoint.mtbf.total_seconds()
         assert self.ledger is not None
         try:
             with self.ledger.session() as session:
                 seen = spot_exposure(session)
         except LedgerError:
-            return configured, "configured"
+            return configured, "configured", _("configured")
         if seen.charged_s <= 0:
-            return configured, "configured"
+            return configured, "configured", _("configured")
         blended = (configured + seen.charged_s) / (1 + seen.preemptions)
-        chain = f" ({chain_preemptions} of them in earlier runs of this chain)" if chain_preemptions else ""
-        return blended, (f"observed: {seen.preemptions} preemption(s){chain} in {seen.charged_s / 3600:.1f} spot "
-                         f"hours (ledger), with the configured {configured / 3600:g} h as one prior observation")
+        if chain_preemptions:
+            source = N_("observed: {count} preemption(s) ({chain} of them in earlier runs of this chain) in "
+                        "{hours:.1f} spot hours (ledger), with the configured {prior:g} h as one prior observation")
+        else:
+            source = N_("observed: {count} preemption(s) in {hours:.1f} spot hours (ledger), with the configured "
+                        "{prior:g} h as one prior observation")
+        shape = {"count": seen.preemptions, "chain": chain_preemptions, "hours": seen.charged_s / 3600,
+                 "prior": configured / 3600}
+        return blended, source.format(**shape), _(source).format(**shape)
 
     def _start_notice_source(self) -> None:
         """Find the preemption-notice source (sim provider at once; cloud metadata in the background)."""
@@ -878,11 +916,12 @@ class Watcher:
                     # A long-polling source (GCP) waits on the server: one thread of its own polls
                     # it back to back, a notice is seen when it is set (the job below skips it).
                     poller.start()
-                    how = "with a long-poll (answered when the notice is set)"
+                    said = _("costctl: watching {platform} for preemption notices with a long-poll (answered when "
+                             "the notice is set)")
                 else:
-                    how = f"every {cfg.poll_interval.total_seconds():g}s"
+                    said = _("costctl: watching {platform} for preemption notices every {seconds:g}s")
                 self.notice_poller = poller
-                self.say(f"costctl: watching {found.platform} for preemption notices {how}")
+                self.say(said.format(platform=found.platform, seconds=cfg.poll_interval.total_seconds()))
 
         def detect_in_thread() -> None:
             try:
@@ -1022,9 +1061,9 @@ class Watcher:
                 self._stragglers_said = True
                 from ..relay.server import DRAIN_S
 
-                self.say(f"costctl: processes the job left behind still hold its output; what they write "
-                         f"from now on is not shown here (the relay keeps it in the run log {self.log_path} "
-                         f"for {DRAIN_S:g} s after the job's exit)")
+                self.say(_("costctl: processes the job left behind still hold its output; what they write from now "
+                           "on is not shown here (the relay keeps it in the run log {log} for {seconds:g} s after the "
+                           "job's exit)").format(log=self.log_path, seconds=DRAIN_S))
         if not left:  # a last line without a line end: parsed now
             output = getattr(self, "_output", None)
             if output is not None and (batch := output.flush(self.clock.now())):
@@ -1035,8 +1074,8 @@ class Watcher:
                 and output.primary.names.get("train") and not getattr(self, "_loss_said", False):
             self._loss_said = True
             shown = ", ".join(repr(n) for n in output.primary.names["train"])
-            self.say(f"costctl: --loss {self.options.loss!r}: the job's output showed no such train loss series "
-                     f"(it has {shown}): the loss policies saw no train loss")
+            self.say(_("costctl: --loss {loss!r}: the job's output showed no such train loss series (it has {names}): "
+                       "the loss policies saw no train loss").format(loss=self.options.loss, names=shown))
 
     def _say_unparsed(self) -> None:
         """Say (once per drain) what the parser left: never silently lost."""
@@ -1044,23 +1083,32 @@ class Watcher:
         info = pump.last_unparsed if pump is not None else None
         if info is not None:
             pump.last_unparsed = None
-            lines = f"{info.lines:,}" if info.exact else f"about {info.lines:,}"
-            self.say(f"costctl: {info.bytes:,} bytes ({lines} lines) of the job's output were not parsed for "
-                     f"progress by the end of the watch (one sample interval after the job's exit): the policies "
-                     f"did not see them. They are in the run log {self.log_path} (offsets {info.first_offset:,}-"
-                     f"{info.end_offset:,}); `costctl analyze --train-log {self.log_path}` reads all of it")
+            if info.exact:
+                unparsed = _("costctl: {bytes:,} bytes ({lines:,} lines) of the job's output were not parsed for "
+                             "progress by the end of the watch (one sample interval after the job's exit): the "
+                             "policies did not see them. They are in the run log {log} (offsets {first:,}-{end:,}); "
+                             "`costctl analyze --train-log {log}` reads all of it")
+            else:
+                unparsed = _("costctl: {bytes:,} bytes (about {lines:,} lines) of the job's output were not parsed "
+                             "for progress by the end of the watch (one sample interval after the job's exit): the "
+                             "policies did not see them. They are in the run log {log} (offsets {first:,}-{end:,}); "
+                             "`costctl analyze --train-log {log}` reads all of it")
+            self.say(unparsed.format(bytes=info.bytes, lines=info.lines, log=self.log_path, first=info.first_offset,
+                                     end=info.end_offset))
         output = getattr(self, "_output", None)
         long_lines = output.long_lines if output is not None else 0
         if long_lines > getattr(self, "_long_said", 0):
             self._long_said = long_lines
-            self.say(f"costctl: {long_lines:,} line{'s' if long_lines != 1 else ''} of the job's output longer than "
-                     f"{MAX_LINE_CHARS:,} characters {'were' if long_lines != 1 else 'was'} skipped for progress: "
-                     f"a loss on them was not read (they are in the run log {self.log_path})")
+            self.say(ngettext("costctl: {count:,} line of the job's output longer than {max:,} characters was skipped "
+                              "for progress: a loss on them was not read (they are in the run log {log})",
+                              "costctl: {count:,} lines of the job's output longer than {max:,} characters were "
+                              "skipped for progress: a loss on them was not read (they are in the run log {log})",
+                              long_lines).format(count=long_lines, max=MAX_LINE_CHARS, log=self.log_path))
         if pump is not None and pump.lost_bytes and not getattr(self, "_lost_said", False):
             self._lost_said = True
-            self.say(f"costctl: {pump.lost_bytes:,} bytes of the job's output could not be read back from the run "
-                     f"log {self.log_path} for progress (see {self.log_path.with_suffix('.relay.err')}); the "
-                     "policies did not see them")
+            self.say(_("costctl: {bytes:,} bytes of the job's output could not be read back from the run log {log} "
+                       "for progress (see {err}); the policies did not see them").format(
+                bytes=pump.lost_bytes, log=self.log_path, err=self.log_path.with_suffix(".relay.err")))
 
     def _progress_backlog(self) -> None:
         """The parser waits for its points to be taken (parser thread): the main loop runs a
@@ -1083,7 +1131,7 @@ class Watcher:
         except Exception as exc:  # noqa: BLE001 - as a tick's (see _safe_tick)
             if not self._tick_error_reported:
                 self._tick_error_reported = True
-                self.say(f"costctl: error during a tick: {type(exc).__name__}: {exc}{self._crash_log('tick', exc)}")
+                self.say(self._tick_failed(exc, self._crash_log("tick", exc)))
 
     def _take_grad_norms(self) -> None:
         """The gradient norms read since the last tick, to the history (divergence reads them);
@@ -1100,12 +1148,14 @@ class Watcher:
         missing = output.primary.missing
         if missing is not None and not getattr(self, "_loss_said", False):
             self._loss_said = True  # once: not again at the end
-            self.say(f"costctl: {missing}, after {MISSING_AFTER_POINTS} points of those in the job's output: "
-                     "the loss policies watch no train loss until it appears (the watch goes on)")
+            self.say(_("costctl: {missing}, after {points} points of those in the job's output: the loss policies "
+                       "watch no train loss until it appears (the watch goes on)").format(
+                missing=missing, points=MISSING_AFTER_POINTS))
         changes = output.primary.changes
         for kind, old, new in changes[getattr(self, "_moves_said", 0):]:
-            self.say(f"costctl: the output now shows a {kind} loss series {new!r}, which the policies watch from "
-                     f"here on in place of {old!r} (a 'total' one, else the plain per-batch loss; --loss NAME picks one)")
+            self.say(_("costctl: the output now shows a {kind} loss series {new!r}, which the policies watch from here "
+                       "on in place of {old!r} (a 'total' one, else the plain per-batch loss; --loss NAME picks "
+                       "one)").format(kind=kind, new=new, old=old))
         self._moves_said = len(changes)
 
     def _drain_progress(self, now: datetime) -> PointBatch:
@@ -1118,14 +1168,14 @@ class Watcher:
             self._pump.consumed(len(out))
         if self._metrics is None and self._auto_metrics is not None and (self._auto_seen or self._auto_metrics.exists()):
             self._metrics = MetricsFileFollower(self._auto_metrics)  # the output is no longer parsed
-            self.say(f"costctl: progress now read from the job's metrics file {self._auto_metrics} "
-                     "(full precision; the printed values are the fallback)")
+            self.say(_("costctl: progress now read from the job's metrics file {path} (full precision; the printed "
+                       "values are the fallback)").format(path=self._auto_metrics))
         if self._metrics is not None:
             try:
                 for point in self._metrics.poll(now):
                     out.append_point(point)
             except CostctlError as exc:
-                self.say(f"costctl: metrics file: {exc.message}")
+                self.say(_("costctl: metrics file: {error}").format(error=exc.message))
             except Exception as exc:  # noqa: BLE001 - a file the job writes must never fail a tick
                 self._metrics_failed(exc)
         return out
@@ -1137,7 +1187,8 @@ class Watcher:
         if decision.action is Action.DOWNSIZE and self.lifecycle is not None and not self.executor.advise_only:
             recorded, outcome = self.lifecycle.downsize(decision)
             self.recorder.record(recorded, outcome, dry_run=self.options.dry_run,
-                                 say=f"costctl {recorded.policy}: {recorded.reason} -> {outcome}")
+                                 say=_("costctl {policy}: {reason} -> {outcome}").format(
+                                     policy=recorded.policy, reason=recorded.reason, outcome=outcome))
         else:
             self.executor.handle(decision)
         self._start_stop_runner()
@@ -1293,7 +1344,7 @@ class Watcher:
             for g in sample.gpus
         ) or (f"CPU {sample.cpu_percent:.0f}%" if sample.cpu_percent is not None else "CPU ?")
         loss = self.summary.last_loss
-        loss_txt = f"loss {loss:.4g}" if loss is not None else "no loss yet"
+        loss_txt = _("loss {loss:.4g}").format(loss=loss) if loss is not None else _("no loss yet")
         spend = self.summary.spend
         # What matters most comes first, so a narrow terminal cuts the least useful part: a stop
         # in flight, else the countdown to the nearest pending stop.
@@ -1317,14 +1368,14 @@ class Watcher:
             path.write_text("".join(traceback.format_exception(exc)))
         except (OSError, CostctlError):
             return ""
-        return f" (traceback in {path})"
+        return _(" (traceback in {path})").format(path=path)
 
     def _policy_failed(self, name: str, exc: BaseException) -> None:
         """A policy raised: say so once, naming it; the other policies go on (PolicyEngine)."""
         message = exc.message if isinstance(exc, CostctlError) else f"{type(exc).__name__}: {exc}"
         where = "" if isinstance(exc, CostctlError) else self._crash_log(f"policy-{name}", exc)
-        self.say(f"costctl: policy {name} failed and is skipped while it fails: {message}{where}; "
-                 "the other policies go on")
+        self.say(_("costctl: policy {name} failed and is skipped while it fails: {message}{traceback}; the other "
+                   "policies go on").format(name=name, message=message, traceback=where))
 
     def _safe_tick(self) -> None:
         """A scheduled tick (run by the main loop, :meth:`_loop`, which steps right after it)."""
@@ -1333,8 +1384,13 @@ class Watcher:
         except Exception as exc:  # noqa: BLE001 - keep guarding; the traceback goes to a log file
             if not self._tick_error_reported:
                 self._tick_error_reported = True
-                where = self._crash_log("tick", exc)
-                self.say(f"costctl: error during a tick: {type(exc).__name__}: {exc}{where}")
+                self.say(self._tick_failed(exc, self._crash_log("tick", exc)))
+
+    @staticmethod
+    def _tick_failed(exc: BaseException, where: str) -> str:
+        """The line that says a tick raised ``exc`` (``where``: :meth:`_crash_log`'s text)."""
+        return _("costctl: error during a tick: {error}: {detail}{traceback}").format(
+            error=type(exc).__name__, detail=exc, traceback=where)
 
     # ------------------------------------------------------------------ the main loop
     def _handle_winch(self, signum: int, frame: Any) -> None:
@@ -1410,32 +1466,32 @@ class Watcher:
         and logged by the relay and parsed (from the next line on)."""
         if self._thread_failed("output", exc):
             where = self._crash_log("output", exc)
-            self.say(f"costctl: error while handling the job's output: {self._exc_text(exc)}{where}; "
-                     "the job and its run log are unaffected")
+            self.say(_("costctl: error while handling the job's output: {error}{traceback}; the job and its run log "
+                       "are unaffected").format(error=self._exc_text(exc), traceback=where))
 
     def _metrics_failed(self, exc: BaseException) -> None:
         """Reading the metrics file raised something unexpected: said once, the traceback in the
         crash log; the file is polled again at the next tick (the tick itself goes on)."""
         if self._thread_failed("metrics-file", exc):
             where = self._crash_log("metrics-file", exc)
-            self.say(f"costctl: error while reading the metrics file: {self._exc_text(exc)}{where}; "
-                     "the watch goes on and reads it again at the next tick")
+            self.say(_("costctl: error while reading the metrics file: {error}{traceback}; the watch goes on and "
+                       "reads it again at the next tick").format(error=self._exc_text(exc), traceback=where))
 
     def _sampler_failed(self, source: str, exc: BaseException) -> None:
         """A telemetry source raised (the sampler reads it ERROR, i.e. busy, for that sample):
         said once per source, the traceback in the crash log."""
         if self._thread_failed(f"sampler-{source}", exc):
             where = self._crash_log(f"sampler-{source}", exc)
-            self.say(f"costctl: the {source} reading failed: {self._exc_text(exc)}{where}; it counts as busy "
-                     "while it fails, and the watch goes on")
+            self.say(_("costctl: the {source} reading failed: {error}{traceback}; it counts as busy while it fails, "
+                       "and the watch goes on").format(source=source, error=self._exc_text(exc), traceback=where))
 
     def _notices_failed(self, exc: BaseException) -> None:
         """The preemption-notice source raised something unexpected: said once, the traceback in
         the crash log; it is polled again (an unreadable source never gives a notice)."""
         if self._thread_failed("notices", exc):
             where = self._crash_log("notices", exc)
-            self.say(f"costctl: preemption notice poll failed: {self._exc_text(exc)}{where}; "
-                     "the watch goes on polling")
+            self.say(_("costctl: preemption notice poll failed: {error}{traceback}; the watch goes on polling").format(
+                error=self._exc_text(exc), traceback=where))
 
     def _handle_signal(self, signum: int, frame: Any) -> None:
         # Only a plain assignment: the handler runs between two bytecodes of the main thread,
@@ -1542,7 +1598,7 @@ class Watcher:
                 try:
                     self.lifecycle.poll()
                 except CostctlError as exc:  # e.g. the ledger is unwritable: keep guarding
-                    self.say(f"costctl: lifecycle step failed: {exc.message}")
+                    self.say(_("costctl: lifecycle step failed: {error}").format(error=exc.message))
         job = self.job
         if self._stopped_at is not None:
             if job is not None and job.exists and job.status is None:
@@ -1608,19 +1664,23 @@ class Watcher:
             with self._lock:
                 self._act(Decision(
                     time=self.clock.now(), policy="on-exit", action=Action.STOP,
-                    reason=f"the command exited with status {status} and --on-exit stop is set",
+                    reason=_("the command exited with status {status} and --on-exit stop is set").format(
+                        status=status),
                     evidence={"exit_status": status}, key="on-exit",
                 ))
             if self.executor is None or self.executor.stop is None:  # dry run, advise-only
                 return status, "completed" if status == 0 else "failed"
             return None
-        stops = not self.stops_nothing
-        self.say(
-            f"costctl: the command exited with status {status}; guarding the instance "
-            + ("until the idle policy stops it (Ctrl-C leaves it running)" if stops else
-               "(it is never stopped: " + ("--dry-run" if self.options.dry_run else "--advise-only")
-               + "; Ctrl-C ends the watch)")
-        )
+        if not self.stops_nothing:
+            guard = _("costctl: the command exited with status {status}; guarding the instance until the idle policy "
+                      "stops it (Ctrl-C leaves it running)")
+        elif self.options.dry_run:
+            guard = _("costctl: the command exited with status {status}; guarding the instance (it is never stopped: "
+                      "--dry-run; Ctrl-C ends the watch)")
+        else:
+            guard = _("costctl: the command exited with status {status}; guarding the instance (it is never stopped: "
+                      "--advise-only; Ctrl-C ends the watch)")
+        self.say(guard.format(status=status))
         return None
 
     def _on_signal(self) -> tuple[int, str] | None:
@@ -1639,7 +1699,7 @@ class Watcher:
                 self.summary.stop = stop
                 return (self.child_status if self.child_status is not None else 0), "self-stop sent"
             if proc is not None and not proc.done:  # not confirmed yet: failed
-                proc.cancel(f"the watch got {signal.Signals(sig).name}")
+                proc.cancel(_("the watch got {signal}").format(signal=signal.Signals(sig).name))
             self.executor.abort()
             if self.job is not None and self.job.running:
                 self.job.signal(signal.SIGKILL)  # the stop was ending it; the stop thread reaps it
@@ -1653,13 +1713,14 @@ class Watcher:
         job = self.job
         if job is not None and job.running:
             again = "Ctrl-C" if sig == signal.SIGINT else name
-            self.say(f"costctl: {name}: passing it to the job ({again} again to end it at once)")
+            self.say(_("costctl: {signal}: passing it to the job ({again} again to end it at once)").format(
+                signal=name, again=again))
             # Only the first signal is passed: a second one, even one that came before this
             # turn of the loop (a double tap), kills the job.
             self._ending = (sig, 1, time.monotonic() + job.grace_s)
             job.signal(sig)
             return self._on_ending()
-        self.say(f"costctl: {name}: the watch ends")
+        self.say(_("costctl: {signal}: the watch ends").format(signal=name))
         self._say_left_running()
         return (self.child_status if self.child_status is not None else 128 + sig), "interrupted"
 
@@ -1676,11 +1737,11 @@ class Watcher:
                 status = job.kill()
                 latest = self._signal or sig
                 again = "Ctrl-C" if latest == signal.SIGINT else signal.Signals(latest).name
-                self.say(f"costctl: second {again}: the job was killed")
+                self.say(_("costctl: second {again}: the job was killed").format(again=again))
             elif time.monotonic() >= deadline:
                 status = job.kill()
-                self.say(f"costctl: the job did not end within the grace period ({job.grace_s:g}s) after "
-                         f"{signal.Signals(sig).name}: it was killed")
+                self.say(_("costctl: the job did not end within the grace period ({seconds:g}s) after {signal}: it was "
+                           "killed").format(seconds=job.grace_s, signal=signal.Signals(sig).name))
             else:
                 return None
         else:
@@ -1695,14 +1756,14 @@ class Watcher:
         if self._stopped_at is not None or self._state is None:
             return
         run = self.state
-        where = f"{run.provider} instance {run.instance_id}"
+        shape = {"provider": run.provider, "instance": run.instance_id, "rate": run.rate,
+                 "why": "--dry-run" if self.options.dry_run else "advise-only"}
         if self.stops_nothing:
-            why = "--dry-run" if self.options.dry_run else "advise-only"
-            self.say(f"costctl: {where} is left running and bills on at {run.rate}/h "
-                     f"(this watch stops nothing anyway: {why})")
+            self.say(_("costctl: {provider} instance {instance} is left running and bills on at {rate}/h (this watch "
+                       "stops nothing anyway: {why})").format(**shape))
         else:
-            self.say(f"costctl: {where} is left running and bills on at {run.rate}/h; "
-                     f"`costctl stop {run.instance_id}` stops it")
+            self.say(_("costctl: {provider} instance {instance} is left running and bills on at {rate}/h; `costctl "
+                       "stop {instance}` stops it").format(**shape))
 
     # ------------------------------------------------------------------ the end
     def _advise_underuse(self, end: datetime) -> None:
@@ -1762,7 +1823,7 @@ class Watcher:
                         self.writer.record_progress(run_id, rows)
                 self.writer.finish_run(run.run_id, ended_at=end, exit_code=self.child_status, status=status)
         except LedgerError as exc:
-            self.say(f"costctl: could not close the run in the ledger: {exc.message}")
+            self.say(_("costctl: could not close the run in the ledger: {error}").format(error=exc.message))
         finally:
             if self._control is not None:
                 self._control.close()

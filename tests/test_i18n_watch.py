@@ -1,0 +1,96 @@
+"""``costctl watch`` in Simplified Chinese and in English, as the user's shell chooses (issue 16,
+part 3): with ``LANG=zh_CN.UTF-8`` the idle autostop's reason and the end-of-run summary are
+Chinese, with ``LANG=C`` English. Real ``costctl watch`` processes on the simulated provider,
+each with only the locale variables we set; a one-line job and a 2 s idle window keep them short.
+The reason is stored in the ledger as it was said; its evidence (machine data) is not
+translated."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
+
+from costctl.ledger.schema import DecisionRow
+
+ROOT = Path(__file__).resolve().parent.parent
+CJK = re.compile("[\u4e00-\u9fff]")
+CONFIG = (
+    "[watch]\n"
+    'sample_interval = "1s"\n'
+    "[policies.idle]\n"
+    'time_window = "2s"\n'
+    "count_ssh_sessions = false   # the host's own SSH sessions must not keep the watch busy\n"
+)
+
+
+def watch_idle(tmp_path: Path, lang: str) -> tuple[subprocess.CompletedProcess, DecisionRow, dict]:
+    """Run ``costctl watch --on-exit guard -- <a job printing one loss>`` under ``LANG=lang``
+    until the idle policy stops the simulated instance; returns the process, the idle decision
+    as the ledger holds it, and the simulated provider's state."""
+    (tmp_path / "costctl.toml").write_text(CONFIG)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COSTCTL_", "LC_", "LANG"))}
+    env.update({"LANG": lang, "COSTCTL_DATA_DIR": str(tmp_path / "data"),
+                "COSTCTL_CONFIG": str(tmp_path / "costctl.toml"), "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-m", "costctl", "watch", "--on-exit", "guard", "--",
+         sys.executable, "-c", "print('loss: 0.5')"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    with Session(create_engine(f"sqlite:///{tmp_path / 'data' / 'costctl.db'}")) as s:
+        idle = s.scalars(select(DecisionRow).where(DecisionRow.policy == "idle")).one()
+    state = json.loads((tmp_path / "data" / "sim" / "state.json").read_text())
+    return proc, idle, state
+
+
+def test_the_idle_stop_and_the_summary_are_chinese_under_a_chinese_locale(tmp_path) -> None:
+    proc, idle, state = watch_idle(tmp_path, "zh_CN.UTF-8")
+    err = proc.stderr
+    assert state["instances"]["sim-local"]["status"] == "stopped"
+    # the reason, as said when the stop began and as the ledger keeps it
+    reason = next(line for line in err.splitlines() if line.startswith("costctl idle："))
+    assert "正在关停：自 " in reason and "起已空闲 2s" in reason and "所有现有信号" in reason, reason
+    assert idle.action == "stop" and idle.reason in reason and CJK.search(idle.reason)
+    assert "idle for" not in err and "every present signal" not in err
+    # the evidence stays machine data: English keys, signal names and states, ISO times; the stop
+    # route's label in English (its detail is the preflight's finding as said, and the stop's
+    # history holds each step's detail as said, like the reason)
+    ev = idle.evidence
+    assert ev["time_window_s"] == 2.0 and "cpu" in ev["signals"] and ev["idle_since"].endswith("Z")
+    assert ev["stop_route"].startswith("API (") and ev["stop"]["state"] == "confirmed"
+    assert [h["state"] for h in ev["stop"]["history"]] == ["requested", "confirmed"]
+    machine = {k: v for k, v in ev.items() if k not in ("stop_route", "stop")}
+    assert not CJK.search(json.dumps(machine, ensure_ascii=False)), machine
+    # the stop's progress and the summary table
+    assert "costctl：sim 上的实例 sim-local 已关停（已由 sim 确认" in err
+    assert "costctl 运行" in err
+    for label in ("时长", "花费", "关停途径", "loss 首个 / 最佳 / 最后", "检测到平台期的位置", "决策 idle", "关停"):
+        assert label in err, label
+    assert "0.5 / 0.5 / 0.5  [1 个点]" in err
+    summary = err[err.index("costctl 运行"):]
+    assert "关停：自" in "".join(summary.replace("│", " ").split())  # the decision's row: its action, its reason
+    for english in ("duration", "spend", "stop route", "loss first", "plateau detected", "decision idle",
+                    "request(s)"):
+        assert english not in summary, english
+
+
+def test_the_idle_stop_and_the_summary_are_english_under_lang_c(tmp_path) -> None:
+    proc, idle, state = watch_idle(tmp_path, "C")
+    err = proc.stderr
+    assert state["instances"]["sim-local"]["status"] == "stopped"
+    assert re.search(r"^costctl idle: stopping: idle for 2s since \S+Z: every present signal \(.*cpu.*\) "
+                     r"stayed idle", err, re.M), err
+    assert idle.reason.startswith("idle for 2s since ") and idle.reason in err
+    assert "costctl: instance sim-local on sim is stopped (confirmed by sim; 1 stop request(s))" in err
+    summary = err[err.index("costctl run "):]
+    for label in ("duration", "spend", "stop route", "loss first / best / last", "plateau detected at",
+                  "decision idle", "stop confirmed after 1 request(s)"):
+        assert label in summary, label
+    assert "0.5 / 0.5 / 0.5  [1 points]" in summary
+    assert not CJK.search(err), err
