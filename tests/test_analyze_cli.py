@@ -173,7 +173,7 @@ def test_plot_without_matplotlib_is_one_line(tmp_path: Path) -> None:
         (("--price", "-1"), "above 0 and up to 1000000000"),
         (("--price", "2", "--gpu", "RTX 4090", "--provider", "runpod"), "not both"),
         (("--gpu", "RTX 4090"), "go together"),
-        (("--gpu", "L4", "--provider", "autodl"), "AutoDL publishes no price list"),  # AutoDL rents no L4
+        (("--gpu", "L4", "--provider", "autodl"), "no on-demand price for 'L4' at 'autodl'"),  # AutoDL rents no L4
         (("--currency", "yuan", "--price", "2"), "ISO 4217"),
         (("--start-time", "yesterday"), "--start-time"),
         (("--min-stretch", "soon"), "--min-stretch"),

@@ -12,6 +12,7 @@ instance row changes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 from decimal import Decimal
 
 from sqlalchemy import func, select, update
@@ -39,41 +40,46 @@ def measured_use(session: Session, run_id: str) -> RunUse:
     the per-minute rollups of the samples already compacted (``sample_minutes``: a run longer
     than ``[ledger] sample_retention`` has both), and its points: progress rows plus the points
     summed into ``progress_buckets``. Four aggregate queries, each by the run's index."""
-    peak, total, count = session.execute(
-        select(func.max(Sample.memory_used_bytes), func.max(Sample.memory_total_bytes), func.count())
-        .where(Sample.run_id == run_id, Sample.gpu_index.is_not(None), Sample.status == "ok")
-    ).one()
-    m_peak, m_total, m_count = session.execute(
-        select(func.max(SampleMinute.memory_used_max), func.max(SampleMinute.memory_total_max),
-               func.sum(SampleMinute.ok_samples))
-        .where(SampleMinute.run_id == run_id, SampleMinute.gpu_index.is_not(None))
-    ).one()
-    # utilization per GPU (raw samples and minute rollups together): the busiest GPU's mean, as
-    # the watch's summary takes it (costctl.summary.RunSummary.busiest_gpu_utilization)
+    # one grouped query per table: per GPU, its peak and total memory, utilization sum and count,
+    # and samples (raw samples and the minute rollups of compacted ones together)
     per_gpu: dict[int, list[float]] = {}
-    for index, u_sum, u_n in session.execute(
-            select(Sample.gpu_index, func.sum(Sample.utilization), func.count(Sample.utilization))
+    peaks: list[int] = []
+    totals: list[int] = []
+    count = 0
+    for index, peak, total, u_sum, u_n, n in session.execute(
+            select(Sample.gpu_index, func.max(Sample.memory_used_bytes), func.max(Sample.memory_total_bytes),
+                   func.sum(Sample.utilization), func.count(Sample.utilization), func.count())
             .where(Sample.run_id == run_id, Sample.gpu_index.is_not(None), Sample.status == "ok")
             .group_by(Sample.gpu_index)):
-        acc = per_gpu.setdefault(int(index), [0.0, 0])
-        acc[0] += float(u_sum or 0)
-        acc[1] += int(u_n or 0)
-    for index, u_sum, u_n in session.execute(
-            select(SampleMinute.gpu_index, func.sum(SampleMinute.utilization_sum),
-                   func.sum(SampleMinute.utilization_count))
+        _fold(per_gpu, peaks, totals, index, peak, total, u_sum, u_n)
+        count += int(n or 0)
+    for index, peak, total, u_sum, u_n, n in session.execute(
+            select(SampleMinute.gpu_index, func.max(SampleMinute.memory_used_max),
+                   func.max(SampleMinute.memory_total_max), func.sum(SampleMinute.utilization_sum),
+                   func.sum(SampleMinute.utilization_count), func.sum(SampleMinute.ok_samples))
             .where(SampleMinute.run_id == run_id, SampleMinute.gpu_index.is_not(None))
             .group_by(SampleMinute.gpu_index)):
-        acc = per_gpu.setdefault(int(index), [0.0, 0])
-        acc[0] += float(u_sum or 0)
-        acc[1] += int(u_n or 0)
-    peaks = [int(v) for v in (peak, m_peak) if v is not None]
-    totals = [int(v) for v in (total, m_total) if v is not None]
+        _fold(per_gpu, peaks, totals, index, peak, total, u_sum, u_n)
+        count += int(n or 0)
+    # the busiest GPU's mean, as the watch's summary takes it (RunSummary.busiest_gpu_utilization)
     means = [total_u / n for total_u, n in per_gpu.values() if n]
     mean = max(means) if means else None
     points = session.scalar(select(func.count()).select_from(Progress).where(Progress.run_id == run_id)) or 0
     bucketed = session.scalar(select(func.sum(ProgressBucket.count)).where(ProgressBucket.run_id == run_id)) or 0
-    return RunUse(max(peaks) if peaks else None, max(totals) if totals else None, mean,
-                  int(count or 0) + int(m_count or 0), int(points) + int(bucketed))
+    return RunUse(max(peaks) if peaks else None, max(totals) if totals else None, mean, count,
+                  int(points) + int(bucketed))
+
+
+def _fold(per_gpu: dict[int, list[float]], peaks: list[int], totals: list[int], index: Any, peak: Any,
+          total: Any, u_sum: Any, u_n: Any) -> None:
+    """Add one GPU's grouped row to the per-GPU utilization sums and the memory lists."""
+    acc = per_gpu.setdefault(int(index), [0.0, 0])
+    acc[0] += float(u_sum or 0)
+    acc[1] += int(u_n or 0)
+    if peak is not None:
+        peaks.append(int(peak))
+    if total is not None:
+        totals.append(int(total))
 
 
 def summarize(session: Session, run_id: str, use: RunUse | None = None) -> None:
