@@ -172,7 +172,7 @@ def test_bill_on_the_default_ledger_before_anything_was_recorded(tmp_path, capsy
     assert {k: doc[k] for k in ("by", "since", "until", "rows", "totals")} == {
         "by": "run", "since": None, "until": None, "rows": [], "totals": {}}
     assert main(["bill", "--format", "csv", "--by", "day"]) == 0
-    assert capsys.readouterr().out == "day,currency,runs,instances,duration_s,spend\n"
+    assert capsys.readouterr().out == "day,currency,runs,instances,duration_s,spend,waste_s,waste,saved_s,saved\n"
     assert not default.exists()
 
 
