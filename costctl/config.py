@@ -782,6 +782,15 @@ def load_settings(config: Path | None = None, overrides: dict[str, Any] | None =
                 tomllib.load(fh)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(_("{path}: not valid TOML: {problem}").format(path=path, problem=exc)) from None
+        except UnicodeDecodeError as exc:  # TOML is UTF-8
+            raise ConfigError(_("{path}: not valid TOML: {problem}").format(
+                path=path, problem=_("not UTF-8 text at byte {offset}").format(offset=exc.start))) from None
+        except RecursionError:
+            raise ConfigError(_("{path}: not valid TOML: {problem}").format(
+                path=path, problem=_("arrays or tables nested too deeply"))) from None
+        except ValueError as exc:  # an integer past Python's 4,300-digit conversion limit
+            raise ConfigError(_("{path}: not valid TOML: {problem}").format(
+                path=path, problem=_("a number too long to read ({detail})").format(detail=str(exc)[:60]))) from None
         except OSError as exc:
             raise ConfigError(_("{path}: cannot read: {problem}").format(path=path, problem=exc.strerror)) from None
     for key in os.environ:

@@ -257,7 +257,7 @@ def test_plateau_hold_applies_the_users_not_learning_settings() -> None:
 
     fired, held = plateaus()
     assert fired >= 1 and held == 0
-    fired, held = plateaus(min_drop=1e6, min_trend_t=1e6)  # no fall is meaningful: never shown to learn
+    fired, held = plateaus(min_drop=1000, min_trend_t=1000)  # no fall is meaningful: never shown to learn
     assert fired == 0 and held >= 1
 
 

@@ -103,9 +103,10 @@ def iter_lines(path: Path, block_chars: int = BLOCK_CHARS) -> Iterator[str]:
             pieces = [text[end:]] if end < len(text) else []
         if pieces:
             text = "".join(pieces)  # a held CR ends its line now; then the last line, unended
-            end = 0
-            for m in _LINE.finditer(text):
-                end = m.end()
+            # cut up to the last line end only, as above (the regex over a long unended tail
+            # costs its length squared), then the tail as one line
+            end = max(text.rfind("\n"), text.rfind("\r")) + 1
+            for m in _LINE.finditer(text, 0, end):
                 yield m.group()
             if end < len(text):
                 yield text[end:]

@@ -54,6 +54,8 @@ def place_progress(
             raise UsageError(_("the training log has neither steps nor epochs: it cannot be placed with --step-rate"))
         x0 = known[0]
         out = []
+        outside: float | None = None  # the first step the rate places outside the years 1 to 9999
+        skipped = 0
         for p in points:
             x = log.x(p)
             if x is None:
@@ -63,10 +65,16 @@ def place_progress(
             try:
                 when = start + timedelta(seconds=(x - x0) / step_rate)
             except (OverflowError, ValueError):  # past year 1 or 9999, or past timedelta's range
-                raise UsageError(f"--start-time {start.isoformat()} with --step-rate {step_rate:g} places step "
-                                 f"{x:g} of the training log outside the years 1 to 9999: give an earlier start "
-                                 "or a faster rate") from None
+                # an outlier position (a garbled step of 10**18) is skipped; when most points fall
+                # outside, the options are what is wrong: one line below
+                outside = x if outside is None else outside
+                skipped += 1
+                continue
             out.append(replace(p, time=when))
+        if outside is not None and skipped > len(out):
+            raise UsageError(_("--start-time {start} with --step-rate {rate:g} places step {step:g} of the training log "
+                               "outside the years 1 to 9999: give an earlier start or a faster rate").format(
+                start=start.isoformat(), rate=step_rate, step=outside))
         return out, "start+rate"
     stamps = _file_timestamps(log)
     if stamps:
