@@ -240,7 +240,7 @@ def test_table_shows_rows_guards_unreadable_accounts_and_the_lag(fleet, capsys):
     assert "0.4215 USD" in row and "12742.42 USD" in row and "0.42 USD" in row and "guarded (heartbeat 4s ago)" in row and row.rstrip().endswith("0%")
     assert any(" team " in line and " 700 " in line and line.rstrip().endswith("87%") for line in lines)
     assert any(line.startswith("runpod") and "unreadable" in line for line in lines)
-    assert any(line.startswith("runpod: cannot be read:") and "503" in line for line in lines)
+    assert any(line.startswith("runpod: cannot be read: myself failed") and "503" in line for line in lines)
     assert "1 of 5 instances guarded (a watch that stops, heartbeat at most 2m00s old in this ledger); " \
            "read at 2026-05-01 12:00:00 UTC" in out
     assert "1 of 5 provider accounts could not be read" in err

@@ -188,6 +188,15 @@ def _account(account: str | None) -> str:
     return account if account is not None else _("default")
 
 
+def unprefixed(error: str, provider: str) -> str:
+    """``error`` without the ``"<provider>: "`` (or full-width ``"<provider>："``) its adapter
+    starts it with, for a line that names the provider already."""
+    for colon in (": ", "："):
+        if error.startswith(provider + colon):
+            return error[len(provider) + len(colon):]
+    return error
+
+
 def render_table(report: FleetReport, *, tz: Any) -> None:
     """Print the fleet table on stdout, the unreadable accounts' errors under it, and a line
     saying what "guarded" meant (the lag) and when the fleet was read (in ``tz``)."""
@@ -226,7 +235,8 @@ def render_table(report: FleetReport, *, tz: Any) -> None:
             line = _("{provider}: cannot be read: {error}")
         else:
             line = _("{provider} account {account}: cannot be read: {error}")
-        print_line(line.format(provider=read.provider, account=read.account, error=read.error))
+        print_line(line.format(provider=read.provider, account=read.account,
+                               error=unprefixed(read.error or "", read.provider)))
     guarded = sum(1 for r in report.rows if r.guard.guarded)
     print_line(_("{guarded} of {count} instances guarded (a watch that stops, heartbeat at most {lag} old in this "
                  "ledger); read at {when}").format(
