@@ -43,13 +43,16 @@ class Fleet:
     def ledger(self) -> Ledger:
         return Ledger.open(default_database_url(self.data))
 
-    def write_config(self, **extra_tables: str) -> None:
+    def write_config(self, *, autodl_timeout: float = 2, **extra_tables: str) -> None:
+        """costctl.toml: the sim, the three fakes (no retries), the Vast team account, and
+        ``extra_tables`` (``{"fleet": 'guard_lag = "2m"'}``)."""
         http = 'retries = 0\ntimeout = 2\nbackoff = 0.01\n'
         text = (f'[instance]\nprovider = "sim"\n\n'
                 f'[providers.vastai]\nbase_url = "{self.vast.url}"\n{http}\n'
                 f'[providers.vastai.accounts.team]\ncredential_env = "VAST_TEAM_KEY"\n\n'
                 f'[providers.runpod]\nbase_url = "{self.runpod.url}"\n{http}\n'
-                f'[providers.autodl]\nbase_url = "{self.autodl.url}"\n{http}\n')
+                f'[providers.autodl]\nbase_url = "{self.autodl.url}"\nretries = 0\nbackoff = 0.01\n'
+                f'timeout = {autodl_timeout}\n')
         for name, table in extra_tables.items():
             text += f"\n[{name}]\n{table}\n"
         self.config.write_text(text)
@@ -197,10 +200,7 @@ def test_runpod_answers_that_are_no_instance_list(fleet, capsys, monkeypatch, br
 
 
 def test_a_timeout_is_an_unreadable_account_not_a_hang(fleet, capsys):
-    fleet.write_config()
-    fleet.config.write_text(fleet.config.read_text().replace(
-        "[providers.autodl]\n", "[providers.autodl]\nretry_deadline = 1\n").replace(
-        f'base_url = "{fleet.autodl.url}"\nretries = 0\ntimeout = 2', f'base_url = "{fleet.autodl.url}"\nretries = 0\ntimeout = 0.3'))
+    fleet.write_config(autodl_timeout=0.3)
     fleet.autodl.server.inject_delay("POST", f"{PRO}/list", 1.5)
     code, report, _err = fleet_json(capsys)
     autodl = next(a for a in report["accounts"] if a["provider"] == "autodl")
