@@ -209,13 +209,16 @@ def render_table(report: FleetReport, *, tz: Any) -> None:
                             (_("SPEND (PROVIDER)"), "right"), (_("SPEND (LEDGER)"), "right"),
                             (_("STOPPED/H"), "right"), (_("GUARD"), "left"), (_("GPU UTIL"), "right")):
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
+    by_account: dict[tuple[str, str | None], list[FleetRow]] = {}
+    for row in report.rows:
+        by_account.setdefault((row.provider, row.account), []).append(row)
     shown = 0
     for read in report.accounts:
         if not read.ok:
             table.add_row(read.provider, _account(read.account), "-", "-", _("unreadable"),
                           "-", "-", "-", "-", "-", "-", "-")
             continue
-        for row in (r for r in report.rows if r.provider == read.provider and r.account == read.account):
+        for row in by_account.get((read.provider, read.account), []):
             inst = row.instance
             status = _("{status} (preempted)").format(status=inst.status.value) if inst.preempted else inst.status.value
             ledger = ", ".join(_spend(amount, cur) for cur, amount in row.ledger_spend.items()) or "-"
@@ -227,7 +230,7 @@ def render_table(report: FleetReport, *, tz: Any) -> None:
                 _percent(inst.gpu_utilization))
             shown += 1
     if report.accounts:
-        print_table(table, droppable=("STOPPED/H", "SPEND (PROVIDER)", "UPTIME", "ACCOUNT"))
+        print_table(table, droppable=("STOPPED/H", "SPEND (PROVIDER)", "UPTIME"))
     if not shown:
         print_line(_("no instances"))
     for read in report.failed:
