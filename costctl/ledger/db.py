@@ -387,14 +387,22 @@ class Ledger:
             return sample_rollup.compact_chunk(s, now=now, retention=retention, max_rows=max_rows, start=start)
 
     def record_decision(
-        self, run_id: str, decision: Decision, *, outcome: str | None = None, dry_run: bool = False
+        self, run_id: str | None, decision: Decision, *, outcome: str | None = None, dry_run: bool = False,
+        instance_pk: int | None = None,
     ) -> int:
         """Store a policy decision with its evidence and what was done (``outcome``); returns its id.
 
+        A watch's decision belongs to its run (``run_id``); one made from outside the instances
+        (``costctl patrol``) has no run and names its instance (``instance_pk``).
+
         Raises:
+            ValueError: neither ``run_id`` nor ``instance_pk`` given.
             LedgerError: the database cannot be written.
         """
+        if run_id is None and instance_pk is None:
+            raise ValueError("a decision belongs to a run or to an instance: give run_id or instance_pk")
         row = DecisionRow(
+            instance_pk=instance_pk,
             run_id=run_id,
             time=_aware(decision.time, "decision time"),
             policy=decision.policy,
@@ -426,10 +434,11 @@ class Ledger:
             if evidence:
                 row.evidence = {**(row.evidence or {}), **evidence}
 
-    def record_stop_event(self, run_id: str, *, decision_id: int | None, time: datetime, state: str,
+    def record_stop_event(self, run_id: str | None, *, decision_id: int | None, time: datetime, state: str,
                           attempt: int, detail: str | None = None) -> int:
         """Store one step of a stop (``state``: requested, sent, confirmed, gone, self-stop
-        sent, failed; ``attempt``: stop requests sent so far); returns its id.
+        sent, failed; ``attempt``: stop requests sent so far); returns its id. ``run_id`` is None
+        for a stop of ``costctl patrol`` (its decision, ``decision_id``, names the instance).
 
         Raises:
             LedgerError: the database cannot be written.

@@ -31,6 +31,7 @@ import dataclasses
 import logging
 import shlex
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from costctl.errors import ProviderError
@@ -94,7 +95,11 @@ class AutoDLProvider(HttpProvider):
         balance=True,
         billing_records=no(_("AutoDL's developer API has no invoice list")),
         preemption_notice=no(_("AutoDL does not preempt")),
+        gpu_utilization=no(_("AutoDL's instance list and snapshot report no GPU utilization")),
+        cpu_utilization=no(_("this adapter does not read the Pro snapshot's usage_info")),
     )
+    #: AutoDL releases an instance shut down for 15 days, with its data (DESIGN.md's AutoDL facts).
+    stopped_release_after: ClassVar[timedelta | None] = timedelta(days=15)
     credential_env: ClassVar[tuple[str, ...]] = ("AUTODL_TOKEN",)
     #: AutoDL's WeChat push as ``autodl://TOKEN`` ([notify] urls; costctl_providers.autodl.push).
     notify_plugins: ClassVar[tuple[str, ...]] = ("costctl_providers.autodl.push:NotifyAutoDL",)
