@@ -438,6 +438,12 @@ class Sweeper:
             until = snoozed_until(past, now)
             if until is not None:
                 return _("snoozed until {until}").format(until=format_time(until, self.tz))
+            assert p.mark is not None
+            other = next((d for d in past if d.action in (Action.STOP.value, Action.RELEASE.value)
+                          and d.time >= p.mark.time), None)
+            if other is not None:  # another policy (or patrol) acted on the instance since this mark
+                return _("decision {decision} ({policy}) acted on the instance since this mark").format(
+                    decision=other.id, policy=other.policy)
             return None
 
         first = "stop requested" if problem is None else _("failed: preflight: {problem}").format(problem=problem)
