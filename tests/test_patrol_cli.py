@@ -364,3 +364,22 @@ def test_in_chinese(patrol, capsys):
     assert code == 0
     assert "策略 idle-unguarded（stop，宽限期 10m）：2 台实例符合" in out
     assert "按巡检的 7 条观测，30m 内空闲（gpu）" in out and "演练：除保存 9 条观测外未做任何改动" in out
+
+
+def test_a_notify_policy_tells_once_per_episode_about_any_instance(patrol, capsys):
+    patrol.write_config(policies='''
+[[patrol.policies]]
+name = "busy-pods"
+action = "notify"
+filters = {provider = "runpod", status = "running"}
+''')
+    code, report, err = sweep(capsys, "--execute")
+    assert code == 0, err
+    assert matches(report) == {"busy-pods": {"pod000000001": "mark", "pod000000003": "mark"}}
+    assert sorted(patrol.hook.titles()) == ["autodl will release pro-76419909953e and its data at 2026-05-02 "
+                                           "12:00:00+00:00", "pod000000001 matches patrol policy busy-pods",
+                                           "pod000000003 matches patrol policy busy-pods"]
+    patrol.clock.advance(300)
+    code, report, _err = sweep(capsys, "--execute")
+    assert matches(report) == {"busy-pods": {"pod000000001": "notified", "pod000000003": "notified"}}
+    assert len(patrol.hook.messages) == 3 and changes(patrol) == NOTHING  # told once; the warning once too

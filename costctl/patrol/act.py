@@ -179,6 +179,10 @@ def route_for(provider: Provider, inst: Instance, *, release: bool) -> tuple[Sto
     else ``(None, why not)``. A patrol runs outside the instance: it has no self-stop route."""
     from ..stopping import api_problem
 
+    cap = provider.capabilities.release
+    if release and not cap:
+        return None, _("{provider} cannot release instances through its API ({reason})").format(
+            provider=provider.name, reason=cap.reason or _("not supported"))
     control: Any = Release(provider) if release else provider
     problem = api_problem(control, inst.id, inst, None)
     if problem is not None:

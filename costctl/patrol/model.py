@@ -226,6 +226,8 @@ def match(policy: PatrolPolicyConfig, seen: Seen, *, now: datetime, interval: ti
         else:
             clauses.append(_("stopped for at least {stopped} by the patrol's observations (at least {minimum})").format(
                 stopped=fmt_duration(now - since), minimum=fmt_duration(f.stopped_for)))
+    if f.account is not None:
+        clauses.insert(0, _("account {account}").format(account=row.account or DEFAULT_ACCOUNT_WORD))
     if f.provider is not None:
         clauses.insert(0, _("provider {provider}").format(provider=row.provider))
     return Match(policy, seen, evidence, tuple(clauses))
