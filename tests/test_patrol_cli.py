@@ -222,6 +222,8 @@ def test_a_dry_run_names_exactly_what_each_policy_matches_and_changes_nothing(pa
     assert patrol.sim().get_instance("sim-scratch").status.value == "stopped"
     assert table(patrol, "SELECT COUNT(*) FROM decisions") == [(0,)]
     assert table(patrol, "SELECT COUNT(*) FROM stop_events") == [(0,)]
+    assert table(patrol, "SELECT provider, provider_instance_id FROM instances") == [("vastai", "312")]
+    assert table(patrol, "SELECT COUNT(*) FROM runs") == [(1,)]
     assert report["instances"] == report["observations"] == 9          # one reading per listed instance
     assert table(patrol, "SELECT COUNT(*) FROM patrol_observations") == [(7 * 9,)]
     assert patrol.hook.messages == []

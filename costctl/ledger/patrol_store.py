@@ -139,16 +139,17 @@ def prune_observations(ledger: Ledger, before: datetime) -> int:
 def observations(conn: Any, keys: Collection[Key], since: datetime) -> dict[Key, list[Observation]]:
     """The observations of ``keys`` at or after ``since`` (aware), oldest first, per key (a key
     without any is absent)."""
-    wanted = set(keys)
     found: dict[Key, list[Observation]] = {}
-    ids = sorted({iid for _p, iid in wanted})
-    for chunk in _chunks(ids):
-        stmt = (select(OBS.c.provider, OBS.c.instance_id, OBS.c.time, OBS.c.status, OBS.c.gpu_utilization,
-                       OBS.c.cpu_utilization)
-                .where(OBS.c.instance_id.in_(chunk), OBS.c.time >= ensure_utc(since))
-                .order_by(OBS.c.time, OBS.c.id))
-        for provider, iid, when, status, gpu, cpu in conn.execute(stmt):
-            if (provider, iid) in wanted:
+    by_provider: dict[str, list[str]] = {}
+    for provider, iid in sorted(set(keys)):
+        by_provider.setdefault(provider, []).append(iid)
+    for provider, ids in by_provider.items():  # (provider, instance_id, time): the index's own order
+        for chunk in _chunks(ids):
+            stmt = (select(OBS.c.instance_id, OBS.c.time, OBS.c.status, OBS.c.gpu_utilization, OBS.c.cpu_utilization)
+                    .where(OBS.c.provider == provider, OBS.c.instance_id.in_(chunk),
+                           OBS.c.time >= ensure_utc(since))
+                    .order_by(OBS.c.time, OBS.c.id))
+            for iid, when, status, gpu, cpu in conn.execute(stmt):
                 found.setdefault((provider, iid), []).append(Observation(ensure_utc(when), status, gpu, cpu))
     return found
 
