@@ -130,9 +130,10 @@ def request(base: str, path: str, *, method: str = "GET", headers: dict[str, str
 
 @contextmanager
 def serving(url: str, *, now: datetime = NOW, token: str | None = None, secrets: tuple[str, ...] = (),
-            tz: str = "Asia/Shanghai") -> Iterator[str]:
+            tz: str = "Asia/Shanghai", **app_options: object) -> Iterator[str]:
     """``costctl serve``'s app on 127.0.0.1 (a free port) in a thread, reading the ledger at
-    ``url`` with a simulated present ``now``; yields its base URL (``http://127.0.0.1:PORT``)."""
+    ``url`` with a simulated present ``now`` (``app_options``: more :class:`ServeApp` arguments);
+    yields its base URL (``http://127.0.0.1:PORT``)."""
     from costctl.serve.app import ServeApp
     from costctl.serve.data import Thresholds
     from costctl.serve.redaction import Redactor
@@ -141,7 +142,7 @@ def serving(url: str, *, now: datetime = NOW, token: str | None = None, secrets:
 
     source = LedgerSource(url)
     app = ServeApp(source, token=token, tz=ZoneInfo(tz), thresholds=Thresholds(), redactor=Redactor(secrets),
-                   clock=lambda: now)
+                   clock=lambda: now, **app_options)  # type: ignore[arg-type]
     server = make_server("127.0.0.1", 0, app)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()

@@ -307,6 +307,23 @@ def test_a_token_is_required_when_set(tmp_path):
         assert page.headers["referrer-policy"] == "no-referrer"
 
 
+def test_a_bug_is_a_500_line_with_a_crash_log_and_the_server_stays_up(tmp_path):
+    """The instances table's source (the seam costctl fleet will fill) raising: one line naming
+    the error and the crash log, its secret masked; the metrics still answer."""
+    url = f"sqlite:///{tmp_path / 'costctl.db'}"
+    populate(url)
+
+    def broken(conn):
+        raise RuntimeError(f"fleet exploded with Bearer {BEARER}\nsecond line")
+
+    with serving(url, instances=broken) as base:
+        answer = request(base, "/")
+        assert answer.status == 500 and answer.text.count("\n") == 1
+        assert "RuntimeError: fleet exploded" in answer.text and "traceback in" in answer.text
+        assert BEARER not in answer.text and "second line" not in answer.text
+        assert request(base, "/metrics").status == 200
+
+
 def test_the_live_heartbeat_rule_is_the_watchs():
     from costctl.serve.data import HEARTBEAT_STALE_S
     from costctl.watch.chainlock import HEARTBEAT_STALE_S as WATCH_RULE

@@ -56,7 +56,26 @@ PAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:;
            "frame-ancestors 'none'"
 
 _STATUS = {200: "200 OK", 401: "401 Unauthorized", 404: "404 Not Found", 405: "405 Method Not Allowed",
-           503: "503 Service Unavailable"}
+           500: "500 Internal Server Error", 503: "503 Service Unavailable"}
+
+
+def _internal_error(exc: BaseException) -> str:
+    """One line for an unexpected exception (a bug), its traceback written to the crash-log
+    directory (as the CLI does for a command) when it can be."""
+    import traceback
+    from datetime import timezone
+
+    from ..errors import CostctlError
+    from ..paths import crash_log_dir
+
+    detail = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    try:
+        path = crash_log_dir() / f"serve-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%fZ')}.log"
+        path.write_text("".join(traceback.format_exception(exc)))
+    except (OSError, CostctlError):
+        return _("costctl: internal error: {error}: {detail}").format(error=type(exc).__name__, detail=detail)
+    return _("costctl: internal error: {error}: {detail} (traceback in {path})").format(
+        error=type(exc).__name__, detail=detail, path=path)
 
 
 class ServeApp:
@@ -136,6 +155,8 @@ class ServeApp:
         except LedgerError as exc:
             log.warning("%s", exc.message)
             return self._line(start_response, 503, exc.message, head=head)
+        except Exception as exc:  # noqa: BLE001 - a bug: one line, the traceback in a crash log, the server stays up
+            return self._line(start_response, 500, self.redactor.text(_internal_error(exc)), head=head)
         return self._line(start_response, 404, _("no page at {path} (the dashboard is at /, the metrics at "
                                                  "/metrics)").format(path=path[:200]), head=head)
 
