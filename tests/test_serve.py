@@ -324,6 +324,18 @@ def test_a_bug_is_a_500_line_with_a_crash_log_and_the_server_stays_up(tmp_path):
         assert request(base, "/metrics").status == 200
 
 
+def test_concurrent_scrapes_and_pages_are_all_answered(tmp_path):
+    """The server's threads share one engine: 16 requests at once, every one answered in full."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    url = f"sqlite:///{tmp_path / 'costctl.db'}"
+    populate(url)
+    with serving(url) as base, ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda path: request(base, path), ["/metrics", "/"] * 8))
+    assert [a.status for a in answers] == [200] * 16
+    assert len({a.body for a in answers[0::2]}) == 1 and len({a.body for a in answers[1::2]}) == 1
+
+
 def test_the_live_heartbeat_rule_is_the_watchs():
     from costctl.serve.data import HEARTBEAT_STALE_S
     from costctl.watch.chainlock import HEARTBEAT_STALE_S as WATCH_RULE
