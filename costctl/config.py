@@ -515,6 +515,19 @@ class PriceOverrideConfig(_Section):
     tier: str | None = None
 
 
+class ServeConfig(_Section):
+    """``[serve]``: ``costctl serve``, the metrics endpoint and dashboard.
+
+    ``token``: what every request must carry (``Authorization: Bearer TOKEN``, or ``?token=`` in
+    a browser's URL), at least 16 characters; required to bind an address that is not loopback
+    unless ``--behind-proxy``. A secret: set it here or in ``COSTCTL_SERVE__TOKEN`` rather than
+    on the command line (``--token``), where other users of the machine can read it.
+    """
+
+    token: SecretStr | None = Field(default=None, description=N_("the token every request must carry (at least 16 "
+                                                                   "characters); none: no check on a loopback bind"))
+
+
 class UiConfig(_Section):
     """``[ui]``: how costctl talks to people.
 
@@ -578,6 +591,7 @@ class Settings(BaseSettings):
     oom: OomConfig = OomConfig()
     notify: NotifyConfig = NotifyConfig()
     snooze: SnoozeConfig = SnoozeConfig()
+    serve: ServeConfig = ServeConfig()
     catalog: CatalogConfig = CatalogConfig()
     ui: UiConfig = UiConfig()
     providers: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -629,7 +643,7 @@ def _one_line(err: ValidationError) -> str:
                  "{group} entry-point group)").format(name=loc[1], known=", ".join(known_policies()),
                                                       group=ENTRY_POINT_GROUP)
     return one_line(err, unknown_hint=_("(check the spelling; `costctl init` writes every key)"), ranges=key_range,
-                    secret_keys=("notify.urls",))
+                    secret_keys=("notify.urls", "serve.token"))
 
 
 def key_range(loc: tuple[Any, ...]) -> str:
@@ -723,7 +737,7 @@ def _where(err: ValidationError, path: Path | None, overrides: dict[str, Any] | 
             if first["type"] == "extra_forbidden":
                 return _("unknown environment variable {variable} (no key '{key}' in the config; "
                          "`costctl init` writes every key)").format(variable=variable, key=key)
-            return one_line(err, ranges=key_range, secret_keys=("notify.urls",),
+            return one_line(err, ranges=key_range, secret_keys=("notify.urls", "serve.token"),
                             shown_key=_("environment variable {variable}").format(variable=variable))
         return _("environment variable {variable}: {problem}").format(variable=variable, problem=_one_line(err))
     if _in_overrides(overrides, loc) or path is None:
