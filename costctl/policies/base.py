@@ -48,7 +48,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..clock import ensure_utc
 from ..config_types import Section
-from ..i18n import N_, _
+from ..i18n import N_, _, format_time
 from ..records import Decision
 
 if TYPE_CHECKING:
@@ -153,6 +153,10 @@ class Policy:
     #: Whether ``costctl snooze`` may postpone this policy's stops (the idle autostop); a budget
     #: cap, say, never is (:meth:`costctl.policies.engine.PolicyEngine.snooze`).
     snoozable: ClassVar[bool] = False
+    #: The zone the times in this policy's reasons are shown in (``[watch] timezone``): set from
+    #: the :class:`PolicyContext` by the engine and by :meth:`from_settings`; UTC until then.
+    #: Evidence and keys keep exact ISO UTC (:func:`iso`); reasons use :meth:`shown_time`.
+    tz: ZoneInfo = ZoneInfo("UTC")
 
     def __init__(self, config: Any = None) -> None:
         """Keep ``config`` (an instance of ``config_model``; its defaults when None) as
@@ -173,7 +177,17 @@ class Policy:
         section = getattr(settings.policies, cls.name, None)
         if section is None:
             section = cls.config_model()
-        return cls.from_config(section, PolicyContext.from_settings(settings))
+        context = PolicyContext.from_settings(settings)
+        policy = cls.from_config(section, context)
+        if policy is not None:
+            policy.tz = context.timezone
+        return policy
+
+    def shown_time(self, when: datetime) -> str:
+        """``when`` (aware) as a reason shows it: in :attr:`tz`, to the second
+        (:func:`costctl.i18n.format_time`, e.g. ``2026-12-05 22:52:07+08:00``); never in
+        evidence or keys, which keep :func:`iso`."""
+        return format_time(when, self.tz)
 
     def retention(self, sample_interval: timedelta) -> timedelta:
         """How much telemetry (behind the newest sample) this policy needs kept in History."""

@@ -368,9 +368,9 @@ class IdlePolicy(Policy):
             parts.append(_("no SSH session"))
         if "progress" in signals:
             parts.append(_("no new progress"))
-        shape = {"window": fmt_duration(window), "since": iso(since), "signals": ", ".join(signal_list),
+        shape = {"window": fmt_duration(window), "since": self.shown_time(since), "signals": ", ".join(signal_list),
                  "detail": _("; ").join(parts),
-                 "exited": iso(history.child_exited_at) if history.child_exited_at else None}
+                 "exited": self.shown_time(history.child_exited_at) if history.child_exited_at else None}
         reason = _(_IDLE_REASONS[(window != self.config.time_window and (
             "exited" if history.child_exited_at else "logoff"), bool(parts))]).format(**shape)
         return Decision(time=now, policy=self.name, action=self.action, reason=reason,

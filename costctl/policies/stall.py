@@ -159,7 +159,7 @@ class StallPolicy(Policy):
         }
         reason = _("no new progress for {silent} (stall_window {window}) while the job is still running; last "
                    "progress at {last}").format(silent=fmt_duration(silent), window=fmt_duration(window),
-                                                 last=iso(last_at))
+                                                 last=self.shown_time(last_at))
         return Decision(time=now, policy=self.name, action=self.action, reason=reason,
                         evidence=evidence, key=f"stall:{iso(last_at)}")
 
@@ -191,7 +191,7 @@ class StallPolicy(Policy):
                           "{reports} reports) while it is still running; last progress at {last}")
         reason = hung_text.format(silent=fmt_duration(now - start), stop_after=fmt_duration(cfg.stop_after),
                                   factor=cfg.cadence_factor, gap=_gap_text(history.longest_progress_gap),
-                                  reports=history.progress_reports, last=iso(last_at))
+                                  reports=history.progress_reports, last=self.shown_time(last_at))
         return Decision(time=now, policy=self.name, action="stop", reason=reason,
                         evidence=evidence, key=f"stall-stop:{iso(last_at)}")
 
