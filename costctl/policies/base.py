@@ -64,9 +64,15 @@ class PolicyConfig(Section):
     """Base of a policy's config section (``[policies.<name>]``): unknown keys are errors.
 
     Give every field a default (an absent section means the defaults), a
-    ``Field(description=...)`` (``costctl init`` writes it as the key's comment) and its bounds
-    (``ge``/``le``/``gt``/``lt``, also written by ``costctl init``).
+    ``Field(description=N_(...))`` (``costctl init`` writes it as the key's comment, translated
+    into the language shown) and its bounds (``ge``/``le``/``gt``/``lt``, also written by
+    ``costctl init``).
     """
+
+    #: The table's one-sentence description, written by ``costctl init`` after its header: an
+    #: English sentence marked with :func:`~costctl.i18n.N_` (translated where written); empty:
+    #: the first line of the model's docstring (then never translated).
+    heading: ClassVar[str] = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +246,8 @@ class PolicySpec:
         config: its config model (a pydantic model whose every field has a default).
         order: evaluation order (ascending; see the module docstring).
         index: registration sequence number (breaks ties in ``order``).
-        description: the first line of the config model's (else the class's) docstring.
+        description: the config model's ``heading`` (English, for :func:`~costctl.i18n._`), else
+            the first line of its (else the class's) docstring.
     """
 
     name: str
@@ -293,7 +300,8 @@ def register(cls: type[Policy]) -> type[Policy]:
         raise ValueError(_("policy {name!r}: every key of {model} needs a default").format(
             name=name, model=model.__name__)) from None
     _counter += 1
-    description = _first_line(model) if model is not PolicyConfig else _first_line(cls)
+    description = (getattr(model, "heading", "") or _first_line(model)) if model is not PolicyConfig \
+        else _first_line(cls)
     _SPECS[name] = PolicySpec(name=name, cls=cls, config=model, order=int(cls.order), index=_counter,
                               description=description or _first_line(cls))
     POLICIES[name] = cls
