@@ -254,3 +254,11 @@ def test_the_chinese_autodl_config_runs_as_is_inside_a_simulated_container(tmp_p
     assert (inst.provider, inst.provider_instance_id, inst.currency) == ("autodl", CONTAINER_ID, "CNY")
     assert (run.price_per_hour, run.price_currency) == (settings.instance.price_per_hour, "CNY")
     assert [e.state for e in events] == ["requested", "self-stop sent"]
+
+
+def test_the_gpu_count_a_provider_config_sets_keeps_its_range():
+    """``--gpu-count`` rewrites the key's line; its range stays in the comment, in either language."""
+    english = _in("en", provider_config, "autodl", gpu_count=4)
+    chinese = _in("zh_CN", provider_config, "autodl", gpu_count=4)
+    assert re.search(r"^gpu_count = 4 +# GPUs on the instance \(1 to 64\)$", english, re.M)
+    assert re.search(r"^gpu_count = 4 +# 实例上的 GPU 数（1 到 64）$", chinese, re.M)

@@ -77,6 +77,7 @@ PRICE_WHY = N_("A fallback, per instance-hour: {count} x {gpu} at {price} {curre
                "price in costctl's table, seen {seen}.")
 PRICE_WHY_ESTIMATED = N_("A fallback, per instance-hour: {count} x {gpu} at {price} {currency} per card-hour, "
                          "{provider}'s price in costctl's table, seen {seen} (an estimate).")
+GPU_COUNT_WHY = N_("GPUs on the instance")
 NO_PRICE_WHY = N_("Per instance-hour, in [instance] currency: costctl's table has no on-demand {currency} price "
                   "for {gpu} at {provider}.")
 PROVIDER_TABLE_HEAD = N_("[providers.{provider}]: the {title} adapter's own keys, all optional (their defaults "
@@ -384,6 +385,7 @@ def provider_config(name: str, *, gpu: str | None = None, gpu_count: int = 1) ->
 
     from ..catalog.gpus import load_catalog, normalize_gpu_name
     from ..config import InstanceConfig
+    from ..config_types import value_range
 
     preset = config_preset_of(name)
     title = _(preset.display_name)
@@ -414,7 +416,9 @@ def provider_config(name: str, *, gpu: str | None = None, gpu_count: int = 1) ->
                                "`costctl gpus`").format(gpu=card, provider=name))
         text = set_key(text, "instance", "gpu",
                        key_lines("gpu", resolved, _(GPU_WHY).format(count=gpu_count, provider=name)))
-        text = set_key(text, "instance", "gpu_count", key_lines("gpu_count", gpu_count, ""))
+        count_why = _(WITH_RANGE).format(description=_(GPU_COUNT_WHY),
+                                         range=value_range(InstanceConfig.model_fields["gpu_count"]))
+        text = set_key(text, "instance", "gpu_count", key_lines("gpu_count", gpu_count, count_why))
         if entry is not None:
             price = entry.price_per_gpu_hour * gpu_count
             why = _(PRICE_WHY_ESTIMATED if entry.estimated else PRICE_WHY).format(
