@@ -356,6 +356,40 @@ class BillConfig(_Section):
                     "whichever came first (1h to 720h)"))
 
 
+#: Bounds of ``[fleet] guard_lag``: a second to a day.
+GUARD_LAG_MIN, GUARD_LAG_MAX = timedelta(seconds=1), timedelta(hours=24)
+#: The default guard lag: this many ``[watch] sample_interval``\ s (a watch records spend, and
+#: with it its heartbeat, once a tick; two missed ticks are still guarded) ...
+GUARD_LAG_INTERVALS = 3
+#: ... but at least this long: the watch's ledger writer batches behind the tick, and the
+#: watching machine's clock, which stamps the heartbeat, may run a few seconds off this one's.
+GUARD_LAG_FLOOR = timedelta(seconds=30)
+
+
+class FleetConfig(_Section):
+    """``[fleet]``: ``costctl fleet`` (every instance of every configured provider account).
+
+    An instance is guarded when a run of this ledger on it has not ended, is watched by a watch
+    that stops (not ``--dry-run``, not ``--advise-only``) and its heartbeat
+    (``runs.last_seen_at``, which the watch moves with the spend it records every tick) is at
+    most ``guard_lag`` old. Unset: :data:`GUARD_LAG_INTERVALS` × ``[watch] sample_interval``, at
+    least :data:`GUARD_LAG_FLOOR`; set it when the watches writing to this ledger sample at
+    another interval than this config says.
+    """
+
+    guard_lag: bounded_duration(GUARD_LAG_MIN, GUARD_LAG_MAX, noun=N_("a lag")) | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description=N_("a watch's heartbeat at most this old guards its instance; default 3 x [watch] "
+                       "sample_interval, at least 30s (1s to 24h)"))
+
+    def lag(self, sample_interval: timedelta) -> timedelta:
+        """The guard lag in force: ``guard_lag`` when set, else :data:`GUARD_LAG_INTERVALS` ×
+        ``sample_interval`` and at least :data:`GUARD_LAG_FLOOR`."""
+        if self.guard_lag is not None:
+            return self.guard_lag
+        return max(GUARD_LAG_INTERVALS * sample_interval, GUARD_LAG_FLOOR)
+
+
 class HooksConfig(_Section):
     """``[hooks]``: ``before_stop`` is a shell command run (with ``before_stop_timeout``) before
     costctl stops an instance, e.g. to sync outputs; its failure is recorded, not fatal."""
@@ -534,6 +568,7 @@ class Settings(BaseSettings):
     watch: WatchConfig = WatchConfig()
     ledger: LedgerConfig = LedgerConfig()
     bill: BillConfig = BillConfig()
+    fleet: FleetConfig = FleetConfig()
     policies: PoliciesConfig = Field(default_factory=PoliciesConfig)  # type: ignore[valid-type]
     hooks: HooksConfig = HooksConfig()
     stop: StopConfig = StopConfig()

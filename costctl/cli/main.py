@@ -21,14 +21,14 @@ from ..errors import CostctlError
 from ..i18n import _
 from .translated import ClickException, CostctlTyper, show_usage_error
 
-COMMAND_MODULES = ("init", "watch", "bill", "db", "gpus", "instances", "analyze", "sim", "snooze")
+COMMAND_MODULES = ("init", "watch", "bill", "db", "gpus", "instances", "fleet", "analyze", "sim", "snooze")
 
 #: Which module defines each command, so a run imports only the module it needs (importing
 #: SQLAlchemy, Alembic and the catalog for every command would cost a second at start-up).
 COMMAND_OWNERS = {
     "init": "init", "watch": "watch", "bill": "bill", "db": "db", "gpus": "gpus",
     "recommend": "gpus", "instances": "instances", "start": "instances", "stop": "instances",
-    "release": "instances", "offers": "instances", "analyze": "analyze", "sim": "sim", "snooze": "snooze",
+    "release": "instances", "offers": "instances", "fleet": "fleet", "analyze": "analyze", "sim": "sim", "snooze": "snooze",
 }
 
 app = CostctlTyper(
