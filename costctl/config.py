@@ -287,7 +287,7 @@ class DownsizeConfig(_Section):
 
     min_saving_per_hour: MoneyAmount = Decimal("0.10")
     headroom: float = Field(default=0.2, ge=0, le=4)
-    peak_memory: Annotated[ByteSize, ValueRange("1 byte to 1PiB")] | None = Field(default=None, ge=1,
+    peak_memory: Annotated[ByteSize, ValueRange(N_("1 byte to 1PiB"))] | None = Field(default=None, ge=1,
                                                                                  le=MAX_PEAK_MEMORY)
     compute_dtype: Literal["fp16", "bf16", "fp32"] = "fp16"
     underutilized_memory_fraction: float = Field(default=0.5, gt=0, le=1)

@@ -246,7 +246,7 @@ def test_init_writes_every_key_s_range_in_its_comment(tmp_path):
     lines = text.splitlines()
     shown = 0
     section = ""
-    for line in lines:
+    for i, line in enumerate(lines):
         head = re.match(r"^#? ?\[\[?([\w.]+)\]\]?", line)
         if head:
             section = head.group(1) + "."
@@ -257,7 +257,15 @@ def test_init_writes_every_key_s_range_in_its_comment(tmp_path):
         rng = key_range(tuple((section + m.group(1)).split(".")))
         if rng:
             shown += 1
-            assert f"({rng})" in line, f"{section}{m.group(1)}: {line!r} lacks ({rng})"
+            # the key's comment: its line and the indented comment lines continuing it (wrapped
+            # at the line width), joined as one sentence
+            comment = [line]
+            for more in lines[i + 1:]:
+                if not re.match(r"^\s+#", more):
+                    break
+                comment.append(more.split("#", 1)[1].strip())
+            joined = " ".join(comment)
+            assert f"({rng})" in joined, f"{section}{m.group(1)}: {joined!r} lacks ({rng})"
     assert shown >= 50
     keys = {key for key, _ in ranged_fields() if not key.startswith(("catalog.", "providers."))}
     for key in keys:
