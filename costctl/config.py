@@ -635,15 +635,46 @@ _NON_SETTING_ENV = {"COSTCTL_CONFIG", "COSTCTL_RUN_ID", "COSTCTL_CORPUS", "COSTC
 _NON_SETTING_ENV_PREFIXES = ("COSTCTL_TEST_",)
 
 
-def _one_line(err: ValidationError) -> str:
+#: Dotted key prefixes whose values are secrets, never quoted in a message (an Apprise URL
+#: holds its service's token).
+SECRET_KEYS = ("notify.urls", "serve.token")
+
+
+def _one_line(err: ValidationError, path: Path | None = None) -> str:
+    """``err``'s first problem as one line; ``path``: the config file the value came from (a
+    float is then quoted as the file writes it, :func:`_written_float`)."""
     first = err.errors()[0]
     loc = first["loc"]
     if first["type"] == "extra_forbidden" and len(loc) == 2 and loc[0] == "policies":
         return _("unknown policy [policies.{name}]; known: {known} (a third-party policy registers through the "
                  "{group} entry-point group)").format(name=loc[1], known=", ".join(known_policies()),
                                                       group=ENTRY_POINT_GROUP)
+    written = _written_float(path, tuple(loc)) if path is not None and isinstance(first.get("input"), float) else None
     return one_line(err, unknown_hint=_("(check the spelling; `costctl init` writes every key)"), ranges=key_range,
-                    secret_keys=("notify.urls", "serve.token"))
+                    secret_keys=SECRET_KEYS, written=written)
+
+
+class _WrittenFloat(str):
+    """A TOML float's text as written (``tomllib``'s ``parse_float``): ``1e400``, not ``inf``."""
+
+
+def _written_float(path: Path, loc: tuple[Any, ...]) -> str | None:
+    """The text of the TOML float at ``loc`` in the config file ``path`` as the user wrote it
+    (``1e400`` or ``1e-400``, which the parser reads as ``inf`` and ``0.0``); None when the file
+    no longer reads or holds no float there."""
+    try:
+        with path.open("rb") as fh:
+            node: Any = tomllib.load(fh, parse_float=_WrittenFloat)
+    except (OSError, ValueError, RecursionError):
+        return None
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            return None
+    return str(node) if isinstance(node, _WrittenFloat) else None
 
 
 def key_range(loc: tuple[Any, ...]) -> str:
@@ -737,34 +768,55 @@ def _where(err: ValidationError, path: Path | None, overrides: dict[str, Any] | 
             if first["type"] == "extra_forbidden":
                 return _("unknown environment variable {variable} (no key '{key}' in the config; "
                          "`costctl init` writes every key)").format(variable=variable, key=key)
-            return one_line(err, ranges=key_range, secret_keys=("notify.urls", "serve.token"),
+            return one_line(err, ranges=key_range, secret_keys=SECRET_KEYS,
                             shown_key=_("environment variable {variable}").format(variable=variable))
         return _("environment variable {variable}: {problem}").format(variable=variable, problem=_one_line(err))
     if _in_overrides(overrides, loc) or path is None:
         return _one_line(err)
-    return _("{path}: {problem}").format(path=path, problem=_one_line(err))
+    return _("{path}: {problem}").format(path=path, problem=_one_line(err, path))
 
 
 def _table_variable(message: str) -> str:
-    """pydantic-settings could not read a variable holding a table (its value is no JSON
-    object): one line naming the variable."""
+    """pydantic-settings could not read a variable holding a table or a list (its value is no
+    JSON of that kind): one line naming the variable, its value (hidden for a secret's: notify
+    URLs hold tokens) and what is allowed."""
     variables = _setting_variables()
     for parts, name in sorted(variables.items()):
         value = os.environ[name]
+        kind = _complex_kind(parts)
+        if kind is None:
+            continue
         try:
-            json.loads(value)
+            parsed = json.loads(value)
         except ValueError:
-            if _names_table(parts):
-                table = ".".join(parts)
-                return _("environment variable {name} = {value}: expected a JSON object for the table [{table}], "
-                         "or one variable per key ({name}__<KEY>=...)").format(
-                    name=name, value=describe_value(value), table=table)
+            parsed = _NOT_JSON
+        if kind == "table" and not isinstance(parsed, dict):
+            return _("environment variable {name} = {value}: expected a JSON object for the table [{table}], "
+                     "or one variable per key ({name}__<KEY>=...)").format(
+                name=name, value=_shown_env_value(parts, value), table=".".join(parts))
+        if kind == "list" and not isinstance(parsed, list):
+            return _("environment variable {name} = {value}: expected a JSON list, like {name}='[\"a\", \"b\"]'").format(
+                name=name, value=_shown_env_value(parts, value))
     return _("cannot read the COSTCTL_* environment variables: {problem}").format(problem=message)
 
 
-def _names_table(parts: tuple[str, ...]) -> bool:
-    """Whether the key path ``parts`` names a table of the settings (a section, a policy's
-    section, a provider's table), not a single value."""
+#: what :func:`json.loads` gave for a value that is no JSON at all.
+_NOT_JSON = object()
+
+
+def _shown_env_value(parts: tuple[str, ...], value: str) -> str:
+    """An environment variable's value as a message quotes it: ``(hidden)`` under a secret key
+    (:data:`SECRET_KEYS`), else its ``repr``, cut (:func:`costctl.validation.describe_value`)."""
+    key = ".".join(parts)
+    if any(key == s or key.startswith(s + ".") or s.startswith(key + ".") for s in SECRET_KEYS):
+        return _("(hidden)")
+    return describe_value(value)
+
+
+def _complex_kind(parts: tuple[str, ...]) -> str | None:
+    """``"table"`` when the key path ``parts`` names a table of the settings (a section, a
+    policy's section, a provider's table), ``"list"`` when it names a list-valued key (``[notify]
+    urls``): the values pydantic-settings reads from one variable as JSON; None otherwise."""
     model: Any = settings_model()
     for part in parts:
         if isinstance(model, type) and issubclass(model, BaseModel) and part in model.model_fields:
@@ -772,8 +824,12 @@ def _names_table(parts: tuple[str, ...]) -> bool:
         elif model is dict or typing.get_origin(model) is dict:
             model = dict
         else:
-            return False
-    return (isinstance(model, type) and issubclass(model, BaseModel)) or model is dict or typing.get_origin(model) is dict
+            return None
+    if (isinstance(model, type) and issubclass(model, BaseModel)) or model is dict or typing.get_origin(model) is dict:
+        return "table"
+    if model in (list, set, tuple, frozenset) or typing.get_origin(model) in (list, set, tuple, frozenset):
+        return "list"
+    return None
 
 
 _settings_models: dict[type, type[Settings]] = {}
@@ -804,11 +860,19 @@ def find_config_file(explicit: Path | None, cwd: Path | None = None) -> Path | N
     if explicit is None and os.environ.get("COSTCTL_CONFIG"):
         explicit = Path(os.environ["COSTCTL_CONFIG"])
     if explicit is not None:
+        if explicit.is_dir():
+            raise ConfigError(_("config file {path} is a directory; expected a TOML file (`costctl init` "
+                                "writes one)").format(path=explicit))
         if not explicit.is_file():
             raise ConfigError(_("config file {path} does not exist (or is not a file)").format(path=explicit))
         return explicit
     candidate = (cwd or Path.cwd()) / CONFIG_FILE_NAME
-    return candidate if candidate.is_file() else None
+    if candidate.is_file():
+        return candidate
+    if candidate.exists():  # a directory (or a socket...) in the config file's place: never ignored
+        raise ConfigError(_("{path} is not a file: costctl reads its config from a TOML file of that name in the "
+                            "working directory; rename it, or give --config FILE").format(path=candidate))
+    return None
 
 
 def load_settings(config: Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:

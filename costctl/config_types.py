@@ -143,6 +143,8 @@ def _to_timedelta(value: Any, message: str) -> timedelta:
         td = timedelta(seconds=float(value))
     elif isinstance(value, str):
         text = value.strip().lower()
+        if "_" in text or not text.isascii():  # float() reads "1_000" and non-ASCII digits: not as written here
+            raise ValueError(message)
         try:
             td = timedelta(seconds=float(text))
         except ValueError:

@@ -19,6 +19,7 @@ import typer
 
 from ..errors import CostctlError
 from ..i18n import _
+from ..validation import escape_controls
 from .translated import ClickException, CostctlTyper, show_usage_error
 
 COMMAND_MODULES = ("init", "watch", "bill", "db", "gpus", "instances", "fleet", "analyze", "sim", "snooze", "serve")
@@ -109,7 +110,7 @@ def _crash(exc: BaseException) -> int:
     except (OSError, CostctlError):
         traceback.print_exception(exc)
         line = _("costctl: internal error: {error}: {detail}").format(error=type(exc).__name__, detail=exc)
-    print(line, file=sys.stderr)
+    print(escape_controls(line), file=sys.stderr)
     return 70
 
 
@@ -144,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                 reason=exc.strerror, errno=exc.errno), file=sys.stderr)
         return 1
     except CostctlError as exc:
-        print(_("costctl: {message}").format(message=exc.message), file=sys.stderr)
+        # one line, as typed: a control character in a path or value is shown escaped
+        print(escape_controls(_("costctl: {message}").format(message=exc.message)), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(_("costctl: interrupted"), file=sys.stderr)
