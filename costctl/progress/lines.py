@@ -78,6 +78,7 @@ from datetime import datetime
 from typing import Any
 
 from costctl.errors import UsageError
+from costctl.i18n import _
 from costctl.progress.batch import NO_INT, PointBatch, column_int
 from costctl.records import ProgressPoint
 
@@ -433,13 +434,14 @@ def compile_loss_regex(pattern: str) -> re.Pattern[str]:
         compiled = re.compile(pattern)
     except re.error as exc:
         raise UsageError(
-            f"--loss-regex '{pattern}' is not a valid regular expression ({exc}); "
-            "give one with a named group (?P<loss>...) or exactly one group"
+            _("--loss-regex '{pattern}' is not a valid regular expression ({error}); "
+              "give one with a named group (?P<loss>...) or exactly one group").format(pattern=pattern, error=exc)
         ) from None
     if "loss" not in compiled.groupindex and compiled.groups != 1:
         raise UsageError(
-            f"--loss-regex '{pattern}' has {compiled.groups} groups and no group named 'loss'; "
-            "give a named group (?P<loss>...) (optionally step, epoch, eval_loss) or exactly one group"
+            _("--loss-regex '{pattern}' has {count} groups and no group named 'loss'; "
+              "give a named group (?P<loss>...) (optionally step, epoch, eval_loss) or exactly one group").format(
+                pattern=pattern, count=compiled.groups)
         )
     return compiled
 
@@ -654,9 +656,9 @@ class LineParser:
         self._regex = compile_loss_regex(loss_regex) if loss_regex is not None else None
         self._hook = hook
         if engine not in (None, "native", "python"):
-            raise UsageError(f"parser engine {engine!r}: expected 'native' or 'python'")
+            raise UsageError(_("parser engine {engine!r}: expected 'native' or 'python'").format(engine=engine))
         if engine == "native" and _scan is None:
-            raise UsageError("parser engine 'native': the C extension costctl.progress._scan is not built")
+            raise UsageError(_("parser engine 'native': the C extension costctl.progress._scan is not built"))
         #: "native" or "python" (see :data:`ENGINE`); a native parser turns "python" for good
         #: when given text that UTF-8 cannot encode (lone surrogates).
         self.engine = engine or ENGINE

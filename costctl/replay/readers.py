@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..errors import UsageError
+from ..i18n import _
 from ..jsonio import JsonTooDeep
 from .formats import GPU_FORMATS, detect_file
 from ..records import TelemetrySample
@@ -41,10 +42,7 @@ def read_gpu_log(
     if columns and fmt not in ("nvidia-smi-csv",):
         fmt = "nvidia-smi-csv"
     if fmt not in GPU_FORMATS:
-        raise UsageError(
-            f"{path}: looks like a training log ({fmt}), not a GPU log; pass it with --train-log "
-            f"(GPU logs: nvidia-smi --query-gpu CSV, the nvidia-smi table, wandb system metrics)"
-        )
+        raise UsageError(_not_a_gpu_log(path, fmt))
     counts: dict[str, Any] = {}
     with _named(path):
         samples = list(_gpu_records(path, fmt, iter_lines(path), columns, start, counts))
@@ -67,6 +65,12 @@ def _gpu_records(path: Path, fmt: str, lines: Iterable[str], columns: Sequence[s
     return iter_custom_gpu_csv(lines, start=start, counts=counts, path=path)
 
 
+def _not_a_gpu_log(path: Path, fmt: str) -> str:
+    """The one line for a training log given as ``--gpu-log``."""
+    return _("{path}: looks like a training log ({format}), not a GPU log; pass it with --train-log (GPU logs: "
+             "nvidia-smi --query-gpu CSV, the nvidia-smi table, wandb system metrics)").format(path=path, format=fmt)
+
+
 @contextmanager
 def _named(path: Path) -> Iterator[None]:
     """A reader's UsageError (``line 3: ...``) as one line that names the file too."""
@@ -75,15 +79,19 @@ def _named(path: Path) -> Iterator[None]:
     except UsageError as exc:
         if exc.message.startswith(str(path)):
             raise
-        raise UsageError(f"{path}: {exc.message}", exit_code=exc.exit_code) from None
+        raise UsageError(_("{path}: {problem}").format(path=path, problem=exc.message),
+                         exit_code=exc.exit_code) from None
 
 
 def _no_sample(path: Path, log: GpuLog, counts: dict[str, Any]) -> str:
     """The one line for a GPU log none of whose records could be read: the file, the count,
     and the first unreadable record with what was expected there."""
     first = counts.get("first_skip")
-    return (f"{path}: no GPU sample could be read ({log.format}, {log.skipped} unreadable records"
-            + (f"; the first: {first}" if first else "") + ")")
+    if first:
+        return _("{path}: no GPU sample could be read ({format}, {skipped} unreadable records; the first: "
+                 "{first})").format(path=path, format=log.format, skipped=log.skipped, first=first)
+    return _("{path}: no GPU sample could be read ({format}, {skipped} unreadable records)").format(
+        path=path, format=log.format, skipped=log.skipped)
 
 
 def open_gpu_log(
@@ -102,10 +110,7 @@ def open_gpu_log(
     if columns and fmt not in ("nvidia-smi-csv",):
         fmt = "nvidia-smi-csv"
     if fmt not in GPU_FORMATS:
-        raise UsageError(
-            f"{path}: looks like a training log ({fmt}), not a GPU log; pass it with --train-log "
-            f"(GPU logs: nvidia-smi --query-gpu CSV, the nvidia-smi table, wandb system metrics)"
-        )
+        raise UsageError(_not_a_gpu_log(path, fmt))
     counts: dict[str, Any] = {}
 
     def source() -> Iterator[TelemetrySample]:
@@ -141,7 +146,8 @@ def read_train_log(path: Path, *, loss_regex: str | None = None, streamed: bool 
     try:
         fmt = "console" if loss_regex else detect_file(path)
         if fmt in GPU_FORMATS:
-            raise UsageError(f"{path}: looks like a GPU log ({fmt}), not a training log; pass it with --gpu-log")
+            raise UsageError(_("{path}: looks like a GPU log ({format}), not a training log; pass it with "
+                               "--gpu-log").format(path=path, format=fmt))
         if fmt == "console":
             return read_console(path, loss_regex=loss_regex, streamed=streamed, replay=replay if streamed else None,
                                 loss_name=loss_name)
