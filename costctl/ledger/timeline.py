@@ -21,6 +21,7 @@ from sqlalchemy import BigInteger, func, literal, select
 
 from ..clock import ensure_utc
 from ..errors import UsageError
+from ..i18n import _
 from . import tables
 from .engine import Reader, dialect_name
 from .queries import active_runs_sql, amount_of_us, window_slices
@@ -211,14 +212,14 @@ def find_run(session: Reader, ref: str | None, since: datetime | None = None,
                                .order_by(RUNS.c.started_at.desc(), RUNS.c.id.desc()).limit(1)).first()
     text = ref.strip().lower()
     if not text or any(c not in "0123456789abcdef" for c in text):
-        raise UsageError(f"--run {ref!r}: expected a run id or its first characters (hexadecimal, as "
-                         "`costctl bill` shows them)")
+        raise UsageError(_("--run {ref!r}: expected a run id or its first characters (hexadecimal, as "
+                           "`costctl bill` shows them)").format(ref=ref))
     found = session.execute(select(*cols).where(RUNS.c.id.like(f"{text}%")).order_by(RUNS.c.id).limit(2)).all()
     if not found:
-        raise UsageError(f"--run {ref!r}: no run in the ledger starts with it")
+        raise UsageError(_("--run {ref!r}: no run in the ledger starts with it").format(ref=ref))
     if len(found) > 1:
-        raise UsageError(f"--run {ref!r}: more than one run starts with it ({found[0].id[:12]}, "
-                         f"{found[1].id[:12]}...); give more characters")
+        raise UsageError(_("--run {ref!r}: more than one run starts with it ({first}, {second}...); give more "
+                           "characters").format(ref=ref, first=found[0].id[:12], second=found[1].id[:12]))
     return found[0]
 
 

@@ -685,9 +685,9 @@ class LineParser:
         self.user_regex = self._regex
         self._hook = hook
         if engine not in (None, "native", "python"):
-            raise UsageError(f"parser engine {engine!r}: expected 'native' or 'python'")
+            raise UsageError(_("parser engine {engine!r}: expected 'native' or 'python'").format(engine=engine))
         if engine == "native" and _scan is None:
-            raise UsageError("parser engine 'native': the C extension costctl.progress._scan is not built")
+            raise UsageError(_("parser engine 'native': the C extension costctl.progress._scan is not built"))
         #: "native" or "python" (see :data:`ENGINE`); a native parser turns "python" for good
         #: when given text that UTF-8 cannot encode (lone surrogates).
         self.engine = engine or ENGINE

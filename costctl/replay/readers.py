@@ -111,15 +111,19 @@ def _named(path: Path) -> Iterator[None]:
     except UsageError as exc:
         if exc.message.startswith(str(path)):
             raise
-        raise UsageError(f"{path}: {exc.message}", exit_code=exc.exit_code) from None
+        raise UsageError(_("{path}: {problem}").format(path=path, problem=exc.message),
+                         exit_code=exc.exit_code) from None
 
 
 def _no_sample(path: Path, log: GpuLog, counts: dict[str, Any]) -> str:
     """The one line for a GPU log none of whose records could be read: the file, the count,
     and the first unreadable record with what was expected there."""
     first = counts.get("first_skip")
-    return (f"{path}: no GPU sample could be read ({log.format}, {log.skipped} unreadable records"
-            + (f"; the first: {first}" if first else "") + ")")
+    if first:
+        return _("{path}: no GPU sample could be read ({format}, {skipped} unreadable records; the first: "
+                 "{first})").format(path=path, format=log.format, skipped=log.skipped, first=first)
+    return _("{path}: no GPU sample could be read ({format}, {skipped} unreadable records)").format(
+        path=path, format=log.format, skipped=log.skipped)
 
 
 def open_gpu_log(
@@ -170,7 +174,8 @@ def read_train_log(path: Path, *, loss_regex: str | None = None, streamed: bool 
     try:
         fmt = "console" if loss_regex else detect_file(path)
         if fmt in GPU_FORMATS:
-            raise UsageError(f"{path}: looks like a GPU log ({fmt}), not a training log; pass it with --gpu-log")
+            raise UsageError(_("{path}: looks like a GPU log ({format}), not a training log; pass it with "
+                               "--gpu-log").format(path=path, format=fmt))
         if fmt == "console":
             return read_console(path, loss_regex=loss_regex, streamed=streamed, replay=replay if streamed else None,
                                 loss_name=loss_name)

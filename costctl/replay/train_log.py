@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import UsageError
+from ..i18n import _
 from ..jsonio import JsonTooDeep, loads, loads_skipping_deep
 from ..numbers import as_count
 from ..progress import LineParser, read_metrics_file
@@ -270,8 +271,8 @@ def _x_axis(train: list[ProgressPoint]) -> str:
 # -- metrics files -----------------------------------------------------------------------------
 def too_deep(path: Path) -> str:
     """The one line for a JSON log nested past the parser's limit (about 1,000 levels)."""
-    return (f"{path}: its JSON nests deeper than costctl can read ({sys.getrecursionlimit()} levels); "
-            "a training log's records are flat: is it the right file?")
+    return _("{path}: its JSON nests deeper than costctl can read ({levels} levels); a training log's records "
+             "are flat: is it the right file?").format(path=path, levels=sys.getrecursionlimit())
 
 
 def _read_csv_series(text: str) -> dict[str, list[SeriesPoint]]:
@@ -323,12 +324,14 @@ def _read_trainer_state(path: Path, text: str) -> tuple[dict[str, list[SeriesPoi
     except JsonTooDeep:
         raise UsageError(too_deep(path)) from None
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
-                         "expected a trainer_state.json") from None
+        raise UsageError(_("{path}: not valid JSON ({error} at line {line}, column {column}); expected a "
+                           "trainer_state.json").format(path=path, error=exc.msg, line=exc.lineno,
+                                                        column=exc.colno)) from None
     except ValueError:  # pragma: no cover - jsonio reads every other failure as one of the above
-        raise UsageError(f"{path}: not valid JSON; expected a trainer_state.json") from None
+        raise UsageError(_("{path}: not valid JSON; expected a trainer_state.json").format(path=path)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("log_history"), list):
-        raise UsageError(f"{path}: a JSON document without log_history (expected a trainer_state.json)")
+        raise UsageError(_("{path}: a JSON document without log_history (expected a trainer_state.json)").format(
+            path=path))
     if skipped and not doc["log_history"]:  # every record nested too deep: the file, not a record, is wrong
         raise UsageError(too_deep(path))
     summary = {k: doc[k] for k in ("global_step", "epoch", "best_metric", "max_steps") if k in doc}
@@ -369,8 +372,12 @@ def read_metrics(path: Path, fmt: str, *, loss_name: str | None = None) -> Train
     points = _read_points(path, text, loss_key, eval_key, counts)  # a record whose step is no count: skipped
     train, evals = _split(points)
     if loss_name is not None and not train:
-        losses = ", ".join(repr(k) for k in series if "loss" in k.lower()) or "none"
-        raise UsageError(f"--loss {loss_name!r}: no record of {path} holds it (its loss columns: {losses})")
+        losses = [repr(k) for k in series if "loss" in k.lower()]
+        if not losses:
+            raise UsageError(_("--loss {name!r}: no record of {path} holds it (it has no loss column)").format(
+                name=loss_name, path=path))
+        raise UsageError(_("--loss {name!r}: no record of {path} holds it (its loss columns: {losses})").format(
+            name=loss_name, path=path, losses=_(", ").join(losses)))
     names = {p.name for p in points}
     for name in names:
         series.pop(name, None)
