@@ -37,6 +37,7 @@ from pydantic import (
     PrivateAttr,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     create_model,
     field_validator,
     model_validator,
@@ -306,10 +307,18 @@ class OomConfig(_Section):
 #: Bounds of ``[ledger] sample_retention`` and ``progress_interval``.
 SAMPLE_RETENTION_MIN, SAMPLE_RETENTION_MAX = timedelta(hours=1), timedelta(days=3650)
 PROGRESS_INTERVAL_MIN, PROGRESS_INTERVAL_MAX = timedelta(seconds=1), timedelta(hours=1)
+#: Bounds of ``[ledger] sync_interval`` (fleet mode).
+SYNC_INTERVAL_MIN, SYNC_INTERVAL_MAX = timedelta(seconds=1), timedelta(hours=1)
+#: The longest a watch's heartbeat waits before it is written to its own ledger (seconds:
+#: ``costctl.watch.watcher.WRITE_EVERY_S``); ``[ledger] heartbeat_lag`` must exceed it plus
+#: ``sync_interval``.
+HEARTBEAT_WRITE_S = 10
+#: A central ledger URL: a PostgreSQL URL (a SQLite one is taken too: a file every machine sees).
+_CENTRAL_URL_RE = re.compile(r"^(postgresql|sqlite)(\+\w+)?://")
 
 
 class LedgerConfig(_Section):
-    """``[ledger]``: what the ledger keeps at volume.
+    """``[ledger]``: what the ledger keeps at volume, and fleet mode.
 
     Raw telemetry samples (one row per GPU per tick) are kept for ``sample_retention``, then
     rolled up into one row per run, GPU and UTC minute and deleted (``costctl db compact``, and
@@ -318,6 +327,12 @@ class LedgerConfig(_Section):
     and ``progress_interval`` (plus each interval's non-finite points, up to as many again, and
     its last point); the rest of an interval is kept as one row of exact figures (count, NaN
     and inf counts, min, max, first, last): :mod:`costctl.ledger.progress_store`.
+
+    Fleet mode (``central_url``): the watch writes its own ledger as always and sends what
+    changed to the team's central ledger every ``sync_interval`` (:mod:`costctl.ledger.sync`),
+    waiting up to ``central_flush_timeout`` for it at the end. A run is guarded while it is not
+    ended and its heartbeat (``runs.last_seen_at``) is at most ``heartbeat_lag`` old
+    (:mod:`costctl.ledger.heartbeat`).
     """
 
     sample_retention: bounded_window(SAMPLE_RETENTION_MIN, SAMPLE_RETENTION_MAX, noun=N_("a retention"),  # type: ignore[valid-type]
@@ -332,6 +347,39 @@ class LedgerConfig(_Section):
     progress_points_per_interval: int = Field(
         default=20, ge=1, le=10_000,
         description=N_("loss points stored as rows per series and interval; the rest are summed up exactly"))
+    central_url: str | None = Field(
+        default=None,
+        description=N_("fleet mode: the team's central ledger (a PostgreSQL URL); this machine's ledger is its "
+                       "outbox"))
+    sync_interval: bounded_duration(SYNC_INTERVAL_MIN, SYNC_INTERVAL_MAX,  # type: ignore[valid-type]
+                                    noun=N_("an interval")) = Field(
+        default=timedelta(seconds=30),
+        description=N_("fleet mode: between two sends to the central ledger (1s to 1h)"))
+    central_flush_timeout: Duration = Field(
+        default=timedelta(seconds=15),
+        description=N_("fleet mode: longest wait for the central ledger at the end of a watch"))
+    heartbeat_lag: Duration = Field(
+        default="2m", validate_default=True,  # text, so an error shows it as written
+        description=N_("a run is guarded while it is not ended and its watch was seen this recently"))
+
+    @field_validator("central_url")
+    @classmethod
+    def _central_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        if "\x00" in value or not _CENTRAL_URL_RE.match(value.strip()):
+            raise ValueError(_("expected a PostgreSQL URL such as postgresql+psycopg://user@host:5432/costctl"))
+        return value.strip()
+
+    @field_validator("heartbeat_lag")
+    @classmethod
+    def _heartbeat_after_sync(cls, lag: timedelta, info: ValidationInfo) -> timedelta:
+        interval = info.data.get("sync_interval")
+        if interval is not None and lag <= interval + timedelta(seconds=HEARTBEAT_WRITE_S):
+            raise ValueError(_("expected longer than ledger.sync_interval ({interval}) plus {write}s, the longest a "
+                               "heartbeat takes to reach the central ledger").format(
+                interval=format_duration(interval), write=HEARTBEAT_WRITE_S))
+        return lag
 
 
 #: Bounds of ``[bill] saved_horizon``.
