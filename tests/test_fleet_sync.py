@@ -333,3 +333,45 @@ def test_db_sync_sends_the_outbox_and_says_so(tmp_path, db_url, capsys, monkeypa
             central.dispose()
     assert main(["db", "sync", "--db", local]) == 2
     assert "no central ledger" in capsys.readouterr().err
+
+
+ops = st.lists(st.one_of(st.tuples(st.just("accrue"), st.sampled_from("ab"), st.integers(1, 600)),
+                         st.tuples(st.just("sync"), st.sampled_from("ab"), st.just(0))), max_size=12)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 300), st.integers(0, 300), ops)
+def test_any_interleaving_of_two_writers_charges_the_union_once(tmp_path_factory, start_a, start_b, steps):
+    """Two machines charge one instance from their own starts, accruing and syncing in any
+    order: the central ledger never charges a second twice, and once both synced it charges
+    exactly the union of what they charged; a further send changes nothing."""
+    where = tmp_path_factory.mktemp("fleet")
+    central_url = f"sqlite:///{where / 'central.db'}"
+    ledgers = {"a": local_ledger(where / "a.db"), "b": local_ledger(where / "b.db")}
+    run = {"a": one_run(ledgers["a"], "shared", start=start_a), "b": one_run(ledgers["b"], "shared", start=start_b)}
+    until = {"a": start_a, "b": start_b}
+    send = {name: sender(ledger, central_url) for name, ledger in ledgers.items()}
+    try:
+        for op, name, seconds in steps:
+            if op == "accrue":
+                until[name] += seconds
+                ledgers[name].accrue(run[name], at(until[name]), RATE, "USD")
+            else:
+                send[name].drain()
+                assert_no_second_twice(send[name]._engine())
+        for s in send.values():
+            s.drain()
+        central = send["a"]._engine()
+        assert_no_second_twice(central)
+        charged = {name: (start, until[name]) for name, start in (("a", start_a), ("b", start_b))
+                   if until[name] > start}
+        union = set().union(*(range(lo, hi) for lo, hi in charged.values())) if charged else set()
+        assert spend_seconds(central, "shared") == len(union)
+        before = dump(central)
+        for s in send.values():
+            s.drain()
+        assert dump(central) == before
+    finally:
+        for name in ledgers:
+            send[name].dispose()
+            ledgers[name].close()
