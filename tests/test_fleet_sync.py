@@ -307,6 +307,7 @@ def test_a_central_url_that_is_the_local_ledger_is_refused(tmp_path):
     ('[ledger]\ncentral_url = "mysql://db/costctl"\n', "ledger.central_url"),
     ('[ledger]\nsync_interval = "2h"\n', "ledger.sync_interval"),
     ('[ledger]\nsync_interval = "5m"\n', "ledger.heartbeat_lag"),
+    ('[ledger]\ncentral_url = "postgresql+nodriver://db/costctl"\n', "unknown database kind 'postgresql+nodriver'"),
 ])
 def test_a_bad_fleet_setting_is_one_line_and_exit_2(tmp_path, capsys, toml, expected):
     cfg = tmp_path / "costctl.toml"
@@ -375,3 +376,13 @@ def test_any_interleaving_of_two_writers_charges_the_union_once(tmp_path_factory
         for name in ledgers:
             send[name].dispose()
             ledgers[name].close()
+
+
+def test_a_watch_whose_central_url_is_its_own_ledger_is_refused_before_anything_starts(tmp_path, capsys):
+    local = f"sqlite:///{tmp_path / 'own.db'}"
+    cfg = tmp_path / "costctl.toml"
+    cfg.write_text(f'data_dir = "{tmp_path / "data"}"\ndatabase_url = "{local}"\n[ledger]\ncentral_url = "{local}"\n')
+    assert main(["watch", "--config", str(cfg), "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert "central_url is this machine's own ledger" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "own.db").exists() and not (tmp_path / "data" / "sim").exists()

@@ -30,7 +30,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_nev
 from ..errors import LedgerError, UsageError
 from ..i18n import _
 from . import central, outbox
-from .engine import parse_url, redact, translate_errors
+from .engine import make_engine, parse_url, redact, translate_errors
 from .writer import is_transient
 
 #: Rows sent in one central transaction.
@@ -69,6 +69,8 @@ def central_target(url: str | None, local_url: str) -> str | None:
     if central.render_as_string(hide_password=False) == local.render_as_string(hide_password=False):
         raise UsageError(_("[ledger] central_url is this machine's own ledger ({url}): set it to the team's "
                            "central ledger, or leave it out").format(url=redact(central)))
+    if central.get_backend_name() != "sqlite":  # an unknown dialect or a missing driver: said now, not later
+        make_engine(central).dispose()
     return url
 
 
@@ -82,6 +84,10 @@ def open_central(url: str) -> Engine:
     from .reader import open_engine
 
     return open_engine(central_url(url).render_as_string(hide_password=False), isolated_migration=True)
+
+
+class _Closing(Exception):
+    """Ends the retries of a closing :class:`CentralSync`."""
 
 
 class CentralSync:
@@ -267,7 +273,7 @@ class CentralSync:
         retrying = Retrying(
             retry=retry_if_exception_type(Exception),
             wait=wait_exponential(multiplier=self._retry_initial_s, min=self._retry_initial_s, max=self._retry_max_s),
-            stop=self._stop_retrying, sleep=self._sleep, before_sleep=self._on_failure, reraise=True)
+            stop=self._stop_retrying, sleep=self._backoff, before_sleep=self._on_failure, reraise=True)
         while True:
             self._sleep(self.interval_s)
             if self._closing:
@@ -306,6 +312,12 @@ class CentralSync:
         """Wait ``seconds``, or until :meth:`sync_now` or :meth:`close` wakes the thread."""
         self._wake.wait(seconds)
         self._wake.clear()
+
+    def _backoff(self, seconds: float) -> None:
+        """:meth:`_sleep` between two retries; once closing, no more retries (the outbox keeps the rest)."""
+        self._sleep(seconds)
+        if self._closing:
+            raise _Closing
 
     def _on_failure(self, state: RetryCallState) -> None:
         if self._down_since is not None:
