@@ -166,7 +166,9 @@ class CentralSync:
         """One last send (up to ``timeout_s`` seconds), then stop the thread. Returns the rows
         left in the outbox, and says how many when there are any (they are sent by the next
         watch on this machine, or ``costctl db sync``). Safe to call twice."""
-        if self._thread is not None and not self._closing:
+        if self._closing:
+            return 0
+        if self._thread is not None:
             self.sync_now(timeout_s)
         with self._cond:
             self._closing = True
