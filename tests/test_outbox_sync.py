@@ -29,7 +29,7 @@ from costctl.ledger.central import uncovered
 from costctl.ledger.heartbeat import guarded_clause, is_guarded
 from costctl.ledger.sync import CentralSync, central_target
 from costctl.records import Action, Decision
-from fleet_support import (assert_no_second_twice, charges, dump, local_ledger, outbox_size, runs,
+from outbox_support import (assert_no_second_twice, charges, dump, local_ledger, outbox_size, runs,
                            spend_seconds)
 
 T0 = datetime(2026, 6, 1, 8, 0, 0, tzinfo=UTC)

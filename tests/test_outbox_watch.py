@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from conftest import reset_postgres_schema
 from costctl.cli.main import main
 from costctl.ledger import tables
-from fleet_support import assert_no_second_twice, charges, dump
+from outbox_support import assert_no_second_twice, charges, dump
 from helpers import CHILDREN, REPO, costctl_cmd, costctl_env, run_costctl
 from lifecycle_support import T0, FixedGpu, SimClock, drive, settings, watcher
 from pg_proxy import DroppingProxy
