@@ -23,7 +23,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from costctl_providers.base import Account, Instance, Offer, Provider
 from costctl_providers.registry import get_provider, provider_class
@@ -41,6 +43,26 @@ ACCOUNTS_KEY = "accounts"
 DEFAULT_ACCOUNT = ""
 #: The key of an account table naming its credential's environment variable(s).
 CREDENTIAL_ENV_KEY = "credential_env"
+
+
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=255)]
+"""An environment variable's name (POSIX: letters, digits and ``_``, not starting with a digit)."""
+
+
+class AccountKeys(BaseModel):
+    """The key of an account table (``[providers.<name>.accounts.<account>]``) that costctl
+    reads itself: ``credential_env``, a variable name or a list of them (first set wins; none:
+    only the credentials file's ``[<name>.accounts.<account>]`` section). The account's other
+    keys are the provider table's, for this account, and its adapter checks them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    credential_env: tuple[EnvName, ...] = ()
+
+    @field_validator("credential_env", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return (value,) if isinstance(value, str) else value
 
 
 def account_tables(settings: Settings, name: str) -> dict[str, dict[str, Any]]:
@@ -77,13 +99,22 @@ def _account(settings: Settings, name: str, account: str | None) -> tuple[Accoun
         raise ConfigError(_("provider {name} has no account {account!r} (no [providers.{name}.accounts.{account}] "
                             "table; configured: none)").format(name=name, account=account))
     table = dict(tables[account])
-    env = table.pop(CREDENTIAL_ENV_KEY, ())
-    if isinstance(env, str):
-        env = (env,)
-    if not isinstance(env, (list, tuple)) or not all(isinstance(v, str) and v for v in env):
+    try:
+        keys = AccountKeys.model_validate({CREDENTIAL_ENV_KEY: table.pop(CREDENTIAL_ENV_KEY, ())})
+    except ValidationError:
         raise ConfigError(_("[providers.{name}.accounts.{account}] credential_env must be a variable name "
-                            "or a list of them").format(name=name, account=account))
-    return Account(account, tuple(env)), table
+                            "or a list of them").format(name=name, account=account)) from None
+    return Account(account, keys.credential_env), table
+
+
+def configured_providers(settings: Settings) -> list[str]:
+    """``[instance] provider`` first, then each ``[providers.*]`` table, without repeats: the
+    providers ``costctl instances`` and ``costctl fleet`` go across."""
+    names = [settings.instance.provider]
+    for name in settings.providers:
+        if name not in names:
+            names.append(name)
+    return names
 
 
 def _instance_seed(settings: Settings) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Any, Mapping
@@ -18,6 +19,22 @@ def decimal_from_json(value: Any) -> Decimal | None:
     except InvalidOperation:
         return None
     return amount if amount.is_finite() else None
+
+
+def percent_from_json(value: Any, *, upper: float | None = 100.0) -> float | None:
+    """A utilization reading in percent -> float; None for a missing, boolean, non-numeric or
+    non-finite value, a negative one (the providers' "not measured" marker, e.g. Vast's ``-1``),
+    or one above ``upper`` (None: no upper bound). A reading that is not a plain percentage is
+    unreported, never 0."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not math.isfinite(number) or number < 0 or (upper is not None and number > upper):
+        return None
+    return number
 
 
 def strip_keys(payload: Any, secret_key: re.Pattern[str]) -> Any:

@@ -16,6 +16,7 @@ from decimal import Decimal
 from enum import Enum
 from typing import Any, ClassVar
 
+from costctl.clock import ensure_utc
 from costctl.i18n import N_, _, language
 
 from .capabilities import (  # noqa: F401 - re-exported
@@ -64,6 +65,14 @@ class Instance:
         raw: the provider's payload (secrets never included).
         preempted: True when the provider stopped an interruptible instance itself (outbid or
             reclaimed), seen after the fact (e.g. Vast: intended running, actual stopped).
+        gpu_utilization: percent (0..100) of the instance's GPUs, the provider's own instantaneous
+            reading at the time of the listing, for a running instance (Vast.ai ``gpu_util``;
+            RunPod the busiest GPU's ``gpuUtilPercent``: below a threshold means every GPU is);
+            None when the provider did not report it (unreported never means idle).
+        cpu_utilization: percent of the instance's CPU allocation as the provider reports it for
+            a running instance (RunPod ``container.cpuPercent``); None when unreported.
+        stopped_price_per_hour: what the instance still costs per hour while stopped (its disk),
+            in ``currency``; None when the provider gives no way to know it (see each adapter).
     """
 
     provider: str
@@ -83,6 +92,27 @@ class Instance:
     region: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     preempted: bool = False
+    gpu_utilization: float | None = None
+    cpu_utilization: float | None = None
+    stopped_price_per_hour: Decimal | None = None
+
+    def running_seconds(self, now: datetime) -> Decimal | None:
+        """Seconds the instance has run since the provider last started it, by the provider's
+        own times: until ``now`` (aware) while its GPU is billed (starting, running, stopping),
+        until ``stopped_at`` otherwise; 0 for an instance never started and not billed; None
+        when unknown (no start time while billed, or no stop time once stopped)."""
+        billed = self.status in (Status.STARTING, Status.RUNNING, Status.STOPPING)
+        if self.started_at is None:
+            return None if billed else Decimal(0)
+        if billed:
+            end = now
+        elif self.stopped_at is not None:
+            end = self.stopped_at
+        else:
+            return None
+        delta = ensure_utc(end) - ensure_utc(self.started_at)
+        secs = Decimal(delta.days * 86400 + delta.seconds) + Decimal(delta.microseconds) / Decimal(1_000_000)
+        return max(Decimal(0), secs)
 
 
 @dataclass(frozen=True)

@@ -96,9 +96,8 @@ def _tables(model: typing.Any) -> dict[str, tuple[str, typing.Any]]:
 
 @st.composite
 def valid_configs(draw: st.DrawFn) -> dict[str, typing.Any]:
-    """Overrides (nested dict) setting a random half of the keys to random valid values; the
-    cross-key rules (stop intervals within the deadline, checkpoint min <= max, the heartbeat lag
-    longer than the sync interval + 10 s) kept."""
+    """Overrides (nested dict) setting a random half of the keys to random valid values; the two
+    cross-key rules (stop intervals within the deadline, checkpoint min <= max) kept."""
     fields = _tables(settings_model())
     out: dict[str, typing.Any] = {}
     for key in sorted(fields):  # each key set (anywhere in its range) or left at its default, half and half
@@ -118,10 +117,6 @@ def valid_configs(draw: st.DrawFn) -> dict[str, typing.Any]:
         cp = out["checkpoint"]
         lo, hi = int(cp.get("min_interval", 600)), int(cp.get("max_interval", 4 * 3600))
         cp["min_interval"], cp["max_interval"] = str(min(lo, hi)), str(max(lo, hi))
-    if "ledger" in out:
-        led = out["ledger"]
-        interval = int(led.get("sync_interval", 30))
-        led["heartbeat_lag"] = str(max(int(led.get("heartbeat_lag", 120)), interval + 11))
     return out
 
 

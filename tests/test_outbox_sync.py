@@ -26,7 +26,9 @@ from costctl.errors import UsageError
 from costctl.ledger import Ledger, outbox
 from costctl.ledger import tables
 from costctl.ledger.central import uncovered
-from costctl.ledger.heartbeat import guarded_clause, is_guarded
+from costctl.config import FleetConfig, Settings
+from costctl.fleet.model import GuardState, guard_of
+from costctl.ledger.instance_view import instance_records
 from costctl.ledger.sync import CentralSync, central_target
 from costctl.records import Action, Decision
 from outbox_support import (assert_no_second_twice, charges, dump, local_ledger, outbox_size, runs,
@@ -270,15 +272,19 @@ def test_two_writers_apart_on_one_instance_charge_each_second_once(tmp_path, db_
         b.close()
 
 
-# ----------------------------------------------------------------------------- heartbeat, config
+# ----------------------------------------------------------------------------- heartbeat, configuration
 
 
-def test_guarded_is_not_ended_and_seen_within_the_lag(tmp_path, db_url):
-    lag = timedelta(minutes=2)
-    assert is_guarded(ended_at=None, last_seen_at=at(0), status="running", now=at(120), lag=lag)
-    assert not is_guarded(ended_at=None, last_seen_at=at(0), status="running", now=at(121), lag=lag)
-    assert not is_guarded(ended_at=at(10), last_seen_at=at(10), status="completed", now=at(10), lag=lag)
-    assert not is_guarded(ended_at=None, last_seen_at=at(0), status="unguarded", now=at(1), lag=lag)
+def test_a_synced_heartbeat_guards_its_instance_in_the_central_ledger(tmp_path, db_url):
+    """The heartbeat (``runs.last_seen_at``) reaches the central ledger with each send, and
+    ``costctl fleet``'s guard rule reads it there: guarded within the guard lag, whose default
+    allows for the send (``[ledger] sync_interval`` + 20 s), stale past it; an ended run guards
+    nothing."""
+    settings_ = Settings()
+    lag = settings_.fleet.lag(settings_.watch.sample_interval, settings_.ledger.sync_interval)
+    assert lag == timedelta(seconds=30)  # the defaults: 10 s sends, 5 s samples
+    assert FleetConfig().lag(timedelta(seconds=5), timedelta(minutes=1)) == timedelta(seconds=80)
+    assert FleetConfig(guard_lag="45s").lag(timedelta(seconds=5), timedelta(minutes=1)) == timedelta(seconds=45)
     with local_ledger(tmp_path / "a.db") as ledger:
         alive, ended = one_run(ledger, "i-1"), one_run(ledger, "i-2")
         ledger.accrue(alive, at(600), RATE, "USD")
@@ -288,10 +294,10 @@ def test_guarded_is_not_ended_and_seen_within_the_lag(tmp_path, db_url):
         try:
             sync.drain()
             with sync._engine().connect() as conn:
-                def guarded(now):
-                    return set(conn.execute(sa.select(tables.runs.c.id).where(guarded_clause(now, lag))).scalars())
-                assert guarded(at(700)) == {alive}  # the heartbeat reached the central ledger
-                assert guarded(at(721)) == set()
+                records = instance_records(conn, [("sim", "i-1"), ("sim", "i-2")])
+            assert guard_of(records[("sim", "i-1")], now=at(600) + lag, lag=lag).state is GuardState.GUARDED
+            assert guard_of(records[("sim", "i-1")], now=at(601) + lag, lag=lag).state is GuardState.STALE
+            assert guard_of(records[("sim", "i-2")], now=at(600), lag=lag).state is GuardState.UNWATCHED
         finally:
             sync.dispose()
 
@@ -306,7 +312,6 @@ def test_a_central_url_that_is_the_local_ledger_is_refused(tmp_path):
 @pytest.mark.parametrize("toml, expected", [
     ('[ledger]\ncentral_url = "mysql://db/costctl"\n', "ledger.central_url"),
     ('[ledger]\nsync_interval = "2h"\n', "ledger.sync_interval"),
-    ('[ledger]\nsync_interval = "5m"\n', "ledger.heartbeat_lag"),
     ('[ledger]\ncentral_url = "postgresql+nodriver://db/costctl"\n', "unknown database kind 'postgresql+nodriver'"),
 ])
 def test_a_bad_fleet_setting_is_one_line_and_exit_2(tmp_path, capsys, toml, expected):

@@ -66,7 +66,6 @@ time_window = "60s"
 [ledger]
 central_url = "{central_url}"
 sync_interval = "1h"            # the test says when to send (sync_now), besides the start and the end
-heartbeat_lag = "2h"
 central_flush_timeout = "{flush}"
 """)
 

@@ -201,7 +201,7 @@ def bill(
     chain_runs: Sequence[Any] = []
     hidden = 0
     try:
-        ledger = LedgerReader.open(configured_url(settings.database_url, settings.data_dir))
+        ledger = LedgerReader.open(configured_url(settings.database_url, settings.data_dir, create=False))
     except MissingLedgerError as exc:
         if settings.database_url is not None:  # --db, COSTCTL_DATABASE_URL or database_url: a typo?
             raise

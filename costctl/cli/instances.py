@@ -73,24 +73,15 @@ AccountOption = Annotated[
 ]
 
 
-def _billed(status: Status) -> bool:
-    """Whether an instance in ``status`` is billed for its GPU (starting, running, stopping:
-    running time keeps growing)."""
-    from costctl_providers.base import Status
-
-    return status in (Status.STARTING, Status.RUNNING, Status.STOPPING)
-
-
 # ----------------------------------------------------------------------------- helpers
 
 
 def configured_providers(settings: Settings) -> list[str]:
-    """``[instance] provider`` first, then each ``[providers.*]`` table, without repeats."""
-    names = [settings.instance.provider]
-    for name in settings.providers:
-        if name not in names:
-            names.append(name)
-    return names
+    """``[instance] provider`` first, then each ``[providers.*]`` table, without repeats
+    (:func:`costctl.cloud.configured_providers`)."""
+    from ..cloud import configured_providers as configured
+
+    return configured(settings)
 
 
 def listed_accounts(settings: Settings, name: str) -> list[str | None]:
@@ -104,19 +95,9 @@ def listed_accounts(settings: Settings, name: str) -> list[str | None]:
 
 def running_seconds(inst: Instance, now: datetime) -> Decimal | None:
     """Seconds the instance has run since it was last started: until ``now`` while it is
-    billed (starting, running, stopping), until ``stopped_at`` otherwise. None when unknown."""
-    if inst.started_at is None:
-        return Decimal(0) if not _billed(inst.status) else None
-    start = ensure_utc(inst.started_at)
-    if _billed(inst.status):
-        end = ensure_utc(now)
-    elif inst.stopped_at is not None:
-        end = ensure_utc(inst.stopped_at)
-    else:
-        return None
-    delta = end - start
-    secs = Decimal(delta.days * 86400 + delta.seconds) + Decimal(delta.microseconds) / Decimal(1_000_000)
-    return max(Decimal(0), secs)
+    billed (starting, running, stopping), until ``stopped_at`` otherwise. None when unknown
+    (:meth:`~costctl_providers.base.Instance.running_seconds`)."""
+    return inst.running_seconds(now)
 
 
 def spend_so_far(inst: Instance, now: datetime) -> Decimal | None:

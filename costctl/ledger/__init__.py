@@ -8,7 +8,7 @@
   :mod:`.sample_rollup` — telemetry retention (per-minute rollups).
 * fleet mode: :mod:`.outbox` — the rows not yet sent to the central ledger; :mod:`.central` —
   the merge into it (idempotent upserts, each instance-second charged once); :mod:`.sync` —
-  the thread that sends them; :mod:`.heartbeat` — is a run guarded now.
+  the thread that sends them.
 """
 
 from __future__ import annotations

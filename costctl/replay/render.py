@@ -20,6 +20,7 @@ from ..i18n import _, ngettext
 from ..money import Money
 from ..policies.idle import fmt_duration
 from ..progress.lines import MAX_LINE_CHARS
+from ..user_regex import LINE_BUDGET_S, MAX_TIMEOUTS
 from .analysis import Analysis, StretchReport
 
 MIB = 2**20
@@ -113,6 +114,29 @@ def _train_section(a: Analysis, console: Console) -> None:
             "{count:,} line longer than {limit:,} characters skipped: a loss on them was not read",
             "{count:,} lines longer than {limit:,} characters skipped: a loss on them was not read",
             log.long_lines).format(count=log.long_lines, limit=MAX_LINE_CHARS))
+    if log.split_numbers:
+        console.print("  " + ngettext(
+            "{count:,} line with a control character inside a number skipped: that number is no number",
+            "{count:,} lines with a control character inside a number skipped: those numbers are no numbers",
+            log.split_numbers).format(count=log.split_numbers))
+    if log.bad_steps:
+        console.print("  " + ngettext(
+            "{count:,} record with a step that is no count (not a whole number from 0 to 2^63-1) skipped",
+            "{count:,} records with a step that is no count (not a whole number from 0 to 2^63-1) skipped",
+            log.bad_steps).format(count=log.bad_steps))
+    if log.records_skipped:
+        console.print("  " + ngettext(
+            "{count:,} record could not be read (not JSON, or nested too deep) and was skipped; the others were read",
+            "{count:,} records could not be read (not JSON, or nested too deep) and were skipped; the others were read",
+            log.records_skipped).format(count=log.records_skipped))
+    if log.regex_timeouts:
+        console.print("  " + ngettext(
+            "{count:,} line took --loss-regex longer than {ms:g} ms and was skipped: a loss on it was not read",
+            "{count:,} lines took --loss-regex longer than {ms:g} ms each and were skipped: a loss on them was not read",
+            log.regex_timeouts).format(count=log.regex_timeouts, ms=LINE_BUDGET_S * 1000))
+    if log.regex_disabled:
+        console.print("  " + _("--loss-regex was turned off after it timed out on {count} lines; the built-in loss "
+                               "shapes read the rest of the log").format(count=MAX_TIMEOUTS))
     for kind in ("train", "eval"):
         s = log.summary_of(kind)
         if s.min is None or s.first is None or s.last is None:

@@ -77,6 +77,7 @@ from ..summary import RunSummary
 from ..telemetry.cpu import ExitedTreeCpu, MachineCpu, ProcessTreeCpu
 from ..telemetry.jupyter import JupyterActivity
 from ..telemetry.sampler import Sampler, detect_gpu_source
+from ..user_regex import LINE_BUDGET_S, MAX_TIMEOUTS, UserRegex
 from .chainlock import HEARTBEAT_STALE_S, ChainLock, blocking_run, lock_dir, refusal
 from .command import prepare_command
 from ..stopping import EXIT_STOP_FAILED, StopProcess, StopRoute, StopRunner
@@ -642,7 +643,10 @@ class Watcher:
         self._pump = ParsePump(self.log_path, output.parse,
                                self._progress_q.put, self.clock.now, on_error=self._output_failed,
                                on_gap=output.gap, lines_seen=lambda: output.lines_seen,
-                               on_backlog=self._progress_backlog, inline_max_bytes=INLINE_MAX_BYTES)
+                               on_backlog=self._progress_backlog,
+                               # a user's --loss-regex may take its whole time budget on a line
+                               # (costctl.user_regex): never on the thread that passes output through
+                               inline_max_bytes=INLINE_MAX_BYTES if output.user_regex is None else 0)
         if s.checkpoint.path:
             warning = ephemeral_storage_warning(resolve_pattern(s.checkpoint.path))
             if warning:
@@ -1108,6 +1112,8 @@ class Watcher:
             self.say(unparsed.format(bytes=info.bytes, lines=info.lines, log=self.log_path, first=info.first_offset,
                                      end=info.end_offset))
         output = getattr(self, "_output", None)
+        if output is not None and output.user_regex is not None:
+            self._say_regex_timeouts(output.user_regex)
         long_lines = output.long_lines if output is not None else 0
         if long_lines > getattr(self, "_long_said", 0):
             self._long_said = long_lines
@@ -1116,11 +1122,32 @@ class Watcher:
                               "costctl: {count:,} lines of the job's output longer than {max:,} characters were "
                               "skipped for progress: a loss on them was not read (they are in the run log {log})",
                               long_lines).format(count=long_lines, max=MAX_LINE_CHARS, log=self.log_path))
+        split = output.split_numbers if output is not None else 0
+        if split > getattr(self, "_split_said", 0):
+            self._split_said = split
+            self.say(ngettext("costctl: {count:,} line of the job's output had a control character inside a number; "
+                              "it was skipped for progress (that number is no number; the run log {log} keeps it)",
+                              "costctl: {count:,} lines of the job's output had a control character inside a number; "
+                              "they were skipped for progress (those numbers are no numbers; the run log {log} keeps "
+                              "them)", split).format(count=split, log=self.log_path))
         if pump is not None and pump.lost_bytes and not getattr(self, "_lost_said", False):
             self._lost_said = True
             self.say(_("costctl: {bytes:,} bytes of the job's output could not be read back from the run log {log} "
                        "for progress (see {err}); the policies did not see them").format(
                 bytes=pump.lost_bytes, log=self.log_path, err=self.log_path.with_suffix(".relay.err")))
+
+    def _say_regex_timeouts(self, user: UserRegex) -> None:
+        """Say, once each, that ``--loss-regex`` timed out on a line of the job's output (the line
+        skipped) and that it was turned off for timing out too often (:mod:`costctl.user_regex`)."""
+        if user.timeouts and not getattr(self, "_regex_timeout_said", False):
+            self._regex_timeout_said = True
+            self.say(_("costctl: --loss-regex took longer than {ms:g} ms on a line of the job's output; such lines are "
+                       "skipped for progress (they are in the run log {log}); after {count} of them the pattern is "
+                       "turned off").format(ms=LINE_BUDGET_S * 1000, log=self.log_path, count=MAX_TIMEOUTS))
+        if user.disabled and not getattr(self, "_regex_disabled_said", False):
+            self._regex_disabled_said = True
+            self.say(_("costctl: --loss-regex timed out on {count} lines of the job's output and is turned off; the "
+                       "built-in loss shapes read the rest of the output (the watch goes on)").format(count=MAX_TIMEOUTS))
 
     def _progress_backlog(self) -> None:
         """The parser waits for its points to be taken (parser thread): the main loop runs a
@@ -1157,6 +1184,8 @@ class Watcher:
             self.history.add_grad_norms(records)
         if output is None:
             return
+        if output.user_regex is not None:
+            self._say_regex_timeouts(output.user_regex)
         missing = output.primary.missing
         if missing is not None and not getattr(self, "_loss_said", False):
             self._loss_said = True  # once: not again at the end

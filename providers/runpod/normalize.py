@@ -12,6 +12,13 @@ Sources (the fake in ``tests/fakes/runpod.py`` quotes the payloads):
   {bidPerGpu: 0.2, gpuCount: 1, ...})``: the bid is per GPU, so an instance's bid per hour is
   ``bidPerGpu × gpuCount``.
 
+* Pod runtime (the GraphQL Spec's ``PodRuntime``, as runpod-python's and RunPod's examples
+  query it): ``runtime { gpus { id gpuUtilPercent memoryUtilPercent } container { cpuPercent
+  memoryPercent } }``, percentages, null while the container does not run.
+* Storage, https://docs.runpod.io/pods/storage/types — a pod's volume disk (``volumeInGb``,
+  kept until the pod is terminated) costs "$0.10/GB/month (running)" and "$0.20/GB/month
+  (stopped)"; the container disk (``containerDiskInGb``) is "lost on stop" and not billed then.
+
 ``costPerHr`` is the pod's price per hour for all its GPUs together (USD).
 """
 
@@ -22,6 +29,7 @@ from decimal import Decimal
 from typing import Any, Mapping
 
 from costctl_providers._normalize import decimal_from_json as dollars
+from costctl_providers._normalize import percent_from_json
 from costctl_providers.base import BillingMode, Instance, Offer, Status
 
 PROVIDER = "runpod"
@@ -38,6 +46,12 @@ STATUS_TABLE: dict[str, Status] = {
     "TERMINATED": Status.TERMINATED,
 }
 """RunPod ``desiredStatus`` -> :class:`Status`; anything else -> UNKNOWN."""
+
+STOPPED_VOLUME_PER_GB_MONTH = Decimal("0.20")
+"""USD per GB-month of a stopped pod's volume disk (docs.runpod.io/pods/storage/types, read 2026)."""
+
+HOURS_PER_MONTH = Decimal(730)
+"""Hours in the month a per-month storage price is spread over (365 × 24 / 12)."""
 
 SPOT_POD_TYPES = frozenset({"INTERRUPTABLE", "INTERRUPTIBLE", "BID"})
 """``podType`` values of interruptible (spot) pods; others (``RESERVED``) are on-demand."""
@@ -65,12 +79,43 @@ def bid_per_instance_hour(bid_per_gpu: Decimal, gpu_count: int) -> Decimal:
     return bid_per_gpu * Decimal(gpu_count)
 
 
+def gpu_utilization(runtime: Any, gpu_count: int) -> float | None:
+    """The busiest GPU's ``gpuUtilPercent`` of a pod's ``runtime`` (percent), or None unless
+    every one of its ``gpu_count`` GPUs has a reading from 0 to 100 (a GPU not read may be the
+    busy one: no reading at all, rather than an idle-looking part of one)."""
+    gpus = runtime.get("gpus") if isinstance(runtime, Mapping) else None
+    if not isinstance(gpus, list) or not gpus or len(gpus) < max(gpu_count, 1):
+        return None
+    readings = [percent_from_json(g.get("gpuUtilPercent")) if isinstance(g, Mapping) else None for g in gpus]
+    if any(r is None for r in readings):
+        return None
+    return max(r for r in readings if r is not None)
+
+
+def cpu_utilization(runtime: Any) -> float | None:
+    """``runtime.container.cpuPercent`` (percent, not capped at 100), or None when unreported."""
+    container = runtime.get("container") if isinstance(runtime, Mapping) else None
+    return percent_from_json(container.get("cpuPercent"), upper=None) if isinstance(container, Mapping) else None
+
+
+def stopped_price_per_hour(pod: Mapping[str, Any]) -> Decimal | None:
+    """What a stopped pod's volume disk costs per hour: ``volumeInGb`` × RunPod's published
+    :data:`STOPPED_VOLUME_PER_GB_MONTH` / :data:`HOURS_PER_MONTH` (USD); None without a volume
+    size. A network volume is billed on its own, not per pod."""
+    size = dollars(pod.get("volumeInGb"))
+    if size is None or size < 0:
+        return None
+    return size * STOPPED_VOLUME_PER_GB_MONTH / HOURS_PER_MONTH
+
+
 def instance_from_pod(pod: Mapping[str, Any], *, now: datetime | None = None) -> Instance:
     """One ``Pod`` object as an :class:`Instance`.
 
     ``price_per_hour`` = ``costPerHr`` (USD per pod-hour, all GPUs). ``started_at`` =
     ``now - runtime.uptimeInSeconds`` for a running pod when ``now`` is given. The pod's ``env`` (which
-    may hold passwords) is never kept in ``raw``.
+    may hold passwords) is never kept in ``raw``. A running pod's ``gpu_utilization`` and
+    ``cpu_utilization`` come from its runtime (:func:`gpu_utilization`, :func:`cpu_utilization`);
+    ``stopped_price_per_hour`` from its volume (:func:`stopped_price_per_hour`).
     """
     pod_type = str(pod.get("podType") or "").upper()
     machine = pod.get("machine") if isinstance(pod.get("machine"), Mapping) else {}
@@ -84,12 +129,14 @@ def instance_from_pod(pod: Mapping[str, Any], *, now: datetime | None = None) ->
     if now is not None and status is Status.RUNNING and isinstance(uptime, (int, float)) and uptime > 0:
         started_at = now - timedelta(seconds=float(uptime))
     raw = {k: v for k, v in pod.items() if k not in ("env", "dockerArgs")}
+    gpus = int(count) if isinstance(count, int) and not isinstance(count, bool) else 1
+    live = status is Status.RUNNING
     return Instance(
         provider=PROVIDER,
         id=str(pod.get("id")),
         gpu=gpu_raw,
         gpu_raw=gpu_raw,
-        gpu_count=int(count) if isinstance(count, int) and not isinstance(count, bool) else 1,
+        gpu_count=gpus,
         billing=BillingMode.SPOT if pod_type in SPOT_POD_TYPES else BillingMode.ON_DEMAND,
         price_per_hour=dollars(pod.get("costPerHr")),
         currency=CURRENCY,
@@ -98,6 +145,9 @@ def instance_from_pod(pod: Mapping[str, Any], *, now: datetime | None = None) ->
         started_at=started_at,
         region=machine.get("location") if isinstance(machine.get("location"), str) else None,
         raw=raw,
+        gpu_utilization=gpu_utilization(runtime, gpus) if live else None,
+        cpu_utilization=cpu_utilization(runtime) if live else None,
+        stopped_price_per_hour=stopped_price_per_hour(pod),
     )
 
 

@@ -55,8 +55,9 @@ from .normalize import (
 
 POD_FIELDS = """
       id name desiredStatus costPerHr gpuCount podType uptimeSeconds lastStatusChange machineId
+      volumeInGb containerDiskInGb
       machine { gpuDisplayName }
-      runtime { uptimeInSeconds }
+      runtime { uptimeInSeconds gpus { id gpuUtilPercent memoryUtilPercent } container { cpuPercent memoryPercent } }
 """
 
 Q_PODS = "query Pods { myself { pods {" + POD_FIELDS + "} } }"
@@ -190,7 +191,11 @@ class RunPodProvider(HttpProvider):
     def list_instances(self) -> list[Instance]:
         """All pods (``myself { pods }``), USD per pod-hour."""
         data = self.graphql(Q_PODS, idempotent=True)
-        pods = (data.get("myself") or {}).get("pods") or []
+        myself = data.get("myself")
+        pods = myself.get("pods") if isinstance(myself, Mapping) else None
+        if (myself is not None and not isinstance(myself, Mapping)) or (pods is not None and not isinstance(pods, list)):
+            raise ProviderResponseError(_("runpod: the pods query answered without a list of pods"))
+        pods = pods or []
         now = self.clock.now()
         return [instance_from_pod(p, now=now) for p in pods if isinstance(p, Mapping)]
 

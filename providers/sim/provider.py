@@ -32,6 +32,7 @@ Unknown keys raise :class:`~costctl.errors.ConfigError`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -227,6 +228,8 @@ class SimProvider(Provider):
             region=rec.get("region"),
             raw=dict(rec),
             preempted=bool(rec.get("preempted_at")) and rec["status"] == Status.STOPPED.value,
+            gpu_utilization=rec.get("gpu_utilization") if rec["status"] == Status.RUNNING.value else None,
+            cpu_utilization=rec.get("cpu_utilization") if rec["status"] == Status.RUNNING.value else None,
         )
 
     def _get(self, state: dict[str, Any], instance_id: str, now: datetime) -> dict[str, Any]:
@@ -409,6 +412,26 @@ class SimProvider(Provider):
             count = gpu_count or int(rec["gpu_count"])
             per_gpu = row.spot if rec["billing"] == BillingMode.SPOT.value and row.spot is not None else row.on_demand
             rec.update(gpu=row.gpu, gpu_count=count, price_per_hour=str(per_gpu * count))
+            return self._to_instance(rec)
+
+    def report_utilization(self, instance_id: str, *, gpu: float | None = None, cpu: float | None = None) -> Instance:
+        """Make the simulated provider report ``gpu`` (percent 0..100, all GPUs) and ``cpu``
+        (percent) utilization for ``instance_id`` while it runs, as Vast.ai and RunPod report
+        theirs; None: unreported (the default of every simulated instance).
+
+        Raises:
+            ValueError: a reading outside 0..100 (GPU) or below 0 (CPU), or not finite.
+            NotFoundError: no such instance.
+        """
+        for name, value, top in (("gpu", gpu, 100.0), ("cpu", cpu, None)):
+            if value is not None and not (math.isfinite(float(value)) and 0 <= float(value) <= (top or math.inf)):
+                raise ValueError(f"{name} utilization {value!r}: expected a percentage from 0" + (" to 100" if top else ""))
+        now = self._now()
+        with self.store.transaction() as state:
+            self._ensure_local(state, now)
+            rec = self._get(state, instance_id, now)
+            rec.update(gpu_utilization=None if gpu is None else float(gpu),
+                       cpu_utilization=None if cpu is None else float(cpu))
             return self._to_instance(rec)
 
     def inject_preemption(self, instance_id: str, notice_s: float = 120, *, action: str = "terminate") -> Instance:

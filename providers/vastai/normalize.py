@@ -12,6 +12,13 @@ Sources (docs.vast.ai; the fake in ``tests/fakes/vastai.py`` quotes the payloads
 * "search offers" (``POST /api/v0/bundles/``): ``dph_total`` $/h, ``min_bid`` $/h (the lowest
   accepted bid for the machine), ``gpu_ram`` "GPU memory in MB" (per GPU), ``num_gpus``,
   ``reliability`` 0..1, ``geolocation``.
+* utilization and storage (Vast's OpenAPI, ``api-reference/openapi/yaml/show_instance.yaml`` in
+  github.com/vast-ai/docs, and the CLI's ``show instances`` table in github.com/vast-ai/vast-cli):
+  ``gpu_util`` "GPU utilization as a fraction" per the OpenAPI (example ``0.75``), which the CLI
+  prints as a percentage (``{:0.1f}`` under "Util. %"), so both scales occur; ``null`` or
+  negative is "not measured". Storage: ``instance.diskHour`` (dollars per hour of the
+  instance's disk, also billed while the instance is stopped) and ``storage_total_cost`` (the
+  same figure at the top level); ``storage_cost`` is dollars per GB-month.
 * "change bid" (https://docs.vast.ai/cli/reference/change-bid): ``--price`` is the "per machine
   bid price in $/hour", so a Vast bid is already per instance-hour.
 """
@@ -20,10 +27,11 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any, Mapping
 
 from costctl_providers._normalize import decimal_from_json as dollars
-from costctl_providers._normalize import strip_keys
+from costctl_providers._normalize import percent_from_json, strip_keys
 from costctl_providers.base import BillingMode, Instance, Offer, Status
 
 PROVIDER = "vastai"
@@ -91,6 +99,32 @@ def from_unix(value: Any) -> datetime | None:
         return None
 
 
+def utilization_percent(value: Any) -> float | None:
+    """Vast's ``gpu_util`` as a percentage (0..100), or None when it is not a reading.
+
+    The OpenAPI calls it a fraction and the CLI prints it as a percentage, so a value from 0 to
+    1 is taken as a fraction (× 100) and one above 1 up to 100 as a percentage. Read as the
+    higher of its two meanings, a value never looks idler than it is: a truly idle GPU reads 0
+    either way, and a busy one read on the wrong scale reads busier, never idle. Null, negative,
+    non-numeric or above 100: None (unreported, which never means idle)."""
+    number = percent_from_json(value)
+    if number is None:
+        return None
+    return number * 100.0 if number <= 1.0 else number
+
+
+def disk_price_per_hour(item: Mapping[str, Any]) -> Decimal | None:
+    """Dollars per hour of the instance's disk, billed while it is stopped too: the instance's
+    own ``instance.diskHour``, else ``storage_total_cost``; None when neither is a
+    non-negative number."""
+    pricing = item.get("instance")
+    for value in (pricing.get("diskHour") if isinstance(pricing, Mapping) else None, item.get("storage_total_cost")):
+        amount = dollars(value)
+        if amount is not None and amount >= 0:
+            return amount
+    return None
+
+
 def strip_secrets(payload: Any) -> Any:
     """A copy of ``payload`` without credential-like keys (``jupyter_token``, ``extra_env``...)."""
     return strip_keys(payload, _SECRET_KEY)
@@ -103,6 +137,10 @@ def instance_from_payload(item: Mapping[str, Any]) -> Instance:
     ``price_per_hour`` is ``dph_total`` in USD per instance-hour; for an interruptible
     (``is_bid``) instance the bid is that same per-machine rate, so ``bid_per_hour`` equals it.
     A preempted instance has ``raw["preempted"]`` True as well as ``Instance.preempted``.
+    ``gpu_utilization`` is ``gpu_util`` (:func:`utilization_percent`) of a running instance
+    (None otherwise); ``stopped_price_per_hour`` is its disk's price
+    (:func:`disk_price_per_hour`). Vast's ``cpu_util`` is left out: its scale (a fraction of
+    one core or of the instance's cores) is not documented.
     """
     is_bid = bool(item.get("is_bid"))
     status, preempted = map_status(item.get("actual_status"), item.get("intended_status"), is_bid=is_bid)
@@ -129,6 +167,8 @@ def instance_from_payload(item: Mapping[str, Any]) -> Instance:
         region=item.get("geolocation"),
         raw=raw,
         preempted=preempted,
+        gpu_utilization=utilization_percent(item.get("gpu_util")) if status is Status.RUNNING else None,
+        stopped_price_per_hour=disk_price_per_hour(item),
     )
 
 

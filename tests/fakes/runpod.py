@@ -7,7 +7,9 @@ Responses are quoted from RunPod's documentation:
   ``gpuTypes`` answers ``{"data": {"gpuTypes": [{"lowestPrice": LowestPrice, "id": ...,
   "displayName": ..., "memoryInGb": ..., "securePrice": 123.45, "communityPrice": 987.65,
   "communitySpotPrice": ..., "secureSpotPrice": ...}]}}``; ``myself`` has ``pods``,
-  ``clientBalance``, ``currentSpendPerHr``.
+  ``clientBalance``, ``currentSpendPerHr``; a ``Pod``'s ``runtime`` holds ``gpus { id
+  gpuUtilPercent memoryUtilPercent }`` and ``container { cpuPercent memoryPercent }``, and the
+  pod ``volumeInGb`` / ``containerDiskInGb``.
 * Manage Pods, https://docs.runpod.io/sdks/graphql/manage-pods — ``podFindAndDeployOnDemand``
   answers ``{"data": {"podFindAndDeployOnDemand": {"id": "50qynxzilsxoey", "imageName":
   "runpod/tensorflow", "env": [...], "machineId": "hpvdausak8xb", "machine": {"podHostId":
@@ -36,15 +38,27 @@ API_KEY = "rp_0123456789ABCDEFGHIJ"
 
 
 def pod(pid: str, *, desired: str = "RUNNING", cost: float = 0.44, gpus: int = 1, pod_type: str = "RESERVED",
-        gpu: str = "RTX A6000", running: bool | None = None) -> dict[str, Any]:
-    """A Pod object with the fields the adapter asks for (plus ``env``, which holds a secret)."""
+        gpu: str = "RTX A6000", running: bool | None = None, volume_gb: int = 20,
+        gpu_util: list[Any] | None = None, cpu_percent: Any = None) -> dict[str, Any]:
+    """A Pod object with the fields the adapter asks for (plus ``env``, which holds a secret).
+
+    ``gpu_util``: each GPU's ``gpuUtilPercent`` in the runtime's ``gpus`` (None: no ``gpus``
+    list, as for a pod whose metrics are not in yet); ``cpu_percent``: the runtime's
+    ``container.cpuPercent`` (None: no ``container``)."""
     live = (desired == "RUNNING") if running is None else running
+    runtime: dict[str, Any] | None = {"uptimeInSeconds": 3600} if live else None
+    if runtime is not None and gpu_util is not None:
+        runtime["gpus"] = [{"id": f"GPU-{i}", "gpuUtilPercent": u, "memoryUtilPercent": 10}
+                           for i, u in enumerate(gpu_util)]
+    if runtime is not None and cpu_percent is not None:
+        runtime["container"] = {"cpuPercent": cpu_percent, "memoryPercent": 12}
     return {
         "id": pid, "name": "Runpod Pytorch", "desiredStatus": desired, "costPerHr": cost, "gpuCount": gpus,
         "podType": pod_type, "uptimeSeconds": 3600 if live else 0,
         "lastStatusChange": "Rented by User: Fri Jan 19 2024 10:14:03 GMT+0000 (Coordinated Universal Time)",
         "machineId": "hpvdausak8xb", "machine": {"gpuDisplayName": gpu},
-        "runtime": {"uptimeInSeconds": 3600} if live else None,
+        "volumeInGb": volume_gb, "containerDiskInGb": 20,
+        "runtime": runtime,
         "env": ["JUPYTER_PASSWORD=rn51hunbpgtltcpac3ol"],
     }
 

@@ -11,6 +11,10 @@ Responses are quoted from docs.vast.ai:
 * show instances (CLI), https://docs.vast.ai/cli/reference/show-instances — the
   ``actual_status`` table (null, loading, running, stopped, frozen, exited, rebooting, unknown,
   offline) and "intended_status, user's desired target state: running, stopped, or frozen".
+  The OpenAPI (github.com/vast-ai/docs ``api-reference/openapi/yaml/show_instance.yaml``) adds
+  ``gpu_util`` ("GPU utilization as a fraction"), ``instance: {"gpuCostPerHour", "diskHour",
+  "totalHour", ...}`` and ``storage_total_cost`` (the disk's dollars per hour), which
+  :func:`instance` adds when asked (``gpu_util=``, ``disk_hour=``).
 * manage instance, https://docs.vast.ai/api-reference/instances/manage-instance — ``PUT
   /api/v0/instances/{id}/`` ``{"state": "stopped"}`` (``stopped``, ``running``) answers
   ``{"success": true}``.
@@ -56,8 +60,10 @@ API_KEY = "vast-key-0123456789abcdef"
 
 
 def instance(iid: int, *, actual: str | None = "running", intended: str = "running", is_bid: bool = False,
-             dph_total: float = 0.4215, num_gpus: int = 1, gpu_name: str = "RTX 4090", **extra: Any) -> dict[str, Any]:
-    """An instance object shaped like the show-instances example."""
+             dph_total: float = 0.4215, num_gpus: int = 1, gpu_name: str = "RTX 4090", disk_hour: float | None = None,
+             **extra: Any) -> dict[str, Any]:
+    """An instance object shaped like the show-instances example; ``disk_hour`` adds the
+    instance's disk price (``instance.diskHour`` and ``storage_total_cost``, $/h)."""
     item = {
         "id": iid,
         "actual_status": actual,
@@ -84,6 +90,11 @@ def instance(iid: int, *, actual: str | None = "running", intended: str = "runni
         "geolocation": "Sweden, SE",
         "disk_space": 16.0,
     }
+    if disk_hour is not None:
+        item["instance"] = {"gpuCostPerHour": 0 if actual == "stopped" else dph_total, "diskHour": disk_hour,
+                            "totalHour": dph_total, "discountTotalHour": 0, "discountedTotalPerHour": dph_total}
+        item["storage_total_cost"] = disk_hour
+        item["storage_cost"] = 0.15
     item.update(extra)
     return item
 
