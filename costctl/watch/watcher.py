@@ -490,7 +490,8 @@ class Watcher:
         s = self.settings
         paths.data_dir(s.data_dir)  # a data dir that cannot be created fails first
         url = s.database_url or paths.default_database_url(s.data_dir)
-        central_url = central_target(s.ledger.central_url, url)  # fleet mode (a bad URL is refused before anything starts)
+        # Fleet mode's central ledger: a bad URL is refused here, before anything starts.
+        central_url = central_target(s.ledger.central_url, url)
         # Resolve the provider, the price and the stop route before touching the ledger: a bad
         # config or a watch that could not stop its instance changes nothing.
         provider = self._provider or open_provider(s, clock=self.clock)
