@@ -306,10 +306,14 @@ class OomConfig(_Section):
 #: Bounds of ``[ledger] sample_retention`` and ``progress_interval``.
 SAMPLE_RETENTION_MIN, SAMPLE_RETENTION_MAX = timedelta(hours=1), timedelta(days=3650)
 PROGRESS_INTERVAL_MIN, PROGRESS_INTERVAL_MAX = timedelta(seconds=1), timedelta(hours=1)
+#: Bounds of ``[ledger] sync_interval`` (fleet mode).
+SYNC_INTERVAL_MIN, SYNC_INTERVAL_MAX = timedelta(seconds=1), timedelta(hours=1)
+#: A central ledger URL: a PostgreSQL URL (a SQLite one is taken too: a file every machine sees).
+_CENTRAL_URL_RE = re.compile(r"^(postgresql|sqlite)(\+\w+)?://")
 
 
 class LedgerConfig(_Section):
-    """``[ledger]``: what the ledger keeps at volume.
+    """``[ledger]``: what the ledger keeps at volume, and fleet mode.
 
     Raw telemetry samples (one row per GPU per tick) are kept for ``sample_retention``, then
     rolled up into one row per run, GPU and UTC minute and deleted (``costctl db compact``, and
@@ -318,6 +322,12 @@ class LedgerConfig(_Section):
     and ``progress_interval`` (plus each interval's non-finite points, up to as many again, and
     its last point); the rest of an interval is kept as one row of exact figures (count, NaN
     and inf counts, min, max, first, last): :mod:`costctl.ledger.progress_store`.
+
+    Fleet mode (``central_url``): the watch writes its own ledger as always and sends what
+    changed to the team's central ledger every ``sync_interval`` (:mod:`costctl.ledger.sync`),
+    waiting up to ``central_flush_timeout`` for it at the end. A run's heartbeat then reaches
+    the central ledger at most ``sync_interval`` + :data:`SYNCED_HEARTBEAT_DELAY` late, which
+    ``[fleet]``'s default guard lag allows for (:meth:`FleetConfig.lag`).
     """
 
     sample_retention: bounded_window(SAMPLE_RETENTION_MIN, SAMPLE_RETENTION_MAX, noun=N_("a retention"),  # type: ignore[valid-type]
@@ -332,6 +342,26 @@ class LedgerConfig(_Section):
     progress_points_per_interval: int = Field(
         default=20, ge=1, le=10_000,
         description=N_("loss points stored as rows per series and interval; the rest are summed up exactly"))
+    central_url: str | None = Field(
+        default=None,
+        description=N_("fleet mode: the team's central ledger (a PostgreSQL URL); this machine's ledger is its "
+                       "outbox"))
+    sync_interval: bounded_duration(SYNC_INTERVAL_MIN, SYNC_INTERVAL_MAX,  # type: ignore[valid-type]
+                                    noun=N_("an interval")) = Field(
+        default=timedelta(seconds=10),
+        description=N_("fleet mode: between two sends to the central ledger (1s to 1h)"))
+    central_flush_timeout: Duration = Field(
+        default=timedelta(seconds=15),
+        description=N_("fleet mode: longest wait for the central ledger at the end of a watch"))
+
+    @field_validator("central_url")
+    @classmethod
+    def _central_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        if "\x00" in value or not _CENTRAL_URL_RE.match(value.strip()):
+            raise ValueError(_("expected a PostgreSQL URL such as postgresql+psycopg://user@host:5432/costctl"))
+        return value.strip()
 
 
 #: Bounds of ``[bill] saved_horizon``.
@@ -364,6 +394,10 @@ GUARD_LAG_INTERVALS = 3
 #: ... but at least this long: the watch's ledger writer batches behind the tick, and the
 #: watching machine's clock, which stamps the heartbeat, may run a few seconds off this one's.
 GUARD_LAG_FLOOR = timedelta(seconds=30)
+#: ... and, for a heartbeat sent by fleet mode's outbox, at least ``[ledger] sync_interval`` plus
+#: this: the watch's writer commits its spend at least every 10 s
+#: (``costctl.watch.watcher.WRITE_EVERY_S``), and 10 s more for the send itself and the clocks.
+SYNCED_HEARTBEAT_DELAY = timedelta(seconds=20)
 
 
 class FleetConfig(_Section):
@@ -373,8 +407,10 @@ class FleetConfig(_Section):
     that stops (not ``--dry-run``, not ``--advise-only``) and its heartbeat
     (``runs.last_seen_at``, which the watch moves with the spend it records every tick) is at
     most ``guard_lag`` old. Unset: :data:`GUARD_LAG_INTERVALS` × ``[watch] sample_interval``, at
-    least :data:`GUARD_LAG_FLOOR`; set it when the watches writing to this ledger sample at
-    another interval than this config says.
+    least :data:`GUARD_LAG_FLOOR`, and at least ``[ledger] sync_interval`` +
+    :data:`SYNCED_HEARTBEAT_DELAY` (watches in fleet mode send their heartbeat that late at
+    worst); set it when the watches writing to this ledger sample or send at other intervals
+    than this config says.
     """
 
     guard_lag: bounded_duration(GUARD_LAG_MIN, GUARD_LAG_MAX, noun=N_("a lag")) | None = Field(  # type: ignore[valid-type]
@@ -382,12 +418,14 @@ class FleetConfig(_Section):
         description=N_("a watch's heartbeat at most this old guards its instance; default 3 x [watch] "
                        "sample_interval, at least 30s (1s to 24h)"))
 
-    def lag(self, sample_interval: timedelta) -> timedelta:
+    def lag(self, sample_interval: timedelta, sync_interval: timedelta | None = None) -> timedelta:
         """The guard lag in force: ``guard_lag`` when set, else :data:`GUARD_LAG_INTERVALS` ×
-        ``sample_interval`` and at least :data:`GUARD_LAG_FLOOR`."""
+        ``sample_interval``, at least :data:`GUARD_LAG_FLOOR` and (given ``[ledger]
+        sync_interval``) at least ``sync_interval`` + :data:`SYNCED_HEARTBEAT_DELAY`."""
         if self.guard_lag is not None:
             return self.guard_lag
-        return max(GUARD_LAG_INTERVALS * sample_interval, GUARD_LAG_FLOOR)
+        synced = sync_interval + SYNCED_HEARTBEAT_DELAY if sync_interval is not None else GUARD_LAG_FLOOR
+        return max(GUARD_LAG_INTERVALS * sample_interval, GUARD_LAG_FLOOR, synced)
 
 
 class HooksConfig(_Section):

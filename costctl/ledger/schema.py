@@ -33,6 +33,10 @@ Everything that costs or saves money leaves a row here:
   the charges, never added to them.
 * ``stop_events`` — the history of each stop: every state a stop decision went through
   (requested, sent, confirmed, gone, self-stop sent, failed), with its attempt count and time.
+* ``outbox`` — fleet mode: the rows changed since they were last sent to the central ledger
+  (:mod:`costctl.ledger.outbox`). In a central ledger, ``decisions``, ``checkpoints``,
+  ``waste`` and ``stop_events`` rows carry ``origin_id``, their id in the writing watch's
+  ledger (unique with ``run_id``).
 
 Money columns are :class:`~costctl.ledger.types.DecimalText`; times are
 :class:`~costctl.ledger.types.UTCDateTime` (aware UTC). The Alembic migrations in
@@ -359,6 +363,8 @@ class DecisionRow(Base):
     outcome: Mapped[str | None]
     dry_run: Mapped[bool]
     key: Mapped[str | None]
+    #: ``origin_id`` (fleet mode) is written by the central merge's Core statements only.
+    __mapper_args__ = {"exclude_properties": ["origin_id"]}
 
 
 class CheckpointRow(Base):
@@ -385,6 +391,8 @@ class CheckpointRow(Base):
     path: Mapped[str | None]
     size_bytes: Mapped[int | None]
     save_duration_s: Mapped[float | None]
+    #: ``origin_id`` (fleet mode) is written by the central merge's Core statements only.
+    __mapper_args__ = {"exclude_properties": ["origin_id"]}
 
 
 class WasteRow(Base):
@@ -405,6 +413,8 @@ class WasteRow(Base):
     currency: Mapped[str]
     reason: Mapped[str]
     detail: Mapped[str | None]
+    #: ``origin_id`` (fleet mode) is written by the central merge's Core statements only.
+    __mapper_args__ = {"exclude_properties": ["origin_id"]}
 
     @property
     def amount(self) -> Decimal:
@@ -428,6 +438,8 @@ class StopEventRow(Base):
     state: Mapped[str]
     attempt: Mapped[int]
     detail: Mapped[str | None]
+    #: ``origin_id`` (fleet mode) is written by the central merge's Core statements only.
+    __mapper_args__ = {"exclude_properties": ["origin_id"]}
 
 
 __all__ = ["BigId", "Base", "Instance", "Run", "Sample", "SampleMinute", "Progress", "ProgressBucket", "Charge", "ChargeRollup",

@@ -53,6 +53,7 @@ from ..ledger.lifecycle import spot_exposure
 from ..ledger.progress_store import ProgressStore
 from ..ledger.spend import SpendTracker
 from ..ledger.tables import ADVISE_ONLY, DRY_RUN
+from ..ledger.sync import CentralSync, central_target
 from ..ledger.writer import LedgerWriter, Ticket
 from ..lifecycle.controller import Lifecycle
 from ..notify.dispatch import Notifier
@@ -278,6 +279,7 @@ class Watcher:
         self.ledger: Ledger | None = None
         self._chain_lock: ChainLock | None = None  # the checkpoint directory's lock (.chainlock)
         self.writer: LedgerWriter | None = None  # every write after start-up goes through it
+        self.central: CentralSync | None = None  # fleet mode: sends the ledger's outbox to the central ledger
         self._spend: SpendTracker | None = None  # the current run's spend, from memory
         self.recorder: DecisionRecorder | None = None
         self.job: Job | None = None
@@ -358,6 +360,8 @@ class Watcher:
         writer.accrue(run.run_id, now, run.rate.amount, run.rate.currency)
         writer.finish_run(run.run_id, ended_at=now, exit_code=self.child_status, status="self-stop sent")
         writer.flush(SELF_STOP_FLUSH_S)
+        if self.central is not None:  # the team ledger sees the end too, if it answers at once
+            self.central.sync_now(SELF_STOP_FLUSH_S)
 
     @property
     def run_id(self) -> str | None:
@@ -486,6 +490,8 @@ class Watcher:
         s = self.settings
         paths.data_dir(s.data_dir)  # a data dir that cannot be created fails first
         url = s.database_url or paths.default_database_url(s.data_dir)
+        # Fleet mode's central ledger: a bad URL is refused here, before anything starts.
+        central_url = central_target(s.ledger.central_url, url)
         # Resolve the provider, the price and the stop route before touching the ledger: a bad
         # config or a watch that could not stop its instance changes nothing.
         provider = self._provider or open_provider(s, clock=self.clock)
@@ -510,6 +516,8 @@ class Watcher:
         # migration runs in a child process, so no Alembic is left resident in the watch.
         if self.ledger is None:
             self.ledger = Ledger.open(url, isolated_migration=True)
+        # Fleet mode: every write below also fills the outbox the central sync sends.
+        self.ledger.outbox = central_url is not None
         try:
             instance_pk = self.ledger.ensure_instance(
                 provider.name, instance_id, gpu=resolved.gpu_name, gpu_count=gpu_count, billing=billing,
@@ -566,6 +574,9 @@ class Watcher:
             retry_max_s=s.watch.ledger_retry_max.total_seconds(), charge_start=self._charge_from,
             linger_s=min(WRITE_EVERY_S, WRITE_EVERY_TICKS * s.watch.sample_interval.total_seconds()),
         )
+        if central_url is not None:
+            self.central = CentralSync(self.ledger, central_url, say=self.say,
+                                       interval_s=s.ledger.sync_interval.total_seconds()).start()
         self.recorder = DecisionRecorder(self.writer, self.summary, self.say, run_id=run_id)
         # The job's own full-precision metrics ($COSTCTL_METRICS_FILE, written by the HF callback's
         # on_log): once the file exists the progress is read from it, the output being the fallback.
@@ -661,10 +672,12 @@ class Watcher:
             except CostctlError:
                 if target is not None:  # the run stays open: unguarded again once this watch is gone
                     self.writer.close(s.watch.ledger_flush_timeout.total_seconds())
+                    self._close_central()
                     self.ledger.close()
                     raise
                 self.writer.finish_run(run_id, ended_at=self.clock.now(), exit_code=None, status="failed-to-start")
                 self.writer.close(s.watch.ledger_flush_timeout.total_seconds())
+                self._close_central()
                 self.ledger.close()
                 raise
         if self._sampler is None:
@@ -1817,6 +1830,12 @@ class Watcher:
                                           evidence=advice.to_dict(), key="underutilized"), "advised", say=False)
             summ.advice.append(advice.text)
 
+    def _close_central(self) -> None:
+        """Fleet mode: one last send to the central ledger (up to ``[ledger]
+        central_flush_timeout``; what is left waits in the outbox), then stop the sender."""
+        if self.central is not None:
+            self.central.close(self.settings.ledger.central_flush_timeout.total_seconds())
+
     def finish(self, exit_code: int, status: str) -> tuple[int, str]:
         """Close the run in the ledger, print the summary and release everything; returns
         ``(exit status, run status)``. :meth:`run` calls it; simulated-clock drivers too."""
@@ -1861,6 +1880,7 @@ class Watcher:
                 self.notifier.close()
             if self.writer is not None:  # wait for the ledger (an outage: up to the flush timeout)
                 self.writer.close(self.settings.watch.ledger_flush_timeout.total_seconds())
+            self._close_central()
             self.status.close()
         self.summary.duration = end - min(self.started_at, self._summary_from or self.started_at)
         if not self.options.quiet and not self.status.gone:
