@@ -35,5 +35,5 @@ setup(
         "costctl_providers": "providers",
         "costctl_alembic": "alembic",
     },
-    package_data={"costctl": ["py.typed", "data/*", "catalog/data/*", "locale/*/LC_MESSAGES/*.mo", "locale/*/LC_MESSAGES/*.po"], "costctl_alembic": ["script.py.mako"]},
+    package_data={"costctl": ["py.typed", "data/*", "serve/templates/*.html", "catalog/data/*", "locale/*/LC_MESSAGES/*.mo", "locale/*/LC_MESSAGES/*.po"], "costctl_alembic": ["script.py.mako"]},
 )

@@ -287,7 +287,7 @@ class DownsizeConfig(_Section):
 
     min_saving_per_hour: MoneyAmount = Decimal("0.10")
     headroom: float = Field(default=0.2, ge=0, le=4)
-    peak_memory: Annotated[ByteSize, ValueRange("1 byte to 1PiB")] | None = Field(default=None, ge=1,
+    peak_memory: Annotated[ByteSize, ValueRange(N_("1 byte to 1PiB"))] | None = Field(default=None, ge=1,
                                                                                  le=MAX_PEAK_MEMORY)
     compute_dtype: Literal["fp16", "bf16", "fp32"] = "fp16"
     underutilized_memory_fraction: float = Field(default=0.5, gt=0, le=1)
@@ -306,10 +306,14 @@ class OomConfig(_Section):
 #: Bounds of ``[ledger] sample_retention`` and ``progress_interval``.
 SAMPLE_RETENTION_MIN, SAMPLE_RETENTION_MAX = timedelta(hours=1), timedelta(days=3650)
 PROGRESS_INTERVAL_MIN, PROGRESS_INTERVAL_MAX = timedelta(seconds=1), timedelta(hours=1)
+#: Bounds of ``[ledger] sync_interval`` (fleet mode).
+SYNC_INTERVAL_MIN, SYNC_INTERVAL_MAX = timedelta(seconds=1), timedelta(hours=1)
+#: A central ledger URL: a PostgreSQL URL (a SQLite one is taken too: a file every machine sees).
+_CENTRAL_URL_RE = re.compile(r"^(postgresql|sqlite)(\+\w+)?://")
 
 
 class LedgerConfig(_Section):
-    """``[ledger]``: what the ledger keeps at volume.
+    """``[ledger]``: what the ledger keeps at volume, and fleet mode.
 
     Raw telemetry samples (one row per GPU per tick) are kept for ``sample_retention``, then
     rolled up into one row per run, GPU and UTC minute and deleted (``costctl db compact``, and
@@ -318,6 +322,12 @@ class LedgerConfig(_Section):
     and ``progress_interval`` (plus each interval's non-finite points, up to as many again, and
     its last point); the rest of an interval is kept as one row of exact figures (count, NaN
     and inf counts, min, max, first, last): :mod:`costctl.ledger.progress_store`.
+
+    Fleet mode (``central_url``): the watch writes its own ledger as always and sends what
+    changed to the team's central ledger every ``sync_interval`` (:mod:`costctl.ledger.sync`),
+    waiting up to ``central_flush_timeout`` for it at the end. A run's heartbeat then reaches
+    the central ledger at most ``sync_interval`` + :data:`SYNCED_HEARTBEAT_DELAY` late, which
+    ``[fleet]``'s default guard lag allows for (:meth:`FleetConfig.lag`).
     """
 
     sample_retention: bounded_window(SAMPLE_RETENTION_MIN, SAMPLE_RETENTION_MAX, noun=N_("a retention"),  # type: ignore[valid-type]
@@ -332,6 +342,26 @@ class LedgerConfig(_Section):
     progress_points_per_interval: int = Field(
         default=20, ge=1, le=10_000,
         description=N_("loss points stored as rows per series and interval; the rest are summed up exactly"))
+    central_url: str | None = Field(
+        default=None,
+        description=N_("fleet mode: the team's central ledger (a PostgreSQL URL); this machine's ledger is its "
+                       "outbox"))
+    sync_interval: bounded_duration(SYNC_INTERVAL_MIN, SYNC_INTERVAL_MAX,  # type: ignore[valid-type]
+                                    noun=N_("an interval")) = Field(
+        default=timedelta(seconds=10),
+        description=N_("fleet mode: between two sends to the central ledger (1s to 1h)"))
+    central_flush_timeout: Duration = Field(
+        default=timedelta(seconds=15),
+        description=N_("fleet mode: longest wait for the central ledger at the end of a watch"))
+
+    @field_validator("central_url")
+    @classmethod
+    def _central_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        if "\x00" in value or not _CENTRAL_URL_RE.match(value.strip()):
+            raise ValueError(_("expected a PostgreSQL URL such as postgresql+psycopg://user@host:5432/costctl"))
+        return value.strip()
 
 
 #: Bounds of ``[bill] saved_horizon``.
@@ -364,6 +394,10 @@ GUARD_LAG_INTERVALS = 3
 #: ... but at least this long: the watch's ledger writer batches behind the tick, and the
 #: watching machine's clock, which stamps the heartbeat, may run a few seconds off this one's.
 GUARD_LAG_FLOOR = timedelta(seconds=30)
+#: ... and, for a heartbeat sent by fleet mode's outbox, at least ``[ledger] sync_interval`` plus
+#: this: the watch's writer commits its spend at least every 10 s
+#: (``costctl.watch.watcher.WRITE_EVERY_S``), and 10 s more for the send itself and the clocks.
+SYNCED_HEARTBEAT_DELAY = timedelta(seconds=20)
 
 
 class FleetConfig(_Section):
@@ -373,8 +407,10 @@ class FleetConfig(_Section):
     that stops (not ``--dry-run``, not ``--advise-only``) and its heartbeat
     (``runs.last_seen_at``, which the watch moves with the spend it records every tick) is at
     most ``guard_lag`` old. Unset: :data:`GUARD_LAG_INTERVALS` × ``[watch] sample_interval``, at
-    least :data:`GUARD_LAG_FLOOR`; set it when the watches writing to this ledger sample at
-    another interval than this config says.
+    least :data:`GUARD_LAG_FLOOR`, and at least ``[ledger] sync_interval`` +
+    :data:`SYNCED_HEARTBEAT_DELAY` (watches in fleet mode send their heartbeat that late at
+    worst); set it when the watches writing to this ledger sample or send at other intervals
+    than this config says.
     """
 
     guard_lag: bounded_duration(GUARD_LAG_MIN, GUARD_LAG_MAX, noun=N_("a lag")) | None = Field(  # type: ignore[valid-type]
@@ -382,12 +418,14 @@ class FleetConfig(_Section):
         description=N_("a watch's heartbeat at most this old guards its instance; default 3 x [watch] "
                        "sample_interval, at least 30s (1s to 24h)"))
 
-    def lag(self, sample_interval: timedelta) -> timedelta:
+    def lag(self, sample_interval: timedelta, sync_interval: timedelta | None = None) -> timedelta:
         """The guard lag in force: ``guard_lag`` when set, else :data:`GUARD_LAG_INTERVALS` ×
-        ``sample_interval`` and at least :data:`GUARD_LAG_FLOOR`."""
+        ``sample_interval``, at least :data:`GUARD_LAG_FLOOR` and (given ``[ledger]
+        sync_interval``) at least ``sync_interval`` + :data:`SYNCED_HEARTBEAT_DELAY`."""
         if self.guard_lag is not None:
             return self.guard_lag
-        return max(GUARD_LAG_INTERVALS * sample_interval, GUARD_LAG_FLOOR)
+        synced = sync_interval + SYNCED_HEARTBEAT_DELAY if sync_interval is not None else GUARD_LAG_FLOOR
+        return max(GUARD_LAG_INTERVALS * sample_interval, GUARD_LAG_FLOOR, synced)
 
 
 #: What a patrol policy does to the instances it matches (``[[patrol.policies]] action``).
@@ -706,6 +744,19 @@ class PriceOverrideConfig(_Section):
     tier: str | None = None
 
 
+class ServeConfig(_Section):
+    """``[serve]``: ``costctl serve``, the metrics endpoint and dashboard.
+
+    ``token``: what every request must carry (``Authorization: Bearer TOKEN``, or ``?token=`` in
+    a browser's URL), at least 16 characters; required to bind an address that is not loopback
+    unless ``--behind-proxy``. A secret: set it here or in ``COSTCTL_SERVE__TOKEN`` rather than
+    on the command line (``--token``), where other users of the machine can read it.
+    """
+
+    token: SecretStr | None = Field(default=None, description=N_("the token every request must carry (at least 16 "
+                                                                   "characters); none: no check on a loopback bind"))
+
+
 class UiConfig(_Section):
     """``[ui]``: how costctl talks to people.
 
@@ -770,6 +821,7 @@ class Settings(BaseSettings):
     oom: OomConfig = OomConfig()
     notify: NotifyConfig = NotifyConfig()
     snooze: SnoozeConfig = SnoozeConfig()
+    serve: ServeConfig = ServeConfig()
     catalog: CatalogConfig = CatalogConfig()
     ui: UiConfig = UiConfig()
     providers: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -813,15 +865,46 @@ _NON_SETTING_ENV = {"COSTCTL_CONFIG", "COSTCTL_RUN_ID", "COSTCTL_CORPUS", "COSTC
 _NON_SETTING_ENV_PREFIXES = ("COSTCTL_TEST_",)
 
 
-def _one_line(err: ValidationError) -> str:
+#: Dotted key prefixes whose values are secrets, never quoted in a message (an Apprise URL
+#: holds its service's token).
+SECRET_KEYS = ("notify.urls", "serve.token")
+
+
+def _one_line(err: ValidationError, path: Path | None = None) -> str:
+    """``err``'s first problem as one line; ``path``: the config file the value came from (a
+    float is then quoted as the file writes it, :func:`_written_float`)."""
     first = err.errors()[0]
     loc = first["loc"]
     if first["type"] == "extra_forbidden" and len(loc) == 2 and loc[0] == "policies":
         return _("unknown policy [policies.{name}]; known: {known} (a third-party policy registers through the "
                  "{group} entry-point group)").format(name=loc[1], known=", ".join(known_policies()),
                                                       group=ENTRY_POINT_GROUP)
+    written = _written_float(path, tuple(loc)) if path is not None and isinstance(first.get("input"), float) else None
     return one_line(err, unknown_hint=_("(check the spelling; `costctl init` writes every key)"), ranges=key_range,
-                    secret_keys=("notify.urls",))
+                    secret_keys=SECRET_KEYS, written=written)
+
+
+class _WrittenFloat(str):
+    """A TOML float's text as written (``tomllib``'s ``parse_float``): ``1e400``, not ``inf``."""
+
+
+def _written_float(path: Path, loc: tuple[Any, ...]) -> str | None:
+    """The text of the TOML float at ``loc`` in the config file ``path`` as the user wrote it
+    (``1e400`` or ``1e-400``, which the parser reads as ``inf`` and ``0.0``); None when the file
+    no longer reads or holds no float there."""
+    try:
+        with path.open("rb") as fh:
+            node: Any = tomllib.load(fh, parse_float=_WrittenFloat)
+    except (OSError, ValueError, RecursionError):
+        return None
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            return None
+    return str(node) if isinstance(node, _WrittenFloat) else None
 
 
 def key_range(loc: tuple[Any, ...]) -> str:
@@ -915,34 +998,55 @@ def _where(err: ValidationError, path: Path | None, overrides: dict[str, Any] | 
             if first["type"] == "extra_forbidden":
                 return _("unknown environment variable {variable} (no key '{key}' in the config; "
                          "`costctl init` writes every key)").format(variable=variable, key=key)
-            return one_line(err, ranges=key_range, secret_keys=("notify.urls",),
+            return one_line(err, ranges=key_range, secret_keys=SECRET_KEYS,
                             shown_key=_("environment variable {variable}").format(variable=variable))
         return _("environment variable {variable}: {problem}").format(variable=variable, problem=_one_line(err))
     if _in_overrides(overrides, loc) or path is None:
         return _one_line(err)
-    return _("{path}: {problem}").format(path=path, problem=_one_line(err))
+    return _("{path}: {problem}").format(path=path, problem=_one_line(err, path))
 
 
 def _table_variable(message: str) -> str:
-    """pydantic-settings could not read a variable holding a table (its value is no JSON
-    object): one line naming the variable."""
+    """pydantic-settings could not read a variable holding a table or a list (its value is no
+    JSON of that kind): one line naming the variable, its value (hidden for a secret's: notify
+    URLs hold tokens) and what is allowed."""
     variables = _setting_variables()
     for parts, name in sorted(variables.items()):
         value = os.environ[name]
+        kind = _complex_kind(parts)
+        if kind is None:
+            continue
         try:
-            json.loads(value)
+            parsed = json.loads(value)
         except ValueError:
-            if _names_table(parts):
-                table = ".".join(parts)
-                return _("environment variable {name} = {value}: expected a JSON object for the table [{table}], "
-                         "or one variable per key ({name}__<KEY>=...)").format(
-                    name=name, value=describe_value(value), table=table)
+            parsed = _NOT_JSON
+        if kind == "table" and not isinstance(parsed, dict):
+            return _("environment variable {name} = {value}: expected a JSON object for the table [{table}], "
+                     "or one variable per key ({name}__<KEY>=...)").format(
+                name=name, value=_shown_env_value(parts, value), table=".".join(parts))
+        if kind == "list" and not isinstance(parsed, list):
+            return _("environment variable {name} = {value}: expected a JSON list, like {name}='[\"a\", \"b\"]'").format(
+                name=name, value=_shown_env_value(parts, value))
     return _("cannot read the COSTCTL_* environment variables: {problem}").format(problem=message)
 
 
-def _names_table(parts: tuple[str, ...]) -> bool:
-    """Whether the key path ``parts`` names a table of the settings (a section, a policy's
-    section, a provider's table), not a single value."""
+#: what :func:`json.loads` gave for a value that is no JSON at all.
+_NOT_JSON = object()
+
+
+def _shown_env_value(parts: tuple[str, ...], value: str) -> str:
+    """An environment variable's value as a message quotes it: ``(hidden)`` under a secret key
+    (:data:`SECRET_KEYS`), else its ``repr``, cut (:func:`costctl.validation.describe_value`)."""
+    key = ".".join(parts)
+    if any(key == s or key.startswith(s + ".") or s.startswith(key + ".") for s in SECRET_KEYS):
+        return _("(hidden)")
+    return describe_value(value)
+
+
+def _complex_kind(parts: tuple[str, ...]) -> str | None:
+    """``"table"`` when the key path ``parts`` names a table of the settings (a section, a
+    policy's section, a provider's table), ``"list"`` when it names a list-valued key (``[notify]
+    urls``): the values pydantic-settings reads from one variable as JSON; None otherwise."""
     model: Any = settings_model()
     for part in parts:
         if isinstance(model, type) and issubclass(model, BaseModel) and part in model.model_fields:
@@ -950,8 +1054,12 @@ def _names_table(parts: tuple[str, ...]) -> bool:
         elif model is dict or typing.get_origin(model) is dict:
             model = dict
         else:
-            return False
-    return (isinstance(model, type) and issubclass(model, BaseModel)) or model is dict or typing.get_origin(model) is dict
+            return None
+    if (isinstance(model, type) and issubclass(model, BaseModel)) or model is dict or typing.get_origin(model) is dict:
+        return "table"
+    if model in (list, set, tuple, frozenset) or typing.get_origin(model) in (list, set, tuple, frozenset):
+        return "list"
+    return None
 
 
 _settings_models: dict[type, type[Settings]] = {}
@@ -982,11 +1090,19 @@ def find_config_file(explicit: Path | None, cwd: Path | None = None) -> Path | N
     if explicit is None and os.environ.get("COSTCTL_CONFIG"):
         explicit = Path(os.environ["COSTCTL_CONFIG"])
     if explicit is not None:
+        if explicit.is_dir():
+            raise ConfigError(_("config file {path} is a directory; expected a TOML file (`costctl init` "
+                                "writes one)").format(path=explicit))
         if not explicit.is_file():
             raise ConfigError(_("config file {path} does not exist (or is not a file)").format(path=explicit))
         return explicit
     candidate = (cwd or Path.cwd()) / CONFIG_FILE_NAME
-    return candidate if candidate.is_file() else None
+    if candidate.is_file():
+        return candidate
+    if candidate.exists():  # a directory (or a socket...) in the config file's place: never ignored
+        raise ConfigError(_("{path} is not a file: costctl reads its config from a TOML file of that name in the "
+                            "working directory; rename it, or give --config FILE").format(path=candidate))
+    return None
 
 
 def load_settings(config: Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import re
 import typing
-from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator
@@ -45,12 +45,27 @@ MAX_DURATION = timedelta(days=365)
 _YEAR_NOTE = N_("a year")
 
 
-@dataclass(frozen=True, slots=True)
 class ValueRange:
     """The documented range of a field type, as text (``"1s to 8760h"``); metadata of the
-    annotated types below, read by :func:`value_range`."""
+    annotated types below, read by :func:`value_range`.
 
-    text: str
+    Worded when read, in the language of that moment (not of the import): give a function that
+    returns the text, or an English sentence marked with :func:`~costctl.i18n.N_` (translated
+    with :func:`~costctl.i18n._` on each read).
+    """
+
+    __slots__ = ("_source",)
+
+    def __init__(self, text: str | Callable[[], str]) -> None:
+        self._source = text
+
+    @property
+    def text(self) -> str:
+        """The range in the current language."""
+        return self._source() if callable(self._source) else _(self._source)
+
+    def __repr__(self) -> str:
+        return f"ValueRange({self.text!r})"
 
 
 def duration_allowed(minimum: timedelta = MIN_DURATION, maximum: timedelta | None = MAX_DURATION, *,
@@ -128,6 +143,8 @@ def _to_timedelta(value: Any, message: str) -> timedelta:
         td = timedelta(seconds=float(value))
     elif isinstance(value, str):
         text = value.strip().lower()
+        if "_" in text or not text.isascii():  # float() reads "1_000" and non-ASCII digits: not as written here
+            raise ValueError(message)
         try:
             td = timedelta(seconds=float(text))
         except ValueError:
@@ -185,17 +202,27 @@ def parse_money(value: Any) -> Decimal:
         raise ValueError(_("expected {allowed}").format(allowed=_(AMOUNT_ALLOWED))) from None
 
 
-#: The range of a :data:`MoneyAmount`, for the documentation.
-MONEY_RANGE = _("{low} to {high}").format(low=0, high=f"{MAX_AMOUNT:f}")
+def money_range() -> str:
+    """The range of a :data:`MoneyAmount`, for the documentation: ``"0 to 1000000000"``."""
+    return _("{low} to {high}").format(low=0, high=f"{MAX_AMOUNT:f}")
+
+
+def _or_off(minimum: timedelta = MIN_DURATION, maximum: timedelta | None = MAX_DURATION) -> str:
+    """A window's range: :func:`duration_range`, ``or off``."""
+    return _("{range}, or off").format(range=duration_range(minimum, maximum))
+
+
+#: The range of a :data:`MoneyAmount` in English (the current language: :func:`money_range`).
+MONEY_RANGE = "{low} to {high}".format(low=0, high=f"{MAX_AMOUNT:f}")
 
 #: A duration from 1s to 8760h (``30m``); serialized back as ``30m``.
 Duration = Annotated[timedelta, BeforeValidator(parse_duration), PlainSerializer(format_duration),
-                     ValueRange(duration_range())]
+                     ValueRange(duration_range)]
 #: A duration (1s to 8760h) or ``off`` (None).
 Window = Annotated[timedelta | None, BeforeValidator(parse_window), PlainSerializer(format_duration),
-                   ValueRange(_("{range}, or off").format(range=duration_range()))]
+                   ValueRange(_or_off)]
 #: Money from 0 to 10^9 as Decimal (kept to 10 decimals); serialized as a string.
-MoneyAmount = Annotated[Decimal, BeforeValidator(parse_money), PlainSerializer(str), ValueRange(MONEY_RANGE)]
+MoneyAmount = Annotated[Decimal, BeforeValidator(parse_money), PlainSerializer(str), ValueRange(money_range)]
 
 
 class _Allowed:
@@ -214,7 +241,7 @@ def bounded_duration(minimum: timedelta, maximum: timedelta | None = MAX_DURATIO
     error message names those bounds (``text``: ``noun`` and ``note`` of :func:`duration_allowed`)."""
     return Annotated[timedelta, BeforeValidator(lambda v: parse_duration(v, minimum=minimum, maximum=maximum,
                                                                          allowed=_Allowed(minimum, maximum, text))),
-                     PlainSerializer(format_duration), ValueRange(duration_range(minimum, maximum))]
+                     PlainSerializer(format_duration), ValueRange(lambda: duration_range(minimum, maximum))]
 
 
 def bounded_window(minimum: timedelta, maximum: timedelta | None = MAX_DURATION, **text: Any) -> Any:
@@ -223,7 +250,7 @@ def bounded_window(minimum: timedelta, maximum: timedelta | None = MAX_DURATION,
     allowed = _Allowed(minimum, maximum, {**text, "off": True})
     return Annotated[timedelta | None, BeforeValidator(lambda v: parse_window(v, minimum=minimum, maximum=maximum,
                                                                               allowed=allowed)),
-                     PlainSerializer(format_duration), ValueRange(_("{range}, or off").format(range=duration_range(minimum, maximum)))]
+                     PlainSerializer(format_duration), ValueRange(lambda: _or_off(minimum, maximum))]
 
 
 #: A percentage in [0, 100].
@@ -290,5 +317,5 @@ _money = parse_money
 __all__ = [
     "DURATION_ALLOWED", "WINDOW_ALLOWED", "MIN_DURATION", "MAX_DURATION", "MONEY_RANGE", "duration_allowed",
     "duration_range", "bounded_duration", "bounded_window", "parse_duration", "parse_window", "format_duration",
-    "parse_money", "Duration", "Window", "MoneyAmount", "Percent", "Action", "Section", "ValueRange", "value_range",
+    "parse_money", "money_range", "Duration", "Window", "MoneyAmount", "Percent", "Action", "Section", "ValueRange", "value_range",
 ]

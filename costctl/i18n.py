@@ -136,13 +136,16 @@ def install_for_cli() -> None:
     _gettext.ngettext = catalogue.ngettext  # type: ignore[assignment]
 
 
-def format_money(amount: Any, currency: str, *, places: int = 2) -> str:
+def format_money(amount: Any, currency: str, *, places: int = 2, currency_digits: bool = True) -> str:
     """``amount`` (Decimal) in ``currency`` for people, by the current language's locale rules
     (Babel, CLDR data): ``¥1,234.57`` in Chinese, ``CN¥1,234.57`` / ``$1,234.57`` in English.
 
     Args:
         amount: a Decimal (never a float); rounded half-even to ``places`` decimals for display.
         currency: ISO 4217 code.
+        currency_digits: with ``places`` 2, show the currency's own number of decimals (CLDR:
+            ``JP¥3`` for 3.00 JPY); False shows exactly ``places`` decimals whatever the currency
+            (a table whose cells must add up as shown, to the cent, in every currency).
     """
     from decimal import Decimal
 
@@ -150,7 +153,7 @@ def format_money(amount: Any, currency: str, *, places: int = 2) -> str:
 
     locale = "zh_CN" if language() == "zh_CN" else "en_US"
     q = Decimal(amount).quantize(Decimal(1).scaleb(-places))
-    if places == 2:
+    if places == 2 and currency_digits:
         return format_currency(q, currency.upper(), locale=locale)
     pattern = "¤#,##0" + ("." + "0" * places if places > 0 else "")
     return format_currency(q, currency.upper(), format=pattern, locale=locale, currency_digits=False)

@@ -13,10 +13,11 @@ huge value), so it never raises, and too deep a nesting raises :class:`JsonTooDe
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any
 
-__all__ = ["JsonTooDeep", "loads"]
+__all__ = ["JsonTooDeep", "loads", "loads_skipping_deep"]
 
 _INT_DIGITS = 19  # len(str(2**63 - 1))
 
@@ -46,3 +47,115 @@ def loads(text: str | bytes) -> Any:
         return json.loads(text, parse_int=_int)
     except RecursionError:
         raise JsonTooDeep(f"JSON nested deeper than {sys.getrecursionlimit()} levels") from None
+
+
+_DECODER = json.JSONDecoder(parse_int=_int)
+_WS = re.compile(r"[ \t\n\r]*")
+# What a skipped value's scan stops at: a quote, a bracket or brace (strings are stepped over).
+_STRUCTURE = re.compile(r'["\[\]{}]')
+_STRING_BODY = re.compile(r'(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
+def loads_skipping_deep(text: str, levels: int = 2) -> tuple[Any, int]:
+    """:func:`loads`, but an element nested too deep to read is left out and counted instead of
+    failing the whole document: a ``trainer_state.json`` whose ``log_history`` holds one record
+    nested 2,000 deep keeps every other record (as a JSON-lines reader skips that one line).
+
+    The containers of the first ``levels`` levels (the document, ``log_history``) are walked
+    here, one element at a time; an element of them that nests past the parser's limit is
+    dropped (an object loses that key, an array that element). Linear in the text.
+
+    Returns:
+        ``(value, skipped)``: the document and the number of elements left out (0 when
+        :func:`loads` read it whole).
+
+    Raises:
+        ValueError: the text is not JSON (``json.JSONDecodeError``), or the document itself is
+            too deep at ``levels`` (:class:`JsonTooDeep`).
+    """
+    try:
+        return loads(text), 0
+    except JsonTooDeep:
+        pass
+    skipped = [0]
+
+    def value(pos: int, depth: int) -> tuple[Any, int]:
+        try:
+            return _DECODER.raw_decode(text, pos)
+        except RecursionError:
+            if depth >= levels or text[pos] not in "[{":
+                raise JsonTooDeep(f"JSON nested deeper than {sys.getrecursionlimit()} levels") from None
+        return container(pos, depth)
+
+    def element(pos: int, depth: int) -> tuple[Any, int]:
+        """An element of a walked container; ``_SKIPPED`` (counted) when too deep to read."""
+        try:
+            return value(pos, depth + 1)
+        except JsonTooDeep:
+            skipped[0] += 1
+            return _SKIPPED, _skip_value(text, pos)
+
+    def container(pos: int, depth: int) -> tuple[Any, int]:
+        is_object = text[pos] == "{"
+        close = "}" if is_object else "]"
+        out: Any = {} if is_object else []
+        pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+        if text.startswith(close, pos):
+            return out, pos + 1
+        while True:
+            if is_object:
+                key, pos = _DECODER.raw_decode(text, pos)
+                if not isinstance(key, str):
+                    raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, pos)
+                pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+                if not text.startswith(":", pos):
+                    raise json.JSONDecodeError("Expecting ':' delimiter", text, pos)
+                pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+                item, pos = element(pos, depth)
+                if item is not _SKIPPED:
+                    out[key] = item
+            else:
+                item, pos = element(pos, depth)
+                if item is not _SKIPPED:
+                    out.append(item)
+            pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+            if text.startswith(close, pos):
+                return out, pos + 1
+            if not text.startswith(",", pos):
+                raise json.JSONDecodeError(f"Expecting ',' delimiter or '{close}'", text, pos)
+            pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+
+    start = _WS.match(text).end()  # type: ignore[union-attr]
+    doc, end = value(start, 0)
+    if _WS.match(text, end).end() != len(text):  # type: ignore[union-attr]
+        raise json.JSONDecodeError("Extra data", text, end)
+    return doc, skipped[0]
+
+
+#: stands for an element left out (:func:`loads_skipping_deep`).
+_SKIPPED = object()
+
+
+def _skip_value(text: str, pos: int) -> int:
+    """The end of the (bracket-balanced) array or object at ``text[pos]``, stepping over strings.
+
+    Raises:
+        json.JSONDecodeError: it never closes.
+    """
+    depth = 0
+    scan = _STRUCTURE.search
+    while True:
+        m = scan(text, pos)
+        if m is None:
+            raise json.JSONDecodeError("Unterminated array or object", text, pos)
+        c = m.group()
+        if c == '"':
+            s = _STRING_BODY.match(text, m.end())
+            if s is None:
+                raise json.JSONDecodeError("Unterminated string", text, m.start())
+            pos = s.end()
+            continue
+        depth += 1 if c in "[{" else -1
+        pos = m.end()
+        if depth == 0:
+            return pos

@@ -52,7 +52,8 @@ def parse_decimal(value: object, *, what: str = "amount") -> Decimal:
     """Parse ``value`` (str, int, Decimal, or float via its shortest repr) into a finite Decimal.
 
     Floats are converted through ``repr`` (so ``2.5`` becomes ``Decimal('2.5')``, not the
-    binary expansion).
+    binary expansion). Text is ASCII decimal or scientific notation: ``"1_000"`` (Python's
+    digit grouping, which ``Decimal()`` accepts) and non-ASCII digits are no number.
 
     Raises:
         ConfigError: if the value is not a finite number.
@@ -66,6 +67,10 @@ def parse_decimal(value: object, *, what: str = "amount") -> Decimal:
     elif isinstance(value, float):
         result = Decimal(repr(value))
     elif isinstance(value, str):
+        # Decimal() also reads "1_000" (Python's digit grouping) and non-ASCII digits: as money a
+        # user writes "1000", so only ASCII text without underscores is a number here
+        if "_" in value or not value.isascii():
+            raise ConfigError(_("{what}: {value!r} is not a number").format(what=what, value=value))
         try:
             result = Decimal(value.strip())
         except InvalidOperation:

@@ -53,12 +53,15 @@ def _ensure_dir(path: Path, kind: str) -> Path:
     return path
 
 
-def data_dir(configured: Path | None = None) -> Path:
+def data_dir(configured: Path | None = None, *, create: bool = True) -> Path:
     """The data directory (created if missing): configured, else ``$COSTCTL_DATA_DIR`` (an empty
     value counts as unset), else the platform's user data dir (``~/.local/share/costctl`` on Linux).
 
+    ``create=False`` (read-only commands: ``costctl bill`` before anything was recorded) gives
+    the path without creating or checking anything.
+
     Raises:
-        ConfigError: the directory cannot be created or written.
+        ConfigError: the directory cannot be created or written (``create=True`` only).
     """
     if configured is None and os.environ.get("COSTCTL_DATA_DIR", "").strip():
         configured = Path(os.environ["COSTCTL_DATA_DIR"])
@@ -68,12 +71,12 @@ def data_dir(configured: Path | None = None) -> Path:
         import platformdirs  # only when the platform's default is used
 
         path = Path(platformdirs.user_data_dir(APP_NAME))
-    return _ensure_dir(path, "data")
+    return _ensure_dir(path, "data") if create else path
 
 
-def default_database_url(configured_data_dir: Path | None = None) -> str:
-    """``sqlite:///<data dir>/costctl.db``."""
-    return f"sqlite:///{data_dir(configured_data_dir) / 'costctl.db'}"
+def default_database_url(configured_data_dir: Path | None = None, *, create: bool = True) -> str:
+    """``sqlite:///<data dir>/costctl.db`` (``create``: as :func:`data_dir`'s)."""
+    return f"sqlite:///{data_dir(configured_data_dir, create=create) / 'costctl.db'}"
 
 
 def runs_dir(configured_data_dir: Path | None = None) -> Path:

@@ -6,8 +6,12 @@ Rounding happens here only:
 * JSON and CSV: spend as decimal strings with :data:`EXPORT_MONEY_PLACES` places (half-even),
   prices exactly as recorded,
   times as ISO-8601 UTC, days as ``YYYY-MM-DD``, durations as seconds (numbers);
-* table: money with 2 places (``<0.01`` for a non-zero amount that would show as 0.00),
-  times in the report's time zone, durations as ``H:MM:SS``.
+* table: money with 2 places as the current language writes it (:func:`costctl.i18n.format_money`:
+  ``$1,234.57`` / ``CN¥2.50`` in English, ``US$1,234.57`` / ``¥2.50`` in Chinese; ``<$0.01`` for a
+  non-zero amount that would show as 0.00), times in the report's time zone
+  (:func:`costctl.i18n.format_time`, to the second, with the offset), durations as ``H:MM:SS``;
+  headers, statuses and notes in the current language (:mod:`costctl.i18n`). JSON and CSV stay
+  exact, in English, whatever the language.
 
 Totals are per currency and never added across currencies.
 
@@ -44,6 +48,7 @@ from collections.abc import Callable, Sequence
 from zoneinfo import ZoneInfo
 
 from .cli.common import print_table
+from .i18n import N_, _, format_money, format_number, format_time, ngettext
 from .money import round_money
 
 if TYPE_CHECKING:  # rich loads when a table is rendered: a JSON or CSV bill never imports it
@@ -112,13 +117,14 @@ def apportion(amounts: Sequence[Decimal], places: int = 2) -> tuple[list[Decimal
     return cells, total
 
 
-def counterfactual_text(horizon: timedelta) -> str:
+def counterfactual_text(horizon: timedelta, *, translated: bool = False) -> str:
     """The statement behind the SAVED column (:data:`costctl.ledger.outcomes.COUNTERFACTUAL`)
-    with ``[bill] saved_horizon`` written like ``24h``."""
+    with ``[bill] saved_horizon`` written like ``24h``: in English (the JSON bill's), or in the
+    current language when ``translated`` (the table's)."""
     from .config_types import format_duration
     from .ledger.outcomes import COUNTERFACTUAL
 
-    return COUNTERFACTUAL.format(horizon=format_duration(horizon))
+    return (_(COUNTERFACTUAL) if translated else COUNTERFACTUAL).format(horizon=format_duration(horizon))
 
 
 def iso_utc(value: datetime | None) -> str | None:
@@ -201,23 +207,37 @@ def render_csv(rows: Sequence[Any], columns: Sequence[str]) -> str:
 # --------------------------------------------------------------------------- table
 
 
+def _money(amount: Decimal, currency: str) -> str:
+    """``amount`` (already rounded to :data:`TABLE_MONEY_PLACES`) in ``currency`` as the language
+    writes money, always with :data:`TABLE_MONEY_PLACES` decimals (so cells add up as shown)."""
+    return format_money(amount, currency, places=TABLE_MONEY_PLACES, currency_digits=False)
+
+
 def money_cell(amount: Decimal | None, currency: str | None = None) -> str:
-    """Money for the table: 2 places, ``<0.01`` for tiny non-zero amounts, currency appended."""
+    """Money for the table, 2 places: ``$1,234.57`` / ``¥2.50`` as the current language writes
+    ``currency`` (:func:`costctl.i18n.format_money`), ``<$0.01`` for a tiny non-zero amount;
+    without ``currency`` the number alone (``1,234.57``, ``<0.01``); ``-`` for None."""
     if amount is None:
         return "-"
-    text = money_text(amount, TABLE_MONEY_PLACES) or "-"
-    if amount != 0 and Decimal(text) == 0:
-        text = "<0.01" if amount > 0 else ">-0.01"
-    return f"{text} {currency}" if currency else text
+    rounded = round_money(amount, TABLE_MONEY_PLACES)
+    if amount != 0 and rounded == 0:
+        cent = Decimal(1).scaleb(-TABLE_MONEY_PLACES) * (1 if amount > 0 else -1)
+        edge = _money(cent, currency) if currency else format_number(cent, places=TABLE_MONEY_PLACES)
+        return ("<" if amount > 0 else ">") + edge
+    return _money(rounded, currency) if currency else format_number(rounded, places=TABLE_MONEY_PLACES)
 
 
 def price_range_cell(low: Decimal | None, high: Decimal | None, currency: str) -> str:
-    """A rate, or a range of rates, in one currency: ``0.70 USD`` or ``0.70-0.80 USD``."""
+    """A rate, or a range of rates, in one currency, as the language writes money: ``$0.70`` or
+    ``$0.70-0.80`` (``US$0.70-0.80`` in Chinese)."""
     if low is None or high is None:
         return "-"
     if money_cell(low) == money_cell(high):
         return money_cell(high, currency)
-    return f"{money_cell(low)}-{money_cell(high, currency)}"
+    shown, number = money_cell(high, currency), money_cell(high)
+    if number in shown and not money_cell(low).startswith("<"):
+        return shown.replace(number, f"{money_cell(low)}-{number}", 1)  # the symbol where the language puts it
+    return f"{money_cell(low, currency)}-{shown}"
 
 
 def duration_cell(seconds: float) -> str:
@@ -230,7 +250,7 @@ def duration_cell(seconds: float) -> str:
 
 def _time_cell(tz: ZoneInfo) -> Callable[[datetime | None], str]:
     def cell(value: datetime | None) -> str:
-        return "-" if value is None else value.astimezone(tz).strftime("%Y-%m-%d %H:%M:%S")
+        return "-" if value is None else format_time(value, tz)
 
     return cell
 
@@ -240,23 +260,62 @@ def _gpu_cell(gpu: str | None, count: int | None = None) -> str:
     return f"{count}x {name}" if count and count > 1 else name
 
 
+#: A run's status (as the ledger keeps it) as the table says it; another status is said as it is.
+RUN_STATUS_TEXT: dict[str, str] = {
+    "running": N_("running"), "completed": N_("completed"), "failed": N_("failed"), "stopped": N_("stopped"),
+    "preempted": N_("preempted"), "stop failed": N_("stop failed"), "self-stop sent": N_("self-stop sent"),
+    "failed-to-start": N_("failed-to-start"), "downsized": N_("downsized"), "unguarded": N_("unguarded"),
+    "lost": N_("lost"),
+}
+#: Billing kinds (``[instance] billing``) as the table says them.
+BILLING_TEXT: dict[str, str] = {"on-demand": N_("on-demand"), "spot": N_("spot")}
+
+
+def status_text(status: str) -> str:
+    """A run's ``status`` in the current language (:data:`RUN_STATUS_TEXT`)."""
+    found = RUN_STATUS_TEXT.get(status)
+    return _(found) if found else status
+
+
 def _status_cell(r: Any) -> str:
-    status = r.status if r.exit_code is None else f"{r.status} ({r.exit_code})"
+    status = status_text(r.status)
+    if r.exit_code is not None:
+        status = _("{status} ({code})").format(status=status, code=r.exit_code)
     if getattr(r, "dry_run", False):
-        return f"{status}, dry run"
+        return _("{status}, dry run").format(status=status)
     if getattr(r, "advise_only", False):
-        return f"{status}, advise-only"
+        return _("{status}, advise-only").format(status=status)
     if getattr(r, "dry_runs", 0):
-        return f"{status}, dry runs: {r.dry_runs}"
+        return _("{status}, dry runs: {count}").format(status=status, count=r.dry_runs)
     return status
+
+
+def _billing_cell(billing: str) -> str:
+    found = BILLING_TEXT.get(billing)
+    return _(found) if found else billing
+
+
+def _price_cell(r: Any) -> str:
+    price = money_cell(r.price_per_hour, r.currency)
+    return _("{price} spot").format(price=price) if r.billing == "spot" else price
 
 
 #: Run statuses shown in red on a terminal: the instance may still be billing.
 ALARM_STATUSES = frozenset({"stop failed", "unguarded"})
 
-#: A column: header, cell text (None for a money column, whose cells are apportioned),
-#: justification, and the row field of a money column (None for the others).
+#: A column: header (its English message id, translated when shown: :data:`HEADERS`), cell text
+#: (None for a money column, whose cells are apportioned), justification, and the row field of a
+#: money column (None for the others).
 Column = tuple[str, Callable[[Any], str] | None, str, str | None]
+
+#: Every column header, marked for the catalogue (the table shows ``_(header)``; the English ids
+#: name the columns in :data:`DROPPABLE` and in code).
+HEADERS = (N_("RUN"), N_("CHAIN"), N_("RUNS"), N_("INSTANCE"), N_("INSTANCES"), N_("GPU"), N_("STARTED"),
+           N_("DURATION"), N_("STATUS"), N_("PRICE/h"), N_("PREEMPTED"), N_("BILLING"), N_("FIRST CHARGE"),
+           N_("LAST CHARGE"), N_("CHARGED"), N_("DAY"), N_("GPU-HOURS"), N_("WASTE"), N_("SAVED"), N_("SPEND"))
+#: The table's title by grouping (the window and the time zone are added by :func:`_title`).
+TITLES = {"run": N_("Spend by run"), "chain": N_("Spend by chain"), "instance": N_("Spend by instance"),
+          "day": N_("Spend by day"), "gpu": N_("Spend by GPU type")}
 
 #: Columns hidden first, in this order, when the table does not fit a terminal.
 DROPPABLE: dict[str, tuple[str, ...]] = {
@@ -281,8 +340,7 @@ def _columns(by: GroupBy, tz: ZoneInfo) -> list[Column]:
             ("STARTED", lambda r: t(r.started_at), "left", None),
             ("DURATION", lambda r: duration_cell(r.duration_s), "right", None),
             ("STATUS", _status_cell, "left", None),
-            ("PRICE/h", lambda r: money_cell(r.price_per_hour, r.currency) + (" spot" if r.billing == "spot" else ""),
-             "right", None),
+            ("PRICE/h", _price_cell, "right", None),
             *_MONEY_COLUMNS,
         ]
     if by == "chain":
@@ -301,7 +359,7 @@ def _columns(by: GroupBy, tz: ZoneInfo) -> list[Column]:
         return [
             ("INSTANCE", lambda r: f"{r.provider}:{r.instance_id}", "left", None),
             ("GPU", lambda r: _gpu_cell(r.gpu, r.gpu_count), "left", None),
-            ("BILLING", lambda r: r.billing, "left", None),
+            ("BILLING", lambda r: _billing_cell(r.billing), "left", None),
             ("RUNS", lambda r: str(r.runs), "right", None),
             ("FIRST CHARGE", lambda r: t(r.first_charge_at), "left", None),
             ("LAST CHARGE", lambda r: t(r.last_charge_at), "left", None),
@@ -323,7 +381,7 @@ def _columns(by: GroupBy, tz: ZoneInfo) -> list[Column]:
         ("RUNS", lambda r: str(r.runs), "right", None),
         ("INSTANCES", lambda r: str(r.instances), "right", None),
         ("CHARGED", lambda r: duration_cell(r.duration_s), "right", None),
-        ("GPU-HOURS", lambda r: f"{r.gpu_hours:.2f}", "right", None),
+        ("GPU-HOURS", lambda r: format_number(r.gpu_hours, places=2), "right", None),
         *_MONEY_COLUMNS,
     ]
 
@@ -338,8 +396,10 @@ class NotShown:
     what: str = "run"
 
     def label(self) -> str:
-        """``3 older runs`` / ``1 older chain``."""
-        return f"{self.count} older {self.what}{'s' if self.count != 1 else ''}"
+        """``3 older runs`` / ``1 older chain``, in the current language."""
+        if self.what == "chain":
+            return ngettext("{count} older chain", "{count} older chains", self.count).format(count=self.count)
+        return ngettext("{count} older run", "{count} older runs", self.count).format(count=self.count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,12 +461,31 @@ def table_money(rows: Sequence[Any]) -> TableMoney:
 
 
 def _money_table_cell(value: Decimal, exact: Decimal, currency: str, name: str) -> str:
-    """A money cell as apportioned: ``1.23 USD`` for spend, ``1.23`` for waste and savings, and
-    ``-`` for a waste or saving that is exactly nothing."""
+    """A money cell as apportioned, as the language writes money (``$1.23``, ``¥1.23``), and ``-``
+    for a waste or saving that is exactly nothing."""
     if name != "spend" and not exact:
         return "-"
-    text = money_text(value, TABLE_MONEY_PLACES) or "-"
-    return f"{text} {currency}" if name == "spend" else text
+    return _money(value, currency)
+
+
+def _title(by: GroupBy, tz: ZoneInfo, since: datetime | None, until: datetime | None) -> str:
+    """``Spend by run from 2026-03-01 00:00:00+08:00 to now (Asia/Shanghai)``, in the current language."""
+    what = _(TITLES[by])
+    window = _window(tz, since, until)
+    if window is None:
+        return _("{title} ({zone})").format(title=what, zone=tz.key)
+    return _("{title} {window} ({zone})").format(title=what, window=window, zone=tz.key)
+
+
+def _window(tz: ZoneInfo, since: datetime | None, until: datetime | None) -> str | None:
+    """The bill's window as said in the table's title (None: no --since, no --until)."""
+    if since is not None and until is not None:
+        return _("from {start} to {end}").format(start=format_time(since, tz), end=format_time(until, tz))
+    if since is not None:
+        return _("from {start} to now").format(start=format_time(since, tz))
+    if until is not None:
+        return _("from the start to {end}").format(end=format_time(until, tz))
+    return None
 
 
 def render_table(console: Console, by: GroupBy, rows: Sequence[Any], totals: dict[str, Decimal],
@@ -425,30 +504,28 @@ def render_table(console: Console, by: GroupBy, rows: Sequence[Any], totals: dic
     from rich.table import Table
     from rich.text import Text
 
-    window = ""
-    if since or until:
-        cell = _time_cell(tz)
-        window = f" from {cell(since) if since else 'the start'} to {cell(until) if until else 'now'}"
+    window = _window(tz, since, until)
     if not rows:
-        console.print(Text(f"No charges recorded{window}."))
+        console.print(Text(_("No charges recorded {window}.").format(window=window) if window is not None
+                           else _("No charges recorded.")))
         return
     rest = rest_rows(rows, {"spend": totals, "waste": waste_totals or {}, "saved": saved_totals or {}},
                      not_shown) if not_shown is not None else []
     every: list[Any] = [*rows, *rest]
     money = table_money(every)
-    table = Table(title=Text(title or f"Spend by {by}{window} ({tz.key})"), show_footer=True, title_justify="left")
+    table = Table(title=Text(title or _title(by, tz, since, until)), show_footer=True, title_justify="left")
     columns = _columns(by, tz)
-    for i, (header, _, justify, name) in enumerate(columns):
+    for i, (header, _cell, justify, name) in enumerate(columns):
         if name is not None:
             footer = "\n".join("-" if name != "spend" and not money.footers[name][cur]
                                else money_cell(money.footers[name][cur], cur) for cur in money.currencies) or "-"
         else:
-            footer = "TOTAL" if i == 0 else ""
-        table.add_column(header, justify=justify, footer=Text(footer),  # type: ignore[arg-type]
+            footer = _("TOTAL") if i == 0 else ""
+        table.add_column(_(header), justify=justify, footer=Text(footer),  # type: ignore[arg-type]
                          no_wrap=header in {"RUN", "CHAIN", "SPEND"})
     for k, row in enumerate(every):
         cells = []
-        for i, (_, cell, _, name) in enumerate(columns):
+        for i, (_header, cell, _justify, name) in enumerate(columns):
             if name is not None:
                 cells.append(Text(_money_table_cell(money.cells[name][k], getattr(row, name), row.currency, name)))
             elif isinstance(row, RestRow):
@@ -461,7 +538,7 @@ def render_table(console: Console, by: GroupBy, rows: Sequence[Any], totals: dic
     # columns are hidden first and nothing is cut short.
     print_table(table, droppable=DROPPABLE.get(by, ()), console=console)
     if saved_horizon is not None:
-        console.print(Text(counterfactual_text(saved_horizon)))  # wrapped at the console's width
+        console.print(Text(counterfactual_text(saved_horizon, translated=True)))  # wrapped at the console's width
 
 
 __all__ = [
@@ -484,5 +561,6 @@ __all__ = [
     "render_table",
     "money_cell",
     "price_range_cell",
+    "status_text",
     "duration_cell",
 ]

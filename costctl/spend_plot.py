@@ -11,17 +11,24 @@ decisions marked. The data comes from :mod:`costctl.ledger.timeline` (summed in 
 Needs matplotlib (the optional extra ``costctl[plot]``, imported only here, with the Agg
 backend); without it the bill stops before printing anything, with one line
 (:func:`check_plot_path`).
+
+Labels, titles and legends are Chinese under a Chinese language only when a font with Chinese
+glyphs is installed (:func:`costctl.replay.plot.figure_text`): matplotlib's own fonts have none
+and would draw empty boxes, so without one the PNG keeps its English labels. The instances'
+names (``provider:id (GPU)``) and the currency codes are data, the same in every language.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from .errors import UsageError
-from .replay.plot import pyplot
+from .i18n import N_, _
+from .replay.plot import figure_text, pyplot
 
 if TYPE_CHECKING:
     from .ledger.timeline import Mark, PlotData
@@ -49,14 +56,15 @@ def check_plot_path(path: Path) -> None:
         UsageError: one line naming what is wrong and what is allowed.
     """
     if path.suffix.lower() != ".png":
-        raise UsageError(f"--plot {path}: expected a file name ending in .png")
+        raise UsageError(_("--plot {path}: expected a file name ending in .png").format(path=path))
     if path.is_dir():
-        raise UsageError(f"--plot {path} is a directory; give a file path, e.g. {path / 'spend.png'}")
+        raise UsageError(_("--plot {path} is a directory; give a file path, e.g. {example}").format(
+            path=path, example=path / "spend.png"))
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
-        raise UsageError(f"--plot {path}: the folder {folder} does not exist")
+        raise UsageError(_("--plot {path}: the folder {folder} does not exist").format(path=path, folder=folder))
     if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UsageError(f"--plot {path}: cannot write there (permission denied)")
+        raise UsageError(_("--plot {path}: cannot write there (permission denied)").format(path=path))
     pyplot()
 
 
@@ -89,12 +97,20 @@ def plot_bill(data: PlotData, path: Path, tz: ZoneInfo) -> Path:
             or the file cannot be written.
     """
     plt = pyplot()
-    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
-
     currencies = sorted({s.currency for s in data.spend})
     panels = len(currencies) + (1 if data.run is not None else 0)
     if panels == 0:
-        raise UsageError(f"--plot {path}: nothing to draw (no spend and no run in the window)")
+        raise UsageError(_("--plot {path}: nothing to draw (no spend and no run in the window)").format(path=path))
+    text, rc = figure_text()
+    with plt.rc_context(rc):
+        return _draw(plt, text, data, path, tz, currencies, panels)
+
+
+def _draw(plt: Any, text: Callable[[str], str], data: PlotData, path: Path, tz: ZoneInfo, currencies: list[str],
+          panels: int) -> Path:
+    """:func:`plot_bill`'s drawing, labels through ``text`` (:func:`costctl.replay.plot.figure_text`)."""
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+
     fig, axes = plt.subplots(panels, 1, figsize=(WIDTH_IN, PANEL_IN * panels), squeeze=False)
     axes = [row[0] for row in axes]
     try:
@@ -103,10 +119,10 @@ def plot_bill(data: PlotData, path: Path, tz: ZoneInfo) -> Path:
                 ax.plot(series.times, [float(a) for a in series.amounts], linewidth=1.2, label=series.label,
                         drawstyle="default")
             _mark(ax, [m for m in data.marks if m.currency == currency])
-            ax.set_ylabel(f"spend ({currency})")
-            ax.set_title("Cumulative spend per instance in {currency}: red = stop (dashed: not confirmed), "
-                         "grey dashed = dry-run stop, orange = advice".format(currency=currency), fontsize="medium",
-                         loc="left")
+            ax.set_ylabel(text(N_("spend ({currency})")).format(currency=currency))
+            ax.set_title(text(N_("Cumulative spend per instance in {currency}: red = stop (dashed: not confirmed), "
+                                 "grey dashed = dry-run stop, orange = advice")).format(currency=currency),
+                         fontsize="medium", loc="left")
             # beside the panel: a legend of 20 instances would hide the lines
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="x-small", frameon=False,
                       ncols=1 + (len(ax.get_lines()) - 1) // LEGEND_ROWS)
@@ -126,18 +142,19 @@ def plot_bill(data: PlotData, path: Path, tz: ZoneInfo) -> Path:
                     continue
                 ax.plot(series.times, series.values, linewidth=0.9, label=f"GPU {series.gpu_index}")
             ax.set_ylim(-2, 102)
-            ax.set_ylabel("GPU utilization %")
+            ax.set_ylabel(text(N_("GPU utilization %")))
             if cpu is not None:
                 twin = ax.twinx()
                 twin.plot(cpu.times, cpu.values, color="tab:grey", linestyle=":", linewidth=0.9, label="CPU")
-                twin.set_ylabel("CPU % of one core")
+                twin.set_ylabel(text(N_("CPU, percent of one core")))
                 twin.legend(loc="lower left", bbox_to_anchor=(1.06, 0.0), fontsize="x-small", frameon=False)
             _mark(ax, run.marks)
             if not run.series:
-                ax.text(0.5, 0.5, "no readable utilization samples for this run", transform=ax.transAxes,
+                ax.text(0.5, 0.5, text(N_("no readable utilization samples for this run")), transform=ax.transAxes,
                         ha="center", va="center")
             ax.set_xlim(run.started_at, max(run.ended_at, run.started_at))
-            ax.set_title("Utilization of run {run} on {instance}".format(run=run.run_id[:12], instance=run.label),
+            ax.set_title(text(N_("Utilization of run {run} on {instance}")).format(run=run.run_id[:12],
+                                                                                  instance=run.label),
                          fontsize="medium", loc="left")
             if any(s.gpu_index is not None for s in run.series):
                 ax.legend(loc="upper left", bbox_to_anchor=(1.06, 1.0), fontsize="x-small", frameon=False)
@@ -153,7 +170,7 @@ def plot_bill(data: PlotData, path: Path, tz: ZoneInfo) -> Path:
         try:
             fig.savefig(path, dpi=DPI)
         except OSError as exc:
-            raise UsageError(f"--plot {path}: cannot write: {exc.strerror}") from None
+            raise UsageError(_("--plot {path}: cannot write: {error}").format(path=path, error=exc.strerror)) from None
     finally:
         plt.close(fig)
     return path

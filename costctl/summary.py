@@ -297,9 +297,10 @@ def action_text(action: str) -> str:
 #: How a plateau's place is said in the summary, by evidence key (in this order).
 _PLATEAU_AT = {"index": N_("index {value}"), "step": N_("step {value}"), "epoch": N_("epoch {value}"),
                "value": N_("value {value}")}
-#: Where a reason's head ends (``"train loss plateaued at epoch 85: ..."``): its first colon,
-#: ASCII or full-width (a Chinese reason).
-_HEAD = re.compile("[:\uff1a]")
+#: Where a reason's head ends (``"train loss plateaued at epoch 85: ..."``): its first colon
+#: followed by a space, or its first full-width colon (a Chinese reason); the colons inside a
+#: time shown in it (``idle for 30m since 2026-12-05 22:52:07+08:00: ...``) are followed by digits.
+_HEAD = re.compile(":(?=\\s)|\uff1a")
 
 
 def where_text(best_at: str | None) -> str:

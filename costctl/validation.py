@@ -30,6 +30,20 @@ NUMBER_ERRORS = frozenset({"int_parsing", "int_from_float", "float_parsing", "in
                            "decimal_parsing", "decimal_type"})
 
 
+def escape_controls(text: str) -> str:
+    """``text`` with every character a terminal would not show as itself (C0 and C1 controls,
+    DEL, other non-printable characters but the space) written as Python's ``repr`` escape
+    (``\\x1b``, ``\\n``, ``\\u202e``): a path holding an escape sequence or a NUL is shown as
+    typed in an error message, never swallowed or acted on by the terminal.
+
+    >>> escape_controls("run\\x1b[31m.log")
+    'run\\\\x1b[31m.log'
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def describe_value(value: Any) -> str:
     """``repr(value)``, cut to :data:`MAX_VALUE_CHARS` characters (ending in ``...`` when cut)."""
     text = repr(value)
@@ -45,6 +59,7 @@ def one_line(
     secret_keys: tuple[str, ...] = (),
     ranges: Callable[[tuple[Any, ...]], str] | None = None,
     shown_key: str | None = None,
+    written: str | None = None,
 ) -> str:
     """The first problem of ``err`` as one line naming the key, the value and what is allowed.
 
@@ -63,6 +78,8 @@ def one_line(
             ``expected a number from 0 to 100`` instead of pydantic's one-sided bound.
         shown_key: how the line names a bad value's key, instead of its dotted path (e.g.
             ``environment variable COSTCTL_X``, already translated).
+        written: the bad value as the user wrote it (a TOML float's text: ``1e400``, which the
+            parser read as ``inf``), shown instead of the parsed value's ``repr``.
 
     Returns:
         ``"[table] unknown key 'k' hint"`` or ``"[table] key.path = 'value': what is allowed"``
@@ -86,7 +103,12 @@ def one_line(
             range=rng)
     shown = shown_key or key
     hidden = any(key == s or key.startswith(s + ".") for s in secret_keys)
-    value = _("(hidden)") if hidden else describe_value(first.get("input"))
+    if hidden:
+        value = _("(hidden)")
+    elif written is not None:
+        value = written if len(written) <= MAX_VALUE_CHARS else written[: MAX_VALUE_CHARS - 3] + "..."
+    else:
+        value = describe_value(first.get("input"))
     if count_others and len(problems) > 1:
         return prefix + _("{key} = {value}: {problem} (and {count} more problem(s))").format(
             key=shown, value=value, problem=msg, count=len(problems) - 1)

@@ -504,7 +504,8 @@ class NoticePoller:
             log.debug("notice source %s unreadable: %s", self.source.name, exc.message)
             return None
         except Exception as exc:  # noqa: BLE001 - any answer: the source is unreadable, the poller goes on
-            self.last_error = ProviderError(f"{self.source.name}: the notice source failed: {type(exc).__name__}")
+            self.last_error = ProviderError(_("{source}: the notice source failed: {error}").format(
+                source=self.source.name, error=type(exc).__name__))
             log.debug("notice source %s failed", self.source.name, exc_info=True)
             self._report(exc)
             return None
@@ -546,7 +547,8 @@ class NoticePoller:
             try:
                 self.poll_once(wait=True)
             except Exception as exc:  # noqa: BLE001 - an on_notice that raised: the thread goes on
-                self.last_error = ProviderError(f"{self.source.name}: handling a notice failed: {type(exc).__name__}")
+                self.last_error = ProviderError(_("{source}: handling a notice failed: {error}").format(
+                    source=self.source.name, error=type(exc).__name__))
                 log.debug("notice handling failed", exc_info=True)
             if self.long_poll and self.last_error is None:
                 continue  # the server held the call until a change or its timeout_sec

@@ -8,12 +8,13 @@ the credential it needs) as data, each choice with the sentence that explains it
     class AutoDLProvider(HttpProvider):
         config_preset = ConfigPreset(
             display_name="AutoDL",
-            keys=(PresetKey("instance", "currency", "CNY", _("AutoDL bills in yuan.")), ...),
+            keys=(PresetKey("instance", "currency", "CNY", N_("AutoDL bills in yuan.")), ...),
         )
 
-Every sentence a preset holds goes through :func:`costctl.i18n._` where the preset is declared
-(a module constant, built when the adapter is first imported, after the language is chosen), so
-``costctl init`` writes its comments in the language shown (Simplified Chinese or English).
+Every sentence a preset holds is an English sentence marked with :func:`costctl.i18n.N_` where
+the preset is declared (so Babel extracts it into the catalogue) and kept in English; ``costctl
+init`` translates each with :func:`costctl.i18n._` as it writes it, so its comments come in the
+language shown (Simplified Chinese or English) whenever the adapter was imported.
 
 An adapter without a preset gets the example config with only ``[instance] provider`` set.
 """
@@ -36,8 +37,8 @@ class PresetKey:
             config must already show the key there (set or commented out).
         key: the key.
         value: the value written; None writes the key commented out, showing ``example``.
-        why: the comment: why this value on this provider's machines (whole sentences, in the
-            language shown).
+        why: the comment: why this value on this provider's machines (whole sentences, in
+            English, marked with ``N_()``; translated where written).
         example: the value a commented-out key shows (ignored when ``value`` is set).
     """
 
@@ -53,9 +54,10 @@ class ConfigPreset:
     """The configuration ``costctl init --provider NAME`` writes for an adapter.
 
     Attributes:
-        display_name: the provider as people call it, for the file's header (``"AutoDL"``).
-        summary: header lines: the choices in a few words, each a whole sentence (in the language
-            shown, as every sentence here).
+        display_name: the provider as people call it, for the file's header (``"AutoDL"``;
+            translated where written when it is a sentence, as every text here).
+        summary: header lines: the choices in a few words, each a whole sentence (English marked
+            with ``N_()``, as every sentence here).
         keys: the keys written, each with its reason (:class:`PresetKey`).
         default_gpu: the card ``[instance] gpu`` names when ``init`` is given no ``--gpu`` (its
             price, from costctl's price table, becomes the ``price_per_hour`` fallback); None

@@ -50,6 +50,27 @@ def _strip_user_environment() -> None:
 
 _strip_user_environment()  # at import, before any test module reads the environment
 
+#: The locale variables costctl.i18n reads (gettext's order) besides ``[ui] language``.
+LOCALE_ENV = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")
+
+
+def _english_messages() -> None:
+    """The suite runs in English whatever the user's shell says (tests assert English messages;
+    the i18n tests choose their language themselves: ``costctl.i18n.set_language``, or ``LANG``
+    in a child's own environment). Under a shell that would choose another language, the
+    locale variables are removed and ``LANG=C.UTF-8`` is set, before costctl reads them."""
+    from costctl.i18n import choose_language
+
+    if choose_language(None, _os.environ) == "en":
+        return
+    for var in LOCALE_ENV:
+        if _os.environ.pop(var, None) is not None:
+            REMOVED_ENV.append(var)
+    _os.environ["LANG"] = "C.UTF-8"
+
+
+_english_messages()
+
 # --- Hypothesis ----------------------------------------------------------------------------
 # Property tests run derandomized (the same examples on every run: a failure reproduces, CI never
 # flakes), with no deadline (a loaded 2-core machine is slow, not wrong) and a fixed example count;

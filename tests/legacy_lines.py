@@ -109,6 +109,15 @@ _ANSI_RE = re.compile(
 )
 # C0 controls other than tab (Keras writes \b runs; junk bytes decode to them).
 _CONTROL_TABLE = {c: None for c in range(32) if c != 9} | {127: None}
+# A run of those controls inside a number (after the ANSI escapes are removed): a digit before it
+# and a digit, "." or an exponent ("e5", "e-5") after it; or ".", a sign or a digit's exponent
+# letter before it and a digit after it ("0.\x0025", "1\x002", "1e\x005", "-\x001"). A number
+# written across one is not a number (a NUL or junk byte in the output), never the two halves
+# spliced. (_scan.c hands every line with a control run after one of 0-9 . + - e E back here.)
+_SPLIT_NUMBER_RE = re.compile(
+    r"(?<=[0-9])[\x00-\x08\x0a-\x1f\x7f]+(?=[0-9.]|[eE][+-]?[0-9])"
+    r"|(?<=[.+-])[\x00-\x08\x0a-\x1f\x7f]+(?=[0-9])|(?<=[0-9.][eE])[\x00-\x08\x0a-\x1f\x7f]+(?=[+-]?[0-9])"
+)
 
 _HF_TRAIN_KEYS = ("loss", "train_loss", "total_loss")
 _HF_EVAL_KEYS = ("eval_loss", "val_loss", "validation_loss", "valid_loss", "eval/loss", "val/loss")
@@ -128,10 +137,17 @@ def parse_value(text: str) -> float | None:
 
 
 def clean_line(line: str) -> str:
-    """Remove ANSI escape sequences and C0 control characters (except tab) from ``line``."""
+    """Remove ANSI escape sequences and C0 control characters (except tab) from ``line``.
+
+    A line where a control character sits inside a number (``loss: 0.\\x0025``, see
+    :data:`_SPLIT_NUMBER_RE`) reads as ``""``: that number is no number, and the two halves are
+    never spliced into another (0.25).
+    """
     if "\x1b" in line:
         line = _ANSI_RE.sub("", line)
     if not line.isprintable():
+        if _SPLIT_NUMBER_RE.search(line):
+            return ""
         line = line.translate(_CONTROL_TABLE)
     return line
 

@@ -66,11 +66,11 @@ def test_forgotten_instance_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0, err
     rows = [ln for ln in out.splitlines() if ln.startswith("│")]
     assert any("02:33:37.502" in r and "5h23m31s" in r and "end of log" in r and "stop 03:03:37.575" in r
-               and "13.48 CNY" in r for r in rows)  # the final stretch, its spend, and the stop ~30 min into it
+               and "CN¥13.48" in r for r in rows)  # the final stretch, its spend, and the stop ~30 min into it
     assert any("01:39:22.203" in r and "work resumed" in r and "not stopped" in r for r in rows)  # the pause
-    assert any("idle" in r and "stop" in r and "12.23 CNY" in r for r in rows)  # the decision and its saving
+    assert any("idle" in r and "stop" in r and "CN¥12.23" in r for r in rows)  # the decision and its saving
     text = " ".join(out.split())
-    assert "saving 13.48 CNY" in text  # the oracle
+    assert "saving CN¥13.48" in text  # the oracle (money as format_money writes it in English)
     assert "signals absent (take no part): cpu (not recorded)" in text
 
 

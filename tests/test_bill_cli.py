@@ -180,7 +180,7 @@ def test_bill_table_shows_totals_per_currency(db_url, capsys):
     record_runs(db_url)
     code, out, err = bill(capsys, "--db", db_url)
     assert code == 0, err
-    assert "TOTAL" in out and "1.09 CNY" in out and "0.53 USD" in out  # 0.532625 USD
+    assert "TOTAL" in out and "CN¥1.09" in out and "$0.53" in out  # 0.532625 USD (format_money, English)
     assert "succeeded (0)" in out and "failed (1)" in out
     code, out, _ = bill(capsys, "--db", db_url, "--by", "gpu")
     assert code == 0 and "GPU-HOURS" in out and "RTX 4090" in out

@@ -58,7 +58,8 @@ def test_run_duration_covers_charges_after_its_recorded_end(ledger):
 def test_rounding_is_for_display_only():
     assert money_text(Decimal("0.0000277777")) == "0.000028"
     assert money_text(Decimal("2.5"), 0) == "2"  # half-even
-    assert money_cell(Decimal("0.004"), "USD") == "<0.01 USD"
-    assert money_cell(Decimal("0"), "USD") == "0.00 USD"
+    assert money_cell(Decimal("0.004"), "USD") == "<$0.01"  # as the language writes money (format_money)
+    assert money_cell(Decimal("0"), "USD") == "$0.00" and money_cell(Decimal("1234.565"), "CNY") == "CN¥1,234.56"
+    assert money_cell(Decimal("3"), "JPY") == "¥3.00"  # to the cent in every currency: cells add up as shown
     assert money_cell(None) == "-"
     assert duration_cell(3661.4) == "1:01:01" and duration_cell(90000) == "25:00:00"

@@ -21,6 +21,7 @@ from sqlalchemy.engine import Engine
 
 import bill_oracle as oracle
 from costctl.cli.main import main
+from costctl.i18n import format_money
 from costctl.ledger import Ledger, queries
 from costctl.ledger.accrual import epoch_us
 from costctl.ledger.schema import Charge, ChargeRollup
@@ -184,7 +185,7 @@ def test_every_format_and_grouping_through_the_cli(db_url, capsys, monkeypatch):
         code, out, err = cli(capsys, "--by", by, "--db", db_url, *window)
         assert code == 0, err
         for cur, amount in doc["totals"].items():
-            assert f"{Decimal(amount).quantize(Decimal('0.01'))} {cur}" in out
+            assert format_money(Decimal(amount), cur) in out
 
 
 class Statements:
@@ -270,7 +271,7 @@ def test_limit_shows_the_newest_runs_and_totals_cover_all(db_url, capsys):
     assert [r["run_id"] for r in doc["rows"]] == ids[3:]  # the newest two, oldest first
     assert doc["runs_not_shown"] == 3 and doc["totals"] == {"USD": "0.500000"}
     code, out, err = cli(capsys, "--limit", "2", "--db", db_url)
-    assert code == 0 and "3 older runs not shown (--limit 2)" in out and "0.50 USD" in out
+    assert code == 0 and "3 older runs not shown (--limit 2)" in out and "$0.50" in out
     code, out, err = cli(capsys, "--format", "csv", "--limit", "4", "--db", db_url)
     assert len(out.splitlines()) == 5 and "1 older run not shown" in err
     doc = json.loads(cli(capsys, "--format", "json", "--db", db_url)[1])

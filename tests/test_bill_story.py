@@ -192,7 +192,7 @@ def test_the_table_shows_waste_saved_and_dry_runs_and_states_the_counterfactual(
     assert "10.80" in line["confirmed"] and "2.40" in line["confirmed"]
     assert "dry run" in line["dry"] and "dry run" not in line["confirmed"]
     assert "21.60" in line["budget"] and "9.00" in line["midnight"]
-    assert "15.90 USD" in out and "54.00 USD" in out and "TOTAL" in out  # the footers of WASTE and SAVED
+    assert "$15.90" in out and "$54.00" in out and "TOTAL" in out  # the footers of WASTE and SAVED
     assert "Saved: what a confirmed stop avoided" in " ".join(out.split()) and "6h" in out
 
 

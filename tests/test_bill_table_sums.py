@@ -106,11 +106,19 @@ def parse_tables(out: str) -> list[dict]:
     return tables
 
 
-def amount(cell: str) -> tuple[Decimal, str | None]:
+#: How the table writes each currency of these ledgers (costctl.i18n.format_money, English:
+#: ``$1,234.57``, ``CN¥2.50``): symbol -> ISO code.
+SYMBOLS = {"$": "USD", "CN¥": "CNY"}
+
+
+def amount(cell: str, symbols: dict[str, str] = SYMBOLS) -> tuple[Decimal, str | None]:
+    """``(amount, currency)`` of a money cell as shown (``-`` is nothing, in no currency)."""
     if cell in ("-", ""):
         return Decimal(0), None
-    number, _, currency = cell.partition(" ")
-    return Decimal(number), currency or None
+    for symbol, code in symbols.items():
+        if cell.startswith(symbol):
+            return Decimal(cell[len(symbol):].replace(",", "")), code
+    raise AssertionError(f"not a money cell: {cell!r}")
 
 
 def check_table(table: dict) -> dict[str, dict[str, Decimal]]:

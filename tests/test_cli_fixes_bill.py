@@ -74,18 +74,18 @@ def test_bill_by_instance_json_and_table(db_url, capsys):
 
     assert main(["bill", "--by", "instance", "--db", db_url]) == 0
     out = capsys.readouterr().out
-    usd_line = next(line for line in out.splitlines() if "0.75 USD" in line)
+    usd_line = next(line for line in out.splitlines() if "$0.75" in line)
     cny_line = next(line for line in out.splitlines() if "2026-03-01 01:06:40" in line)
-    assert "0.70-0.80 USD" in usd_line and "5.00" not in usd_line
-    assert "5.00 CNY" in cny_line.replace("5.00 CNY", "", 1)  # PRICE/h and SPEND both carry CNY
+    assert "$0.70-0.80" in usd_line and "5.00" not in usd_line
+    assert "CN¥5.00" in cny_line.replace("CN¥5.00", "", 1)  # PRICE/h and SPEND both carry CNY
 
 
 def test_bill_by_run_price_carries_its_currency(db_url, capsys):
     record_price_and_currency_change(db_url)
     assert main(["bill", "--db", db_url]) == 0
     out = capsys.readouterr().out
-    usd_line = next(line for line in out.splitlines() if "0.75 USD" in line)
-    assert "0.80 USD" in usd_line and "CNY" not in usd_line
+    usd_line = next(line for line in out.splitlines() if "$0.75" in line)
+    assert "$0.80" in usd_line and "CN¥" not in usd_line
 
 
 def test_bill_on_an_80_column_terminal_hides_columns_instead_of_cutting_cells(db_url, capsys, monkeypatch):
@@ -102,5 +102,5 @@ def test_bill_on_an_80_column_terminal_hides_columns_instead_of_cutting_cells(db
     assert main(["bill", "--by", "instance", "--db", db_url]) == 0
     out = console.file.getvalue()
     assert "…" not in out and max(len(line) for line in out.splitlines()) <= 80
-    assert "0.70-0.80 USD" in out and "autodl:u1" in out
+    assert "$0.70-0.80" in out and "autodl:u1" in out
     assert "FIRST CHARGE" in capsys.readouterr().err  # named as hidden

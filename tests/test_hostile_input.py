@@ -448,11 +448,13 @@ def test_analyze_400_digit_integers_are_no_counts(tmp_path: Path, capsys) -> Non
     jsonl.write_text("".join(json.dumps({"step": s, "loss": 0.5}) + "\n" for s in (1, 2)) +
                      f'{{"step": {BIG}, "loss": 0.4}}\n{{"step": {HUGE}, "loss": {BIG}}}\n')
     series = _analyze_json(capsys, "--train-log", str(jsonl))["train_log"]
-    assert series["train_points"] == 4
+    # a record whose step is no count is skipped, counted: the others keep their steps (tester's finding 6)
+    assert series["train_points"] == 2 and series["bad_step_records_skipped"] == 2
     state = tmp_path / "trainer_state.json"
     state.write_text(f'{{"global_step": {HUGE}, "log_history": [{{"step": 1, "loss": 0.5}}, {{"step": {BIG}, "loss": 0.4, '
                      f'"epoch": {BIG}, "grad_norm": {HUGE}}}]}}')
-    assert _analyze_json(capsys, "--train-log", str(state))["train_log"]["train_points"] == 2
+    state_log = _analyze_json(capsys, "--train-log", str(state))["train_log"]
+    assert state_log["train_points"] == 1 and state_log["bad_step_records_skipped"] == 1
     console = tmp_path / "train.log"
     console.write_text(f"step 1 loss: 0.5\nstep {HUGE} loss: 0.4\nEpoch {HUGE}/{HUGE}\nloss: 0.3\n"
                        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {HUGE} MiB. GPU {HUGE} has a total capacity of 1 GiB\n")

@@ -78,12 +78,12 @@ def test_analyze_prints_its_tables_and_lines_in_chinese(tmp_path: Path, monkeypa
     assert code == 0, err
     rows = [ln for ln in out.splitlines() if ln.startswith("│")]
     # the final stretch: to the end of the log, the idle stop 30 min into it (as in English)
-    assert any("02:33:37.502" in r and "日志结束" in r and "03:03:37.575 停止" in r and "13.48 CNY" in r for r in rows)
+    assert any("02:33:37.502" in r and "日志结束" in r and "03:03:37.575 停止" in r and "¥13.48" in r for r in rows)
     assert any("01:39:22.203" in r and "工作恢复" in r and "未停止" in r for r in rows)
     text = "".join(out.split())
     assert "缺失的信号（不参与判断）：CPU（未记录）" in text
-    assert "事后最优（完全事后视角）：在2026-02-0202:33:37.502停止" in text and "节省13.48CNY" in text
-    assert "end of log" not in out and "signals absent" not in out
+    assert "事后最优（完全事后视角）：在2026-02-0202:33:37.502停止" in text and "节省¥13.48" in text
+    assert "end of log" not in out and "signals absent" not in out and "CN¥" not in out  # ¥ for yuan in Chinese
 
 
 @pytest.mark.parametrize("parent, environment, phrase", [

@@ -84,7 +84,9 @@ def test_the_idle_stop_and_the_summary_are_english_under_lang_c(tmp_path) -> Non
     proc, idle, state = watch_idle(tmp_path, "C")
     err = proc.stderr
     assert state["instances"]["sim-local"]["status"] == "stopped"
-    assert re.search(r"^costctl idle: stopping: idle for 2s since \S+Z: every present signal \(.*cpu.*\) "
+    # the time in [watch] timezone (UTC here), to the second
+    assert re.search(r"^costctl idle: stopping: idle for 2s since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\+00:00: every "
+                     r"present signal \(.*cpu.*\) "
                      r"stayed idle", err, re.M), err
     assert idle.reason.startswith("idle for 2s since ") and idle.reason in err
     assert "costctl: instance sim-local on sim is stopped (confirmed by sim; 1 stop request(s))" in err

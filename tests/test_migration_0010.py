@@ -1,8 +1,6 @@
-"""Migration 0010 (patrol) on a populated ledger: every decision and stop event of a watch keeps
-its run and gets no instance; a patrol decision (no run, an instance) and its stop events can be
-stored after it, a decision with neither is refused; the observations table exists; a downgrade
-drops the patrol's rows and the column and leaves the watch's rows as they were. SQLite file and
-PostgreSQL."""
+"""Migration 0010 (fleet mode: ``outbox``, ``origin_id``) on a populated ledger, SQLite file and
+PostgreSQL: the upgrade adds an empty outbox and NULL origin ids (every total unchanged), the
+unique ``(run_id, origin_id)`` index holds, and a downgrade drops only what it added."""
 
 from __future__ import annotations
 
@@ -18,6 +16,7 @@ from costctl.records import Action, Decision
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 RATE = Decimal("1.5")
+ORIGIN_TABLES = ("decisions", "checkpoints", "waste", "stop_events")
 
 
 def _dump(engine: sa.Engine, sql: str) -> list[tuple]:
@@ -25,7 +24,7 @@ def _dump(engine: sa.Engine, sql: str) -> list[tuple]:
         return [tuple(r) for r in conn.execute(sa.text(sql))]
 
 
-def test_0010_keeps_the_watch_rows_and_stores_patrol_decisions(db_url):
+def test_0010_adds_the_outbox_and_origin_ids_and_downgrades_cleanly(db_url):
     engine = make_engine(db_url)
     try:
         migrate.upgrade(engine, "0009")
@@ -34,34 +33,38 @@ def test_0010_keeps_the_watch_rows_and_stores_patrol_decisions(db_url):
                                  currency="USD")
         run = old.start_run(pk, started_at=T0, command=None, log_path=None, host="h")
         old.accrue(run, T0 + timedelta(minutes=30), RATE, "USD")
-        with engine.begin() as conn:  # the 0009 schema's columns (today's ORM rows name instance_pk)
-            conn.execute(sa.text("INSERT INTO decisions (run_id, time, policy, action, reason, evidence, outcome, "
-                                 "dry_run) VALUES (:r, :t, 'idle', 'stop', 'idle', '{}', 'stop requested', false)"),
-                         {"r": run, "t": T0})
-            did = conn.execute(sa.text("SELECT id FROM decisions")).scalar()
-            conn.execute(sa.text("INSERT INTO stop_events (run_id, decision_id, time, state, attempt, detail) "
-                                 "VALUES (:r, :d, :t, 'confirmed', 1, 'ok')"), {"r": run, "d": did, "t": T0})
-        before = {t: _dump(engine, f"SELECT * FROM {t} ORDER BY id") for t in ("decisions", "stop_events", "charges")}
+        decision = old.record_decision(run, Decision(time=T0, policy="idle", action=Action.STOP, reason="idle",
+                                                     evidence={}), outcome="stopped")
+        old.record_stop_event(run, decision_id=decision, time=T0, state="confirmed", attempt=1)
+        ck = old.record_checkpoint_request(run, reason="periodic", requested_at=T0, deadline=T0 + timedelta(minutes=1))
+        old.complete_checkpoint(ck, outcome="saved", completed_at=T0)
+        old.record_waste(run, start_at=T0, end_at=T0 + timedelta(minutes=5), rate_per_hour=RATE, currency="USD",
+                         reason="preemption")
+        before = {t: _dump(engine, f"SELECT * FROM {t} ORDER BY id") for t in (*ORIGIN_TABLES, "charges")}
 
-        migrate.upgrade(engine, "head")
-        assert _dump(engine, "SELECT id, run_id, instance_pk FROM decisions") == [(did, run, None)]
-        assert _dump(engine, "SELECT COUNT(*) FROM patrol_observations") == [(0,)]
-        new = Ledger(engine)
-        mark = Decision(time=T0, policy="patrol:x", action=Action.MARK, reason="matched")
-        pid = new.record_decision(None, mark, outcome="marked", instance_pk=pk)
-        new.record_stop_event(None, decision_id=pid, time=T0, state="requested", attempt=0)
-        assert _dump(engine, f"SELECT run_id, instance_pk, action FROM decisions WHERE id = {pid}") == [
-            (None, pk, "mark")]
-        with pytest.raises(ValueError, match="run_id or instance_pk"):
-            new.record_decision(None, mark)
-        with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn:  # the check holds in the database too
-            conn.execute(sa.text("INSERT INTO decisions (time, policy, action, reason, evidence, dry_run) "
-                                 "VALUES (:t, 'x', 'mark', 'r', '{}', false)"), {"t": T0})
+        migrate.upgrade(engine, "0010")  # this revision's own change (later ones add their own columns)
+        inspector = sa.inspect(engine)
+        assert "outbox" in inspector.get_table_names()
+        assert _dump(engine, "SELECT * FROM outbox") == []
+        for table in ORIGIN_TABLES:
+            assert _dump(engine, f"SELECT origin_id FROM {table}") == [(None,)]
+            # the old columns are untouched: the rows less their new (last) column
+            assert [r[:-1] for r in _dump(engine, f"SELECT * FROM {table} ORDER BY id")] == before[table]
+            unique = {i["name"]: i for i in inspector.get_indexes(table)}[f"uq_{table}_run_id_origin_id"]
+            assert unique["unique"] and unique["column_names"] == ["run_id", "origin_id"]
+        assert _dump(engine, "SELECT * FROM charges ORDER BY id") == before["charges"]
+        with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn:  # (run, origin) names one row
+            conn.execute(sa.text("UPDATE decisions SET origin_id = 7"))
+            conn.execute(sa.text("INSERT INTO decisions (run_id, time, policy, action, reason, evidence, dry_run, "
+                                 "origin_id) SELECT run_id, time, policy, action, reason, evidence, dry_run, 7 "
+                                 "FROM decisions"))
 
         migrate.downgrade(engine, "0009")
-        after = {t: _dump(engine, f"SELECT * FROM {t} ORDER BY id") for t in ("decisions", "stop_events", "charges")}
-        assert after == before
-        assert "patrol_observations" not in sa.inspect(engine).get_table_names()
+        inspector = sa.inspect(engine)
+        assert "outbox" not in inspector.get_table_names()
+        for table in ORIGIN_TABLES:
+            assert "origin_id" not in {c["name"] for c in inspector.get_columns(table)}
+            assert _dump(engine, f"SELECT * FROM {table} ORDER BY id") == before[table]
         migrate.upgrade(engine, "head")
         assert migrate.current_revision(engine) == migrate.head_revision()
     finally:

@@ -281,6 +281,11 @@ def test_execute_notifies_first_acts_after_the_grace_and_its_stops_are_confirmed
     assert ev["stop"]["state"] == "confirmed" and ev["mark"] and ev["marked_at"] == "2026-05-01T12:30:00Z"
     assert table(patrol, "SELECT outcome FROM decisions WHERE action = 'mark' ORDER BY id") == [
         ("acted",), ("acted",), ("acted",)]
+    from costctl.ledger import live  # the dashboard's decisions list shows the patrol's, with their instance
+
+    with patrol.ledger() as ledger, ledger.engine.connect() as conn:
+        shown = [(d.run_id, d.instance_id, d.action, d.stop_state) for d in live.recent_decisions(conn)]
+    assert (None, "312", "stop", "confirmed") in shown and (None, "sim-scratch", "release", "confirmed") in shown
     titles = patrol.hook.titles()[4:]
     assert sorted(titles) == sorted(["312 was stopped by patrol policy idle-unguarded",
                                      "sim-scratch was released by patrol policy old-disks",

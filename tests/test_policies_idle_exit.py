@@ -62,7 +62,7 @@ def test_after_the_command_exited_two_minutes_of_idle_suffice() -> None:
     for s in samples[:80]:
         history.add_sample(s)
     decision = policy.evaluate(history, at(720))
-    assert decision is not None and "exit_window: the command exited at 2026-01-01T03:10:00Z" in decision.reason
+    assert decision is not None and "exit_window: the command exited at 2026-01-01 03:10:00+00:00" in decision.reason
     assert decision.evidence["exit_window"] is True
 
 

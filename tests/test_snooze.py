@@ -79,7 +79,7 @@ def test_a_snooze_holds_the_idle_stop_until_it_ends_and_the_stop_says_so():
     assert [(m, d.action) for m, d in decided] == [(25, "stop")]
     stop = decided[0][1]
     assert stop.time == T0 + timedelta(minutes=25)
-    assert "(the stop waited for a snooze by alice (uid 1000, pid 42) until 2026-06-01T08:25:00Z)" in stop.reason
+    assert "(the stop waited for a snooze by alice (uid 1000, pid 42) until 2026-06-01 08:25:00+00:00)" in stop.reason
     assert stop.evidence["snoozed"]["until"] == "2026-06-01T08:25:00Z"
 
 

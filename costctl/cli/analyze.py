@@ -19,9 +19,11 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import CostctlError, UsageError
+from ..i18n import N_, _
 from .common import ConfigOption, out_console, settings_from
 
-TIME_ALLOWED = "expected an ISO-8601 date-time such as 2026-02-02T01:07:37 (no offset = the logs' own clock, read as UTC)"
+TIME_ALLOWED = N_("expected an ISO-8601 date-time such as 2026-02-02T01:07:37 (no offset = the logs' own clock, read "
+                  "as UTC)")
 #: ``--step-rate`` at most 10^6 steps per second (no training loop is faster; a placement past it
 #: would put a whole log within a microsecond).
 MAX_STEP_RATE = 1_000_000
@@ -49,7 +51,7 @@ def parse_start_time(text: str) -> datetime:
         except ValueError:
             continue
         return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed.astimezone(timezone.utc)
-    raise UsageError(f"--start-time {text!r}: {TIME_ALLOWED}")
+    raise UsageError(_("--start-time {value!r}: {allowed}").format(value=text, allowed=_(TIME_ALLOWED)))
 
 
 def _duration(text: str | None, option: str) -> timedelta | None:
@@ -60,30 +62,30 @@ def _duration(text: str | None, option: str) -> timedelta | None:
     try:
         return parse_duration(text)
     except ValueError as exc:
-        raise UsageError(f"{option} {text!r}: {exc}") from None
+        raise UsageError(_("{option} {value!r}: {problem}").format(option=option, value=text, problem=exc)) from None
 
 
 def analyze(
-    gpu_log: Annotated[Path | None, typer.Option("--gpu-log", help="nvidia-smi --query-gpu CSV, looped nvidia-smi table, or wandb system-metrics JSONL.")] = None,
-    train_log: Annotated[Path | None, typer.Option("--train-log", help="trainer_state.json, metrics.csv, CSVLogger, results.csv, metrics.json, scalars JSON or a console log.")] = None,
-    price: Annotated[str | None, typer.Option("--price", help="Price per instance-hour (all GPUs), e.g. 2.5.")] = None,
-    currency: Annotated[str | None, typer.Option("--currency", help="ISO 4217 code of --price (default: [instance] currency).")] = None,
-    gpu: Annotated[str | None, typer.Option("--gpu", help="GPU model for a catalog price, e.g. 'RTX 4090' (with --provider).")] = None,
-    provider: Annotated[str | None, typer.Option("--provider", help="Provider for a catalog price, e.g. runpod (with --gpu).")] = None,
+    gpu_log: Annotated[Path | None, typer.Option("--gpu-log", help=_("nvidia-smi --query-gpu CSV, looped nvidia-smi table, or wandb system-metrics JSONL."))] = None,
+    train_log: Annotated[Path | None, typer.Option("--train-log", help=_("trainer_state.json, metrics.csv, CSVLogger, results.csv, metrics.json, scalars JSON or a console log."))] = None,
+    price: Annotated[str | None, typer.Option("--price", help=_("Price per instance-hour (all GPUs), e.g. 2.5."))] = None,
+    currency: Annotated[str | None, typer.Option("--currency", help=_("ISO 4217 code of --price (default: [instance] currency)."))] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help=_("GPU model for a catalog price, e.g. 'RTX 4090' (with --provider)."))] = None,
+    provider: Annotated[str | None, typer.Option("--provider", help=_("Provider for a catalog price, e.g. runpod (with --gpu)."))] = None,
     config: ConfigOption = None,
-    compare: Annotated[bool, typer.Option("--compare", help="Also replay SkyPilot autostop -i 5 (its default) and dstack utilization_policy with its documented example (10 %, 1h) and its 5-minute minimum window.")] = False,
-    fmt: Annotated[AnalyzeFormat, typer.Option("--format", "-f", help="table or json.")] = AnalyzeFormat.table,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG with utilization, loss, decisions and spend (needs matplotlib).")] = None,
-    start_time: Annotated[str | None, typer.Option("--start-time", help="Wall time of the training log's first point (with --step-rate), or of an elapsed-seconds GPU log's start.")] = None,
-    step_rate: Annotated[float | None, typer.Option("--step-rate", help="Training steps (or epochs, for per-epoch logs) per second, to place the training log in time.")] = None,
-    time_window: Annotated[str | None, typer.Option("--time-window", help="Override [policies.idle] time_window (e.g. 10m, or off).")] = None,
-    min_gpu_utilization: Annotated[float | None, typer.Option("--min-gpu-utilization", help="Override [policies.idle] min_gpu_utilization (percent).")] = None,
-    sample_interval: Annotated[str | None, typer.Option("--sample-interval", help="The GPU log's sampling period (default: its median gap).")] = None,
-    min_stretch: Annotated[str, typer.Option("--min-stretch", help="List idle stretches at least this long.")] = "5m",
-    gpu_log_columns: Annotated[str | None, typer.Option("--gpu-log-columns", help="--query-gpu fields in order, for a headerless nvidia-smi CSV without units.")] = None,
-    loss_regex: Annotated[str | None, typer.Option("--loss-regex", help="Regex with a (?P<loss>...) group for an unusual console log.")] = None,
-    loss: Annotated[str | None, typer.Option("--loss", help="Which train loss series the policies watch when the log has several (e.g. 'G loss', 'train_loss_epoch'); default: a 'total' one, else the plain per-batch loss, else the first.")] = None,
-    sky_idle_minutes: Annotated[float, typer.Option("--sky-idle-minutes", help="sky autostop -i MINUTES for --compare.")] = 5.0,
+    compare: Annotated[bool, typer.Option("--compare", help=_("Also replay SkyPilot autostop -i 5 (its default) and dstack utilization_policy with its documented example (10 %, 1h) and its 5-minute minimum window."))] = False,
+    fmt: Annotated[AnalyzeFormat, typer.Option("--format", "-f", help=_("table or json."))] = AnalyzeFormat.table,
+    plot: Annotated[Path | None, typer.Option("--plot", help=_("Write a PNG with utilization, loss, decisions and spend (needs matplotlib)."))] = None,
+    start_time: Annotated[str | None, typer.Option("--start-time", help=_("Wall time of the training log's first point (with --step-rate), or of an elapsed-seconds GPU log's start."))] = None,
+    step_rate: Annotated[float | None, typer.Option("--step-rate", help=_("Training steps (or epochs, for per-epoch logs) per second, to place the training log in time."))] = None,
+    time_window: Annotated[str | None, typer.Option("--time-window", help=_("Override [policies.idle] time_window (e.g. 10m, or off)."))] = None,
+    min_gpu_utilization: Annotated[float | None, typer.Option("--min-gpu-utilization", help=_("Override [policies.idle] min_gpu_utilization (percent)."))] = None,
+    sample_interval: Annotated[str | None, typer.Option("--sample-interval", help=_("The GPU log's sampling period (default: its median gap)."))] = None,
+    min_stretch: Annotated[str, typer.Option("--min-stretch", help=_("List idle stretches at least this long."))] = "5m",
+    gpu_log_columns: Annotated[str | None, typer.Option("--gpu-log-columns", help=_("--query-gpu fields in order, for a headerless nvidia-smi CSV without units."))] = None,
+    loss_regex: Annotated[str | None, typer.Option("--loss-regex", help=_("Regex with a (?P<loss>...) group for an unusual console log."))] = None,
+    loss: Annotated[str | None, typer.Option("--loss", help=_("Which train loss series the policies watch when the log has several (e.g. 'G loss', 'train_loss_epoch'); default: a 'total' one, else the plain per-batch loss, else the first."))] = None,
+    sky_idle_minutes: Annotated[float, typer.Option("--sky-idle-minutes", help=_("sky autostop -i MINUTES for --compare."))] = 5.0,
 ) -> None:
     """Replay the configured policies over recorded logs and show what they would have saved.
 
@@ -109,20 +111,20 @@ def analyze(
         overrides["policies"] = {"idle": idle}
     settings = settings_from(config, **overrides)
     if gpu_log is None and train_log is None:
-        raise UsageError("nothing to analyze: give --gpu-log FILE and/or --train-log FILE")
+        raise UsageError(_("nothing to analyze: give --gpu-log FILE and/or --train-log FILE"))
     if not 0 < sky_idle_minutes <= MAX_SKY_IDLE_MINUTES:  # False for nan too
-        raise UsageError(f"--sky-idle-minutes {sky_idle_minutes:g}: expected a number of minutes above 0 and up to "
-                         f"{MAX_SKY_IDLE_MINUTES} (a year)")
+        raise UsageError(_("--sky-idle-minutes {value:g}: expected a number of minutes above 0 and up to {maximum} "
+                           "(a year)").format(value=sky_idle_minutes, maximum=MAX_SKY_IDLE_MINUTES))
     start = parse_start_time(start_time) if start_time else None
     # Usage errors before any log is read (a big log takes a while to read).
     if step_rate is not None:
         if train_log is None:
-            raise UsageError("--step-rate places a training log in time: give --train-log too")
+            raise UsageError(_("--step-rate places a training log in time: give --train-log too"))
         if start is None:
-            raise UsageError("--start-time and --step-rate go together: give both to place the training log in time")
+            raise UsageError(_("--start-time and --step-rate go together: give both to place the training log in time"))
         if not 0 < step_rate <= MAX_STEP_RATE:  # False for nan too
-            raise UsageError(f"--step-rate {step_rate:g}: expected a number of steps (or epochs) per second above 0 "
-                             f"and up to {MAX_STEP_RATE}")
+            raise UsageError(_("--step-rate {value:g}: expected a number of steps (or epochs) per second above 0 and "
+                               "up to {maximum}").format(value=step_rate, maximum=MAX_STEP_RATE))
     columns = [c.strip() for c in gpu_log_columns.split(",") if c.strip()] if gpu_log_columns else None
     options = AnalyzeOptions(
         compare=compare,
@@ -148,11 +150,11 @@ def analyze(
     progress, placement = (None, None)
     no_loss = None
     if tlog is not None and not (tlog.count("train") or tlog.count("eval") or tlog.extra or tlog.grad_norms):
-        no_loss = (f"no loss was found in {train_log} (read as a {tlog.format} log): costctl reads HF dicts, "
-                   "trainer_state.json, CSV/JSON metrics and console lines such as 'loss: 0.5'; --loss-regex "
-                   "REGEX reads another shape")
+        no_loss = _("no loss was found in {path} (read as a {format} log): costctl reads HF dicts, "
+                    "trainer_state.json, CSV/JSON metrics and console lines such as 'loss: 0.5'; --loss-regex "
+                    "REGEX reads another shape").format(path=train_log, format=tlog.format)
         if glog is None:
-            raise UsageError(f"--train-log: {no_loss}; nothing to analyze")
+            raise UsageError(_("--train-log: {problem}; nothing to analyze").format(problem=no_loss))
     if tlog is not None:
         gpu_only_start = start is not None and step_rate is None and glog is not None and glog.relative
         if step_rate is not None:
@@ -161,7 +163,7 @@ def analyze(
             tlog, start=None if gpu_only_start else start, step_rate=step_rate
         )
     elif step_rate is not None:
-        raise UsageError("--step-rate places a training log in time: give --train-log too")
+        raise UsageError(_("--step-rate places a training log in time: give --train-log too"))
     result = run_analysis(settings, gpu_log=glog, train_log=tlog, progress=progress, placement=placement,
                           rate=rate, options=options)
     if no_loss is not None:
@@ -169,12 +171,12 @@ def analyze(
     if glog is not None:
         result.rightsizing = _rightsizing(settings, result, gpu=gpu, provider=provider)
     if rate is not None:
-        result.notes.append(f"price from {price_source}")
+        result.notes.append(_("price from {source}").format(source=price_source))
     if plot is not None:
         from ..replay.plot import plot_analysis
 
         plot_analysis(result, plot, progress)
-        result.notes.append(f"plot written to {plot}")
+        result.notes.append(_("plot written to {path}").format(path=plot))
     if fmt is AnalyzeFormat.json:
         _write_json(to_dict(result))
     else:
@@ -192,7 +194,7 @@ def _rightsizing(settings: Any, result: Any, *, gpu: str | None, provider: str |
 
     stats = [st for st in result.gpu_stats if st.samples]
     if not stats:
-        return LogRightsizing(None, "right-sizing: the GPU log has no readings")
+        return LogRightsizing(None, _("right-sizing: the GPU log has no readings"))
     name = gpu or next((st.name for st in stats if st.name), None)
     peaks = [st.memory_used_max for st in stats if st.memory_used_max is not None]
     totals = [st.memory_total for st in stats if st.memory_total]
@@ -210,7 +212,7 @@ def _rightsizing(settings: Any, result: Any, *, gpu: str | None, provider: str |
                                                gpu_count=len(stats), billing=billing, currency=rate.currency)
     duration = (result.end - result.start).total_seconds() if result.start and result.end else 0.0
     return rightsizing_from_log(
-        run_id="", label="the recorded run", gpu=name, rate=rate, duration_s=duration,
+        run_id="", label=_("the recorded run"), gpu=name, rate=rate, duration_s=duration,
         peak_memory_bytes=max(peaks) if peaks else None, card_memory_bytes=min(totals) if totals else None,
         # the busiest GPU's mean: it bounds the run's pace (an idle GPU beside it must not halve the figure)
         mean_utilization=max(means) if means else None, options=options, config=settings.downsize)
@@ -230,4 +232,8 @@ def _write_json(data: Any) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add ``costctl analyze`` to ``app``."""
-    app.command("analyze")(analyze)
+    app.command("analyze", help=_(
+        "Replay the configured policies over recorded logs and show what they would have saved.\n\n"
+        "Stretch spend = price x duration; a stop saves price x (end of log - stop time); the oracle stops at "
+        "the first sample of the final idle stretch (or a configured plateau's onset). Times are shown as the "
+        "logs recorded them."))(analyze)

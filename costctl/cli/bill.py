@@ -22,6 +22,7 @@ import typer
 
 from ..clock import ensure_utc, utcnow
 from ..errors import CostctlError, UsageError
+from ..i18n import N_, _, ngettext
 from ..money import Money
 from ..report import EXPORT_MONEY_PLACES, NotShown, render_csv, render_json, render_table, row_totals
 from . import common
@@ -34,7 +35,7 @@ if TYPE_CHECKING:  # the ledger (SQLAlchemy Core, never the ORM) loads when a bi
     from ..ledger import queries
     from ..ledger.lifecycle import GpuUse
 
-WHEN_ALLOWED = (
+WHEN_ALLOWED = N_(
     "expected a date (2026-01-31) or an ISO-8601 date-time (2026-01-31T08:00, 2026-01-31T08:00:00Z, "
     "2026-01-31T08:00+08:00); without an offset it is read in [watch] timezone"
 )
@@ -86,7 +87,8 @@ def parse_when(text: str, tz: ZoneInfo, option: str) -> datetime:
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise UsageError(f"{option} {text!r}: {WHEN_ALLOWED}") from None
+        raise UsageError(_("{option} {value!r}: {allowed}").format(option=option, value=text,
+                                                                    allowed=_(WHEN_ALLOWED))) from None
     if value.tzinfo is None:
         value = value.replace(tzinfo=tz)
     return ensure_utc(value)
@@ -96,20 +98,22 @@ def parse_when(text: str, tz: ZoneInfo, option: str) -> datetime:
 MAX_LIMIT = 2**31 - 1
 
 ByOption = Annotated[
-    GroupBy, typer.Option("--by", help="Group rows by run, chain (a job's run and the runs that resumed it), "
-                                       "instance, day (in [watch] timezone) or gpu (GPU type).")
+    GroupBy, typer.Option("--by", help=_("Group rows by run, chain (a job's run and the runs that resumed it), "
+                                         "instance, day (in [watch] timezone) or gpu (GPU type)."))
 ]
-SinceOption = Annotated[str | None, typer.Option("--since", help="Only spend from this date/date-time on (inclusive).")]
-UntilOption = Annotated[str | None, typer.Option("--until", help="Only spend before this date/date-time (exclusive).")]
+SinceOption = Annotated[str | None, typer.Option("--since",
+                                                 help=_("Only spend from this date/date-time on (inclusive)."))]
+UntilOption = Annotated[str | None, typer.Option("--until",
+                                                 help=_("Only spend before this date/date-time (exclusive)."))]
 LimitOption = Annotated[int, typer.Option("--limit", min=1, max=MAX_LIMIT,
-                                          help="--by run / chain: show the newest N runs / chains "
-                                               "(totals cover every one).")]
-ExpandOption = Annotated[bool, typer.Option("--expand", help="--by chain: also list each chain's runs.")]
+                                          help=_("--by run / chain: show the newest N runs / chains "
+                                                 "(totals cover every one)."))]
+ExpandOption = Annotated[bool, typer.Option("--expand", help=_("--by chain: also list each chain's runs."))]
 PlotOption = Annotated[Path | None, typer.Option(
-    "--plot", help="Also write a PNG: cumulative spend per instance over the window, stops and advice marked, "
-                   "and a run's utilization (needs matplotlib).")]
+    "--plot", help=_("Also write a PNG: cumulative spend per instance over the window, stops and advice marked, "
+                     "and a run's utilization (needs matplotlib)."))]
 RunOption = Annotated[str | None, typer.Option(
-    "--run", help="--plot: the run whose utilization is drawn (its id or a unique prefix; default: the newest).")]
+    "--run", help=_("--plot: the run whose utilization is drawn (its id or a unique prefix; default: the newest)."))]
 
 
 def run_unguarded(run: Any) -> bool:
@@ -184,11 +188,11 @@ def bill(
     start = parse_when(since, tz, "--since") if since is not None else None  # "" is an error, not "no bound"
     end = parse_when(until, tz, "--until") if until is not None else None
     if start and end and start >= end:
-        raise UsageError(f"--since {since!r} is not before --until {until!r}")
+        raise UsageError(_("--since {since!r} is not before --until {until!r}").format(since=since, until=until))
     if expand and by is not GroupBy.chain:
-        raise UsageError("--expand goes with --by chain (it lists each chain's runs)")
+        raise UsageError(_("--expand goes with --by chain (it lists each chain's runs)"))
     if run is not None and plot is None:
-        raise UsageError("--run goes with --plot (it names the run whose utilization is drawn)")
+        raise UsageError(_("--run goes with --plot (it names the run whose utilization is drawn)"))
     if plot is not None:
         from ..spend_plot import check_plot_path
 
@@ -201,21 +205,21 @@ def bill(
     chain_runs: Sequence[Any] = []
     hidden = 0
     try:
-        ledger = LedgerReader.open(configured_url(settings.database_url, settings.data_dir))
+        ledger = LedgerReader.open(configured_url(settings.database_url, settings.data_dir, create=False))
     except MissingLedgerError as exc:
         if settings.database_url is not None:  # --db, COSTCTL_DATABASE_URL or database_url: a typo?
             raise
         # The default ledger before anything was recorded: an empty bill, and nothing created.
         if plot is not None:
-            raise UsageError(f"--plot {plot}: nothing to draw (no ledger database at {exc.path}; "
-                             "`costctl watch` creates it)") from None
+            raise UsageError(_("--plot {path}: nothing to draw (no ledger database at {ledger}; `costctl watch` "
+                               "creates it)").format(path=plot, ledger=exc.path)) from None
         if fmt is OutputFormat.json:
             sys.stdout.write(render_json(by.value, rows, {}, start, end, saved_horizon=horizon, as_of=now))
         elif fmt is OutputFormat.csv:
             sys.stdout.write(render_csv(rows, [f.name for f in dataclasses.fields(getattr(queries, ROW_TYPES[by]))]))
         else:
-            _out().print(f"Nothing recorded yet (no ledger database at {exc.path}; `costctl watch` creates it).",
-                              soft_wrap=True)
+            _out().print(_("Nothing recorded yet (no ledger database at {path}; `costctl watch` creates it).").format(
+                path=exc.path), soft_wrap=True)
         return
     with ledger, ledger.connection() as session:
         totals = waste_totals = saved_totals = None
@@ -246,8 +250,7 @@ def bill(
         totals, waste_totals, saved_totals = row_totals(rows), row_totals(rows, "waste"), row_totals(rows, "saved")
     advice = underuse_advice_for(rows, use, settings) if use else []
     what = "chain" if by is GroupBy.chain else "run"
-    not_shown = (f"{hidden} older {what}{'s' if hidden != 1 else ''} not shown (--limit {limit}); "
-                 "the totals include them") if hidden else None
+    not_shown = _not_shown(hidden, what, limit) if hidden else None
 
     if fmt is OutputFormat.json:
         sys.stdout.write(render_json(by.value, rows, totals, start, end, [a.to_dict() for a in advice],
@@ -258,32 +261,56 @@ def bill(
     elif fmt is OutputFormat.csv:
         sys.stdout.write(render_csv(rows, [f.name for f in dataclasses.fields(getattr(queries, ROW_TYPES[by]))]))
         if not_shown:
-            print(f"costctl: {not_shown}", file=sys.stderr)
+            print(_("costctl: {message}").format(message=not_shown), file=sys.stderr)
     else:
         render_table(_out(), by.value, rows, totals, tz, start, end, waste_totals=waste_totals,
                      saved_totals=saved_totals, not_shown=NotShown(hidden, what) if hidden else None,
                      saved_horizon=horizon)
         if expand and chain_runs:
             render_table(_out(), "run", chain_runs, row_totals(chain_runs), tz, start, end,
-                         title="Runs of the chains above")
+                         title=_("Runs of the chains above"))
         if not_shown:
             _out().print(not_shown, soft_wrap=True)
         for a in advice:
-            _out().print(f"advice: {a.text}")
+            _out().print(_("advice: {advice}").format(advice=a.text))
         for r in rows:
             if getattr(r, "status", None) == "unguarded":
                 _out().print(
-                    f"unguarded: run {r.run_id[:8]}'s watch is gone but its job still runs on "
-                    f"{r.provider} instance {r.instance_id}; `costctl watch --attach {r.run_id[:8]}` guards it "
-                    f"again (its relay starts one when the job ends), `costctl stop {r.instance_id}` stops it",
+                    _("unguarded: run {run}'s watch is gone but its job still runs on {provider} instance "
+                      "{instance}; `costctl watch --attach {run}` guards it again (its relay starts one when the "
+                      "job ends), `costctl stop {instance}` stops it").format(
+                        run=r.run_id[:8], provider=r.provider, instance=r.instance_id),
                     soft_wrap=True)
     if plot is not None:
         from ..spend_plot import plot_bill
 
         plot_bill(drawing, plot, tz)
-        print(f"costctl: plot written to {plot}", file=sys.stderr)
+        print(_("costctl: plot written to {path}").format(path=plot), file=sys.stderr)
+
+
+def _not_shown(hidden: int, what: str, limit: int) -> str:
+    """The line for the ``hidden`` runs (``what``: ``run``) or chains that ``--limit`` left out."""
+    if what == "chain":
+        text = ngettext("{count} older chain not shown (--limit {limit}); the totals include it",
+                        "{count} older chains not shown (--limit {limit}); the totals include them", hidden)
+    else:
+        text = ngettext("{count} older run not shown (--limit {limit}); the totals include it",
+                        "{count} older runs not shown (--limit {limit}); the totals include them", hidden)
+    return text.format(count=hidden, limit=limit)
 
 
 def register(app: typer.Typer) -> None:
     """Add ``costctl bill`` to ``app``."""
-    app.command("bill")(bill)
+    app.command("bill", help=_(
+        "Show recorded spend, waste and savings. Totals are per currency (never added across currencies).\n\n"
+        "Charges are clipped to [--since, --until); a run's duration_s is its time inside that window. JSON: "
+        "{\"rows\": [...], \"totals\": {\"USD\": \"1.234567\"}, \"waste_totals\": {...}, \"saved_totals\": {...}, "
+        "\"saved_counterfactual\": {...}} with money as decimal strings and times as ISO-8601 UTC; CSV: the rows "
+        "only. Each row's amounts are rounded half-even to 6 places and each total is the exact sum of those "
+        "rounded amounts (every run of the window with --limit), so the rows of a complete bill add up to the "
+        "totals exactly; the table's columns add up to its footers as shown (largest remainder to the cent). "
+        "WASTE: paid time whose work was lost or never done (the idle stretch before a stop, work lost to a "
+        "preemption); SAVED: what confirmed stops avoided, under the counterfactual said under the table "
+        "([bill] saved_horizon). Dry runs are marked. Runs whose GPU stayed underused get advice naming a "
+        "cheaper card and what it would have saved (JSON: \"advice\"). --plot FILE.png also draws cumulative "
+        "spend per instance with stops and advice, and a run's utilization."))(bill)

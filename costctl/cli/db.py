@@ -24,7 +24,8 @@ from .common import ConfigOption, DbOption, err_console, out_console, settings_f
 
 db_app = CostctlTyper(
     name="db",
-    help=_("Ledger database migrations (upgrade, downgrade, current) and telemetry retention (compact)."),
+    help=_("Ledger database migrations (upgrade, downgrade, current), telemetry retention (compact) and "
+           "fleet mode's send to the central ledger (sync)."),
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -241,6 +242,45 @@ def compact(
         done = _("{url}: rolled up {samples} raw samples before {cutoff} (sample_retention {retention}) "
                  "into {rollups} per-minute rows, {runs} run(s)")
     _say(done.format(**shape))
+
+
+@db_app.command("sync", help=_(
+    "Send what this machine's ledger holds for the team's central ledger ([ledger] central_url), now.\n\n"
+    "A watch in fleet mode sends it by itself every [ledger] sync_interval; what it could not send (the "
+    "central ledger was unreachable at its end) waits in this ledger until the next watch here, or this "
+    "command. Sending twice changes nothing."))
+def sync(
+    central: Annotated[str | None, typer.Option("--central", metavar="URL", help=_(
+        "The central ledger (default: [ledger] central_url)."))] = None,
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Send what this machine's ledger holds for the team's central ledger, now (see the help)."""
+    from ..ledger import Ledger
+    from ..ledger.engine import MissingLedgerError, configured_url, redact
+    from ..ledger.sync import CentralSync, central_target
+
+    settings = settings_from(config, db)
+    url = configured_url(settings.database_url, settings.data_dir)
+    target = central_target(central or settings.ledger.central_url, url)
+    if target is None:
+        raise UsageError(_("no central ledger: set [ledger] central_url or pass --central URL"))
+    try:
+        ledger = Ledger.open(url, create=False)
+    except MissingLedgerError as exc:
+        if settings.database_url is not None:
+            raise
+        _say(_("no ledger database at {path} yet; nothing to send").format(path=exc.path))
+        return
+    with ledger:
+        sender = CentralSync(ledger, target, say=lambda text: err_console.print(text, markup=False, highlight=False))
+        try:
+            sent = sender.drain()
+            left = sender.pending()
+        finally:
+            sender.dispose()
+        _say(_("{url}: sent {sent} changes to the central ledger {central}; {left} wait").format(
+            url=ledger.url, sent=sent, central=redact(target), left=left))
 
 
 def register(app: typer.Typer) -> None:

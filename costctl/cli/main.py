@@ -19,16 +19,19 @@ import typer
 
 from ..errors import CostctlError
 from ..i18n import _
+from ..validation import escape_controls
 from .translated import ClickException, CostctlTyper, show_usage_error
 
-COMMAND_MODULES = ("init", "watch", "bill", "db", "gpus", "instances", "fleet", "patrol", "analyze", "sim", "snooze")
+COMMAND_MODULES = ("init", "watch", "bill", "db", "gpus", "instances", "fleet", "patrol", "analyze", "sim", "snooze",
+                   "serve")
 
 #: Which module defines each command, so a run imports only the module it needs (importing
 #: SQLAlchemy, Alembic and the catalog for every command would cost a second at start-up).
 COMMAND_OWNERS = {
     "init": "init", "watch": "watch", "bill": "bill", "db": "db", "gpus": "gpus",
     "recommend": "gpus", "instances": "instances", "start": "instances", "stop": "instances",
-    "release": "instances", "offers": "instances", "fleet": "fleet", "patrol": "patrol", "analyze": "analyze", "sim": "sim", "snooze": "snooze",
+    "release": "instances", "offers": "instances", "fleet": "fleet", "patrol": "patrol", "analyze": "analyze",
+    "sim": "sim", "snooze": "snooze", "serve": "serve",
 }
 
 app = CostctlTyper(
@@ -108,7 +111,7 @@ def _crash(exc: BaseException) -> int:
     except (OSError, CostctlError):
         traceback.print_exception(exc)
         line = _("costctl: internal error: {error}: {detail}").format(error=type(exc).__name__, detail=exc)
-    print(line, file=sys.stderr)
+    print(escape_controls(line), file=sys.stderr)
     return 70
 
 
@@ -143,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
                 reason=exc.strerror, errno=exc.errno), file=sys.stderr)
         return 1
     except CostctlError as exc:
-        print(_("costctl: {message}").format(message=exc.message), file=sys.stderr)
+        # one line, as typed: a control character in a path or value is shown escaped
+        print(escape_controls(_("costctl: {message}").format(message=exc.message)), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(_("costctl: interrupted"), file=sys.stderr)

@@ -20,6 +20,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from ..i18n import _
+from ..validation import escape_controls
 
 
 def _help_option(cmd: Any, ctx: Any, found: Any) -> Any:
@@ -85,7 +86,7 @@ def show_usage_error(exc: Any) -> int:
             lines.append(_("Try '{command} {option}' for help.").format(command=ctx.command_path,
                                                                        option=ctx.help_option_names[0]))
         lines.append("")
-    lines.append(_("Error: {message}").format(message=exc.format_message()))
+    lines.append(escape_controls(_("Error: {message}").format(message=exc.format_message())))
     print("\n".join(lines), file=sys.stderr)
     return int(getattr(exc, "exit_code", 1))
 

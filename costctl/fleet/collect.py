@@ -136,12 +136,12 @@ def collect(settings: Settings, *, clock: Clock | None = None,
     """The :class:`~costctl.fleet.model.FleetReport` of the configured fleet now: the accounts
     (:func:`read_accounts`), the ledger (:func:`read_ledger`), the time from ``clock`` (default
     real time) once both are read, and the guard lag of ``[fleet] guard_lag`` (default from
-    ``[watch] sample_interval``: :meth:`costctl.config.FleetConfig.lag`)."""
+    ``[watch] sample_interval`` and ``[ledger] sync_interval``: :meth:`costctl.config.FleetConfig.lag`)."""
     clock = clock or RealClock()
     reads = accounts(settings, clock=clock, **kwargs)
     keys = {(read.provider, inst.id) for read in reads for inst in read.instances}
     records, ledger_error = read_ledger(settings, keys) if keys else ({}, None)
-    lag = settings.fleet.lag(settings.watch.sample_interval)
+    lag = settings.fleet.lag(settings.watch.sample_interval, settings.ledger.sync_interval)
     return build_report(reads, records, now=clock.now(), guard_lag=lag, ledger_error=ledger_error)
 
 

@@ -6,6 +6,9 @@
 * :mod:`.db` — :class:`Ledger`, the API the watch loop writes through (sessions, writes, spend).
 * :mod:`.progress_store` — bounded progress (rows up to a rate, exact buckets beyond);
   :mod:`.sample_rollup` — telemetry retention (per-minute rollups).
+* fleet mode: :mod:`.outbox` — the rows not yet sent to the central ledger; :mod:`.central` —
+  the merge into it (idempotent upserts, each instance-second charged once); :mod:`.sync` —
+  the thread that sends them.
 """
 
 from __future__ import annotations

@@ -152,6 +152,13 @@ def _statements(dialect: str) -> dict[str, Any]:
 
 
 def accrue(session: Session, run_id: str, until: datetime, rate_per_hour: Decimal, currency: str) -> Decimal:
+    """Charge ``run_id``'s instance up to ``until`` at ``rate_per_hour`` (per instance-hour):
+    :func:`accrue_charge`'s amount."""
+    return accrue_charge(session, run_id, until, rate_per_hour, currency)[0]
+
+
+def accrue_charge(session: Session, run_id: str, until: datetime, rate_per_hour: Decimal,
+                  currency: str) -> tuple[Decimal, int | None]:
     """Charge ``run_id``'s instance up to ``until`` at ``rate_per_hour`` (per instance-hour).
 
     Must run inside the caller's write transaction (which commits it). If the run's newest
@@ -161,8 +168,9 @@ def accrue(session: Session, run_id: str, until: datetime, rate_per_hour: Decima
     on the session's connection (:func:`_statements`).
 
     Returns:
-        the newly charged amount, unrounded (``rate * seconds / 3600``), 0 when ``until`` is
-        not after the charge start.
+        ``(amount, charge id)``: the newly charged amount, unrounded (``rate * seconds /
+        3600``), and the id of the charge row extended or inserted; ``(0, None)`` when
+        ``until`` is not after the charge start.
 
     Raises:
         LedgerError: no run ``run_id``.
@@ -203,25 +211,27 @@ def accrue(session: Session, run_id: str, until: datetime, rate_per_hour: Decima
     if until <= start:
         if until > last_seen:
             conn.execute(q["seen"], {"p_run": run_id, "p_seen": until})
-        return Decimal(0)
+        return Decimal(0), None
     start_us, until_us = epoch_us(start), epoch_us(until)
     if last is False:
         last = conn.execute(q["last_charge"], {"p_run": run_id}).first()
     if last is not None and ensure_utc(last.end_at) == start and last.rate_per_hour == rate \
             and last.currency == currency:
         conn.execute(q["extend"], {"p_id": last.id, "p_end": until, "p_us": until_us - start_us})
+        charge_id = int(last.id)
     else:
-        conn.execute(q["insert"], {"p_run": run_id, "p_instance": run.instance_pk, "p_start": start,
-                                   "p_end": until, "p_rate": rate, "p_currency": currency,
-                                   "p_us": until_us - start_us})
+        inserted = conn.execute(q["insert"], {"p_run": run_id, "p_instance": run.instance_pk, "p_start": start,
+                                              "p_end": until, "p_rate": rate, "p_currency": currency,
+                                              "p_us": until_us - start_us})
+        charge_id = int(inserted.inserted_primary_key[0])
     add_to_rollup(session, run_id=run_id, instance_pk=run.instance_pk, rate=rate, currency=currency,
                   start_us=start_us, end_us=until_us, connection=conn)
     if until > last_seen:
         conn.execute(q["charged_seen"], {"p_run": run_id, "p_until": until, "p_seen": until})
     else:
         conn.execute(q["charged"], {"p_run": run_id, "p_until": until})
-    return cost_of(rate, until - start)
+    return cost_of(rate, until - start), charge_id
 
 
-__all__ = ["BUCKET_S", "BUCKET_US", "US_PER_S", "accrue", "add_to_rollup", "bucket_pieces", "charge_start",
+__all__ = ["BUCKET_S", "BUCKET_US", "US_PER_S", "accrue", "accrue_charge", "add_to_rollup", "bucket_pieces", "charge_start",
            "epoch_us", "from_epoch_us"]

@@ -30,6 +30,7 @@ from ..progress.batch import PointBatch
 from ..records import Decision, ProgressPoint, TelemetrySample
 from . import accrual, progress_store, sample_rollup, tables
 from . import migrate as migrations
+from . import outbox as outboxes
 from .engine import redact, translate_errors
 from .progress_store import ProgressRows
 from .queries import spend_by_currency
@@ -84,11 +85,17 @@ class Ledger:
     """Spend, telemetry, progress and decisions, in any SQLAlchemy database.
 
     Build it with :meth:`open`; use it as a context manager or call :meth:`close`.
+
+    Attributes:
+        outbox: fleet mode (``[ledger] central_url``): every write that changes a row the
+            central ledger keeps also puts it in the ``outbox`` table, in the same transaction
+            (:mod:`costctl.ledger.outbox`). Off by default.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, outbox: bool = False) -> None:
         """Wrap an engine made by :func:`costctl.ledger.engine.make_engine` (tables must exist)."""
         self.engine = engine
+        self.outbox = outbox
         self.url = redact(engine.url)
         self._read = sessionmaker(engine, expire_on_commit=False)
         self._write_sessions = sessionmaker(engine.execution_options(immediate=True), expire_on_commit=False)
@@ -97,7 +104,8 @@ class Ledger:
     # ------------------------------------------------------------------ lifecycle
 
     @classmethod
-    def open(cls, url: str, *, migrate: bool = True, create: bool = True, isolated_migration: bool = False) -> Ledger:
+    def open(cls, url: str, *, migrate: bool = True, create: bool = True, isolated_migration: bool = False,
+             outbox: bool = False) -> Ledger:
         """Open the ledger at ``url`` (any SQLAlchemy URL) and migrate it to the newest schema.
 
         With ``create`` (the default, used by ``costctl watch``) a SQLite file and its directory
@@ -107,7 +115,7 @@ class Ledger:
         watch) runs a needed migration in a short-lived child process, so Alembic never stays
         in this process's memory (:func:`costctl.ledger.migrate.upgrade`). A database with no
         tables at all is created at the newest revision here, without Alembic
-        (:func:`costctl.ledger.migrate.create_at_head`).
+        (:func:`costctl.ledger.migrate.create_at_head`). ``outbox``: fleet mode (see the class).
 
         Raises:
             MissingLedgerError: ``create=False`` and the SQLite file does not exist.
@@ -115,7 +123,7 @@ class Ledger:
                 unreachable server or a failed migration (password redacted).
         """
         engine = open_engine(url, migrate=migrate, create=create, isolated_migration=isolated_migration)
-        return cls(engine)
+        return cls(engine, outbox=outbox)
 
     def close(self) -> None:
         """Release the database connections. Safe to call twice."""
@@ -168,6 +176,11 @@ class Ledger:
             return
         with translate_errors(doing, self.engine.url), self._write_sessions() as s, s.begin():
             yield s
+
+    def _mark(self, s: Session, table: str, *keys: Any) -> None:
+        """Fleet mode: put rows ``keys`` of ``table`` in the outbox (in ``s``'s transaction)."""
+        if self.outbox:
+            outboxes.mark(s.connection(), table, keys)
 
     # ------------------------------------------------------------------ writes
 
@@ -267,6 +280,7 @@ class Ledger:
             if mode is not None:
                 values["mode"] = mode
             s.connection().execute(insert(tables.runs).values(**values))
+            self._mark(s, "runs", run_id)
         return run_id
 
     def continued_run(self, checkpoint: str, *, command: Sequence[str] | None,
@@ -401,8 +415,15 @@ class Ledger:
         """
         if run_id is None and instance_pk is None:
             raise ValueError("a decision belongs to a run or to an instance: give run_id or instance_pk")
+        if instance_pk is not None:  # a patrol's decision: Core, naming the column the ORM leaves out
+            values = {"run_id": run_id, "instance_pk": instance_pk, "time": _aware(decision.time, "decision time"),
+                      "policy": decision.policy, "action": str(decision.action.value), "reason": decision.reason,
+                      "evidence": decision.evidence, "outcome": outcome, "dry_run": dry_run,
+                      "key": decision.key or None}
+            with self._write(_("record a decision")) as s:
+                result = s.connection().execute(insert(tables.decisions).values(**values))
+                return int(result.inserted_primary_key[0])
         row = DecisionRow(
-            instance_pk=instance_pk,
             run_id=run_id,
             time=_aware(decision.time, "decision time"),
             policy=decision.policy,
@@ -416,6 +437,7 @@ class Ledger:
         with self._write(_("record a decision")) as s:
             s.add(row)
             s.flush()
+            self._mark(s, "decisions", row.id)
             return row.id
 
     def set_decision_outcome(self, decision_id: int, outcome: str, *,
@@ -433,6 +455,7 @@ class Ledger:
             row.outcome = outcome
             if evidence:
                 row.evidence = {**(row.evidence or {}), **evidence}
+            self._mark(s, "decisions", decision_id)
 
     def record_stop_event(self, run_id: str | None, *, decision_id: int | None, time: datetime, state: str,
                           attempt: int, detail: str | None = None) -> int:
@@ -448,6 +471,7 @@ class Ledger:
         with self._write(_("record a stop event")) as s:
             s.add(row)
             s.flush()
+            self._mark(s, "stop_events", row.id)
             return row.id
 
     def accrue(self, run_id: str, until: datetime, rate_per_hour: Decimal, currency: str) -> Decimal:
@@ -459,7 +483,10 @@ class Ledger:
             LedgerError: no such run, or the database cannot be written.
         """
         with self._write(_("record spend")) as s:
-            return accrual.accrue(s, run_id, until, rate_per_hour, currency)
+            amount, charge_id = accrual.accrue_charge(s, run_id, until, rate_per_hour, currency)
+            self._mark(s, "runs", run_id)  # its heartbeat (last_seen_at) moved
+            self._mark(s, "charges", charge_id)
+            return amount
 
     def close_lost_runs(self, instance_pk: int, *, host: str, alive: Callable[[int], bool],
                         job_running: Callable[[Run], bool] | None = None) -> list[str]:
@@ -497,6 +524,7 @@ class Ledger:
                     run.status = "lost"
                     closed.append(run.id)
             s.flush()
+            self._mark(s, "runs", *(run.id for run in runs if run.status in ("lost", "unguarded")))
             for run_id in closed:
                 summarize(s, run_id)
         return closed
@@ -533,6 +561,9 @@ class Ledger:
             run.status = "running"
             run.pid = pid
             run.mode = mode
+            if self.outbox:  # its earlier rows may never have been sent
+                s.flush()
+                outboxes.mark_run(s.connection(), run_id)
 
     def finish_run(self, run_id: str, *, ended_at: datetime, exit_code: int | None, status: str,
                    use: RunUse | None = None) -> None:
@@ -556,6 +587,7 @@ class Ledger:
                 run.last_seen_at = ended_at
             s.flush()
             summarize(s, run_id, use)
+            self._mark(s, "runs", run_id)
 
     def record_checkpoint_request(
         self, run_id: str, *, reason: str, requested_at: datetime, deadline: datetime, signal: str | None = None
@@ -571,6 +603,7 @@ class Ledger:
         with self._write(_("record a checkpoint request")) as s:
             s.add(row)
             s.flush()
+            self._mark(s, "checkpoints", row.id)
             return row.id
 
     def complete_checkpoint(
@@ -611,6 +644,7 @@ class Ledger:
             row.path = path
             row.size_bytes = size_bytes
             row.save_duration_s = save_duration_s
+            self._mark(s, "checkpoints", checkpoint_id)
 
     def record_waste(
         self,
@@ -642,6 +676,7 @@ class Ledger:
                            rate_per_hour=rate_per_hour, currency=currency.upper(), reason=reason, detail=detail)
             s.add(row)
             s.flush()
+            self._mark(s, "waste", row.id)
             return row.id
 
     # ------------------------------------------------------------------ reads

@@ -107,12 +107,13 @@ def sqlite_file(url: URL) -> Path | None:
     return Path(db)
 
 
-def configured_url(database_url: str | None, data_dir: Path | None = None) -> str:
+def configured_url(database_url: str | None, data_dir: Path | None = None, *, create: bool = True) -> str:
     """The ledger URL to use: ``database_url`` (``--db``, ``COSTCTL_DATABASE_URL`` or the config's
-    ``database_url``, already merged by the settings), else the SQLite file in the data dir."""
+    ``database_url``, already merged by the settings), else the SQLite file in the data dir
+    (created unless ``create=False``: a read-only command creates nothing)."""
     from ..paths import default_database_url
 
-    return database_url or default_database_url(data_dir)
+    return database_url or default_database_url(data_dir, create=create)
 
 
 def make_engine(url: str | URL, *, create: bool = True) -> Engine:

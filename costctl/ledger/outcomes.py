@@ -39,6 +39,7 @@ from typing import Any
 from sqlalchemy import JSON, Text, and_, case, cast, func, or_, select, type_coerce
 
 from ..clock import ensure_utc
+from ..i18n import N_
 from ..money import cost_of
 from . import tables
 from .engine import Reader, dialect_name
@@ -60,10 +61,11 @@ NO_SAVING_POLICIES = {
 #: Where a saving's counterfactual ends (``Saving.bound``).
 BOUND_NEXT_RUN, BOUND_HORIZON, BOUND_NOW = "next run", "horizon", "now"
 #: The counterfactual behind "saved", said in the bill's footer and the README (``{horizon}``:
-#: ``[bill] saved_horizon``, e.g. ``24h``).
-COUNTERFACTUAL = ("Saved: what a confirmed stop avoided, had the instance run on at the run's rate until the "
-                  "next run on it began or for {horizon} (whichever came first, and not past now); dry runs, "
-                  "advise-only watches, preemptions and stops not confirmed save nothing.")
+#: ``[bill] saved_horizon``, e.g. ``24h``): an English message id, said in English in the JSON
+#: bill and in the current language under the table (:func:`costctl.report.counterfactual_text`).
+COUNTERFACTUAL = N_("Saved: what a confirmed stop avoided, had the instance run on at the run's rate until the "
+                    "next run on it began or for {horizon} (whichever came first, and not past now); dry runs, "
+                    "advise-only watches, preemptions and stops not confirmed save nothing.")
 #: ``[bill] saved_horizon``'s default: a stopped instance is assumed to have run on a day at most.
 DEFAULT_SAVED_HORIZON = timedelta(hours=24)
 #: Evidence key naming the start of the idle stretch a stop acted on (an ISO-8601 time).

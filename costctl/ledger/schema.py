@@ -33,6 +33,10 @@ Everything that costs or saves money leaves a row here:
   the charges, never added to them.
 * ``stop_events`` — the history of each stop: every state a stop decision went through
   (requested, sent, confirmed, gone, self-stop sent, failed), with its attempt count and time.
+* ``outbox`` — fleet mode: the rows changed since they were last sent to the central ledger
+  (:mod:`costctl.ledger.outbox`). In a central ledger, ``decisions``, ``checkpoints``,
+  ``waste`` and ``stop_events`` rows carry ``origin_id``, their id in the writing watch's
+  ledger (unique with ``run_id``).
 
 Money columns are :class:`~costctl.ledger.types.DecimalText`; times are
 :class:`~costctl.ledger.types.UTCDateTime` (aware UTC). The Alembic migrations in
@@ -360,7 +364,11 @@ class DecisionRow(Base):
     outcome: Mapped[str | None]
     dry_run: Mapped[bool]
     key: Mapped[str | None]
-    instance_pk: Mapped[int | None]
+    #: ``origin_id`` (fleet mode) is written by the central merge's Core statements only, and
+    #: ``instance_pk`` (a ``costctl patrol`` decision's instance) by
+    #: :meth:`~costctl.ledger.db.Ledger.record_decision`'s: a watch's INSERT names neither, so
+    #: a ledger at an older revision still takes it.
+    __mapper_args__ = {"exclude_properties": ["origin_id", "instance_pk"]}
 
 
 class CheckpointRow(Base):
@@ -387,6 +395,8 @@ class CheckpointRow(Base):
     path: Mapped[str | None]
     size_bytes: Mapped[int | None]
     save_duration_s: Mapped[float | None]
+    #: ``origin_id`` (fleet mode) is written by the central merge's Core statements only.
+    __mapper_args__ = {"exclude_properties": ["origin_id"]}
 
 
 class WasteRow(Base):
@@ -407,6 +417,8 @@ class WasteRow(Base):
     currency: Mapped[str]
     reason: Mapped[str]
     detail: Mapped[str | None]
+    #: ``origin_id`` (fleet mode) is written by the central merge's Core statements only.
+    __mapper_args__ = {"exclude_properties": ["origin_id"]}
 
     @property
     def amount(self) -> Decimal:
@@ -431,6 +443,8 @@ class StopEventRow(Base):
     state: Mapped[str]
     attempt: Mapped[int]
     detail: Mapped[str | None]
+    #: ``origin_id`` (fleet mode) is written by the central merge's Core statements only.
+    __mapper_args__ = {"exclude_properties": ["origin_id"]}
 
 
 __all__ = ["BigId", "Base", "Instance", "Run", "Sample", "SampleMinute", "Progress", "ProgressBucket", "Charge", "ChargeRollup",

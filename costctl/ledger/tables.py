@@ -59,6 +59,19 @@ def _instances_fk() -> ForeignKey:
     return ForeignKey("instances.id")
 
 
+def _origin_id() -> Column[int]:
+    """``origin_id``: in a central ledger, the row's id in the ledger of the watch that wrote
+    it (fleet mode, :mod:`costctl.ledger.outbox`); NULL for a row written here. With the run's
+    id (a uuid) it names the row across machines: "run id plus sequence"."""
+    return Column("origin_id", BigInteger)
+
+
+def _origin_index(table: str) -> Index:
+    """The unique ``(run_id, origin_id)`` index the central ledger's upserts conflict on
+    (NULL origin ids, the rows written here, never conflict)."""
+    return Index(f"uq_{table}_run_id_origin_id", "run_id", "origin_id", unique=True)
+
+
 instances = Table(
     "instances", metadata,
     Column("id", Integer, primary_key=True),
@@ -236,8 +249,10 @@ decisions = Table(
     Column("outcome", Text),
     Column("dry_run", Boolean, nullable=False, default=False),
     Column("key", String(128)),
+    _origin_id(),
     Column("instance_pk", Integer, _instances_fk()),
     Index("ix_decisions_run_id_time", "run_id", "time"),
+    _origin_index("decisions"),
     Index("ix_decisions_instance_pk_time", "instance_pk", "time"),
     CheckConstraint("run_id IS NOT NULL OR instance_pk IS NOT NULL", name="run_or_instance"),
 )
@@ -258,7 +273,9 @@ checkpoints = Table(
     Column("size_bytes", BigInteger),
     # The save's own duration per the job's acknowledgement record (start to end), seconds.
     Column("save_duration_s", Float),
+    _origin_id(),
     Index("ix_checkpoints_run_id_requested_at", "run_id", "requested_at"),
+    _origin_index("checkpoints"),
 )
 
 waste = Table(
@@ -272,7 +289,9 @@ waste = Table(
     Column("currency", String(3), nullable=False),
     Column("reason", String(32), nullable=False),
     Column("detail", Text),
+    _origin_id(),
     Index("ix_waste_run_id", "run_id"),
+    _origin_index("waste"),
     CheckConstraint("end_at >= start_at", name="ordered_interval"),
 )
 
@@ -287,7 +306,22 @@ stop_events = Table(
     Column("state", String(16), nullable=False),
     Column("attempt", Integer, nullable=False),
     Column("detail", Text),
+    _origin_id(),
     Index("ix_stop_events_run_id_time", "run_id", "time"),
+    _origin_index("stop_events"),
+)
+
+#: Fleet mode's outbox (:mod:`costctl.ledger.outbox`): the rows of this ledger changed since
+#: they were last sent to the central ledger, one entry per row (``table_name``: ``runs``,
+#: ``charges``, ``decisions``, ``checkpoints``, ``waste``, ``stop_events``; ``row_key``: the
+#: row's primary key as text). ``version`` grows with every change of the row, so an entry
+#: sent while its row changed again is kept for the next send. Written only by a ledger opened
+#: with an outbox (a watch with ``[ledger] central_url``); empty everywhere else.
+outbox = Table(
+    "outbox", metadata,
+    Column("table_name", String(32), primary_key=True),
+    Column("row_key", String(64), primary_key=True),
+    Column("version", BigInteger, nullable=False, server_default=text("1")),
 )
 
 #: ``costctl patrol``'s own readings of every instance it lists, one row per instance per sweep:
@@ -312,5 +346,5 @@ patrol_observations = Table(
 )
 
 __all__ = ["ADVISE_ONLY", "DRY_RUN", "RUN_MODES", "BigId", "NAMING_CONVENTION", "metadata", "instances", "runs", "samples", "progress", "sample_minutes",
-           "progress_buckets", "charges", "charge_rollups", "decisions", "checkpoints", "waste", "stop_events",
+           "progress_buckets", "charges", "charge_rollups", "decisions", "checkpoints", "waste", "stop_events", "outbox",
            "patrol_observations"]

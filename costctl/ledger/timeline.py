@@ -11,6 +11,7 @@ sample one by one, so the cost stays bounded by the bins, not by the ledger's si
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -20,6 +21,7 @@ from sqlalchemy import BigInteger, func, literal, select
 
 from ..clock import ensure_utc
 from ..errors import UsageError
+from ..i18n import _
 from . import tables
 from .engine import Reader, dialect_name
 from .queries import active_runs_sql, amount_of_us, window_slices
@@ -40,16 +42,17 @@ MARKED_ACTIONS = ("stop", "advise", "warn", "downsize")
 
 @dataclass(frozen=True, slots=True)
 class SpendSeries:
-    """One instance's cumulative spend in one currency: ``times`` (aware UTC: the start and the
-    end of each bin with a charge, the first and last clipped to the charges) and ``amounts``
-    (exact Decimals, the spend up to that time inside the window), so a line through them rises
-    while the instance was charged and stays flat between its charges."""
+    """One instance's (or one run's: ``run_id`` set) cumulative spend in one currency: ``times``
+    (aware UTC: the start and the end of each bin with a charge, the first and last clipped to
+    the charges) and ``amounts`` (exact Decimals, the spend up to that time inside the window),
+    so a line through them rises while it was charged and stays flat between its charges."""
 
     instance_pk: int
     label: str
     currency: str
     times: list[datetime]
     amounts: list[Decimal]
+    run_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,33 +110,47 @@ def _bin_width(lo: int, hi: int, unit: int, max_points: int) -> int:
 
 
 def spend_series(session: Reader, since: datetime | None = None, until: datetime | None = None, *,
-                 max_points: int = MAX_POINTS) -> list[SpendSeries]:
-    """Cumulative spend per instance and currency inside ``[since, until)`` (see :class:`SpendSeries`),
-    in bins of whole 15-minute buckets, at most ``max_points`` per series. Two aggregate
-    statements over the window's slices, one over the instances."""
-    S = window_slices(session, since, until)
+                 max_points: int = MAX_POINTS, by: str = "instance",
+                 run_ids: Sequence[str] | None = None) -> list[SpendSeries]:
+    """Cumulative spend per instance (``by="instance"``) or per run (``by="run"``, optionally of
+    ``run_ids`` only) and currency inside ``[since, until)`` (see :class:`SpendSeries`), in bins
+    of whole 15-minute buckets, at most ``max_points`` per series. Two aggregate statements over
+    the window's slices, one over the instances (and, per run, one over the runs).
+
+    Raises:
+        ValueError: ``by`` is neither ``instance`` nor ``run``.
+    """
+    if by not in ("instance", "run"):
+        raise ValueError(f"by={by!r}: expected 'instance' or 'run'")
+    if run_ids is not None and not run_ids:
+        return []
+    S = window_slices(session, since, until, run_ids=run_ids)
     lo, hi = session.execute(select(func.min(S.c.bucket_s), func.max(S.c.bucket_s))).one()
     if lo is None:
         return []
     width = _bin_width(int(lo), int(hi) + BUCKET_S, BUCKET_S, max_points)
     base = int(lo)
     bin_s = (literal(base, BigInteger) + (S.c.bucket_s - base) // width * width).label("bin_s")
-    per: dict[tuple[int, str], dict[int, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
-    first_us: dict[tuple[int, str], int] = {}
-    last_us: dict[tuple[int, str], int] = {}
-    for pk, currency, rate, b, us, first, last in session.execute(
-            select(S.c.instance_pk, S.c.currency, S.c.rate_per_hour, bin_s, func.sum(S.c.us), func.min(S.c.first_us),
-                   func.max(S.c.last_us)).group_by(S.c.instance_pk, S.c.currency, S.c.rate_per_hour, bin_s)):
-        key = (int(pk), currency)
+    key_col = S.c.instance_pk if by == "instance" else S.c.run_id
+    per: dict[tuple[Any, str], dict[int, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
+    first_us: dict[tuple[Any, str], int] = {}
+    last_us: dict[tuple[Any, str], int] = {}
+    owner: dict[Any, int] = {}  # series key -> instance pk
+    for key_value, pk, currency, rate, b, us, first, last in session.execute(
+            select(key_col, func.min(S.c.instance_pk), S.c.currency, S.c.rate_per_hour, bin_s, func.sum(S.c.us),
+                   func.min(S.c.first_us), func.max(S.c.last_us))
+            .group_by(key_col, S.c.currency, S.c.rate_per_hour, bin_s)):
+        key = (int(key_value) if by == "instance" else str(key_value), currency)
+        owner[key[0]] = int(pk)
         per[key][int(b)] += amount_of_us(Decimal(str(rate)), us)
         first_us[key] = min(first_us.get(key, int(first)), int(first))
         last_us[key] = max(last_us.get(key, int(last)), int(last))
     labels = {i.id: f"{i.provider}:{i.provider_instance_id}" + (f" ({i.gpu})" if i.gpu else "")
               for i in session.execute(select(INSTANCES.c.id, INSTANCES.c.provider, INSTANCES.c.provider_instance_id,
-                                              INSTANCES.c.gpu).where(INSTANCES.c.id.in_(sorted({k[0] for k in per}))))}
+                                              INSTANCES.c.gpu).where(INSTANCES.c.id.in_(sorted(set(owner.values())))))}
     out = []
-    for (pk, currency), bins in sorted(per.items()):
-        first, last = first_us[(pk, currency)], last_us[(pk, currency)]
+    for (key_value, currency), bins in sorted(per.items()):
+        first, last = first_us[(key_value, currency)], last_us[(key_value, currency)]
         times: list[datetime] = []
         amounts: list[Decimal] = []
         running = Decimal(0)
@@ -144,7 +161,12 @@ def spend_series(session: Reader, since: datetime | None = None, until: datetime
             running += amount
             times.append(from_epoch_us(min((b + width) * US_PER_S, last)))
             amounts.append(running)
-        out.append(SpendSeries(pk, labels.get(pk, str(pk)), currency, times, amounts))
+        pk = owner[key_value]
+        if by == "instance":
+            out.append(SpendSeries(pk, labels.get(pk, str(pk)), currency, times, amounts))
+        else:
+            out.append(SpendSeries(pk, f"{str(key_value)[:8]} {labels.get(pk, str(pk))}", currency, times, amounts,
+                                   run_id=str(key_value)))
     return out
 
 
@@ -190,14 +212,14 @@ def find_run(session: Reader, ref: str | None, since: datetime | None = None,
                                .order_by(RUNS.c.started_at.desc(), RUNS.c.id.desc()).limit(1)).first()
     text = ref.strip().lower()
     if not text or any(c not in "0123456789abcdef" for c in text):
-        raise UsageError(f"--run {ref!r}: expected a run id or its first characters (hexadecimal, as "
-                         "`costctl bill` shows them)")
+        raise UsageError(_("--run {ref!r}: expected a run id or its first characters (hexadecimal, as "
+                           "`costctl bill` shows them)").format(ref=ref))
     found = session.execute(select(*cols).where(RUNS.c.id.like(f"{text}%")).order_by(RUNS.c.id).limit(2)).all()
     if not found:
-        raise UsageError(f"--run {ref!r}: no run in the ledger starts with it")
+        raise UsageError(_("--run {ref!r}: no run in the ledger starts with it").format(ref=ref))
     if len(found) > 1:
-        raise UsageError(f"--run {ref!r}: more than one run starts with it ({found[0].id[:12]}, "
-                         f"{found[1].id[:12]}...); give more characters")
+        raise UsageError(_("--run {ref!r}: more than one run starts with it ({first}, {second}...); give more "
+                           "characters").format(ref=ref, first=found[0].id[:12], second=found[1].id[:12]))
     return found[0]
 
 

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
 from ..errors import LedgerError
+from ..i18n import _
 from ..money import MAX_AMOUNT, AmountError
 
 #: Characters a money column holds (``VARCHAR(64)`` on PostgreSQL).
@@ -89,7 +90,8 @@ class DecimalText(TypeDecorator[Decimal]):
         try:
             return Decimal(value)
         except InvalidOperation:
-            raise LedgerError(f"the ledger holds {value[:40]!r} where an amount of money belongs") from None
+            raise LedgerError(_("the ledger holds {value!r} where an amount of money belongs").format(
+                value=value[:40])) from None
 
 
 def money_text(value: Decimal) -> str:
@@ -100,10 +102,12 @@ def money_text(value: Decimal) -> str:
             or its text is longer than :data:`DECIMAL_TEXT_CHARS`.
     """
     if not value.is_finite() or value < 0 or value > MAX_AMOUNT:
-        raise AmountError(f"{value:.6g}: a money column holds an amount from 0 to 1000000000", value)
+        raise AmountError(_("{value}: a money column holds an amount from 0 to 1000000000").format(
+            value=format(value, ".6g")), value)
     text = str(value)
     if len(text) > DECIMAL_TEXT_CHARS:
-        raise AmountError(f"{text[:20]}...: a money column holds at most {DECIMAL_TEXT_CHARS} characters", value)
+        raise AmountError(_("{value}...: a money column holds at most {limit} characters").format(
+            value=text[:20], limit=DECIMAL_TEXT_CHARS), value)
     return text
 
 

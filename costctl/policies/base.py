@@ -48,7 +48,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..clock import ensure_utc
 from ..config_types import Section
-from ..i18n import N_, _
+from ..i18n import N_, _, format_time
 from ..records import Decision
 
 if TYPE_CHECKING:
@@ -64,9 +64,15 @@ class PolicyConfig(Section):
     """Base of a policy's config section (``[policies.<name>]``): unknown keys are errors.
 
     Give every field a default (an absent section means the defaults), a
-    ``Field(description=...)`` (``costctl init`` writes it as the key's comment) and its bounds
-    (``ge``/``le``/``gt``/``lt``, also written by ``costctl init``).
+    ``Field(description=N_(...))`` (``costctl init`` writes it as the key's comment, translated
+    into the language shown) and its bounds (``ge``/``le``/``gt``/``lt``, also written by
+    ``costctl init``).
     """
+
+    #: The table's one-sentence description, written by ``costctl init`` after its header: an
+    #: English sentence marked with :func:`~costctl.i18n.N_` (translated where written); empty:
+    #: the first line of the model's docstring (then never translated).
+    heading: ClassVar[str] = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +159,10 @@ class Policy:
     #: Whether ``costctl snooze`` may postpone this policy's stops (the idle autostop); a budget
     #: cap, say, never is (:meth:`costctl.policies.engine.PolicyEngine.snooze`).
     snoozable: ClassVar[bool] = False
+    #: The zone the times in this policy's reasons are shown in (``[watch] timezone``): set from
+    #: the :class:`PolicyContext` by the engine and by :meth:`from_settings`; UTC until then.
+    #: Evidence and keys keep exact ISO UTC (:func:`iso`); reasons use :meth:`shown_time`.
+    tz: ZoneInfo = ZoneInfo("UTC")
 
     def __init__(self, config: Any = None) -> None:
         """Keep ``config`` (an instance of ``config_model``; its defaults when None) as
@@ -173,7 +183,17 @@ class Policy:
         section = getattr(settings.policies, cls.name, None)
         if section is None:
             section = cls.config_model()
-        return cls.from_config(section, PolicyContext.from_settings(settings))
+        context = PolicyContext.from_settings(settings)
+        policy = cls.from_config(section, context)
+        if policy is not None:
+            policy.tz = context.timezone
+        return policy
+
+    def shown_time(self, when: datetime) -> str:
+        """``when`` (aware) as a reason shows it: in :attr:`tz`, to the second
+        (:func:`costctl.i18n.format_time`, e.g. ``2026-12-05 22:52:07+08:00``); never in
+        evidence or keys, which keep :func:`iso`."""
+        return format_time(when, self.tz)
 
     def retention(self, sample_interval: timedelta) -> timedelta:
         """How much telemetry (behind the newest sample) this policy needs kept in History."""
@@ -226,7 +246,8 @@ class PolicySpec:
         config: its config model (a pydantic model whose every field has a default).
         order: evaluation order (ascending; see the module docstring).
         index: registration sequence number (breaks ties in ``order``).
-        description: the first line of the config model's (else the class's) docstring.
+        description: the config model's ``heading`` (English, for :func:`~costctl.i18n._`), else
+            the first line of its (else the class's) docstring.
     """
 
     name: str
@@ -279,7 +300,8 @@ def register(cls: type[Policy]) -> type[Policy]:
         raise ValueError(_("policy {name!r}: every key of {model} needs a default").format(
             name=name, model=model.__name__)) from None
     _counter += 1
-    description = _first_line(model) if model is not PolicyConfig else _first_line(cls)
+    description = (getattr(model, "heading", "") or _first_line(model)) if model is not PolicyConfig \
+        else _first_line(cls)
     _SPECS[name] = PolicySpec(name=name, cls=cls, config=model, order=int(cls.order), index=_counter,
                               description=description or _first_line(cls))
     POLICIES[name] = cls

@@ -47,10 +47,12 @@ class BudgetConfig(PolicyConfig):
     cap and the action at 1.0.
     """
 
-    action: Action = Field(default="stop", description="what to do at a cap: advise | stop")
-    total: MoneyAmount | None = Field(default=None, examples=["100"], description="cap on the instance's whole recorded spend")
-    daily: MoneyAmount | None = Field(default=None, examples=["20"], description="cap on the spend per day in [watch] timezone")
-    warn_at: float = Field(default=0.8, gt=0, le=1, description="warn at this fraction of a cap")
+    heading: ClassVar[str] = N_("caps in the instance's currency.")
+
+    action: Action = Field(default="stop", description=N_("what to do at a cap: advise | stop"))
+    total: MoneyAmount | None = Field(default=None, examples=["100"], description=N_("cap on the instance's whole recorded spend"))
+    daily: MoneyAmount | None = Field(default=None, examples=["20"], description=N_("cap on the spend per day in [watch] timezone"))
+    warn_at: float = Field(default=0.8, gt=0, le=1, description=N_("warn at this fraction of a cap"))
 
 
 @register

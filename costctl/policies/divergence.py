@@ -23,7 +23,7 @@ from pydantic import Field
 
 from ..clock import ensure_utc
 from ..config_types import Action
-from ..i18n import _
+from ..i18n import N_, _
 from ..progress.batch import native
 from ..records import Decision, ProgressPoint
 from .base import Policy, PolicyConfig, PolicyContext, iso, register, where_text
@@ -34,11 +34,13 @@ from .history import History, finite_or_text
 class DivergenceConfig(PolicyConfig):
     """``[policies.divergence]``: a NaN or infinite loss."""
 
-    action: Action = Field(default="advise", description="what to do when the loss turns NaN/inf: advise | stop")
+    heading: ClassVar[str] = N_("a NaN or infinite loss.")
+
+    action: Action = Field(default="advise", description=N_("what to do when the loss turns NaN/inf: advise | stop"))
     grad_norm_streak: int = Field(
         default=DEFAULT_STREAK, ge=1, le=1_000_000,
-        description="logged non-finite grad norms in a row that are divergence (an isolated one is an fp16 "
-                    "loss-scaling skip); one with a non-finite loss on the same log always is",
+        description=N_("logged non-finite grad norms in a row that are divergence (an isolated one is an fp16 "
+                       "loss-scaling skip); one with a non-finite loss on the same log always is"),
     )
 
 

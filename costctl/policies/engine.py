@@ -21,7 +21,7 @@ from typing import Any
 
 from ..clock import ensure_utc
 from ..errors import ConfigError
-from ..i18n import N_, _
+from ..i18n import N_, _, format_time
 from ..records import Decision
 from ..records import Action
 from .base import Pending, Policy, PolicyContext, iso, progress_texts
@@ -109,6 +109,7 @@ class PolicyEngine:
                 raise ConfigError(_("policy {name!r} cannot be built from [policies.{name}]: {error}: {detail}").format(
                     name=name, error=type(exc).__name__, detail=exc)) from None
             if policy is not None:
+                policy.tz = context.timezone  # the zone its reasons show times in
                 self.policies.append(policy)
         self._seen: set[str] = set(seen_keys)
         self._on_error = on_error
@@ -191,7 +192,8 @@ class PolicyEngine:
                 if decision.key in held_before and self.snoozed is not None:
                     snooze = self.snoozed
                     decision = replace(decision, time=now, reason=_(SNOOZED_REASON).format(
-                        reason=decision.reason, by=snooze.by, until=iso(snooze.until)), evidence={
+                        reason=decision.reason, by=snooze.by,
+                        until=format_time(snooze.until, self.context.timezone)), evidence={
                         **decision.evidence, "snoozed": {"by": snooze.by, "at": iso(snooze.at),
                                                          "until": iso(snooze.until)}})
                 self._seen.add(decision.key)

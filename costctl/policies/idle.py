@@ -77,17 +77,19 @@ class IdleConfig(PolicyConfig):
     stopped under — the trade-off is that a session left connected keeps the instance up.
     """
 
-    action: Action = Field(default="stop", description="what to do when the instance is idle: advise | stop")
+    heading: ClassVar[str] = N_("autostop when every present signal stayed idle for `time_window`.")
+
+    action: Action = Field(default="stop", description=N_("what to do when the instance is idle: advise | stop"))
     time_window: Window = Field(default=timedelta(minutes=30),
-                                description="how long every present signal must stay idle, or \"off\"")
-    min_gpu_utilization: Percent = Field(default=5.0, description="percent; ALL GPUs must stay below it")
+                                description=N_("how long every present signal must stay idle, or \"off\""))
+    min_gpu_utilization: Percent = Field(default=5.0, description=N_("percent; ALL GPUs must stay below it"))
     min_cpu_utilization: float = Field(default=10.0, ge=0, le=100_000,
-                                       description="percent of one core, summed over the watched process tree")
-    count_ssh_sessions: bool = Field(default=True, description="an open SSH session keeps the instance busy")
+                                       description=N_("percent of one core, summed over the watched process tree"))
+    count_ssh_sessions: bool = Field(default=True, description=N_("an open SSH session keeps the instance busy"))
     exit_window: Window = Field(default=timedelta(minutes=2),
-                                description="after the watched command exited (or, guarding the machine, the last "
-                                            "SSH session closed on an idle machine): how long every present signal "
-                                            "must stay idle, or \"off\" (time_window then)")
+                                description=N_("after the watched command exited (or, guarding the machine, the last "
+                                               "SSH session closed on an idle machine): how long every present signal "
+                                               "must stay idle, or \"off\" (time_window then)"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,9 +370,9 @@ class IdlePolicy(Policy):
             parts.append(_("no SSH session"))
         if "progress" in signals:
             parts.append(_("no new progress"))
-        shape = {"window": fmt_duration(window), "since": iso(since), "signals": ", ".join(signal_list),
+        shape = {"window": fmt_duration(window), "since": self.shown_time(since), "signals": ", ".join(signal_list),
                  "detail": _("; ").join(parts),
-                 "exited": iso(history.child_exited_at) if history.child_exited_at else None}
+                 "exited": self.shown_time(history.child_exited_at) if history.child_exited_at else None}
         reason = _(_IDLE_REASONS[(window != self.config.time_window and (
             "exited" if history.child_exited_at else "logoff"), bool(parts))]).format(**shape)
         return Decision(time=now, policy=self.name, action=self.action, reason=reason,

@@ -67,7 +67,7 @@ from pydantic import Field, SecretStr, field_validator
 
 from ..clock import ensure_utc
 from ..config_types import Action, Percent, Window
-from ..i18n import _
+from ..i18n import N_, _
 from ..records import Decision, SignalStatus, TelemetrySample
 from .base import Policy, PolicyConfig, PolicyContext, iso, register
 from .history import History
@@ -86,22 +86,24 @@ class IdleFractionConfig(PolicyConfig):
     ``$JUPYTER_TOKEN``, else the runtime file's token) is sent to it and never shown.
     """
 
+    heading: ClassVar[str] = N_("idle for all but `busy_fraction` of `time_window` (brief spikes allowed).")
+
     action: Action = Field(default="advise",
-                           description="what to do when the window is idle all but busy_fraction: advise | stop")
+                           description=N_("what to do when the window is idle all but busy_fraction: advise | stop"))
     time_window: Window = Field(default=timedelta(hours=1),
-                                description="the window the busy fraction is measured over, or \"off\"")
+                                description=N_("the window the busy fraction is measured over, or \"off\""))
     busy_fraction: float = Field(default=0.1, ge=0.0, lt=0.5,
-                                 description="the largest share of the window's time that may be busy")
+                                 description=N_("the largest share of the window's time that may be busy"))
     min_gpu_utilization: Percent = Field(default=5.0,
-                                         description="percent; a sample is idle when ALL GPUs are below it")
+                                         description=N_("percent; a sample is idle when ALL GPUs are below it"))
     min_cpu_utilization: float = Field(default=10.0, ge=0, le=100_000,
-                                       description="percent of one core, summed over the watched process tree")
+                                       description=N_("percent of one core, summed over the watched process tree"))
     jupyter_url: str = Field(default="auto",
-                             description="a local Jupyter server's activity is a signal: \"auto\" (its runtime "
-                                         "files), \"off\", or its base URL")
+                             description=N_("a local Jupyter server's activity is a signal: \"auto\" (its runtime "
+                                            "files), \"off\", or its base URL"))
     jupyter_token: SecretStr | None = Field(default=None,
-                                            description="the Jupyter API token (default: $JUPYTER_TOKEN, else the "
-                                                        "server's runtime file)")
+                                            description=N_("the Jupyter API token (default: $JUPYTER_TOKEN, else the "
+                                                           "server's runtime file)"))
 
     @field_validator("jupyter_url")
     @classmethod

@@ -51,7 +51,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from ..clock import ensure_utc
-from ..i18n import _
+from ..i18n import N_, _
 from ..progress.batch import NO_INT, PointBatch
 from ..records import Decision, ProgressPoint
 from .base import Policy, PolicyConfig, PolicyContext, clauses, cost_clause, iso, register, where_text
@@ -78,16 +78,18 @@ class NotLearningConfig(PolicyConfig):
     units below the first value, nor a downward trend with t <= -``min_trend_t``: not learning.
     """
 
+    heading: ClassVar[str] = N_("the loss never fell meaningfully below its start (relative to its noise).")
+
     action: Literal["advise", "stop"] = Field(
-        default="advise", description="what to do when the run is not learning: advise | stop (never downsize)")
-    monitor: Literal["train", "eval"] = Field(default="train", description="which loss: train | eval")
-    min_points: int = Field(default=25, ge=5, le=1_000_000, description="values (after the warm-up) the run gets to show it learns")
-    warmup_points: int = Field(default=0, ge=0, le=1_000_000, description="first values ignored (LR warm-up), as Keras start_from_epoch")
-    min_drop: float = Field(default=3.0, gt=0, le=1000, description="a fall of the smoothed loss below its start, in noise units, that counts as learning")
-    min_trend_t: float = Field(default=3.0, gt=0, le=1000, description="t-statistic of a downward least-squares trend that counts as learning")
-    smoothing: float = Field(default=0.9, ge=0, lt=1, description="TensorBoard debiased EMA weight of the level")
+        default="advise", description=N_("what to do when the run is not learning: advise | stop (never downsize)"))
+    monitor: Literal["train", "eval"] = Field(default="train", description=N_("which loss: train | eval"))
+    min_points: int = Field(default=25, ge=5, le=1_000_000, description=N_("values (after the warm-up) the run gets to show it learns"))
+    warmup_points: int = Field(default=0, ge=0, le=1_000_000, description=N_("first values ignored (LR warm-up), as Keras start_from_epoch"))
+    min_drop: float = Field(default=3.0, gt=0, le=1000, description=N_("a fall of the smoothed loss below its start, in noise units, that counts as learning"))
+    min_trend_t: float = Field(default=3.0, gt=0, le=1000, description=N_("t-statistic of a downward least-squares trend that counts as learning"))
+    smoothing: float = Field(default=0.9, ge=0, lt=1, description=N_("TensorBoard debiased EMA weight of the level"))
     max_start_intervals: float = Field(
-        default=10.0, gt=0, le=1_000_000, description="a log whose first step is more logging intervals than this past 0 is a resumed run: the rule does not apply")
+        default=10.0, gt=0, le=1_000_000, description=N_("a log whose first step is more logging intervals than this past 0 is a resumed run: the rule does not apply"))
 
 
 class LearningCheck:

@@ -66,12 +66,14 @@ class OverfittingConfig(PolicyConfig):
     train loss fell by ``train_min_delta`` (relative) since the best eval.
     """
 
+    heading: ClassVar[str] = N_("EarlyStopping's rule on the eval loss while the train loss still falls.")
+
     action: Literal["advise", "stop"] = Field(
-        default="advise", description="what to do when the run overfits: advise | stop (keep the best checkpoint)")
-    patience: int = Field(default=3, ge=1, le=1_000_000, description="evaluations with no improvement, as EarlyStopping's patience")
-    min_delta: float = Field(default=0.0, ge=0, le=1_000_000, description="an eval improvement smaller than this (absolute) is none, as EarlyStopping's min_delta")
-    smoothing: float = Field(default=0.8, ge=0, lt=1, description="TensorBoard debiased EMA weight over the eval values; 0 = off")
-    train_min_delta: float = Field(default=0.01, ge=0, lt=1, description="relative fall of the train loss since the best eval that counts as still falling")
+        default="advise", description=N_("what to do when the run overfits: advise | stop (keep the best checkpoint)"))
+    patience: int = Field(default=3, ge=1, le=1_000_000, description=N_("evaluations with no improvement, as EarlyStopping's patience"))
+    min_delta: float = Field(default=0.0, ge=0, le=1_000_000, description=N_("an eval improvement smaller than this (absolute) is none, as EarlyStopping's min_delta"))
+    smoothing: float = Field(default=0.8, ge=0, lt=1, description=N_("TensorBoard debiased EMA weight over the eval values; 0 = off"))
+    train_min_delta: float = Field(default=0.01, ge=0, lt=1, description=N_("relative fall of the train loss since the best eval that counts as still falling"))
 
 
 @register

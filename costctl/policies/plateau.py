@@ -46,7 +46,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from ..clock import ensure_utc
-from ..i18n import _
+from ..i18n import N_, _
 from ..money import cost_of
 from ..progress.batch import PointBatch, native, take
 from ..records import Decision, ProgressPoint, RestOfRun
@@ -65,20 +65,22 @@ class PlateauConfig(PolicyConfig):
     debiased EMA weight (0 = off). ``monitor`` picks the train or the eval loss.
     """
 
+    heading: ClassVar[str] = N_("PyTorch `ReduceLROnPlateau`'s rule, applied to the loss.")
+
     action: Literal["advise", "stop", "downsize"] = Field(
-        default="advise", description="what to do on a plateau: advise | stop | downsize")
-    mode: Literal["min", "max"] = Field(default="min", description="min (a loss) | max")
-    threshold: float = Field(default=1e-4, ge=0, le=1_000_000, description="significance threshold of an improvement")
+        default="advise", description=N_("what to do on a plateau: advise | stop | downsize"))
+    mode: Literal["min", "max"] = Field(default="min", description=N_("min (a loss) | max"))
+    threshold: float = Field(default=1e-4, ge=0, le=1_000_000, description=N_("significance threshold of an improvement"))
     threshold_mode: Literal["rel", "abs"] = Field(
-        default="rel", description="rel | abs (use abs for losses that can go negative)")
-    patience: int = Field(default=10, ge=0, le=1_000_000, description="bad progress points tolerated")
-    cooldown: int = Field(default=0, ge=0, le=1_000_000, description="progress points ignored after firing")
-    smoothing: float = Field(default=0.0, ge=0, lt=1, description="TensorBoard debiased EMA weight; 0 = off")
-    monitor: Literal["train", "eval"] = Field(default="train", description="which loss: train | eval")
+        default="rel", description=N_("rel | abs (use abs for losses that can go negative)"))
+    patience: int = Field(default=10, ge=0, le=1_000_000, description=N_("bad progress points tolerated"))
+    cooldown: int = Field(default=0, ge=0, le=1_000_000, description=N_("progress points ignored after firing"))
+    smoothing: float = Field(default=0.0, ge=0, lt=1, description=N_("TensorBoard debiased EMA weight; 0 = off"))
+    monitor: Literal["train", "eval"] = Field(default="train", description=N_("which loss: train | eval"))
     hold_until_learning: bool = Field(
-        default=True, description="hold fires back until the run has shown it learns, and while its loss is unstable "
-                                  "(the not_learning and unstable rules, with their [policies.*] settings): a run that is not learning "
-                                  "is not on a plateau, and is never downsized")
+        default=True, description=N_("hold fires back until the run has shown it learns, and while its loss is unstable "
+                                     "(the not_learning and unstable rules, with their [policies.*] settings): a run that is not learning "
+                                     "is not on a plateau, and is never downsized"))
 
 
 class PlateauTracker:

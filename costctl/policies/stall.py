@@ -43,18 +43,20 @@ from .idle import fmt_duration, fmt_span
 class StallConfig(PolicyConfig):
     """``[policies.stall]``: the job is alive but reported no progress for ``stall_window``."""
 
-    action: Action = Field(default="advise", description="what to do when the job stalls: advise | stop")
+    heading: ClassVar[str] = N_("the job is alive but reported no progress for `stall_window`.")
+
+    action: Action = Field(default="advise", description=N_("what to do when the job stalls: advise | stop"))
     stall_window: Window = Field(default=timedelta(minutes=30),
-                                 description="how long without new progress counts as a stall, or \"off\"")
+                                 description=N_("how long without new progress counts as a stall, or \"off\""))
     stop_after: Window = Field(
         default=timedelta(hours=2),
-        description="stop a hung job: silent (no progress, no output) for this long and for cadence_factor x "
-                    "its longest gap between reports, after min_reports reports; \"off\": advise only")
+        description=N_("stop a hung job: silent (no progress, no output) for this long and for cadence_factor x "
+                       "its longest gap between reports, after min_reports reports; \"off\": advise only"))
     cadence_factor: float = Field(default=4.0, ge=1.0, le=100.0,
-                                  description="the hung-job stop waits this many times the job's longest gap "
-                                              "between two progress reports (when longer than stop_after)")
+                                  description=N_("the hung-job stop waits this many times the job's longest gap "
+                                                 "between two progress reports (when longer than stop_after)"))
     min_reports: int = Field(default=10, ge=2, le=100_000,
-                             description="progress reports needed before the hung-job stop can fire")
+                             description=N_("progress reports needed before the hung-job stop can fire"))
 
 
 @register
@@ -159,7 +161,7 @@ class StallPolicy(Policy):
         }
         reason = _("no new progress for {silent} (stall_window {window}) while the job is still running; last "
                    "progress at {last}").format(silent=fmt_duration(silent), window=fmt_duration(window),
-                                                 last=iso(last_at))
+                                                 last=self.shown_time(last_at))
         return Decision(time=now, policy=self.name, action=self.action, reason=reason,
                         evidence=evidence, key=f"stall:{iso(last_at)}")
 
@@ -191,7 +193,7 @@ class StallPolicy(Policy):
                           "{reports} reports) while it is still running; last progress at {last}")
         reason = hung_text.format(silent=fmt_duration(now - start), stop_after=fmt_duration(cfg.stop_after),
                                   factor=cfg.cadence_factor, gap=_gap_text(history.longest_progress_gap),
-                                  reports=history.progress_reports, last=iso(last_at))
+                                  reports=history.progress_reports, last=self.shown_time(last_at))
         return Decision(time=now, policy=self.name, action="stop", reason=reason,
                         evidence=evidence, key=f"stall-stop:{iso(last_at)}")
 

@@ -45,7 +45,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from ..clock import ensure_utc
-from ..i18n import _
+from ..i18n import N_, _
 from ..records import Decision, ProgressPoint
 from .base import Policy, PolicyConfig, PolicyContext, clauses, cost_clause, iso, register, where_text
 from .history import History, finite_or_text, thin
@@ -70,12 +70,14 @@ def memory_use(history: History) -> float | None:
 class UnstableConfig(PolicyConfig):
     """``[policies.unstable]``: the loss swings beyond ``max_swing`` of its trend (median over ``window`` values)."""
 
-    action: Literal["advise", "stop"] = Field(default="advise", description="what to do when the loss is unstable: advise | stop")
-    monitor: Literal["train", "eval"] = Field(default="train", description="which loss: train | eval")
-    window: int = Field(default=20, ge=3, le=10_000, description="values the median swing is taken over")
-    max_swing: float = Field(default=0.15, gt=0, le=1000, description="median |change| between neighbours, as a fraction of the trend, beyond which the loss is unstable")
-    smoothing: float = Field(default=0.9, ge=0, lt=1, description="TensorBoard debiased EMA weight of the trend")
-    level_floor: float = Field(default=0.05, ge=0, lt=1, description="the trend is taken as at least this fraction of the first value (a loss near 0 is not judged by its rounding)")
+    heading: ClassVar[str] = N_("the loss swings beyond `max_swing` of its trend (median over `window` values).")
+
+    action: Literal["advise", "stop"] = Field(default="advise", description=N_("what to do when the loss is unstable: advise | stop"))
+    monitor: Literal["train", "eval"] = Field(default="train", description=N_("which loss: train | eval"))
+    window: int = Field(default=20, ge=3, le=10_000, description=N_("values the median swing is taken over"))
+    max_swing: float = Field(default=0.15, gt=0, le=1000, description=N_("median |change| between neighbours, as a fraction of the trend, beyond which the loss is unstable"))
+    smoothing: float = Field(default=0.9, ge=0, lt=1, description=N_("TensorBoard debiased EMA weight of the trend"))
+    level_floor: float = Field(default=0.05, ge=0, lt=1, description=N_("the trend is taken as at least this fraction of the first value (a loss near 0 is not judged by its rounding)"))
 
 
 class SwingCheck:

@@ -240,9 +240,14 @@ static int bar_char(const char *q, const char *e) {
  * (room for e - p bytes each): _ANSI_RE's matches
  * removed (re.sub: leftmost, left to right; each alternative matches in one way: CSI's three
  * classes are disjoint, OSC's body stops at its first BEL/ESC), then C0 controls but tab and DEL
- * removed (a filter after the substitution: the same as the two passes). Returns the length. */
-static size_t gen_clean(const char *p, const char *e, char *out, char *low) {
+ * removed (a filter after the substitution: the same as the two passes). Returns the length.
+ * *split is set when a run of removed controls follows one of 0-9 . + - e E and is followed by a
+ * kept character: maybe a number written across a control (lines._SPLIT_NUMBER_RE, which the
+ * Python parser checks exactly: such a line is handed back to it). */
+static size_t gen_clean(const char *p, const char *e, char *out, char *low, int *split) {
     size_t o = 0;
+    int after = 0; /* inside a control run that follows a number character */
+    *split = 0;
     while (p < e) {
         unsigned char c = (unsigned char)*p;
         if (c == 0x1b && p + 1 < e) {
@@ -281,11 +286,18 @@ static size_t gen_clean(const char *p, const char *e, char *out, char *low) {
             low[o] = out[o] = (char)GEN_BAR;
             o++;
             p += 3;
+            *split |= after;
+            after = 0;
             continue;
         }
         if ((c >= 0x20 && c != 0x7f) || c == '\t') {
             out[o] = (char)c;
             low[o++] = (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
+            *split |= after;
+            after = 0;
+        } else if (!after && o > 0) {
+            unsigned char b = (unsigned char)out[o - 1];
+            after = is_dig(b) || b == '.' || b == '+' || b == '-' || b == 'e' || b == 'E';
         }
         p++;
     }
@@ -1062,7 +1074,10 @@ static int general_line(scan_t *s, const char *p, const char *e, int found, int 
         s->low = s->clean + s->max_chars + 1;
     }
     char *c = s->clean, *low = s->low;
-    n = gen_clean(p, e, c, low);
+    int split;
+    n = gen_clean(p, e, c, low, &split);
+    if (split)
+        return 0; /* maybe a control inside a number: the Python parser reads (and counts) it */
     if (header && memchr(c, GEN_BAR, n) == NULL && possible_header(c, c + n))
         return 0;
     if (!(found & 1))

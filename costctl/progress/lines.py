@@ -56,7 +56,10 @@ old parser):
   extension is not built, or when the environment variable ``COSTCTL_PARSER=python`` is set
   (read at import), or per parser with ``LineParser(engine="python")``.
 
-A ``--loss-regex`` always runs in Python (each line decoded), whatever the engine.
+A ``--loss-regex`` always runs in Python (each line decoded), whatever the engine, on the
+:mod:`regex` engine with a time budget per line (:mod:`costctl.user_regex`: a line whose search
+takes over 50 ms is skipped and counted; after 10 such lines the pattern is turned off and the
+built-in shapes read the rest; :attr:`LineParser.user_regex` holds the counts).
 
 Huge numbers (both engines: the native one hands them to the per-line parser): an integer past
 int64 (a step, a total, an epoch header's total, of any length: never an ``int()`` of more than
@@ -78,8 +81,10 @@ from datetime import datetime
 from typing import Any
 
 from costctl.errors import UsageError
+from costctl.i18n import _
 from costctl.progress.batch import NO_INT, PointBatch, column_int
 from costctl.records import ProgressPoint
+from costctl.user_regex import UserRegex, compile_user_regex, shown_pattern
 
 _NAN = float("nan")
 
@@ -196,6 +201,15 @@ _ANSI_RE = re.compile(
 )
 # C0 controls other than tab (Keras writes \b runs; junk bytes decode to them).
 _CONTROL_TABLE = {c: None for c in range(32) if c != 9} | {127: None}
+# A run of those controls inside a number (after the ANSI escapes are removed): a digit before it
+# and a digit, "." or an exponent ("e5", "e-5") after it; or ".", a sign or a digit's exponent
+# letter before it and a digit after it ("0.\x0025", "1\x002", "1e\x005", "-\x001"). A number
+# written across one is not a number (a NUL or junk byte in the output), never the two halves
+# spliced. (_scan.c hands every line with a control run after one of 0-9 . + - e E back here.)
+_SPLIT_NUMBER_RE = re.compile(
+    r"(?<=[0-9])[\x00-\x08\x0a-\x1f\x7f]+(?=[0-9.]|[eE][+-]?[0-9])"
+    r"|(?<=[.+-])[\x00-\x08\x0a-\x1f\x7f]+(?=[0-9])|(?<=[0-9.][eE])[\x00-\x08\x0a-\x1f\x7f]+(?=[+-]?[0-9])"
+)
 
 _HF_TRAIN_KEYS = ("loss", "train_loss", "total_loss")
 _HF_EVAL_KEYS = ("eval_loss", "val_loss", "validation_loss", "valid_loss", "eval/loss", "val/loss")
@@ -215,12 +229,27 @@ def parse_value(text: str) -> float | None:
 
 
 def clean_line(line: str) -> str:
-    """Remove ANSI escape sequences and C0 control characters (except tab) from ``line``."""
+    """Remove ANSI escape sequences and C0 control characters (except tab) from ``line``.
+
+    A line where a control character sits inside a number (``loss: 0.\\x0025``, see
+    :data:`_SPLIT_NUMBER_RE`) reads as ``""``: that number is no number, and the two halves are
+    never spliced into another (0.25).
+    """
     if "\x1b" in line:
         line = _ANSI_RE.sub("", line)
     if not line.isprintable():
+        if _SPLIT_NUMBER_RE.search(line):
+            return ""
         line = line.translate(_CONTROL_TABLE)
     return line
+
+
+def _splits_number(line: str) -> bool:
+    """Whether a control character sits inside a number of ``line`` once its ANSI escapes are
+    removed (:data:`_SPLIT_NUMBER_RE`; :func:`clean_line` then reads the line as ``""``)."""
+    if "\x1b" in line:
+        line = _ANSI_RE.sub("", line)
+    return _SPLIT_NUMBER_RE.search(line) is not None
 
 
 def _maybe_loss(line: str) -> bool:
@@ -419,32 +448,31 @@ def parse_epoch_header(line: str) -> tuple[int, int | None] | None:
     return int(m["n"].lstrip("0") or "0"), (_int(m["total"]) if m["total"] else None)
 
 
-def compile_loss_regex(pattern: str) -> re.Pattern[str]:
-    """Compile a user's ``--loss-regex``.
+def compile_loss_regex(pattern: str | UserRegex) -> UserRegex:
+    """Compile a user's ``--loss-regex`` (:func:`costctl.user_regex.compile_user_regex`: the
+    :mod:`regex` engine, each line's search bounded by
+    :data:`~costctl.user_regex.LINE_BUDGET_S`).
 
     The pattern needs a named group ``loss`` (optionally ``step``, ``epoch`` and
-    ``eval_loss``), or exactly one unnamed group holding the loss.
+    ``eval_loss``), or exactly one unnamed group holding the loss. An already compiled
+    :class:`~costctl.user_regex.UserRegex` is returned as it is (one shared by two parsers).
 
     Raises:
         UsageError: the pattern does not compile or has no usable group; the message names
             the pattern and what is allowed.
     """
-    try:
-        compiled = re.compile(pattern)
-    except re.error as exc:
-        raise UsageError(
-            f"--loss-regex '{pattern}' is not a valid regular expression ({exc}); "
-            "give one with a named group (?P<loss>...) or exactly one group"
-        ) from None
+    if isinstance(pattern, UserRegex):
+        return pattern
+    compiled = compile_user_regex(pattern, option="--loss-regex")
     if "loss" not in compiled.groupindex and compiled.groups != 1:
-        raise UsageError(
-            f"--loss-regex '{pattern}' has {compiled.groups} groups and no group named 'loss'; "
-            "give a named group (?P<loss>...) (optionally step, epoch, eval_loss) or exactly one group"
-        )
+        raise UsageError(_(
+            "--loss-regex {pattern} has {count} groups and no group named 'loss'; give a named group "
+            "(?P<loss>...) (optionally step, epoch, eval_loss) or exactly one group").format(
+            pattern=shown_pattern(pattern), count=compiled.groups))
     return compiled
 
 
-def _parse_custom(regex: re.Pattern[str], line: str) -> list[_Raw]:
+def _parse_custom(regex: UserRegex, line: str) -> list[_Raw]:
     if len(line) > MAX_LINE_CHARS:
         return []
     m = regex.search(clean_line(line))
@@ -650,13 +678,16 @@ class LineParser:
         parser.feed_batch(b"0\\n", now)                   # one point: value 2.10, step 5
     """
 
-    def __init__(self, loss_regex: str | None = None, *, engine: str | None = None, hook: Any = None) -> None:
+    def __init__(self, loss_regex: str | UserRegex | None = None, *, engine: str | None = None,
+                 hook: Any = None) -> None:
         self._regex = compile_loss_regex(loss_regex) if loss_regex is not None else None
+        #: the user's pattern, kept for its counts after it is turned off (None: no --loss-regex)
+        self.user_regex = self._regex
         self._hook = hook
         if engine not in (None, "native", "python"):
-            raise UsageError(f"parser engine {engine!r}: expected 'native' or 'python'")
+            raise UsageError(_("parser engine {engine!r}: expected 'native' or 'python'").format(engine=engine))
         if engine == "native" and _scan is None:
-            raise UsageError("parser engine 'native': the C extension costctl.progress._scan is not built")
+            raise UsageError(_("parser engine 'native': the C extension costctl.progress._scan is not built"))
         #: "native" or "python" (see :data:`ENGINE`); a native parser turns "python" for good
         #: when given text that UTF-8 cannot encode (lone surrogates).
         self.engine = engine or ENGINE
@@ -673,6 +704,9 @@ class LineParser:
         #: Lines skipped because they hold more than :data:`MAX_LINE_CHARS` characters (their
         #: progress is not read): counted so that a reader can say so, never silently.
         self.long_lines = 0
+        #: Lines that could report a loss (or match the user's pattern) skipped because a control
+        #: character sits inside a number on them (``loss: 0.\x0025``: not 0.25; :func:`clean_line`).
+        self.split_numbers = 0
 
     # -- columns ---------------------------------------------------------------------------
     def feed_batch(self, chunk: bytes | str, now: datetime | float | None) -> PointBatch:
@@ -883,7 +917,40 @@ class LineParser:
             text = self._hook.take(text, t, batch)
         if len(text) > MAX_LINE_CHARS:
             self.long_lines += count_long_lines(text)
-        if self._native and self._regex is None:
+        if self._regex is not None:
+            if not isinstance(text, str):
+                text = bytes(text).decode("utf-8", "replace")
+            if count:
+                self.lines_seen += _count_line_ends(text)
+            rest = self._parse_custom_block(text, t, batch)
+            if rest:  # the user's pattern was turned off: the built-in shapes read the rest
+                self._parse_builtin(rest, t, batch, count=False)
+            return
+        self._parse_builtin(text, t, batch, count=count)
+
+    def _parse_custom_block(self, text: str, t: float, batch: PointBatch) -> str:
+        """The user's pattern over the complete lines ``text``; returns the lines after the one
+        on which the pattern was turned off (``user_regex.disabled``: it timed out on too many
+        lines, :mod:`costctl.user_regex`), else ``""``."""
+        regex = self._regex
+        assert regex is not None
+        pos = 0
+        for end in _LINE_END_RE.finditer(text):
+            line = text[pos:end.start()]
+            pos = end.end()
+            if line and len(line) <= MAX_LINE_CHARS:
+                if not line.isprintable() and _splits_number(line):
+                    self.split_numbers += 1  # read as nothing (clean_line)
+                    continue
+                self._add(batch, _parse_custom(regex, line), t, custom=True)
+                if regex.disabled:
+                    self._regex = None
+                    return text[pos:]
+        return ""
+
+    def _parse_builtin(self, text: str | bytes, t: float, batch: PointBatch, *, count: bool) -> None:
+        """The built-in shapes (native or Python engine) over complete lines ``text``."""
+        if self._native:
             buf: bytes | None
             if isinstance(text, str):
                 try:
@@ -901,12 +968,6 @@ class LineParser:
             text = bytes(text).decode("utf-8", "replace")
         if count:
             self.lines_seen += _count_line_ends(text)
-        if self._regex is not None:
-            regex = self._regex
-            for line in _LINE_END_RE.split(text)[:-1]:
-                if line and len(line) <= MAX_LINE_CHARS:
-                    self._add(batch, _parse_custom(regex, line), t, custom=True)
-            return
         self._parse_shapes(text, t, batch)
 
     def _parse_shapes(self, text: str, t: float, batch: PointBatch) -> None:
@@ -1028,9 +1089,9 @@ class LineParser:
                         before = len(side.values)
                         # only the line a scan stopped after may be an epoch header
                         self._parse_other(side, line, t, header=stopped and k == last_k)
-                        for _ in range(len(side.values) - before):
+                        for _k in range(len(side.values) - before):
                             side_pos.append(k)
-            for _, c in order[r:]:
+            for _f, c in order[r:]:
                 code_map[c] = key_index(*code_keys[c])
             if header is not None and not stopped:
                 self._epoch, self._epochs_total = header
@@ -1057,6 +1118,11 @@ class LineParser:
         ``header=False``: the caller knows the line is no epoch header (the native scan's
         check), so :func:`parse_epoch_header` is skipped (it would return None).
         """
+        if not line.isprintable() and _splits_number(line):
+            # a control character inside a number: the line reads as nothing (clean_line), counted
+            if "oss" in line or "OSS" in line:
+                self.split_numbers += 1
+            return
         raw = _parse_fast(line)
         if raw is not None:
             self._add(batch, raw, t)

@@ -34,7 +34,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from costctl.jsonio import loads
+from costctl.jsonio import loads, loads_skipping_deep
 from costctl.numbers import as_count, as_float
 from costctl.progress.grad_norms import GRAD_NORM_KEYS, GradNormRecord
 from costctl.records import ProgressPoint
@@ -95,15 +95,21 @@ class _KeyChoice:
 
 
 def _points_from_row(
-    row: Mapping[str, Any], keys: _KeyChoice, now: datetime | None, grads: list[GradNormRecord] | None = None
+    row: Mapping[str, Any], keys: _KeyChoice, now: datetime | None, grads: list[GradNormRecord] | None = None,
+    bad_steps: list[int] | None = None,
 ) -> list[ProgressPoint]:
     """The row's train/eval points; its gradient norm (``keys.grad_key``), if any, is appended
-    to ``grads`` as ``(value, train loss of the row or None, step, epoch)``."""
+    to ``grads`` as ``(value, train loss of the row or None, step, epoch)``. ``bad_steps``
+    (a one-item counter): a row whose step is no count (a 400-digit step, ``-5``, ``1.5``) is
+    skipped and counted there, instead of giving points without a step."""
     if any(k in row for k in _SUMMARY_KEYS):
         return []
     step_value = next((v for k in STEP_KEYS if k in row and (v := number(row[k])) is not None), None)
     # a step is a count: 0 to 2**63 - 1 (what the ledger holds), else no step (the loss is kept)
     step = as_count(step_value) if step_value is not None else None
+    if step is None and step_value is not None and bad_steps is not None:
+        bad_steps[0] += 1
+        return []
     epoch = next((v for k in EPOCH_KEYS if k in row and (v := number(row[k])) is not None), None)
     if epoch is not None and not math.isfinite(epoch):
         epoch = None
@@ -139,7 +145,7 @@ def _json_rows(lines: Iterable[str]) -> Iterable[dict[str, Any]]:
 def _log_history(text: str) -> list[dict[str, Any]] | None:
     """The ``log_history`` entries of a whole-document JSON file, or None if it is not one."""
     try:
-        doc = loads(text)
+        doc, _skipped = loads_skipping_deep(text)  # a record nested too deep is left out
     except ValueError:  # half-written, or not JSON at all (jsonio)
         return None
     if isinstance(doc, dict) and isinstance(doc.get("log_history"), list):
@@ -166,9 +172,13 @@ class MetricsFileFollower:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, loss_key: str | None = None, eval_key: str | None = None
+        self, path: str | os.PathLike[str], *, loss_key: str | None = None, eval_key: str | None = None,
+        skip_bad_steps: bool = False,
     ) -> None:
         self.path = Path(path)
+        #: with ``skip_bad_steps``: ``[rows skipped for a step that is no count]`` (else None: such a
+        #: row's loss is kept without a step, as a live watch wants it)
+        self._bad_steps: list[int] | None = [0] if skip_bad_steps else None
         self._keys = _KeyChoice(loss_key, eval_key, loss_key is not None, eval_key is not None)
         self._kind: str | None = None  # "csv" | "jsonl" | "document", decided on first content
         self._offset = 0  # bytes consumed (complete lines only)
@@ -271,7 +281,8 @@ class MetricsFileFollower:
                     continue
                 if len(cells) != width:
                     continue
-                points.extend(_points_from_row(dict(zip(self._header, cells)), self._keys, now, self._grad_norms))
+                points.extend(_points_from_row(dict(zip(self._header, cells)), self._keys, now, self._grad_norms,
+                                                self._bad_steps))
         except csv.Error:
             pass  # a NUL byte or broken quoting: keep what was read
         return points
@@ -281,7 +292,7 @@ class MetricsFileFollower:
         points: list[ProgressPoint] = []
         for row in _json_rows(lines):
             self._keys.choose(row.keys())
-            points.extend(_points_from_row(row, self._keys, now, self._grad_norms))
+            points.extend(_points_from_row(row, self._keys, now, self._grad_norms, self._bad_steps))
         return points
 
     def _read_document(self, fh: io.BufferedReader, now: datetime | None) -> list[ProgressPoint]:
@@ -303,7 +314,7 @@ class MetricsFileFollower:
         points: list[ProgressPoint] = []
         for entry in new:
             keys.choose(entry.keys())
-            points.extend(_points_from_row(entry, keys, now, self._grad_norms))
+            points.extend(_points_from_row(entry, keys, now, self._grad_norms, self._bad_steps))
         self._keys.grad_key = keys.grad_key
         return points
 
@@ -348,11 +359,18 @@ def _split_header(raw: bytes) -> list[str]:
 
 
 def read_metrics_file(
-    path: str | os.PathLike[str], *, loss_key: str | None = None, eval_key: str | None = None
+    path: str | os.PathLike[str], *, loss_key: str | None = None, eval_key: str | None = None,
+    counts: dict[str, int] | None = None,
 ) -> list[ProgressPoint]:
     """All progress points in a finished metrics file, with ``time=None`` (no read time).
 
     Same shapes and column choice as :class:`MetricsFileFollower`; a missing or unreadable
-    file gives ``[]``.
+    file gives ``[]``. With ``counts``, a row whose step is no count (a 400-digit step) is
+    skipped, counted in ``counts["bad_steps"]`` (``costctl analyze``: the rest keep their
+    steps), instead of giving points without a step.
     """
-    return MetricsFileFollower(path, loss_key=loss_key, eval_key=eval_key)._read(None, final=True)
+    follower = MetricsFileFollower(path, loss_key=loss_key, eval_key=eval_key, skip_bad_steps=counts is not None)
+    points = follower._read(None, final=True)
+    if counts is not None and follower._bad_steps is not None:
+        counts["bad_steps"] = follower._bad_steps[0]
+    return points

@@ -16,7 +16,8 @@ from datetime import datetime
 
 from .batch import PointBatch
 from .console import ConsoleSeries
-from .lines import LineParser
+from ..user_regex import UserRegex
+from .lines import LineParser, compile_loss_regex
 from .named import NamedLossReader
 from .series import PrimarySeries
 
@@ -40,8 +41,10 @@ class OutputProgress:
         #: gradient-norm records ``(value, loss, step, epoch)`` read and not yet taken
         self._grad_norms: deque = deque()
         self.primary = PrimarySeries(loss)
+        #: the compiled ``--loss-regex``, one for both streams (its timeouts counted together)
+        self.user_regex: UserRegex | None = compile_loss_regex(loss_regex) if loss_regex is not None else None
         self.parsers = {
-            stream: LineParser(loss_regex, engine=engine, hook=ConsoleSeries(
+            stream: LineParser(self.user_regex, engine=engine, hook=ConsoleSeries(
                 NamedLossReader() if loss_regex is None else None, self._grad_norms, emit=True))
             for stream in STREAMS
         }
@@ -75,6 +78,11 @@ class OutputProgress:
     def lines_seen(self) -> int:
         """Line ends parsed so far, all streams."""
         return sum(p.lines_seen for p in self.parsers.values())
+
+    @property
+    def split_numbers(self) -> int:
+        """Lines skipped for a control character inside a number so far, all streams."""
+        return sum(p.split_numbers for p in self.parsers.values())
 
     @property
     def long_lines(self) -> int:

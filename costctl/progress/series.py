@@ -31,6 +31,7 @@ import math
 import re
 
 from ..errors import UsageError
+from ..i18n import _
 from .batch import PointBatch
 
 _NUMBER = r"(?>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?))(?![A-Za-z0-9_])"
@@ -145,8 +146,11 @@ def choose_primary(names: list[str], wanted: str | None = None) -> str | None:
     """
     if wanted is not None:
         if wanted not in names:
-            allowed = ", ".join(repr(n) for n in names) or "none"
-            raise UsageError(f"--loss {wanted!r}: no such train loss series in the log (it has {allowed})")
+            if not names:
+                raise UsageError(_("--loss {wanted!r}: no such train loss series in the log (it has none)").format(
+                    wanted=wanted))
+            raise UsageError(_("--loss {wanted!r}: no such train loss series in the log (it has {allowed})").format(
+                wanted=wanted, allowed=_(", ").join(repr(n) for n in names)))
         return wanted
     if not names:
         return None

@@ -25,6 +25,7 @@ from typing import Iterable, Iterator
 
 from ..clock import SimClock
 from ..config import Settings
+from ..i18n import _
 from ..money import Money, cost_of
 from ..progress.batch import PointBatch
 from ..policies import History, PolicyEngine
@@ -116,7 +117,7 @@ def replay_timeline(
     if job is not None:
         first_progress = last_progress = None
     elif timed:
-        run.assumptions.append("the job is taken to run from its first to its last recorded progress point")
+        run.assumptions.append(_("the job is taken to run from its first to its last recorded progress point"))
     clock = SimClock(start)
     tz = settings.watch.tz
     j = 0
@@ -225,7 +226,7 @@ class LossReplay:
         self.run.decisions = self.engine.drop_superseded(self.run.decisions)
         for policy in self.engine.policies:
             why = getattr(policy, "not_applicable", None)
-            line = f"{policy.name}: {why}" if why else None
+            line = _("{policy}: {reason}").format(policy=policy.name, reason=why) if why else None
             if line and line not in self.run.assumptions:
                 self.run.assumptions.append(line)
         return self.run

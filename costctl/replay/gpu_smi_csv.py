@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import UsageError
+from ..i18n import N_, _
 from ..records import GpuReading, TelemetrySample
 from ..telemetry import smi_parse
 from ..telemetry.smi_parse import Column, SmiParseError, SmiRow
@@ -38,7 +39,7 @@ from .smi_rows import RowPlan, iter_cells, time_of
 from .textio import iter_lines
 
 #: why a record the csv module refuses is skipped (in the "no GPU sample" line).
-NOT_CSV = "not CSV (a quote left open past the csv module's field limit)"
+NOT_CSV = N_("not CSV (a quote left open past the csv module's field limit)")
 
 #: rows without a GPU identity whose timestamps are this close belong to one snapshot (seconds).
 SAME_SNAPSHOT_S = 0.05
@@ -100,16 +101,16 @@ def infer_columns(cells: Sequence[str]) -> tuple[Column, ...]:
             out.append(Column("name"))
         else:
             raise UsageError(
-                f"headerless nvidia-smi CSV: cannot tell what column {i + 1} ({text!r}) is; "
-                "pass --gpu-log-columns with the --query-gpu fields in order "
-                "(e.g. timestamp,utilization.gpu,memory.used)"
+                _("headerless nvidia-smi CSV: cannot tell what column {column} ({text!r}) is; "
+                  "pass --gpu-log-columns with the --query-gpu fields in order "
+                  "(e.g. timestamp,utilization.gpu,memory.used)").format(column=i + 1, text=text)
             )
     if mib == 1:
         out = [Column("memory.used", "MiB") if c.field == "memory.col0" else c for c in out]
     if percents == 0:
         raise UsageError(
-            "headerless nvidia-smi CSV without a utilization.gpu [%] column; pass --gpu-log-columns "
-            "with the --query-gpu fields in order"
+            _("headerless nvidia-smi CSV without a utilization.gpu [{percent}] column; pass --gpu-log-columns "
+              "with the --query-gpu fields in order").format(percent="%")
         )
     return tuple(out)
 
@@ -196,7 +197,8 @@ def iter_smi_lines(
         if cells is None:  # a record the csv module refuses
             skipped += 1
             counts["skipped"] = skipped
-            counts.setdefault("first_skip", f"line {line_no}: {NOT_CSV}")
+            if "first_skip" not in counts:
+                counts["first_skip"] = _("line {line}: {problem}").format(line=line_no, problem=_(NOT_CSV))
             continue
         if not cells[0][:1].isdigit() and is_header(cells):  # a data row starts with its timestamp
             current, plan = smi_parse.parse_header(cells), None
@@ -212,7 +214,7 @@ def iter_smi_lines(
                 if plan is None:
                     plan = plans[cols] = RowPlan(cols)  # UsageError: no timestamp column
             except UsageError as exc:
-                raise UsageError(f"line {line_no}: {exc.message}") from None
+                raise UsageError(_("line {line}: {problem}").format(line=line_no, problem=exc.message)) from None
         try:
             when, identity, reading, has_index = plan.read(line_no, cells)
         except SmiParseError as exc:
@@ -318,7 +320,8 @@ def iter_custom_gpu_csv(lines: Iterable[str], *, start: datetime | None = None,
         if cells is None:  # a record the csv module refuses
             skipped += 1
             counts["skipped"] = skipped
-            counts.setdefault("first_skip", f"line {line_no}: {NOT_CSV}")
+            if "first_skip" not in counts:
+                counts["first_skip"] = _("line {line}: {problem}").format(line=line_no, problem=_(NOT_CSV))
             continue
         if smi_parse.is_header(cells):
             columns = smi_parse.parse_header(cells)
@@ -335,7 +338,8 @@ def iter_custom_gpu_csv(lines: Iterable[str], *, start: datetime | None = None,
 
             t_abs, t_rel = pick(_TIME_ABS), pick(_TIME_REL)
             if t_abs is None and t_rel is None:
-                raise UsageError(f"{path or 'GPU CSV'}: GPU CSV without a time column (expected timestamp or elapsed_sec)")
+                raise UsageError(_("{path}: GPU CSV without a time column (expected timestamp or elapsed_sec)").format(
+                    path=path or "GPU CSV"))
             util, used, total = pick(_UTIL), pick(_MEM_USED), pick(_MEM_TOTAL)
             power, index = pick(_POWER), pick(_INDEX)
             counts["relative"] = int(t_abs is None)
@@ -350,10 +354,8 @@ def iter_custom_gpu_csv(lines: Iterable[str], *, start: datetime | None = None,
         if when is None or gpu_index is None:
             skipped += 1
             counts["skipped"] = skipped
-            counts.setdefault("first_skip", f"line {line_no}: " + (
-                f"no time in {t_abs or t_rel} (expected {'a timestamp' if t_abs else 'seconds'} within the years "
-                f"{TIME_MIN.year}-{TIME_MAX.year - 1})" if when is None else
-                f"{index} is not a GPU index (expected a whole number from 0 to {INT64_MAX})"))
+            if "first_skip" not in counts:
+                counts["first_skip"] = _skip_reason(line_no, t_abs, t_rel, index, when)
             continue
         u = _cell_float(row.get(util), low=0.0, high=100.0) if util else None
         mu = _bytes(row.get(used), used) if used else None
@@ -372,6 +374,18 @@ def iter_custom_gpu_csv(lines: Iterable[str], *, start: datetime | None = None,
             yield from grouper.drain()
     grouper.flush()
     yield from grouper.drain()
+
+
+def _skip_reason(line_no: int, t_abs: str | None, t_rel: str | None, index: str | None, when: datetime | None) -> str:
+    """Why a custom GPU CSV's row was skipped: no time in its time column, or no GPU index."""
+    if when is None and t_abs is not None:
+        return _("line {line}: no time in {column} (expected a timestamp within the years {first}-{last})").format(
+            line=line_no, column=t_abs, first=TIME_MIN.year, last=TIME_MAX.year - 1)
+    if when is None:
+        return _("line {line}: no time in {column} (expected seconds within the years {first}-{last})").format(
+            line=line_no, column=t_rel, first=TIME_MIN.year, last=TIME_MAX.year - 1)
+    return _("line {line}: {column} is not a GPU index (expected a whole number from 0 to {maximum})").format(
+        line=line_no, column=index, maximum=INT64_MAX)
 
 
 def _bytes(cell: str | None, name: str) -> int | None:

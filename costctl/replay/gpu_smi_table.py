@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import UsageError
+from ..i18n import _
 from ..numbers import finite, parse_count
 from ..records import GpuReading, TelemetrySample
 from .gpu_log import MIB, GpuLog, make_sample, recorded_fields
@@ -93,9 +94,10 @@ class _Snapshot:
 def _why(snap: _Snapshot, line_no: int) -> str:
     """Why the snapshot whose date is on line ``line_no`` gave no sample."""
     if snap.time is None:
-        return (f"line {line_no}: a date outside the years {TIME_MIN.year}-{TIME_MAX.year - 1} "
-                "(expected nvidia-smi's date line, e.g. Tue Oct 29 19:00:23 2024)")
-    return f"the snapshot dated on line {line_no}: no GPU row read (expected '|   0  NAME ... |' and its usage row)"
+        return _("line {line}: a date outside the years {first}-{last} (expected nvidia-smi's date line, e.g. "
+                 "Tue Oct 29 19:00:23 2024)").format(line=line_no, first=TIME_MIN.year, last=TIME_MAX.year - 1)
+    return _("the snapshot dated on line {line}: no GPU row read (expected '|   0  NAME ... |' and its usage "
+             "row)").format(line=line_no)
 
 
 def parse_table_lines(lines: Iterable[str]) -> tuple[list[TelemetrySample], int]:
@@ -140,7 +142,8 @@ def iter_table_lines(lines: Iterable[str], counts: dict[str, Any] | None = None)
                 else:
                     skipped += 1
                     counts["skipped"] = skipped
-                    counts.setdefault("first_skip", _why(snap, snap_line))
+                    if "first_skip" not in counts:
+                        counts["first_skip"] = _why(snap, snap_line)
             snap = _Snapshot(_parse_date(m.group(1)))
             snap_line = line_no
             pending = None
@@ -183,11 +186,12 @@ def iter_table_lines(lines: Iterable[str], counts: dict[str, Any] | None = None)
         else:
             skipped += 1
             counts["skipped"] = skipped
-            counts.setdefault("first_skip", _why(snap, snap_line))
+            if "first_skip" not in counts:
+                counts["first_skip"] = _why(snap, snap_line)
     if not produced and undated:
         raise UsageError(
-            "nvidia-smi table without date lines: cannot place snapshots in time "
-            "(print them with plain `nvidia-smi`, which starts each with the date)"
+            _("nvidia-smi table without date lines: cannot place snapshots in time "
+              "(print them with plain `nvidia-smi`, which starts each with the date)")
         )
     del samples
 

@@ -17,6 +17,7 @@ from typing import Any
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from ..i18n import _
 from ..jsonio import loads
 from ..numbers import finite, parse_count
 from ..records import GpuReading, TelemetrySample
@@ -97,13 +98,16 @@ def iter_wandb_lines(lines: Iterable[str], counts: dict[str, Any] | None = None)
             record = loads(line)
         except ValueError as exc:  # not JSON, or nested past the parser's limit (jsonio)
             counts["skipped"] += 1
-            counts.setdefault("first_skip", f"line {line_no}: not a JSON record ({str(exc)[:80]})")
+            if "first_skip" not in counts:
+                counts["first_skip"] = _("line {line}: not a JSON record ({error})").format(line=line_no,
+                                                                                           error=str(exc)[:80])
             continue
         sample = record_to_sample(record) if isinstance(record, dict) else None
         if sample is None:
             counts["skipped"] += 1
-            counts.setdefault("first_skip", f"line {line_no}: expected a record with _timestamp (Unix seconds "
-                                            f"within the years {TIME_MIN.year}-{TIME_MAX.year - 1}) and "
-                                            "system.gpu.N.* keys")
+            if "first_skip" not in counts:
+                counts["first_skip"] = _("line {line}: expected a record with _timestamp (Unix seconds within the "
+                                         "years {first}-{last}) and system.gpu.N.* keys").format(
+                    line=line_no, first=TIME_MIN.year, last=TIME_MAX.year - 1)
         else:
             yield sample

@@ -13,14 +13,17 @@ from datetime import datetime
 from pathlib import Path
 
 from ..errors import UsageError
+from ..i18n import N_, _
 from ..jsonio import JsonTooDeep
-from .formats import GPU_FORMATS, detect_file
+from ..progress.lines import parse_line
+from ..validation import describe_value
+from .formats import GPU_FORMATS, detect_file, detect_format
 from ..records import TelemetrySample
 from .gpu_log import GpuLog, recorded_fields
 from .gpu_smi_csv import iter_custom_gpu_csv, iter_smi_lines
 from .gpu_smi_table import iter_table_lines
 from .gpu_wandb import iter_wandb_lines
-from .textio import BLOCK_CHARS, iter_lines
+from .textio import BLOCK_CHARS, iter_lines, read_head
 from .train_log import TrainLog, read_console, read_metrics, too_deep
 
 
@@ -37,14 +40,7 @@ def read_gpu_log(
     Raises:
         UsageError: unreadable file; a training file given as a GPU log; no usable sample.
     """
-    fmt = detect_file(path)
-    if columns and fmt not in ("nvidia-smi-csv",):
-        fmt = "nvidia-smi-csv"
-    if fmt not in GPU_FORMATS:
-        raise UsageError(
-            f"{path}: looks like a training log ({fmt}), not a GPU log; pass it with --train-log "
-            f"(GPU logs: nvidia-smi --query-gpu CSV, the nvidia-smi table, wandb system metrics)"
-        )
+    fmt = _gpu_format(path, columns)
     counts: dict[str, Any] = {}
     with _named(path):
         samples = list(_gpu_records(path, fmt, iter_lines(path), columns, start, counts))
@@ -53,6 +49,46 @@ def read_gpu_log(
     if not log.samples:
         raise UsageError(_no_sample(path, log, counts))
     return log
+
+
+def _gpu_format(path: Path, columns: Sequence[str] | None) -> str:
+    """The GPU-log format of ``path`` (:mod:`.formats`; ``nvidia-smi-csv`` when ``columns``
+    are given).
+
+    Raises:
+        UsageError: the file cannot be read, is empty, or is no GPU log: one line naming the
+            file, what it looks like (a training log, or its first line) and the GPU logs read.
+    """
+    head = read_head(path)
+    if not head.strip("\ufeff \t\r\n"):
+        raise UsageError(_("{path} is empty: expected a GPU log ({formats})").format(
+            path=path, formats=_(GPU_LOGS)))
+    fmt = detect_format(head)
+    if columns and fmt not in ("nvidia-smi-csv",):
+        fmt = "nvidia-smi-csv"
+    if fmt in GPU_FORMATS:
+        return fmt
+    if fmt != "console" or _shows_a_loss(head):
+        raise UsageError(_("{path}: looks like a training log ({format}), not a GPU log; pass it with --train-log "
+                           "(GPU logs: {formats})").format(path=path, format=fmt, formats=_(GPU_LOGS)))
+    first = next((line for line in head.splitlines() if line.strip()), "")
+    raise UsageError(_("{path}: not a GPU log costctl reads (its first line: {line}); expected {formats}").format(
+        path=path, line=describe_value(first), formats=_(GPU_LOGS)))
+
+
+#: The GPU logs ``--gpu-log`` reads, as messages name them.
+GPU_LOGS = N_("an nvidia-smi --query-gpu CSV, the nvidia-smi table printed in a loop, or wandb system metrics "
+              "(JSON lines)")
+
+
+def _shows_a_loss(head: str) -> bool:
+    """Whether a line of ``head`` (a console log's beginning) reports a loss, as a training
+    log's would."""
+    return any(parse_line(line) for line in head.splitlines()[:_SNIFF_LINES])
+
+
+#: Lines of a file's beginning looked at for a loss (:func:`_shows_a_loss`).
+_SNIFF_LINES = 200
 
 
 def _gpu_records(path: Path, fmt: str, lines: Iterable[str], columns: Sequence[str] | None,
@@ -75,15 +111,19 @@ def _named(path: Path) -> Iterator[None]:
     except UsageError as exc:
         if exc.message.startswith(str(path)):
             raise
-        raise UsageError(f"{path}: {exc.message}", exit_code=exc.exit_code) from None
+        raise UsageError(_("{path}: {problem}").format(path=path, problem=exc.message),
+                         exit_code=exc.exit_code) from None
 
 
 def _no_sample(path: Path, log: GpuLog, counts: dict[str, Any]) -> str:
     """The one line for a GPU log none of whose records could be read: the file, the count,
     and the first unreadable record with what was expected there."""
     first = counts.get("first_skip")
-    return (f"{path}: no GPU sample could be read ({log.format}, {log.skipped} unreadable records"
-            + (f"; the first: {first}" if first else "") + ")")
+    if first:
+        return _("{path}: no GPU sample could be read ({format}, {skipped} unreadable records; the first: "
+                 "{first})").format(path=path, format=log.format, skipped=log.skipped, first=first)
+    return _("{path}: no GPU sample could be read ({format}, {skipped} unreadable records)").format(
+        path=path, format=log.format, skipped=log.skipped)
 
 
 def open_gpu_log(
@@ -98,14 +138,7 @@ def open_gpu_log(
     Raises:
         UsageError: as :func:`read_gpu_log`.
     """
-    fmt = detect_file(path)
-    if columns and fmt not in ("nvidia-smi-csv",):
-        fmt = "nvidia-smi-csv"
-    if fmt not in GPU_FORMATS:
-        raise UsageError(
-            f"{path}: looks like a training log ({fmt}), not a GPU log; pass it with --train-log "
-            f"(GPU logs: nvidia-smi --query-gpu CSV, the nvidia-smi table, wandb system metrics)"
-        )
+    fmt = _gpu_format(path, columns)
     counts: dict[str, Any] = {}
 
     def source() -> Iterator[TelemetrySample]:
@@ -141,7 +174,8 @@ def read_train_log(path: Path, *, loss_regex: str | None = None, streamed: bool 
     try:
         fmt = "console" if loss_regex else detect_file(path)
         if fmt in GPU_FORMATS:
-            raise UsageError(f"{path}: looks like a GPU log ({fmt}), not a training log; pass it with --gpu-log")
+            raise UsageError(_("{path}: looks like a GPU log ({format}), not a training log; pass it with "
+                               "--gpu-log").format(path=path, format=fmt))
         if fmt == "console":
             return read_console(path, loss_regex=loss_regex, streamed=streamed, replay=replay if streamed else None,
                                 loss_name=loss_name)

@@ -3,12 +3,13 @@
 Tables hold short cells (times, money, durations) so they fit 80 columns; the long texts
 (decision reasons, peer rules, assumptions) are printed as lines under them. Times are printed
 as the logs recorded them; the date is left out of table cells when the whole timeline lies on
-one day (the header line gives it).
+one day (the header line gives it). Money is written as the current language writes it
+(:func:`costctl.i18n.format_money`: ``¥13.48`` in Chinese, ``CN¥13.48`` / ``$13.48`` in English), to
+the cent; a price with its own decimals. The JSON (:func:`costctl.replay.analysis.to_dict`) keeps
+exact decimal strings.
 """
 
 from __future__ import annotations
-
-from decimal import Decimal
 
 import math
 from datetime import datetime, timedelta
@@ -16,13 +17,25 @@ from datetime import datetime, timedelta
 from rich.console import Console
 from rich.table import Table
 
-from ..i18n import _, ngettext
+from ..i18n import N_, _, format_money, ngettext
 from ..money import Money
 from ..policies.idle import fmt_duration
 from ..progress.lines import MAX_LINE_CHARS
+from ..user_regex import LINE_BUDGET_S, MAX_TIMEOUTS
+from ..summary import action_text
 from .analysis import Analysis, StretchReport
 
 MIB = 2**20
+#: The analysis's own words that the report puts into its sentences, translated where said (the
+#: JSON keeps them as they are): a series' kind, a log's x axis, a series' granularity, and how
+#: the training log was placed on the time axis (:func:`costctl.replay.timeline.place_progress`).
+WORDS = {"train": N_("train"), "eval": N_("eval"), "step": N_("step"), "epoch": N_("epoch"), "batch": N_("batch"),
+         "start+rate": N_("start+rate"), "file timestamps": N_("file timestamps"),
+         # the oracle's reasons (costctl.replay.oracle.oracle_stop)
+         "final idle stretch": N_("final idle stretch"), "plateau onset": N_("plateau onset"),
+         "the log ends busy: nothing to stop": N_("the log ends busy: nothing to stop")}
+#: Most decimals a price is shown with (prices are exact Decimals: 0.4499 stays 0.4499).
+PRICE_PLACES = 6
 #: advisory decisions of one policy listed in the table (the rest are counted).
 MAX_ROWS_PER_POLICY = 3
 
@@ -53,8 +66,23 @@ def _d(td: timedelta) -> str:
     return fmt_duration(td)
 
 
+def _word(word: str) -> str:
+    """``word`` (one of :data:`WORDS`) in the current language; any other word as it is."""
+    return _(WORDS[word]) if word in WORDS else word
+
+
 def _m(value: Money | None) -> str:
-    return str(value) if value is not None else "-"
+    """Money as the current language writes it (:func:`costctl.i18n.format_money`: ``¥13.48``,
+    ``$1,234.57``), to the cent; ``-`` for None."""
+    return format_money(value.amount, value.currency) if value is not None else "-"
+
+
+def _price(value: Money) -> str:
+    """A price as the language writes money, with its own decimals (at least 2, at most
+    :data:`PRICE_PLACES`): ``$0.4499``, ``¥2.50``."""
+    exponent = value.amount.as_tuple().exponent
+    places = min(max(2, -exponent if isinstance(exponent, int) else 2), PRICE_PLACES)
+    return format_money(value.amount, value.currency, places=places)
 
 
 def _f(value: float | None, fmt: str = ".2f") -> str:
@@ -113,11 +141,34 @@ def _train_section(a: Analysis, console: Console) -> None:
             "{count:,} line longer than {limit:,} characters skipped: a loss on them was not read",
             "{count:,} lines longer than {limit:,} characters skipped: a loss on them was not read",
             log.long_lines).format(count=log.long_lines, limit=MAX_LINE_CHARS))
+    if log.split_numbers:
+        console.print("  " + ngettext(
+            "{count:,} line with a control character inside a number skipped: that number is no number",
+            "{count:,} lines with a control character inside a number skipped: those numbers are no numbers",
+            log.split_numbers).format(count=log.split_numbers))
+    if log.bad_steps:
+        console.print("  " + ngettext(
+            "{count:,} record with a step that is no count (not a whole number from 0 to 2^63-1) skipped",
+            "{count:,} records with a step that is no count (not a whole number from 0 to 2^63-1) skipped",
+            log.bad_steps).format(count=log.bad_steps))
+    if log.records_skipped:
+        console.print("  " + ngettext(
+            "{count:,} record could not be read (not JSON, or nested too deep) and was skipped; the others were read",
+            "{count:,} records could not be read (not JSON, or nested too deep) and were skipped; the others were read",
+            log.records_skipped).format(count=log.records_skipped))
+    if log.regex_timeouts:
+        console.print("  " + ngettext(
+            "{count:,} line took --loss-regex longer than {ms:g} ms and was skipped: a loss on it was not read",
+            "{count:,} lines took --loss-regex longer than {ms:g} ms each and were skipped: a loss on them was not read",
+            log.regex_timeouts).format(count=log.regex_timeouts, ms=LINE_BUDGET_S * 1000))
+    if log.regex_disabled:
+        console.print("  " + _("--loss-regex was turned off after it timed out on {count} lines; the built-in loss "
+                               "shapes read the rest of the log").format(count=MAX_TIMEOUTS))
     for kind in ("train", "eval"):
         s = log.summary_of(kind)
         if s.min is None or s.first is None or s.last is None:
             continue
-        figures = dict(kind=kind, first=s.first.value, last=s.last.value, min=s.min.value, axis=log.x_axis,
+        figures = dict(kind=_word(kind), first=s.first.value, last=s.last.value, min=s.min.value, axis=_word(log.x_axis),
                        x=_f(log.x(s.min), "g"))
         if kind in log.primary_names:
             head = _("{kind} '{name}' (primary): first {first:g}, last {last:g}, min {min:g} at {axis} {x}").format(
@@ -127,19 +178,19 @@ def _train_section(a: Analysis, console: Console) -> None:
         facts = [head]
         if s.last_improvement is not None:
             facts.append(_("last improvement >2 % at {axis} {x}").format(
-                axis=log.x_axis, x=_f(log.x(s.last_improvement), "g")))
+                axis=_word(log.x_axis), x=_f(log.x(s.last_improvement), "g")))
         if s.nonfinite:
             facts.append(_("{count} NaN/inf from {axis} {x}").format(
-                count=s.nonfinite, axis=log.x_axis, x=_f(log.x(s.first_nonfinite), "g")))  # type: ignore[arg-type]
+                count=s.nonfinite, axis=_word(log.x_axis), x=_f(log.x(s.first_nonfinite), "g")))  # type: ignore[arg-type]
         console.print("  " + _join(facts))
     for kind, name, gran, s in log.extra:  # the other series, kept apart (not watched by the policies)
         if s.min is None or s.first is None or s.last is None:
             continue
         console.print("  " + _("{kind} '{name}' (per {granularity}, {count} points): first {first:g}, "
                                "last {last:g}, min {min:g}").format(
-            kind=kind, name=name, granularity=gran, count=s.count, first=s.first.value, last=s.last.value,
+            kind=_word(kind), name=name, granularity=_word(gran), count=s.count, first=s.first.value, last=s.last.value,
             min=s.min.value))
-    console.print("  " + (_("placed on the time axis by {placement}").format(placement=a.progress_placement)
+    console.print("  " + (_("placed on the time axis by {placement}").format(placement=_word(a.progress_placement))
                           if a.progress_placement
                           else _("not on the time axis: the loss policies ran on its own axis")))
     if log.oom:
@@ -176,7 +227,7 @@ def _decisions(a: Analysis, console: Console, t: _Clock) -> None:
             saving = "-"
         reasons.append(d.decision.reason)
         table.add_row(str(len(reasons)), t(d.decision.time) if d.on_time_axis else (d.at or "-"),
-                      d.decision.policy, d.decision.action, saving, _join(note))
+                      d.decision.policy, action_text(d.decision.action), saving, _join(note))
     console.print(table)
     for k, reason in enumerate(reasons, start=1):
         console.print(f"  {k}. {reason}")
@@ -208,7 +259,7 @@ def _peers(a: Analysis, console: Console, t: _Clock) -> None:
         if p.result.settings:
             console.print("  " + _("{name} ({variant}) replays {settings}").format(
                 name=p.result.name, variant=p.result.variant, settings=p.result.settings))
-        console.print(f"    {p.result.rule}; {p.result.reason}")
+        console.print("    " + _("{rule}; {reason}").format(rule=p.result.rule, reason=p.result.reason))
         if p.result.assumption:
             console.print("    " + _("assumed: {assumption}").format(assumption=p.result.assumption))
 
@@ -224,7 +275,7 @@ def render(a: Analysis, console: Console) -> None:
         console.print(_("timeline: {start} -> {end}").format(start=t.full(a.start), end=t.full(a.end)))
     if a.rate is not None:
         console.print(_("price: {rate}/h per instance; spend over the log: {spend}").format(
-            rate=a.rate, spend=_m(a.total_spend)))
+            rate=_price(a.rate), spend=_m(a.total_spend)))
     else:
         console.print(_("price: none given (--price, --gpu/--provider or [instance] price_per_hour): "
                         "durations only"))
@@ -265,13 +316,13 @@ def render(a: Analysis, console: Console) -> None:
     _decisions(a, console, t)
     o = a.oracle
     if o.time is None:
-        console.print(_("oracle (perfect hindsight): no stop ({reason})").format(reason=o.reason))
+        console.print(_("oracle (perfect hindsight): no stop ({reason})").format(reason=_word(o.reason)))
     elif a.oracle_saving is None:
         console.print(_("oracle (perfect hindsight): stop at {time} ({reason})").format(
-            time=t.full(o.time), reason=o.reason))
+            time=t.full(o.time), reason=_word(o.reason)))
     else:
         console.print(_("oracle (perfect hindsight): stop at {time} ({reason}), saving {saving}").format(
-            time=t.full(o.time), reason=o.reason, saving=_m(a.oracle_saving)))
+            time=t.full(o.time), reason=_word(o.reason), saving=_m(a.oracle_saving)))
     first = a.first_stop
     if first is not None and a.oracle_saving is not None and first.saving is not None:
         if first.work_after or first.saving.amount > a.oracle_saving.amount:
@@ -286,10 +337,10 @@ def render(a: Analysis, console: Console) -> None:
     rs = a.rightsizing
     if rs is not None:
         if rs.advice is not None:
-            console.print(_("right-sizing: {advice}; on it the run would have cost about {cost} {currency} "
+            console.print(_("right-sizing: {advice}; on it the run would have cost about {cost} "
                             "({speed_source})").format(
-                advice=rs.advice.text, cost=rs.advice.cost_there.quantize(Decimal("0.01")),
-                currency=rs.advice.currency, speed_source=rs.advice.card.speed_text or rs.advice.card.speed_source))
+                advice=rs.advice.text, cost=format_money(rs.advice.cost_there, rs.advice.currency),
+                speed_source=rs.advice.card.speed_text or rs.advice.card.speed_source))
         elif rs.reason:
             console.print(rs.reason)
     for line in a.assumptions:

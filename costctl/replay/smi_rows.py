@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 
 from ..errors import UsageError
+from ..i18n import _
 from ..records import GpuReading
 from ..telemetry import smi_parse
 from ..telemetry.smi_parse import Column, SmiParseError, SmiRow
@@ -66,13 +67,13 @@ def time_of(cell: str | None, line_no: int) -> datetime:
         try:
             naive = smi_parse.parse_timestamp(cell)
         except SmiParseError as exc:
-            raise SmiParseError(f"line {line_no}: {exc}") from None
+            raise SmiParseError(_("line {line}: {problem}").format(line=line_no, problem=exc)) from None
         if naive is None:
-            raise SmiParseError(f"line {line_no}: timestamp is {describe_value(cell)}")
+            raise SmiParseError(_("line {line}: timestamp is {value}").format(line=line_no, value=describe_value(cell)))
         when = naive.replace(tzinfo=timezone.utc)
     if not in_range(when):
-        raise SmiParseError(f"line {line_no}: timestamp {describe_value(cell)} is outside the years "
-                            f"{TIME_MIN.year}-{TIME_MAX.year - 1}")
+        raise SmiParseError(_("line {line}: timestamp {value} is outside the years {first}-{last}").format(
+            line=line_no, value=describe_value(cell), first=TIME_MIN.year, last=TIME_MAX.year - 1))
     return when
 
 
@@ -152,8 +153,8 @@ class RowPlan:
     def __init__(self, columns: Sequence[Column]) -> None:
         if not any(c.field == "timestamp" for c in columns):
             raise UsageError(
-                "nvidia-smi CSV without a timestamp column: the log cannot be placed in time "
-                "(record it with --query-gpu=timestamp,...)"
+                _("nvidia-smi CSV without a timestamp column: the log cannot be placed in time "
+                  "(record it with --query-gpu=timestamp,...)")
             )
         self.columns = tuple(columns)
         fields = [c.field for c in self.columns]
@@ -198,7 +199,8 @@ class RowPlan:
                     break
             return when, identity, reading, row.get("index") is not None
         if len(cells) != self.n:
-            raise SmiParseError(f"line {line_no}: {len(cells)} values for {self.n} columns")
+            raise SmiParseError(_("line {line}: {values} values for {columns} columns").format(
+                line=line_no, values=len(cells), columns=self.n))
         cell = cells[self.t_pos]
         if cell == self._last_cell:
             when = self._last_time
@@ -213,7 +215,7 @@ class RowPlan:
             try:
                 hit = (self._identity(cells), self._reading(cells))
             except SmiParseError as exc:
-                raise SmiParseError(f"line {line_no}: {exc}") from exc
+                raise SmiParseError(_("line {line}: {problem}").format(line=line_no, problem=exc)) from exc
             if len(rows) >= _ROWS_MAX:
                 rows.clear()  # the rows that repeat now come back in at once
             rows[key] = hit

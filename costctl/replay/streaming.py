@@ -28,6 +28,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from ..i18n import _
 from ..policies.base import iso
 from ..records import GpuReading, SignalStatus, TelemetrySample
 from .peers import DSTACK_COVERAGE_SLACK, DstackSetting, PeerResult, skypilot_describe
@@ -266,7 +267,7 @@ class SkypilotStream:
         self.idle_for = timedelta(minutes=idle_minutes)
         self.last_active: datetime | None = None
         self.stop: datetime | None = None
-        self.reason = "no samples"
+        self.reason = _("no samples")
 
     def add(self, sample: TelemetrySample) -> None:
         """Take the next sample."""
@@ -274,7 +275,7 @@ class SkypilotStream:
             return
         if self.last_active is None:
             self.last_active = sample.time
-            self.reason = "never idle long enough"
+            self.reason = _("never idle long enough")
         if self.job_span is not None:
             begin, exit_at = self.job_span
             running = begin <= sample.time and (exit_at is None or sample.time <= exit_at)
@@ -288,18 +289,19 @@ class SkypilotStream:
             return
         if sample.time - self.last_active >= self.idle_for:
             self.stop = sample.time
-            self.reason = (f"no job running and no SSH session since {iso(self.last_active)} "
-                           f"({self.idle_minutes:g} min)")
+            self.reason = _("no job running and no SSH session since {time} ({minutes:g} min)").format(
+                time=iso(self.last_active), minutes=self.idle_minutes)
 
     def result(self) -> PeerResult:
         """The verdict, as :func:`~costctl.replay.peers.skypilot_autostop` words it."""
         m = self.idle_minutes
         if self.job_span is not None:
-            assumption = "job running from the first to the last recorded training progress point"
+            assumption = _("job running from the first to the last recorded training progress point")
         else:
-            assumption = (f"a GPU log records no jobs: a job is taken to be running while any GPU is "
-                          f">= {self.threshold:g} %")
-        rule = f"stop after {m:g} min with no job running and no SSH session (sky autostop -i {m:g})"
+            assumption = _("a GPU log records no jobs: a job is taken to be running while any GPU is "
+                           ">= {threshold:g} %").format(threshold=self.threshold)
+        rule = _("stop after {minutes:g} min with no job running and no SSH session (sky autostop -i {minutes:g})").format(
+            minutes=m)
         from .peers import SKYPILOT_DEFAULT_IDLE_MINUTES
 
         variant = "default" if m == SKYPILOT_DEFAULT_IDLE_MINUTES else f"-i {m:g}"
@@ -333,7 +335,7 @@ class DstackStream:
         now = sample.time
         after = now - tw
         while len(self.window) > 1 and self.window[0][0] <= after:
-            _, old = self.window.popleft()
+            _when, old = self.window.popleft()
             for index, below in old:
                 self.count[index] -= 1
                 if not below:
@@ -344,21 +346,23 @@ class DstackStream:
             if self.busy[index] == 0:
                 self.result_ = PeerResult(
                     "dstack-utilization-policy", self._rule(), None, now,
-                    f"GPU {index}: all {self.count[index]} samples since {iso(after)} below {threshold:g} %",
+                    _("GPU {gpu}: all {count} samples since {time} below {threshold:g} %").format(
+                        gpu=index, count=self.count[index], time=iso(after), threshold=threshold),
                     gpu=index, settings=self.setting.describe(), variant=self.setting.key)
                 return
 
     def _rule(self) -> str:
         s = self.setting
-        return (f"terminate when any GPU has all samples of the last {s.time_window.total_seconds() / 60:g} min "
-                f"below {s.min_gpu_utilization:g} % (dstack utilization_policy)")
+        return _("terminate when any GPU has all samples of the last {minutes:g} min below {threshold:g} % "
+                 "(dstack utilization_policy)").format(minutes=s.time_window.total_seconds() / 60,
+                                                      threshold=s.min_gpu_utilization)
 
     def result(self) -> PeerResult:
         """The verdict, as :func:`~costctl.replay.peers.dstack_utilization_policy` words it."""
         if self.result_ is not None:
             return self.result_
         return PeerResult("dstack-utilization-policy", self._rule(), None, None,
-                          "no GPU stayed below the threshold for a whole window",
+                          _("no GPU stayed below the threshold for a whole window"),
                           settings=self.setting.describe(), variant=self.setting.key)
 
 

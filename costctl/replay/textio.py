@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import UsageError
+from ..i18n import _
 from ..progress.encoding import detect_encoding
 
 __all__ = [
@@ -37,11 +38,11 @@ def open_text(path: Path) -> io.TextIOWrapper:
             head = fh.read(SNIFF_BYTES)
         return open(path, encoding=detect_encoding(head), errors="replace", newline="")  # noqa: SIM115
     except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
+        raise UsageError(_("{path}: no such file").format(path=path)) from None
     except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory, expected a log file") from None
+        raise UsageError(_("{path}: is a directory, expected a log file").format(path=path)) from None
     except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+        raise UsageError(_("{path}: cannot read: {error}").format(path=path, error=exc.strerror)) from None
 
 
 def read_head(path: Path, chars: int = SNIFF_BYTES // 2) -> str:

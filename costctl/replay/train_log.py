@@ -43,7 +43,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import UsageError
-from ..jsonio import JsonTooDeep, loads
+from ..i18n import _
+from ..jsonio import JsonTooDeep, loads, loads_skipping_deep
 from ..numbers import as_count
 from ..progress import LineParser, read_metrics_file
 from ..progress.lines import MAX_LINE_CHARS
@@ -106,6 +107,20 @@ class TrainLog:
     #: console logs: lines skipped for holding more than ``MAX_LINE_CHARS`` characters (a loss
     #: on them is not read; reported, never silent).
     long_lines: int = 0
+    #: console logs read with ``--loss-regex``: lines whose search ran past its time budget
+    #: (:data:`costctl.user_regex.LINE_BUDGET_S`; skipped, reported), and whether the pattern
+    #: was turned off for timing out too often (the built-in shapes read the rest).
+    regex_timeouts: int = 0
+    regex_disabled: bool = False
+    #: console logs: lines skipped because a control character sits inside a number on them
+    #: (``loss: 0.\\x0025`` is no loss, never 0.25; :func:`costctl.progress.lines.clean_line`).
+    split_numbers: int = 0
+    #: JSON metrics files: records that could not be read (not JSON, or nested past the
+    #: parser's limit) and were skipped, the others read (reported, never silent).
+    records_skipped: int = 0
+    #: metrics files: records skipped because their step is no count (a 400-digit step, a
+    #: negative one): the others keep their steps (reported, never silent).
+    bad_steps: int = 0
     #: the logged gradient norms in log order, ``(value, loss, step, epoch)``: ``loss`` is the
     #: train loss logged on the same record (None when the record has none); read from HF dict
     #: lines, ``trainer_state.json``/``trainer_log.jsonl`` records, CSV ``grad_norm`` columns and
@@ -205,7 +220,9 @@ class TrainLog:
         train, evals = _split(list(self.iter_points()))
         return TrainLog(self.format, train, evals, self.x_axis, self.series, self.summary, self.oom, self.path,
                         long_lines=self.long_lines, grad_norms=self.grad_norms, extra=self.extra,
-                        primary_names=self.primary_names)
+                        primary_names=self.primary_names, regex_timeouts=self.regex_timeouts,
+                        regex_disabled=self.regex_disabled, records_skipped=self.records_skipped,
+                        split_numbers=self.split_numbers, bad_steps=self.bad_steps)
 
     def x(self, point: ProgressPoint) -> float | None:
         """The point's position on :attr:`x_axis`."""
@@ -254,8 +271,8 @@ def _x_axis(train: list[ProgressPoint]) -> str:
 # -- metrics files -----------------------------------------------------------------------------
 def too_deep(path: Path) -> str:
     """The one line for a JSON log nested past the parser's limit (about 1,000 levels)."""
-    return (f"{path}: its JSON nests deeper than costctl can read ({sys.getrecursionlimit()} levels); "
-            "a training log's records are flat: is it the right file?")
+    return _("{path}: its JSON nests deeper than costctl can read ({levels} levels); a training log's records "
+             "are flat: is it the right file?").format(path=path, levels=sys.getrecursionlimit())
 
 
 def _read_csv_series(text: str) -> dict[str, list[SeriesPoint]]:
@@ -275,8 +292,11 @@ def _read_csv_series(text: str) -> dict[str, list[SeriesPoint]]:
     return series
 
 
-def _read_jsonl_series(text: str) -> dict[str, list[SeriesPoint]]:
+def _read_jsonl_series(text: str) -> tuple[dict[str, list[SeriesPoint]], int]:
+    """The numeric keys of JSON-lines ``text`` and the count of records skipped (a line
+    starting with ``{`` that is not JSON, or nests past the parser's limit)."""
     series: dict[str, list[SeriesPoint]] = {}
+    skipped = 0
     for line in text.splitlines():
         line = line.strip()
         if not line.startswith("{"):
@@ -284,24 +304,36 @@ def _read_jsonl_series(text: str) -> dict[str, list[SeriesPoint]]:
         try:
             record = loads(line)
         except ValueError:  # not JSON, or nested past the parser's limit (jsonio): skipped
+            skipped += 1
             continue
         if isinstance(record, dict):
             _add_series(series, record, set())
-    return series
+    return series, skipped
 
 
-def _read_trainer_state(path: Path, text: str) -> tuple[dict[str, list[SeriesPoint]], dict[str, Any]]:
+def _read_trainer_state(path: Path, text: str) -> tuple[dict[str, list[SeriesPoint]], dict[str, Any], int]:
+    """The numeric keys of a ``trainer_state.json``'s ``log_history``, its summary, and the
+    count of records left out for nesting past the parser's limit
+    (:func:`~costctl.jsonio.loads_skipping_deep`: the other records are read).
+
+    Raises:
+        UsageError: not JSON, the document itself too deep, or no ``log_history`` list.
+    """
     try:
-        doc = loads(text)
+        doc, skipped = loads_skipping_deep(text)
     except JsonTooDeep:
         raise UsageError(too_deep(path)) from None
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
-                         "expected a trainer_state.json") from None
+        raise UsageError(_("{path}: not valid JSON ({error} at line {line}, column {column}); expected a "
+                           "trainer_state.json").format(path=path, error=exc.msg, line=exc.lineno,
+                                                        column=exc.colno)) from None
     except ValueError:  # pragma: no cover - jsonio reads every other failure as one of the above
-        raise UsageError(f"{path}: not valid JSON; expected a trainer_state.json") from None
+        raise UsageError(_("{path}: not valid JSON; expected a trainer_state.json").format(path=path)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("log_history"), list):
-        raise UsageError(f"{path}: a JSON document without log_history (expected a trainer_state.json)")
+        raise UsageError(_("{path}: a JSON document without log_history (expected a trainer_state.json)").format(
+            path=path))
+    if skipped and not doc["log_history"]:  # every record nested too deep: the file, not a record, is wrong
+        raise UsageError(too_deep(path))
     summary = {k: doc[k] for k in ("global_step", "epoch", "best_metric", "max_steps") if k in doc}
     series: dict[str, list[SeriesPoint]] = {}
     for entry in doc["log_history"]:
@@ -311,7 +343,7 @@ def _read_trainer_state(path: Path, text: str) -> tuple[dict[str, list[SeriesPoi
             summary.update({k: v for k, v in entry.items() if k != "epoch"})
             continue
         _add_series(series, entry, set())
-    return series, summary
+    return series, summary, skipped
 
 
 def read_metrics(path: Path, fmt: str, *, loss_name: str | None = None) -> TrainLog:
@@ -329,22 +361,29 @@ def read_metrics(path: Path, fmt: str, *, loss_name: str | None = None) -> Train
     if loss_name is not None:
         loss_key = loss_name
     summary: dict[str, Any] = {}
+    skipped = 0
     if fmt == "hf-trainer-state":
-        series, summary = _read_trainer_state(path, text)
+        series, summary, skipped = _read_trainer_state(path, text)
     elif fmt.endswith("-csv"):
         series = _read_csv_series(text)
     else:
-        series = _read_jsonl_series(text)
-    points = _read_points(path, text, loss_key, eval_key)
+        series, skipped = _read_jsonl_series(text)
+    counts: dict[str, int] = {}
+    points = _read_points(path, text, loss_key, eval_key, counts)  # a record whose step is no count: skipped
     train, evals = _split(points)
     if loss_name is not None and not train:
-        losses = ", ".join(repr(k) for k in series if "loss" in k.lower()) or "none"
-        raise UsageError(f"--loss {loss_name!r}: no record of {path} holds it (its loss columns: {losses})")
+        losses = [repr(k) for k in series if "loss" in k.lower()]
+        if not losses:
+            raise UsageError(_("--loss {name!r}: no record of {path} holds it (it has no loss column)").format(
+                name=loss_name, path=path))
+        raise UsageError(_("--loss {name!r}: no record of {path} holds it (its loss columns: {losses})").format(
+            name=loss_name, path=path, losses=_(", ").join(losses)))
     names = {p.name for p in points}
     for name in names:
         series.pop(name, None)
     return TrainLog(fmt, train, evals, _x_axis(train), series, summary, path=path,
-                    grad_norms=GradNormLog(_metrics_grad_norms(series, train)))
+                    grad_norms=GradNormLog(_metrics_grad_norms(series, train)),
+                    records_skipped=skipped, bad_steps=counts.get("bad_steps", 0))
 
 
 def _metrics_grad_norms(series: dict[str, list[SeriesPoint]], train: list[ProgressPoint]) -> list[GradNormRecord]:
@@ -369,16 +408,18 @@ def _metrics_grad_norms(series: dict[str, list[SeriesPoint]], train: list[Progre
 
 
 
-def _read_points(path: Path, text: str, loss_key: str | None, eval_key: str | None) -> list[ProgressPoint]:
-    """Points via the live metrics-file reader (UTF-8 only); other encodings go through a UTF-8 copy."""
+def _read_points(path: Path, text: str, loss_key: str | None, eval_key: str | None,
+                 counts: dict[str, int] | None = None) -> list[ProgressPoint]:
+    """Points via the live metrics-file reader (UTF-8 only); other encodings go through a UTF-8
+    copy. ``counts``: see :func:`~costctl.progress.metrics_file.read_metrics_file`."""
     with path.open("rb") as fh:
         encoding = detect_encoding(fh.read(SNIFF_BYTES))
     if encoding in ("utf-8", "utf-8-sig"):
-        return read_metrics_file(path, loss_key=loss_key, eval_key=eval_key)
+        return read_metrics_file(path, loss_key=loss_key, eval_key=eval_key, counts=counts)
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / path.name
         copy.write_text(text, encoding="utf-8", newline="")
-        return read_metrics_file(copy, loss_key=loss_key, eval_key=eval_key)
+        return read_metrics_file(copy, loss_key=loss_key, eval_key=eval_key, counts=counts)
 
 
 # -- console output ----------------------------------------------------------------------------
@@ -439,7 +480,9 @@ def iter_console_batches(
         summary: when given, Hugging Face's end-of-training dict (``train_runtime``,
             ``train_loss``...) is merged into it.
         counts: when given, ``counts["long_lines"]`` is kept at the number of lines skipped so
-            far for holding more than ``MAX_LINE_CHARS`` characters.
+            far for holding more than ``MAX_LINE_CHARS`` characters, ``counts["regex_timeouts"]``
+            at the lines ``loss_regex`` timed out on (skipped) and ``counts["regex_disabled"]``
+            at 1 once it was turned off for that (:mod:`costctl.user_regex`).
         grad_norms: when given, the logged gradient norms are appended
             (:func:`~costctl.progress.grad_norms.console_grad_norms`).
         named: when given, reads the lines with several named losses and column tables
@@ -453,7 +496,7 @@ def iter_console_batches(
     parser = LineParser(loss_regex, hook=ConsoleSeries(named, grad_norms))
     dropped = 0  # lines discarded here while still unfinished (longer lines reach the parser)
     if counts is not None:
-        counts["long_lines"] = 0
+        counts["long_lines"] = counts["split_numbers"] = 0
     line_no = 0
 
     def scan(complete: str) -> PointBatch:
@@ -473,7 +516,7 @@ def iter_console_batches(
         elif oom is not None:  # line numbers matter only for OOM events
             line_no += complete.count("\n")
         if counts is not None:
-            counts["long_lines"] = parser.long_lines + dropped
+            _count(counts, parser, dropped)
         return batch
 
     tail = ""
@@ -501,7 +544,17 @@ def iter_console_batches(
     if named is not None:
         named.finish()
     if counts is not None:
-        counts["long_lines"] = parser.long_lines + dropped
+        _count(counts, parser, dropped)
+
+
+def _count(counts: dict[str, int], parser: LineParser, dropped: int) -> None:
+    """``counts`` (see :func:`iter_console_batches`) from the parser's, as read so far."""
+    counts["long_lines"] = parser.long_lines + dropped
+    counts["split_numbers"] = parser.split_numbers
+    user = parser.user_regex
+    if user is not None:
+        counts["regex_timeouts"] = user.timeouts
+        counts["regex_disabled"] = int(user.disabled)
 
 
 def iter_console(
@@ -561,7 +614,9 @@ def read_console(path: Path, *, loss_regex: str | None = None, streamed: bool = 
                   for p in batch.points()]
         train, evals = _split(points)
         log = TrainLog("console", train, evals, _x_axis(train), summary=summary, oom=oom, path=path,
-                       long_lines=counts["long_lines"], grad_norms=grads)
+                       long_lines=counts["long_lines"], grad_norms=grads,
+                       regex_timeouts=counts.get("regex_timeouts", 0),
+                       regex_disabled=bool(counts.get("regex_disabled")), split_numbers=counts["split_numbers"])
         _split_series(log, named, loss_name, {("train", p.name): None for p in train},
                       {("eval", p.name): None for p in evals})
         return log
@@ -611,6 +666,8 @@ def read_console(path: Path, *, loss_regex: str | None = None, streamed: bool = 
         _eval_kept=kept, _eval_cuts=cuts,
         train_replay=replay,
         long_lines=counts["long_lines"], grad_norms=grads,
+        regex_timeouts=counts.get("regex_timeouts", 0), regex_disabled=bool(counts.get("regex_disabled")),
+        split_numbers=counts["split_numbers"],
     )
     _split_series(log, named, loss_name, {k: v for k, v in by_name.items() if k[0] == "train"},
                   {k: v for k, v in by_name.items() if k[0] == "eval"}, shapes)

@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from costctl.clock import ensure_utc
+from costctl.i18n import N_, _
 from costctl.records import GpuReading, SignalStatus, TelemetrySample
 from costctl.telemetry.base import CpuSource, GpuSource
 from costctl.telemetry.jupyter import JupyterActivity, JupyterReading
@@ -22,8 +23,9 @@ from costctl.telemetry.nvidia_smi import DEFAULT_TIMEOUT_S, NvidiaSmiGpuSource
 from costctl.telemetry.nvml import NvmlGpuSource
 from costctl.telemetry.ssh import SshSessionCounter
 
-#: the line :func:`detect_gpu_source` says once when the machine has no NVIDIA GPU.
-NO_GPU_MESSAGE = (
+#: the line :func:`detect_gpu_source` says once when the machine has no NVIDIA GPU (an English
+#: message id: translated where it is said, with its ``stand_in`` translated too).
+NO_GPU_MESSAGE = N_(
     "no NVIDIA GPU found: using the CPU utilization of {stand_in} in place of GPU utilization"
 )
 
@@ -31,7 +33,7 @@ NO_GPU_MESSAGE = (
 def detect_gpu_source(
     log: Callable[[str], None] | None = None,
     *,
-    stand_in: str = "the watched process tree",
+    stand_in: str = N_("the watched process tree"),
     nvml_module: ModuleType | Any | None = None,
     smi_binary: str | os.PathLike[str] = "nvidia-smi",
     smi_timeout: float = DEFAULT_TIMEOUT_S,
@@ -42,7 +44,8 @@ def detect_gpu_source(
     Call it once per watch. With no GPU source it says, once, through ``log``:
     ``"no NVIDIA GPU found: using the CPU utilization of the watched process tree in place of
     GPU utilization"`` (``stand_in`` names what stands in, e.g. ``"all user processes"`` when
-    guarding the machine).
+    guarding the machine), in the language of :mod:`costctl.i18n` (``stand_in``, an English
+    message id, translated too).
 
     A driver that is there but broken is not "no GPU": NVML's probe then returns a source whose
     reads are ERROR (busy). nvidia-smi is tried only when NVML is absent.
@@ -58,7 +61,7 @@ def detect_gpu_source(
     if source is None:
         source = NvidiaSmiGpuSource.probe(smi_binary, timeout=smi_timeout, log=debug)
     if source is None:
-        line = NO_GPU_MESSAGE.format(stand_in=stand_in)
+        line = _(NO_GPU_MESSAGE).format(stand_in=_(stand_in))
         if log is None:
             print(line, file=sys.stderr)
         else:

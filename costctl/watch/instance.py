@@ -157,12 +157,13 @@ def resolve_instance(settings: Settings, provider: Provider, *, say: Callable[[s
         rate = Money(reported, inst.currency)
     elif s.instance.price_per_hour is not None:
         if refused is not None:
-            say(f"costctl: {refused.message}; refused, charging the configured price "
-                f"{s.instance.price_per_hour} {s.instance.currency} per hour ([instance] price_per_hour) instead")
+            say(_("costctl: {problem}; refused, charging the configured price {price} {currency} per hour "
+                  "([instance] price_per_hour) instead").format(problem=refused.message, price=s.instance.price_per_hour,
+                                                                currency=s.instance.currency))
         rate = Money(s.instance.price_per_hour, s.instance.currency)
     elif refused is not None:
-        raise ConfigError(f"{refused.message}; refused: set [instance] price_per_hour and currency to charge "
-                          "that price instead")
+        raise ConfigError(_("{problem}; refused: set [instance] price_per_hour and currency to charge that price "
+                            "instead").format(problem=refused.message))
     else:
         raise ConfigError(
             _("no price for instance {instance}: {provider} did not report one; set [instance] price_per_hour "

@@ -53,6 +53,7 @@ from ..ledger.lifecycle import spot_exposure
 from ..ledger.progress_store import ProgressStore
 from ..ledger.spend import SpendTracker
 from ..ledger.tables import ADVISE_ONLY, DRY_RUN
+from ..ledger.sync import CentralSync, central_target
 from ..ledger.writer import LedgerWriter, Ticket
 from ..lifecycle.controller import Lifecycle
 from ..notify.dispatch import Notifier
@@ -76,6 +77,7 @@ from ..summary import RunSummary
 from ..telemetry.cpu import ExitedTreeCpu, MachineCpu, ProcessTreeCpu
 from ..telemetry.jupyter import JupyterActivity
 from ..telemetry.sampler import Sampler, detect_gpu_source
+from ..user_regex import LINE_BUDGET_S, MAX_TIMEOUTS, UserRegex
 from .chainlock import HEARTBEAT_STALE_S, ChainLock, blocking_run, lock_dir, refusal
 from .command import prepare_command
 from ..stopping import EXIT_STOP_FAILED, StopProcess, StopRoute, StopRunner
@@ -277,6 +279,7 @@ class Watcher:
         self.ledger: Ledger | None = None
         self._chain_lock: ChainLock | None = None  # the checkpoint directory's lock (.chainlock)
         self.writer: LedgerWriter | None = None  # every write after start-up goes through it
+        self.central: CentralSync | None = None  # fleet mode: sends the ledger's outbox to the central ledger
         self._spend: SpendTracker | None = None  # the current run's spend, from memory
         self.recorder: DecisionRecorder | None = None
         self.job: Job | None = None
@@ -357,6 +360,8 @@ class Watcher:
         writer.accrue(run.run_id, now, run.rate.amount, run.rate.currency)
         writer.finish_run(run.run_id, ended_at=now, exit_code=self.child_status, status="self-stop sent")
         writer.flush(SELF_STOP_FLUSH_S)
+        if self.central is not None:  # the team ledger sees the end too, if it answers at once
+            self.central.sync_now(SELF_STOP_FLUSH_S)
 
     @property
     def run_id(self) -> str | None:
@@ -485,6 +490,8 @@ class Watcher:
         s = self.settings
         paths.data_dir(s.data_dir)  # a data dir that cannot be created fails first
         url = s.database_url or paths.default_database_url(s.data_dir)
+        # Fleet mode's central ledger: a bad URL is refused here, before anything starts.
+        central_url = central_target(s.ledger.central_url, url)
         # Resolve the provider, the price and the stop route before touching the ledger: a bad
         # config or a watch that could not stop its instance changes nothing.
         provider = self._provider or open_provider(s, clock=self.clock)
@@ -509,6 +516,8 @@ class Watcher:
         # migration runs in a child process, so no Alembic is left resident in the watch.
         if self.ledger is None:
             self.ledger = Ledger.open(url, isolated_migration=True)
+        # Fleet mode: every write below also fills the outbox the central sync sends.
+        self.ledger.outbox = central_url is not None
         try:
             instance_pk = self.ledger.ensure_instance(
                 provider.name, instance_id, gpu=resolved.gpu_name, gpu_count=gpu_count, billing=billing,
@@ -565,6 +574,9 @@ class Watcher:
             retry_max_s=s.watch.ledger_retry_max.total_seconds(), charge_start=self._charge_from,
             linger_s=min(WRITE_EVERY_S, WRITE_EVERY_TICKS * s.watch.sample_interval.total_seconds()),
         )
+        if central_url is not None:
+            self.central = CentralSync(self.ledger, central_url, say=self.say,
+                                       interval_s=s.ledger.sync_interval.total_seconds()).start()
         self.recorder = DecisionRecorder(self.writer, self.summary, self.say, run_id=run_id)
         # The job's own full-precision metrics ($COSTCTL_METRICS_FILE, written by the HF callback's
         # on_log): once the file exists the progress is read from it, the output being the fallback.
@@ -632,7 +644,10 @@ class Watcher:
         self._pump = ParsePump(self.log_path, output.parse,
                                self._progress_q.put, self.clock.now, on_error=self._output_failed,
                                on_gap=output.gap, lines_seen=lambda: output.lines_seen,
-                               on_backlog=self._progress_backlog, inline_max_bytes=INLINE_MAX_BYTES)
+                               on_backlog=self._progress_backlog,
+                               # a user's --loss-regex may take its whole time budget on a line
+                               # (costctl.user_regex): never on the thread that passes output through
+                               inline_max_bytes=INLINE_MAX_BYTES if output.user_regex is None else 0)
         if s.checkpoint.path:
             warning = ephemeral_storage_warning(resolve_pattern(s.checkpoint.path))
             if warning:
@@ -657,10 +672,12 @@ class Watcher:
             except CostctlError:
                 if target is not None:  # the run stays open: unguarded again once this watch is gone
                     self.writer.close(s.watch.ledger_flush_timeout.total_seconds())
+                    self._close_central()
                     self.ledger.close()
                     raise
                 self.writer.finish_run(run_id, ended_at=self.clock.now(), exit_code=None, status="failed-to-start")
                 self.writer.close(s.watch.ledger_flush_timeout.total_seconds())
+                self._close_central()
                 self.ledger.close()
                 raise
         if self._sampler is None:
@@ -1096,6 +1113,8 @@ class Watcher:
             self.say(unparsed.format(bytes=info.bytes, lines=info.lines, log=self.log_path, first=info.first_offset,
                                      end=info.end_offset))
         output = getattr(self, "_output", None)
+        if output is not None and output.user_regex is not None:
+            self._say_regex_timeouts(output.user_regex)
         long_lines = output.long_lines if output is not None else 0
         if long_lines > getattr(self, "_long_said", 0):
             self._long_said = long_lines
@@ -1104,11 +1123,32 @@ class Watcher:
                               "costctl: {count:,} lines of the job's output longer than {max:,} characters were "
                               "skipped for progress: a loss on them was not read (they are in the run log {log})",
                               long_lines).format(count=long_lines, max=MAX_LINE_CHARS, log=self.log_path))
+        split = output.split_numbers if output is not None else 0
+        if split > getattr(self, "_split_said", 0):
+            self._split_said = split
+            self.say(ngettext("costctl: {count:,} line of the job's output had a control character inside a number; "
+                              "it was skipped for progress (that number is no number; the run log {log} keeps it)",
+                              "costctl: {count:,} lines of the job's output had a control character inside a number; "
+                              "they were skipped for progress (those numbers are no numbers; the run log {log} keeps "
+                              "them)", split).format(count=split, log=self.log_path))
         if pump is not None and pump.lost_bytes and not getattr(self, "_lost_said", False):
             self._lost_said = True
             self.say(_("costctl: {bytes:,} bytes of the job's output could not be read back from the run log {log} "
                        "for progress (see {err}); the policies did not see them").format(
                 bytes=pump.lost_bytes, log=self.log_path, err=self.log_path.with_suffix(".relay.err")))
+
+    def _say_regex_timeouts(self, user: UserRegex) -> None:
+        """Say, once each, that ``--loss-regex`` timed out on a line of the job's output (the line
+        skipped) and that it was turned off for timing out too often (:mod:`costctl.user_regex`)."""
+        if user.timeouts and not getattr(self, "_regex_timeout_said", False):
+            self._regex_timeout_said = True
+            self.say(_("costctl: --loss-regex took longer than {ms:g} ms on a line of the job's output; such lines are "
+                       "skipped for progress (they are in the run log {log}); after {count} of them the pattern is "
+                       "turned off").format(ms=LINE_BUDGET_S * 1000, log=self.log_path, count=MAX_TIMEOUTS))
+        if user.disabled and not getattr(self, "_regex_disabled_said", False):
+            self._regex_disabled_said = True
+            self.say(_("costctl: --loss-regex timed out on {count} lines of the job's output and is turned off; the "
+                       "built-in loss shapes read the rest of the output (the watch goes on)").format(count=MAX_TIMEOUTS))
 
     def _progress_backlog(self) -> None:
         """The parser waits for its points to be taken (parser thread): the main loop runs a
@@ -1145,6 +1185,8 @@ class Watcher:
             self.history.add_grad_norms(records)
         if output is None:
             return
+        if output.user_regex is not None:
+            self._say_regex_timeouts(output.user_regex)
         missing = output.primary.missing
         if missing is not None and not getattr(self, "_loss_said", False):
             self._loss_said = True  # once: not again at the end
@@ -1788,6 +1830,12 @@ class Watcher:
                                           evidence=advice.to_dict(), key="underutilized"), "advised", say=False)
             summ.advice.append(advice.text)
 
+    def _close_central(self) -> None:
+        """Fleet mode: one last send to the central ledger (up to ``[ledger]
+        central_flush_timeout``; what is left waits in the outbox), then stop the sender."""
+        if self.central is not None:
+            self.central.close(self.settings.ledger.central_flush_timeout.total_seconds())
+
     def finish(self, exit_code: int, status: str) -> tuple[int, str]:
         """Close the run in the ledger, print the summary and release everything; returns
         ``(exit status, run status)``. :meth:`run` calls it; simulated-clock drivers too."""
@@ -1832,6 +1880,7 @@ class Watcher:
                 self.notifier.close()
             if self.writer is not None:  # wait for the ledger (an outage: up to the flush timeout)
                 self.writer.close(self.settings.watch.ledger_flush_timeout.total_seconds())
+            self._close_central()
             self.status.close()
         self.summary.duration = end - min(self.started_at, self._summary_from or self.started_at)
         if not self.options.quiet and not self.status.gone:

@@ -9,7 +9,7 @@ survives a shutdown; an instance shut down for 15 days is released with its data
 
 from __future__ import annotations
 
-from costctl.i18n import _
+from costctl.i18n import N_
 
 from costctl_providers.preset import ConfigPreset, PresetKey
 
@@ -19,46 +19,46 @@ CHECKPOINT_DIR = "/root/autodl-tmp/checkpoints"
 AUTODL_PRESET = ConfigPreset(
     display_name="AutoDL",
     summary=(
-        _("Written for a watch inside an AutoDL container: prices in CNY, days in Asia/Shanghai, checkpoints on "
+        N_("Written for a watch inside an AutoDL container: prices in CNY, days in Asia/Shanghai, checkpoints on "
           "the data disk, and the container's own shutdown as the stop of last resort."),
-        _("Without AUTODL_TOKEN it runs as is inside the container (the instance is known from the hostname, "
+        N_("Without AUTODL_TOKEN it runs as is inside the container (the instance is known from the hostname, "
           "the price from [instance] price_per_hour); with the token the API stops the instance and reports its "
           "real price."),
     ),
     keys=(
         PresetKey("instance", "id", None,
-                  _("Not needed inside the container: the instance is known from its hostname, "
+                  N_("Not needed inside the container: the instance is known from its hostname, "
                     "autodl-container-<uuid>. Set it to watch an instance from another machine."),
                   example="pro-76419909953e"),
         PresetKey("instance", "currency", "CNY",
-                  _("AutoDL bills in yuan (its API reports prices in 1/1000 yuan); budget caps below are in yuan "
+                  N_("AutoDL bills in yuan (its API reports prices in 1/1000 yuan); budget caps below are in yuan "
                     "too.")),
         PresetKey("instance", "billing", "on-demand",
-                  _("Pay-as-you-go (按量计费), AutoDL's default; \"prepaid\" for a daily, weekly or monthly rental, "
+                  N_("Pay-as-you-go (按量计费), AutoDL's default; \"prepaid\" for a daily, weekly or monthly rental, "
                     "which is paid whether the instance runs or not.")),
         PresetKey("instance", "self_stop", "shutdown",
-                  _("Inside the container, shutdown powers the instance off and stops GPU billing, with no token: "
+                  N_("Inside the container, shutdown powers the instance off and stops GPU billing, with no token: "
                     "the stop of last resort (with AUTODL_TOKEN the API's power_off comes first).")),
         PresetKey("watch", "timezone", "Asia/Shanghai",
-                  _("AutoDL's clock (China Standard Time): daily caps and `costctl bill --by day` start the day "
+                  N_("AutoDL's clock (China Standard Time): daily caps and `costctl bill --by day` start the day "
                     "at midnight in Beijing.")),
         PresetKey("checkpoint", "path", CHECKPOINT_DIR,
-                  _("On the data disk: /root/autodl-tmp is kept when the instance shuts down, while the system disk "
+                  N_("On the data disk: /root/autodl-tmp is kept when the instance shuts down, while the system disk "
                     "is not meant for data (costctl warns about a checkpoint path elsewhere). An instance shut down "
                     "for 15 days is released with its data: copy what you keep off it.")),
         PresetKey("hooks", "before_stop", None,
-                  _("Runs before any stop: e.g. copy outputs from the system disk to the data disk."),
+                  N_("Runs before any stop: e.g. copy outputs from the system disk to the data disk."),
                   example="rsync -a outputs/ /root/autodl-tmp/outputs/"),
         PresetKey("policies.budget", "daily", None,
-                  _("A cap in yuan per day (Asia/Shanghai days); unset by default."), example="50"),
+                  N_("A cap in yuan per day (Asia/Shanghai days); unset by default."), example="50"),
         PresetKey("catalog", "currency", "CNY",
-                  _("`costctl gpus` and `costctl recommend` rank and show prices in yuan; a USD price is shown "
+                  N_("`costctl gpus` and `costctl recommend` rank and show prices in yuan; a USD price is shown "
                     "converted only through a dated [[catalog.exchange_rates]] entry below.")),
     ),
     default_gpu="RTX 4090",
-    price_note=_("With AUTODL_TOKEN set, the price AutoDL reports for the instance (its snapshot's payg_price) "
+    price_note=N_("With AUTODL_TOKEN set, the price AutoDL reports for the instance (its snapshot's payg_price) "
                  "is charged instead: set this one to what your instance costs when you watch without the token."),
-    credential_hint=_("AUTODL_TOKEN is the developer token of your AutoDL account (for Pro instances); an ordinary "
+    credential_hint=N_("AUTODL_TOKEN is the developer token of your AutoDL account (for Pro instances); an ordinary "
                       "instance is read through the console API only with console_api = true and "
                       "AUTODL_CONSOLE_TOKEN, the console's login token."),
 )

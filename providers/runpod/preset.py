@@ -9,33 +9,33 @@ are stopped through the GraphQL API, with ``RUNPOD_API_KEY``; a pod's id is in
 
 from __future__ import annotations
 
-from costctl.i18n import _
+from costctl.i18n import N_
 
 from costctl_providers.preset import ConfigPreset, PresetKey
 
 RUNPOD_PRESET = ConfigPreset(
     display_name="RunPod",
     summary=(
-        _("Written for a watch on a RunPod pod: prices in USD, checkpoints on the pod's /workspace volume, and "
+        N_("Written for a watch on a RunPod pod: prices in USD, checkpoints on the pod's /workspace volume, and "
           "the pod stopped through RunPod's API (RUNPOD_API_KEY, inside the pod too)."),
     ),
     keys=(
         PresetKey("instance", "id", None,
-                  _("The pod's id (RunPod's console, or $RUNPOD_POD_ID inside the pod: "
+                  N_("The pod's id (RunPod's console, or $RUNPOD_POD_ID inside the pod: "
                     "export COSTCTL_INSTANCE__ID=\"$RUNPOD_POD_ID\" sets it without editing this file)."),
                   example="abc123xyz"),
         PresetKey("instance", "currency", "USD",
-                  _("RunPod bills in US dollars; budget caps below are in dollars too.")),
+                  N_("RunPod bills in US dollars; budget caps below are in dollars too.")),
         PresetKey("instance", "billing", "on-demand",
-                  _("An on-demand pod; \"spot\" for an interruptible one (bidPerGpu), which RunPod may take back.")),
+                  N_("An on-demand pod; \"spot\" for an interruptible one (bidPerGpu), which RunPod may take back.")),
         PresetKey("checkpoint", "path", "/workspace/checkpoints",
-                  _("On the pod's volume: /workspace is kept when the pod stops, the container disk is reset.")),
+                  N_("On the pod's volume: /workspace is kept when the pod stops, the container disk is reset.")),
         PresetKey("catalog", "currency", "USD",
-                  _("`costctl gpus` and `costctl recommend` rank and show prices in dollars; a CNY price is shown "
+                  N_("`costctl gpus` and `costctl recommend` rank and show prices in dollars; a CNY price is shown "
                     "converted only through a dated [[catalog.exchange_rates]] entry.")),
     ),
-    price_note=_("RunPod's API reports the pod's price (costPerHr), which is charged instead."),
-    credential_hint=_("RUNPOD_API_KEY is an API key from RunPod's console (Settings, API Keys); without it costctl "
+    price_note=N_("RunPod's API reports the pod's price (costPerHr), which is charged instead."),
+    credential_hint=N_("RUNPOD_API_KEY is an API key from RunPod's console (Settings, API Keys); without it costctl "
                       "can neither read the pod's price nor stop it, and a watch refuses to start."),
 )
 

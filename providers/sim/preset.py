@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from costctl.i18n import _
+from costctl.i18n import N_
 
 from costctl_providers.preset import ConfigPreset
 
 SIM_PRESET = ConfigPreset(
-    display_name=_("the simulated provider"),
-    summary=(_("Written for the simulated provider: a local instance that costs what its table says, for trying "
+    display_name=N_("the simulated provider"),
+    summary=(N_("Written for the simulated provider: a local instance that costs what its table says, for trying "
                "costctl without an account."),),
 )
 

@@ -13,8 +13,8 @@ Every existing row keeps its ``run_id`` and gets ``instance_pk`` NULL: nothing i
 every total is unchanged. Downgrading deletes the patrol's decisions and stop events (they have
 no run, which the older schema requires) and drops the observations.
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 Create Date: 2026-12-06 00:00:00+00:00
 """
 
@@ -25,8 +25,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0010"
-down_revision: str | Sequence[str] | None = "0009"
+revision: str = "0011"
+down_revision: str | Sequence[str] | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -40,7 +40,7 @@ NAMING = {"ix": "ix_%(column_0_label)s", "uq": "uq_%(table_name)s_%(column_0_N_n
 
 
 def _decisions(*, patrol: bool) -> sa.Table:
-    """``decisions`` as revision 0009 left it (``patrol`` False) or as this one makes it: the
+    """``decisions`` as revision 0010 left it (``patrol`` False) or as this one makes it: the
     table SQLite's batch mode copies from (so ``--sql`` needs no live database to reflect)."""
     meta = sa.MetaData(naming_convention=NAMING)
     sa.Table("runs", meta, sa.Column("id", sa.String(length=32), primary_key=True))
@@ -56,7 +56,9 @@ def _decisions(*, patrol: bool) -> sa.Table:
         sa.Column("outcome", sa.Text(), nullable=True),
         sa.Column("dry_run", sa.Boolean(), nullable=False),
         sa.Column("key", sa.String(length=128), nullable=True),
+        sa.Column("origin_id", sa.BigInteger(), nullable=True),
         sa.Index("ix_decisions_run_id_time", "run_id", "time"),
+        sa.Index("uq_decisions_run_id_origin_id", "run_id", "origin_id", unique=True),
     ]
     if patrol:
         columns += [sa.Column("instance_pk", sa.Integer(), sa.ForeignKey("instances.id"), nullable=True),
@@ -79,7 +81,9 @@ def _stop_events(*, patrol: bool) -> sa.Table:
         sa.Column("state", sa.String(length=16), nullable=False),
         sa.Column("attempt", sa.Integer(), nullable=False),
         sa.Column("detail", sa.Text(), nullable=True),
+        sa.Column("origin_id", sa.BigInteger(), nullable=True),
         sa.Index("ix_stop_events_run_id_time", "run_id", "time"),
+        sa.Index("uq_stop_events_run_id_origin_id", "run_id", "origin_id", unique=True),
     )
 
 

@@ -1,0 +1,134 @@
+"""Spend charts for the dashboard: the geometry of an inline SVG line chart, computed on the server.
+
+One chart per currency (two currencies never share an axis): cumulative spend per series
+(:class:`costctl.ledger.timeline.SpendSeries`) against time, the y axis from 0 to a round
+amount above the largest, the x axis over the series' span with times in the shown time zone.
+This module only computes coordinates and labels (:class:`Chart`); the template draws them
+(``templates/dashboard.html``), so every text is escaped by Jinja2. No script, no external
+resource: the page shows the same thing with JavaScript off and offline.
+
+Coordinates are floats (SVG user units), computed from the Decimal amounts; the amounts shown
+as tick labels are Decimals (round steps of 1, 2 or 5 times a power of ten).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..ledger.timeline import SpendSeries
+
+#: The chart's drawing size (SVG user units; the page scales it to its width) and margins.
+WIDTH, HEIGHT = 640.0, 260.0
+LEFT, RIGHT, TOP, BOTTOM = 64.0, 12.0, 12.0, 30.0
+#: Ticks on each axis, about.
+Y_TICKS, X_TICKS = 4, 4
+#: Series colours, in order (Tableau 10: distinct for the common colour-vision deficiencies).
+PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
+           "#bab0ac")
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One series drawn: its label, colour, SVG ``points`` (``"x,y x,y ..."``) and final amount."""
+
+    label: str
+    colour: str
+    points: str
+    total: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """An axis tick: its position (SVG units along the axis) and its label."""
+
+    at: float
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class Chart:
+    """A chart of one currency, ready to draw (see the module docstring): ``dom_id`` is unique in
+    the page (``spend-by-instance-USD``)."""
+
+    dom_id: str
+    currency: str
+    lines: list[Line]
+    y_ticks: list[Tick]
+    x_ticks: list[Tick]
+    width: float = WIDTH
+    height: float = HEIGHT
+    left: float = LEFT
+    right: float = WIDTH - RIGHT
+    top: float = TOP
+    bottom: float = HEIGHT - BOTTOM
+
+
+def nice_step(top: Decimal, ticks: int = Y_TICKS) -> Decimal:
+    """A round step (1, 2 or 5 times a power of ten) that splits ``[0, top]`` into about ``ticks``
+    parts; ``top`` > 0."""
+    raw = top / ticks
+    exponent = raw.adjusted()
+    for mantissa in (1, 2, 5, 10):
+        step = Decimal(mantissa).scaleb(exponent)
+        if step >= raw:
+            return step
+    return Decimal(10).scaleb(exponent)  # pragma: no cover - 10 * 10^e is always >= raw
+
+
+def _amount_label(value: Decimal, step: Decimal) -> str:
+    """A tick amount with as many decimals as its step needs (``0.25``, ``10``)."""
+    places = max(0, -step.normalize().as_tuple().exponent)  # type: ignore[operator]
+    return f"{value:.{places}f}"
+
+
+def _time_label(when: datetime, tz: tzinfo, span_s: float) -> str:
+    """A time tick in ``tz``: ``MM-DD HH:MM`` (``HH:MM`` when the chart spans under a day)."""
+    local = when.astimezone(tz)
+    return local.strftime("%H:%M") if span_s < 86400 else local.strftime("%m-%d %H:%M")
+
+
+def build(series: Sequence[SpendSeries], currency: str, tz: tzinfo, dom_id: str) -> Chart:
+    """The chart of the ``currency`` series among ``series`` (see :class:`Chart`); series of other
+    currencies are left out. An empty chart (no such series) has no lines and no ticks."""
+    mine = [s for s in series if s.currency == currency and s.times]
+    if not mine:
+        return Chart(dom_id, currency, [], [], [])
+    t0 = min(s.times[0] for s in mine)
+    t1 = max(s.times[-1] for s in mine)
+    span = max((t1 - t0).total_seconds(), 1.0)
+    top_amount = max((s.amounts[-1] for s in mine), default=Decimal(0))
+    step = nice_step(top_amount) if top_amount > 0 else Decimal(1)
+    y_max = step * ((top_amount / step).to_integral_value(rounding="ROUND_CEILING") or 1)
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def x(when: datetime) -> float:
+        return LEFT + plot_w * (when - t0).total_seconds() / span
+
+    def y(amount: Decimal) -> float:
+        return TOP + plot_h * (1.0 - float(amount / y_max))
+
+    lines = [Line(s.label, PALETTE[i % len(PALETTE)],
+                  " ".join(f"{x(t):.1f},{y(a):.1f}" for t, a in zip(s.times, s.amounts)), s.amounts[-1])
+             for i, s in enumerate(mine)]
+    y_ticks = []
+    value = Decimal(0)
+    while value <= y_max:
+        y_ticks.append(Tick(y(value), _amount_label(value, step)))
+        value += step
+    x_ticks = [Tick(LEFT + plot_w * k / X_TICKS,
+                    _time_label(t0 + (t1 - t0) * k / X_TICKS, tz, span)) for k in range(X_TICKS + 1)]
+    return Chart(dom_id, currency, lines, y_ticks, x_ticks)
+
+
+def charts(series: Sequence[SpendSeries], tz: tzinfo, prefix: str) -> list[Chart]:
+    """One :func:`build` chart per currency of ``series``, by currency code; ids ``<prefix>-<CUR>``."""
+    return [build(series, currency, tz, f"{prefix}-{currency}")
+            for currency in sorted({s.currency for s in series})]
+
+
+__all__ = ["Chart", "Line", "PALETTE", "Tick", "build", "charts", "nice_step"]
