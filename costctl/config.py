@@ -494,7 +494,7 @@ class PatrolFilters(_Section):
     """
 
     provider: Annotated[list[str] | None, BeforeValidator(_listed)] = Field(
-        default=None, description=N_("provider adapters (sim, autodl, vastai, runpod)"))
+        default=None, description=N_("provider adapters by name (the [providers.*] tables' names)"))
     account: Annotated[list[str] | None, BeforeValidator(_listed)] = Field(
         default=None, description=N_("named accounts; default for a provider's default account"))
     label: Annotated[list[str] | None, BeforeValidator(_listed)] = Field(

@@ -223,6 +223,12 @@ class Provider(ABC):
         keys the user set. Default: none."""
         return {}
 
+    def listing_note(self) -> str | None:
+        """What :meth:`list_instances` leaves out of the account, as one clause in the current
+        language (``costctl patrol`` says it: it cannot see those instances), None when the
+        listing is the whole account. Default: None."""
+        return None
+
     def has_credential(self) -> bool:
         """Whether an API credential is configured (adapters without one: True)."""
         return True

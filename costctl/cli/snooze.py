@@ -130,7 +130,7 @@ def snooze(
 
 
 def parse_instance(text: str) -> tuple[str, str]:
-    """``vastai:312`` -> ``("vastai", "312")``.
+    """``PROVIDER:ID`` -> ``(provider, id)`` (the id is everything after the first ``:``).
 
     Raises:
         UsageError: no ``:``, an empty part, or a provider no adapter is installed for.
@@ -140,7 +140,8 @@ def parse_instance(text: str) -> tuple[str, str]:
     provider, sep, iid = text.partition(":")
     known = available_providers()
     if not sep or not provider or not iid.strip() or provider not in known:
-        raise UsageError(_("--instance {text!r}: expected PROVIDER:ID, like vastai:312 (providers: {known})").format(
+        raise UsageError(_("--instance {text!r}: expected PROVIDER:ID, the provider's name and the instance's id "
+                           "(providers: {known})").format(
             text=text, known=", ".join(known)))
     return provider, iid.strip()
 

@@ -198,17 +198,20 @@ class Sweeper:
         return seen, history
 
     def _notes(self, fleet: FleetReport) -> list[str]:
-        """What the patrol cannot see: an adapter whose listing leaves instances out (AutoDL's
-        official API lists Pro instances only)."""
-        from costctl_providers.registry import provider_class
-
+        """What the patrol cannot see: each read account whose adapter says its listing leaves
+        instances out (:meth:`~costctl_providers.base.Provider.listing_note`; AutoDL's official
+        API lists Pro instances only)."""
         notes = []
         for read in fleet.accounts:
-            cls: Any = provider_class(read.provider)
-            if read.ok and getattr(cls, "stopped_release_after", None) is not None:
-                note = _("{provider}: only the instances its official API lists are patrolled (AutoDL: Pro "
-                         "instances; ordinary instances only with [providers.autodl] console_api), so the warning "
-                         "before its release of a shut-down instance covers those alone").format(provider=read.provider)
+            if not read.ok:
+                continue
+            try:
+                said = self._provider_for(read.provider, read.account).listing_note()
+            except CostctlError:
+                continue
+            if said:
+                note = _("{provider}: {note}; the patrol sees, and warns about, the listed instances alone").format(
+                    provider=read.provider, note=said)
                 if note not in notes:
                     notes.append(note)
         return notes
@@ -403,12 +406,16 @@ class Sweeper:
         warning.done = _("warned (decision {decision})").format(decision=claimed.decision_id)
 
     def _provider(self, row: FleetRow) -> Provider:
+        return self._provider_for(row.provider, row.account)
+
+    def _provider_for(self, name: str, account: str | None) -> Provider:
+        """The adapter of ``name``'s ``account`` (None: its default account), opened once."""
         from ..cloud import DEFAULT_ACCOUNT, open_provider
 
-        key = (row.provider, row.account)
+        key = (name, account)
         if key not in self._providers:
-            self._providers[key] = open_provider(self.settings, row.provider, clock=self.clock,
-                                                 account=row.account or DEFAULT_ACCOUNT)
+            self._providers[key] = open_provider(self.settings, name, clock=self.clock,
+                                                 account=account or DEFAULT_ACCOUNT)
         return self._providers[key]
 
     def _carry(self, outcome: Outcome, notifier: Notifier) -> None:

@@ -205,6 +205,14 @@ class AutoDLProvider(HttpProvider):
     def _console_instances(self) -> list[Instance]:
         return [self._remember(instance_from_payload(item)) for item in self._pages(self.console, _CONSOLE, {"status": []})]
 
+    def listing_note(self) -> str | None:
+        """Without ``console_api``, ordinary (non-Pro) instances are not listed: AutoDL's official
+        developer API reads Pro instances only."""
+        if self.config.console_api:
+            return None
+        return _("only Pro instances are listed: AutoDL's official API reads no other; ordinary instances are "
+                 "listed with [providers.autodl] console_api = true (the web console's unofficial API)")
+
     def list_instances(self) -> list[Instance]:
         """Pro instances (each with its snapshot's ``payg_price``), plus ordinary instances when
         ``console_api`` is on. Prices are CNY per instance-hour.
