@@ -147,25 +147,92 @@ def format_money(amount: Any, currency: str, *, places: int = 2, currency_digits
             ``JP¥3`` for 3.00 JPY); False shows exactly ``places`` decimals whatever the currency
             (a table whose cells must add up as shown, to the cent, in every currency).
     """
-    from decimal import Decimal
+    from decimal import Decimal, localcontext
 
     from babel.numbers import format_currency
 
     locale = "zh_CN" if language() == "zh_CN" else "en_US"
-    q = Decimal(amount).quantize(Decimal(1).scaleb(-places))
-    if places == 2 and currency_digits:
-        return format_currency(q, currency.upper(), locale=locale)
-    pattern = "¤#,##0" + ("." + "0" * places if places > 0 else "")
-    return format_currency(q, currency.upper(), format=pattern, locale=locale, currency_digits=False)
+    q = _round(Decimal(amount), places)
+    with localcontext() as ctx:  # Babel rounds again in the current context: room for every digit
+        ctx.prec = max(28, q.adjusted() + places + 2)
+        if places == 2 and currency_digits:
+            return format_currency(q, currency.upper(), locale=locale)
+        pattern = "¤#,##0" + ("." + "0" * places if places > 0 else "")
+        return format_currency(q, currency.upper(), format=pattern, locale=locale, currency_digits=False)
+
+
+def _round(value: Any, places: int) -> Any:
+    """``value`` (a finite Decimal) rounded half-even to ``places`` decimals, with as many digits
+    as it needs (Decimal's default 28 would fail on a long amount); display only."""
+    from decimal import ROUND_HALF_EVEN, Context, Decimal
+
+    digits = max(value.adjusted(), 0) + places + 2
+    return value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN, context=Context(prec=max(28, digits)))
+
+
+#: The most decimals a free-standing amount of money is shown with (:func:`format_amount`): 4,
+#: for an amount under one unit of its currency, so a Vast.ai price of 0.0123 USD/h reads
+#: ``$0.0123``, not ``$0.01`` (costctl's choice: marketplaces list prices to the 1/10,000 of a
+#: dollar, AutoDL bills in 1/1,000 yuan).
+SMALL_AMOUNT_PLACES = 4
+
+
+def amount_places(amount: Any) -> int:
+    """How many decimals :func:`format_amount` shows ``amount`` (a Decimal) with: 2 when its
+    magnitude, rounded half-even to :data:`SMALL_AMOUNT_PLACES` decimals, is 0 or at least 1;
+    below 1, the decimals it needs at that rounding, at least 2 (0.5 → 2, 0.0123 → 4)."""
+    from decimal import Decimal
+
+    q = _round(Decimal(amount), SMALL_AMOUNT_PLACES)
+    if q == 0 or abs(q) >= 1:
+        return 2
+    exponent = q.normalize().as_tuple().exponent
+    assert isinstance(exponent, int)  # finite
+    return min(max(2, -exponent), SMALL_AMOUNT_PLACES)
+
+
+def format_amount(amount: Any, currency: str | None) -> str:
+    """A free-standing amount of money for people (a price per hour, a spend, a saving, a budget
+    cap; everywhere money is shown, except a table whose cells must add up to its totals as
+    shown, which uses :func:`format_money` with fixed places), as the current language writes it.
+
+    The rule: from 1 up (in magnitude), 2 decimals, or the currency's own (CLDR: ``JP¥3``), with
+    the locale's thousands separators (``$1,234.57``, ``¥1,008.00``); below 1, rounded half-even
+    to :data:`SMALL_AMOUNT_PLACES` decimals and written with as many as it needs, at least 2
+    (``$0.50``, ``$0.0123``, ``CN¥0.125``); a non-zero amount that would show as 0 is
+    ``<$0.0001`` (``>-$0.0001`` below zero); zero is ``$0.00``.
+
+    Args:
+        amount: a Decimal (never a float), in units of ``currency``.
+        currency: ISO 4217 code; None gives the number alone, by the same rule (``0.0123``, for a
+            range that names its currency once: see :func:`costctl.report.price_range_cell`).
+    """
+    from decimal import Decimal
+
+    value = Decimal(amount)
+    places = amount_places(value)
+    if value != 0 and _round(value, SMALL_AMOUNT_PLACES) == 0:
+        edge = Decimal(1).scaleb(-SMALL_AMOUNT_PLACES) * (1 if value > 0 else -1)
+        return ("<" if value > 0 else ">") + format_amount(edge, currency)
+    if currency is None:
+        return format_number(_round(value, places), places=places)
+    if places == 2:
+        return format_money(value, currency)
+    return format_money(value, currency, places=places, currency_digits=False)
 
 
 def format_number(value: Any, *, places: int | None = None) -> str:
     """``value`` with the locale's thousands separators (Babel), ``places`` decimals when given."""
+    from decimal import Decimal, localcontext
+
     from babel.numbers import format_decimal
 
     locale = "zh_CN" if language() == "zh_CN" else "en_US"
     fmt = None if places is None else ("#,##0." + "0" * places if places > 0 else "#,##0")
-    return format_decimal(value, format=fmt, locale=locale)
+    with localcontext() as ctx:  # room for every digit of a long Decimal when Babel rounds it
+        if isinstance(value, Decimal) and value.is_finite():
+            ctx.prec = max(28, value.adjusted() + (places or 0) + 2)
+        return format_decimal(value, format=fmt, locale=locale)
 
 
 def format_time(when: Any, tz: Any = None) -> str:
@@ -177,5 +244,6 @@ def format_time(when: Any, tz: Any = None) -> str:
     return shown.isoformat(sep=" ")
 
 
-__all__ = ["CHOICES", "DOMAIN", "LANGUAGES", "LOCALE_DIR", "N_", "_", "choose_language", "format_money",
-           "format_number", "format_time", "install_for_cli", "language", "ngettext", "set_language"]
+__all__ = ["CHOICES", "DOMAIN", "LANGUAGES", "LOCALE_DIR", "N_", "SMALL_AMOUNT_PLACES", "_", "amount_places",
+           "choose_language", "format_amount", "format_money", "format_number", "format_time", "install_for_cli",
+           "language", "ngettext", "set_language"]

@@ -20,7 +20,7 @@ from datetime import date, timedelta
 from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 
 from .errors import ConfigError, CostctlError, CurrencyMismatchError
-from .i18n import N_, _
+from .i18n import N_, _, format_amount
 
 SECONDS_PER_HOUR = Decimal(3600)
 
@@ -192,7 +192,16 @@ class Money:
         a finite amount, see :func:`round_money`)."""
         return round_money(self.amount, places)
 
+    def shown(self) -> str:
+        """This amount for people, as the current language writes money
+        (:func:`costctl.i18n.format_amount`): ``$0.0123``, ``$1,234.57``, ``CN¥1.09`` in English,
+        ``US$0.0123``, ``¥1,008.00`` in Chinese."""
+        return format_amount(self.amount, self.currency)
+
     def __str__(self) -> str:
+        """``"0.69 USD"``: the amount rounded half-even to 2 places and the currency code, the same
+        in every language. For logs and machine text (``json.dumps(..., default=str)`` of a
+        decision's evidence writes it); never for a sentence people read: that is :meth:`shown`."""
         return f"{self.rounded(2)} {self.currency}"
 
 

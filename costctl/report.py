@@ -8,7 +8,8 @@ Rounding happens here only:
   times as ISO-8601 UTC, days as ``YYYY-MM-DD``, durations as seconds (numbers);
 * table: money with 2 places as the current language writes it (:func:`costctl.i18n.format_money`:
   ``$1,234.57`` / ``CN¥2.50`` in English, ``US$1,234.57`` / ``¥2.50`` in Chinese; ``<$0.01`` for a
-  non-zero amount that would show as 0.00), times in the report's time zone
+  non-zero amount that would show as 0.00), prices per hour as every command writes them
+  (:func:`costctl.i18n.format_amount`: ``$0.0123``, ``$0.45``, ``¥1.98``), times in the report's time zone
   (:func:`costctl.i18n.format_time`, to the second, with the offset), durations as ``H:MM:SS``;
   headers, statuses and notes in the current language (:mod:`costctl.i18n`). JSON and CSV stay
   exact, in English, whatever the language.
@@ -48,7 +49,7 @@ from collections.abc import Callable, Sequence
 from zoneinfo import ZoneInfo
 
 from .cli.common import print_table
-from .i18n import N_, _, format_money, format_number, format_time, ngettext
+from .i18n import N_, _, format_amount, format_money, format_number, format_time, ngettext
 from .money import round_money
 
 if TYPE_CHECKING:  # rich loads when a table is rendered: a JSON or CSV bill never imports it
@@ -227,17 +228,24 @@ def money_cell(amount: Decimal | None, currency: str | None = None) -> str:
     return _money(rounded, currency) if currency else format_number(rounded, places=TABLE_MONEY_PLACES)
 
 
+def price_cell(amount: Decimal | None, currency: str) -> str:
+    """A price per hour as every command writes one (:func:`costctl.i18n.format_amount`: ``$0.0123``,
+    ``$0.45``, ``¥1.98``): not rounded to the cent, since no column of prices adds up; ``-`` for None."""
+    return "-" if amount is None else format_amount(amount, currency)
+
+
 def price_range_cell(low: Decimal | None, high: Decimal | None, currency: str) -> str:
-    """A rate, or a range of rates, in one currency, as the language writes money: ``$0.70`` or
-    ``$0.70-0.80`` (``US$0.70-0.80`` in Chinese)."""
+    """A rate, or a range of rates, in one currency, as :func:`price_cell` writes them: ``$0.70``,
+    ``$0.70-0.80`` (``US$0.70-0.80`` in Chinese), ``$0.0123-0.015``."""
     if low is None or high is None:
         return "-"
-    if money_cell(low) == money_cell(high):
-        return money_cell(high, currency)
-    shown, number = money_cell(high, currency), money_cell(high)
-    if number in shown and not money_cell(low).startswith("<"):
-        return shown.replace(number, f"{money_cell(low)}-{number}", 1)  # the symbol where the language puts it
-    return f"{money_cell(low, currency)}-{shown}"
+    low_number, number = format_amount(low, None), format_amount(high, None)
+    if low_number == number:
+        return price_cell(high, currency)
+    shown = price_cell(high, currency)
+    if number in shown and not low_number.startswith("<"):
+        return shown.replace(number, f"{low_number}-{number}", 1)  # the symbol where the language puts it
+    return f"{price_cell(low, currency)}-{shown}"
 
 
 def duration_cell(seconds: float) -> str:
@@ -296,7 +304,7 @@ def _billing_cell(billing: str) -> str:
 
 
 def _price_cell(r: Any) -> str:
-    price = money_cell(r.price_per_hour, r.currency)
+    price = price_cell(r.price_per_hour, r.currency)
     return _("{price} spot").format(price=price) if r.billing == "spot" else price
 
 
@@ -560,6 +568,7 @@ __all__ = [
     "render_csv",
     "render_table",
     "money_cell",
+    "price_cell",
     "price_range_cell",
     "status_text",
     "duration_cell",

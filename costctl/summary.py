@@ -176,7 +176,8 @@ class RunSummary:
 
     def print(self, run_id: str, currency: str, file: TextIO) -> None:
         """Render the summary as a small rich table on ``file`` (costctl's stderr), in the current
-        language (:mod:`costctl.i18n`; the decisions' reasons as they were recorded)."""
+        language (:mod:`costctl.i18n`; the decisions' reasons as they were recorded), money as the
+        language writes it (:meth:`~costctl.money.Money.shown`: ``$0.0123``, ``¥1,008.00``)."""
         from rich.console import Console  # imported here: a watch loads rich only to print this
         from rich.table import Table
         from rich.text import Text
@@ -188,7 +189,7 @@ class RunSummary:
         table.add_column(_("value"))
         dur = str(self.duration).split(".")[0] if self.duration else "-"
         table.add_row(_("duration"), dur)
-        table.add_row(_("spend"), f"{self.spend.rounded(4)} {self.spend.currency}" if self.spend else f"0 {currency}")
+        table.add_row(_("spend"), (self.spend or Money.zero(currency)).shown())
         if self.advise_only:
             table.add_row(_("advise-only"), _("nothing was stopped: stop decisions were advice (--advise-only)"))
         elif self.stop_route:
@@ -216,8 +217,8 @@ class RunSummary:
             table.add_row(_("mean GPU utilization"), f"{self.mean_gpu_utilization:.0f}%")
         if self.waste is not None:
             table.add_row(_("waste (lost work)"),
-                          _("{amount} {currency} ({seconds:.0f}s since the last checkpoint)").format(
-                              amount=self.waste.rounded(4), currency=self.waste.currency, seconds=self.waste_s))
+                          _("{amount} ({seconds:.0f}s since the last checkpoint)").format(
+                              amount=self.waste.shown(), seconds=self.waste_s))
         if len(self.run_ids) > 1:
             table.add_row(_("ledger runs"), _(", ").join(r[:8] for r in self.run_ids))
         if self.stop is not None:

@@ -280,7 +280,7 @@ def test_provider_negative_price_charges_the_configured_price_and_stores_nothing
         code, status = drive(w, clock, step_s=5, max_real_s=60)
     assert status == "stopped"
     assert ("costctl: vastai reported a price of -0.5 USD per hour for instance 312; expected an amount of money "
-            "from 0 to 1000000000, like 2.5 or \"2.50\"; refused, charging the configured price 0.30 USD per hour "
+            "from 0 to 1000000000, like 2.5 or \"2.50\"; refused, charging the configured price $0.30 per hour "
             "([instance] price_per_hour) instead") in said
     assert not [line for line in said if any(f in line for f in FAILURES)], said
     with Session(create_engine(f"sqlite:///{tmp_path / 'data' / 'costctl.db'}")) as db:

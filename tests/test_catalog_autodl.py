@@ -25,6 +25,7 @@ from costctl.catalog.prices import (
     shipped_prices,
 )
 from costctl.errors import ConfigError
+from costctl.i18n import format_amount
 from costctl.lifecycle.sizing import best_fit, options_from_price_table, rank_cards
 from costctl.money import ExchangeRate, Money
 
@@ -155,9 +156,9 @@ def test_gpus_table_marks_estimates_and_prepaid_rows(capsys):
     estimated = [e for e in autodl_rows() if e.estimated]
     for e in estimated:
         line = next(ln for ln in out.splitlines() if ln.startswith(e.gpu + " "))
-        assert "est." in line and f"{e.price_per_gpu_hour} CNY" in line
+        assert "est." in line and format_amount(e.price_per_gpu_hour, "CNY") in line
     monthly = next(e for e in autodl_rows() if e.billing == "prepaid")
-    assert f"({monthly.period_price}/month)" in out
+    assert f"({format_amount(monthly.period_price, 'CNY')}/month)" in out
     assert "est.: no public figure" in out and "prepaid: a rental paid ahead" in out
 
 
@@ -183,7 +184,8 @@ def test_recommend_ranks_autodl_cards_for_a_bert_base_fine_tune_in_cny(capsys):
                          "--seq-len", "128", "--steps", "3000", "--offline")
     assert code == 0 and "cheapest job first (in CNY)" in out
     first = ranked[0]
-    assert re.search(rf"\b1\s+{re.escape(first['gpu'])}\s.*autodl\s+{re.escape(first['price_per_gpu_hour'])} CNY", out)
+    price = format_amount(Decimal(first["price_per_gpu_hour"]), "CNY")  # CN¥10.50 (costctl.i18n.format_amount)
+    assert re.search(rf"\b1\s+{re.escape(first['gpu'])}\s.*autodl\s+{re.escape(price)}", out)
 
 
 # --------------------------------------------------------------------------- exchange rates
@@ -199,10 +201,13 @@ def test_a_rate_converts_for_display_in_a_labelled_column(env, capsys):
     for e in autodl_rows():
         if e.billing != "on-demand" or not e.known:
             continue
-        line = next(ln for ln in out.splitlines() if ln.startswith(e.gpu + " ") and f" {e.price_per_gpu_hour} CNY" in ln)
-        shown = Decimal(line.split()[-1])
-        assert abs(shown - e.price_per_gpu_hour / RATE.rate) <= Decimal("0.006"), line
-        assert f"{e.price_per_gpu_hour} CNY" in line  # the price itself stays in yuan
+        price = format_amount(e.price_per_gpu_hour, "CNY")
+        line = next(ln for ln in out.splitlines() if ln.startswith(e.gpu + " ") and f" {price}" in ln)
+        cell = line.split()[-1]
+        assert cell.startswith("$"), line  # the converted amount, in dollars as English writes them
+        assert abs(Decimal(cell[1:].replace(",", "")) - e.price_per_gpu_hour / RATE.rate) <= Decimal("0.006"), line
+        assert cell == format_amount(e.price_per_gpu_hour / RATE.rate, "USD")
+        assert price.startswith("CN¥") and price in line  # the price itself stays in yuan
 
 
 def test_json_keeps_the_currency_and_adds_a_converted_field(env, capsys):

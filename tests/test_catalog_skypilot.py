@@ -167,7 +167,7 @@ seen = 2026-07-01
 """)
     assert main(["gpus", "--sort", "price", "--billing", "on-demand"]) == 0
     captured = capsys.readouterr()
-    assert "ranked separately" in captured.err and "1.98 CNY" in captured.out
+    assert "ranked separately" in captured.err and "CN¥1.98" in captured.out
     assert main(["gpus", "--sort", "price", "--billing", "on-demand", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     cny = [r for r in rows if r["price"] and r["price"]["currency"] == "CNY"]

@@ -20,6 +20,7 @@ from costctl.catalog.prices import load_price_table
 from costctl.cli.init import provider_config, set_key
 from costctl.cli.main import main
 from costctl.config import load_settings
+from costctl.i18n import format_amount
 from costctl.ledger.schema import Instance as InstanceRow
 from costctl.ledger.schema import Run, StopEventRow
 from costctl_providers.registry import available_providers, config_preset_of, credential_env, provider_class
@@ -131,7 +132,9 @@ def test_the_card_and_count_set_the_price_fallback(tmp_path, capsys):
         s = load_settings(path)
         (row,) = table.lookup(s.instance.gpu, provider="autodl", billing="on-demand")
         assert s.instance.gpu_count == 4 and s.instance.price_per_hour == row.price_per_gpu_hour * 4
-        assert f"4 x {s.instance.gpu} at {row.price_per_gpu_hour} CNY per card-hour" in _comments(path.read_text())
+        shown = format_amount(row.price_per_gpu_hour, "CNY")  # the comment writes money as people read it
+        assert shown.startswith("CN¥")
+        assert f"4 x {s.instance.gpu} at {shown} per card-hour" in _comments(path.read_text())
 
 
 def test_a_card_without_a_price_leaves_the_fallback_commented(tmp_path, capsys):

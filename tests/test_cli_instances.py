@@ -57,7 +57,7 @@ def test_instances_json_and_spend(env, capsys):
 def test_instances_table(env, capsys):
     code, out, err = run(capsys, "instances")
     assert code == 0, err
-    for word in ("PROVIDER", "sim-local", "RTX 4090", "running", "on-demand", "0.69 USD", "SPEND"):
+    for word in ("PROVIDER", "sim-local", "RTX 4090", "running", "on-demand", "$0.69", "SPEND"):
         assert word in out
 
 
@@ -163,7 +163,7 @@ def test_offers_sorted_per_instance_hour_with_filters(env, capsys):
 
 def test_offers_table_and_bad_billing(env, capsys):
     code, out, _ = run(capsys, "offers", "h100")
-    assert code == 0 and "H100 80GB" in out and "PER GPU-H" in out and "2.99 USD" in out
+    assert code == 0 and "H100 80GB" in out and "PER GPU-H" in out and "$2.99" in out and "$23.92" in out
     code, _, err = run(capsys, "offers", "h100", "--billing", "free")
     assert code == 2 and "expected on-demand or spot" in err
     code, out, err = run(capsys, "offers", "voodoo")

@@ -90,7 +90,7 @@ def test_each_diagnosis_names_the_money_at_stake(name: str, capsys: pytest.Captu
     for d in analyze_json(name, capsys)["decisions"]:
         if d["policy"] in ("plateau", "not_learning", "overfitting", "unstable"):
             assert (d["evidence"]["spend_per_hour"], d["evidence"]["currency"]) == ("2.5", "USD"), d
-            assert "2.50 USD/h" in d["reason"], d["reason"]
+            assert "it costs $2.50/h while it runs" in d["reason"], d["reason"]
 
 
 @pytest.mark.parametrize("name", ["lightning_metrics_not_learning.csv", "hf_trainer_state_no_progress.json"])

@@ -237,7 +237,10 @@ def test_table_shows_rows_guards_unreadable_accounts_and_the_lag(fleet, capsys):
     lines = out.splitlines()
     assert lines[0].split()[:5] == ["PROVIDER", "ACCOUNT", "ID", "GPU", "STATUS"]
     row = next(line for line in lines if " 312 " in line)
-    assert "0.4215 USD" in row and "12742.42 USD" in row and "0.42 USD" in row and "guarded (heartbeat 4s ago)" in row and row.rstrip().endswith("0%")
+    # money as every command writes it: the price, the provider's spend with its thousands separator,
+    # the ledger's spend under 1 USD to 4 decimals at most (0.421033 -> $0.421)
+    assert "$0.4215" in row and "$12,742.42" in row and " $0.421 " in row and " USD" not in row
+    assert "guarded (heartbeat 4s ago)" in row and row.rstrip().endswith("0%")
     assert any(" team " in line and " 700 " in line and line.rstrip().endswith("87%") for line in lines)
     assert any(line.startswith("runpod") and "unreadable" in line for line in lines)
     assert any(line.startswith("runpod: cannot be read: myself failed") and "503" in line for line in lines)
@@ -251,6 +254,7 @@ def test_table_in_chinese(fleet, capsys):
     code, out, _err = run(capsys, "fleet")
     assert code == 0
     assert "无人看守" in out and "云服务商" in out
+    assert "US$" in out and " USD" not in out  # money as Chinese writes it (costctl.i18n.format_amount)
 
 
 def test_an_unreadable_ledger_leaves_guards_unknown(fleet, capsys, tmp_path):

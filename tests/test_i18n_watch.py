@@ -1,6 +1,7 @@
 """``costctl watch`` in Simplified Chinese and in English, as the user's shell chooses (issue 16,
 part 3): with ``LANG=zh_CN.UTF-8`` the idle autostop's reason and the end-of-run summary are
-Chinese, with ``LANG=C`` English. Real ``costctl watch`` processes on the simulated provider,
+Chinese, with ``LANG=C`` English, money in each as the language writes it (``US$0.69/小时``,
+``$0.69/h``). Real ``costctl watch`` processes on the simulated provider,
 each with only the locale variables we set; a one-line job and a 2 s idle window keep them short.
 The reason is stored in the ledger as it was said; its evidence (machine data) is not
 translated."""
@@ -73,6 +74,10 @@ def test_the_idle_stop_and_the_summary_are_chinese_under_a_chinese_locale(tmp_pa
     for label in ("时长", "花费", "关停途径", "loss 首个 / 最佳 / 最后", "检测到平台期的位置", "决策 idle", "关停"):
         assert label in err, label
     assert "0.5 / 0.5 / 0.5  [1 个点]" in err
+    # money as Chinese writes it: the simulated RTX 4090's price on the first line, the spend in the summary
+    assert re.search(r"^costctl：运行 \w+ 正在执行 .*（RTX 4090，US\$0\.69/小时）", err, re.M), err
+    spend = next(line for line in err.splitlines() if " 花费 " in line)
+    assert re.search(r"US\$0\.\d{2,4} ", spend) and "USD" not in err, spend
     summary = err[err.index("costctl 运行"):]
     assert "关停：自" in "".join(summary.replace("│", " ").split())  # the decision's row: its action, its reason
     for english in ("duration", "spend", "stop route", "loss first", "plateau detected", "decision idle",
@@ -95,4 +100,7 @@ def test_the_idle_stop_and_the_summary_are_english_under_lang_c(tmp_path) -> Non
                   "decision idle", "stop confirmed after 1 request(s)"):
         assert label in summary, label
     assert "0.5 / 0.5 / 0.5  [1 points]" in summary
+    assert re.search(r"^costctl: run \w+ running .* \(RTX 4090, \$0\.69/h\)", err, re.M), err
+    spend = next(line for line in summary.splitlines() if " spend " in line)
+    assert re.search(r" \$0\.\d{2,4} ", spend) and "USD" not in err, spend
     assert not CJK.search(err), err

@@ -112,6 +112,7 @@ def test_every_filter_must_hold_and_says_what_it_saw():
     assert ev["spend"]["provider"] == "1.500000" and ev["spend"]["ledger"] == "12.500000"
     assert found.reason.startswith("runpod instance i-1 matches patrol policy p: provider runpod; account team; label 'exp-7'; "
                                    "status running; 3h old (at least 2h); not guarded (unwatched); idle over 30m")
+    assert "; spent $12.50 (over $10.00)" in found.reason   # money for people: the one formatter
     for wrong in (dict(provider="vastai"), dict(account="default"), dict(label="prod-*"), dict(status="stopped"),
                   dict(min_age="4h"), dict(guarded=True), dict(spend_over="20", currency="USD"),
                   dict(spend_over="1", currency="CNY")):

@@ -74,6 +74,8 @@ def test_spend_in_another_currency_is_an_error() -> None:
 def test_a_sub_cent_cap_is_said_with_its_own_decimals() -> None:
     policy = BudgetPolicy(BudgetConfig(total="0.003"), "USD")
     (decision,) = policy.decisions(History(spend_total=Money(Decimal("0.0031"), "USD")), T0)
-    assert decision.reason == "total spend 0.003 USD reached the total budget of 0.003 USD"
+    # money as people read it (costctl.i18n.format_amount): under 1, up to 4 decimals; the evidence is exact
+    assert decision.reason == "total spend $0.0031 reached the total budget of $0.003"
+    assert (decision.evidence["spend"], decision.evidence["cap_amount"]) == ("0.0031", "0.003")
     (big,) = BudgetPolicy(BudgetConfig(total="10"), "CNY").decisions(History(spend_total=cny("12.345")), T0)
-    assert big.reason == "total spend 12.34 CNY reached the total budget of 10.00 CNY"
+    assert big.reason == "total spend CN¥12.34 reached the total budget of CN¥10.00"

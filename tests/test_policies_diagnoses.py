@@ -174,7 +174,7 @@ def test_eval_rising_while_train_falls_is_overfitting_with_the_money_since_the_b
     [d] = policy.decisions(history, T0)
     assert d.policy == "overfitting" and d.evidence["best_step"] == 200 and d.evidence["step"] == 600
     assert d.evidence["spent_since_best"] == {"amount": "2.00", "currency": "USD"}  # 40 min at 3/h
-    assert "stop, or keep the best checkpoint" in d.reason and "2.00 USD was spent since the best eval" in d.reason
+    assert "stop, or keep the best checkpoint" in d.reason and "$2.00 was spent since the best eval" in d.reason
 
 
 def test_overfitting_is_the_same_whether_train_and_eval_come_interleaved_or_apart() -> None:

@@ -66,7 +66,9 @@ def test_budget_pending_projects_the_cap_at_the_current_rate() -> None:
     pending = policy.pending(history, now)
     assert pending is not None and pending.action == "stop"
     assert pending.at == now + timedelta(minutes=48)  # 2 CNY at 2.50/h
-    assert pending.progress == "total budget 8.00 of 10 CNY"
+    # people read the money as the language writes it; the stored English keeps the exact figures
+    assert pending.progress == "total budget CN¥8.00 of CN¥10.00"
+    assert pending.progress_stored == "total budget 8.00 of 10 CNY"
     # a cap more than a day away is no countdown; nor is a spent cap, or no rate
     assert policy.pending(History(rate=history.rate, spend_total=Money(Decimal("-60"), "CNY")), now) is None
     assert policy.pending(History(rate=history.rate, spend_total=Money(Decimal("10"), "CNY")), now) is None
@@ -79,11 +81,13 @@ def test_the_daily_cap_counts_only_before_the_day_ends_and_the_nearer_cap_wins()
     history = History(rate=rate, spend_total=Money(Decimal("95"), "USD"), spend_today=Money(Decimal("19"), "USD"))
     noon = datetime(2026, 1, 1, 4, tzinfo=timezone.utc)  # 12:00 in Shanghai
     pending = policy.pending(history, noon)
-    assert pending is not None and pending.progress == "daily budget 19.00 of 20 USD"
+    assert pending is not None and pending.progress == "daily budget $19.00 of $20.00"
+    assert pending.progress_stored == "daily budget 19.00 of 20 USD"
     assert pending.at == noon + timedelta(minutes=24)
     late = datetime(2026, 1, 1, 15, 50, tzinfo=timezone.utc)  # 23:50: the day ends before 1 USD is spent
     pending = policy.pending(history, late)
-    assert pending is not None and pending.progress == "total budget 95.00 of 100 USD"
+    assert pending is not None and pending.progress == "total budget $95.00 of $100.00"
+    assert pending.progress_stored == "total budget 95.00 of 100 USD"
     assert pending.at == late + timedelta(hours=2)
 
 

@@ -275,7 +275,7 @@ def test_policy_evaluates_once_per_progress_point_and_names_it() -> None:
     assert first.key == "plateau:train:4" and first.action == "advise"
     assert first.evidence["step"] == 500 and first.evidence["value"] == 0.5 and first.evidence["best"] == 0.5
     assert first.evidence["rest_of_run"] is None  # the run's length is unknown ...
-    assert first.evidence["spend_per_hour"] == "2.50" and "2.50 CNY/h" in first.reason  # ... so: spend per hour
+    assert first.evidence["spend_per_hour"] == "2.50" and "CN¥2.50/h" in first.reason  # ... so: spend per hour
     json.dumps(first.evidence, allow_nan=False)
 
 
@@ -290,7 +290,7 @@ def test_policy_prices_the_rest_of_the_run_when_its_length_is_known() -> None:
     # 2 h for 200 of 1000 steps -> 8 h more at 2.50 CNY/h
     assert Decimal(rest["remaining_s"]) == Decimal(2 * 3600) * 800 / 200
     assert Decimal(rest["cost"]) == Decimal("2.50") * Decimal(8)
-    assert rest["currency"] == "CNY" and "20.00 CNY" in decision.reason
+    assert rest["currency"] == "CNY" and "about CN¥20.00 at the current rate" in decision.reason
     # A point's own total (tqdm total) wins over History.total_steps (after an improvement,
     # so that the next fire opens a new plateau episode, with a decision of its own).
     history.add_progress(ProgressPoint(time=T0 + timedelta(hours=2, minutes=30), value=0.5, step=250))

@@ -19,6 +19,7 @@ import pytest
 
 from costctl.catalog import get_gpu
 from costctl.cli.main import main
+from costctl.i18n import format_amount
 from costctl.config import DownsizeConfig
 from costctl.lifecycle.sizing import PriceOption, time_factor
 from costctl.lifecycle.underuse import rightsizing_from_log
@@ -93,7 +94,8 @@ def test_v100s_at_26_percent_with_472_mib_gets_a_cheaper_card_and_the_money(tmp_
     assert main(["analyze", "--gpu-log", str(log), "--price", "0.90", "--currency", "USD"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert f"right-sizing: the recorded run used at most 0.5 GiB of 32 GiB on Tesla V100S-PCIE-32GB at 26% mean" in out
-    assert card["gpu"] in out and "USD less" in out and "would have cost about" in out
+    saved_text = format_amount(Decimal(advice["would_have_saved"]), "USD")  # as every command writes money
+    assert card["gpu"] in out and f"for about {saved_text} less" in out and "would have cost about" in out
 
 
 CNY_PRICES = """
@@ -149,7 +151,9 @@ def test_the_guides_a100_40gb_case_names_a_card_and_the_money_in_cny(tmp_path, c
     capsys.readouterr()
     assert main(["analyze", "--gpu-log", str(log), "--config", str(cfg), "--price", "6.68", "--currency", "CNY"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "right-sizing:" in out and "CNY less" in out and card["gpu"] in out
+    saved_text = format_amount(Decimal(advice["would_have_saved"]), "CNY")
+    assert "right-sizing:" in out and f"for about {saved_text} less" in out and saved_text.startswith("CN¥")
+    assert card["gpu"] in out
 
 
 def test_a_card_that_was_used_gets_no_advice_and_says_why(tmp_path, capsys):

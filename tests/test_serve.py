@@ -214,12 +214,14 @@ def test_the_page_shows_charts_runs_live_runs_decisions_and_instances(db_url):
     text = answer.text
     # The live run's status line: elapsed, spend, newest reading, newest loss, idle, heartbeat.
     live_row = re.search(rf"<td>{runs.live[:8]}</td>.*?</tr>", text, re.S).group(0)
-    assert "0:30:20 | 1.09 CNY | GPU0 3%, CPU 2% | loss 1 | read idle for 0:09:00 | heartbeat 0:00:20 ago" in live_row
+    assert "0:30:20 | CN¥1.09 | GPU0 3%, CPU 2% | loss 1 | read idle for 0:09:00 | heartbeat 0:00:20 ago" in live_row
     killed_row = re.search(rf'<tr class="stale"><td>{runs.killed[:8]}</td>.*?</tr>', text, re.S).group(0)
     assert "no heartbeat for 2:00:00: its watch may be gone" in killed_row
-    # Times in [watch] timezone, to the second; money per currency.
+    # Times in [watch] timezone, to the second; money per currency, as the language writes it
+    # (spend to the cent as `costctl bill` shows it; prices per hour as every command shows them).
     assert "2026-03-01 22:00:00" in text  # the done run's start, 14:00 UTC in Asia/Shanghai
-    assert "0.53 USD" in text and "1.09 CNY" in text
+    assert "$0.53" in text and "CN¥1.09" in text and "0.53 USD" not in text and "1.09 CNY" not in text
+    assert "$0.45/h" in text
     assert "stop: confirmed" in text and "stop: failed" in text
     assert "`costctl fleet`" in text
 

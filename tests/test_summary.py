@@ -34,7 +34,7 @@ def test_losses_best_point_and_repeated_decisions_are_summarised():
     assert text.count("decision plateau") == 1
     flat = " ".join(text.replace("│", " ").split())  # the table wraps long cells
     assert "fired 3 times; the last: train loss plateaued at epoch 85" in flat
-    assert "0.0274 USD" in text and "0:02:23" in text
+    assert "$0.0274" in text and "0:02:23" in text  # a spend under 1 with 4 decimals (format_amount)
 
 
 def test_dry_run_says_would():

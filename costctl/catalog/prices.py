@@ -465,13 +465,6 @@ def display_conversion(from_currency: str, to_currency: str | None,
     return None
 
 
-def format_amount(amount: Decimal) -> str:
-    """An amount for a table: two places from 1 up, three significant digits below (0.278)."""
-    if abs(amount) >= 1:
-        return str(amount.quantize(Decimal("0.01")))
-    return f"{amount:.3g}" if amount else "0"
-
-
 def rank_groups(
     items: Sequence[T],
     money_of: Callable[[T], Money | None],
@@ -655,7 +648,6 @@ __all__ = [
     "DisplayConversion",
     "PERIOD_HOURS",
     "display_conversion",
-    "format_amount",
     "LivePrices",
     "RANKED_BILLING_MODES",
     "live_prices",

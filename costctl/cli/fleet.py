@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..i18n import _
+from ..i18n import _, format_amount
 from . import common
 from .common import ConfigOption, print_json, print_line, print_table, settings_from
 
@@ -148,20 +148,9 @@ def span(value: Decimal | timedelta | None) -> str:
 
 
 def _money(amount: Decimal | None, currency: str) -> str:
-    from .instances import fmt_amount
-
-    return f"{fmt_amount(amount)} {currency}" if amount is not None else "-"
-
-
-def _spend(amount: Decimal | None, currency: str) -> str:
-    """Money spent, to the cent (``<0.01`` for an amount above 0 that would show as 0.00)."""
-    from ..money import round_money
-
-    if amount is None:
-        return "-"
-    if 0 < amount < Decimal("0.005"):
-        return f"<0.01 {currency}"
-    return f"{round_money(amount, 2)} {currency}"
+    """A price or a spend as the current language writes money (:func:`costctl.i18n.format_amount`:
+    ``$0.0123``, ``¥1,008.00``); ``-`` for None."""
+    return "-" if amount is None else format_amount(amount, currency)
 
 
 def guard_text(guard: Guard) -> str:
@@ -221,16 +210,16 @@ def render_table(report: FleetReport, *, tz: Any) -> None:
         for row in by_account.get((read.provider, read.account), []):
             inst = row.instance
             status = _("{status} (preempted)").format(status=inst.status.value) if inst.preempted else inst.status.value
-            ledger = ", ".join(_spend(amount, cur) for cur, amount in row.ledger_spend.items()) or "-"
+            ledger = ", ".join(_money(amount, cur) for cur, amount in row.ledger_spend.items()) or "-"
             table.add_row(
                 row.provider, _account(row.account), inst.id, f"{inst.gpu_count}× {inst.gpu or inst.gpu_raw or '?'}",
                 status, _money(inst.price_per_hour, inst.currency), span(row.uptime_s),
-                _spend(row.provider_spend.amount if row.provider_spend else None, inst.currency), ledger,
+                _money(row.provider_spend.amount if row.provider_spend else None, inst.currency), ledger,
                 _money(inst.stopped_price_per_hour, inst.currency), guard_text(row.guard),
                 _percent(inst.gpu_utilization))
             shown += 1
     if report.accounts:
-        print_table(table, droppable=("STOPPED/H", "SPEND (PROVIDER)", "UPTIME"))
+        print_table(table, droppable=(_("STOPPED/H"), _("SPEND (PROVIDER)"), _("UPTIME")))
     if not shown:
         print_line(_("no instances"))
     for read in report.failed:

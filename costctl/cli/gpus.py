@@ -33,7 +33,6 @@ from ..catalog.prices import (
     PriceTable,
     check_rank_currency,
     display_conversion,
-    format_amount,
     live_prices,
     load_price_table,
     prices_from_offers,
@@ -51,7 +50,7 @@ from ..catalog.recommend import (
 )
 from ..catalog.skypilot import import_skypilot_csv
 from ..errors import ConfigError, UsageError
-from ..i18n import N_, _
+from ..i18n import N_, _, format_amount
 from ..money import Money
 from .common import ConfigOption, err_console, print_json, print_line, print_table, settings_from
 
@@ -94,11 +93,11 @@ ProviderOpt = Annotated[str | None, typer.Option("--provider", "-p", help=_(
 #: headings marked for translation, translated where the table is built.
 GPUS_DROPPABLE = (N_("Seen"), N_("TDP W"), N_("CC"), N_("FP32"), N_("BW GB/s"), N_("FP16 TF"))
 
-#: A prepaid row's price cell, per period (``1.4411 CNY (1052/month)``): one pattern each.
+#: A prepaid row's price cell, per period (``CN¥1.44 (CN¥1,052.00/month)``): one pattern each.
 PERIOD_PRICE = {
-    "daily": N_("{price} {currency} ({period_price}/day)"),
-    "weekly": N_("{price} {currency} ({period_price}/week)"),
-    "monthly": N_("{price} {currency} ({period_price}/month)"),
+    "daily": N_("{price} ({period_price}/day)"),
+    "weekly": N_("{price} ({period_price}/week)"),
+    "monthly": N_("{price} ({period_price}/month)"),
 }
 #: Footnotes of the ``gpus`` table (whole sentences; named placeholders; translated where shown).
 NOTE_UNLISTED = N_("* not in costctl's GPU catalog: specs unknown")
@@ -190,12 +189,15 @@ def _gib(n: int | float) -> str:
 
 
 def _price_cell(e: PriceEntry) -> str:
-    """A price for a table: ``1.98 CNY``, or for a prepaid row ``1.4411 CNY (1052/month)``."""
+    """A price for a table as the current language writes money (:func:`costctl.i18n.format_amount`):
+    ``¥1.98`` (``CN¥1.98`` in English), ``$0.0123``; for a prepaid row with its period's price,
+    ``¥1.44 (¥1,052.00/month)``."""
+    price = format_amount(e.price_per_gpu_hour, e.currency)
     if e.period_price is None:
-        return f"{e.price_per_gpu_hour} {e.currency}"
-    shape = dict(price=e.price_per_gpu_hour, currency=e.currency, period_price=e.period_price, period=e.tier)
+        return price
+    shape = dict(price=price, period_price=format_amount(e.period_price, e.currency), period=e.tier)
     pattern = PERIOD_PRICE.get(e.tier)
-    return (_(pattern) if pattern else _("{price} {currency} ({period_price}/{period})")).format(**shape)
+    return (_(pattern) if pattern else _("{price} ({period_price}/{period})")).format(**shape)
 
 
 def _billing_cell(e: PriceEntry) -> str:
@@ -303,7 +305,7 @@ def _gpus_table(groups: list[tuple[str | None, list[tuple[GpuModel | None, Price
                 cells += ["-", "-", "-", "-"]
             if conversions:
                 conv = conversions.get(id(e)) if e is not None else None
-                cells.append(format_amount(conv.apply(e.price).amount) if conv and e else "-")
+                cells.append(conv.apply(e.price).shown() if conv and e else "-")
             if sort is GpuSort.value:
                 cells.append(f"{Decimal(str(_tensor(gpu))) / e.price_per_gpu_hour:,.0f}"
                              if gpu and e and e.ranked and e.price_per_gpu_hour else "-")
@@ -490,14 +492,21 @@ def _breakdown_table(b: MemoryBreakdown) -> None:
         print_line(_("CPU RAM for offloaded state: {size} GiB").format(size=_gib(b.cpu_bytes)))
 
 
+def _hours(hours: float) -> str:
+    """Hours of a job for the ``recommend`` table: 3 significant digits (``0.00776``, ``46.5``),
+    whole hours with thousands separators from 100 up (``1,553``), never an exponent."""
+    return f"{hours:,.0f}" if hours >= 100 else f"{hours:.3g}"
+
+
 def _option_price(p: PriceEntry) -> str:
-    """A card's price in the ``recommend`` table: ``1.98 CNY``, its billing mode and tier when not
-    on-demand (``0.69 USD spot community``), ``est.`` after an estimated one."""
-    shape = dict(price=p.price_per_gpu_hour, currency=p.currency, billing=p.label)
+    """A card's price in the ``recommend`` table, as the current language writes money
+    (:func:`costctl.i18n.format_amount`): ``¥1.98``, its billing mode and tier when not on-demand
+    (``$0.69 spot community``), ``est.`` after an estimated one."""
+    shape = dict(price=format_amount(p.price_per_gpu_hour, p.currency), billing=p.label)
     if p.label != "on-demand":
-        said = _("{price} {currency} {billing} est.") if p.estimated else "{price} {currency} {billing}"
+        said = _("{price} {billing} est.") if p.estimated else "{price} {billing}"
     else:
-        said = _("{price} {currency} est.") if p.estimated else "{price} {currency}"
+        said = _("{price} est.") if p.estimated else "{price}"
     return said.format(**shape)
 
 
@@ -528,15 +537,15 @@ def _recommend_tables(rec: Recommendation) -> None:
                     str(i), o.gpu.name, str(o.gpus), _gib(o.usable_bytes), o.dtype,
                     p.provider if p else "-",
                     _option_price(p) if p else "-",
-                    f"{o.hours:,.3g}" if o.hours is not None else "-",
-                    f"{o.cost.rounded(2 if o.cost.amount >= 1 else 4)} {o.cost.currency}" if o.cost else "-",
+                    _hours(o.hours) if o.hours is not None else "-",
+                    o.cost.shown() if o.cost else "-",
                 ]
                 if conversions:
                     shown = o.cost if o.cost is not None else o.hourly
                     if o.display is None or shown is None:
                         cells.append("-")
                     else:
-                        amount = format_amount(o.display.apply(shown).amount)
+                        amount = o.display.apply(shown).shown()
                         cells.append(amount if o.cost is not None else _("{amount}/h").format(amount=amount))
                 table.add_row(*cells)
             print_table(table, droppable=_translated(RECOMMEND_DROPPABLE))

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ..errors import UsageError
-from ..i18n import N_, _, language, set_language
+from ..i18n import N_, _, format_amount, language, set_language
 from ..paths import CONFIG_FILE_NAME
 from .common import err_console
 
@@ -73,9 +73,9 @@ HEADER_WRITTEN_BY = N_("# costctl.toml — configuration for costctl (written by
 PROVIDER_WHY = N_("{title}; a comment says why each key below is set as it is")
 GPU_WHY = N_("The card this instance rents ({count} per instance below); `costctl init --provider {provider} "
              "--gpu NAME --gpu-count N` writes another, and `costctl gpus --provider {provider}` lists the names.")
-PRICE_WHY = N_("A fallback, per instance-hour: {count} x {gpu} at {price} {currency} per card-hour, {provider}'s "
+PRICE_WHY = N_("A fallback, per instance-hour: {count} x {gpu} at {price} per card-hour, {provider}'s "
                "price in costctl's table, seen {seen}.")
-PRICE_WHY_ESTIMATED = N_("A fallback, per instance-hour: {count} x {gpu} at {price} {currency} per card-hour, "
+PRICE_WHY_ESTIMATED = N_("A fallback, per instance-hour: {count} x {gpu} at {price} per card-hour, "
                          "{provider}'s price in costctl's table, seen {seen} (an estimate).")
 GPU_COUNT_WHY = N_("GPUs on the instance")
 NO_PRICE_WHY = N_("Per instance-hour, in [instance] currency: costctl's table has no on-demand {currency} price "
@@ -422,7 +422,7 @@ def provider_config(name: str, *, gpu: str | None = None, gpu_count: int = 1) ->
         if entry is not None:
             price = entry.price_per_gpu_hour * gpu_count
             why = _(PRICE_WHY_ESTIMATED if entry.estimated else PRICE_WHY).format(
-                count=gpu_count, gpu=resolved, price=entry.price_per_gpu_hour, currency=currency, provider=name,
+                count=gpu_count, gpu=resolved, price=format_amount(entry.price_per_gpu_hour, currency), provider=name,
                 seen=entry.seen.isoformat())
             text = set_key(text, "instance", "price_per_hour",
                            key_lines("price_per_hour", str(price), _two_sentences(why, note)))

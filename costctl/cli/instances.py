@@ -35,8 +35,8 @@ from rich.table import Table
 
 from ..clock import RealClock, ensure_utc
 from ..errors import CostctlError, ProviderError, UsageError
-from ..i18n import N_, _
-from ..money import cost_of, round_money
+from ..i18n import N_, _, format_amount
+from ..money import cost_of
 from ..report import money_text
 from .common import (ConfigOption, FormatOption, OutputFormat, err_console, out_console, print_json, print_table,
                      settings_from)
@@ -108,14 +108,10 @@ def spend_so_far(inst: Instance, now: datetime) -> Decimal | None:
     return cost_of(inst.price_per_hour, secs)
 
 
-def fmt_amount(amount: Decimal | None, places: int = 2) -> str:
-    """Display rounding only: ``places`` decimals, up to 4 when the amount needs them (0.125)."""
-    if amount is None:
-        return "-"
-    q = round_money(amount, 4)
-    text = format(q.normalize(), "f")
-    whole, _dot, frac = text.partition(".")
-    return f"{whole}.{frac.ljust(places, '0')}"
+def fmt_money(amount: Decimal | None, currency: str) -> str:
+    """``amount`` in ``currency`` for a table or a sentence, as the current language writes money
+    (:func:`costctl.i18n.format_amount`: ``$0.0123``, ``¥1,008.00``); ``-`` for None."""
+    return "-" if amount is None else format_amount(amount, currency)
 
 
 def fmt_duration(secs: Decimal | None) -> str:
@@ -179,19 +175,19 @@ def _say(text: str) -> None:
 
 
 def _describe(inst: Instance, account: str | None = None) -> str:
-    """``sim-local on sim (1× RTX 4090, running, 0.50 CNY/h)``, in the current language (the
+    """``sim-local on sim (1× RTX 4090, running, CN¥0.50/h)``, in the current language (the
     account is named when given; the price is left out when unknown)."""
     from ..cloud import checked_instance
 
     inst = checked_instance(inst, _say)
     shape = {"id": inst.id, "provider": inst.provider, "account": account, "count": inst.gpu_count,
-             "gpu": inst.gpu or "?", "status": inst.status.value, "currency": inst.currency,
-             "price": fmt_amount(inst.price_per_hour)}
+             "gpu": inst.gpu or "?", "status": inst.status.value,
+             "price": fmt_money(inst.price_per_hour, inst.currency)}
     if inst.price_per_hour is not None:
         if account:
-            text = _("{id} on {provider} account {account} ({count}× {gpu}, {status}, {price} {currency}/h)")
+            text = _("{id} on {provider} account {account} ({count}× {gpu}, {status}, {price}/h)")
         else:
-            text = _("{id} on {provider} ({count}× {gpu}, {status}, {price} {currency}/h)")
+            text = _("{id} on {provider} ({count}× {gpu}, {status}, {price}/h)")
     elif account:
         text = _("{id} on {provider} account {account} ({count}× {gpu}, {status})")
     else:
@@ -271,9 +267,9 @@ def instances(
             running = Decimal(r["running_s"]) if r["running_s"] else None
             table.add_row(
                 r["provider"], r["account"] or _("default"), r["id"], f"{r['gpu_count']}× {r['gpu'] or '?'}", status, r["billing"],
-                f"{fmt_amount(price)} {r['currency']}" if price is not None else "-",
+                fmt_money(price, r["currency"]),
                 fmt_duration(running),
-                f"{fmt_amount(spend)} {r['currency']}" if spend is not None else "-",
+                fmt_money(spend, r["currency"]),
             )
         if rows:
             print_table(table)
@@ -514,7 +510,7 @@ def offers(
             for o in ordered:
                 table.add_row(
                     o.provider, f"{o.gpu_count}× {o.gpu or o.gpu_raw or '?'}", o.billing.value,
-                    f"{fmt_amount(o.price_per_hour)} {o.currency}", f"{fmt_amount(o.price_per_gpu_hour)} {o.currency}",
+                    fmt_money(o.price_per_hour, o.currency), fmt_money(o.price_per_gpu_hour, o.currency),
                     o.region or "-", o.id,
                 )
             print_table(table)

@@ -51,8 +51,8 @@ from ..clock import Clock
 from ..config import Settings
 from ..errors import CostctlError
 from ..catalog import normalize_gpu_name
-from ..i18n import N_, _, format_time
-from ..money import Money, round_money
+from ..i18n import N_, _, format_amount, format_time
+from ..money import Money
 from ..protocols import DecisionLog, InstanceControl, JobControl, LifecycleLedger, RunControl, Stopper
 from ..records import Action, Decision
 from ..summary import RunSummary
@@ -69,7 +69,9 @@ if TYPE_CHECKING:
 
 
 def _money(amount: Decimal | None, currency: str) -> str:
-    return "?" if amount is None else f"{round_money(amount, 4)} {currency}"
+    """``amount`` in ``currency`` as the current language writes money
+    (:func:`costctl.i18n.format_amount`: ``$0.0123``, ``¥1,008.00``); ``?`` for None."""
+    return "?" if amount is None else format_amount(amount, currency)
 
 
 #: Why a checkpoint is requested (the ledger's word, :meth:`Lifecycle.request_checkpoint`'s
@@ -661,20 +663,20 @@ class Lifecycle:
                             reason=_("{reason}; downsize: {why}").format(reason=decision.reason, why=why)),
                     _("advised: {why}").format(why=why))
         peak = plan["peak_memory_bytes"]
-        shape = {"gpu": target.option.gpu, "price": target.option.price_per_hour, "currency": cur,
+        shape = {"gpu": target.option.gpu, "price": _money(target.option.price_per_hour, cur),
                  "peak": peak / 2**30, "headroom": cfg.headroom, "memory": (target.memory_bytes or 0) / 2**30,
                  "saving": _money(target.saving_per_hour, cur), "total": _money(target.rest_saving, cur)}
         if target.rest_saving is not None:
-            summary = _("downsize to {gpu} at {price} {currency}/h ({peak:.1f} GiB peak + {headroom:.0%} headroom "
+            summary = _("downsize to {gpu} at {price}/h ({peak:.1f} GiB peak + {headroom:.0%} headroom "
                         "fits its {memory:.0f} GiB): saves {saving}/h, about {total} over the rest of the run")
         else:
-            summary = _("downsize to {gpu} at {price} {currency}/h ({peak:.1f} GiB peak + {headroom:.0%} headroom "
+            summary = _("downsize to {gpu} at {price}/h ({peak:.1f} GiB peak + {headroom:.0%} headroom "
                         "fits its {memory:.0f} GiB): saves {saving}/h")
         recorded = replace(decision, evidence=evidence, reason=_("{reason}; {downsize}").format(
             reason=decision.reason, downsize=summary.format(**shape)))
         if target.saving_per_hour < cfg.min_saving_per_hour:
-            return recorded, _("advised: saving {saving}/h is below [downsize] min_saving_per_hour {min} "
-                               "{currency}").format(saving=shape["saving"], min=cfg.min_saving_per_hour, currency=cur)
+            return recorded, _("advised: saving {saving}/h is below [downsize] min_saving_per_hour {min}").format(
+                saving=shape["saving"], min=_money(cfg.min_saving_per_hour, cur))
         command = shlex.join(self.command) if self.command else "COMMAND"
         resume = f"costctl watch --resume -- {command}"
         if not self.instances.capabilities.move_job or not self.job.exists:  # else: advise
@@ -750,10 +752,10 @@ class Lifecycle:
             stop_text = _("could not stop {instance}: {error}").format(instance=old_id, error=exc.message)
         self.run.move_to(new)
         self.log.record(Decision(time=now, policy="downsize", action=Action.RESUME,
-                                 reason=_("moved from {old_gpu} ({old_id}) to {new_gpu} ({new_id}, {price} "
-                                          "{currency}/h); {stopped}; resuming from {path}").format(
+                                 reason=_("moved from {old_gpu} ({old_id}) to {new_gpu} ({new_id}, {price}/h); "
+                                          "{stopped}; resuming from {path}").format(
                                      old_gpu=old_gpu, old_id=old_id, new_gpu=new.gpu, new_id=new.id,
-                                     price=new.price_per_hour, currency=new.currency, stopped=stop_text, path=cp),
+                                     price=_money(new.price_per_hour, new.currency), stopped=stop_text, path=cp),
                              evidence={"from_instance": old_id, "to_instance": new.id, "checkpoint": str(cp),
                                        "target": target.to_dict()},
                              key=f"downsize-resume:{now.isoformat()}"), "resumed")

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..catalog import get_gpu
 from ..config import DownsizeConfig
-from ..i18n import _
+from ..i18n import _, format_amount
 from ..money import Money, round_money
 from .sizing import CardOption, PriceOption, best_fit, rank_cards
 
@@ -68,18 +68,19 @@ class UnderuseAdvice:
 
     @property
     def text(self) -> str:
-        """One line for people."""
+        """One line for people, money as the current language writes it
+        (:func:`costctl.i18n.format_amount`)."""
         c = self.card
         return _(
             "{run} used at most {peak:.1f} GiB of {total:.0f} GiB on {gpu} at {utilization:.0f}% mean utilization: "
-            "{card} ({price} {currency}/h at {provider}) would have done it for about {saved} {currency} less "
-            "({per_hour} {currency} per hour)"
+            "{card} ({price}/h at {provider}) would have done it for about {saved} less ({per_hour} per hour)"
         ).format(
             run=self.label or _("run {run}").format(run=self.run_id[:8]), peak=self.peak_memory_bytes / 2**30,
             total=self.card_memory_bytes / 2**30, gpu=self.gpu or _("its GPU"), utilization=self.mean_utilization,
             card=(_("{count} x {gpu}").format(count=c.option.gpu_count, gpu=c.option.gpu)
-                  if c.option.gpu_count > 1 else c.option.gpu), price=c.option.price_per_hour, currency=self.currency, provider=c.option.provider,
-            saved=round_money(self.saved, 2), per_hour=round_money(c.saving_per_hour, 4),
+                  if c.option.gpu_count > 1 else c.option.gpu),
+            price=format_amount(c.option.price_per_hour, self.currency), provider=c.option.provider,
+            saved=format_amount(self.saved, self.currency), per_hour=format_amount(c.saving_per_hour, self.currency),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -222,8 +223,8 @@ def rightsizing_from_log(
                                           "(costctl never compares prices in two currencies)").format(
                 currency=rate.currency))
         return LogRightsizing(None, _("right-sizing: no card in the price table fits with {headroom:.0%} headroom "
-                                      "and saves at least {saving} {currency} per hour").format(
-            headroom=config.headroom, saving=config.min_saving_per_hour, currency=rate.currency))
+                                      "and saves at least {saving} per hour").format(
+            headroom=config.headroom, saving=format_amount(config.min_saving_per_hour, rate.currency)))
     return LogRightsizing(advice, None)
 
 

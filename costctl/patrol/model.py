@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..clock import ensure_utc
 from ..fleet.model import FleetRow, GuardState
-from ..i18n import _, format_time
+from ..i18n import _, format_amount, format_time
 from ..ledger.patrol_store import ACTED, MARKED, PATROL_POLICY, Observation, PatrolDecision
 from ..money import round_money
 from ..policies.idle import fmt_duration
@@ -209,8 +209,8 @@ def match(policy: PatrolPolicyConfig, seen: Seen, *, now: datetime, interval: ti
         evidence["spend"] = {"currency": currency, "over": str(f.spend_over), "spent": _money(spent),
                              "provider": _money(provider) if provider is not None else None,
                              "ledger": _money(ledger) if ledger is not None else None}
-        clauses.append(_("spent {spent} {currency} (over {cap} {currency})").format(
-            spent=round_money(spent, 2), currency=currency, cap=f.spend_over))
+        clauses.append(_("spent {spent} (over {cap})").format(spent=format_amount(spent, currency),
+                                                               cap=format_amount(f.spend_over, currency)))
     if f.stopped_for is not None:
         found = stopped_since(seen, interval=interval)
         if found is None or now - found[0] < f.stopped_for:

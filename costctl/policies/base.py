@@ -132,11 +132,17 @@ class Pending:
         return self.progress_en if self.progress_en is not None else self.progress
 
 
-def progress_texts(message: str, **values: Any) -> dict[str, str]:
+def progress_texts(message: str, *, stored: str | None = None, **values: Any) -> dict[str, str]:
     """``{"progress": ..., "progress_en": ...}`` for a :class:`Pending`: the
     :func:`~costctl.i18n.N_` sentence ``message`` with ``values`` filled, in the current language
-    and in English."""
-    return {"progress": _(message).format(**values), "progress_en": message.format(**values)}
+    and in English.
+
+    Args:
+        stored: the English text to store instead of ``message`` filled in (exact amounts
+            with their currency codes, where ``values`` hold money as people read it).
+    """
+    return {"progress": _(message).format(**values),
+            "progress_en": stored if stored is not None else message.format(**values)}
 
 
 class Policy:
@@ -340,6 +346,7 @@ def cost_clause(rest: Any, rate: Any, *, at_rate: bool = False) -> str | None:
     """What a diagnosed run costs, one clause for a reason: the rest of the run's estimated
     cost (``rest``: :func:`~costctl.policies.plateau.rest_of_run_cost`'s dict, ``cost`` a decimal
     string and ``currency``), else the rate while it runs (``rate``: Money per hour), else None.
+    Money as the current language writes it (:meth:`~costctl.money.Money.shown`).
 
     Args:
         at_rate: say that the estimate is at the current rate.
@@ -351,10 +358,10 @@ def cost_clause(rest: Any, rate: Any, *, at_rate: bool = False) -> str | None:
     if rest is not None:
         cost = Money(Decimal(rest["cost"]), rest["currency"])
         if at_rate:
-            return _("the rest of the run would cost about {cost} at the current rate").format(cost=cost)
-        return _("the rest of the run would cost about {cost}").format(cost=cost)
+            return _("the rest of the run would cost about {cost} at the current rate").format(cost=cost.shown())
+        return _("the rest of the run would cost about {cost}").format(cost=cost.shown())
     if rate is not None:
-        return _("it costs {rate}/h while it runs").format(rate=rate)
+        return _("it costs {rate}/h while it runs").format(rate=rate.shown())
     return None
 
 

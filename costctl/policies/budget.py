@@ -101,7 +101,8 @@ class BudgetPolicy(Policy):
         """The cap the spend reaches first at the current rate (``History.rate`` charged on),
         when it does so soon enough to matter: the ``daily`` cap before the day ends in
         ``[watch] timezone`` (it starts afresh then), the ``total`` cap within
-        :data:`TOTAL_HORIZON`. Text ``"daily budget 18.20 of 20 USD"``. None without a rate,
+        :data:`TOTAL_HORIZON`. Text ``"daily budget $18.20 of $20.00"`` (stored in English as
+        ``"daily budget 18.20 of 20 USD"``). None without a rate,
         with a zero rate, with a spend or rate in another currency (:meth:`decisions` says so),
         or once a cap is reached."""
         now = ensure_utc(now)
@@ -122,13 +123,15 @@ class BudgetPolicy(Policy):
             at = now + timedelta(seconds=float(seconds))
             if best is not None and best.at <= at:
                 continue
-            spent = round_money(spend.amount, 2)
             if cap_name == "daily":
-                progress = N_("daily budget {spent} of {cap} {currency}")
+                progress = N_("daily budget {spent} of {cap}")
             else:
-                progress = N_("total budget {spent} of {cap} {currency}")
+                progress = N_("total budget {spent} of {cap}")
+            stored = _STORED_PROGRESS[cap_name].format(spent=round_money(spend.amount, 2), cap=cap,
+                                                       currency=self.currency)
             best = Pending(policy=self.name, action=self.action, at=at,
-                           **progress_texts(progress, spent=spent, cap=cap, currency=self.currency))
+                           **progress_texts(progress, stored=stored, spent=spend.shown(),
+                                            cap=Money(cap, self.currency).shown()))
         return best
 
     def evaluate(self, history: History, now: datetime) -> Decision | None:
@@ -168,14 +171,19 @@ class BudgetPolicy(Policy):
             "timezone": str(self.tz),
             "rate_per_hour": str(history.rate.amount) if history.rate is not None else None,
         }
-        # As many decimals as the cap has (at least 2, at most 6): a 0.003 cap is not "0.00".
-        places = min(6, max(2, -int(Decimal(cap).normalize().as_tuple().exponent)))
-        cap_text = f"{Money(cap, self.currency).rounded(places)} {self.currency}"
-        spent_text = f"{spend.rounded(places)} {spend.currency}"
+        # money as people read it (Money.shown: a 0.003 cap is $0.003, not $0.00); the evidence is exact
         reason = _(_BUDGET_REASONS[(cap_name == "daily", level)]).format(
-            spent=spent_text, cap=cap_text, warn_at=self.config.warn_at, day=day, tz=self.tz)
+            spent=spend.shown(), cap=Money(cap, self.currency).shown(), warn_at=self.config.warn_at, day=day,
+            tz=self.tz)
         return Decision(time=now, policy=self.name, action=action, reason=reason, evidence=evidence, key=key)
 
+
+#: What a pending budget stop stores as its progress (English, exact: the spend to the cent and the
+#: cap as configured, with the currency code), by cap; people read ``daily budget $18.20 of $20.00``.
+_STORED_PROGRESS = {
+    "daily": "daily budget {spent} of {cap} {currency}",
+    "total": "total budget {spent} of {cap} {currency}",
+}
 
 #: The budget decision's reason, by (daily cap, level).
 _BUDGET_REASONS = {

@@ -289,7 +289,7 @@ class OverfittingPolicy(Policy):
             patience=cfg.patience, train=self._train_name, train_before=self.train_min_at_best,
             train_now=self.train_now)
         if spent is not None:
-            cost = _("{spent} was spent since the best eval").format(spent=spent)
+            cost = _("{spent} was spent since the best eval").format(spent=spent.shown())
         else:
             cost = cost_clause(None, history.rate)
         reason = clauses(diagnosis, cost)

@@ -95,5 +95,5 @@ def _catalog_price(settings: Settings, gpu: str, provider: str, currency: str | 
     rate = Money(per_gpu.amount * Decimal(count), per_gpu.currency)
     return rate, _("catalog: {provider} {gpu} {billing} {price} per GPU-hour x {count} GPU(s), seen {seen} "
                    "({source})").format(provider=entry.provider, gpu=entry.gpu, billing=entry.billing,
-                                        price=entry.price, count=count, seen=entry.seen.isoformat(),
+                                        price=entry.price.shown(), count=count, seen=entry.seen.isoformat(),
                                         source=entry.source)

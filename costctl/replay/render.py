@@ -3,10 +3,10 @@
 Tables hold short cells (times, money, durations) so they fit 80 columns; the long texts
 (decision reasons, peer rules, assumptions) are printed as lines under them. Times are printed
 as the logs recorded them; the date is left out of table cells when the whole timeline lies on
-one day (the header line gives it). Money is written as the current language writes it
-(:func:`costctl.i18n.format_money`: ``¥13.48`` in Chinese, ``CN¥13.48`` / ``$13.48`` in English), to
-the cent; a price with its own decimals. The JSON (:func:`costctl.replay.analysis.to_dict`) keeps
-exact decimal strings.
+one day (the header line gives it). Money is written as the current language writes it, prices
+and spends alike (:func:`costctl.i18n.format_amount`: ``¥13.48`` in Chinese, ``CN¥13.48`` /
+``$13.48`` in English; 2 decimals from 1 up, up to 4 below: ``$0.4499``). The JSON
+(:func:`costctl.replay.analysis.to_dict`) keeps exact decimal strings.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from rich.console import Console
 from rich.table import Table
 
-from ..i18n import N_, _, format_money, ngettext
+from ..i18n import N_, _, format_amount, ngettext
 from ..money import Money
 from ..policies.idle import fmt_duration
 from ..progress.lines import MAX_LINE_CHARS
@@ -34,8 +34,6 @@ WORDS = {"train": N_("train"), "eval": N_("eval"), "step": N_("step"), "epoch": 
          # the oracle's reasons (costctl.replay.oracle.oracle_stop)
          "final idle stretch": N_("final idle stretch"), "plateau onset": N_("plateau onset"),
          "the log ends busy: nothing to stop": N_("the log ends busy: nothing to stop")}
-#: Most decimals a price is shown with (prices are exact Decimals: 0.4499 stays 0.4499).
-PRICE_PLACES = 6
 #: advisory decisions of one policy listed in the table (the rest are counted).
 MAX_ROWS_PER_POLICY = 3
 
@@ -72,17 +70,9 @@ def _word(word: str) -> str:
 
 
 def _m(value: Money | None) -> str:
-    """Money as the current language writes it (:func:`costctl.i18n.format_money`: ``¥13.48``,
-    ``$1,234.57``), to the cent; ``-`` for None."""
-    return format_money(value.amount, value.currency) if value is not None else "-"
-
-
-def _price(value: Money) -> str:
-    """A price as the language writes money, with its own decimals (at least 2, at most
-    :data:`PRICE_PLACES`): ``$0.4499``, ``¥2.50``."""
-    exponent = value.amount.as_tuple().exponent
-    places = min(max(2, -exponent if isinstance(exponent, int) else 2), PRICE_PLACES)
-    return format_money(value.amount, value.currency, places=places)
+    """Money as the current language writes it (:meth:`~costctl.money.Money.shown`: ``¥13.48``,
+    ``$1,234.57``, ``$0.4499``); ``-`` for None."""
+    return value.shown() if value is not None else "-"
 
 
 def _f(value: float | None, fmt: str = ".2f") -> str:
@@ -275,7 +265,7 @@ def render(a: Analysis, console: Console) -> None:
         console.print(_("timeline: {start} -> {end}").format(start=t.full(a.start), end=t.full(a.end)))
     if a.rate is not None:
         console.print(_("price: {rate}/h per instance; spend over the log: {spend}").format(
-            rate=_price(a.rate), spend=_m(a.total_spend)))
+            rate=_m(a.rate), spend=_m(a.total_spend)))
     else:
         console.print(_("price: none given (--price, --gpu/--provider or [instance] price_per_hour): "
                         "durations only"))
@@ -339,7 +329,7 @@ def render(a: Analysis, console: Console) -> None:
         if rs.advice is not None:
             console.print(_("right-sizing: {advice}; on it the run would have cost about {cost} "
                             "({speed_source})").format(
-                advice=rs.advice.text, cost=format_money(rs.advice.cost_there, rs.advice.currency),
+                advice=rs.advice.text, cost=format_amount(rs.advice.cost_there, rs.advice.currency),
                 speed_source=rs.advice.card.speed_text or rs.advice.card.speed_source))
         elif rs.reason:
             console.print(rs.reason)

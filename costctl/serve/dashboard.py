@@ -10,8 +10,11 @@ the ledger's today, ``costctl fleet``'s later — :data:`costctl.serve.data.Inst
 The template (``templates/dashboard.html``, package data) holds markup only: every sentence is
 translated here, through :func:`costctl.i18n._`, in the language costctl shows ([ui] language,
 else ``LANG``...; :mod:`costctl.i18n`), and the page says which (``<html lang>``). Times are shown
-in ``[watch] timezone`` without microseconds; money with 2 decimals (``<0.01`` for less), per
-currency, never added across currencies.
+in ``[watch] timezone`` without microseconds; money as the language writes it, per currency,
+never added across currencies: spends and totals to the cent as ``costctl bill`` shows them
+(:func:`costctl.report.money_cell`: ``$1.23``, ``<$0.01`` for less), prices per hour and the
+live status line's spend as every command shows them (:func:`costctl.i18n.format_amount`:
+``$0.0123/h``).
 
 Readable on a phone: a viewport meta tag, CSS that stacks on narrow screens, tables that scroll
 sideways inside their box, and charts that scale to the width (SVG ``viewBox``).
@@ -24,8 +27,8 @@ from datetime import datetime, tzinfo
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from ..i18n import _, language
-from ..report import duration_cell, money_cell
+from ..i18n import _, format_amount, language
+from ..report import duration_cell, money_cell, price_cell
 from . import charts
 
 if TYPE_CHECKING:
@@ -113,10 +116,11 @@ def _readings_text(run: LiveRun) -> str:
 
 def status_line(run: LiveRun, now: datetime) -> str:
     """The run's status line, as the watch draws its own (``costctl | elapsed | spend | readings |
-    loss``), from what the ledger holds, with its heartbeat: ``0:42:10 | 0.32 USD | GPU0 95% |
-    loss 0.412 | idle 0:00:00 | heartbeat 0:00:04 ago``."""
+    loss``), from what the ledger holds, with its heartbeat: ``0:42:10 | $0.3215 | GPU0 95% |
+    loss 0.412 | idle 0:00:00 | heartbeat 0:00:04 ago`` (money as the watch's own status line
+    writes it: :func:`costctl.i18n.format_amount`)."""
     parts = [_age((now - run.run.started_at).total_seconds())]
-    parts += [money_cell(amount, currency) for currency, amount in sorted(run.spend.items())]
+    parts += [format_amount(amount, currency) for currency, amount in sorted(run.spend.items())]
     parts.append(_readings_text(run))
     loss = run.loss
     if loss is None:
@@ -199,7 +203,7 @@ def view(data: DashboardData | None, *, now: datetime, tz: tzinfo, redactor: Red
     context["live"] = [{
         "run": r.run.run_id[:8], "instance": f"{r.run.provider}:{r.run.instance_id}", "gpu": r.run.gpu or "-",
         "started": _time(r.run.started_at, tz),
-        "rate": ", ".join(f"{money_cell(a, c)}/h" for c, a in sorted(r.rate.items())) or "-",
+        "rate": ", ".join(f"{price_cell(a, c)}/h" for c, a in sorted(r.rate.items())) or "-",
         "line": status_line(r, now), "live": r.live,
     } for r in data.metrics.runs]
     context["runs"] = [{
@@ -219,7 +223,7 @@ def view(data: DashboardData | None, *, now: datetime, tz: tzinfo, redactor: Red
     context["instances"] = [{
         "provider": i.provider, "instance": i.instance_id, "gpu": _gpu(i.gpu, getattr(i, "gpu_count", None)),
         "billing": getattr(i, "billing", None) or "-",
-        "rate": f"{money_cell(i.price_per_hour, i.currency)}/h" if i.price_per_hour is not None else "-",
+        "rate": f"{price_cell(i.price_per_hour, i.currency)}/h" if i.price_per_hour is not None else "-",
         "runs": getattr(i, "runs", "-"), "last_charge": _time(getattr(i, "last_charge_at", None), tz),
         "spend": money_cell(i.spend, i.currency),
     } for i in data.instances]

@@ -156,11 +156,10 @@ def resolve_instance(settings: Settings, provider: Provider, *, say: Callable[[s
     if inst is not None and reported is not None:
         rate = Money(reported, inst.currency)
     elif s.instance.price_per_hour is not None:
-        if refused is not None:
-            say(_("costctl: {problem}; refused, charging the configured price {price} {currency} per hour "
-                  "([instance] price_per_hour) instead").format(problem=refused.message, price=s.instance.price_per_hour,
-                                                                currency=s.instance.currency))
         rate = Money(s.instance.price_per_hour, s.instance.currency)
+        if refused is not None:
+            say(_("costctl: {problem}; refused, charging the configured price {price} per hour "
+                  "([instance] price_per_hour) instead").format(problem=refused.message, price=rate.shown()))
     elif refused is not None:
         raise ConfigError(_("{problem}; refused: set [instance] price_per_hour and currency to charge that price "
                             "instead").format(problem=refused.message))

@@ -202,18 +202,18 @@ def jupyter_source(settings: Settings) -> JupyterActivity | None:
 #: The watch's first line, by (what it does: ``running`` a command, ``guarding`` the machine or
 #: ``attached`` to a run's job; whether the instance is spot).
 _STARTED = {
-    ("running", False): N_("costctl: run {run} running {command} on {provider} instance {instance} ({gpu}, {price} "
-                           "{currency}/h); config {config}; log {log}"),
-    ("running", True): N_("costctl: run {run} running {command} on {provider} instance {instance} ({gpu}, {price} "
-                          "{currency}/h, spot); config {config}; log {log}"),
+    ("running", False): N_("costctl: run {run} running {command} on {provider} instance {instance} ({gpu}, "
+                           "{price}/h); config {config}; log {log}"),
+    ("running", True): N_("costctl: run {run} running {command} on {provider} instance {instance} ({gpu}, "
+                          "{price}/h, spot); config {config}; log {log}"),
     ("guarding", False): N_("costctl: run {run} guarding this machine on {provider} instance {instance} ({gpu}, "
-                            "{price} {currency}/h); config {config}; log {log}"),
+                            "{price}/h); config {config}; log {log}"),
     ("guarding", True): N_("costctl: run {run} guarding this machine on {provider} instance {instance} ({gpu}, "
-                           "{price} {currency}/h, spot); config {config}; log {log}"),
+                           "{price}/h, spot); config {config}; log {log}"),
     ("attached", False): N_("costctl: run {run} attached (from log offset {offset}) to {command} on {provider} "
-                            "instance {instance} ({gpu}, {price} {currency}/h); config {config}; log {log}"),
+                            "instance {instance} ({gpu}, {price}/h); config {config}; log {log}"),
     ("attached", True): N_("costctl: run {run} attached (from log offset {offset}) to {command} on {provider} "
-                           "instance {instance} ({gpu}, {price} {currency}/h, spot); config {config}; log {log}"),
+                           "instance {instance} ({gpu}, {price}/h, spot); config {config}; log {log}"),
 }
 
 
@@ -693,8 +693,8 @@ class Watcher:
         gpu_name = resolved.gpu_name
         shape = {"run": run_id[:8], "command": shlex.join(self.options.command or []),
                  "offset": target.since if target is not None else None, "provider": provider.name,
-                 "instance": instance_id, "gpu": gpu_name or _("unknown GPU"), "price": rate.amount,
-                 "currency": rate.currency, "config": s.config_path or _("defaults and environment"),
+                 "instance": instance_id, "gpu": gpu_name or _("unknown GPU"), "price": rate.shown(),
+                 "config": s.config_path or _("defaults and environment"),
                  "log": self.log_path}
         spot = billing == "spot"
         if target is not None:
@@ -1398,10 +1398,8 @@ class Watcher:
             tz = self.settings.watch.tz
             lead = (f"{countdown(pending.progress, pending.at, now, tz, would=self.stops_nothing)} | "
                     if pending is not None else "")
-        self.status.update(
-            f" costctl | {lead}{str(elapsed).split('.')[0]} | {spend.rounded(4) if spend else 0} "
-            f"{self.rate.currency} | {util} | {loss_txt} "
-        )
+        shown = (spend if spend is not None else Money.zero(self.rate.currency)).shown()
+        self.status.update(f" costctl | {lead}{str(elapsed).split('.')[0]} | {shown} | {util} | {loss_txt} ")
 
     def _crash_log(self, what: str, exc: BaseException) -> str:
         """Write ``exc``'s traceback to the crash-log dir; returns `` (traceback in PATH)`` or ''."""
@@ -1798,7 +1796,7 @@ class Watcher:
         if self._stopped_at is not None or self._state is None:
             return
         run = self.state
-        shape = {"provider": run.provider, "instance": run.instance_id, "rate": run.rate,
+        shape = {"provider": run.provider, "instance": run.instance_id, "rate": run.rate.shown(),
                  "why": "--dry-run" if self.options.dry_run else "advise-only"}
         if self.stops_nothing:
             self.say(_("costctl: {provider} instance {instance} is left running and bills on at {rate}/h (this watch "
