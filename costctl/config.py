@@ -428,6 +428,197 @@ class FleetConfig(_Section):
         return max(GUARD_LAG_INTERVALS * sample_interval, GUARD_LAG_FLOOR, synced)
 
 
+#: What a patrol policy does to the instances it matches (``[[patrol.policies]] action``).
+PatrolAction = Literal["notify", "stop", "release"]
+#: The statuses a patrol filter may name (:class:`costctl_providers.base.Status` values).
+PatrolStatus = Literal["provisioning", "starting", "running", "stopping", "stopped", "terminated", "error",
+                       "unknown"]
+#: Bounds of a patrol policy's ``grace``: a second to 30 days.
+PATROL_GRACE_MIN, PATROL_GRACE_MAX = timedelta(seconds=1), timedelta(days=30)
+#: Bounds of the ``min_age`` and ``stopped_for`` filters: a minute to ten years.
+PATROL_AGE_MIN, PATROL_AGE_MAX = timedelta(minutes=1), timedelta(days=3650)
+#: Bounds of the ``idle`` filter's window: a minute to 7 days (a window needs observations that
+#: cover it, so it also sets how long observations are kept).
+PATROL_IDLE_MIN, PATROL_IDLE_MAX = timedelta(minutes=1), timedelta(days=7)
+#: Bounds of ``[patrol] interval``: 10 seconds to a day.
+PATROL_INTERVAL_MIN, PATROL_INTERVAL_MAX = timedelta(seconds=10), timedelta(hours=24)
+#: Bounds of ``[patrol] observation_retention``: an hour to ten years.
+PATROL_RETENTION_MIN, PATROL_RETENTION_MAX = timedelta(hours=1), timedelta(days=3650)
+#: Bounds of ``[patrol] release_warning``: an hour to 30 days.
+PATROL_WARNING_MIN, PATROL_WARNING_MAX = timedelta(hours=1), timedelta(days=30)
+#: A patrol policy's name: lower case, digits, ``-`` and ``_``, 1 to 24 characters (it is
+#: stored as the decisions' policy, ``patrol:<name>``, in a 32-character column).
+PATROL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,23}$"
+
+
+def _listed(value: Any) -> Any:
+    """One value stands for a list of it (``provider = "vastai"`` is ``["vastai"]``)."""
+    return [value] if isinstance(value, str) else value
+
+
+def _provider_names(value: list[str] | None) -> list[str] | None:
+    """``value`` when each name is an installed provider adapter; else ValueError naming them."""
+    if value is None:
+        return None
+    from costctl_providers.registry import available_providers
+
+    known = available_providers()
+    for name in value:
+        if name not in known:
+            raise ValueError(_("unknown provider {name!r}; expected one of {known}").format(
+                name=name, known=", ".join(known)))
+    return value
+
+
+class PatrolFilters(_Section):
+    """``filters`` of one ``[[patrol.policies]]``: an instance matches when every filter set
+    matches (an unset filter matches everything; a list matches any of its values).
+
+    * ``provider``, ``account`` (``"default"`` for a provider's default account), ``label``
+      (shell-style patterns, ``"team-*"``; an instance without a label matches none),
+      ``status`` (the normalized status: running, stopped...).
+    * ``min_age``: created (else last started, by the provider's times) at least this long ago;
+      an unknown age never matches.
+    * ``guarded``: true matches the instances a watch of this ledger guards (a run not ended, of
+      a watch that stops, heartbeat within ``[fleet] guard_lag``), false every other.
+    * ``idle``: every utilization reading the provider gives for the instance (GPU, and CPU where
+      the adapter reads it) stayed below ``min_gpu_utilization`` / ``min_cpu_utilization`` over
+      this window, by the patrol's own stored observations under the idle policy's coverage rule
+      (an observation at or before the window's start, none more than two ``[patrol] interval``
+      apart, the newest at most two intervals old); a missing reading counts as busy.
+    * ``spend_over`` with ``currency``: the instance's spend in that currency, the larger of the
+      provider's figure (price x uptime of the current session) and this ledger's charges, is over
+      the amount; an instance billed in another currency never matches (no conversion).
+    * ``stopped_for``: stopped at least this long, by the provider's stop time, else by the
+      patrol's observations (stopped in every observation since then).
+    """
+
+    provider: Annotated[list[str] | None, BeforeValidator(_listed)] = Field(
+        default=None, description=N_("provider adapters by name (the [providers.*] tables' names)"))
+    account: Annotated[list[str] | None, BeforeValidator(_listed)] = Field(
+        default=None, description=N_("named accounts; default for a provider's default account"))
+    label: Annotated[list[str] | None, BeforeValidator(_listed)] = Field(
+        default=None, description=N_("patterns of the instance's label or name at the provider"))
+    status: Annotated[list[PatrolStatus] | None, BeforeValidator(_listed)] = None
+    min_age: bounded_duration(PATROL_AGE_MIN, PATROL_AGE_MAX, noun=N_("an age"), note=N_("ten years")) | None = None  # type: ignore[valid-type]
+    guarded: bool | None = None
+    idle: bounded_duration(PATROL_IDLE_MIN, PATROL_IDLE_MAX, noun=N_("a window")) | None = None  # type: ignore[valid-type]
+    min_gpu_utilization: Percent = 5.0
+    min_cpu_utilization: float = Field(default=10.0, ge=0, le=100_000)
+    spend_over: MoneyAmount | None = None
+    currency: Annotated[str | None, Field(pattern=r"^[A-Za-z]{3}$"),
+                        BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v)] = None
+    stopped_for: bounded_duration(PATROL_AGE_MIN, PATROL_AGE_MAX, noun=N_("a duration"), note=N_("ten years")) | None = None  # type: ignore[valid-type]
+
+    @field_validator("provider", mode="after")
+    @classmethod
+    def _known_providers(cls, v: list[str] | None) -> list[str] | None:
+        return _provider_names(v)
+
+    @field_validator("currency", mode="after")
+    @classmethod
+    def _with_amount(cls, v: str | None, info: Any) -> str | None:
+        if v is not None and info.data.get("spend_over") is None:
+            raise ValueError(_("currency is the currency of spend_over: set spend_over too"))
+        return v
+
+
+class PatrolPolicyConfig(_Section):
+    """One ``[[patrol.policies]]``: a name, the instances it matches (``filters``), what it
+    does to them (``action``: notify | stop | release) and the grace period between the mark
+    (a notification now) and the action. ``release`` destroys a stopped instance's disk: it also
+    needs ``allow_release = true`` and a ``stopped_for`` filter."""
+
+    name: str
+    action: PatrolAction
+    grace: bounded_duration(PATROL_GRACE_MIN, PATROL_GRACE_MAX, noun=N_("a grace period"), note=N_("30 days")) = Field(  # type: ignore[valid-type]
+        default=timedelta(hours=1),
+        description=N_("marked instances are acted on this long after the notification (1s to 720h)"))
+    allow_release: bool = Field(default=False, validate_default=True)
+    filters: PatrolFilters = Field(default=None, validate_default=True)  # type: ignore[assignment]
+
+    @field_validator("name", mode="after")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.match(PATROL_NAME_PATTERN, v):
+            raise ValueError(_("expected 1 to 24 characters: lower-case letters, digits, - and _, starting with a "
+                               "letter or a digit"))
+        return v
+
+    @field_validator("allow_release", mode="after")
+    @classmethod
+    def _release_allowed(cls, v: bool, info: Any) -> bool:
+        if info.data.get("action") == "release" and not v:
+            raise ValueError(_("action \"release\" destroys the instance's disk: set allow_release = true to allow it"))
+        return v
+
+    @field_validator("filters", mode="before")
+    @classmethod
+    def _filters(cls, v: Any, info: Any) -> Any:
+        """Checked as written (so the line quotes the table, not the model): some filter set,
+        and a release's ``stopped_for`` (``status``, if set, only ``"stopped"``)."""
+        if isinstance(v, PatrolFilters):
+            v = v.model_dump(exclude_unset=True)
+        if v is None or (isinstance(v, dict) and not set(v) - {"min_gpu_utilization", "min_cpu_utilization"}):
+            raise ValueError(_("set at least one filter (a policy without one would match every instance)"))
+        if info.data.get("action") == "release" and isinstance(v, dict):
+            if v.get("stopped_for") is None:
+                raise ValueError(_("action \"release\" needs filters.stopped_for (how long the instance must "
+                                   "have been stopped)"))
+            if v.get("status") not in (None, "stopped", ["stopped"]):
+                raise ValueError(_("action \"release\" acts on stopped instances only: leave filters.status "
+                                   "unset or set it to \"stopped\""))
+        return v
+
+    @property
+    def decision_policy(self) -> str:
+        """The ``policy`` of this policy's decisions in the ledger: ``patrol:<name>``."""
+        return f"patrol:{self.name}"
+
+
+class PatrolConfig(_Section):
+    """``[patrol]``: ``costctl patrol`` sweeps every configured provider account with the
+    ``[[patrol.policies]]`` (see :class:`PatrolPolicyConfig`).
+
+    Safety: with ``act_on = "known"`` (the default) a policy acts only on instances a watch of
+    this ledger ran on, or whose label matches one of ``labels``; ``"all"`` acts on every
+    instance of the accounts (a team key lists colleagues' instances too). ``interval`` is the
+    sweeps' nominal interval (the default of ``--every``, and the idle filter's coverage:
+    observations more than two intervals apart leave a gap). Observations are kept
+    ``observation_retention``, and at least as long as the policies' windows need.
+    ``release_warning`` is how long before a provider's own release of a stopped instance
+    (AutoDL: 15 days shut down) the patrol warns (``off``: never).
+    """
+
+    act_on: Literal["known", "all"] = "known"
+    labels: list[str] = Field(default_factory=list)
+    interval: bounded_duration(PATROL_INTERVAL_MIN, PATROL_INTERVAL_MAX, noun=N_("an interval")) = Field(  # type: ignore[valid-type]
+        default=timedelta(minutes=5),
+        description=N_("the sweeps' nominal interval: the default of --every and the idle filter's coverage "
+                       "(10s to 24h)"))
+    observation_retention: bounded_duration(PATROL_RETENTION_MIN, PATROL_RETENTION_MAX, noun=N_("a retention"),  # type: ignore[valid-type]
+                                            note=N_("ten years")) = Field(
+        default=timedelta(days=7),
+        description=N_("observations are kept this long, and as long as the policies' windows need (1h to "
+                       "87600h)"))
+    release_warning: bounded_window(PATROL_WARNING_MIN, PATROL_WARNING_MAX, noun=N_("a warning time"),  # type: ignore[valid-type]
+                                    note=N_("30 days")) = Field(
+        default=timedelta(hours=48),
+        description=N_("warn this long before a provider releases a stopped instance by itself (1h to 720h, "
+                       "or off)"))
+    policies: list[PatrolPolicyConfig] = Field(default_factory=list)
+
+    @field_validator("policies", mode="after")
+    @classmethod
+    def _unique(cls, v: list[PatrolPolicyConfig]) -> list[PatrolPolicyConfig]:
+        seen: set[str] = set()
+        for policy in v:
+            if policy.name in seen:
+                raise ValueError(_("two policies are named {name!r}: each name must be unique").format(name=policy.name))
+            seen.add(policy.name)
+        return v
+
+
 class HooksConfig(_Section):
     """``[hooks]``: ``before_stop`` is a shell command run (with ``before_stop_timeout``) before
     costctl stops an instance, e.g. to sync outputs; its failure is recorded, not fatal."""
@@ -620,6 +811,7 @@ class Settings(BaseSettings):
     ledger: LedgerConfig = LedgerConfig()
     bill: BillConfig = BillConfig()
     fleet: FleetConfig = FleetConfig()
+    patrol: PatrolConfig = PatrolConfig()
     policies: PoliciesConfig = Field(default_factory=PoliciesConfig)  # type: ignore[valid-type]
     hooks: HooksConfig = HooksConfig()
     stop: StopConfig = StopConfig()

@@ -142,7 +142,12 @@ class Action(StrEnum):
     * ``RETRY``: restart the job after CUDA OOM with a halved batch;
     * ``RESUME``: resume the job on another instance from a checkpoint;
     * ``START``: start the (stopped) instance the watch runs on;
-    * ``SNOOZE``: ``costctl snooze``: a pending idle autostop postponed (or the snooze lifted).
+    * ``SNOOZE``: ``costctl snooze``: a pending idle autostop postponed (or the snooze lifted),
+      or (``--instance``) a patrol's action on one instance held;
+    * ``MARK``: ``costctl patrol``: an instance matched a policy and was marked; the policy's
+      action follows after its grace period unless the instance is snoozed or no longer matches;
+    * ``RELEASE``: ``costctl patrol``: release a stopped instance and its disk (carried through
+      the same verified stop: requested, sent, confirmed by the provider's status).
     """
 
     ADVISE = "advise"
@@ -154,6 +159,8 @@ class Action(StrEnum):
     RESUME = "resume"
     START = "start"
     SNOOZE = "snooze"
+    MARK = "mark"
+    RELEASE = "release"
 
 
 @dataclass(frozen=True, slots=True)

@@ -166,6 +166,42 @@ class StopEvent:
                 "detail": self.detail}
 
 
+def api_problem(provider: Provider, instance_id: str, inst: Instance | None,
+                error: CostctlError | None) -> str | None:
+    """The preflight of the API route: why the provider's API is no stop route for instance
+    ``instance_id``, or None when it is one (the adapter declares ``capabilities.stop`` and the
+    read of the instance just made was answered, so the credential is accepted).
+
+    Args:
+        provider: the adapter (only its ``capabilities`` and ``name`` are read).
+        inst: the instance as just read (a get, or a listing of the account), None when the
+            read failed with ``error``.
+        error: why the read failed (None when it succeeded).
+
+    Returns:
+        one clause in the current language (``"the credential was rejected (...)"``), or None.
+    """
+    from costctl_providers.errors import AuthError
+
+    from .errors import ConfigError
+
+    cap = provider.capabilities.stop
+    if not cap:
+        if cap.reason:
+            return _("{provider} cannot stop instances through its API ({reason})").format(
+                provider=provider.name, reason=cap.reason)
+        return _("{provider} cannot stop instances through its API (not supported)").format(provider=provider.name)
+    if inst is not None:
+        return None
+    assert error is not None
+    if isinstance(error, AuthError):
+        return _("the credential was rejected ({error})").format(error=error.message)
+    if isinstance(error, ConfigError):
+        return error.message  # no credential configured: the message says how to add one
+    return _("instance {instance} could not be read, so no credential is proven ({error})").format(
+        instance=instance_id, error=error.message)
+
+
 def _is_transient(exc: BaseException) -> bool:
     return bool(getattr(exc, "transient", False))
 
@@ -576,5 +612,5 @@ class StopRunner:
         self.thread.join(timeout_s)
 
 
-__all__ = ["EXIT_STOP_FAILED", "SELF_STOP_TIMEOUT_S", "STOP_STATE_TEXT", "StopEvent", "StopProcess", "StopRoute",
+__all__ = ["EXIT_STOP_FAILED", "api_problem", "SELF_STOP_TIMEOUT_S", "STOP_STATE_TEXT", "StopEvent", "StopProcess", "StopRoute",
            "StopRunner", "StopState", "exit_text", "kill_self_stops", "run_self_stop", "stop_state_text"]

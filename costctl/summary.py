@@ -285,7 +285,7 @@ def stop_state_text(state: str) -> str:
 ACTION_WORDS: dict[str, str] = {
     "advise": N_("advise"), "warn": N_("warn"), "stop": N_("stop"), "downsize": N_("downsize"),
     "checkpoint": N_("checkpoint"), "retry": N_("retry"), "resume": N_("resume"), "start": N_("start"),
-    "snooze": N_("snooze"),
+    "snooze": N_("snooze"), "mark": N_("mark"), "release": N_("release"),
 }
 
 

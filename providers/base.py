@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from enum import Enum
 from typing import Any, ClassVar
@@ -73,6 +73,9 @@ class Instance:
             a running instance (RunPod ``container.cpuPercent``); None when unreported.
         stopped_price_per_hour: what the instance still costs per hour while stopped (its disk),
             in ``currency``; None when the provider gives no way to know it (see each adapter).
+        label: the name or label its owner gave it at the provider (Vast.ai ``label``, RunPod
+            and AutoDL ``name``); None when it has none. A patrol may act on an instance its
+            ledger never watched only when this matches one of ``[patrol] labels``.
     """
 
     provider: str
@@ -95,6 +98,7 @@ class Instance:
     gpu_utilization: float | None = None
     cpu_utilization: float | None = None
     stopped_price_per_hour: Decimal | None = None
+    label: str | None = None
 
     def running_seconds(self, now: datetime) -> Decimal | None:
         """Seconds the instance has run since the provider last started it, by the provider's
@@ -204,6 +208,10 @@ class Provider(ABC):
     #: ``"module:Class"`` (imported only by costctl's notification sender child).
     notify_plugins: ClassVar[tuple[str, ...]] = ()
     supports_accounts: ClassVar[bool] = False
+    #: The provider releases an instance, and its data, once it has been stopped this long by
+    #: its own rule (AutoDL: 15 days shut down); None when it keeps stopped instances. ``costctl
+    #: patrol`` warns ``[patrol] release_warning`` ahead of it.
+    stopped_release_after: ClassVar[timedelta | None] = None
 
     #: The named account this adapter acts for (None: the provider's default account).
     account: str | None = None
@@ -214,6 +222,12 @@ class Provider(ABC):
         configured provider (the table's own keys win). ``instance`` holds only the ``[instance]``
         keys the user set. Default: none."""
         return {}
+
+    def listing_note(self) -> str | None:
+        """What :meth:`list_instances` leaves out of the account, as one clause in the current
+        language (``costctl patrol`` says it: it cannot see those instances), None when the
+        listing is the whole account. Default: None."""
+        return None
 
     def has_credential(self) -> bool:
         """Whether an API credential is configured (adapters without one: True)."""

@@ -117,6 +117,12 @@ class Capabilities:
     per GPU type and billing mode -- RunPod's ``gpuTypes`` -- so the catalog may use it live in
     place of its dated table; a marketplace's offers are single machines, not a price list).
 
+    Readings (what the instance listing reports; ``costctl fleet`` shows them and ``costctl
+    patrol`` stores them as its observations): ``gpu_utilization`` (the provider's own reading
+    of the instance's GPU utilization) and ``cpu_utilization`` (of its CPU). A patrol's idle
+    filter counts every reading the adapter declares here, a missing one as busy, so an
+    instance whose CPU can be read is never judged idle by its GPU alone.
+
     Every field accepts a bool, a :class:`Capability` or a reason string (= absent).
     """
 
@@ -133,6 +139,8 @@ class Capabilities:
     billing_records: Capability = Capability(False, _("invoices cannot be read"))
     price_list: Capability = Capability(False, _("its offers are individual listings, not a price list"))
     preemption_notice: Capability = Capability(False, _("no warning inside the guest before a preemption"))
+    gpu_utilization: Capability = Capability(False, _("the instance listing reports no GPU utilization"))
+    cpu_utilization: Capability = Capability(False, _("the instance listing reports no CPU utilization"))
 
     def __init__(self, offers: Any = None, **kwargs: Any) -> None:
         if offers is not None:

@@ -42,7 +42,7 @@ def test_0010_adds_the_outbox_and_origin_ids_and_downgrades_cleanly(db_url):
                          reason="preemption")
         before = {t: _dump(engine, f"SELECT * FROM {t} ORDER BY id") for t in (*ORIGIN_TABLES, "charges")}
 
-        migrate.upgrade(engine, "head")
+        migrate.upgrade(engine, "0010")  # this revision's own change (later ones add their own columns)
         inspector = sa.inspect(engine)
         assert "outbox" in inspector.get_table_names()
         assert _dump(engine, "SELECT * FROM outbox") == []

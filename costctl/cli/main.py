@@ -22,15 +22,16 @@ from ..i18n import _
 from ..validation import escape_controls
 from .translated import ClickException, CostctlTyper, show_usage_error
 
-COMMAND_MODULES = ("init", "watch", "bill", "db", "gpus", "instances", "fleet", "analyze", "sim", "snooze", "serve")
+COMMAND_MODULES = ("init", "watch", "bill", "db", "gpus", "instances", "fleet", "patrol", "analyze", "sim", "snooze",
+                   "serve")
 
 #: Which module defines each command, so a run imports only the module it needs (importing
 #: SQLAlchemy, Alembic and the catalog for every command would cost a second at start-up).
 COMMAND_OWNERS = {
     "init": "init", "watch": "watch", "bill": "bill", "db": "db", "gpus": "gpus",
     "recommend": "gpus", "instances": "instances", "start": "instances", "stop": "instances",
-    "release": "instances", "offers": "instances", "fleet": "fleet", "analyze": "analyze", "sim": "sim", "snooze": "snooze",
-    "serve": "serve",
+    "release": "instances", "offers": "instances", "fleet": "fleet", "patrol": "patrol", "analyze": "analyze",
+    "sim": "sim", "snooze": "snooze", "serve": "serve",
 }
 
 app = CostctlTyper(

@@ -8,20 +8,31 @@ picks one watch. Each watch answers with one line: what it did and what is pendi
 records the snooze as a decision naming who (user, uid, pid) and when. Budget caps and a failed
 stop are never snoozed, nor a stop under way.
 
-Exit status: 0 when every watch reached answered yes, 1 when none runs or one refused, 2 for a
-bad argument.
+``--instance PROVIDER:ID`` snoozes ``costctl patrol`` instead: its actions (stop, release) on
+that instance are held until then (``off`` lifts it), recorded in the ledger as a ``snooze``
+decision of the instance naming who and when; a mark goes on, and the action comes after the
+snooze if the instance still matches. The watches' control sockets cannot reach a patrol (it
+runs elsewhere, often on no instance at all), so this snooze lives in the ledger the patrols
+share.
+
+Exit status: 0 when every watch reached answered yes, 1 when none runs or one refused (or, with
+``--instance``, the ledger has no such instance), 2 for a bad argument.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..errors import UsageError
 from ..i18n import _
+from .common import ConfigOption
+
+if TYPE_CHECKING:
+    from ..clock import Clock
 
 #: Longest snooze the command asks for (each watch also caps it at its ``[snooze] max``).
 MAX_ASK = timedelta(days=7)
@@ -47,12 +58,23 @@ def parse_request(text: str) -> dict[str, object]:
     return {"op": "snooze", "seconds": td.total_seconds()}
 
 
+def clock() -> Clock:
+    """The clock a patrol snooze is dated with (real time; a test replaces this function)."""
+    from ..clock import RealClock
+
+    return RealClock()
+
+
 def snooze(
     duration: Annotated[str, typer.Argument(metavar="DURATION|off|status",
                                             help=_("How long to hold the idle autostop (10m, 1h), off, "
                                                       "or status."))],
     watch: Annotated[int | None, typer.Option("--watch", metavar="PID",
                                               help=_("Only the watch with this process id."))] = None,
+    instance: Annotated[str | None, typer.Option(
+        "--instance", metavar="PROVIDER:ID",
+        help=_("Hold costctl patrol's actions on this instance instead (recorded in the ledger)."))] = None,
+    config: ConfigOption = None,
 ) -> None:
     """Postpone the pending idle autostop of the running watches of this user on this machine
     (DURATION, capped by each watch's [snooze] max), lift it (off), or show what is pending
@@ -60,6 +82,11 @@ def snooze(
     from ..snooze import request, watch_sockets
 
     payload = parse_request(duration)
+    if instance is not None:
+        if watch is not None:
+            raise UsageError(_("--instance and --watch name different things: give one"))
+        _snooze_patrol(instance, payload, config)
+        return
     sockets = watch_sockets()
     if watch is not None:
         sockets = [p for p in sockets if p.name == f"watch-{watch}.sock"]
@@ -100,6 +127,71 @@ def snooze(
         raise typer.Exit(1)
     if refused:
         raise typer.Exit(1)
+
+
+def parse_instance(text: str) -> tuple[str, str]:
+    """``PROVIDER:ID`` -> ``(provider, id)`` (the id is everything after the first ``:``).
+
+    Raises:
+        UsageError: no ``:``, an empty part, or a provider no adapter is installed for.
+    """
+    from costctl_providers.registry import available_providers
+
+    provider, sep, iid = text.partition(":")
+    known = available_providers()
+    if not sep or not provider or not iid.strip() or provider not in known:
+        raise UsageError(_("--instance {text!r}: expected PROVIDER:ID, the provider's name and the instance's id "
+                           "(providers: {known})").format(
+            text=text, known=", ".join(known)))
+    return provider, iid.strip()
+
+
+def _snooze_patrol(instance: str, payload: dict[str, object], config: object) -> None:
+    """``costctl snooze --instance``: record (or show) a patrol snooze in the ledger."""
+    import getpass
+    import os
+    import socket
+    from datetime import timedelta
+
+    from ..clock import ensure_utc
+    from ..i18n import format_time
+    from ..ledger import Ledger
+    from ..ledger import patrol_store as store
+    from ..ledger.engine import configured_url
+    from ..patrol.model import iso, snoozed_until
+    from ..records import Action, Decision
+    from .common import settings_from
+
+    key = parse_instance(instance)
+    settings = settings_from(config)  # type: ignore[arg-type]
+    tz = settings.watch.tz
+    now = ensure_utc(clock().now())
+    with Ledger.open(configured_url(settings.database_url, settings.data_dir)) as ledger:
+        if payload["op"] == "status":
+            with ledger.session() as s:
+                past = store.patrol_decisions(s.connection(), [key]).get(key, [])
+            until = snoozed_until(past, now)
+            if until is None:
+                typer.echo(_("{instance}: no patrol snooze holds").format(instance=instance))
+            else:
+                typer.echo(_("{instance}: patrol actions held until {until}").format(
+                    instance=instance, until=format_time(until, tz)))
+            return
+        until = now + timedelta(seconds=float(payload["seconds"])) if payload["op"] == "snooze" else now  # type: ignore[arg-type]
+        who = {"user": getpass.getuser(), "uid": os.getuid(), "pid": os.getpid(), "host": socket.gethostname()}
+        if payload["op"] == "snooze":
+            reason = _("patrol actions on {instance} held until {until} by {user}").format(
+                instance=instance, until=format_time(until, tz), user=who["user"])
+        else:
+            reason = _("patrol snooze of {instance} lifted by {user}").format(instance=instance, user=who["user"])
+        decision = Decision(time=now, policy=store.PATROL_POLICY, action=Action.SNOOZE, reason=reason,
+                            evidence={"until": iso(until), "by": who})
+        recorded = store.record_snooze(ledger, key, decision)
+    if recorded is None:
+        typer.echo(_("costctl: {instance} is not in this ledger: the patrol records an instance when it marks it "
+                     "(costctl patrol --execute names them); nothing to snooze").format(instance=instance), err=True)
+        raise typer.Exit(1)
+    typer.echo(reason)
 
 
 def _dir() -> str:

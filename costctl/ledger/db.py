@@ -401,13 +401,28 @@ class Ledger:
             return sample_rollup.compact_chunk(s, now=now, retention=retention, max_rows=max_rows, start=start)
 
     def record_decision(
-        self, run_id: str, decision: Decision, *, outcome: str | None = None, dry_run: bool = False
+        self, run_id: str | None, decision: Decision, *, outcome: str | None = None, dry_run: bool = False,
+        instance_pk: int | None = None,
     ) -> int:
         """Store a policy decision with its evidence and what was done (``outcome``); returns its id.
 
+        A watch's decision belongs to its run (``run_id``); one made from outside the instances
+        (``costctl patrol``) has no run and names its instance (``instance_pk``).
+
         Raises:
+            ValueError: neither ``run_id`` nor ``instance_pk`` given.
             LedgerError: the database cannot be written.
         """
+        if run_id is None and instance_pk is None:
+            raise ValueError("a decision belongs to a run or to an instance: give run_id or instance_pk")
+        if instance_pk is not None:  # a patrol's decision: Core, naming the column the ORM leaves out
+            values = {"run_id": run_id, "instance_pk": instance_pk, "time": _aware(decision.time, "decision time"),
+                      "policy": decision.policy, "action": str(decision.action.value), "reason": decision.reason,
+                      "evidence": decision.evidence, "outcome": outcome, "dry_run": dry_run,
+                      "key": decision.key or None}
+            with self._write(_("record a decision")) as s:
+                result = s.connection().execute(insert(tables.decisions).values(**values))
+                return int(result.inserted_primary_key[0])
         row = DecisionRow(
             run_id=run_id,
             time=_aware(decision.time, "decision time"),
@@ -442,10 +457,11 @@ class Ledger:
                 row.evidence = {**(row.evidence or {}), **evidence}
             self._mark(s, "decisions", decision_id)
 
-    def record_stop_event(self, run_id: str, *, decision_id: int | None, time: datetime, state: str,
+    def record_stop_event(self, run_id: str | None, *, decision_id: int | None, time: datetime, state: str,
                           attempt: int, detail: str | None = None) -> int:
         """Store one step of a stop (``state``: requested, sent, confirmed, gone, self-stop
-        sent, failed; ``attempt``: stop requests sent so far); returns its id.
+        sent, failed; ``attempt``: stop requests sent so far); returns its id. ``run_id`` is None
+        for a stop of ``costctl patrol`` (its decision, ``decision_id``, names the instance).
 
         Raises:
             LedgerError: the database cannot be written.

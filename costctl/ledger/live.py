@@ -230,14 +230,15 @@ def stop_failures(session: Reader) -> int:
 @dataclass(frozen=True, slots=True)
 class DecisionRecord:
     """A recorded decision as it was stored, with its run's instance and, for a stop, the final
-    state of the stop it started (None for advice, or a stop with no events).
+    state of the stop it started (None for advice, or a stop with no events). A decision of
+    ``costctl patrol`` has no run (``run_id`` None) and names its instance itself.
 
     ``reason``, ``evidence`` and ``outcome`` are as recorded: they may carry a secret that the
     watch saw (a URL in an error): redact before showing them."""
 
     decision_id: int
     time: datetime
-    run_id: str
+    run_id: str | None
     provider: str
     instance_id: str
     policy: str
@@ -251,21 +252,24 @@ class DecisionRecord:
 
 def recent_decisions(session: Reader, *, limit: int = 50) -> list[DecisionRecord]:
     """The newest ``limit`` decisions, newest first, with their stops' final states (two
-    statements: the decisions joined to their runs' instances, then their stops' events)."""
+    statements: the decisions joined to their runs' instances, or a patrol decision's own
+    instance, then their stops' events)."""
     rows = session.execute(
         select(DECISIONS.c.id, DECISIONS.c.time, DECISIONS.c.run_id, INSTANCES.c.provider,
                INSTANCES.c.provider_instance_id, DECISIONS.c.policy, DECISIONS.c.action, DECISIONS.c.reason,
                DECISIONS.c.evidence, DECISIONS.c.outcome, DECISIONS.c.dry_run)
-        .join(RUNS, RUNS.c.id == DECISIONS.c.run_id).join(INSTANCES, INSTANCES.c.id == RUNS.c.instance_pk)
+        .outerjoin(RUNS, RUNS.c.id == DECISIONS.c.run_id)
+        .join(INSTANCES, INSTANCES.c.id == func.coalesce(RUNS.c.instance_pk, DECISIONS.c.instance_pk))
         .order_by(DECISIONS.c.time.desc(), DECISIONS.c.id.desc()).limit(limit)).all()
-    ids = [int(r.id) for r in rows if r.action == "stop"]
+    ids = [int(r.id) for r in rows if r.action in ("stop", "release")]
     states: dict[int, str] = {}
     if ids:
         for decision_id, state in session.execute(
                 select(STOP_EVENTS.c.decision_id, STOP_EVENTS.c.state).where(STOP_EVENTS.c.decision_id.in_(ids))
                 .order_by(STOP_EVENTS.c.time, STOP_EVENTS.c.id)):
             states[int(decision_id)] = state  # the last one wins
-    return [DecisionRecord(int(r.id), ensure_utc(r.time), str(r.run_id), r.provider, r.provider_instance_id,
+    return [DecisionRecord(int(r.id), ensure_utc(r.time), str(r.run_id) if r.run_id is not None else None,
+                           r.provider, r.provider_instance_id,
                            r.policy, r.action, r.reason, r.evidence, r.outcome, bool(r.dry_run), states.get(int(r.id)))
             for r in rows]
 

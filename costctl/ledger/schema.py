@@ -349,12 +349,13 @@ class ChargeRollup(Base):
 class DecisionRow(Base):
     """A policy decision (:class:`costctl.records.Decision`) and its ``outcome`` (what the
     executor did, e.g. ``"stopped"``, ``"hook failed: ..."``); ``dry_run`` marks decisions
-    that were only simulated. ``key`` identifies the event (``Decision.key``)."""
+    that were only simulated. ``key`` identifies the event (``Decision.key``). A decision of
+    ``costctl patrol`` has no run: ``run_id`` is NULL and ``instance_pk`` names its instance."""
 
     __table__ = tables.decisions
 
     id: Mapped[int]
-    run_id: Mapped[str]
+    run_id: Mapped[str | None]
     time: Mapped[datetime]
     policy: Mapped[str]
     action: Mapped[str]
@@ -363,8 +364,11 @@ class DecisionRow(Base):
     outcome: Mapped[str | None]
     dry_run: Mapped[bool]
     key: Mapped[str | None]
-    #: ``origin_id`` (fleet mode) is written by the central merge's Core statements only.
-    __mapper_args__ = {"exclude_properties": ["origin_id"]}
+    #: ``origin_id`` (fleet mode) is written by the central merge's Core statements only, and
+    #: ``instance_pk`` (a ``costctl patrol`` decision's instance) by
+    #: :meth:`~costctl.ledger.db.Ledger.record_decision`'s: a watch's INSERT names neither, so
+    #: a ledger at an older revision still takes it.
+    __mapper_args__ = {"exclude_properties": ["origin_id", "instance_pk"]}
 
 
 class CheckpointRow(Base):
@@ -427,12 +431,13 @@ class StopEventRow(Base):
     (``requested``, ``sent``, ``confirmed``, ``gone``, ``self-stop sent``, ``failed``), the number
     of stop requests sent so far (``attempt``), when, and what was seen (``detail``: the
     provider's status, an error, the self-stop command). ``decision_id`` is the stop decision it
-    belongs to (NULL when that decision could not be stored)."""
+    belongs to (NULL when that decision could not be stored). ``run_id`` is NULL for a stop of
+    ``costctl patrol``, whose decision names the instance."""
 
     __table__ = tables.stop_events
 
     id: Mapped[int]
-    run_id: Mapped[str]
+    run_id: Mapped[str | None]
     decision_id: Mapped[int | None]
     time: Mapped[datetime]
     state: Mapped[str]

@@ -235,10 +235,12 @@ charge_rollups = Table(
     Index("ix_charge_rollups_instance_pk_bucket_s", "instance_pk", "bucket_s"),
 )
 
+# A decision belongs to a run of a watch (``run_id``), or, made from outside by ``costctl
+# patrol``, to an instance (``instance_pk``, ``run_id`` NULL); at least one of them is set.
 decisions = Table(
     "decisions", metadata,
     Column("id", Integer, primary_key=True),
-    Column("run_id", String(32), _runs_fk(), nullable=False),
+    Column("run_id", String(32), _runs_fk()),
     Column("time", UTCDateTime(), nullable=False),
     Column("policy", String(32), nullable=False),
     Column("action", String(16), nullable=False),
@@ -248,8 +250,11 @@ decisions = Table(
     Column("dry_run", Boolean, nullable=False, default=False),
     Column("key", String(128)),
     _origin_id(),
+    Column("instance_pk", Integer, _instances_fk()),
     Index("ix_decisions_run_id_time", "run_id", "time"),
     _origin_index("decisions"),
+    Index("ix_decisions_instance_pk_time", "instance_pk", "time"),
+    CheckConstraint("run_id IS NOT NULL OR instance_pk IS NOT NULL", name="run_or_instance"),
 )
 
 checkpoints = Table(
@@ -290,10 +295,12 @@ waste = Table(
     CheckConstraint("end_at >= start_at", name="ordered_interval"),
 )
 
+# A stop of a watch's run (``run_id``), or of ``costctl patrol`` (``run_id`` NULL: its decision,
+# ``decision_id``, names the instance).
 stop_events = Table(
     "stop_events", metadata,
     Column("id", Integer, primary_key=True),
-    Column("run_id", String(32), _runs_fk(), nullable=False),
+    Column("run_id", String(32), _runs_fk()),
     Column("decision_id", Integer, ForeignKey("decisions.id")),
     Column("time", UTCDateTime(), nullable=False),
     Column("state", String(16), nullable=False),
@@ -317,5 +324,27 @@ outbox = Table(
     Column("version", BigInteger, nullable=False, server_default=text("1")),
 )
 
+#: ``costctl patrol``'s own readings of every instance it lists, one row per instance per sweep:
+#: the provider's status word and its instantaneous GPU and CPU utilization (percent; NULL when
+#: the listing reported none). The idle filter reads them over its window under the idle
+#: policy's coverage rule; the stopped-for filter dates a stop from them where the provider
+#: gives no stop time. Keyed by the provider's names (not ``instances``: an observation does not
+#: make an instance known to the ledger); rows older than ``[patrol] observation_retention``
+#: are deleted by the sweeps.
+patrol_observations = Table(
+    "patrol_observations", metadata,
+    Column("id", BigId, primary_key=True),
+    Column("provider", String(32), nullable=False),
+    Column("instance_id", String(128), nullable=False),
+    Column("account", String(64)),
+    Column("time", UTCDateTime(), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("gpu_utilization", Float),
+    Column("cpu_utilization", Float),
+    Index("ix_patrol_observations_provider_instance_id_time", "provider", "instance_id", "time"),
+    Index("ix_patrol_observations_time", "time"),
+)
+
 __all__ = ["ADVISE_ONLY", "DRY_RUN", "RUN_MODES", "BigId", "NAMING_CONVENTION", "metadata", "instances", "runs", "samples", "progress", "sample_minutes",
-           "progress_buckets", "charges", "charge_rollups", "decisions", "checkpoints", "waste", "stop_events", "outbox"]
+           "progress_buckets", "charges", "charge_rollups", "decisions", "checkpoints", "waste", "stop_events", "outbox",
+           "patrol_observations"]

@@ -128,6 +128,7 @@ class Notifier:
         self._dropped = 0
         self._dropped_said = False
         self._queue: deque[Delivery] = deque()
+        self._outstanding = 0  # messages queued or being sent (see flush)
         self._cv = threading.Condition()
         self._slots = threading.BoundedSemaphore(MAX_SENDERS)
         self._closing = False
@@ -217,8 +218,10 @@ class Notifier:
                     return False
                 if victim is not None:
                     self._queue.remove(victim)
+                    self._outstanding -= 1
                     self._drop()
             self._queue.append(Delivery(message=message, targets=targets))
+            self._outstanding += 1
             self._cv.notify()
         return True
 
@@ -243,6 +246,7 @@ class Notifier:
                 self._start(delivery)
             except Exception as exc:  # noqa: BLE001 - a notification never ends the watch
                 self._slots.release()
+                self._settled()
                 self.say(_(SAY_NO_ANSWER).format(title=delivery.message.title,
                                                  detail=redact(f"{type(exc).__name__}: {exc}", self._secrets)))
 
@@ -288,6 +292,12 @@ class Notifier:
         finally:
             delivery.ended = time.monotonic()
             self._slots.release()
+            self._settled()
+
+    def _settled(self) -> None:
+        """One message handed to a sender is done (answered, ended, or failed to start)."""
+        with self._cv:
+            self._outstanding -= 1
 
     def _report(self, code: int, out: bytes, err: bytes, delivery: Delivery) -> None:
         title = delivery.message.title
@@ -308,6 +318,28 @@ class Notifier:
                 continue
             detail = redact(str(result.get("detail") or _("it failed")), self._secrets)
             self.say(_(SAY_FAILED).format(title=title, index=index, url=by_index[index].shown, detail=detail))
+
+    def flush(self, wait_s: float) -> bool:
+        """Wait (real time, at most ``wait_s`` seconds) until every message posted so far was
+        handed to a sender and every sender answered or was ended; True when they all did.
+        The notifier goes on taking messages (a patrol waits for its marks' notifications
+        before it acts)."""
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            with self._cv:
+                if self._outstanding <= 0:
+                    return True
+            time.sleep(0.02)
+        return False
+
+    def delivered(self, key: str) -> bool | None:
+        """Whether the message keyed ``key`` reached at least one of its URLs: True, False (its
+        sender answered with no URL reached, or gave no answer), None (not sent, or not
+        answered yet)."""
+        found = next((d for d in reversed(self.deliveries) if d.message.key == key), None)
+        if found is None or found.ended is None:
+            return None
+        return any(r.get("ok") for r in found.results)
 
     def close(self, wait_s: float = 1.0) -> None:
         """Send what is queued and take no more; wait up to ``wait_s`` seconds for the senders

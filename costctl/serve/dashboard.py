@@ -216,7 +216,7 @@ def view(data: DashboardData | None, *, now: datetime, tz: tzinfo, redactor: Red
         context["runs_note"] = _("The newest {shown} runs; {hidden} older runs are in `costctl bill`.").format(
             shown=len({r.run_id for r in data.run_rows}), hidden=hidden)
     context["decisions"] = [{
-        "time": _time(d.time, tz), "run": d.run_id[:8], "instance": f"{d.provider}:{d.instance_id}",
+        "time": _time(d.time, tz), "run": d.run_id[:8] if d.run_id else "-", "instance": f"{d.provider}:{d.instance_id}",
         "policy": d.policy, "action": _("{action} (dry run)").format(action=d.action) if d.dry_run else d.action,
         "reason": redactor.text(d.reason), "outcome": _outcome(d, redactor), "evidence": _evidence(d.evidence, redactor),
     } for d in data.decisions]

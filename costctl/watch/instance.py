@@ -31,11 +31,10 @@ from ..errors import ConfigError, CostctlError
 from ..i18n import _
 from ..money import Money
 from ..records import Decision
-from ..stopping import StopRoute
+from ..stopping import StopRoute, api_problem
 from .options import WatchOptions
 
 from costctl_providers.base import Instance, Provider, Status
-from costctl_providers.errors import AuthError
 
 
 @dataclass(frozen=True)
@@ -68,26 +67,6 @@ class ResolvedInstance:
     route: StopRoute
 
 
-def _api_problem(provider: Provider, instance_id: str, inst: Instance | None,
-                 error: CostctlError | None) -> str | None:
-    """Why the provider's API is no stop route for this instance; None when it is one."""
-    cap = provider.capabilities.stop
-    if not cap:
-        if cap.reason:
-            return _("{provider} cannot stop instances through its API ({reason})").format(
-                provider=provider.name, reason=cap.reason)
-        return _("{provider} cannot stop instances through its API (not supported)").format(provider=provider.name)
-    if inst is not None:
-        return None
-    assert error is not None
-    if isinstance(error, AuthError):
-        return _("the credential was rejected ({error})").format(error=error.message)
-    if isinstance(error, ConfigError):
-        return error.message  # no credential configured: the message says how to add one
-    return _("instance {instance} could not be read, so no credential is proven ({error})").format(
-        instance=instance_id, error=error.message)
-
-
 def stop_route(provider: Provider, instance_id: str, inst: Instance | None, error: CostctlError | None, *,
                advise_only: bool = False) -> StopRoute:
     """The preflight: prove that this watch can stop instance ``instance_id``.
@@ -111,7 +90,7 @@ def stop_route(provider: Provider, instance_id: str, inst: Instance | None, erro
         ConfigError: no route and not ``advise_only``: one line naming what is missing and how
             to fix it (exit status 2).
     """
-    api = _api_problem(provider, instance_id, inst, error)
+    api = api_problem(provider, instance_id, inst, error)
     if advise_only:
         if api is None:
             return StopRoute("none", _("requested with --advise-only (the API could stop it)"))

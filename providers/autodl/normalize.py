@@ -157,6 +157,7 @@ def instance_from_payload(item: Mapping[str, Any], snapshot: Mapping[str, Any] |
         stopped_at=parse_time(merged.get("stopped_at")),
         region=merged.get("region_name") or merged.get("region_sign"),
         raw=strip_secrets(merged),
+        label=merged.get("name").strip() or None if isinstance(merged.get("name"), str) else None,
     )
 
 

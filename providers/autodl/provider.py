@@ -31,6 +31,7 @@ import dataclasses
 import logging
 import shlex
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from costctl.errors import ProviderError
@@ -94,7 +95,11 @@ class AutoDLProvider(HttpProvider):
         balance=True,
         billing_records=no(_("AutoDL's developer API has no invoice list")),
         preemption_notice=no(_("AutoDL does not preempt")),
+        gpu_utilization=no(_("AutoDL's instance list and snapshot report no GPU utilization")),
+        cpu_utilization=no(_("this adapter does not read the Pro snapshot's usage_info")),
     )
+    #: AutoDL releases an instance shut down for 15 days, with its data (DESIGN.md's AutoDL facts).
+    stopped_release_after: ClassVar[timedelta | None] = timedelta(days=15)
     credential_env: ClassVar[tuple[str, ...]] = ("AUTODL_TOKEN",)
     #: AutoDL's WeChat push as ``autodl://TOKEN`` ([notify] urls; costctl_providers.autodl.push).
     notify_plugins: ClassVar[tuple[str, ...]] = ("costctl_providers.autodl.push:NotifyAutoDL",)
@@ -199,6 +204,14 @@ class AutoDLProvider(HttpProvider):
 
     def _console_instances(self) -> list[Instance]:
         return [self._remember(instance_from_payload(item)) for item in self._pages(self.console, _CONSOLE, {"status": []})]
+
+    def listing_note(self) -> str | None:
+        """Without ``console_api``, ordinary (non-Pro) instances are not listed: AutoDL's official
+        developer API reads Pro instances only."""
+        if self.config.console_api:
+            return None
+        return _("only Pro instances are listed: AutoDL's official API reads no other; ordinary instances are "
+                 "listed with [providers.autodl] console_api = true (the web console's unofficial API)")
 
     def list_instances(self) -> list[Instance]:
         """Pro instances (each with its snapshot's ``payg_price``), plus ordinary instances when

@@ -148,6 +148,7 @@ def instance_from_pod(pod: Mapping[str, Any], *, now: datetime | None = None) ->
         gpu_utilization=gpu_utilization(runtime, gpus) if live else None,
         cpu_utilization=cpu_utilization(runtime) if live else None,
         stopped_price_per_hour=stopped_price_per_hour(pod),
+        label=pod.get("name").strip() or None if isinstance(pod.get("name"), str) else None,
     )
 
 

@@ -40,7 +40,7 @@ from costctl_providers._adapter import HttpProvider
 from costctl_providers.errors import AuthError, NotFoundError, ProviderResponseError
 from costctl_providers.base import BillingMode, Capabilities, Instance, Offer, Status
 from costctl_providers.preset import ConfigPreset
-from costctl_providers.capabilities import NO_MOVE, Storage, StoragePath, no
+from costctl_providers.capabilities import NO_MOVE, Storage, StoragePath, no, yes
 
 from .config import RunPodConfig
 from .preset import RUNPOD_PRESET
@@ -121,6 +121,7 @@ class RunPodProvider(HttpProvider):
         billing_records=no(_("this adapter does not read RunPod's billing history")),
         preemption_notice=no(_("RunPod gives no warning inside the pod before taking a spot pod")),
         price_list=True,
+        gpu_utilization=yes(), cpu_utilization=yes(),  # the pod runtime's gpuUtilPercent and cpuPercent
     )
     credential_env: ClassVar[tuple[str, ...]] = ("RUNPOD_API_KEY",)
     storage: ClassVar[Storage] = Storage(

@@ -125,6 +125,7 @@ class SimProvider(Provider):
         balance=no(_("the simulation has no account balance")),
         billing_records=no(_("the simulation has no invoices")),
         preemption_notice=True,
+        gpu_utilization=yes(), cpu_utilization=yes(),  # report_utilization()
     )
 
     @classmethod
@@ -230,6 +231,7 @@ class SimProvider(Provider):
             preempted=bool(rec.get("preempted_at")) and rec["status"] == Status.STOPPED.value,
             gpu_utilization=rec.get("gpu_utilization") if rec["status"] == Status.RUNNING.value else None,
             cpu_utilization=rec.get("cpu_utilization") if rec["status"] == Status.RUNNING.value else None,
+            label=rec.get("label"),
         )
 
     def _get(self, state: dict[str, Any], instance_id: str, now: datetime) -> dict[str, Any]:
@@ -355,9 +357,10 @@ class SimProvider(Provider):
         currency: str = "USD",
         bid_per_hour: Decimal | None = None,
         instance_id: str | None = None,
+        label: str | None = None,
     ) -> Instance:
         """Rent a new simulated instance from the price table; it starts RUNNING (after
-        ``transition_s`` in STARTING). A spot instance's price is its bid when given (must be at
+        ``transition_s`` in STARTING), with its owner's ``label`` (None: none). A spot instance's price is its bid when given (must be at
         least the table's spot price × gpu_count), else the table's spot price.
 
         Raises:
@@ -390,6 +393,8 @@ class SimProvider(Provider):
                 raise ProviderError(_("sim: instance id {id!r} is taken").format(id=instance_id))
             rec = self._new_record(instance_id, row.gpu, gpu_count, billing.value, price, row.currency, row.region,
                                    now, bid=price if billing == BillingMode.SPOT else None)
+            if label is not None:
+                rec["label"] = label
             if self.config.transition_s > 0:
                 rec.update(status=Status.STARTING.value, status_raw="starting", started_at=None,
                            transition_at=_iso(now + timedelta(seconds=self.config.transition_s)))

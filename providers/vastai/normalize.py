@@ -125,6 +125,11 @@ def disk_price_per_hour(item: Mapping[str, Any]) -> Decimal | None:
     return None
 
 
+def _label(value: Any) -> str | None:
+    """The instance's ``label`` (set by its owner), None when absent or empty."""
+    return value.strip() or None if isinstance(value, str) else None
+
+
 def strip_secrets(payload: Any) -> Any:
     """A copy of ``payload`` without credential-like keys (``jupyter_token``, ``extra_env``...)."""
     return strip_keys(payload, _SECRET_KEY)
@@ -169,6 +174,7 @@ def instance_from_payload(item: Mapping[str, Any]) -> Instance:
         preempted=preempted,
         gpu_utilization=utilization_percent(item.get("gpu_util")) if status is Status.RUNNING else None,
         stopped_price_per_hour=disk_price_per_hour(item),
+        label=_label(item.get("label")),
     )
 
 

@@ -77,6 +77,8 @@ class VastAIProvider(HttpProvider):
         self_stop=no(_("a Vast instance is stopped through the API only")),
         spot=True, change_gpu=True, balance=True, billing_records=True,
         preemption_notice=no(_("Vast gives no warning inside the instance before an outbid stop")),
+        gpu_utilization=yes(),  # gpu_util of a running instance
+        cpu_utilization=no(_("Vast's cpu_util scale (one core or the whole instance) is not documented")),
     )
     credential_env: ClassVar[tuple[str, ...]] = ("VAST_API_KEY",)
     # A stopped Vast instance keeps its disk: no storage rules to warn about.

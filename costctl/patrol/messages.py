@@ -1,0 +1,118 @@
+"""What the patrol's notifications say: whole sentences with named placeholders
+(:data:`TEMPLATES`, marked for the catalogue and translated when a message is made), sent through
+the watch's notifier (:class:`costctl.notify.dispatch.Notifier`: the sender child, Apprise) on the
+``[notify]`` URLs that take their event:
+
+================ ==========================================================================
+``stop_pending`` a mark of a stop or release policy (the action follows after the grace
+                 unless snoozed), and a provider's own release coming (AutoDL's 15 days)
+``advice``       a mark of a notify policy
+``stop_done``    a patrol's stop or release the provider confirmed (or the instance is gone)
+``stop_failed``  a patrol's stop or release that failed
+================ ==========================================================================
+
+Each message's key names its decision, so one decision is told once. Pure functions.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ..i18n import N_, _
+from ..notify.events import LEVELS, Event, Message
+
+#: The texts (see the module docstring).
+TEMPLATES: dict[str, str] = {
+    "where": N_("Patrol on {host}: {provider} instance {instance} (account {account})."),
+    "mark.stop.title": N_("{instance} will be stopped at {at} (patrol policy {policy})"),
+    "mark.release_after_notice.title": N_("{instance} and its disk will be released {grace} after this notice "
+                                          "(patrol policy {policy})"),
+    "mark.notify.title": N_("{instance} matches patrol policy {policy}"),
+    "mark.keep": N_("To keep it, run: costctl snooze --instance {provider}:{instance} 2h (or stop matching the "
+                    "policy)."),
+    "warning.title": N_("{provider} will release {instance} and its data at {at}"),
+    "done.stop.title": N_("{instance} was stopped by patrol policy {policy}"),
+    "done.release.title": N_("{instance} was released by patrol policy {policy}"),
+    "done.stop.body": N_("{provider} confirmed it after {attempts} request(s): {detail}. It was stopped because: "
+                         "{reason}"),
+    "done.release.body": N_("{provider} confirmed it after {attempts} request(s): {detail}. It was released "
+                            "because: {reason}"),
+    "gone.title": N_("{instance} no longer exists (patrol policy {policy})"),
+    "failed.stop.title": N_("PATROL STOP FAILED: {instance} may still be running and billing"),
+    "failed.release.title": N_("PATROL RELEASE FAILED: {instance} and its disk may still be billing"),
+    "failed.stop.body": N_("costctl patrol could not stop {provider} instance {instance}: {detail}. Stop it "
+                           "yourself (costctl stop {instance}, or the provider's console)."),
+    "failed.release.body": N_("costctl patrol could not release {provider} instance {instance}: {detail}. "
+                              "Release it yourself (costctl release {instance}, or the provider's console)."),
+}
+
+
+def text(name: str, **values: Any) -> str:
+    """:data:`TEMPLATES` ``[name]`` in the current language with its placeholders filled."""
+    return _(TEMPLATES[name]).format(**values)
+
+
+def _where(provider: str, instance: str, account: str | None, host: str) -> str:
+    return text("where", host=host, provider=provider, instance=instance, account=account or _("default"))
+
+
+def _message(event: Event, key: str, title: str, body: str, when: datetime, *, policy: str) -> Message:
+    return Message(event=event, key=key, title=title, body=body, level=LEVELS[event], time=when,
+                   name=_("costctl patrol {policy}").format(policy=policy))
+
+
+def mark_message(*, decision_id: int, policy: str, action: str, reason: str, provider: str, instance: str,
+                 account: str | None, host: str, at: str, grace: str, when: datetime) -> Message:
+    """The message of a mark: ``stop_pending`` for a stop or release (when it comes, and how to
+    keep the instance), ``advice`` for a notify policy.
+
+    Args:
+        at: when the action is due, as shown (a release is due ``grace`` after the notice).
+        grace: the grace period, as shown.
+    """
+    values = {"policy": policy, "provider": provider, "instance": instance, "at": at, "grace": grace}
+    where = _where(provider, instance, account, host)
+    if action == "notify":
+        return _message(Event.ADVICE, f"patrol:mark:{decision_id}", text("mark.notify.title", **values),
+                        f"{reason}\n{where}", when, policy=policy)
+    title = text("mark.stop.title", **values) if action == "stop" else text("mark.release_after_notice.title", **values)
+    body = "\n".join([reason, text("mark.keep", **values), where])
+    return _message(Event.STOP_PENDING, f"patrol:mark:{decision_id}", title, body, when, policy=policy)
+
+
+def warning_message(*, decision_id: int, reason: str, provider: str, instance: str, account: str | None,
+                    host: str, at: str, when: datetime) -> Message:
+    """The ``stop_pending`` message of a provider's own release coming (AutoDL's 15 days)."""
+    title = text("warning.title", provider=provider, instance=instance, at=at)
+    return _message(Event.STOP_PENDING, f"patrol:warning:{decision_id}", title,
+                    f"{reason}\n{_where(provider, instance, account, host)}", when, policy="patrol")
+
+
+def result_message(*, decision_id: int, state: str, policy: str, action: str, reason: str, detail: str,
+                   attempts: int, provider: str, instance: str, account: str | None, host: str,
+                   when: datetime) -> Message | None:
+    """The message of a patrol action's end: ``stop_done`` (``confirmed`` / ``gone``) or
+    ``stop_failed`` (``failed``); None for another state.
+
+    Args:
+        state: the :class:`~costctl.stopping.StopState` value reached.
+        action: ``stop`` or ``release``.
+    """
+    values = {"policy": policy, "provider": provider, "instance": instance, "attempts": attempts,
+              "detail": detail.rstrip("."), "reason": reason}
+    where = _where(provider, instance, account, host)
+    kind = "stop" if action == "stop" else "release"
+    if state == "confirmed":
+        return _message(Event.STOP_DONE, f"patrol:result:{decision_id}", text(f"done.{kind}.title", **values),
+                        f"{text(f'done.{kind}.body', **values)}\n{where}", when, policy=policy)
+    if state == "gone":
+        return _message(Event.STOP_DONE, f"patrol:result:{decision_id}", text("gone.title", **values),
+                        f"{detail}\n{where}", when, policy=policy)
+    if state == "failed":
+        return _message(Event.STOP_FAILED, f"patrol:result:{decision_id}", text(f"failed.{kind}.title", **values),
+                        f"{text(f'failed.{kind}.body', **values)}\n{reason}\n{where}", when, policy=policy)
+    return None
+
+
+__all__ = ["TEMPLATES", "mark_message", "result_message", "text", "warning_message"]

@@ -1,0 +1,502 @@
+"""One patrol sweep: read the fleet, store what was seen, match the policies, and (with
+``--execute``) mark, warn and act.
+
+In order:
+
+1. the fleet (:func:`costctl.fleet.collect.collect`: every configured account, concurrently,
+   with the ledger's guard and spend of each instance);
+2. one **observation** per listed instance (status, GPU and CPU utilization or nothing) is
+   stored — in a dry run too: observations are readings, not actions, and the idle filter
+   needs them from the sweeps before — and observations older than the horizon are deleted
+   (:func:`horizon`);
+3. each policy's **matches**, each with the evidence of every filter, and what to do with it
+   (:func:`costctl.patrol.model.plan`); marks of instances that no longer match; the provider's
+   own releases coming (AutoDL's 15 days);
+4. with ``execute``: marks no longer matching are cleared; new matches are marked (a decision,
+   and a notification now); warnings are recorded and sent; the notifications are given time to
+   be delivered (a mark's delivery is recorded in its evidence: a release waits for it); then
+   each action due goes through its **claim** (:func:`costctl.ledger.patrol_store.claim`: the
+   transaction that re-reads and records it, under the instance's lock) and the verified stop
+   (:func:`costctl.patrol.act.carry_out`), and its end is notified.
+
+A dry run (the default) records nothing but the observations and names what it would do.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ..clock import Clock, RealClock, ensure_utc
+from ..errors import CostctlError
+from ..fleet.collect import collect
+from ..fleet.model import FleetReport, FleetRow
+from ..i18n import _, format_time
+from ..ledger import patrol_store as store
+from ..notify.dispatch import KILL_SLACK_S, Notifier
+from ..policies.idle import fmt_duration
+from ..records import Action, Decision
+from ..stopping import StopState
+from . import messages
+from .act import carry_out, route_for
+from .model import (Match, Plan, ReleaseWarning, Seen, Step, iso, match, open_mark, plan, release_warning,
+                    snoozed_until, warned)
+
+if TYPE_CHECKING:
+    from costctl_providers.base import Provider
+
+    from ..config import PatrolConfig, PatrolPolicyConfig, Settings
+    from ..ledger.db import Ledger
+
+#: How long past ``[stop] deadline`` a patrol stop still "stopping" keeps a new mark off the instance.
+IN_FLIGHT_SLACK = timedelta(minutes=10)
+
+
+@dataclass
+class Outcome:
+    """What a sweep did (or, in a dry run, would do) with one match.
+
+    Attributes:
+        plan: the match and the step planned.
+        done: one line: what was done or would be (``"marked (decision 12)"``, ``"would stop
+            now"``, ``"stopped: confirmed"``...).
+        decision_id: the decision recorded for it (None: none).
+        state: for an action carried out, the stop state reached (``confirmed``, ``gone``,
+            ``failed``), else None.
+    """
+
+    plan: Plan
+    done: str
+    decision_id: int | None = None
+    state: str | None = None
+
+
+@dataclass
+class PolicyResult:
+    """One policy's part of a sweep: its matches (in fleet order) and the marks it cleared."""
+
+    policy: PatrolPolicyConfig
+    outcomes: list[Outcome] = field(default_factory=list)
+    cleared: list[tuple[Seen, int, str]] = field(default_factory=list)  # (instance, mark id, what was done)
+
+
+@dataclass
+class WarningOutcome:
+    """A provider's own release coming, and what was done about it."""
+
+    warning: ReleaseWarning
+    done: str
+    decision_id: int | None = None
+
+
+@dataclass
+class SweepReport:
+    """One sweep.
+
+    Attributes:
+        now: aware UTC; when the sweep read the fleet.
+        execute: whether it acted (False: a dry run).
+        fleet: what the accounts and the ledger said.
+        policies: per configured policy, in order.
+        warnings: the providers' own releases coming.
+        notes: lines about what the patrol cannot see (AutoDL's ordinary instances).
+        observations: how many observations were stored.
+        failed: actions whose stop failed.
+    """
+
+    now: datetime
+    execute: bool
+    fleet: FleetReport
+    policies: list[PolicyResult]
+    warnings: list[WarningOutcome]
+    notes: list[str]
+    observations: int
+    failed: int = 0
+
+
+def horizon(patrol: PatrolConfig, interval: timedelta) -> timedelta:
+    """How far back observations are kept and read: ``observation_retention``, and at least
+    every policy's idle window and stopped-for duration plus four intervals (the coverage
+    rule's anchor may lie up to two intervals before a window)."""
+    longest = patrol.observation_retention
+    for policy in patrol.policies:
+        for window in (policy.filters.idle, policy.filters.stopped_for):
+            if window is not None:
+                longest = max(longest, window + 4 * interval)
+    return longest
+
+
+def _observation(row: FleetRow, now: datetime) -> dict[str, Any]:
+    inst = row.instance
+    return {"provider": row.provider, "instance_id": inst.id, "account": row.account, "time": now,
+            "status": inst.status.value, "gpu_utilization": inst.gpu_utilization,
+            "cpu_utilization": inst.cpu_utilization}
+
+
+def _facts(row: FleetRow) -> store.InstanceFacts:
+    inst = row.instance
+    return store.InstanceFacts(gpu=inst.gpu, gpu_count=inst.gpu_count, billing=inst.billing.value,
+                               price_per_hour=inst.price_per_hour, currency=inst.currency, region=inst.region)
+
+
+class Sweeper:
+    """Runs sweeps (:meth:`sweep`) with one ledger and one configuration.
+
+    Args:
+        settings: the configuration (``[patrol]``, ``[notify]``, ``[stop]``, the providers).
+        ledger: the ledger decisions and observations are written to.
+        clock: time source (the simulated one in tests; the providers get it too).
+        execute: act (False: a dry run that records only the observations).
+        interval: the sweeps' nominal interval (``--every``, else ``[patrol] interval``).
+        say: prints one of the patrol's live lines (the executor's stop lines included).
+        notifier: makes the sweep's notifier (default: :class:`~costctl.notify.dispatch.Notifier`
+            on ``[notify]``); a sweep with ``execute`` makes one and closes it.
+    """
+
+    def __init__(self, settings: Settings, ledger: Ledger, *, clock: Clock | None = None, execute: bool = False,
+                 interval: timedelta | None = None, say: Callable[[str], None] = lambda line: None,
+                 notifier: Callable[[], Notifier] | None = None) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self.clock = clock or RealClock()
+        self.execute = execute
+        self.interval = interval or settings.patrol.interval
+        self.say = say
+        self.tz = settings.watch.tz
+        self.host = socket.gethostname()
+        self._make_notifier = notifier or self._default_notifier
+        self._providers: dict[tuple[str, str | None], Provider] = {}
+
+    def _default_notifier(self) -> Notifier:
+        from ..notify.events import Context
+
+        return Notifier(self.settings.notify, lambda: Context(provider="", instance="", run="", host=self.host),
+                        say=self.say, tz=self.tz)
+
+    # ------------------------------------------------------------------ reading
+    def _seen(self, fleet: FleetReport, now: datetime) -> tuple[list[Seen], dict[store.Key, list[store.PatrolDecision]]]:
+        from costctl_providers.registry import provider_class
+
+        keys = [(row.provider, row.instance.id) for row in fleet.rows]
+        since = now - horizon(self.settings.patrol, self.interval)
+        with self.ledger.session() as s:
+            conn = s.connection()
+            known = store.watched(conn, keys)
+            observed = store.observations(conn, keys, since)
+            history = store.patrol_decisions(conn, keys)
+        seen = []
+        for row in fleet.rows:
+            cls: Any = provider_class(row.provider)
+            caps = cls.capabilities
+            key = (row.provider, row.instance.id)
+            seen.append(Seen(row=row, known=key in known, observations=tuple(observed.get(key, ())),
+                             gpu_readable=bool(caps.gpu_utilization), cpu_readable=bool(caps.cpu_utilization),
+                             release_after=getattr(cls, "stopped_release_after", None)))
+        return seen, history
+
+    def _notes(self, fleet: FleetReport) -> list[str]:
+        """What the patrol cannot see: each read account whose adapter says its listing leaves
+        instances out (:meth:`~costctl_providers.base.Provider.listing_note`; AutoDL's official
+        API lists Pro instances only)."""
+        notes = []
+        for read in fleet.accounts:
+            if not read.ok:
+                continue
+            try:
+                said = self._provider_for(read.provider, read.account).listing_note()
+            except CostctlError:
+                continue
+            if said:
+                note = _("{provider}: {note}; the patrol sees, and warns about, the listed instances alone").format(
+                    provider=read.provider, note=said)
+                if note not in notes:
+                    notes.append(note)
+        return notes
+
+    # ------------------------------------------------------------------ the sweep
+    def sweep(self) -> SweepReport:
+        """One sweep (see the module docstring).
+
+        Raises:
+            LedgerError: the ledger cannot be read or written.
+        """
+        fleet = collect(self.settings, clock=self.clock)
+        now = ensure_utc(fleet.now)
+        rows = [_observation(row, now) for row in fleet.rows]
+        store.record_observations(self.ledger, rows)
+        store.prune_observations(self.ledger, now - horizon(self.settings.patrol, self.interval))
+        seen, history = self._seen(fleet, now)
+        patrol = self.settings.patrol
+        flight = self.settings.stop.deadline + IN_FLIGHT_SLACK
+        results: list[PolicyResult] = []
+        for policy in patrol.policies:
+            result = PolicyResult(policy)
+            for one in seen:
+                found = match(policy, one, now=now, interval=self.interval)
+                past = history.get(one.key, [])
+                if found is not None:
+                    result.outcomes.append(Outcome(plan(found, past, patrol, now=now, in_flight_horizon=flight,
+                                                        tz=self.tz), ""))
+                else:
+                    mark = open_mark(past, policy.decision_policy)
+                    if mark is not None:
+                        result.cleared.append((one, mark.id, ""))
+            results.append(result)
+        warnings = []
+        for one in seen:
+            warning = release_warning(one, now=now, warning=patrol.release_warning, interval=self.interval, tz=self.tz)
+            if warning is not None and not warned(history.get(one.key, []), warning.key):
+                warnings.append(WarningOutcome(warning, ""))
+        report = SweepReport(now=now, execute=self.execute, fleet=fleet, policies=results, warnings=warnings,
+                             notes=self._notes(fleet), observations=len(rows))
+        if self.execute:
+            self._act(report, history)
+        else:
+            self._dry(report)
+        return report
+
+    # ------------------------------------------------------------------ a dry run
+    def _dry(self, report: SweepReport) -> None:
+        for result in report.policies:
+            for outcome in result.outcomes:
+                outcome.done = self._would(outcome.plan, report.now)
+            result.cleared = [(one, mark_id, _("would clear mark {mark}: no longer matches").format(mark=mark_id))
+                              for one, mark_id, _done in result.cleared]
+        for warning in report.warnings:
+            warning.done = _("would warn")
+
+    def _would(self, p: Plan, now: datetime) -> str:
+        action = p.match.policy.action
+        at = format_time(now + p.match.policy.grace, self.tz)
+        if p.step is Step.MARK:
+            if action == "notify":
+                return _("would notify")
+            if action == "stop":
+                return _("would mark and notify; would stop at {at} unless snoozed").format(at=at)
+            return _("would mark and notify; would release {grace} after the notification is delivered").format(
+                grace=fmt_duration(p.match.policy.grace))
+        if p.step is Step.WAIT:
+            assert p.due is not None and p.mark is not None
+            return _("marked (decision {mark}); acts at {at}").format(mark=p.mark.id, at=format_time(p.due, self.tz))
+        if p.step is Step.ACT:
+            return _("would stop now") if action == "stop" else _("would release now")
+        if p.step is Step.NOTIFIED:
+            assert p.mark is not None
+            return _("notified (decision {mark})").format(mark=p.mark.id)
+        return p.why or p.step.value
+
+    # ------------------------------------------------------------------ acting
+    def _act(self, report: SweepReport, history: dict[store.Key, list[store.PatrolDecision]]) -> None:
+        notifier = self._make_notifier()
+        try:
+            marks: list[tuple[int, str]] = []  # (mark id, message key) whose delivery is recorded
+            for result in report.policies:
+                result.cleared = [(one, mark_id, self._clear(mark_id, report.now)) for one, mark_id, _d in result.cleared]
+                for outcome in result.outcomes:
+                    if outcome.plan.step is Step.MARK:
+                        self._mark(outcome, report.now, notifier, marks)
+                    elif outcome.plan.step is Step.HELD and outcome.plan.mark is not None \
+                            and outcome.plan.due is None:  # a release whose notice was not delivered: again
+                        key = self._post_mark(notifier, outcome.plan.match, outcome.plan.mark.id, report.now)
+                        marks.append((outcome.plan.mark.id, key))
+                        outcome.done = outcome.plan.why or ""
+                    else:
+                        outcome.done = self._would(outcome.plan, report.now) if outcome.plan.step is not Step.ACT \
+                            else ""
+            for warning in report.warnings:
+                self._warn(warning, report.now, notifier)
+            if marks:
+                self._delivered(notifier, marks)
+            for result in report.policies:
+                for outcome in result.outcomes:
+                    if outcome.plan.step is Step.ACT:
+                        self._carry(outcome, notifier)
+                        if outcome.state == StopState.FAILED.value:
+                            report.failed += 1
+        finally:
+            notifier.flush(self._wait_s())
+            notifier.close(wait_s=1.0)
+
+    def _wait_s(self) -> float:
+        return self.settings.notify.timeout.total_seconds() + KILL_SLACK_S
+
+    def _clear(self, mark_id: int, now: datetime) -> str:
+        if store.settle_mark(self.ledger, mark_id, store.CLEARED, {"cleared_at": iso(now),
+                                                                   "why": "no longer matches"}):
+            return _("mark {mark} cleared: no longer matches").format(mark=mark_id)
+        return _("mark {mark} was settled by another patrol").format(mark=mark_id)
+
+    def _mark(self, outcome: Outcome, now: datetime, notifier: Notifier, marks: list[tuple[int, str]]) -> None:
+        found = outcome.plan.match
+        policy = found.policy
+        evidence = {**found.evidence, "action": policy.action, "grace_s": policy.grace.total_seconds()}
+        if policy.action == "stop":
+            evidence["due_at"] = iso(now + policy.grace)
+        decision = Decision(time=now, policy=policy.decision_policy, action=Action.MARK, reason=found.reason,
+                            evidence=evidence)
+
+        def check(past: list[store.PatrolDecision]) -> str | None:
+            mark = open_mark(past, policy.decision_policy)
+            if mark is not None:
+                return _("marked already (decision {mark}, by another patrol)").format(mark=mark.id)
+            return None
+
+        claimed = store.claim(self.ledger, found.seen.key, _facts(found.seen.row), decision, outcome=store.MARKED,
+                              check=check)
+        if claimed.decision_id is None:
+            outcome.done = _("not marked: {why}").format(why=claimed.refused)
+            return
+        outcome.decision_id = claimed.decision_id
+        self.say(_("costctl patrol: {reason}; marked (decision {mark})").format(reason=found.reason,
+                                                                                mark=claimed.decision_id))
+        key = self._post_mark(notifier, found, claimed.decision_id, now)
+        if policy.action == "notify":
+            outcome.done = _("notified (decision {mark})").format(mark=claimed.decision_id)
+        else:
+            marks.append((claimed.decision_id, key))
+            if policy.action == "stop":
+                outcome.done = _("marked (decision {mark}); stops at {at} unless snoozed").format(
+                    mark=claimed.decision_id, at=format_time(now + policy.grace, self.tz))
+            else:
+                outcome.done = _("marked (decision {mark}); releases {grace} after the notification is "
+                                 "delivered").format(mark=claimed.decision_id, grace=fmt_duration(policy.grace))
+
+    def _post_mark(self, notifier: Notifier, found: Match, mark_id: int, now: datetime) -> str:
+        policy = found.policy
+        row = found.seen.row
+        message = messages.mark_message(
+            decision_id=mark_id, policy=policy.name, action=policy.action, reason=found.reason,
+            provider=row.provider, instance=row.instance.id, account=row.account, host=self.host,
+            at=format_time(now + policy.grace, self.tz), grace=fmt_duration(policy.grace), when=now)
+        notifier.post(message)
+        return message.key
+
+    def _delivered(self, notifier: Notifier, marks: list[tuple[int, str]]) -> None:
+        """Wait for the marks' notifications, and record in each mark whether it was delivered
+        (``notified_at``: when this patrol saw it delivered; a release counts its grace from it)."""
+        notifier.flush(self._wait_s())
+        when = iso(self.clock.now())
+        for mark_id, key in marks:
+            ok = notifier.delivered(key)
+            evidence: dict[str, Any] = {"notified": bool(ok)}
+            if ok:
+                evidence["notified_at"] = when
+            store.add_evidence(self.ledger, mark_id, evidence)
+
+    def _warn(self, warning: WarningOutcome, now: datetime, notifier: Notifier) -> None:
+        w = warning.warning
+        row = w.seen.row
+        decision = Decision(time=now, policy=store.PATROL_POLICY, action=Action.WARN, reason=w.reason, key=w.key,
+                            evidence={"provider": row.provider, "instance": row.instance.id,
+                                      "stopped_since": iso(w.stopped_since), "source": w.source,
+                                      "release_at": iso(w.release_at)})
+        claimed = store.claim(self.ledger, w.seen.key, _facts(row), decision, outcome="warned",
+                              check=lambda past: _("warned already") if warned(past, w.key) else None)
+        if claimed.decision_id is None:
+            warning.done = _("not warned: {why}").format(why=claimed.refused)
+            return
+        warning.decision_id = claimed.decision_id
+        self.say(_("costctl patrol: {reason}").format(reason=w.reason))
+        notifier.post(messages.warning_message(decision_id=claimed.decision_id, reason=w.reason,
+                                               provider=row.provider, instance=row.instance.id, account=row.account,
+                                               host=self.host, at=format_time(w.release_at, self.tz), when=now))
+        warning.done = _("warned (decision {decision})").format(decision=claimed.decision_id)
+
+    def _provider(self, row: FleetRow) -> Provider:
+        return self._provider_for(row.provider, row.account)
+
+    def _provider_for(self, name: str, account: str | None) -> Provider:
+        """The adapter of ``name``'s ``account`` (None: its default account), opened once."""
+        from ..cloud import DEFAULT_ACCOUNT, open_provider
+
+        key = (name, account)
+        if key not in self._providers:
+            self._providers[key] = open_provider(self.settings, name, clock=self.clock,
+                                                 account=account or DEFAULT_ACCOUNT)
+        return self._providers[key]
+
+    def _carry(self, outcome: Outcome, notifier: Notifier) -> None:
+        """The action of a due mark: preflight, claim, the verified stop, its notification."""
+        p = outcome.plan
+        assert p.mark is not None
+        found = p.match
+        policy, row = found.policy, found.seen.row
+        release = policy.action == "release"
+        now = ensure_utc(self.clock.now())
+        try:
+            provider = self._provider(row)
+        except CostctlError as exc:
+            outcome.done = _("not acted on: {error}").format(error=exc.message)
+            return
+        route, problem = route_for(provider, row.instance, release=release)
+        evidence = {**found.evidence, "mark": p.mark.id, "marked_at": iso(p.mark.time), "due_at": iso(p.due)}
+        if p.mark.evidence.get("notified_at"):
+            evidence["notified_at"] = p.mark.evidence["notified_at"]
+        if problem is not None:
+            evidence["preflight"] = problem
+        action = Action.RELEASE if release else Action.STOP
+        decision = Decision(time=now, policy=policy.decision_policy, action=action, reason=found.reason,
+                            evidence=evidence)
+
+        def check(past: list[store.PatrolDecision]) -> str | None:
+            until = snoozed_until(past, now)
+            if until is not None:
+                return _("snoozed until {until}").format(until=format_time(until, self.tz))
+            assert p.mark is not None
+            other = next((d for d in past if d.action in (Action.STOP.value, Action.RELEASE.value)
+                          and d.time >= p.mark.time), None)
+            if other is not None:  # another policy (or patrol) acted on the instance since this mark
+                return _("decision {decision} ({policy}) acted on the instance since this mark").format(
+                    decision=other.id, policy=other.policy)
+            return None
+
+        first = "stop requested" if problem is None else _("failed: preflight: {problem}").format(problem=problem)
+        claimed = store.claim(self.ledger, found.seen.key, _facts(row), decision, outcome=first, check=check,
+                              settle=(p.mark.id, store.ACTED, {"acted_at": iso(now)}))
+        if claimed.decision_id is None:
+            outcome.done = _("not acted on: {why}").format(why=claimed.refused)
+            return
+        outcome.decision_id = claimed.decision_id
+        shape = {"provider": row.provider, "instance": row.instance.id, "decision": claimed.decision_id,
+                 "reason": found.reason}
+        if route is None:
+            outcome.state = StopState.FAILED.value
+            outcome.done = first
+            self._post_result(notifier, outcome, StopState.FAILED.value, problem or "", 0)
+            return
+        self.say((_("costctl patrol: releasing {provider} instance {instance} (decision {decision}): {reason}")
+                  if release else _("costctl patrol: stopping {provider} instance {instance} (decision {decision}): "
+                                    "{reason}")).format(**shape))
+        result = carry_out(ledger=self.ledger, decision_id=claimed.decision_id, decision=decision, provider=provider,
+                           inst=row.instance, route=route, release=release, clock=self.clock,
+                           stop_config=self.settings.stop, say=self.say)
+        state = result.state if result is not None else StopState.FAILED.value
+        outcome.state = state
+        detail = result.detail if result is not None else ""
+        attempts = result.attempts if result is not None else 0
+        if state == StopState.CONFIRMED.value:
+            outcome.done = (_("released: confirmed by {provider} ({count} request(s))") if release
+                            else _("stopped: confirmed by {provider} ({count} request(s))")).format(
+                provider=row.provider, count=attempts)
+        elif state == StopState.GONE.value:
+            outcome.done = _("gone: {detail}").format(detail=detail)
+        else:
+            outcome.done = _("FAILED: {detail}").format(detail=detail)
+        self._post_result(notifier, outcome, state, detail, attempts)
+
+    def _post_result(self, notifier: Notifier, outcome: Outcome, state: str, detail: str, attempts: int) -> None:
+        found = outcome.plan.match
+        row = found.seen.row
+        assert outcome.decision_id is not None
+        message = messages.result_message(
+            decision_id=outcome.decision_id, state=state, policy=found.policy.name, action=found.policy.action,
+            reason=found.reason, detail=detail, attempts=attempts, provider=row.provider, instance=row.instance.id,
+            account=row.account, host=self.host, when=ensure_utc(self.clock.now()))
+        if message is not None:
+            notifier.post(message)
+
+
+__all__ = ["IN_FLIGHT_SLACK", "Outcome", "PolicyResult", "SweepReport", "Sweeper", "WarningOutcome", "horizon"]
