@@ -117,9 +117,11 @@ def test_two_patrol_processes_started_together_act_once(db_url, tmp_path, monkey
         states = sorted((s or "-") for s, _d in seen[iid])
         assert states == ["-", "confirmed"], seen
         [not_done] = [d for s, d in seen[iid] if s is None]
-        assert not_done.startswith("not acted on:") and any(
+        # the loser either lost the claim, or (started later, under load) read the winner's stop in flight
+        assert (not_done.startswith("not acted on:") and any(
             why in not_done for why in ("another patrol is deciding", "settled meanwhile (acted)",
-                                        "acted on the instance since this mark")), not_done
+                                        "acted on the instance since this mark"))) or (
+            not_done.startswith("a patrol stop decided at") and not_done.endswith("is still under way")), not_done
 
 
 @pytest.mark.postgres
