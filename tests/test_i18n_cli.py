@@ -76,3 +76,42 @@ def test_a_config_error_is_chinese_under_a_chinese_locale_and_english_under_c(tm
     assert r.returncode == 2, r.stderr
     assert key in r.stderr and "Traceback" not in r.stderr and not _has_chinese(r.stderr)
     assert (f"unknown key '{key}'" in r.stderr) if "windw" in key else ("expected a duration from" in r.stderr)
+
+
+@pytest.mark.parametrize("args, chinese, english", [
+    (["bill", "--bogus"], "错误：没有这个选项：--bogus", "Error: No such option: --bogus"),
+    (["bill", "--limit"], "错误：选项 '--limit' 需要一个值。", "Error: Option '--limit' requires an argument."),
+    (["bill", "--limit", "x"], "错误：'--limit' 的值无效：'x'：应为整数",
+     "Error: Invalid value for '--limit': 'x': expected a whole number"),
+])
+def test_clicks_own_errors_speak_the_locales_language(tmp_path, args, chinese, english) -> None:
+    r = costctl(args, lang="zh_CN.UTF-8", tmp_path=tmp_path)
+    assert r.returncode == 2 and chinese in r.stderr, r.stderr
+    r = costctl(args, lang="C", tmp_path=tmp_path)
+    assert r.returncode == 2 and english in r.stderr and not _has_chinese(r.stderr), r.stderr
+
+
+def test_the_config_files_language_applies_to_help_click_errors_and_config_errors(tmp_path) -> None:
+    (tmp_path / "costctl.toml").write_text('[ui]\nlanguage = "zh_CN"\n')
+    env = {"COSTCTL_CONFIG": ""}  # ./costctl.toml, as costctl reads it
+    r = costctl(["--help"], lang="C", tmp_path=tmp_path, extra_env=env)
+    assert "用法：" in r.stdout, r.stdout
+    r = costctl(["bill", "--bogus"], lang="C", tmp_path=tmp_path, extra_env=env)
+    assert "没有这个选项：--bogus" in r.stderr, r.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[ui]\nlanguage = "zh_CN"\n[stop]\ndeadline = "soon"\n')
+    r = costctl(["bill", "--config", str(bad)], lang="C", tmp_path=tmp_path)
+    assert r.returncode == 2 and "之间的时长" in r.stderr, r.stderr
+
+
+def test_an_invalid_language_is_reported_in_the_language_the_rest_choose(tmp_path) -> None:
+    r = costctl(["bill"], lang="zh_CN.UTF-8", tmp_path=tmp_path, extra_env={"COSTCTL_UI__LANGUAGE": "fr", "COSTCTL_CONFIG": ""})
+    assert r.returncode == 2 and "环境变量 COSTCTL_UI__LANGUAGE" in r.stderr, r.stderr
+
+
+def test_a_bad_list_item_from_a_variable_names_the_variable_not_the_file(tmp_path) -> None:
+    (tmp_path / "empty.toml").write_text("")
+    r = costctl(["bill"], lang="C", tmp_path=tmp_path,
+                extra_env={"COSTCTL_CONFIG": str(tmp_path / "empty.toml"), "COSTCTL_NOTIFY__URLS": '["json://x", 5]'})
+    assert r.returncode == 2 and "environment variable COSTCTL_NOTIFY__URLS" in r.stderr, r.stderr
+    assert "empty.toml" not in r.stderr
