@@ -22,6 +22,7 @@ from typer.core import TyperCommand, TyperGroup
 from ..i18n import _
 from ..validation import escape_controls
 from .click_errors import click_message
+from .help_format import WidthContext, short_help_of
 
 
 def _help_option(cmd: Any, ctx: Any, found: Any) -> Any:
@@ -36,23 +37,35 @@ def _format_usage(cmd: Any, ctx: Any, formatter: Any) -> None:
 
 
 class TranslatedCommand(TyperCommand):
-    """A typer command whose "Usage:" and ``--help`` text are translated."""
+    """A typer command whose "Usage:" and ``--help`` text are translated, laid out by display
+    width (:mod:`costctl.cli.help_format`)."""
+
+    context_class = WidthContext
 
     def get_help_option(self, ctx: Any) -> Any:
         return _help_option(self, ctx, super().get_help_option(ctx))
 
     def format_usage(self, ctx: Any, formatter: Any) -> None:
         _format_usage(self, ctx, formatter)
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return short_help_of(self, limit)
 
 
 class TranslatedGroup(TyperGroup):
-    """A typer group whose "Usage:" and ``--help`` text are translated."""
+    """A typer group whose "Usage:" and ``--help`` text are translated, laid out by display
+    width (:mod:`costctl.cli.help_format`)."""
+
+    context_class = WidthContext
 
     def get_help_option(self, ctx: Any) -> Any:
         return _help_option(self, ctx, super().get_help_option(ctx))
 
     def format_usage(self, ctx: Any, formatter: Any) -> None:
         _format_usage(self, ctx, formatter)
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return short_help_of(self, limit)
 
 
 class CostctlTyper(typer.Typer):
