@@ -33,3 +33,17 @@ def test_short_help_by_display_width() -> None:
     got = short_help("写一份带注释的示例配置，列出每个配置项及其默认值，或为云服务商写一份", 20)
     assert got.endswith("...") and cell_len(got) <= 20 and got != "..."
     assert short_help("Show spend. More words here.", 15) == "Show spend."
+
+
+def test_the_cli_language_comes_from_a_valid_setting_only_and_never_raises(tmp_path) -> None:
+    from costctl.cli.language import configured_language
+
+    (tmp_path / "costctl.toml").write_text('[ui]\nlanguage = "zh_CN"\n')
+    (tmp_path / "deep.toml").write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    (tmp_path / "fr.toml").write_text('[ui]\nlanguage = "fr"\n')
+    assert configured_language([], {}, tmp_path) == "zh_CN"
+    assert configured_language(["bill", "--config", str(tmp_path / "fr.toml")], {}, tmp_path) is None
+    assert configured_language([f"--config={tmp_path / 'deep.toml'}"], {}, tmp_path) is None
+    assert configured_language([], {"COSTCTL_CONFIG": str(tmp_path / "missing.toml")}, tmp_path) is None
+    assert configured_language([], {"COSTCTL_UI__LANGUAGE": "en"}, tmp_path) == "en"
+    assert configured_language([], {"COSTCTL_UI__LANGUAGE": "fr"}, tmp_path) == "zh_CN"

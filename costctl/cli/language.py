@@ -61,7 +61,7 @@ def configured_language(argv: Sequence[str], environ: Mapping[str, str] | None =
     try:
         with path.open("rb") as f:  # type: ignore[union-attr]
             data = tomllib.load(f)
-    except (OSError, ValueError, AttributeError):  # none, unreadable, a directory, not TOML
+    except (OSError, ValueError, RecursionError, AttributeError):  # none, unreadable, a directory, not TOML, too deep
         return None
     ui = data.get("ui")
     return _valid(ui.get("language")) if isinstance(ui, dict) else None
