@@ -952,14 +952,18 @@ def _in_overrides(overrides: dict[str, Any] | None, path: tuple[str, ...]) -> bo
 
 
 def _json_holds(text: str, path: tuple[str, ...]) -> bool:
-    """Whether the JSON object ``text`` (a table given in one variable) sets ``path``."""
+    """Whether the JSON object ``text`` (a table or a list given in one variable) sets ``path``:
+    the keys it names, down to a list or a plain value, which holds the rest of the path
+    (``["json://x", 5]`` holds ``1.url``)."""
     try:
         node: Any = json.loads(text)
     except ValueError:
         return False
     for part in path:
         if not isinstance(node, dict):
-            return False
+            # a list, or a value where the model wanted a table: the variable gave the whole
+            # value there (a list is never merged with the config file's), so the bad item too
+            return True
         lowered = {str(k).lower(): v for k, v in node.items()}
         if part not in lowered:
             return False

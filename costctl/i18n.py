@@ -59,12 +59,15 @@ def choose_language(configured: str | None = None, environ: Mapping[str, str] | 
     """The language to show: ``"en"`` or ``"zh_CN"`` (see the module docstring for the order).
 
     Args:
-        configured: ``[ui] language`` (``auto``, ``en``, ``zh_CN``; None = auto).
+        configured: ``[ui] language`` (``auto``, ``en``, ``zh_CN``; None = auto; any other
+            value is skipped, like ``auto``).
         environ: the environment (default :data:`os.environ`).
     """
     env = os.environ if environ is None else environ
+    valid = {c.lower() for c in CHOICES} - {"auto"}
     for value in (configured, env.get("COSTCTL_UI__LANGUAGE")):
-        if value and value.strip().lower() != "auto":
+        # a value that is not one of CHOICES is skipped: its error comes in the language the rest choose
+        if value and value.strip().lower() in valid:
             found = _normalize(value)
             if found:
                 return found

@@ -6,7 +6,7 @@ key reads the same everywhere::
 
     unknown key 'polices' (check the spelling; `costctl init` writes every key)
     instance.billing = 'free': expected 'on-demand', 'spot' or 'prepaid'
-    instance.provider = 3: Input should be a valid string (and 1 more problem(s))
+    instance.provider = 3: expected text (and 1 more problem(s))
     [providers.vastai] unknown key 'api_key'
     [providers.runpod] base_url = 'ftp://x': expected an http:// or https:// URL
 """
@@ -48,6 +48,53 @@ def describe_value(value: Any) -> str:
     """``repr(value)``, cut to :data:`MAX_VALUE_CHARS` characters (ending in ``...`` when cut)."""
     text = repr(value)
     return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 3] + "..."
+
+
+def pydantic_problem(error: Any) -> str:
+    """What is wrong with one value, in costctl's own words in the current language, for one
+    of pydantic's error dicts (``ValidationError.errors()[i]``: ``type``, ``msg``, ``ctx``).
+
+    The common error types (a number, a boolean, a list, a table, text, one of a set of
+    values, a bound, a length, a missing or unknown key) get costctl's sentence; a validator's
+    own ``ValueError`` keeps its text (without pydantic's ``Value error,`` prefix); any other
+    type falls back to pydantic's English ``msg``.
+    """
+    kind = str(error.get("type", ""))
+    ctx = error.get("ctx") or {}
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return _("expected a whole number")
+    if kind in ("float_parsing", "float_type", "decimal_parsing", "decimal_type", "finite_number"):
+        return _("expected a number")
+    if kind in ("bool_parsing", "bool_type"):
+        return _("expected true or false")
+    if kind in ("list_type", "tuple_type", "set_type"):
+        return _("expected a list")
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return _("expected a table of keys and values")
+    if kind in ("string_type", "string_sub_type"):
+        return _("expected text")
+    if kind == "literal_error" and "expected" in ctx:
+        return _("expected {choices}").format(choices=ctx["expected"])
+    if kind == "missing":
+        return _("required, but missing")
+    if kind == "extra_forbidden":
+        return _("not a known key")
+    bounds = {"greater_than": (_("expected a number greater than {limit}"), "gt"),
+              "greater_than_equal": (_("expected a number of at least {limit}"), "ge"),
+              "less_than": (_("expected a number less than {limit}"), "lt"),
+              "less_than_equal": (_("expected a number of at most {limit}"), "le")}
+    if kind in bounds and bounds[kind][1] in ctx:
+        text, name = bounds[kind]
+        return text.format(limit=ctx[name])
+    if kind in ("too_long", "string_too_long") and "max_length" in ctx:
+        if kind == "string_too_long":
+            return _("expected at most {count} characters").format(count=ctx["max_length"])
+        return _("expected at most {count} items").format(count=ctx["max_length"])
+    if kind in ("too_short", "string_too_short") and "min_length" in ctx:
+        if kind == "string_too_short":
+            return _("expected at least {count} characters").format(count=ctx["min_length"])
+        return _("expected at least {count} items").format(count=ctx["min_length"])
+    return str(error.get("msg", "")).removeprefix("Value error, ")
 
 
 def one_line(
@@ -94,9 +141,7 @@ def one_line(
         if unknown_hint:
             return prefix + _("unknown key '{key}' {hint}").format(key=key, hint=unknown_hint)
         return prefix + _("unknown key '{key}'").format(key=key)
-    msg = str(first["msg"]).removeprefix("Value error, ")
-    if first["type"] == "literal_error":
-        msg = _("expected {choices}").format(choices=msg.removeprefix("Input should be").strip())
+    msg = pydantic_problem(first)
     rng = ranges(tuple(first["loc"])) if ranges is not None and first["type"] in BOUND_ERRORS | NUMBER_ERRORS else ""
     if rng:
         msg = (_("expected a number from {range}") if rng[0].isdigit() else _("expected a number {range}")).format(

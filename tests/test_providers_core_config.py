@@ -28,7 +28,7 @@ ADAPTERS = [("autodl", AutoDLConfig), ("vastai", VastAIConfig), ("runpod", RunPo
         ({"timeout": float("inf")}, "timeout = inf: expected a number > 0 and <= 300"),
         ({"poll_interval": 601}, "poll_interval = 601: expected a number > 0 and <= 600"),
         ({"stop_timeout": 0}, "stop_timeout = 0: expected a number > 0 and <= 86400"),
-        ({"credentials_file": 3}, "credentials_file = 3: Input should be a valid string"),
+        ({"credentials_file": 3}, "credentials_file = 3: expected text"),
         ({"api_token": "x"}, "unknown key 'api_token'"),
         # Only the first problem is named for a provider table, with no count of the others.
         ({"timeout": 0, "retries": 11}, "timeout = 0: expected a number > 0 and <= 300"),
@@ -68,10 +68,10 @@ def _error(**values) -> ValidationError:
 
 def test_one_line_without_table_counts_the_other_problems_and_cuts_long_values():
     assert one_line(_error(size="x" * 100, mode=3)) == (
-        "mode = 3: Input should be a valid string (and 1 more problem(s))"
+        "mode = 3: expected text (and 1 more problem(s))"
     )
     line = one_line(_error(size="y" * 100))
-    assert line.startswith("size = 'yyy") and line.endswith("...: Input should be a valid integer, unable to parse string as an integer")
+    assert line.startswith("size = 'yyy") and line.endswith("...: expected a whole number")
     assert len(line.split(":")[0]) == len("size = ") + 60
 
 

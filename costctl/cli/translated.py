@@ -6,7 +6,7 @@ through gettext. costctl's command classes, given to typer through its documente
 parameter, put those words through :func:`~costctl.i18n._`; typer's own gettext-translated words
 ("Options", "Commands") come from the same catalogue (:func:`costctl.i18n.install_for_cli`).
 :func:`show_usage_error` prints a usage error the way click does, in the current language (the
-detail of click's message, "No such option: --x", stays as click words it).
+detail of click's message, "No such option: --x", by :func:`~costctl.cli.click_errors.click_message`).
 
 :class:`CostctlTyper` is a :class:`typer.Typer` whose commands and groups use these classes.
 """
@@ -21,6 +21,8 @@ from typer.core import TyperCommand, TyperGroup
 
 from ..i18n import _
 from ..validation import escape_controls
+from .click_errors import click_message
+from .help_format import WidthContext, short_help_of
 
 
 def _help_option(cmd: Any, ctx: Any, found: Any) -> Any:
@@ -35,23 +37,35 @@ def _format_usage(cmd: Any, ctx: Any, formatter: Any) -> None:
 
 
 class TranslatedCommand(TyperCommand):
-    """A typer command whose "Usage:" and ``--help`` text are translated."""
+    """A typer command whose "Usage:" and ``--help`` text are translated, laid out by display
+    width (:mod:`costctl.cli.help_format`)."""
+
+    context_class = WidthContext
 
     def get_help_option(self, ctx: Any) -> Any:
         return _help_option(self, ctx, super().get_help_option(ctx))
 
     def format_usage(self, ctx: Any, formatter: Any) -> None:
         _format_usage(self, ctx, formatter)
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return short_help_of(self, limit)
 
 
 class TranslatedGroup(TyperGroup):
-    """A typer group whose "Usage:" and ``--help`` text are translated."""
+    """A typer group whose "Usage:" and ``--help`` text are translated, laid out by display
+    width (:mod:`costctl.cli.help_format`)."""
+
+    context_class = WidthContext
 
     def get_help_option(self, ctx: Any) -> Any:
         return _help_option(self, ctx, super().get_help_option(ctx))
 
     def format_usage(self, ctx: Any, formatter: Any) -> None:
         _format_usage(self, ctx, formatter)
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return short_help_of(self, limit)
 
 
 class CostctlTyper(typer.Typer):
@@ -86,7 +100,7 @@ def show_usage_error(exc: Any) -> int:
             lines.append(_("Try '{command} {option}' for help.").format(command=ctx.command_path,
                                                                        option=ctx.help_option_names[0]))
         lines.append("")
-    lines.append(escape_controls(_("Error: {message}").format(message=exc.format_message())))
+    lines.append(escape_controls(_("Error: {message}").format(message=click_message(exc))))
     print("\n".join(lines), file=sys.stderr)
     return int(getattr(exc, "exit_code", 1))
 
