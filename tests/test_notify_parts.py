@@ -303,3 +303,21 @@ def test_a_failed_stop_says_what_was_tried_and_names_costctl_stop_only_where_it_
                                                                               "instance's self-stop; running shutdown"})
     assert "API route" not in self_stop.body
     assert self_stop.body.startswith("Instance box-1 runs its own stop command: the preflight chose")
+
+
+def test_an_unconfirmed_stop_event_is_the_loud_not_confirmed_yet_notification_once():
+    from costctl.stopping import StopEvent, StopState
+
+    with FakeWebhook() as hook:
+        n = Notifier(NotifyConfig(urls=[hook.json_url("STUCK")]), _ctx, say=lambda s: None)
+        n.on_stop_event(StopEvent(time=T0, state=StopState.SENT, attempt=1, detail="accepted"))  # not said
+        stuck = StopEvent(time=T0 + timedelta(minutes=2), state=StopState.SENT, attempt=1,
+                          detail="not confirmed 120s after the first stop request (status stopping)", unconfirmed=True)
+        n.on_stop_event(stuck)
+        n.on_stop_event(stuck)  # said once
+        n.close(wait_s=30)
+        hook.wait_for(1)
+        time.sleep(0.3)
+    (message,) = hook.messages
+    assert message["title"] == "The stop of box-1 is not confirmed yet" and message["type"] == "failure"
+    assert "status stopping" in message["message"]

@@ -181,9 +181,11 @@ class Notifier:
     def on_stop_event(self, event: StopEvent, process: StopProcess | None = None) -> None:
         """A step of the stop (:meth:`costctl.executor.Executor.on_stop_event`; the stop's
         thread): its end (``stop_done`` / ``stop_failed``), and once, the first sign that it is
-        not going through (a failed request, a re-send: ``stop_failed``, "not confirmed yet")."""
+        not going through (a failed request, a re-send, or no confirmation ``[stop]
+        unconfirmed_after`` after the first request, e.g. stuck in "stopping": ``stop_failed``,
+        "not confirmed yet")."""
         state = event.state.value
-        if event.state is StopState.REQUESTED:
+        if event.state is StopState.REQUESTED or event.unconfirmed:
             if event.attempt < 1 or self._unconfirmed_said:
                 return
             self._unconfirmed_said = True
