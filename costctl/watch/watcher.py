@@ -775,7 +775,8 @@ class Watcher:
         pending = self.engine.next_stop(self.history, now)
         decision = warnings.check(pending, now, provider=run.provider, instance=run.instance_id,
                                   host=socket.gethostname(),
-                                  snoozable=pending is not None and self.engine.snoozable(pending.policy))
+                                  snoozable=(pending is not None and self.engine.snoozable(pending.policy)
+                                             and self._control is not None))  # `costctl snooze` reaches it
         if decision is not None:
             self.recorder.record(decision, "warned", say=_("costctl {policy} warning: {reason}").format(
                 policy=decision.policy, reason=decision.reason))
