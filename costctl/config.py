@@ -640,13 +640,18 @@ class StopConfig(_Section):
     the stop is recorded as failed and the watch exits with status 69. The deadline counts from
     the first stop request (the before_stop hook and the end of the job come first, each with its
     own timeout). A self-stop that returns while this machine is still running
-    ``self_stop_grace`` later did not stop it: failed too.
+    ``self_stop_grace`` later did not stop it: failed too. A stop not confirmed
+    ``unconfirmed_after`` after the first request (e.g. stuck in the provider's "stopping") is
+    said once as "not confirmed yet" (the ``stop_failed`` notification: the loudest), long before
+    the deadline; default 2 minutes (a provider normally confirms a stop within one), 1s to 8760h;
+    one not shorter than ``deadline`` leaves only the deadline's failure to be said.
     """
 
     poll_interval: Duration = timedelta(seconds=5)
     resend_interval: Duration = timedelta(seconds=60)
     deadline: Duration = timedelta(minutes=15)
     self_stop_grace: Duration = timedelta(minutes=2)
+    unconfirmed_after: Duration = timedelta(minutes=2)
 
     @model_validator(mode="after")
     def _ordered(self) -> "StopConfig":

@@ -217,6 +217,11 @@ class Executor:
         """Store one step of the stop, say it, and once it ends, the decision's outcome."""
         stop = self.stop
         assert stop is not None
+        if event.unconfirmed:  # no transition (nothing stored): said, and told to the listeners
+            self.say(_("costctl: the stop of instance {instance} on {provider} is not confirmed yet: {detail}").format(
+                instance=self.run.state.instance_id, provider=self.instances.name, detail=event.detail))
+            self._tell_stop_listeners(event)
+            return
         stop.state, stop.attempts, stop.detail = event.state.value, event.attempt, event.detail
         self._store("record_stop_event", self.run.state.run_id, decision_id=self._decision_id, time=event.time,
                     state=event.state.value, attempt=event.attempt, detail=event.detail)
@@ -236,11 +241,7 @@ class Executor:
             self.say(_("costctl: stop request {attempt} sent to {provider}: {detail}").format(**shape))
         elif event.attempt:  # a retry or a re-send
             self.say(_("costctl: stop: {detail}").format(**shape))
-        for listener in list(self._stop_listeners):
-            try:
-                listener(event, self.stopping)
-            except Exception as exc:  # noqa: BLE001 - a listener (notifications) never ends the stop
-                self.say(_("costctl: a stop listener failed: {error}").format(error=type(exc).__name__))
+        self._tell_stop_listeners(event)
         if event.state.terminal:
             ended = _("{what}: {detail}").format(what=stop_state_text(event.state.value), detail=event.detail)
             stop.outcome = _("; ").join([*self._stop_parts, ended])
@@ -270,6 +271,14 @@ class Executor:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+    def _tell_stop_listeners(self, event: StopEvent) -> None:
+        """Pass ``event`` to each :meth:`on_stop_event` listener; one that raises is said."""
+        for listener in list(self._stop_listeners):
+            try:
+                listener(event, self.stopping)
+            except Exception as exc:  # noqa: BLE001 - a listener (notifications) never ends the stop
+                self.say(_("costctl: a stop listener failed: {error}").format(error=type(exc).__name__))
 
     def on_stop_event(self, listener: Callable[[StopEvent, StopProcess | None], None]) -> None:
         """Call ``listener`` with each step of the stop (and the :class:`StopProcess`), in the

@@ -153,17 +153,23 @@ class StopEvent:
         state: the state reached.
         attempt: stop requests sent so far (API sends, plus the self-stop when it ran).
         detail: one line: what was seen (the provider's status, the error, the command).
+        unconfirmed: the stop is still not confirmed ``[stop] unconfirmed_after`` after the first
+            request (said once, the state unchanged: the notifier's "not confirmed yet").
     """
 
     time: datetime
     state: StopState
     attempt: int
     detail: str
+    unconfirmed: bool = False
 
     def as_dict(self) -> dict[str, object]:
         """JSON form."""
-        return {"time": self.time.isoformat(), "state": self.state.value, "attempt": self.attempt,
-                "detail": self.detail}
+        out: dict[str, object] = {"time": self.time.isoformat(), "state": self.state.value, "attempt": self.attempt,
+                                  "detail": self.detail}
+        if self.unconfirmed:
+            out["unconfirmed"] = True
+        return out
 
 
 def api_problem(provider: Provider, instance_id: str, inst: Instance | None,
@@ -338,6 +344,7 @@ class StopProcess:
     _self_stop_tried: bool = False
     _requests_from: datetime | None = None
     _self_stop_ran_at: datetime | None = None
+    _unconfirmed_said: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _emit_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
@@ -510,7 +517,23 @@ class StopProcess:
                 seconds=(now - self._last_sent_at).total_seconds(), **shape))
             self._send()
             return
+        elif not self._unconfirmed_said and self._requests_from is not None \
+                and now - self._requests_from >= self.config.unconfirmed_after:
+            self._unconfirmed_said = True
+            self._emit_unconfirmed(now, _("not confirmed {seconds:.0f}s after the first stop request ({count} stop "
+                                          "request(s) sent, status {status})").format(
+                seconds=(now - self._requests_from).total_seconds(), **shape))
         self.next_at = now + self.config.poll_interval
+
+    def _emit_unconfirmed(self, now: datetime, detail: str) -> None:
+        """Say once that the stop is still not confirmed (``[stop] unconfirmed_after``): an event
+        in the state it is in, marked :attr:`StopEvent.unconfirmed`."""
+        with self._emit_lock:
+            if self.state.terminal:
+                return
+            event = StopEvent(time=now, state=self.state, attempt=self.attempts, detail=detail, unconfirmed=True)
+            self.events.append(event)
+            self.on_event(event)
 
     def _backoff(self) -> timedelta:
         """``poll_interval`` × 2^(failures-1), capped at ``resend_interval``, ±10 % jitter."""

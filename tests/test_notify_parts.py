@@ -220,3 +220,104 @@ def test_a_pending_stop_is_warned_about_once_warn_before_ahead_and_again_when_it
     again = w.check(pending, at - timedelta(minutes=5), **kw)
     assert again is not None  # came back: a new warning
     assert StopWarnings(None, timezone.utc).check(pending, at - timedelta(minutes=1), **kw) is None  # off
+
+
+def test_the_messages_of_a_watch_arrive_in_the_order_they_were_posted_even_when_the_first_is_slow():
+    """Tester finding: "Budget cap reached" arrived after "stopped", job_end after "stopped" (the
+    senders ran in parallel and a stop's end jumped the queue). The webhook takes the first
+    message slowly: the later ones (a stop's end among them) still arrive after it."""
+    with FakeWebhook() as hook:
+        def slow_first(req):
+            if req.json().get("title") == "title first":
+                time.sleep(0.8)  # the first sender is slow to reach the webhook
+            return hook._handle(req)
+
+        hook.server.route("POST", "/hook/{token}", slow_first)
+        n = Notifier(NotifyConfig(urls=[hook.json_url("ORDER")]), _ctx, say=lambda s: None)
+        posted = [("first", Event.JOB_END), ("budget cap", Event.BUDGET), ("done", Event.STOP_DONE),
+                  ("failed", Event.STOP_FAILED), ("advice", Event.ADVICE)]
+        for minute, (key, event) in enumerate(posted):
+            assert n.post(_msg(key, event, minute=minute)) is True
+        assert n.flush(60)
+        n.close(wait_s=5)
+        hook.wait_for(len(posted))
+    assert [m["title"] for m in hook.messages] == [f"title {key}" for key, _event in posted]
+    chained = n.deliveries[1:]
+    assert all(d.after is not None for d in chained)  # each one waited for the one before it
+
+
+# ------------------------------------------------------------------ what the stop's messages claim
+def test_only_a_snoozable_stop_is_warned_about_with_the_snooze_hint():
+    w = StopWarnings(timedelta(minutes=5), timezone.utc)
+    kw = {"provider": "sim", "instance": "box-1", "host": "vm"}
+    at = T0 + timedelta(minutes=30)
+    cap = w.check(Pending(policy="budget", action="stop", at=at, progress="USD 0.90 of USD 1.00"),
+                  at - timedelta(minutes=4), snoozable=False, **kw)
+    assert cap is not None and "costctl snooze" not in cap.reason
+    assert cap.reason.endswith("A snooze does not postpone this stop.")
+    idle = w.check(Pending(policy="idle", action="stop", at=at, progress="idle 26m of 30m"),
+                   at - timedelta(minutes=4), snoozable=True, **kw)
+    assert idle is not None and "Run `costctl snooze 1h` on vm to postpone an idle autostop." in idle.reason
+
+
+def _stop_decision(policy: str, reason: str):
+    from costctl.decisions import RecordedDecision
+    from costctl.records import Action, Decision
+
+    return RecordedDecision(decision=Decision(time=T0, policy=policy, action=Action.STOP, reason=reason),
+                            outcome="stop requested", run_id="abcdef0123", dry_run=False, ledger_id=None)
+
+
+def test_the_end_of_a_budget_stop_does_not_claim_a_snooze_and_an_idle_stop_says_it():
+    from costctl.stopping import StopEvent, StopState
+
+    with FakeWebhook() as hook:
+        for policy in ("budget", "idle"):
+            n = Notifier(NotifyConfig(urls=[hook.json_url(policy)]), _ctx, say=lambda s: None)
+            n.snoozable = lambda p: p == "idle"
+            n.snoozed = "The autostop was snoozed by root (uid 0, pid 9) until 2026-06-01 13:00:00 UTC."
+            n.on_decision(_stop_decision(policy, f"the {policy} policy decided"))
+            n.on_stop_event(StopEvent(time=T0, state=StopState.CONFIRMED, attempt=1, detail="stopped"))
+            n.close(wait_s=30)
+        hook.wait_for(2)
+    by_path = {m["_path"]: m["message"] for m in hook.messages}
+    assert "snoozed" not in by_path["/hook/budget"]
+    assert "It was stopped because: the budget policy decided" in by_path["/hook/budget"]
+    assert "The autostop was snoozed by root" in by_path["/hook/idle"]
+
+
+def test_a_failed_stop_says_what_was_tried_and_names_costctl_stop_only_where_it_can_work():
+    from costctl.notify.events import stop_message
+
+    kw = {"detail": "not confirmed 900s after the first stop request", "attempts": 3, "when": T0,
+          "reason": "idle for 10m", "deadline": None}
+    api = stop_message("failed", ctx=_ctx(), **kw)
+    assert "costctl tried to stop it because: idle for 10m" in api.body
+    assert "It was stopped because" not in api.body
+    assert "`costctl stop box-1`" in api.body
+    no_api = stop_message("failed", ctx=Context(provider="autodl", instance="box-1", run="abcdef0123", host="vm",
+                                                api_route=False), **kw)
+    assert "`costctl stop box-1`" not in no_api.body and "`costctl stop` cannot stop it either" in no_api.body
+    assert "Stop it yourself in autodl's console" in no_api.body
+    self_stop = stop_message("self-stop sent", ctx=_ctx(), **{**kw, "detail": "the preflight chose the "
+                                                                              "instance's self-stop; running shutdown"})
+    assert "API route" not in self_stop.body
+    assert self_stop.body.startswith("Instance box-1 runs its own stop command: the preflight chose")
+
+
+def test_an_unconfirmed_stop_event_is_the_loud_not_confirmed_yet_notification_once():
+    from costctl.stopping import StopEvent, StopState
+
+    with FakeWebhook() as hook:
+        n = Notifier(NotifyConfig(urls=[hook.json_url("STUCK")]), _ctx, say=lambda s: None)
+        n.on_stop_event(StopEvent(time=T0, state=StopState.SENT, attempt=1, detail="accepted"))  # not said
+        stuck = StopEvent(time=T0 + timedelta(minutes=2), state=StopState.SENT, attempt=1,
+                          detail="not confirmed 120s after the first stop request (status stopping)", unconfirmed=True)
+        n.on_stop_event(stuck)
+        n.on_stop_event(stuck)  # said once
+        n.close(wait_s=30)
+        hook.wait_for(1)
+        time.sleep(0.3)
+    (message,) = hook.messages
+    assert message["title"] == "The stop of box-1 is not confirmed yet" and message["type"] == "failure"
+    assert "status stopping" in message["message"]

@@ -252,5 +252,92 @@ def test_a_stale_socket_is_removed_and_a_bad_duration_is_one_line(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "costctl", "snooze", "a while"], cwd=REPO,
                          env=costctl_env(tmp_path), capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2
-    assert bad.stderr == ("costctl: snooze 'a while': expected a duration like 10m, 1h or 1h30m (up to 7 days), "
-                          "off, or status\n")
+    assert bad.stderr == ("costctl: snooze 'a while': expected a duration like 10m, 1h or 1h30m (at most 4h, the "
+                          "configured [snooze] max), off, or status\n")
+
+
+def test_a_bad_duration_names_the_configured_maximum_not_a_fixed_one(tmp_path):
+    """Tester finding: ``snooze banana`` said "(at most 7 days)" while ``[snooze] max`` was 4h."""
+    bad = subprocess.run([sys.executable, "-m", "costctl", "snooze", "banana"], cwd=REPO,
+                         env=costctl_env(tmp_path, COSTCTL_SNOOZE__MAX="90m"), capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2
+    assert bad.stderr == ("costctl: snooze 'banana': expected a duration like 10m, 1h or 1h30m (at most 90m, the "
+                          "configured [snooze] max), off, or status\n")
+    assert "7 days" not in bad.stderr
+    off = subprocess.run([sys.executable, "-m", "costctl", "snooze", "8d"], cwd=REPO,
+                         env=costctl_env(tmp_path, COSTCTL_SNOOZE__MAX="off"), capture_output=True, text=True,
+                         timeout=60)
+    assert off.returncode == 2
+    assert off.stderr == "costctl: snooze '8d': expected a duration like 10m, 1h or 1h30m, off, or status\n"
+
+
+# ------------------------------------------------------------------ what a snooze and its lifting say
+def _live_control(engine, history, clock, **kw):
+    return SnoozeControl(engine=engine, recorder=_Recorder(), clock=clock, config=SnoozeConfig(max="4h"),
+                         lock=threading.RLock(), pending=lambda now: engine.next_stop(history, now),
+                         stopping=lambda: None, tz=timezone.utc,
+                         where=lambda: {"provider": "sim", "instance": "box-1", "run": "abcd1234"},
+                         unsnoozable=lambda now: engine.next_stop(history, now, snoozable=False), **kw)
+
+
+def _notice(recorded_decision):
+    from costctl.decisions import RecordedDecision
+    from costctl.notify.events import Context, decision_message
+
+    return decision_message(RecordedDecision(decision=recorded_decision, outcome="snooze lifted", run_id="abcd1234",
+                                             dry_run=False, ledger_id=None),
+                            Context(provider="sim", instance="box-1", run="abcd1234", host="vm"))
+
+
+def test_lifting_a_snooze_after_the_idle_window_ran_out_says_the_stop_is_due_now():
+    """Tester finding: ``snooze off`` after the window ran out answered "no stop is pending" and
+    the webhook heard only "snooze lifted"; the stop came 2 s later with no warning."""
+    clock = SimClock(T0)
+    engine, history = _engine(), _history(clock)
+    engine.snooze(Snooze(until=T0 + timedelta(hours=1), by="carol", at=T0))
+    assert _run(engine, history, clock, 12) == []  # the idle stop was due at 08:10: held
+    control = _live_control(engine, history, clock)
+    answer = control.handle({"op": "off"}, Peer(pid=77, uid=os.getuid(), gid=0))
+    assert answer["ok"] and "No stop is pending" not in answer["message"]
+    assert "the idle stop it held is due now, and the instance is stopped within moments" in answer["message"]
+    (decision, outcome), = control.recorder.decisions
+    assert outcome == "snooze lifted" and decision.evidence["due_now"] == "idle"
+    assert "due now" in decision.reason
+    message = _notice(decision)
+    assert message.title == "The snooze of the autostop of box-1 was lifted: it is stopped now"
+    assert "due now" in message.body
+    assert [d.action for _, d in _run(engine, history, clock, 1)] == ["stop"]  # and it does come
+
+
+def test_lifting_a_snooze_before_the_idle_stop_is_due_names_its_time():
+    clock = SimClock(T0)
+    engine, history = _engine(), _history(clock)
+    engine.snooze(Snooze(until=T0 + timedelta(hours=1), by="carol", at=T0))
+    assert _run(engine, history, clock, 3) == []
+    control = _live_control(engine, history, clock)
+    answer = control.handle({"op": "off"}, Peer(pid=77, uid=os.getuid(), gid=0))
+    (decision, _outcome), = control.recorder.decisions
+    assert "Pending: idle 3m of 10m" in decision.reason and "stopping at 08:10" in decision.reason
+    assert "No stop is pending" not in answer["message"] and "stopping at 08:10" in answer["message"]
+
+
+def test_a_snooze_while_a_budget_cap_is_pending_says_the_cap_still_comes():
+    """Tester finding: after ``costctl snooze 5h`` the webhook said "the autostop was snoozed"
+    while the budget stop still came."""
+    clock = SimClock(T0)
+    engine = _engine(budget=BudgetConfig(total="1"))
+    history = _history(clock)
+    history.spend_total = Money(Decimal("0.5"), "USD")
+    history.rate = Money(Decimal("1"), "USD")
+    assert _run(engine, history, clock, 1, util=90.0) == []
+    cap = engine.next_stop(history, clock.now(), snoozable=False)
+    assert cap is not None and cap.policy == "budget"
+    control = _live_control(engine, history, clock)
+    answer = control.handle({"op": "snooze", "seconds": 3600}, Peer(pid=78, uid=os.getuid(), gid=0))
+    assert answer["ok"]
+    (decision, _outcome), = control.recorder.decisions
+    assert "the budget stop still comes at" in decision.reason
+    assert decision.evidence["still_pending"]["policy"] == "budget"
+    title = _notice(decision).title
+    assert title.startswith("The idle autostop of box-1 was snoozed until") and "the budget stop still comes" in title

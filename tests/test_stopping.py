@@ -286,3 +286,30 @@ def test_a_self_stop_command_that_hangs_is_killed_with_its_group_at_its_timeout(
 def test_a_self_stop_command_killed_by_a_signal_is_said_so():
     with pytest.raises(CostctlError, match=r"^self-stop 'sh -c kill -TERM \$\$' was killed by SIGTERM$"):
         run_self_stop(["sh", "-c", "kill -TERM $$"])
+
+
+def test_a_stop_stuck_in_stopping_is_said_unconfirmed_once_after_unconfirmed_after_then_fails_at_the_deadline():
+    """Tester finding: a stop stuck in the provider's "stopping" raised no alarm until the
+    15-minute deadline. It is said once, ``[stop] unconfirmed_after`` after the first request."""
+    clock = SimClock(T0)
+    prov = Scripted([Status.STOPPING], reads=[Status.STOPPING] * 1000)
+    proc, events = _process(prov, clock)
+    _run(proc, clock)
+    said = [e for e in events if e.unconfirmed]
+    assert len(said) == 1
+    assert T0 + timedelta(minutes=2) <= said[0].time < T0 + timedelta(minutes=2, seconds=10)
+    assert said[0].state is StopState.SENT and said[0].attempt == 1
+    assert said[0].detail.startswith("not confirmed 120s after the first stop request (1 stop request(s) sent, "
+                                     "status stopping)")
+    assert proc.state is StopState.FAILED and proc.ended_at == T0 + timedelta(minutes=5)
+
+
+def test_a_stop_confirmed_before_unconfirmed_after_is_never_said_unconfirmed():
+    clock = SimClock(T0)
+    proc, events = _process(Scripted([Status.STOPPING], reads=[Status.STOPPING] * 10 + [Status.STOPPED]), clock)
+    _run(proc, clock)
+    assert proc.state is StopState.CONFIRMED and not any(e.unconfirmed for e in events)
+
+
+def test_unconfirmed_after_defaults_to_two_minutes():
+    assert StopConfig().unconfirmed_after == timedelta(minutes=2)

@@ -36,11 +36,16 @@ if TYPE_CHECKING:
 
 #: Longest snooze the command asks for (each watch also caps it at its ``[snooze] max``).
 MAX_ASK = timedelta(days=7)
-ALLOWED = "a duration like 10m, 1h or 1h30m (up to 7 days), off, or status"
+ALLOWED = "a duration like 10m, 1h or 1h30m, off, or status"
 
 
-def parse_request(text: str) -> dict[str, object]:
+def parse_request(text: str, maximum: timedelta | None = None) -> dict[str, object]:
     """``10m`` -> ``{"op": "snooze", "seconds": 600}``; ``off``; ``status``.
+
+    Args:
+        maximum: the configured ``[snooze] max``, named in the error (None: it could not be
+            read, or snoozes are off: the error names only the syntax). A longer duration is
+            still sent: each watch caps it at its own maximum and says so.
 
     Raises:
         UsageError: anything else (one line naming what is allowed).
@@ -53,8 +58,14 @@ def parse_request(text: str) -> dict[str, object]:
     try:
         td = parse_duration(text, maximum=MAX_ASK, allowed=ALLOWED)
     except ValueError:
-        raise UsageError(_("snooze {text!r}: expected a duration like 10m, 1h or 1h30m (up to 7 days), off, "
-                           "or status").format(text=text)) from None
+        if maximum is None:
+            raise UsageError(_("snooze {text!r}: expected a duration like 10m, 1h or 1h30m, off, or status").format(
+                text=text)) from None
+        from ..config_types import format_duration
+
+        raise UsageError(_("snooze {text!r}: expected a duration like 10m, 1h or 1h30m (at most {max}, the "
+                           "configured [snooze] max), off, or status").format(
+            text=text, max=format_duration(maximum))) from None
     return {"op": "snooze", "seconds": td.total_seconds()}
 
 
@@ -81,7 +92,10 @@ def snooze(
     (status). Budget caps and a failed stop are never snoozed."""
     from ..snooze import request, watch_sockets
 
-    payload = parse_request(duration)
+    try:
+        payload = parse_request(duration)
+    except UsageError:
+        payload = parse_request(duration, _configured_max(config))  # raises, naming the real maximum
     if instance is not None:
         if watch is not None:
             raise UsageError(_("--instance and --watch name different things: give one"))
@@ -192,6 +206,18 @@ def _snooze_patrol(instance: str, payload: dict[str, object], config: object) ->
                      "(costctl patrol --execute names them); nothing to snooze").format(instance=instance), err=True)
         raise typer.Exit(1)
     typer.echo(reason)
+
+
+def _configured_max(config: Path | None) -> timedelta | None:
+    """``[snooze] max`` of the settings in force, or None when they cannot be read or snoozes are
+    off (an error message then names only the syntax)."""
+    from ..errors import CostctlError
+    from .common import settings_from
+
+    try:
+        return settings_from(config).snooze.max
+    except (CostctlError, OSError, ValueError):
+        return None
 
 
 def _dir() -> str:

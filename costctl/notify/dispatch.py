@@ -8,9 +8,13 @@ watch never does), the URLs on its stdin. Nothing here waits for a send:
 
 * :meth:`Notifier.post` only puts the message on a bounded queue (``[notify] queue_max``; when
   full, the oldest message that is not a stop's end is dropped, and that is said once); one
-  dispatcher thread starts the children, at most :data:`MAX_SENDERS` at a time, each watched
-  by a thread of its own that kills it (its whole process group) ``[notify] timeout`` +
-  :data:`KILL_SLACK_S` after its start. A stop is dispatched before, and independently of, any
+  dispatcher thread starts the children in the order the messages were posted, at most
+  :data:`MAX_SENDERS` at a time. They arrive in that order too: each child is told the pid of
+  the one started before it while that one still runs, and sends only after it ended
+  (:func:`costctl.notify.send.wait_for`), so a budget cap is never heard after the stop it
+  caused. Each child is watched by a thread of its own that kills it (its whole process group)
+  at its deadline: ``[notify] timeout`` + :data:`KILL_SLACK_S` after the later of its start and
+  its predecessor's deadline. A stop is dispatched before, and independently of, any
   notification: the stop's own thread never touches this class but to enqueue.
 * The same message (its key: a decision's key, ``stop:done``, ``stop:failed``...) is sent once.
 * At most ``[notify] max_per_hour`` messages in any hour of the watch's clock; what is held back
@@ -89,6 +93,8 @@ class Delivery:
         targets: the URL indices it was sent to.
         results: the child's results (``{"index", "ok", "detail"}``), once it answered.
         started / ended: monotonic seconds of the child's start and end (None before).
+        pid / deadline: the child's pid, and the monotonic second it is killed at.
+        after: the delivery started before it that was still running (it sends after that one).
     """
 
     message: Message
@@ -96,6 +102,9 @@ class Delivery:
     results: list[dict[str, Any]] = field(default_factory=list)
     started: float | None = None
     ended: float | None = None
+    pid: int | None = None
+    deadline: float | None = None
+    after: Delivery | None = field(default=None, repr=False)
 
 
 class Notifier:
@@ -135,6 +144,10 @@ class Notifier:
         self._stop_reason: str | None = None
         self._unconfirmed_said = False
         self.snoozed: str | None = None  # the latest snooze, said in the next messages
+        #: Whether a snooze postpones a policy's stop (the watch sets the engine's): the snooze
+        #: note goes only with the warning or the end of such a stop, never a budget cap's.
+        self.snoozable: Callable[[str], bool] = lambda policy: True
+        self._stop_policy: str | None = None
         #: Every message handed to a sender, in order (the summary, the tests).
         self.deliveries: list[Delivery] = []
         self._thread = threading.Thread(target=self._dispatch, name="costctl-notify", daemon=True)
@@ -146,10 +159,12 @@ class Notifier:
         return bool(self.targets)
 
     # ------------------------------------------------------------------ what is told
-    def _ctx(self) -> Context:
+    def _ctx(self, policy: str | None = None) -> Context:
+        """The context now; the snooze note only when ``policy``'s stop is one a snooze holds
+        (None: the message is not about a policy's stop)."""
         ctx = self.context()
-        return Context(provider=ctx.provider, instance=ctx.instance, run=ctx.run, host=ctx.host, command=ctx.command,
-                       snoozed=self.snoozed)
+        relevant = policy is None or policy == "snooze" or self.snoozable(policy)
+        return replace(ctx, snoozed=self.snoozed if relevant else None)
 
     def on_decision(self, recorded: RecordedDecision) -> None:
         """A decision recorder subscriber: the decisions people are told about (see
@@ -158,16 +173,19 @@ class Notifier:
         d = recorded.decision
         if d.action is Action.STOP and recorded.outcome == "stop requested":
             self._stop_reason = d.reason
-        message = decision_message(recorded, self._ctx())
+            self._stop_policy = d.policy
+        message = decision_message(recorded, self._ctx(d.policy))
         if message is not None:
             self.post(message)
 
     def on_stop_event(self, event: StopEvent, process: StopProcess | None = None) -> None:
         """A step of the stop (:meth:`costctl.executor.Executor.on_stop_event`; the stop's
         thread): its end (``stop_done`` / ``stop_failed``), and once, the first sign that it is
-        not going through (a failed request, a re-send: ``stop_failed``, "not confirmed yet")."""
+        not going through (a failed request, a re-send, or no confirmation ``[stop]
+        unconfirmed_after`` after the first request, e.g. stuck in "stopping": ``stop_failed``,
+        "not confirmed yet")."""
         state = event.state.value
-        if event.state is StopState.REQUESTED:
+        if event.state is StopState.REQUESTED or event.unconfirmed:
             if event.attempt < 1 or self._unconfirmed_said:
                 return
             self._unconfirmed_said = True
@@ -179,7 +197,8 @@ class Notifier:
             local = process.deadline.astimezone(self.tz)
             deadline = local.strftime("%H:%M:%S %Z")
         message = stop_message(state, detail=event.detail, attempts=event.attempt, when=event.time,
-                               reason=self._stop_reason, deadline=deadline, ctx=self._ctx())
+                               reason=self._stop_reason, deadline=deadline,
+                               ctx=self._ctx(self._stop_policy or "?"))
         if message is not None:
             self.post(message)
 
@@ -232,15 +251,14 @@ class Notifier:
             self.say(_(SAY_DROPPED).format(count=self._dropped, limit=self.config.queue_max))
 
     def _dispatch(self) -> None:
-        """Thread: start a sender child for each queued message (loud ones first)."""
+        """Thread: start a sender child for each queued message, in the order they were posted."""
         while True:
             with self._cv:
                 while not self._queue and not self._closing:
                     self._cv.wait()
                 if not self._queue:
                     return
-                delivery = next((d for d in self._queue if d.message.loud), self._queue[0])
-                self._queue.remove(delivery)
+                delivery = self._queue.popleft()  # in order: the messages arrive as things happened
             self._slots.acquire()
             try:
                 self._start(delivery)
@@ -253,15 +271,28 @@ class Notifier:
     def _request(self, delivery: Delivery) -> bytes:
         m = delivery.message
         urls = [t.url for t in self.targets if t.index in delivery.targets]
-        return json.dumps({"urls": urls, "title": m.title, "body": m.body, "type": m.level, "name": m.name,
-                           "timeout": self.config.timeout.total_seconds(), "language": language()}).encode()
+        request: dict[str, Any] = {"urls": urls, "title": m.title, "body": m.body, "type": m.level, "name": m.name,
+                                   "timeout": self.config.timeout.total_seconds(), "language": language()}
+        before = delivery.after
+        if before is not None and before.pid is not None and before.ended is None and before.deadline is not None:
+            request["after_pid"] = before.pid
+            request["after_wait_s"] = max(0.0, before.deadline - time.monotonic())
+        return json.dumps(request).encode()
 
     def _start(self, delivery: Delivery) -> None:
-        """Start the sender child for ``delivery`` and a thread that feeds and reaps it."""
+        """Start the sender child for ``delivery`` and a thread that feeds and reaps it; it
+        sends after the child started before it (:attr:`Delivery.after`) ended."""
         env = {k: v for k, v in os.environ.items() if not k.upper().startswith(_HIDDEN_ENV_PREFIXES)}
+        before = self.deliveries[-1] if self.deliveries else None
+        if before is not None and before.ended is not None:
+            before = None
         proc = subprocess.Popen([self.python, "-m", SENDER_MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True, close_fds=True, env=env)
         delivery.started = time.monotonic()
+        delivery.pid = proc.pid
+        delivery.after = before
+        start = max(delivery.started, before.deadline) if before is not None and before.deadline else delivery.started
+        delivery.deadline = start + self.config.timeout.total_seconds() + KILL_SLACK_S
         self.deliveries.append(delivery)
         threading.Thread(target=self._reap, args=(proc, delivery), name="costctl-notify-sender",
                          daemon=True).start()
@@ -269,18 +300,21 @@ class Notifier:
     def _reap(self, proc: subprocess.Popen[bytes], delivery: Delivery) -> None:
         """Thread: give the child its request, wait for its answer (killing its group after the
         timeout), and say what did not go through."""
+        assert delivery.deadline is not None and delivery.started is not None
         limit = self.config.timeout.total_seconds() + KILL_SLACK_S
+        waited = max(0.0, delivery.deadline - delivery.started - limit)  # for the sender before it
         title = delivery.message.title
         try:
             try:
-                out, err = proc.communicate(self._request(delivery), timeout=limit)
+                out, err = proc.communicate(self._request(delivery),
+                                            timeout=max(0.0, delivery.deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 try:
                     os.killpg(proc.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
                 out, err = proc.communicate()
-                self.say(_(SAY_ENDED).format(title=title, seconds=limit))
+                self.say(_(SAY_ENDED).format(title=title, seconds=round(limit + waited, 1)))
                 return
             except OSError as exc:  # the child died before reading its request
                 proc.kill()

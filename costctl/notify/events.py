@@ -67,16 +67,23 @@ TEMPLATES: dict[str, str] = {
     "pending.title": N_("{instance} will be stopped at {at}"),
     "snooze.title": N_("The autostop of {instance} was snoozed until {until}"),
     "unsnooze.title": N_("The snooze of the autostop of {instance} was lifted"),
+    "unsnooze_due.title": N_("The snooze of the autostop of {instance} was lifted: it is stopped now"),
+    "snooze_still.title": N_("The idle autostop of {instance} was snoozed until {until}; the {policy} stop still "
+                             "comes at {at}"),
     "stop_done.title": N_("{instance} is stopped"),
     "stop_done.body": N_("{provider} confirmed that instance {instance} is stopped after {attempts} stop request(s)."),
     "stop_gone.title": N_("{instance} no longer exists"),
     "stop_gone.body": N_("{provider} no longer knows instance {instance}: it no longer bills. {detail}"),
     "self_stop.title": N_("{instance} is stopping itself"),
-    "self_stop.body": N_("The API route ended, so instance {instance} runs its own stop command: {detail}"),
+    "self_stop.body": N_("Instance {instance} runs its own stop command: {detail}"),
     "stop_reason": N_("It was stopped because: {reason}"),
+    "stop_tried": N_("costctl tried to stop it because: {reason}"),
     "stop_failed.title": N_("STOP FAILED: {instance} may still be running and billing"),
     "stop_failed.body": N_("costctl could not stop {provider} instance {instance}: {detail}. Stop it yourself "
                            "(`costctl stop {instance}` or the provider's console)."),
+    "stop_failed.body_no_api": N_("costctl could not stop {provider} instance {instance}: {detail}. Stop it "
+                                  "yourself in {provider}'s console or with {provider}'s own tools: costctl has no "
+                                  "working {provider} API credential here, so `costctl stop` cannot stop it either."),
     "stop_unconfirmed.title": N_("The stop of {instance} is not confirmed yet"),
     "stop_unconfirmed.body": N_("The stop of {provider} instance {instance} is not confirmed yet: {detail}. costctl "
                                 "keeps trying until {deadline}; the instance may still be billing."),
@@ -119,6 +126,9 @@ class Context:
         command: the watched command as one shell line ("" when guarding the machine).
         snoozed: a sentence about the latest snooze (who, until when), or None; the next
             messages repeat it.
+        api_route: costctl can stop the instance through the provider's API (the preflight
+            found a credential that works): only then does a failed stop's advice name
+            ``costctl stop``; otherwise it names the provider's console.
     """
 
     provider: str
@@ -127,6 +137,7 @@ class Context:
     host: str
     command: str = ""
     snoozed: str | None = None
+    api_route: bool = True
 
     def values(self) -> dict[str, str]:
         """The placeholders every template may use."""
@@ -201,7 +212,16 @@ def decision_message(recorded: RecordedDecision, ctx: Context) -> Message | None
     values = ctx.values()
     if d.key.startswith(SNOOZE_KEY_PREFIX):
         until = d.evidence.get("until_local")
-        title = text("snooze.title", until=until, **values) if until else text("unsnooze.title", **values)
+        still = d.evidence.get("still_pending")
+        if until and isinstance(still, dict):  # a budget cap is pending: the snooze does not hold it
+            title = text("snooze_still.title", until=until, policy=still.get("policy", "?"),
+                         at=still.get("at_local", "?"), **values)
+        elif until:
+            title = text("snooze.title", until=until, **values)
+        elif d.evidence.get("due_now"):
+            title = text("unsnooze_due.title", **values)
+        else:
+            title = text("unsnooze.title", **values)
     elif event is Event.STOP_PENDING:
         title = text("pending.title", at=d.evidence.get("at_local", "?"), **values)
     elif event is Event.BUDGET:
@@ -236,8 +256,10 @@ def stop_message(state: str, *, detail: str, attempts: int, when: datetime, reas
         return _message(Event.STOP_DONE, "stop:self-stop", text("self_stop.title", **values),
                         text("self_stop.body", **values) + "\n" + because, when, ctx)
     if state == "failed":
+        tried = text("stop_tried", reason=reason) if reason else ""  # it was NOT stopped
+        body = text("stop_failed.body" if ctx.api_route else "stop_failed.body_no_api", **values)
         return _message(Event.STOP_FAILED, "stop:failed", text("stop_failed.title", **values),
-                        text("stop_failed.body", **values) + "\n" + because, when, ctx)
+                        body + "\n" + tried, when, ctx)
     if state == "unconfirmed":
         body = (text("stop_unconfirmed.body", deadline=deadline, **values) if deadline
                 else text("stop_unconfirmed.body_no_deadline", **values))

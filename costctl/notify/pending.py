@@ -22,6 +22,9 @@ from .events import WARNING_KEY_PREFIX
 #: The warning's reason: a whole sentence with named placeholders (translated where it is used).
 WARNING = N_("{provider} instance {instance} will be stopped at {at} ({left} from now) by the {policy} policy "
              "unless that changes: {progress}. Run `costctl snooze 1h` on {host} to postpone an idle autostop.")
+#: The same for a stop no snooze postpones (a budget cap): no snooze hint.
+WARNING_NOT_SNOOZABLE = N_("{provider} instance {instance} will be stopped at {at} ({left} from now) by the {policy} "
+                           "policy unless that changes: {progress}. A snooze does not postpone this stop.")
 
 
 #: How much later a warned stop may come and still be the same stop (a budget cap's projected
@@ -43,10 +46,12 @@ class StopWarnings:
         self._warned: dict[str, datetime] = {}  # policy -> the stop time warned about
 
     def check(self, pending: Pending | None, now: datetime, *, provider: str, instance: str,
-              host: str) -> Decision | None:
+              host: str, snoozable: bool = True) -> Decision | None:
         """The warning to record at ``now`` (aware UTC) for ``pending`` (the nearest pending
         stop, :meth:`~costctl.policies.engine.PolicyEngine.next_stop`), or None: none pending,
-        not within ``warn_before`` yet, or already warned about."""
+        not within ``warn_before`` yet, or already warned about. ``snoozable``: ``costctl snooze``
+        can postpone that stop (an idle autostop; never a budget cap): only then is the snooze
+        suggested."""
         if self.warn_before is None:
             return None
         if pending is None:
@@ -61,7 +66,7 @@ class StopWarnings:
         local = pending.at.astimezone(self.tz)
         at = local.strftime("%H:%M:%S %Z") if local.date() == now.astimezone(self.tz).date() \
             else local.strftime("%Y-%m-%d %H:%M:%S %Z")
-        reason = _(WARNING).format(provider=provider, instance=instance, at=at, left=fmt_span(pending.at - now),
+        reason = _(WARNING if snoozable else WARNING_NOT_SNOOZABLE).format(provider=provider, instance=instance, at=at, left=fmt_span(pending.at - now),
                                 policy=pending.policy, progress=pending.progress, host=host)
         return Decision(time=now, policy=pending.policy, action=Action.WARN, reason=reason,
                         evidence={"pending_stop": {"policy": pending.policy, "at": iso(pending.at),
@@ -70,4 +75,4 @@ class StopWarnings:
                         key=f"{WARNING_KEY_PREFIX}{pending.policy}:{iso(pending.at)}")
 
 
-__all__ = ["DRIFT", "StopWarnings", "WARNING"]
+__all__ = ["DRIFT", "StopWarnings", "WARNING", "WARNING_NOT_SNOOZABLE"]

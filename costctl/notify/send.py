@@ -6,11 +6,15 @@ request to its stdin, one JSON object::
 
     {"urls": ["json://127.0.0.1:8080/hook", "autodl://TOKEN"], "title": "...", "body": "...",
      "type": "info|success|warning|failure", "name": "costctl pro-1 run 1a2b3c4d", "timeout": 30,
-     "language": "zh_CN"}
+     "language": "zh_CN", "after_pid": 4242, "after_wait_s": 35}
 
 so that no URL (they hold tokens) is ever in its argv (``ps``) or its environment. Each URL is
 sent to in a thread of its own (a URL that hangs does not hold the others up), within
 ``timeout`` seconds (Apprise's connect and read timeouts, and a deadline on the whole process).
+The messages of one watch arrive in the order they happened: a child started while an earlier
+one still runs is told that one's pid (``after_pid``) and sends only once it has ended (at most
+``after_wait_s`` seconds of waiting, the time by which the watch kills it anyway); the children
+still start at once, so Apprise's import is not serialized.
 It answers on stdout with one JSON line, ``{"results": [{"index": 1, "ok": true, "detail": ""},
 ...]}`` (index: the URL's place in ``urls``, from 1), and exits 0; ``detail`` is Apprise's
 warning lines for that URL, costctl's own in the watch's ``language`` (:mod:`costctl.i18n`;
@@ -137,6 +141,33 @@ def send(request: dict[str, Any]) -> list[dict[str, Any]]:
             for i in range(1, len(urls) + 1)]
 
 
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, ended but not reaped yet, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in (b"Z", b"X")
+
+
+def wait_for(pid: int, wait_s: float, *, poll_s: float = 0.02) -> bool:
+    """Wait (real time, at most ``wait_s`` seconds) until the earlier sender ``pid`` ended; True
+    when it did. Its messages happened first, so they go first."""
+    deadline = time.monotonic() + max(0.0, wait_s)
+    while _alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+    return True
+
+
 def main() -> int:
     """Read the request from stdin, send it, print the results (see the module docstring)."""
     try:
@@ -150,6 +181,9 @@ def main() -> int:
     # Apprise is imported before the guard starts (its import takes ~0.4 s, seconds on a loaded
     # machine): the guard bounds the sending, which the request's timeout is about.
     import apprise  # noqa: F401
+    after = request.get("after_pid")
+    if isinstance(after, int) and after > 0 and after != os.getpid():
+        wait_for(after, float(request.get("after_wait_s", 0)))
     # A last guard, should a thread ignore its timeouts: answer anyway and leave.
     limit = float(request.get("timeout", 30)) + 2 * EXIT_SLACK_S
     signal.signal(signal.SIGALRM, lambda *a: os._exit(124))

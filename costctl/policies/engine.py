@@ -147,6 +147,16 @@ class PolicyEngine:
         is still due then, with the snooze in its reason and evidence."""
         self.snoozed = snooze
 
+    def snoozable(self, policy: str) -> bool:
+        """Whether ``costctl snooze`` postpones ``policy``'s stop (an enabled
+        :attr:`~costctl.policies.base.Policy.snoozable` policy: the idle autostop, never a budget cap)."""
+        return policy in self._snoozable
+
+    def held_stops(self) -> list[Decision]:
+        """The stop decisions that are due and wait for the snooze's end (from the last
+        :meth:`evaluate`); lifting the snooze lets them come at the next evaluation."""
+        return list(self._holding.values())
+
     def _held(self, decision: Decision, now: datetime) -> bool:
         """``decision`` waits for the snooze's end."""
         snooze = self.snoozed
@@ -257,12 +267,13 @@ class PolicyEngine:
             nearest = snooze.until  # a held stop is decided when the snooze ends
         return nearest
 
-    def next_stop(self, history: History, now: datetime) -> Pending | None:
+    def next_stop(self, history: History, now: datetime, *, snoozable: bool | None = None) -> Pending | None:
         """The nearest pending ``stop`` of the enabled policies (:meth:`Policy.pending`), or None.
 
         Call it after :meth:`evaluate` at the same ``now``: the policies then read nothing new,
         so it costs a few comparisons. A policy whose ``pending`` raises is left out (its
-        evaluation failures are reported by :meth:`evaluate`)."""
+        evaluation failures are reported by :meth:`evaluate`). ``snoozable``: only the stops a
+        snooze postpones (True), only those it never does (False: a budget cap), or all (None)."""
         now = ensure_utc(now)
         nearest: Pending | None = None
         snooze = self.snoozed if self.snoozed is not None and self.snoozed.until > now else None
@@ -275,13 +286,15 @@ class PolicyEngine:
                 continue
             if found is None or found.action != "stop" or found.at <= now:
                 continue
+            if snoozable is not None and (policy.name in self._snoozable) != snoozable:
+                continue
             if snooze is not None and policy.name in self._snoozable and found.at < snooze.until:
                 found = replace(found, at=snooze.until,
                                 progress=_(SNOOZED_PROGRESS).format(progress=found.progress, by=snooze.by),
                                 progress_en=SNOOZED_PROGRESS.format(progress=found.progress_stored, by=snooze.by))
             if nearest is None or found.at < nearest.at:
                 nearest = found
-        if snooze is not None:
+        if snooze is not None and snoozable is not False:
             for decision in self._holding.values():  # due, waiting for the snooze's end
                 held = Pending(policy=decision.policy, action="stop", at=snooze.until,
                                **progress_texts(SNOOZED_DUE, policy=decision.policy, by=snooze.by))

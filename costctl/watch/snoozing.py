@@ -42,6 +42,16 @@ SNOOZED_CAPPED = N_("{by} snoozed the idle autostop of {provider} instance {inst
                     "{requested} was asked; [snooze] max allows {max}. Budget caps and a failed stop are never "
                     "snoozed.")
 LIFTED = N_("{by} lifted the snooze of the idle autostop of {provider} instance {instance}.")
+LIFTED_DUE = N_("{by} lifted the snooze of the idle autostop of {provider} instance {instance}: the {policy} stop "
+                "it held is due now, and the instance is stopped within moments.")
+LIFTED_PENDING = N_("{by} lifted the snooze of the idle autostop of {provider} instance {instance}. Pending: "
+                    "{countdown}.")
+NO_SNOOZE_DUE = N_("{watch}: no snooze was in force; the {policy} stop is due now, and the instance is stopped "
+                   "within moments.")
+DUE_NOW = N_("{watch}: {reason}")
+STILL_COMES = N_("{by} snoozed the idle autostop of {provider} instance {instance} until {until} ({granted}), but "
+                 "the {policy} stop still comes at {at}: a snooze never postpones a budget cap or a failed-stop "
+                 "alarm.")
 PENDING_NOW = N_("{watch}: {reason} Pending: {countdown}.")
 NOTHING_PENDING = N_("{watch}: {reason} No stop is pending now.")
 STATUS_PENDING = N_("{watch}: Pending: {countdown}.")
@@ -68,12 +78,15 @@ class SnoozeControl:
         where: ``{"provider", "instance", "run"}`` of the watch now.
         tz: the zone times are shown in.
         on_change: told the sentence the next notifications carry (None once lifted).
+        unsnoozable: the nearest pending stop that no snooze postpones (a budget cap), or None;
+            a snooze given while one is pending says that this stop still comes.
     """
 
     def __init__(self, *, engine: PolicyEngine, recorder: DecisionRecorder, clock: Clock, config: SnoozeConfig,
                  lock: Any, pending: Callable[[datetime], Pending | None], stopping: Callable[[], str | None],
                  where: Callable[[], dict[str, str]], tz: tzinfo,
-                 on_change: Callable[[str | None], None] | None = None) -> None:
+                 on_change: Callable[[str | None], None] | None = None,
+                 unsnoozable: Callable[[datetime], Pending | None] | None = None) -> None:
         self.engine = engine
         self.recorder = recorder
         self.clock = clock
@@ -84,6 +97,7 @@ class SnoozeControl:
         self.where = where
         self.tz = tz
         self.on_change = on_change
+        self.unsnoozable = unsnoozable
 
     def _local(self, when: datetime) -> str:
         return when.astimezone(self.tz).strftime("%Y-%m-%d %H:%M:%S %Z")
@@ -131,12 +145,18 @@ class SnoozeControl:
         until = now + granted
         by = peer.describe()
         self.engine.snooze(Snooze(until=until, by=by, at=now))
-        reason = _(SNOOZED_CAPPED if granted < requested else SNOOZED).format(
-            by=by, until=self._local(until), granted=fmt_duration(granted), requested=fmt_duration(requested),
-            max=fmt_duration(self.config.max), **where)
-        evidence = {"by": {"user": peer.user, "uid": peer.uid, "pid": peer.pid, "host": socket.gethostname()},
-                    "requested_s": seconds, "granted_s": granted.total_seconds(),
-                    "max_s": self.config.max.total_seconds(), "until": iso(until), "until_local": self._local(until)}
+        shape = {"by": by, "until": self._local(until), "granted": fmt_duration(granted),
+                 "requested": fmt_duration(requested), "max": fmt_duration(self.config.max), **where}
+        reason = _(SNOOZED_CAPPED if granted < requested else SNOOZED).format(**shape)
+        evidence: dict[str, Any] = {
+            "by": {"user": peer.user, "uid": peer.uid, "pid": peer.pid, "host": socket.gethostname()},
+            "requested_s": seconds, "granted_s": granted.total_seconds(), "max_s": self.config.max.total_seconds(),
+            "until": iso(until), "until_local": self._local(until)}
+        still = self.unsnoozable(now) if self.unsnoozable is not None else None
+        if still is not None:  # a budget cap is pending: the snooze does not hold it, and says so
+            reason = _(STILL_COMES).format(policy=still.policy, at=self._local(still.at), **shape)
+            evidence["still_pending"] = {"policy": still.policy, "at": iso(still.at),
+                                         "at_local": self._local(still.at)}
         self.recorder.record(Decision(time=now, policy="snooze", action=Action.SNOOZE, reason=reason,
                                       evidence=evidence, key=f"{SNOOZE_KEY_PREFIX}{iso(now)}:{peer.pid}"), "snoozed",
                              say=_("costctl: {message}").format(message=reason))
@@ -146,22 +166,40 @@ class SnoozeControl:
                 "message": self._pending_text(now, head, pending=PENDING_NOW, nothing=NOTHING_PENDING, reason=reason)}
 
     def _off(self, now: datetime, peer: Peer, head: str, where: dict[str, str]) -> dict[str, Any]:
+        """Lift the snooze. A stop it held (due while it lasted) comes at the next tick: the
+        answer and the notification say it is due now, never that nothing is pending."""
         by = peer.describe()
         was = self.engine.snoozed
+        held = self.engine.held_stops()  # due, waiting for the snooze's end: they come now
         self.engine.snooze(None)
         if self.on_change is not None:
             self.on_change(None)
         if was is None or was.until <= now:
-            return {"ok": True, "watch": head, "snoozed_until": None,
-                    "message": self._pending_text(now, head, pending=NO_SNOOZE, nothing=NO_SNOOZE_NOTHING)}
-        reason = _(LIFTED).format(by=by, **where)
+            if held:
+                message = _(NO_SNOOZE_DUE).format(watch=head, policy=held[0].policy)
+            else:
+                message = self._pending_text(now, head, pending=NO_SNOOZE, nothing=NO_SNOOZE_NOTHING)
+            return {"ok": True, "watch": head, "snoozed_until": None, "message": message}
+        evidence: dict[str, Any] = {"by": {"user": peer.user, "uid": peer.uid, "pid": peer.pid},
+                                    "lifted": iso(was.until)}
+        found = self.pending(now)
+        if held:
+            reason = _(LIFTED_DUE).format(by=by, policy=held[0].policy, **where)
+            evidence["due_now"] = held[0].policy
+        elif found is not None:
+            reason = _(LIFTED_PENDING).format(by=by, countdown=countdown(found.progress, found.at, now, self.tz),
+                                              **where)
+            evidence["pending_stop"] = {"policy": found.policy, "at": iso(found.at)}
+        else:
+            reason = _(LIFTED).format(by=by, **where)
         self.recorder.record(Decision(time=now, policy="snooze", action=Action.SNOOZE, reason=reason,
-                                      evidence={"by": {"user": peer.user, "uid": peer.uid, "pid": peer.pid},
-                                                "lifted": iso(was.until)},
-                                      key=f"{SNOOZE_KEY_PREFIX}off:{iso(now)}:{peer.pid}"), "snooze lifted",
-                             say=_("costctl: {message}").format(message=reason))
-        return {"ok": True, "watch": head, "snoozed_until": None,
-                "message": self._pending_text(now, head, pending=PENDING_NOW, nothing=NOTHING_PENDING, reason=reason)}
+                                      evidence=evidence, key=f"{SNOOZE_KEY_PREFIX}off:{iso(now)}:{peer.pid}"),
+                             "snooze lifted", say=_("costctl: {message}").format(message=reason))
+        if held or found is not None:  # the reason says what is pending
+            message = _(DUE_NOW).format(watch=head, reason=reason)
+        else:
+            message = _(NOTHING_PENDING).format(watch=head, reason=reason)
+        return {"ok": True, "watch": head, "snoozed_until": None, "message": message}
 
 
 __all__ = ["SnoozeControl"]

@@ -719,7 +719,8 @@ class Watcher:
     def _notify_context(self) -> Context:
         run = self.state
         return Context(provider=run.provider, instance=run.instance_id, run=run.run_id, host=socket.gethostname(),
-                       command=shlex.join(self.options.command or []))
+                       command=shlex.join(self.options.command or []),
+                       api_route=self.executor is None or self.executor.route.kind == "api")
 
     def _start_notifier(self, s: Settings) -> None:
         """``[notify] urls``: the notifier hangs on the recorder and on the stop's steps; the
@@ -729,6 +730,7 @@ class Watcher:
         assert self.recorder is not None and self.executor is not None
         self.notifier = Notifier(s.notify, self._notify_context, say=self.say, on_exit=self.options.on_exit,
                                  tz=s.watch.tz)
+        self.notifier.snoozable = lambda policy: self.engine.snoozable(policy)  # a snooze note only where a snooze holds the stop
         self.recorder.subscribe(self.notifier.on_decision)
         self.executor.on_stop_event(self.notifier.on_stop_event)
         if any(Event.STOP_PENDING.value in t.events for t in self.notifier.targets) and not self.stops_nothing:
@@ -748,7 +750,8 @@ class Watcher:
             stopping=lambda: self.executor.stop.state if self.executor and self.executor.stop else None,
             where=lambda: {"provider": self.state.provider, "instance": self.state.instance_id,
                            "run": self.state.run_id[:8]},
-            tz=s.watch.tz, on_change=self._snoozed)
+            tz=s.watch.tz, on_change=self._snoozed,
+            unsnoozable=lambda now: self.engine.next_stop(self.history, now, snoozable=False))
         server = ControlServer(control.handle)
         try:
             server.start()
@@ -769,8 +772,11 @@ class Watcher:
         if warnings is None or self.recorder is None:
             return
         run = self.state
-        decision = warnings.check(self.engine.next_stop(self.history, now), now, provider=run.provider,
-                                  instance=run.instance_id, host=socket.gethostname())
+        pending = self.engine.next_stop(self.history, now)
+        decision = warnings.check(pending, now, provider=run.provider, instance=run.instance_id,
+                                  host=socket.gethostname(),
+                                  snoozable=(pending is not None and self.engine.snoozable(pending.policy)
+                                             and self._control is not None))  # `costctl snooze` reaches it
         if decision is not None:
             self.recorder.record(decision, "warned", say=_("costctl {policy} warning: {reason}").format(
                 policy=decision.policy, reason=decision.reason))
