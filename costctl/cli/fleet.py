@@ -31,7 +31,7 @@ import typer
 
 from ..i18n import _, format_amount
 from . import common
-from .common import ConfigOption, print_json, print_line, print_table, settings_from
+from .common import ConfigOption, DbOption, print_json, print_line, print_table, team_settings
 
 if TYPE_CHECKING:  # the fleet stack (providers, config) loads in the command, not for --help
     from ..clock import Clock
@@ -242,12 +242,13 @@ def render_table(report: FleetReport, *, tz: Any) -> None:
 def fleet(
     fmt: Annotated[FleetFormat, typer.Option("--format", "-f", help=_("table or json."))] = FleetFormat.table,
     config: ConfigOption = None,
+    db: DbOption = None,
 ) -> None:
     """Every instance of every configured provider account: price, uptime, spend by the
     provider and by the ledger, stopped cost, guarded or not, GPU utilization."""
     from ..fleet.collect import collect
 
-    settings = settings_from(config)
+    settings = team_settings(config, db)
     report = collect(settings, clock=clock())
     if fmt is FleetFormat.json:
         print_json(report_json(report))

@@ -238,8 +238,10 @@ class Sweeper:
                 found = match(policy, one, now=now, interval=self.interval)
                 past = history.get(one.key, [])
                 if found is not None:
-                    result.outcomes.append(Outcome(plan(found, past, patrol, now=now, in_flight_horizon=flight,
-                                                        tz=self.tz), ""))
+                    planned = plan(found, past, patrol, now=now, in_flight_horizon=flight, tz=self.tz)
+                    result.outcomes.append(Outcome(planned, ""))
+                    if planned.step is Step.NOT_APPLICABLE and planned.mark is not None:
+                        result.cleared.append((one, planned.mark.id, ""))
                 else:
                     mark = open_mark(past, policy.decision_policy)
                     if mark is not None:
