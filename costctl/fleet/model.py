@@ -214,6 +214,21 @@ class FleetReport:
         return bool(self.accounts) and len(self.failed) == len(self.accounts)
 
 
+#: Statuses whose GPU the provider bills: uptime runs until now (:meth:`~costctl_providers.base.Instance.running_seconds`).
+BILLED = frozenset({Status.STARTING, Status.RUNNING, Status.STOPPING})
+
+
+def _session_times(provider: str) -> bool:
+    """Whether ``provider``'s adapter says a stopped instance's ``started_at`` .. ``stopped_at``
+    is its last session (:attr:`~costctl_providers.base.Provider.stopped_session_times`)."""
+    from costctl_providers.registry import provider_class
+
+    try:
+        return bool(getattr(provider_class(provider), "stopped_session_times", False))
+    except Exception:  # noqa: BLE001 - an unknown adapter says nothing
+        return False
+
+
 def _seconds(delta: timedelta) -> Decimal:
     return Decimal(delta.days * 86400 + delta.seconds) + Decimal(delta.microseconds) / Decimal(1_000_000)
 
@@ -225,6 +240,8 @@ def row_of(read: AccountRead, inst: Instance, record: InstanceRecord | None, *, 
     ``ledger_readable`` False: the guard is UNKNOWN and the ledger spend empty."""
     now = ensure_utc(now)
     uptime = inst.running_seconds(now)
+    if inst.status not in BILLED and not _session_times(read.provider):
+        uptime = None  # the provider does not say its start and stop times bound one session
     spend = Money(cost_of(inst.price_per_hour, uptime), inst.currency) \
         if uptime is not None and inst.price_per_hour is not None else None
     stopped_s = stopped_spend = None
