@@ -479,7 +479,15 @@ class Sweeper:
         outcome.state = state
         detail = result.detail if result is not None else ""
         attempts = result.attempts if result is not None else 0
-        if state == StopState.CONFIRMED.value:
+        if release and state in (StopState.CONFIRMED.value, StopState.GONE.value) and attempts:
+            # the instance read terminated, or was gone, after our release request: that is the release
+            outcome.done = _("released, confirmed: {provider} no longer holds instance {instance} after {count} "
+                             "release request(s)").format(provider=row.provider, instance=row.instance.id,
+                                                          count=attempts)
+            state = outcome.state = StopState.CONFIRMED.value
+            self.ledger.set_decision_outcome(claimed.decision_id, outcome.done)
+            self.say(_("costctl patrol: {done}").format(done=outcome.done))
+        elif state == StopState.CONFIRMED.value:
             outcome.done = (_("released: confirmed by {provider} ({count} request(s))") if release
                             else _("stopped: confirmed by {provider} ({count} request(s))")).format(
                 provider=row.provider, count=attempts)
