@@ -107,13 +107,15 @@ def row_json(row: FleetRow) -> dict[str, Any]:
         "gpu_utilization": inst.gpu_utilization,
         "cpu_utilization": inst.cpu_utilization,
         "region": inst.region,
+        "duplicate": row.duplicate,
     }
 
 
 def account_json(read: AccountRead) -> dict[str, Any]:
     """One account's outcome as JSON."""
     return {"provider": read.provider, "account": read.account, "ok": read.ok,
-            "instances": len(read.instances), "error": read.error, "notes": list(read.notes)}
+            "instances": len(read.instances), "error": read.error, "notes": list(read.notes),
+            "skipped": read.skipped, "duplicates": list(read.duplicates)}
 
 
 def report_json(report: FleetReport) -> dict[str, Any]:
@@ -210,6 +212,8 @@ def render_table(report: FleetReport, *, tz: Any) -> None:
         for row in by_account.get((read.provider, read.account), []):
             inst = row.instance
             status = _("{status} (preempted)").format(status=inst.status.value) if inst.preempted else inst.status.value
+            if row.duplicate:
+                status = _("{status} (listed more than once)").format(status=status)
             ledger = ", ".join(_money(amount, cur) for cur, amount in row.ledger_spend.items()) or "-"
             table.add_row(
                 row.provider, _account(row.account), inst.id, f"{inst.gpu_count}× {inst.gpu or inst.gpu_raw or '?'}",

@@ -127,7 +127,9 @@ class AccountRead:
         instances: its instances (prices already checked at the boundary), empty on error.
         error: one line saying why it could not be read (HTTP 500, a rejected key, a timeout, an
             answer that is no instance list, a bad config table...), None when it was read.
-        notes: lines about what was read but not used (a refused price).
+        notes: lines about what was read but not used (a refused price, items skipped).
+        skipped: listed items without an id, left out (nothing could address them).
+        duplicates: ids the listing gave more than once (each shown once, from its first item).
     """
 
     provider: str
@@ -135,6 +137,8 @@ class AccountRead:
     instances: tuple[Instance, ...] = ()
     error: str | None = None
     notes: tuple[str, ...] = ()
+    skipped: int = 0
+    duplicates: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -158,6 +162,8 @@ class FleetRow:
         stopped_s: seconds since the provider stopped it, for a stopped instance whose stop
             time the provider gives (None otherwise).
         stopped_spend: stopped price per hour × ``stopped_s`` (None unless both are known).
+        duplicate: the account's listing gave this id more than once (its status may conflict:
+            the patrol does not act on it).
     """
 
     provider: str
@@ -169,6 +175,7 @@ class FleetRow:
     guard: Guard
     stopped_s: Decimal | None = None
     stopped_spend: Money | None = None
+    duplicate: bool = False
 
     @property
     def price(self) -> Money | None:
@@ -254,7 +261,8 @@ def row_of(read: AccountRead, inst: Instance, record: InstanceRecord | None, *, 
         ledger_spend: Mapping[str, Decimal] = dict(record.spend) if record is not None else {}
     else:
         guard, ledger_spend = Guard(GuardState.UNKNOWN), {}
-    return FleetRow(read.provider, read.account, inst, uptime, spend, ledger_spend, guard, stopped_s, stopped_spend)
+    return FleetRow(read.provider, read.account, inst, uptime, spend, ledger_spend, guard, stopped_s, stopped_spend,
+                    duplicate=inst.id in read.duplicates)
 
 
 def build_report(reads: Iterable[AccountRead], records: Mapping[tuple[str, str], InstanceRecord], *,

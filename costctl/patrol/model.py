@@ -348,6 +348,9 @@ def plan(found: Match, history: Sequence[PatrolDecision], patrol: PatrolConfig, 
         problem = scope_problem(found.seen, patrol)
         if problem is not None:
             return Plan(Step.OUT_OF_SCOPE, found, why=problem)
+        if found.seen.row.duplicate:
+            return Plan(Step.HELD, found, why=_("the provider listed this instance id more than once: its status is "
+                                                "uncertain, nothing is marked or done"))
         guard = found.seen.row.guard.state
         if guard is GuardState.UNKNOWN:
             return Plan(Step.HELD, found, why=_("the ledger cannot be read, so whether a watch guards it is unknown: "
