@@ -43,3 +43,25 @@ def test_a_vast_release_confirmed_by_the_instance_disappearing_is_said_as_releas
     assert "313 was released by patrol policy vast-disks" in patrol.hook.titles()
     assert not any("no longer exists" in t for t in patrol.hook.titles())
     assert "stopping" not in err and "costctl patrol: released, confirmed: vastai no longer holds instance 313" in err
+
+
+def test_an_instance_already_down_when_acted_on_counts_no_request(patrol, capsys, monkeypatch):
+    """Issue 18: "stop confirmed ... after 1 stop request(s)" for a stop never sent. When the
+    verified stop finds the instance down before sending anything (stopped between the listing
+    and the act), the outcome says so and counts no request."""
+    from types import SimpleNamespace
+
+    from costctl.patrol import sweep as sweep_module
+
+    monkeypatch.setattr(sweep_module, "carry_out", lambda **kw: SimpleNamespace(
+        state="confirmed", attempts=0, detail="vastai reports instance 312 stopped"))
+    observe(patrol, capsys, 30)
+    sweep(capsys, "--execute")                                # mark
+    patrol.clock.advance(600)
+    code, report, err = sweep(capsys, "--execute")            # act: the instance is down already
+    [done] = [m for p in report["policies"] for m in p["matches"] if m["id"] == "312"]
+    assert done["done"] == "not acted on: vastai reads instance 312 stopped already; no request was sent"
+    [(outcome,)] = table(patrol, "SELECT outcome FROM decisions WHERE action = 'stop' AND policy = "
+                                 "'patrol:idle-unguarded'")
+    assert outcome == done["done"] and "request(s)" not in outcome
+    assert not any("312 was stopped" in t for t in patrol.hook.titles())

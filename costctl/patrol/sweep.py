@@ -487,6 +487,13 @@ class Sweeper:
             state = outcome.state = StopState.CONFIRMED.value
             self.ledger.set_decision_outcome(claimed.decision_id, outcome.done)
             self.say(_("costctl patrol: {done}").format(done=outcome.done))
+        elif state == StopState.CONFIRMED.value and not attempts:
+            # it was down by the time the executor read it: no request was sent, none is counted
+            outcome.done = _("not acted on: {provider} reads instance {instance} {status} already; no request was "
+                             "sent").format(provider=row.provider, instance=row.instance.id,
+                                            status=_("released") if release else _("stopped"))
+            self.ledger.set_decision_outcome(claimed.decision_id, outcome.done)
+            return
         elif state == StopState.CONFIRMED.value:
             outcome.done = (_("released: confirmed by {provider} ({count} request(s))") if release
                             else _("stopped: confirmed by {provider} ({count} request(s))")).format(
