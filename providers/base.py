@@ -212,6 +212,11 @@ class Provider(ABC):
     #: its own rule (AutoDL: 15 days shut down); None when it keeps stopped instances. ``costctl
     #: patrol`` warns ``[patrol] release_warning`` ahead of it.
     stopped_release_after: ClassVar[timedelta | None] = None
+    #: The instance's ``started_at`` and ``stopped_at`` bound its last session: a stopped
+    #: instance ran from the one to the other. False where the provider does not say so (AutoDL's
+    #: ``started_at`` of a shut-down instance can be months before its last start): the fleet then
+    #: shows no uptime or spend for a stopped instance rather than a made-up one.
+    stopped_session_times: ClassVar[bool] = False
 
     #: The named account this adapter acts for (None: the provider's default account).
     account: str | None = None

@@ -103,12 +103,25 @@ def test_rows_carry_both_views_of_spend_and_the_stopped_cost():
     assert a.uptime_s == 7200 and a.provider_spend == Money(Decimal("1.00"), "USD")  # 0.50/h x 2 h
     assert a.ledger_spend == {"EUR": Decimal("1"), "USD": Decimal("0.25")}          # never added together
     assert a.guard.guarded and a.price == Money(Decimal("0.50"), "USD") and a.instance.gpu_utilization == 0.0
-    assert b.uptime_s == 86400 and b.stopped_s == 2 * 86400
+    assert b.uptime_s is None and b.provider_spend is None and b.stopped_s == 2 * 86400  # Vast: not its session
     assert b.stopped_price == Money(Decimal("0.0021"), "USD")
     assert b.stopped_spend == Money(Decimal("0.0021") * 48, "USD")
     assert b.guard.state is GuardState.UNWATCHED and b.ledger_spend == {}
     assert c.price is None and c.provider_spend is None  # no price: no provider spend, never 0
     assert not report.failed and not report.all_failed
+
+
+@pytest.mark.parametrize("provider, uptime", [("autodl", None), ("vastai", None), ("sim", 86400)])
+def test_a_stopped_instance_s_uptime_is_its_last_session_only_where_the_provider_says_so(provider, uptime):
+    """Issue 18: AutoDL's started_at of a shut-down Pro instance is months before its last start:
+    price x (stopped_at - started_at) showed 265 days of spend."""
+    stopped = inst("pro-1", Status.STOPPED, started=NOW - timedelta(days=279), stopped=NOW - timedelta(days=14))
+    if provider == "sim":
+        stopped = inst("pro-1", Status.STOPPED, started=NOW - timedelta(days=15), stopped=NOW - timedelta(days=14))
+    row = build_report([AccountRead(provider, None, (stopped,))], {}, now=NOW, guard_lag=LAG).rows[0]
+    assert row.uptime_s == uptime
+    assert (row.provider_spend is None) is (uptime is None)
+    assert row.stopped_s == 14 * 86400
 
 
 def test_failed_accounts_are_kept_in_order_and_all_failed_says_so():

@@ -185,7 +185,46 @@ def test_a_release_counts_its_grace_from_a_delivered_notification_and_needs_no_g
     assert plan(found, told, patrol, now=T + timedelta(minutes=5), in_flight_horizon=FIVE).step is Step.ACT
     guarded = seen(inst(status=Status.STOPPED, stopped=T - timedelta(days=4)), guard=GuardState.NOT_STOPPING)
     found = match(policy("release", stopped_for="72h"), guarded, now=T, interval=FIVE)
-    assert plan(found, told, patrol, now=T + timedelta(minutes=5), in_flight_horizon=FIVE).step is Step.HELD
+    held = plan(found, told, patrol, now=T + timedelta(minutes=5), in_flight_horizon=FIVE)
+    assert (held.step, held.mark.id) == (Step.NOT_APPLICABLE, 7)  # the sweep clears the mark
+
+
+@pytest.mark.parametrize("guard", [GuardState.GUARDED, GuardState.NOT_STOPPING])
+def test_a_guarded_or_watched_instance_is_never_marked_for_release(guard):
+    """Issue 18: the release notice went out for an instance the act step then refused."""
+    patrol = PatrolConfig(act_on="all")
+    s = seen(inst(status=Status.STOPPED, stopped=T - timedelta(days=4)), guard=guard)
+    found = match(policy("release", stopped_for="72h"), s, now=T, interval=FIVE)
+    planned = plan(found, [], patrol, now=T, in_flight_horizon=FIVE)
+    assert planned.step is Step.NOT_APPLICABLE and planned.mark is None
+    assert f"its guard is {guard.value}" in planned.why
+
+
+@pytest.mark.parametrize("status", [Status.STOPPED, Status.STOPPING, Status.TERMINATED])
+def test_a_stop_never_marks_or_acts_on_an_instance_that_is_not_running(status):
+    """Issue 18: a stopped instance was marked "will be stopped" and its stop "confirmed"."""
+    patrol = PatrolConfig(act_on="all")
+    found = match(policy(min_age="1h"), seen(inst(status=status)), now=T, interval=FIVE)
+    assert found is not None
+    fresh = plan(found, [], patrol, now=T, in_flight_horizon=FIVE)
+    assert (fresh.step, fresh.why) == (Step.NOT_APPLICABLE, f"already {status.value}: nothing to stop")
+    due = plan(found, [_mark(T - timedelta(hours=1))], patrol, now=T, in_flight_horizon=FIVE)
+    assert (due.step, due.mark.id) == (Step.NOT_APPLICABLE, 7)
+    running = match(policy(min_age="1h"), seen(inst()), now=T, interval=FIVE)
+    assert plan(running, [], patrol, now=T, in_flight_horizon=FIVE).step is Step.MARK
+
+
+@pytest.mark.parametrize("action", ["stop", "release"])
+def test_an_unknown_guard_is_treated_as_guarded_nothing_marked(action):
+    """Issue 18: with the (central) ledger unreadable, nobody can tell whether a watch guards it."""
+    patrol = PatrolConfig(act_on="all")
+    status = Status.STOPPED if action == "release" else Status.RUNNING
+    s = seen(inst(status=status, stopped=T - timedelta(days=4)), guard=GuardState.UNKNOWN)
+    filters = {"stopped_for": "72h"} if action == "release" else {"min_age": "1h"}
+    found = match(policy(action, **filters), s, now=T, interval=FIVE)
+    for history in ([], [_mark(T - timedelta(hours=1), notified_at="2026-05-01T10:00:00Z")]):
+        held = plan(found, history, patrol, now=T, in_flight_horizon=FIVE)
+        assert held.step is Step.HELD and held.mark is None and "unknown" in held.why
 
 
 def test_a_notify_policy_marks_once_and_notifies_about_any_instance():

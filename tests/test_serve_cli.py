@@ -29,6 +29,21 @@ def test_a_short_token_is_refused(env):
     assert done.stderr.decode().count("\n") == 1
 
 
+@pytest.mark.parametrize("token, says", [
+    (" " * 16, "contains whitespace"),
+    ("\t" * 20, "contains whitespace"),
+    ("abcdefgh ijklmnop", "contains whitespace"),
+    ("a" * 32, "only 1 different characters"),
+    ("abababababababab", "only 2 different characters"),
+])
+def test_a_weak_token_from_the_environment_is_refused_in_one_line(env, token, says):
+    """Issue 18: sixteen spaces in COSTCTL_SERVE__TOKEN were accepted as a token."""
+    done = run_costctl("serve", "--host", "0.0.0.0", "--port", "0", env={**env, "COSTCTL_SERVE__TOKEN": token},
+                       timeout=60)
+    err = done.stderr.decode()
+    assert done.returncode == 2 and says in err and err.count("\n") == 1 and "Traceback" not in err
+
+
 def test_a_bad_port_is_one_line(env):
     done = run_costctl("serve", "--port", "70000", env=env, timeout=60)
     assert done.returncode == 2 and "Traceback" not in done.stderr.decode()

@@ -73,6 +73,22 @@ def settings_from(config: Path | None, db: str | None = None, **overrides: Any) 
     return settings
 
 
+def team_settings(config: Path | None, db: str | None = None) -> Settings:
+    """Settings for the commands that read the team's view of the fleet (``costctl fleet``,
+    ``costctl patrol``, ``costctl snooze --instance``): ``--db`` wins; else, in fleet mode
+    (``[ledger] central_url``), the central ledger becomes the ledger they read and record into,
+    so instances guarded by colleagues' watches show as guarded; else as :func:`settings_from`.
+
+    Raises:
+        ConfigError: one line, exit status 2.
+    """
+    settings = settings_from(config, db)
+    central = settings.ledger.central_url
+    if db is None and central is not None:
+        settings = settings.model_copy(update={"database_url": central})
+    return settings
+
+
 def print_json(data: Any) -> None:
     """Write ``data`` as indented JSON to stdout (Decimals and datetimes as strings)."""
     sys.stdout.write(json.dumps(data, indent=2, default=str, ensure_ascii=False) + "\n")

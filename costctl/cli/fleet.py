@@ -31,7 +31,7 @@ import typer
 
 from ..i18n import _, format_amount
 from . import common
-from .common import ConfigOption, print_json, print_line, print_table, settings_from
+from .common import ConfigOption, DbOption, print_json, print_line, print_table, team_settings
 
 if TYPE_CHECKING:  # the fleet stack (providers, config) loads in the command, not for --help
     from ..clock import Clock
@@ -107,13 +107,15 @@ def row_json(row: FleetRow) -> dict[str, Any]:
         "gpu_utilization": inst.gpu_utilization,
         "cpu_utilization": inst.cpu_utilization,
         "region": inst.region,
+        "duplicate": row.duplicate,
     }
 
 
 def account_json(read: AccountRead) -> dict[str, Any]:
     """One account's outcome as JSON."""
     return {"provider": read.provider, "account": read.account, "ok": read.ok,
-            "instances": len(read.instances), "error": read.error, "notes": list(read.notes)}
+            "instances": len(read.instances), "error": read.error, "notes": list(read.notes),
+            "skipped": read.skipped, "duplicates": list(read.duplicates)}
 
 
 def report_json(report: FleetReport) -> dict[str, Any]:
@@ -210,6 +212,8 @@ def render_table(report: FleetReport, *, tz: Any) -> None:
         for row in by_account.get((read.provider, read.account), []):
             inst = row.instance
             status = _("{status} (preempted)").format(status=inst.status.value) if inst.preempted else inst.status.value
+            if row.duplicate:
+                status = _("{status} (listed more than once)").format(status=status)
             ledger = ", ".join(_money(amount, cur) for cur, amount in row.ledger_spend.items()) or "-"
             table.add_row(
                 row.provider, _account(row.account), inst.id, f"{inst.gpu_count}× {inst.gpu or inst.gpu_raw or '?'}",
@@ -242,12 +246,13 @@ def render_table(report: FleetReport, *, tz: Any) -> None:
 def fleet(
     fmt: Annotated[FleetFormat, typer.Option("--format", "-f", help=_("table or json."))] = FleetFormat.table,
     config: ConfigOption = None,
+    db: DbOption = None,
 ) -> None:
     """Every instance of every configured provider account: price, uptime, spend by the
     provider and by the ledger, stopped cost, guarded or not, GPU utilization."""
     from ..fleet.collect import collect
 
-    settings = settings_from(config)
+    settings = team_settings(config, db)
     report = collect(settings, clock=clock())
     if fmt is FleetFormat.json:
         print_json(report_json(report))

@@ -28,7 +28,7 @@ import typer
 
 from ..i18n import _
 from . import common
-from .common import ConfigOption, print_json, print_line, print_table, settings_from
+from .common import ConfigOption, DbOption, print_json, print_line, print_table, team_settings
 
 if TYPE_CHECKING:
     from ..clock import Clock
@@ -165,6 +165,7 @@ def patrol(
                                                      "Ctrl-C."))] = None,
     fmt: Annotated[PatrolFormat, typer.Option("--format", "-f", help=_("table or json."))] = PatrolFormat.table,
     config: ConfigOption = None,
+    db: DbOption = None,
 ) -> None:
     """Sweep every configured provider account with the [[patrol.policies]]: a dry run unless
     --execute."""
@@ -177,7 +178,7 @@ def patrol(
     if execute and dry_run:
         raise UsageError(_("--execute and --dry-run contradict each other: give one (a dry run is the default)"))
     interval = _every(every)
-    settings = settings_from(config)
+    settings = team_settings(config, db)
     if not settings.patrol.policies:
         common.err_console.print(_("costctl: no [[patrol.policies]] configured: the patrol only observes and warns "
                                    "(see docs/patrol.md)"), soft_wrap=True)

@@ -29,7 +29,7 @@ import typer
 
 from ..errors import UsageError
 from ..i18n import _
-from .common import ConfigOption
+from .common import ConfigOption, DbOption
 
 if TYPE_CHECKING:
     from ..clock import Clock
@@ -86,6 +86,7 @@ def snooze(
         "--instance", metavar="PROVIDER:ID",
         help=_("Hold costctl patrol's actions on this instance instead (recorded in the ledger)."))] = None,
     config: ConfigOption = None,
+    db: DbOption = None,
 ) -> None:
     """Postpone the pending idle autostop of the running watches of this user on this machine
     (DURATION, capped by each watch's [snooze] max), lift it (off), or show what is pending
@@ -99,7 +100,7 @@ def snooze(
     if instance is not None:
         if watch is not None:
             raise UsageError(_("--instance and --watch name different things: give one"))
-        _snooze_patrol(instance, payload, config)
+        _snooze_patrol(instance, payload, config, db)
         return
     sockets = watch_sockets()
     if watch is not None:
@@ -160,8 +161,9 @@ def parse_instance(text: str) -> tuple[str, str]:
     return provider, iid.strip()
 
 
-def _snooze_patrol(instance: str, payload: dict[str, object], config: object) -> None:
-    """``costctl snooze --instance``: record (or show) a patrol snooze in the ledger."""
+def _snooze_patrol(instance: str, payload: dict[str, object], config: object, db: str | None = None) -> None:
+    """``costctl snooze --instance``: record (or show) a patrol snooze in the ledger the patrols
+    read (``--db``, else the central ledger in fleet mode, else this machine's)."""
     import getpass
     import os
     import socket
@@ -174,10 +176,10 @@ def _snooze_patrol(instance: str, payload: dict[str, object], config: object) ->
     from ..ledger.engine import configured_url
     from ..patrol.model import iso, snoozed_until
     from ..records import Action, Decision
-    from .common import settings_from
+    from .common import team_settings
 
     key = parse_instance(instance)
-    settings = settings_from(config)  # type: ignore[arg-type]
+    settings = team_settings(config, db)  # type: ignore[arg-type]
     tz = settings.watch.tz
     now = ensure_utc(clock().now())
     with Ledger.open(configured_url(settings.database_url, settings.data_dir)) as ledger:

@@ -20,7 +20,7 @@ every guard is then unknown.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,8 @@ from ..i18n import _
 from .model import AccountRead, FleetReport, build_report
 
 if TYPE_CHECKING:
+    from costctl_providers.base import Instance
+
     from ..config import Settings
     from ..ledger.instance_view import InstanceRecord
 
@@ -78,13 +80,37 @@ def read_account(settings: Settings, provider: str, account: str | None, *, cloc
         if account is None and has_named and not prov.has_credential():
             return None
         listed = prov.list_instances()
-        instances = tuple(checked_instance(inst, notes.append) for inst in listed)
+        instances, skipped, duplicates = unique_instances(checked_instance(inst, notes.append) for inst in listed)
     except CostctlError as exc:
         return AccountRead(provider, account, error=exc.message)
     except Exception as exc:  # noqa: BLE001 - one account's bug must not hide the others
         log.debug("reading %s account %s failed", provider, account, exc_info=True)
         return AccountRead(provider, account, error=_internal(exc))
-    return AccountRead(provider, account, instances, notes=tuple(notes))
+    if skipped:
+        notes.append(_("{provider}: {count} listed item(s) without an instance id skipped: nothing could address "
+                       "them").format(provider=provider, count=skipped))
+    if duplicates:
+        notes.append(_("{provider}: instance id(s) {ids} listed more than once; each shown once and flagged, and the "
+                       "patrol does not act on them").format(provider=provider, ids=", ".join(duplicates)))
+    return AccountRead(provider, account, instances, notes=tuple(notes), skipped=skipped, duplicates=duplicates)
+
+
+def unique_instances(listed: Iterable[Instance]) -> tuple[tuple[Instance, ...], int, tuple[str, ...]]:
+    """A listing made addressable: ``(instances, skipped, duplicate ids)`` — items without an id
+    (empty text) are skipped and counted; an id listed again keeps its first item and is named
+    once in the duplicate ids, in listing order."""
+    kept: dict[str, Instance] = {}
+    skipped = 0
+    duplicates: list[str] = []
+    for inst in listed:
+        if not inst.id or not inst.id.strip():
+            skipped += 1
+        elif inst.id in kept:
+            if inst.id not in duplicates:
+                duplicates.append(inst.id)
+        else:
+            kept[inst.id] = inst
+    return tuple(kept.values()), skipped, tuple(duplicates)
 
 
 def read_accounts(settings: Settings, *, clock: Clock | None = None,
@@ -145,4 +171,5 @@ def collect(settings: Settings, *, clock: Clock | None = None,
     return build_report(reads, records, now=clock.now(), guard_lag=lag, ledger_error=ledger_error)
 
 
-__all__ = ["MAX_WORKERS", "collect", "fleet_accounts", "read_account", "read_accounts", "read_ledger"]
+__all__ = ["MAX_WORKERS", "collect", "fleet_accounts", "read_account", "read_accounts", "read_ledger",
+           "unique_instances"]

@@ -127,7 +127,9 @@ class AccountRead:
         instances: its instances (prices already checked at the boundary), empty on error.
         error: one line saying why it could not be read (HTTP 500, a rejected key, a timeout, an
             answer that is no instance list, a bad config table...), None when it was read.
-        notes: lines about what was read but not used (a refused price).
+        notes: lines about what was read but not used (a refused price, items skipped).
+        skipped: listed items without an id, left out (nothing could address them).
+        duplicates: ids the listing gave more than once (each shown once, from its first item).
     """
 
     provider: str
@@ -135,6 +137,8 @@ class AccountRead:
     instances: tuple[Instance, ...] = ()
     error: str | None = None
     notes: tuple[str, ...] = ()
+    skipped: int = 0
+    duplicates: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -158,6 +162,8 @@ class FleetRow:
         stopped_s: seconds since the provider stopped it, for a stopped instance whose stop
             time the provider gives (None otherwise).
         stopped_spend: stopped price per hour × ``stopped_s`` (None unless both are known).
+        duplicate: the account's listing gave this id more than once (its status may conflict:
+            the patrol does not act on it).
     """
 
     provider: str
@@ -169,6 +175,7 @@ class FleetRow:
     guard: Guard
     stopped_s: Decimal | None = None
     stopped_spend: Money | None = None
+    duplicate: bool = False
 
     @property
     def price(self) -> Money | None:
@@ -214,6 +221,21 @@ class FleetReport:
         return bool(self.accounts) and len(self.failed) == len(self.accounts)
 
 
+#: Statuses whose GPU the provider bills: uptime runs until now (:meth:`~costctl_providers.base.Instance.running_seconds`).
+BILLED = frozenset({Status.STARTING, Status.RUNNING, Status.STOPPING})
+
+
+def _session_times(provider: str) -> bool:
+    """Whether ``provider``'s adapter says a stopped instance's ``started_at`` .. ``stopped_at``
+    is its last session (:attr:`~costctl_providers.base.Provider.stopped_session_times`)."""
+    from costctl_providers.registry import provider_class
+
+    try:
+        return bool(getattr(provider_class(provider), "stopped_session_times", False))
+    except Exception:  # noqa: BLE001 - an unknown adapter says nothing
+        return False
+
+
 def _seconds(delta: timedelta) -> Decimal:
     return Decimal(delta.days * 86400 + delta.seconds) + Decimal(delta.microseconds) / Decimal(1_000_000)
 
@@ -225,6 +247,8 @@ def row_of(read: AccountRead, inst: Instance, record: InstanceRecord | None, *, 
     ``ledger_readable`` False: the guard is UNKNOWN and the ledger spend empty."""
     now = ensure_utc(now)
     uptime = inst.running_seconds(now)
+    if inst.status not in BILLED and not _session_times(read.provider):
+        uptime = None  # the provider does not say its start and stop times bound one session
     spend = Money(cost_of(inst.price_per_hour, uptime), inst.currency) \
         if uptime is not None and inst.price_per_hour is not None else None
     stopped_s = stopped_spend = None
@@ -237,7 +261,8 @@ def row_of(read: AccountRead, inst: Instance, record: InstanceRecord | None, *, 
         ledger_spend: Mapping[str, Decimal] = dict(record.spend) if record is not None else {}
     else:
         guard, ledger_spend = Guard(GuardState.UNKNOWN), {}
-    return FleetRow(read.provider, read.account, inst, uptime, spend, ledger_spend, guard, stopped_s, stopped_spend)
+    return FleetRow(read.provider, read.account, inst, uptime, spend, ledger_spend, guard, stopped_s, stopped_spend,
+                    duplicate=inst.id in read.duplicates)
 
 
 def build_report(reads: Iterable[AccountRead], records: Mapping[tuple[str, str], InstanceRecord], *,

@@ -190,6 +190,23 @@ def route_for(provider: Provider, inst: Instance, *, release: bool) -> tuple[Sto
     return StopRoute("api", _("credential accepted") if provider.credential_env else _("instance read")), None
 
 
+def release_line(event: StopEvent, *, provider: str, instance: str) -> str | None:
+    """The live line of one step of a release (the executor's lines speak of a stop); None for a
+    step not said (the end is said by the sweep: released, confirmed)."""
+    from ..stopping import StopState
+
+    shape = {"provider": provider, "instance": instance, "attempt": event.attempt, "detail": event.detail}
+    if event.state is StopState.SENT:
+        return _("costctl patrol: release request {attempt} sent to {provider} for instance {instance}: "
+                 "{detail}").format(**shape)
+    if event.state is StopState.FAILED:
+        return _("costctl patrol: RELEASE FAILED: instance {instance} on {provider} may still hold its disk: "
+                 "{detail}").format(**shape)
+    if not event.state.terminal and event.attempt:
+        return _("costctl patrol: release: {detail}").format(**shape)
+    return None
+
+
 def carry_out(*, ledger: Ledger, decision_id: int, decision: Decision, provider: Provider, inst: Instance,
               route: StopRoute, release: bool, clock: Clock, stop_config: StopConfig, say: Callable[[str], None],
               on_event: Callable[[StopEvent, StopProcess | None], None] | None = None) -> StopResult | None:
@@ -198,13 +215,22 @@ def carry_out(*, ledger: Ledger, decision_id: int, decision: Decision, provider:
     real clock it waits between the provider's reads). Returns the stop's result (its ``state``:
     ``confirmed``, ``gone`` or ``failed``)."""
     control: Any = Release(provider) if release else provider
+    # the executor's own lines speak of a stop: a release says its own (:func:`release_line`)
     executor = Executor(log=ClaimedLog(ledger, decision_id), clock=clock, hooks=HooksConfig(), job=NoJob(),
-                        instances=control, run=Target(inst, now=clock.now()), say=say, route=route,
-                        stop_log=PatrolStopLog(ledger), stop_config=stop_config)
+                        instances=control, run=Target(inst, now=clock.now()), say=(lambda line: None) if release
+                        else say, route=route, stop_log=PatrolStopLog(ledger), stop_config=stop_config)
+    if release:
+        def relay(event: StopEvent, _proc: StopProcess | None) -> None:
+            line = release_line(event, provider=provider.name, instance=inst.id)
+            if line is not None:
+                say(line)
+
+        executor.on_stop_event(relay)
     if on_event is not None:
         executor.on_stop_event(on_event)
     executor.handle(dataclasses.replace(decision, action=Action.STOP))
     return executor.run_stop()
 
 
-__all__ = ["ClaimedLog", "Recorded", "NoJob", "PatrolStopLog", "Release", "Target", "carry_out", "route_for"]
+__all__ = ["ClaimedLog", "Recorded", "NoJob", "PatrolStopLog", "Release", "Target", "carry_out", "release_line",
+           "route_for"]

@@ -244,6 +244,9 @@ def scope_problem(seen: Seen, patrol: PatrolConfig) -> str | None:
 
 # ----------------------------------------------------------------------------- what to do now
 
+#: Statuses a stop has nothing to do with: the instance is not running (already on its way down or down).
+NOT_STOPPABLE = frozenset({Status.STOPPING, Status.STOPPED, Status.TERMINATED})
+
 
 class Step(StrEnum):
     """What the patrol does (or, in a dry run, would do) with a match now."""
@@ -262,6 +265,9 @@ class Step(StrEnum):
     OUT_OF_SCOPE = "out-of-scope"
     #: a notify policy's mark is open: it was notified already
     NOTIFIED = "notified"
+    #: the action cannot apply to the instance as it is now (a stop of an instance not running, a
+    #: release of a guarded or watched one): nothing is marked, and an open mark is cleared
+    NOT_APPLICABLE = "not-applicable"
 
 
 @dataclass(frozen=True)
@@ -327,7 +333,11 @@ def plan(found: Match, history: Sequence[PatrolDecision], patrol: PatrolConfig, 
     times in the lines are shown in ``tz`` (None: UTC).
 
     Rules, in order: a stop or release never touches an out-of-scope instance (not even a
-    mark); a notify policy marks once per episode (the mark is its notification); an instance
+    mark); nor one whose guard is unknown (the ledger could not be read: it is treated as
+    guarded, held without a mark); a stop never marks an instance that is not running (stopping,
+    stopped, terminated: :data:`NOT_STOPPABLE`), a release never marks an instance something
+    guards or watches (the same checks as at act time, so nothing is announced that would not be
+    done); a notify policy marks once per episode (the mark is its notification); an instance
     with a patrol stop or release in flight is not marked again; a mark waits until its action
     is due (:func:`due_at`), then is held while the instance is snoozed, while it is guarded or
     watched (a release), or acted on.
@@ -338,6 +348,21 @@ def plan(found: Match, history: Sequence[PatrolDecision], patrol: PatrolConfig, 
         problem = scope_problem(found.seen, patrol)
         if problem is not None:
             return Plan(Step.OUT_OF_SCOPE, found, why=problem)
+        if found.seen.row.duplicate:
+            return Plan(Step.HELD, found, why=_("the provider listed this instance id more than once: its status is "
+                                                "uncertain, nothing is marked or done"))
+        guard = found.seen.row.guard.state
+        if guard is GuardState.UNKNOWN:
+            return Plan(Step.HELD, found, why=_("the ledger cannot be read, so whether a watch guards it is unknown: "
+                                                "treated as guarded, nothing is marked or done"))
+        status = found.seen.row.instance.status
+        if policy.action == "stop" and status in NOT_STOPPABLE:
+            return Plan(Step.NOT_APPLICABLE, found, open_mark(history, policy.decision_policy),
+                        why=_("already {status}: nothing to stop").format(status=status.value))
+        if policy.action == "release" and guard not in (GuardState.UNWATCHED, GuardState.STALE):
+            return Plan(Step.NOT_APPLICABLE, found, open_mark(history, policy.decision_policy),
+                        why=_("a release needs an instance nothing guards or watches; its guard is {state}").format(
+                            state=guard.value))
     mark = open_mark(history, policy.decision_policy)
     if mark is None:
         flying = in_flight(history, now, in_flight_horizon)
@@ -356,11 +381,6 @@ def plan(found: Match, history: Sequence[PatrolDecision], patrol: PatrolConfig, 
     until = snoozed_until(history, now)
     if until is not None:
         return Plan(Step.SNOOZED, found, mark, due, why=_("snoozed until {until}").format(until=format_time(until, tz)))
-    if policy.action == "release":
-        guard = found.seen.row.guard.state
-        if guard not in (GuardState.UNWATCHED, GuardState.STALE):
-            return Plan(Step.HELD, found, mark, due, why=_("a release needs an instance nothing guards or watches; "
-                                                           "its guard is {state}").format(state=guard.value))
     return Plan(Step.ACT, found, mark, due)
 
 
@@ -429,6 +449,6 @@ def warned(history: Sequence[PatrolDecision], key: str) -> bool:
     return any(d.key == key for d in history)
 
 
-__all__ = ["DEFAULT_ACCOUNT_WORD", "Match", "Plan", "ReleaseWarning", "Seen", "Step", "age_since", "due_at",
+__all__ = ["DEFAULT_ACCOUNT_WORD", "NOT_STOPPABLE", "Match", "Plan", "ReleaseWarning", "Seen", "Step", "age_since", "due_at",
            "in_flight", "iso", "label_matches", "match", "open_mark", "plan", "release_warning", "scope_problem",
            "snoozed_until", "stopped_since", "to_clear", "warned"]

@@ -238,8 +238,10 @@ class Sweeper:
                 found = match(policy, one, now=now, interval=self.interval)
                 past = history.get(one.key, [])
                 if found is not None:
-                    result.outcomes.append(Outcome(plan(found, past, patrol, now=now, in_flight_horizon=flight,
-                                                        tz=self.tz), ""))
+                    planned = plan(found, past, patrol, now=now, in_flight_horizon=flight, tz=self.tz)
+                    result.outcomes.append(Outcome(planned, ""))
+                    if planned.step is Step.NOT_APPLICABLE and planned.mark is not None:
+                        result.cleared.append((one, planned.mark.id, ""))
                 else:
                     mark = open_mark(past, policy.decision_policy)
                     if mark is not None:
@@ -477,7 +479,22 @@ class Sweeper:
         outcome.state = state
         detail = result.detail if result is not None else ""
         attempts = result.attempts if result is not None else 0
-        if state == StopState.CONFIRMED.value:
+        if release and state in (StopState.CONFIRMED.value, StopState.GONE.value) and attempts:
+            # the instance read terminated, or was gone, after our release request: that is the release
+            outcome.done = _("released, confirmed: {provider} no longer holds instance {instance} after {count} "
+                             "release request(s)").format(provider=row.provider, instance=row.instance.id,
+                                                          count=attempts)
+            state = outcome.state = StopState.CONFIRMED.value
+            self.ledger.set_decision_outcome(claimed.decision_id, outcome.done)
+            self.say(_("costctl patrol: {done}").format(done=outcome.done))
+        elif state == StopState.CONFIRMED.value and not attempts:
+            # it was down by the time the executor read it: no request was sent, none is counted
+            outcome.done = _("not acted on: {provider} reads instance {instance} {status} already; no request was "
+                             "sent").format(provider=row.provider, instance=row.instance.id,
+                                            status=_("released") if release else _("stopped"))
+            self.ledger.set_decision_outcome(claimed.decision_id, outcome.done)
+            return
+        elif state == StopState.CONFIRMED.value:
             outcome.done = (_("released: confirmed by {provider} ({count} request(s))") if release
                             else _("stopped: confirmed by {provider} ({count} request(s))")).format(
                 provider=row.provider, count=attempts)

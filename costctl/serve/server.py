@@ -30,6 +30,9 @@ log = logging.getLogger("costctl.serve")
 #: The shortest token accepted: 16 characters (about 96 bits as ``secrets.token_urlsafe(12)``
 #: makes them; OWASP's session-id guidance asks for at least 64 bits of entropy).
 MIN_TOKEN_CHARS = 16
+#: The fewest distinct characters a token may have: a random 16-character urlsafe token has 13
+#: or more almost always (64 symbols); fewer than 6 is a typed pattern ("aaaa...", "abab...").
+MIN_TOKEN_DISTINCT = 6
 #: Default port (unassigned in IANA's registry; 0 picks a free one).
 DEFAULT_PORT = 8787
 
@@ -81,17 +84,37 @@ def is_loopback(host: str) -> bool:
     return bool(infos) and all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
 
 
+def token_problem(token: str) -> None:
+    """Refuse a weak serve token: one with whitespace (a header carries it badly, and sixteen
+    spaces are no secret), shorter than :data:`MIN_TOKEN_CHARS`, or with fewer than
+    :data:`MIN_TOKEN_DISTINCT` distinct characters.
+
+    Raises:
+        UsageError: one line naming what is wrong and what is allowed.
+    """
+    hint = "python -c \"import secrets; print(secrets.token_urlsafe(24))\""
+    if any(ch.isspace() for ch in token):
+        raise UsageError(_("the serve token contains whitespace (a space, tab or line break): give at least {least} "
+                           "letters, digits or punctuation, e.g. from {hint}").format(least=MIN_TOKEN_CHARS, hint=hint))
+    if len(token) < MIN_TOKEN_CHARS:
+        raise UsageError(_("the serve token is {count} characters long; give at least {least} (e.g. from "
+                           "{hint})").format(count=len(token), least=MIN_TOKEN_CHARS, hint=hint))
+    distinct = len(set(token))
+    if distinct < MIN_TOKEN_DISTINCT:
+        raise UsageError(_("the serve token has only {count} different characters: a guessable pattern; give a "
+                           "random one with at least {least} different characters (e.g. from {hint})").format(
+            count=distinct, least=MIN_TOKEN_DISTINCT, hint=hint))
+
+
 def check_bind(host: str, token: str | None, behind_proxy: bool) -> None:
     """Refuse a bind that would serve the ledger to a network without authentication.
 
     Raises:
         UsageError: ``host`` is not loopback and neither a token nor ``behind_proxy`` is given;
-            or the token is shorter than :data:`MIN_TOKEN_CHARS`.
+            or the token is weak (:func:`token_problem`).
     """
-    if token is not None and len(token) < MIN_TOKEN_CHARS:
-        raise UsageError(_("the serve token is {count} characters long; give at least {least} (e.g. python -c "
-                           "\"import secrets; print(secrets.token_urlsafe(24))\")").format(count=len(token),
-                                                                                         least=MIN_TOKEN_CHARS))
+    if token is not None:
+        token_problem(token)
     if not is_loopback(host) and token is None and not behind_proxy:
         raise UsageError(_("--host {host} is not a loopback address: give a token (--token, or COSTCTL_SERVE__TOKEN) "
                            "or --behind-proxy (a reverse proxy in front authenticates)").format(host=host or "''"))
@@ -116,5 +139,5 @@ def make_server(host: str, port: int, app: Any) -> ThreadingWSGIServer:
     return server
 
 
-__all__ = ["DEFAULT_PORT", "MIN_TOKEN_CHARS", "QuietHandler", "ThreadingWSGIServer", "check_bind", "is_loopback",
+__all__ = ["DEFAULT_PORT", "MIN_TOKEN_CHARS", "MIN_TOKEN_DISTINCT", "token_problem", "QuietHandler", "ThreadingWSGIServer", "check_bind", "is_loopback",
            "make_server"]

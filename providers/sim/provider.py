@@ -117,6 +117,8 @@ class SimProvider(Provider):
 
     name: ClassVar[str] = "sim"
     config_preset: ClassVar[ConfigPreset] = SIM_PRESET
+    #: the simulator clears ``started_at`` on each start and sets ``stopped_at`` at the stop it ends
+    stopped_session_times: ClassVar[bool] = True
     capabilities: ClassVar[Capabilities] = Capabilities(
         stop=True, start=True, release=True, list_offers=True, create=True,
         move_job=yes(),  # the job runs on this machine whichever simulated instance is rented

@@ -135,6 +135,14 @@ def strip_secrets(payload: Any) -> Any:
     return strip_keys(payload, _SECRET_KEY)
 
 
+def _id_text(value: Any) -> str:
+    """An item's ``id`` as text; ``""`` when Vast left it out (or null, or blank): never ``"None"``,
+    an id costctl could then address (the fleet skips and counts such items)."""
+    if value is None or isinstance(value, bool) or not str(value).strip():
+        return ""
+    return str(value).strip()
+
+
 def instance_from_payload(item: Mapping[str, Any]) -> Instance:
     """One element of ``GET /instances/`` (or the object of ``GET /instances/{id}/``) as an
     :class:`Instance`.
@@ -156,7 +164,7 @@ def instance_from_payload(item: Mapping[str, Any]) -> Instance:
     count = item.get("num_gpus")
     return Instance(
         provider=PROVIDER,
-        id=str(item.get("id")),
+        id=_id_text(item.get("id")),
         gpu=gpu_raw,
         gpu_raw=gpu_raw,
         gpu_count=int(count) if isinstance(count, (int, float)) and not isinstance(count, bool) else 1,
