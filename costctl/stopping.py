@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .clock import Clock
 from .errors import CostctlError
-from .i18n import N_, _
+from .i18n import N_, _, canonical
 from .summary import STATE_WORDS, STOP_STATE_TEXT, stop_state_text
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ class StopRoute:
     @property
     def label_en(self) -> str:
         """:attr:`label` in English, for a decision's evidence (machine data)."""
-        return self._label(N_)
+        return str(canonical(self.label))
 
     def __str__(self) -> str:
         return _("stop route: {route}").format(route=self.label)

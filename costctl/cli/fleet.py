@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..i18n import _, format_amount
+from ..i18n import _, canonical_data, format_amount
 from . import common
 from .common import ConfigOption, print_json, print_line, print_table, settings_from
 
@@ -117,14 +117,15 @@ def account_json(read: AccountRead) -> dict[str, Any]:
 
 
 def report_json(report: FleetReport) -> dict[str, Any]:
-    """The whole report as JSON (the shape in the module docstring)."""
-    return {
+    """The whole report as JSON (the shape in the module docstring); its text (errors, notes)
+    in English whatever the language shown (machine output)."""
+    return canonical_data({
         "as_of": _iso(report.now),
         "guard_lag_s": _secs(report.guard_lag),
         "accounts": [account_json(a) for a in report.accounts],
         "instances": [row_json(r) for r in report.rows],
         "ledger_error": report.ledger_error,
-    }
+    })
 
 
 # ----------------------------------------------------------------------------- table
