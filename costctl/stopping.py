@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .clock import Clock
 from .errors import CostctlError
-from .i18n import N_, _, canonical
+from .i18n import N_, _, canonical, ngettext
 from .summary import STATE_WORDS, STOP_STATE_TEXT, stop_state_text
 
 if TYPE_CHECKING:
@@ -420,11 +420,15 @@ class StopProcess:
                 shape = {"deadline": self.config.deadline.total_seconds(), "count": self.attempts,
                          "status": self.last_status}
                 if self.last_status:
-                    why = _("not confirmed {deadline:g}s after the first stop request ({count} stop request(s) "
-                            "sent, status still {status})")
+                    why = ngettext("not confirmed {deadline:g}s after the first stop request ({count} stop request "
+                                   "sent, status still {status})",
+                                   "not confirmed {deadline:g}s after the first stop request ({count} stop requests "
+                                   "sent, status still {status})", self.attempts)
                 else:
-                    why = _("not confirmed {deadline:g}s after the first stop request ({count} stop request(s) "
-                            "sent)")
+                    why = ngettext("not confirmed {deadline:g}s after the first stop request ({count} stop request "
+                                   "sent)",
+                                   "not confirmed {deadline:g}s after the first stop request ({count} stop requests "
+                                   "sent)", self.attempts)
                 self._escalate(why.format(**shape))
                 return
             if self.state is StopState.REQUESTED:
@@ -438,9 +442,12 @@ class StopProcess:
         stop is never claimed after the watch said it failed."""
         shape = {"reason": reason, "count": self.attempts, "status": self.last_status}
         if self.last_status:
-            why = _("{reason}, before the stop was confirmed ({count} stop request(s) sent, status {status})")
+            why = ngettext("{reason}, before the stop was confirmed ({count} stop request sent, status {status})",
+                           "{reason}, before the stop was confirmed ({count} stop requests sent, status {status})",
+                           self.attempts)
         else:
-            why = _("{reason}, before the stop was confirmed ({count} stop request(s) sent)")
+            why = ngettext("{reason}, before the stop was confirmed ({count} stop request sent)",
+                           "{reason}, before the stop was confirmed ({count} stop requests sent)", self.attempts)
         self._emit(StopState.FAILED, why.format(**shape))
 
     def _send(self) -> None:
@@ -497,8 +504,10 @@ class StopProcess:
         shape = {"provider": self.instances.name, "instance": self.instance_id, "status": word,
                  "count": self.attempts, "attempt": self.attempts}
         if inst.status in (Status.STOPPED, Status.TERMINATED):
-            self._emit(StopState.CONFIRMED, _("{provider} reports instance {instance} {status} after {count} stop "
-                                              "request(s)").format(**shape))
+            self._emit(StopState.CONFIRMED, ngettext(
+                "{provider} reports instance {instance} {status} after {count} stop request",
+                "{provider} reports instance {instance} {status} after {count} stop requests", self.attempts,
+            ).format(**shape))
             return
         now = self.clock.now()
         if sent:

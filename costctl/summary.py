@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TextIO
 
-from .i18n import N_, _
+from .i18n import N_, _, ngettext
 from .money import Money
 from .records import Decision, ProgressPoint, TelemetrySample
 
@@ -201,9 +201,12 @@ class RunSummary:
         losses = {"first": fmt(self.first_loss), "best": fmt(self.best_loss), "last": fmt(self.last_loss),
                   "points": self.loss_points, "where": where_text(self.best_at)}
         if self.best_at is not None:
-            loss_row = _("{first} / {best} (at {where}) / {last}  [{points} points]").format(**losses)
+            loss_row = ngettext("{first} / {best} (at {where}) / {last}  [{points} point]",
+                                "{first} / {best} (at {where}) / {last}  [{points} points]",
+                                self.loss_points).format(**losses)
         else:
-            loss_row = _("{first} / {best} / {last}  [{points} points]").format(**losses)
+            loss_row = ngettext("{first} / {best} / {last}  [{points} point]",
+                                "{first} / {best} / {last}  [{points} points]", self.loss_points).format(**losses)
         table.add_row(_("loss first / best / last"), loss_row)
         if self.plateau_at:
             where = [_(_PLATEAU_AT[k]).format(value=self.plateau_at[k]) for k in _PLATEAU_AT
@@ -224,10 +227,13 @@ class RunSummary:
         if self.stop is not None:
             what = stop_state_text("failed" if failed else self.stop.state)
             if failed:
-                stop_row = _("{what} after {attempts} request(s): {detail} -- the instance may still be running "
-                             "and billing")
+                stop_row = ngettext("{what} after {attempts} request: {detail} -- the instance may still be running "
+                                    "and billing",
+                                    "{what} after {attempts} requests: {detail} -- the instance may still be running "
+                                    "and billing", self.stop.attempts)
             else:
-                stop_row = _("{what} after {attempts} request(s): {detail}")
+                stop_row = ngettext("{what} after {attempts} request: {detail}",
+                                    "{what} after {attempts} requests: {detail}", self.stop.attempts)
             table.add_row(_("stop"), Text(stop_row.format(what=what, attempts=self.stop.attempts,
                                                           detail=self.stop.detail),
                                           style="bold red" if failed else ""))

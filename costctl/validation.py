@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .i18n import _
+from .i18n import _, ngettext
 
 #: Longest ``repr`` of a bad value quoted in a message, in characters (longer ones are cut with "...").
 MAX_VALUE_CHARS = 60
@@ -110,6 +110,8 @@ def one_line(
     else:
         value = describe_value(first.get("input"))
     if count_others and len(problems) > 1:
-        return prefix + _("{key} = {value}: {problem} (and {count} more problem(s))").format(
+        return prefix + ngettext("{key} = {value}: {problem} (and {count} more problem)",
+                                 "{key} = {value}: {problem} (and {count} more problems)",
+                                 len(problems) - 1).format(
             key=shown, value=value, problem=msg, count=len(problems) - 1)
     return prefix + _("{key} = {value}: {problem}").format(key=shown, value=value, problem=msg)

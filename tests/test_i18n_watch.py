@@ -105,7 +105,7 @@ def test_the_idle_stop_and_the_summary_are_chinese_under_a_chinese_locale(tmp_pa
     summary = err[err.index("costctl 运行"):]
     assert "关停：自" in "".join(summary.replace("│", " ").split())  # the decision's row: its action, its reason
     for english in ("duration", "spend", "stop route", "loss first", "plateau detected", "decision idle",
-                    "request(s)"):
+                    "request"):
         assert english not in summary, english
 
 
@@ -118,12 +118,12 @@ def test_the_idle_stop_and_the_summary_are_english_under_lang_c(tmp_path) -> Non
                      r"present signal \(.*cpu.*\) "
                      r"stayed idle", err, re.M), err
     assert idle.reason.startswith("idle for 2s since ") and idle.reason in err
-    assert "costctl: instance sim-local on sim is stopped (confirmed by sim; 1 stop request(s))" in err
+    assert "costctl: instance sim-local on sim is stopped (confirmed by sim; 1 stop request)" in err
     summary = err[err.index("costctl run "):]
     for label in ("duration", "spend", "stop route", "loss first / best / last", "plateau detected at",
-                  "decision idle", "stop confirmed after 1 request(s)"):
+                  "decision idle", "stop confirmed after 1 request:"):
         assert label in summary, label
-    assert "0.5 / 0.5 / 0.5  [1 points]" in summary
+    assert "0.5 / 0.5 / 0.5  [1 point]" in summary
     assert re.search(r"^costctl: run \w+ running .* \(RTX 4090, \$0\.69/h\)", err, re.M), err
     spend = next(line for line in summary.splitlines() if " spend " in line)
     assert re.search(r" \$0\.\d{2,4} ", spend) and "USD" not in err, spend

@@ -129,7 +129,7 @@ def test_the_deadline_fails_a_stop_that_never_reads_stopped_and_says_how_many_re
     proc, events = _process(Scripted([Status.RUNNING] * 20), clock)
     _run(proc, clock)
     assert proc.state is StopState.FAILED and proc.ended_at == T0 + timedelta(minutes=5)
-    assert events[-1].detail.startswith("not confirmed 300s after the first stop request (10 stop request(s) "
+    assert events[-1].detail.startswith("not confirmed 300s after the first stop request (10 stop requests "
                                         "sent, status still running)")
 
 
@@ -197,7 +197,7 @@ def test_a_cancel_wins_over_an_answer_that_comes_later():
     release.set()
     runner.join(5)
     assert [e.state for e in events][-1] is StopState.FAILED  # the late "stopped" is not recorded
-    assert "the watch got SIGTERM, before the stop was confirmed (1 stop request(s) sent)" in events[-1].detail
+    assert "the watch got SIGTERM, before the stop was confirmed (1 stop request sent)" in events[-1].detail
 
 
 def test_run_self_stop_reports_a_failing_command(tmp_path):

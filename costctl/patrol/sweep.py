@@ -34,7 +34,7 @@ from ..clock import Clock, RealClock, ensure_utc
 from ..errors import CostctlError
 from ..fleet.collect import collect
 from ..fleet.model import FleetReport, FleetRow
-from ..i18n import _, format_time
+from ..i18n import _, format_time, ngettext
 from ..ledger import patrol_store as store
 from ..notify.dispatch import KILL_SLACK_S, Notifier
 from ..policies.idle import fmt_duration
@@ -478,8 +478,10 @@ class Sweeper:
         detail = result.detail if result is not None else ""
         attempts = result.attempts if result is not None else 0
         if state == StopState.CONFIRMED.value:
-            outcome.done = (_("released: confirmed by {provider} ({count} request(s))") if release
-                            else _("stopped: confirmed by {provider} ({count} request(s))")).format(
+            outcome.done = (ngettext("released: confirmed by {provider} ({count} request)",
+                                     "released: confirmed by {provider} ({count} requests)", attempts) if release
+                            else ngettext("stopped: confirmed by {provider} ({count} request)",
+                                          "stopped: confirmed by {provider} ({count} requests)", attempts)).format(
                 provider=row.provider, count=attempts)
         elif state == StopState.GONE.value:
             outcome.done = _("gone: {detail}").format(detail=detail)
