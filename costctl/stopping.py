@@ -374,6 +374,10 @@ class StopProcess:
         """One short clause for the status line (``stopping: sent (attempt 2), status running``)."""
         shape = {"instance": self.instance_id, "state": _(STATE_WORDS[self.state.value]), "attempt": self.attempts,
                  "status": self.last_status}
+        if self.attempts == 0:  # requested, nothing sent yet: no attempt to count
+            if self.last_status:
+                return _("stopping {instance}: {state}, status {status}").format(**shape)
+            return _("stopping {instance}: {state}").format(**shape)
         if self.last_status:
             return _("stopping {instance}: {state} (attempt {attempt}), status {status}").format(**shape)
         return _("stopping {instance}: {state} (attempt {attempt})").format(**shape)

@@ -286,3 +286,12 @@ def test_a_self_stop_command_that_hangs_is_killed_with_its_group_at_its_timeout(
 def test_a_self_stop_command_killed_by_a_signal_is_said_so():
     with pytest.raises(CostctlError, match=r"^self-stop 'sh -c kill -TERM \$\$' was killed by SIGTERM$"):
         run_self_stop(["sh", "-c", "kill -TERM $$"])
+
+
+def test_the_status_line_counts_attempts_from_one_and_says_none_before_the_first_is_sent():
+    clock = SimClock(T0)
+    prov = Scripted([Status.STOPPING], reads=[Status.STOPPED])
+    proc, _events = _process(prov, clock)
+    assert proc.attempts == 0 and proc.describe() == "stopping i-1: requested"  # nothing sent yet: no "(attempt 0)"
+    proc.step()
+    assert proc.attempts == 1 and "(attempt 1)" in proc.describe()
