@@ -81,8 +81,8 @@ def texts() -> dict[str, str]:
         "no_decisions": _("No decision recorded yet."),
         "instances": _("Instances"),
         "no_instances": _("No instance charged yet."),
-        "instances_note": _("The instances this ledger has charged. `costctl fleet` will list every instance of "
-                            "every configured provider account here."),
+        "instances_note": _("The instances this ledger has charged; `costctl fleet` lists every instance the "
+                            "configured provider accounts report."),
         "evidence": _("evidence"),
         "col_run": _("Run"),
         "col_instance": _("Instance"),
