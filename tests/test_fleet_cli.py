@@ -246,7 +246,7 @@ def test_table_shows_rows_guards_unreadable_accounts_and_the_lag(fleet, capsys):
     assert any(line.startswith("runpod") and "unreadable" in line for line in lines)
     assert any(line.startswith("runpod: cannot be read: myself failed") and "503" in line for line in lines)
     assert "1 of 5 instances guarded (a watch that stops, heartbeat at most 2m00s old in this ledger); " \
-           "read at 2026-05-01 12:00:00 UTC" in out
+           "read at 2026-05-01 12:00:00+00:00" in out
     assert "1 of 5 provider accounts could not be read" in err
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..i18n import _, canonical_data, format_amount
+from ..i18n import _, canonical_data, format_amount, format_time
 from . import common
 from .common import ConfigOption, print_json, print_line, print_table, settings_from
 
@@ -234,7 +234,7 @@ def render_table(report: FleetReport, *, tz: Any) -> None:
     print_line(_("{guarded} of {count} instances guarded (a watch that stops, heartbeat at most {lag} old in this "
                  "ledger); read at {when}").format(
         guarded=guarded, count=len(report.rows), lag=span(report.guard_lag),
-        when=report.now.astimezone(tz).strftime("%Y-%m-%d %H:%M:%S %Z")))
+        when=format_time(report.now, tz)))
 
 
 # ----------------------------------------------------------------------------- command
