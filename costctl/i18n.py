@@ -211,6 +211,46 @@ def N_(message: str) -> str:
     return message
 
 
+#: The one mapping of machine values (as the ledger, the providers' adapters, the price table and
+#: JSON keep them) to the words people read: run and instance statuses, stop states, billing
+#: kinds with their tiers (whole labels, never assembled), decision actions, AutoDL's no-GPU mode.
+#: JSON and CSV keep the values; tables, the dashboard and the status line show
+#: :func:`display_word`. Policy names (``idle``, ``budget``...) are not here: they are the names of
+#: ``[policies.<name>]`` tables in the config, shown as they are written there.
+DISPLAY_WORDS: dict[str, str] = {
+    # run statuses (the ledger's ``runs.status``) and provider statuses (``Status`` values)
+    "running": N_("running"), "completed": N_("completed"), "failed": N_("failed"), "stopped": N_("stopped"),
+    "preempted": N_("preempted"), "stop failed": N_("stop failed"), "self-stop sent": N_("self-stop sent"),
+    "failed-to-start": N_("failed-to-start"), "downsized": N_("downsized"), "unguarded": N_("unguarded"),
+    "lost": N_("lost"), "interrupted": N_("interrupted"), "provisioning": N_("provisioning"),
+    "starting": N_("starting"), "stopping": N_("stopping"), "terminated": N_("terminated"), "error": N_("error"),
+    "unknown": N_("unknown"),
+    # stop states
+    "requested": N_("requested"), "sent": N_("sent"), "confirmed": N_("confirmed"), "gone": N_("gone"),
+    # billing kinds and tiers (PriceEntry.label, [instance] billing)
+    "on-demand": N_("on-demand"), "on-demand community": N_("on-demand community"),
+    "on-demand secure": N_("on-demand secure"), "spot": N_("spot"), "spot community": N_("spot community"),
+    "interruptible": N_("interruptible"), "prepaid": N_("prepaid"), "prepaid monthly": N_("prepaid monthly"),
+    "from": N_("from"), "from on-demand listings": N_("from on-demand listings"),
+    "from interruptible listings": N_("from interruptible listings"),
+    # decision actions
+    "stop": N_("stop"), "start": N_("start"), "advise": N_("advise"), "warn": N_("warn"), "mark": N_("mark"),
+    "release": N_("release"), "downsize": N_("downsize"), "checkpoint": N_("checkpoint"), "retry": N_("retry"),
+    "resume": N_("resume"), "snooze": N_("snooze"),
+    # price-table rows that are not a card
+    "no-GPU mode": N_("no-GPU mode"),
+}
+
+
+def display_word(value: object) -> str:
+    """``value`` (a machine value: a status, a billing kind, an action; an enum's ``.value``
+    is taken) as people read it in the current language (:data:`DISPLAY_WORDS`); a value not
+    in the mapping is shown as it is (a provider's own status word, a proper name)."""
+    raw = getattr(value, "value", value)
+    found = DISPLAY_WORDS.get(str(raw))
+    return _(found) if found else str(raw)
+
+
 def install_for_cli() -> None:
     """Give click's and typer's own strings costctl's catalogue (call before importing them).
 
@@ -340,6 +380,6 @@ def format_time(when: Any, tz: Any = None) -> str:
 
 
 __all__ = ["CHOICES", "DOMAIN", "LANGUAGES", "LOCALE_DIR", "N_", "SMALL_AMOUNT_PLACES", "Text", "_", "amount_places",
-           "canonical", "canonical_data", "choose_language", "text_map", "format_amount", "format_money", "format_number",
+           "canonical", "canonical_data", "choose_language", "display_word", "text_map", "DISPLAY_WORDS", "format_amount", "format_money", "format_number",
            "format_time", "in_language", "install_for_cli",
            "language", "ngettext", "set_language"]

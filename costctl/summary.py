@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TextIO
 
-from .i18n import N_, _, ngettext
+from .i18n import DISPLAY_WORDS, N_, _, display_word, ngettext
 from .money import Money
 from .records import Decision, ProgressPoint, TelemetrySample
 
@@ -273,10 +273,8 @@ STOP_STATE_TEXT: dict[str, str] = {
 
 #: A :class:`~costctl.stopping.StopState` value as a word for people (the status line:
 #: ``stopping i-1: sent``).
-STATE_WORDS: dict[str, str] = {
-    "requested": N_("requested"), "sent": N_("sent"), "confirmed": N_("confirmed"), "gone": N_("gone"),
-    "self-stop sent": N_("self-stop sent"), "failed": N_("failed"),
-}
+STATE_WORDS: dict[str, str] = {k: DISPLAY_WORDS[k] for k in (  # from the one mapping (costctl.i18n)
+    "requested", "sent", "confirmed", "gone", "self-stop sent", "failed")}
 
 
 def stop_state_text(state: str) -> str:
@@ -288,17 +286,13 @@ def stop_state_text(state: str) -> str:
 
 #: A decision's action (:class:`~costctl.records.Action` value, kept in the ledger) as a word
 #: for people; another action is said as it is.
-ACTION_WORDS: dict[str, str] = {
-    "advise": N_("advise"), "warn": N_("warn"), "stop": N_("stop"), "downsize": N_("downsize"),
-    "checkpoint": N_("checkpoint"), "retry": N_("retry"), "resume": N_("resume"), "start": N_("start"),
-    "snooze": N_("snooze"), "mark": N_("mark"), "release": N_("release"),
-}
+ACTION_WORDS: dict[str, str] = {k: DISPLAY_WORDS[k] for k in (  # from the one mapping (costctl.i18n)
+    "advise", "warn", "stop", "downsize", "checkpoint", "retry", "resume", "start", "snooze", "mark", "release")}
 
 
 def action_text(action: str) -> str:
     """``action`` (an :class:`~costctl.records.Action` value) in the current language."""
-    found = ACTION_WORDS.get(str(action))
-    return _(found) if found else str(action)
+    return display_word(action)
 
 
 #: How a plateau's place is said in the summary, by evidence key (in this order).

@@ -234,7 +234,7 @@ def test_table_shows_rows_guards_unreadable_accounts_and_the_lag(fleet, capsys):
     fleet.runpod.inject_for("pods", Reply.empty(503))
     fleet.write_config(fleet="guard_lag = \"2m\"")
     code, out, err = run(capsys, "fleet")
-    assert code == 0
+    assert code == 0, err
     lines = out.splitlines()
     assert lines[0].split()[:5] == ["PROVIDER", "ACCOUNT", "ID", "GPU", "STATUS"]
     row = next(line for line in lines if " 312 " in line)

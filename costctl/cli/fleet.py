@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..i18n import _, canonical_data, format_amount, format_time
+from ..i18n import _, canonical_data, display_word, format_amount, format_time
 from . import common
 from .common import ConfigOption, print_json, print_line, print_table, settings_from
 
@@ -210,7 +210,8 @@ def render_table(report: FleetReport, *, tz: Any) -> None:
             continue
         for row in by_account.get((read.provider, read.account), []):
             inst = row.instance
-            status = _("{status} (preempted)").format(status=inst.status.value) if inst.preempted else inst.status.value
+            word = display_word(inst.status)
+            status = _("{status} (preempted)").format(status=word) if inst.preempted else word
             ledger = ", ".join(_money(amount, cur) for cur, amount in row.ledger_spend.items()) or "-"
             table.add_row(
                 row.provider, _account(row.account), inst.id, f"{inst.gpu_count}× {inst.gpu or inst.gpu_raw or '?'}",
