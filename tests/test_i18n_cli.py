@@ -76,3 +76,16 @@ def test_a_config_error_is_chinese_under_a_chinese_locale_and_english_under_c(tm
     assert r.returncode == 2, r.stderr
     assert key in r.stderr and "Traceback" not in r.stderr and not _has_chinese(r.stderr)
     assert (f"unknown key '{key}'" in r.stderr) if "windw" in key else ("expected a duration from" in r.stderr)
+
+
+def test_a_toml_syntax_error_names_its_line_and_column_in_each_language(tmp_path) -> None:
+    """tomllib's detail is English: it is kept under ``LANG=C`` and left out in Chinese, where
+    the position alone is said in a Chinese sentence."""
+    (tmp_path / "bad.toml").write_text("[watch]\nsample_interval 5s\n")
+    env = {"COSTCTL_CONFIG": str(tmp_path / "bad.toml")}
+    english = costctl(["bill"], lang="C", tmp_path=tmp_path, extra_env=env)
+    chinese = costctl(["bill"], lang="zh_CN.UTF-8", tmp_path=tmp_path, extra_env=env)
+    assert english.returncode == chinese.returncode == 2
+    assert "bad.toml: not valid TOML at line 2, column 17: Expected '=' after a key" in english.stderr
+    assert "bad.toml：第 2 行第 17 列不是有效的 TOML" in chinese.stderr, chinese.stderr
+    assert "Expected" not in chinese.stderr and "Traceback" not in chinese.stderr + english.stderr
