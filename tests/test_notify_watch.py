@@ -84,7 +84,7 @@ def test_the_webhook_gets_the_warning_before_the_autostop_then_the_stop_done(tmp
     assert "(5m from now) by the idle policy" in first["message"] and "costctl snooze 1h" in first["message"]
     assert first["type"] == "warning" and first["_path"] == f"/hook/{TOKEN}"
     assert second["title"] == "sim-local is stopped" and second["type"] == "success"
-    assert "sim confirmed that instance sim-local is stopped after 1 stop request(s)" in second["message"]
+    assert "sim confirmed that instance sim-local is stopped after 1 stop request." in second["message"]
     assert "It was stopped because: idle for 10m" in second["message"]
     assert first["_at"] < second["_at"]
     rows = _decisions(tmp_path)
