@@ -81,7 +81,7 @@ from .policies.idle_fraction import IdleFractionConfig  # noqa: F401
 from .policies.plateau import PlateauConfig  # noqa: F401
 from .policies.registry import ENTRY_POINT_GROUP, discover_policies, known_policies, policies_model
 from .policies.stall import StallConfig  # noqa: F401
-from .validation import describe_value, one_line
+from .validation import describe_value, one_line, toml_error_text
 
 ENV_PREFIX = "COSTCTL_"
 
@@ -1133,7 +1133,7 @@ def load_settings(config: Path | None = None, overrides: dict[str, Any] | None =
             with path.open("rb") as fh:
                 tomllib.load(fh)
         except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(_("{path}: not valid TOML: {problem}").format(path=path, problem=exc)) from None
+            raise ConfigError(toml_error_text(str(path), exc)) from None
         except UnicodeDecodeError as exc:  # TOML is UTF-8
             raise ConfigError(_("{path}: not valid TOML: {problem}").format(
                 path=path, problem=_("not UTF-8 text at byte {offset}").format(offset=exc.start))) from None

@@ -35,7 +35,7 @@ from typing import Any
 from .clock import Clock
 from .config import HooksConfig, StopConfig
 from .errors import CostctlError
-from .i18n import _, format_time
+from .i18n import _, format_time, ngettext
 from .protocols import DecisionLog, InstanceControl, JobControl, RunControl, StopLog, StopResult
 from .records import Action, Decision
 from .stopping import (STATE_WORDS, StopEvent, StopProcess, StopRoute, StopState, exit_text, kill_self_stops,
@@ -228,8 +228,10 @@ class Executor:
         shape = {"instance": self.run.state.instance_id, "provider": self.instances.name,
                  "count": event.attempt, "attempt": event.attempt, "detail": event.detail}
         if event.state is StopState.CONFIRMED:
-            self.say(_("costctl: instance {instance} on {provider} is stopped (confirmed by {provider}; {count} stop "
-                       "request(s))").format(**shape))
+            self.say(ngettext("costctl: instance {instance} on {provider} is stopped (confirmed by {provider}; "
+                              "{count} stop request)",
+                              "costctl: instance {instance} on {provider} is stopped (confirmed by {provider}; "
+                              "{count} stop requests)", event.attempt).format(**shape))
         elif event.state is StopState.GONE:
             self.say(_("costctl: instance {instance} on {provider} is gone: {detail}").format(**shape))
         elif event.state is StopState.SELF_STOP_SENT:

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import gettext as _gettext
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -106,24 +107,151 @@ def _catalogue() -> _gettext.NullTranslations:
     return _translation
 
 
+class Text(str):
+    """A translated message that remembers its English (canonical) text.
+
+    The value is the message in the language shown to people; :attr:`canonical` is the same
+    message in English, the form machine output stores (the ledger's reasons, details and
+    outcomes, JSON fields), so what a watch writes does not depend on its language.
+    :meth:`format` keeps both: each placeholder value that is itself a :class:`Text` goes in as
+    its English in the canonical text. Any other str operation (``+``, f-strings, ``join``)
+    gives a plain ``str`` in the shown language.
+    """
+
+    __slots__ = ("canonical",)
+    canonical: str
+
+    def __new__(cls, shown: str, canonical: str) -> Text:
+        obj = super().__new__(cls, shown)
+        obj.canonical = canonical
+        return obj
+
+    def format(self, *args: Any, **kwargs: Any) -> Text:  # type: ignore[override]
+        """Both texts formatted (placeholders in English in the canonical one)."""
+        shown = str.format(self, *args, **kwargs)
+        english = self.canonical.format(*(canonical(a) for a in args),
+                                        **{k: canonical(v) for k, v in kwargs.items()})
+        return Text(shown, english)
+
+    def join(self, parts: Any) -> Text:  # type: ignore[override]
+        """Both texts joined (this separator's English between the parts' English)."""
+        items = list(parts)
+        return Text(str.join(self, items), self.canonical.join(str(canonical(p)) for p in items))
+
+    def __add__(self, other: str) -> Text:  # type: ignore[override]
+        """Both texts followed by ``other`` (its English in the canonical text)."""
+        return Text(str.__add__(self, other), self.canonical + str(canonical(other)))
+
+    def __radd__(self, other: str) -> Text:
+        return Text(str.__add__(other, self), str(canonical(other)) + self.canonical)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Text, (str(self), self.canonical))
+
+
+def canonical(value: Any) -> Any:
+    """``value``'s English text when it is a :class:`Text`, else ``value`` unchanged (a plain
+    str is taken as already canonical; an exception whose message is a :class:`Text` gives that
+    message's English)."""
+    if isinstance(value, BaseException) and len(value.args) == 1 and isinstance(value.args[0], Text):
+        return value.args[0].canonical
+    return value.canonical if isinstance(value, Text) else value
+
+
+def text_map(fn: Any, value: str) -> str:
+    """``fn(value)`` (a str -> str function: a redaction, a trim) applied to both texts of a
+    :class:`Text`, so the English survives it; for a plain str just ``fn(value)``."""
+    if isinstance(value, Text):
+        return Text(fn(str(value)), fn(value.canonical))
+    return fn(value)
+
+
+def canonical_data(value: Any) -> Any:
+    """``value`` (JSON-like data: dicts, lists, tuples, scalars) with every :class:`Text` in it
+    replaced by its English text: for machine output (JSON, CSV, the ledger)."""
+    if isinstance(value, Text):
+        return value.canonical
+    if isinstance(value, dict):
+        return {canonical_data(k): canonical_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [canonical_data(v) for v in value] if isinstance(value, list) else \
+            tuple(canonical_data(v) for v in value)
+    return value
+
+
+@contextmanager
+def in_language(lang: str) -> Iterator[str]:
+    """Show messages in ``lang`` (``en``, ``zh_CN``) inside the block, then in the language
+    before it again; yields the language chosen."""
+    global _language, _translation
+    before = (_language, _translation)
+    try:
+        yield set_language(lang)
+    finally:
+        _language, _translation = before
+
+
 def _(message: str) -> str:
-    """``message`` (an English sentence, the message id) in the current language."""
+    """``message`` (an English sentence, the message id) in the current language; in a
+    language other than English a :class:`Text` that also holds the English."""
     if _language == "en" or (_language is None and language() == "en"):
         return message
-    return _catalogue().gettext(message)
+    return Text(_catalogue().gettext(message), message)
 
 
 def ngettext(singular: str, plural: str, n: int) -> str:
-    """The singular or plural sentence for ``n``, in the current language."""
+    """The singular or plural sentence for ``n``, in the current language (a :class:`Text`
+    holding the English in a language other than English)."""
+    english = singular if n == 1 else plural
     if language() == "en":
-        return singular if n == 1 else plural
-    return _catalogue().ngettext(singular, plural, n)
+        return english
+    return Text(_catalogue().ngettext(singular, plural, n), english)
 
 
 def N_(message: str) -> str:
     """Mark ``message`` for the catalogue without translating it now (translate it with
     :func:`_` where it is shown)."""
     return message
+
+
+#: The one mapping of machine values (as the ledger, the providers' adapters, the price table and
+#: JSON keep them) to the words people read: run and instance statuses, stop states, billing
+#: kinds with their tiers (whole labels, never assembled), decision actions, AutoDL's no-GPU mode.
+#: JSON and CSV keep the values; tables, the dashboard and the status line show
+#: :func:`display_word`. Policy names (``idle``, ``budget``...) are not here: they are the names of
+#: ``[policies.<name>]`` tables in the config, shown as they are written there.
+DISPLAY_WORDS: dict[str, str] = {
+    # run statuses (the ledger's ``runs.status``) and provider statuses (``Status`` values)
+    "running": N_("running"), "completed": N_("completed"), "failed": N_("failed"), "stopped": N_("stopped"),
+    "preempted": N_("preempted"), "stop failed": N_("stop failed"), "self-stop sent": N_("self-stop sent"),
+    "failed-to-start": N_("failed-to-start"), "downsized": N_("downsized"), "unguarded": N_("unguarded"),
+    "lost": N_("lost"), "interrupted": N_("interrupted"), "provisioning": N_("provisioning"),
+    "starting": N_("starting"), "stopping": N_("stopping"), "terminated": N_("terminated"), "error": N_("error"),
+    "unknown": N_("unknown"),
+    # stop states
+    "requested": N_("requested"), "sent": N_("sent"), "confirmed": N_("confirmed"), "gone": N_("gone"),
+    # billing kinds and tiers (PriceEntry.label, [instance] billing)
+    "on-demand": N_("on-demand"), "on-demand community": N_("on-demand community"),
+    "on-demand secure": N_("on-demand secure"), "spot": N_("spot"), "spot community": N_("spot community"),
+    "interruptible": N_("interruptible"), "prepaid": N_("prepaid"), "prepaid monthly": N_("prepaid monthly"),
+    "from": N_("from"), "from on-demand listings": N_("from on-demand listings"),
+    "from interruptible listings": N_("from interruptible listings"),
+    # decision actions
+    "stop": N_("stop"), "start": N_("start"), "advise": N_("advise"), "warn": N_("warn"), "mark": N_("mark"),
+    "release": N_("release"), "downsize": N_("downsize"), "checkpoint": N_("checkpoint"), "retry": N_("retry"),
+    "resume": N_("resume"), "snooze": N_("snooze"),
+    # price-table rows that are not a card
+    "no-GPU mode": N_("no-GPU mode"),
+}
+
+
+def display_word(value: object) -> str:
+    """``value`` (a machine value: a status, a billing kind, an action; an enum's ``.value``
+    is taken) as people read it in the current language (:data:`DISPLAY_WORDS`); a value not
+    in the mapping is shown as it is (a provider's own status word, a proper name)."""
+    raw = getattr(value, "value", value)
+    found = DISPLAY_WORDS.get(str(raw))
+    return _(found) if found else str(raw)
 
 
 def install_for_cli() -> None:
@@ -150,11 +278,18 @@ def format_money(amount: Any, currency: str, *, places: int = 2, currency_digits
             ``JP¥3`` for 3.00 JPY); False shows exactly ``places`` decimals whatever the currency
             (a table whose cells must add up as shown, to the cent, in every currency).
     """
+    if language() != "en":
+        shown = _format_money(amount, currency, "zh_CN", places, currency_digits)
+        return Text(shown, _format_money(amount, currency, "en_US", places, currency_digits))
+    return _format_money(amount, currency, "en_US", places, currency_digits)
+
+
+def _format_money(amount: Any, currency: str, locale: str, places: int, currency_digits: bool) -> str:
+    """:func:`format_money` by Babel's ``locale`` (``zh_CN``, ``en_US``)."""
     from decimal import Decimal, localcontext
 
     from babel.numbers import format_currency
 
-    locale = "zh_CN" if language() == "zh_CN" else "en_US"
     q = _round(Decimal(amount), places)
     with localcontext() as ctx:  # Babel rounds again in the current context: room for every digit
         ctx.prec = max(28, q.adjusted() + places + 2)
@@ -247,6 +382,7 @@ def format_time(when: Any, tz: Any = None) -> str:
     return shown.isoformat(sep=" ")
 
 
-__all__ = ["CHOICES", "DOMAIN", "LANGUAGES", "LOCALE_DIR", "N_", "SMALL_AMOUNT_PLACES", "_", "amount_places",
-           "choose_language", "format_amount", "format_money", "format_number", "format_time", "install_for_cli",
+__all__ = ["CHOICES", "DOMAIN", "LANGUAGES", "LOCALE_DIR", "N_", "SMALL_AMOUNT_PLACES", "Text", "_", "amount_places",
+           "canonical", "canonical_data", "choose_language", "display_word", "text_map", "DISPLAY_WORDS", "format_amount", "format_money", "format_number",
+           "format_time", "in_language", "install_for_cli",
            "language", "ngettext", "set_language"]

@@ -49,7 +49,7 @@ from collections.abc import Callable, Sequence
 from zoneinfo import ZoneInfo
 
 from .cli.common import print_table
-from .i18n import N_, _, format_amount, format_money, format_number, format_time, ngettext
+from .i18n import N_, _, display_word, format_amount, format_money, format_number, format_time, ngettext
 from .money import round_money
 
 if TYPE_CHECKING:  # rich loads when a table is rendered: a JSON or CSV bill never imports it
@@ -268,21 +268,10 @@ def _gpu_cell(gpu: str | None, count: int | None = None) -> str:
     return f"{count}x {name}" if count and count > 1 else name
 
 
-#: A run's status (as the ledger keeps it) as the table says it; another status is said as it is.
-RUN_STATUS_TEXT: dict[str, str] = {
-    "running": N_("running"), "completed": N_("completed"), "failed": N_("failed"), "stopped": N_("stopped"),
-    "preempted": N_("preempted"), "stop failed": N_("stop failed"), "self-stop sent": N_("self-stop sent"),
-    "failed-to-start": N_("failed-to-start"), "downsized": N_("downsized"), "unguarded": N_("unguarded"),
-    "lost": N_("lost"),
-}
-#: Billing kinds (``[instance] billing``) as the table says them.
-BILLING_TEXT: dict[str, str] = {"on-demand": N_("on-demand"), "spot": N_("spot")}
-
-
 def status_text(status: str) -> str:
-    """A run's ``status`` in the current language (:data:`RUN_STATUS_TEXT`)."""
-    found = RUN_STATUS_TEXT.get(status)
-    return _(found) if found else status
+    """A run's ``status`` in the current language (:func:`costctl.i18n.display_word`, the one
+    mapping of machine values to the words shown)."""
+    return display_word(status)
 
 
 def _status_cell(r: Any) -> str:
@@ -299,8 +288,7 @@ def _status_cell(r: Any) -> str:
 
 
 def _billing_cell(billing: str) -> str:
-    found = BILLING_TEXT.get(billing)
-    return _(found) if found else billing
+    return display_word(billing)
 
 
 def _price_cell(r: Any) -> str:

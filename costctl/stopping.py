@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .clock import Clock
 from .errors import CostctlError
-from .i18n import N_, _
+from .i18n import N_, _, canonical, ngettext
 from .summary import STATE_WORDS, STOP_STATE_TEXT, stop_state_text
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ class StopRoute:
     @property
     def label_en(self) -> str:
         """:attr:`label` in English, for a decision's evidence (machine data)."""
-        return self._label(N_)
+        return str(canonical(self.label))
 
     def __str__(self) -> str:
         return _("stop route: {route}").format(route=self.label)
@@ -381,6 +381,10 @@ class StopProcess:
         """One short clause for the status line (``stopping: sent (attempt 2), status running``)."""
         shape = {"instance": self.instance_id, "state": _(STATE_WORDS[self.state.value]), "attempt": self.attempts,
                  "status": self.last_status}
+        if self.attempts == 0:  # requested, nothing sent yet: no attempt to count
+            if self.last_status:
+                return _("stopping {instance}: {state}, status {status}").format(**shape)
+            return _("stopping {instance}: {state}").format(**shape)
         if self.last_status:
             return _("stopping {instance}: {state} (attempt {attempt}), status {status}").format(**shape)
         return _("stopping {instance}: {state} (attempt {attempt})").format(**shape)
@@ -427,11 +431,15 @@ class StopProcess:
                 shape = {"deadline": self.config.deadline.total_seconds(), "count": self.attempts,
                          "status": self.last_status}
                 if self.last_status:
-                    why = _("not confirmed {deadline:g}s after the first stop request ({count} stop request(s) "
-                            "sent, status still {status})")
+                    why = ngettext("not confirmed {deadline:g}s after the first stop request ({count} stop request "
+                                   "sent, status still {status})",
+                                   "not confirmed {deadline:g}s after the first stop request ({count} stop requests "
+                                   "sent, status still {status})", self.attempts)
                 else:
-                    why = _("not confirmed {deadline:g}s after the first stop request ({count} stop request(s) "
-                            "sent)")
+                    why = ngettext("not confirmed {deadline:g}s after the first stop request ({count} stop request "
+                                   "sent)",
+                                   "not confirmed {deadline:g}s after the first stop request ({count} stop requests "
+                                   "sent)", self.attempts)
                 self._escalate(why.format(**shape))
                 return
             if self.state is StopState.REQUESTED:
@@ -445,9 +453,12 @@ class StopProcess:
         stop is never claimed after the watch said it failed."""
         shape = {"reason": reason, "count": self.attempts, "status": self.last_status}
         if self.last_status:
-            why = _("{reason}, before the stop was confirmed ({count} stop request(s) sent, status {status})")
+            why = ngettext("{reason}, before the stop was confirmed ({count} stop request sent, status {status})",
+                           "{reason}, before the stop was confirmed ({count} stop requests sent, status {status})",
+                           self.attempts)
         else:
-            why = _("{reason}, before the stop was confirmed ({count} stop request(s) sent)")
+            why = ngettext("{reason}, before the stop was confirmed ({count} stop request sent)",
+                           "{reason}, before the stop was confirmed ({count} stop requests sent)", self.attempts)
         self._emit(StopState.FAILED, why.format(**shape))
 
     def _send(self) -> None:
@@ -504,8 +515,10 @@ class StopProcess:
         shape = {"provider": self.instances.name, "instance": self.instance_id, "status": word,
                  "count": self.attempts, "attempt": self.attempts}
         if inst.status in (Status.STOPPED, Status.TERMINATED):
-            self._emit(StopState.CONFIRMED, _("{provider} reports instance {instance} {status} after {count} stop "
-                                              "request(s)").format(**shape))
+            self._emit(StopState.CONFIRMED, ngettext(
+                "{provider} reports instance {instance} {status} after {count} stop request",
+                "{provider} reports instance {instance} {status} after {count} stop requests", self.attempts,
+            ).format(**shape))
             return
         now = self.clock.now()
         if sent:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TextIO
 
-from .i18n import N_, _
+from .i18n import DISPLAY_WORDS, N_, _, display_word, ngettext
 from .money import Money
 from .records import Decision, ProgressPoint, TelemetrySample
 
@@ -201,9 +201,12 @@ class RunSummary:
         losses = {"first": fmt(self.first_loss), "best": fmt(self.best_loss), "last": fmt(self.last_loss),
                   "points": self.loss_points, "where": where_text(self.best_at)}
         if self.best_at is not None:
-            loss_row = _("{first} / {best} (at {where}) / {last}  [{points} points]").format(**losses)
+            loss_row = ngettext("{first} / {best} (at {where}) / {last}  [{points} point]",
+                                "{first} / {best} (at {where}) / {last}  [{points} points]",
+                                self.loss_points).format(**losses)
         else:
-            loss_row = _("{first} / {best} / {last}  [{points} points]").format(**losses)
+            loss_row = ngettext("{first} / {best} / {last}  [{points} point]",
+                                "{first} / {best} / {last}  [{points} points]", self.loss_points).format(**losses)
         table.add_row(_("loss first / best / last"), loss_row)
         if self.plateau_at:
             where = [_(_PLATEAU_AT[k]).format(value=self.plateau_at[k]) for k in _PLATEAU_AT
@@ -224,10 +227,13 @@ class RunSummary:
         if self.stop is not None:
             what = stop_state_text("failed" if failed else self.stop.state)
             if failed:
-                stop_row = _("{what} after {attempts} request(s): {detail} -- the instance may still be running "
-                             "and billing")
+                stop_row = ngettext("{what} after {attempts} request: {detail} -- the instance may still be running "
+                                    "and billing",
+                                    "{what} after {attempts} requests: {detail} -- the instance may still be running "
+                                    "and billing", self.stop.attempts)
             else:
-                stop_row = _("{what} after {attempts} request(s): {detail}")
+                stop_row = ngettext("{what} after {attempts} request: {detail}",
+                                    "{what} after {attempts} requests: {detail}", self.stop.attempts)
             table.add_row(_("stop"), Text(stop_row.format(what=what, attempts=self.stop.attempts,
                                                           detail=self.stop.detail),
                                           style="bold red" if failed else ""))
@@ -267,10 +273,8 @@ STOP_STATE_TEXT: dict[str, str] = {
 
 #: A :class:`~costctl.stopping.StopState` value as a word for people (the status line:
 #: ``stopping i-1: sent``).
-STATE_WORDS: dict[str, str] = {
-    "requested": N_("requested"), "sent": N_("sent"), "confirmed": N_("confirmed"), "gone": N_("gone"),
-    "self-stop sent": N_("self-stop sent"), "failed": N_("failed"),
-}
+STATE_WORDS: dict[str, str] = {k: DISPLAY_WORDS[k] for k in (  # from the one mapping (costctl.i18n)
+    "requested", "sent", "confirmed", "gone", "self-stop sent", "failed")}
 
 
 def stop_state_text(state: str) -> str:
@@ -282,17 +286,13 @@ def stop_state_text(state: str) -> str:
 
 #: A decision's action (:class:`~costctl.records.Action` value, kept in the ledger) as a word
 #: for people; another action is said as it is.
-ACTION_WORDS: dict[str, str] = {
-    "advise": N_("advise"), "warn": N_("warn"), "stop": N_("stop"), "downsize": N_("downsize"),
-    "checkpoint": N_("checkpoint"), "retry": N_("retry"), "resume": N_("resume"), "start": N_("start"),
-    "snooze": N_("snooze"), "mark": N_("mark"), "release": N_("release"),
-}
+ACTION_WORDS: dict[str, str] = {k: DISPLAY_WORDS[k] for k in (  # from the one mapping (costctl.i18n)
+    "advise", "warn", "stop", "downsize", "checkpoint", "retry", "resume", "start", "snooze", "mark", "release")}
 
 
 def action_text(action: str) -> str:
     """``action`` (an :class:`~costctl.records.Action` value) in the current language."""
-    found = ACTION_WORDS.get(str(action))
-    return _(found) if found else str(action)
+    return display_word(action)
 
 
 #: How a plateau's place is said in the summary, by evidence key (in this order).

@@ -13,12 +13,13 @@ key reads the same everywhere::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
 
-from .i18n import _
+from .i18n import _, language, ngettext
 
 #: Longest ``repr`` of a bad value quoted in a message, in characters (longer ones are cut with "...").
 MAX_VALUE_CHARS = 60
@@ -155,6 +156,33 @@ def one_line(
     else:
         value = describe_value(first.get("input"))
     if count_others and len(problems) > 1:
-        return prefix + _("{key} = {value}: {problem} (and {count} more problem(s))").format(
+        return prefix + ngettext("{key} = {value}: {problem} (and {count} more problem)",
+                                 "{key} = {value}: {problem} (and {count} more problems)",
+                                 len(problems) - 1).format(
             key=shown, value=value, problem=msg, count=len(problems) - 1)
     return prefix + _("{key} = {value}: {problem}").format(key=shown, value=value, problem=msg)
+
+
+_TOML_WHERE = re.compile(r"\s*\((?:at line (?P<line>\d+), column (?P<column>\d+)|at end of document)\)\s*$")
+
+
+def toml_error_text(where: str, exc: Exception) -> str:
+    """One line for a :class:`tomllib.TOMLDecodeError` of the file or text ``where`` (a path, a
+    name): ``"<where>: not valid TOML at line L, column C"`` (``at the end of the file``), in the
+    current language; tomllib's own detail (English only, e.g. ``Invalid value``) is added in
+    English alone. The position is read from tomllib's message (Python 3.11 keeps it nowhere else).
+    """
+    text = str(exc)
+    found = _TOML_WHERE.search(text)
+    detail = text[:found.start()] if found else text
+    english = language() == "en"
+    if found is not None and found.group("line"):
+        shape = {"where": where, "line": int(found.group("line")), "column": int(found.group("column")),
+                 "detail": detail}
+        said = (_("{where}: not valid TOML at line {line}, column {column}: {detail}") if english
+                else _("{where}: not valid TOML at line {line}, column {column}"))
+    else:
+        shape = {"where": where, "detail": detail}
+        said = (_("{where}: not valid TOML at the end of the file: {detail}") if english
+                else _("{where}: not valid TOML at the end of the file"))
+    return said.format(**shape)

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 from costctl.clock import Clock, RealClock
 from costctl.errors import ProviderError
-from costctl.i18n import _
+from costctl.i18n import Text, _, text_map
 
 from ._retry import RetryPolicy, call_with_retries
 from .base import Instance, Status
@@ -101,7 +101,10 @@ class Redactor:
                 self._secrets.add(secret)
 
     def __call__(self, text: object) -> str:
-        """``text`` as a string with every secret replaced by ``***``."""
+        """``text`` as a string with every secret replaced by ``***`` (a translated message
+        keeps its English, redacted too: :func:`costctl.i18n.text_map`)."""
+        if isinstance(text, Text):
+            return text_map(self, text)
         out = str(text)
         with self._lock:
             secrets = sorted(self._secrets, key=len, reverse=True)

@@ -38,7 +38,7 @@ from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
 from costctl.errors import ProviderError
-from costctl.i18n import _, ngettext
+from costctl.i18n import _, ngettext, text_map
 
 from .errors import is_transient
 
@@ -178,15 +178,20 @@ def call_with_retries(
 def _detail(exc: BaseException | None, provider: str, operation: str = "") -> str:
     """The error's text without the ``"<provider>: "`` prefix, and without a repeat of
     ``operation`` at its start or as its ``" on <operation>"`` tail."""
-    text = str(exc) if exc is not None else _("unknown failure")
+    message = getattr(exc, "message", None) if exc is not None else _("unknown failure")
+    text = message if isinstance(message, str) else str(exc)
     prefix = f"{provider}: "
-    if text.startswith(prefix):
-        text = text[len(prefix):]
-    if operation:
-        if text.startswith(operation + " ") or text.startswith(operation + ": "):
-            text = text[len(operation):].lstrip(": ")
-        text = text.replace(f" on {operation}", "", 1) if text.endswith(f" on {operation}") else text
-    return text
+
+    def trim(text: str) -> str:
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+        if operation:
+            if text.startswith(operation + " ") or text.startswith(operation + ": "):
+                text = text[len(operation):].lstrip(": ")
+            text = text.replace(f" on {operation}", "", 1) if text.endswith(f" on {operation}") else text
+        return text
+
+    return text_map(trim, text)  # the English of a translated message survives the trim
 
 
 def _detail_with_note(detail: str, requested: float | None, cap: float) -> str:
@@ -223,7 +228,7 @@ def _final(
     else:
         said = ngettext("{provider}: {operation} failed after {count} attempt: {detail}",
                         "{provider}: {operation} failed after {count} attempts: {detail}", count)
-    message = redact(said.format(**shape))
+    message = text_map(redact, said.format(**shape))
     out = copy.copy(exc)
     out.args = (message,)
     out.message = message

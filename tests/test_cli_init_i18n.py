@@ -98,6 +98,16 @@ def test_the_chinese_example_keeps_the_english_keys_and_values_in_lockstep():
     assert not untranslated, untranslated
 
 
+def test_wrapping_keeps_a_range_on_one_line():
+    from costctl.cli.init import wrap
+
+    for text in ("运行的总步数，输出中没有给出时使用（用于估算平台期的花费）（1 到 1000000000000）",
+                 "length of the run, when the output does not say (plateau cost estimate) (1 to 1000000000000)"):
+        lines = wrap(text, 40)
+        assert any(line.endswith(("（1 到 1000000000000）", "(1 to 1000000000000)")) for line in lines), lines
+        assert "".join(lines).replace(" ", "") == text.replace(" ", "")
+
+
 def test_the_shipped_chinese_example_holds_the_generated_policy_tables():
     """As the English one (tests/test_policies_plugins.py): the committed file's [policies.*]
     part is what init generates, here in Chinese. After a change to a policy's fields or their
@@ -117,8 +127,15 @@ def test_every_file_init_writes_is_the_same_toml_in_both_languages(provider):
     english, chinese = _in("en", make), _in("zh_CN", make)
     assert tomllib.loads(english) == tomllib.loads(chinese)
     assert _code(english) == _code(chinese)
-    # English comments (AutoDL's billing term 按量计费 quoted in one of them), Chinese comments
-    assert not CJK.search(english.replace("按量计费", "")) and len(CJK.findall(chinese)) > 1000
+    # English comments only (no Chinese word in an English file), Chinese comments
+    assert not CJK.search(english) and len(CJK.findall(chinese)) > 1000
+    # an allowed range ("(1 to 100)", "（1 到 100）", "(1s to 8760h, or off)") is never broken
+    # over two lines: no comment line ends inside one nor starts with the tail of one
+    for text in (english, chinese):
+        for line in text.splitlines():
+            comment = line.split("#", 1)[1].rstrip() if "#" in line else ""
+            assert not re.search(r"[（(](?:[^（）()]*(?:\bto|到)|[\d.]+\w*)$", comment), line
+            assert not re.match(r"\s*(?:[\d.]+\w*|(?:or |或 ?)?off)[）)]", comment), line
     # every reason of the preset is written whole, in Chinese (the comments joined: Chinese is
     # wrapped where there is no space)
     i18n.set_language("zh_CN")

@@ -6,6 +6,7 @@ listed with its error line; two accounts of one provider both listed."""
 from __future__ import annotations
 
 import json
+import re
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -233,7 +234,7 @@ def test_table_shows_rows_guards_unreadable_accounts_and_the_lag(fleet, capsys):
     fleet.runpod.inject_for("pods", Reply.empty(503))
     fleet.write_config(fleet="guard_lag = \"2m\"")
     code, out, err = run(capsys, "fleet")
-    assert code == 0
+    assert code == 0, err
     lines = out.splitlines()
     assert lines[0].split()[:5] == ["PROVIDER", "ACCOUNT", "ID", "GPU", "STATUS"]
     row = next(line for line in lines if " 312 " in line)
@@ -245,7 +246,7 @@ def test_table_shows_rows_guards_unreadable_accounts_and_the_lag(fleet, capsys):
     assert any(line.startswith("runpod") and "unreadable" in line for line in lines)
     assert any(line.startswith("runpod: cannot be read: myself failed") and "503" in line for line in lines)
     assert "1 of 5 instances guarded (a watch that stops, heartbeat at most 2m00s old in this ledger); " \
-           "read at 2026-05-01 12:00:00 UTC" in out
+           "read at 2026-05-01 12:00:00+00:00" in out
     assert "1 of 5 provider accounts could not be read" in err
 
 
@@ -291,3 +292,19 @@ def test_a_watch_heartbeat_makes_its_instance_guarded_end_to_end(fleet, capsys, 
         ledger.finish_run(run_id, ended_at=NOW, exit_code=0, status="finished")
     code, report, _err = fleet_json(capsys)
     assert by_id(report)["sim-local"]["guard"]["state"] == "unwatched"
+
+
+def test_json_fields_stay_english_whatever_the_language_shown(fleet, capsys, monkeypatch):
+    """Machine output is language-independent: an account's error in ``--format json`` is the
+    English sentence under a Chinese ``[ui] language`` too, while the line said to people is Chinese."""
+    from costctl import i18n
+
+    fleet.runpod.inject_for("pods", Reply.empty(500))
+    monkeypatch.setenv("COSTCTL_UI__LANGUAGE", "zh_CN")
+    with i18n.in_language("en"):
+        code, report, err = fleet_json(capsys)
+    failed = [a for a in report["accounts"] if not a["ok"]]
+    assert code == 0 and len(failed) == 1 and "500" in failed[0]["error"]
+    said = json.dumps([report["accounts"], report["ledger_error"]], ensure_ascii=False)  # (regions are names)
+    assert not re.search("[\u4e00-\u9fff]", said), said
+    assert re.search("[\u4e00-\u9fff]", err), err  # people's line in Chinese

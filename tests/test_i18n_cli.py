@@ -169,3 +169,16 @@ def test_every_command_has_a_chinese_summary_in_the_top_level_help(tmp_path) -> 
     rows = [line.split(None, 1) for line in commands if line.startswith("  ") and line.strip()]
     assert {row[0] for row in rows} >= {"init", "db", "watch", "bill"}
     assert all(len(row) == 2 and row[1] != "..." and _has_chinese(row[1]) for row in rows), rows
+
+
+def test_a_toml_syntax_error_names_its_line_and_column_in_each_language(tmp_path) -> None:
+    """tomllib's detail is English: it is kept under ``LANG=C`` and left out in Chinese, where
+    the position alone is said in a Chinese sentence."""
+    (tmp_path / "bad.toml").write_text("[watch]\nsample_interval 5s\n")
+    env = {"COSTCTL_CONFIG": str(tmp_path / "bad.toml")}
+    english = costctl(["bill"], lang="C", tmp_path=tmp_path, extra_env=env)
+    chinese = costctl(["bill"], lang="zh_CN.UTF-8", tmp_path=tmp_path, extra_env=env)
+    assert english.returncode == chinese.returncode == 2
+    assert "bad.toml: not valid TOML at line 2, column 17: Expected '=' after a key" in english.stderr
+    assert "bad.toml：第 2 行第 17 列不是有效的 TOML" in chinese.stderr, chinese.stderr
+    assert "Expected" not in chinese.stderr and "Traceback" not in chinese.stderr + english.stderr

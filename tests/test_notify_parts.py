@@ -212,7 +212,7 @@ def test_a_pending_stop_is_warned_about_once_warn_before_ahead_and_again_when_it
     assert w.check(pending, at - timedelta(minutes=6), **kw) is None  # not yet
     first = w.check(pending, at - timedelta(minutes=5), **kw)
     assert first is not None and first.action == "warn" and first.policy == "idle"
-    assert "box-1 will be stopped at 08:30:00 UTC (5m from now)" in first.reason
+    assert "box-1 will be stopped at 2026-06-01 08:30:00+00:00 (5m from now)" in first.reason
     assert w.check(pending, at - timedelta(minutes=4), **kw) is None  # warned already
     moved = Pending(policy="idle", action="stop", at=at + timedelta(minutes=10), progress="snoozed")
     assert w.check(moved, at + timedelta(minutes=5), **kw) is not None  # a snooze moved it: warned again

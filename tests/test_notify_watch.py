@@ -80,11 +80,11 @@ def test_the_webhook_gets_the_warning_before_the_autostop_then_the_stop_done(tmp
         first, second = hook.wait_for(2)
         time.sleep(0.5)  # nothing else comes
         assert len(hook.messages) == 2, hook.titles()
-    assert first["title"] == "sim-local will be stopped at 08:10:00 UTC"
+    assert first["title"] == "sim-local will be stopped at 2026-06-01 08:10:00+00:00"
     assert "(5m from now) by the idle policy" in first["message"] and "costctl snooze 1h" in first["message"]
     assert first["type"] == "warning" and first["_path"] == f"/hook/{TOKEN}"
     assert second["title"] == "sim-local is stopped" and second["type"] == "success"
-    assert "sim confirmed that instance sim-local is stopped after 1 stop request(s)" in second["message"]
+    assert "sim confirmed that instance sim-local is stopped after 1 stop request." in second["message"]
     assert "It was stopped because: idle for 10m" in second["message"]
     assert first["_at"] < second["_at"]
     rows = _decisions(tmp_path)
@@ -109,12 +109,12 @@ def test_a_provider_that_never_confirms_gives_not_confirmed_then_stop_failed(tmp
             assert rig.stops_done() == 0
         messages = hook.wait_for(3)
     titles = [m["title"] for m in messages]
-    assert titles == [f"{rig.instance_id} will be stopped at 08:10:00 UTC",
+    assert titles == [f"{rig.instance_id} will be stopped at 2026-06-01 08:10:00+00:00",
                       f"The stop of {rig.instance_id} is not confirmed yet",
                       f"STOP FAILED: {rig.instance_id} may still be running and billing"], titles
     unconfirmed, failed = messages[1], messages[2]
     assert unconfirmed["type"] == "failure" and failed["type"] == "failure"
-    assert "still running" in unconfirmed["message"] and "keeps trying until 08:13:" in unconfirmed["message"]
+    assert "still running" in unconfirmed["message"] and "keeps trying until 2026-06-01 08:13:" in unconfirmed["message"]
     assert "not confirmed 180s after the first stop request" in failed["message"]
     assert f"`costctl stop {rig.instance_id}`" in failed["message"]
 
@@ -253,7 +253,7 @@ def test_costctl_snooze_from_another_process_postpones_the_pending_stop_ten_minu
     assert T0.replace(minute=5) <= snoozed_at < T0.replace(minute=6)  # just after the warning
     until = snoozed_at + timedelta(minutes=10)
     assert f"watch {os.getpid()} (run " in seen["answer"]
-    assert (f"snoozed the idle autostop of sim instance sim-local until {until:%Y-%m-%d %H:%M:%S} UTC (10m)"
+    assert (f"snoozed the idle autostop of sim instance sim-local until {until:%Y-%m-%d %H:%M:%S}+00:00 (10m)"
             in seen["answer"])
     assert seen["stop_then"] is None  # 08:12: the old stop time (08:10) passed, nothing stopped
     assert "snoozed by" in str(seen["status"]) and f"stopping at {until:%H:%M}" in str(seen["status"])
@@ -267,9 +267,9 @@ def test_costctl_snooze_from_another_process_postpones_the_pending_stop_ten_minu
     assert snooze.evidence["until"] == until.isoformat().replace("+00:00", "Z") and snooze.evidence["granted_s"] == 600
     assert "the stop waited for a snooze by" in stop.reason and stop.evidence["snoozed"]["until"] == snooze.evidence["until"]
     titles = [m["title"] for m in messages]
-    assert titles[:4] == ["sim-local will be stopped at 08:10:00 UTC",
-                          f"The autostop of sim-local was snoozed until {until:%Y-%m-%d %H:%M:%S} UTC",
-                          f"sim-local will be stopped at {until:%H:%M:%S} UTC",
+    assert titles[:4] == ["sim-local will be stopped at 2026-06-01 08:10:00+00:00",
+                          f"The autostop of sim-local was snoozed until {until:%Y-%m-%d %H:%M:%S}+00:00",
+                          f"sim-local will be stopped at {until:%Y-%m-%d %H:%M:%S}+00:00",
                           "sim-local is stopped"], titles
     # the notifications after the snooze say so
     assert all("The autostop was snoozed by" in m["message"] for m in messages[2:4])

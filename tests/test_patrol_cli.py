@@ -273,7 +273,7 @@ def test_execute_notifies_first_acts_after_the_grace_and_its_stops_are_confirmed
                        ("patrol:spend-cap", "stop", "confirmed")]
     assert table(patrol, "SELECT COUNT(*) FROM stop_events WHERE run_id IS NOT NULL") == [(0,)]
     outcomes = dict(table(patrol, "SELECT policy, outcome FROM decisions WHERE action IN ('stop', 'release')"))
-    assert outcomes["patrol:idle-unguarded"].startswith("stop confirmed: vastai reports instance 312 stopped after 1 stop request(s)")
+    assert outcomes["patrol:idle-unguarded"].startswith("stop confirmed: vastai reports instance 312 stopped after 1 stop request")
     [(evidence,)] = table(patrol, "SELECT evidence FROM decisions WHERE action = 'stop' AND policy = "
                                   "'patrol:idle-unguarded'")
     ev = json.loads(evidence)

@@ -190,6 +190,17 @@ def test_decision_evidence_names_stretch_window_signals_and_maxima() -> None:
     assert "idle for 1m" in decision.reason
 
 
+def test_the_reason_rounds_measured_percentages_and_the_evidence_keeps_them_exact() -> None:
+    history = History(sample_interval=timedelta(seconds=INTERVAL))
+    for t in range(0, 61, INTERVAL):
+        history.add_sample(gpu(t, 2.85275 if t == 30 else 0.0, cpu=6.5687 if t == 30 else 0.0))
+    decision = IdlePolicy(IdleConfig(time_window="60s")).evaluate(history, at(60))
+    assert decision is not None
+    assert "max GPU utilization 2.9 % (< " in decision.reason and "max CPU 6.6 % (< " in decision.reason
+    assert "2.85275" not in decision.reason and "6.5687" not in decision.reason
+    assert decision.evidence["max_cpu_percent"] == 6.5687
+
+
 def test_action_advise_is_passed_through() -> None:
     history = History(sample_interval=timedelta(seconds=INTERVAL))
     for t in range(0, 61, INTERVAL):

@@ -68,7 +68,7 @@ def _error(**values) -> ValidationError:
 
 def test_one_line_without_table_counts_the_other_problems_and_cuts_long_values():
     assert one_line(_error(size="x" * 100, mode=3)) == (
-        "mode = 3: expected text (and 1 more problem(s))"
+        "mode = 3: expected text (and 1 more problem)"
     )
     line = one_line(_error(size="y" * 100))
     assert line.startswith("size = 'yyy") and line.endswith("...: expected a whole number")

@@ -223,7 +223,8 @@ def test_the_page_shows_charts_runs_live_runs_decisions_and_instances(db_url):
     assert "$0.53" in text and "CN¥1.09" in text and "0.53 USD" not in text and "1.09 CNY" not in text
     assert "$0.45/h" in text
     assert "stop: confirmed" in text and "stop: failed" in text
-    assert "`costctl fleet`" in text
+    assert "`costctl fleet` lists every instance the configured provider accounts report" in text
+    assert "will list" not in text  # the command exists: the note does not promise it
 
 
 def test_decision_evidence_reason_and_outcome_are_redacted(tmp_path):

@@ -129,7 +129,7 @@ def test_the_deadline_fails_a_stop_that_never_reads_stopped_and_says_how_many_re
     proc, events = _process(Scripted([Status.RUNNING] * 20), clock)
     _run(proc, clock)
     assert proc.state is StopState.FAILED and proc.ended_at == T0 + timedelta(minutes=5)
-    assert events[-1].detail.startswith("not confirmed 300s after the first stop request (10 stop request(s) "
+    assert events[-1].detail.startswith("not confirmed 300s after the first stop request (10 stop requests "
                                         "sent, status still running)")
 
 
@@ -197,7 +197,7 @@ def test_a_cancel_wins_over_an_answer_that_comes_later():
     release.set()
     runner.join(5)
     assert [e.state for e in events][-1] is StopState.FAILED  # the late "stopped" is not recorded
-    assert "the watch got SIGTERM, before the stop was confirmed (1 stop request(s) sent)" in events[-1].detail
+    assert "the watch got SIGTERM, before the stop was confirmed (1 stop request sent)" in events[-1].detail
 
 
 def test_run_self_stop_reports_a_failing_command(tmp_path):
@@ -313,3 +313,12 @@ def test_a_stop_confirmed_before_unconfirmed_after_is_never_said_unconfirmed():
 
 def test_unconfirmed_after_defaults_to_two_minutes():
     assert StopConfig().unconfirmed_after == timedelta(minutes=2)
+
+
+def test_the_status_line_counts_attempts_from_one_and_says_none_before_the_first_is_sent():
+    clock = SimClock(T0)
+    prov = Scripted([Status.STOPPING], reads=[Status.STOPPED])
+    proc, _events = _process(prov, clock)
+    assert proc.attempts == 0 and proc.describe() == "stopping i-1: requested"  # nothing sent yet: no "(attempt 0)"
+    proc.step()
+    assert proc.attempts == 1 and "(attempt 1)" in proc.describe()

@@ -440,7 +440,7 @@ def test_a_timed_out_before_stop_hook_has_its_whole_group_ended(tmp_path):
     assert ex.handle(Decision(time=T0, policy="idle", action=Action.STOP, reason="idle", key="idle")) == "stop requested"
     outcome = ex.run_stop().outcome
     assert "before_stop timed out after 1s (its process group was ended)" in outcome
-    assert "stop confirmed: fake reports instance i-1 stopped after 1 stop request(s)" in outcome
+    assert "stop confirmed: fake reports instance i-1 stopped after 1 stop request" in outcome
     grandchild = int(pid_file.read_text())
     deadline = time.monotonic() + 5
     while not _gone(grandchild) and time.monotonic() < deadline:

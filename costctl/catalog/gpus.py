@@ -21,6 +21,7 @@ from importlib import resources
 
 from ..errors import ConfigError
 from ..i18n import _
+from ..validation import toml_error_text
 
 GIB = 1024**3
 
@@ -222,7 +223,7 @@ def parse_catalog(text: str) -> Catalog:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(_("GPU catalog: not valid TOML: {error}").format(error=exc)) from None
+        raise ConfigError(toml_error_text(_("GPU catalog"), exc)) from None
     models = tuple(_model_from_row(row) for row in data.get("gpu", []))
     ambiguous = {k: tuple(v) for k, v in data.get("ambiguous", {}).items()}
     return Catalog(models=models, ambiguous=ambiguous)

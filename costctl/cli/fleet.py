@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..i18n import _, format_amount
+from ..i18n import _, canonical_data, display_word, format_amount, format_time
 from . import common
 from .common import ConfigOption, DbOption, print_json, print_line, print_table, team_settings
 
@@ -119,14 +119,15 @@ def account_json(read: AccountRead) -> dict[str, Any]:
 
 
 def report_json(report: FleetReport) -> dict[str, Any]:
-    """The whole report as JSON (the shape in the module docstring)."""
-    return {
+    """The whole report as JSON (the shape in the module docstring); its text (errors, notes)
+    in English whatever the language shown (machine output)."""
+    return canonical_data({
         "as_of": _iso(report.now),
         "guard_lag_s": _secs(report.guard_lag),
         "accounts": [account_json(a) for a in report.accounts],
         "instances": [row_json(r) for r in report.rows],
         "ledger_error": report.ledger_error,
-    }
+    })
 
 
 # ----------------------------------------------------------------------------- table
@@ -211,7 +212,8 @@ def render_table(report: FleetReport, *, tz: Any) -> None:
             continue
         for row in by_account.get((read.provider, read.account), []):
             inst = row.instance
-            status = _("{status} (preempted)").format(status=inst.status.value) if inst.preempted else inst.status.value
+            word = display_word(inst.status)
+            status = _("{status} (preempted)").format(status=word) if inst.preempted else word
             if row.duplicate:
                 status = _("{status} (listed more than once)").format(status=status)
             ledger = ", ".join(_money(amount, cur) for cur, amount in row.ledger_spend.items()) or "-"
@@ -237,7 +239,7 @@ def render_table(report: FleetReport, *, tz: Any) -> None:
     print_line(_("{guarded} of {count} instances guarded (a watch that stops, heartbeat at most {lag} old in this "
                  "ledger); read at {when}").format(
         guarded=guarded, count=len(report.rows), lag=span(report.guard_lag),
-        when=report.now.astimezone(tz).strftime("%Y-%m-%d %H:%M:%S %Z")))
+        when=format_time(report.now, tz)))
 
 
 # ----------------------------------------------------------------------------- command

@@ -50,7 +50,7 @@ from ..catalog.recommend import (
 )
 from ..catalog.skypilot import import_skypilot_csv
 from ..errors import ConfigError, UsageError
-from ..i18n import N_, _, format_amount
+from ..i18n import N_, _, display_word, format_amount
 from ..money import Money
 from .common import ConfigOption, err_console, print_json, print_line, print_table, settings_from
 
@@ -202,7 +202,8 @@ def _price_cell(e: PriceEntry) -> str:
 
 def _billing_cell(e: PriceEntry) -> str:
     """Billing mode and tier (values, as ``--billing`` takes them), ``est.`` after an estimated price."""
-    return _("{billing} est.").format(billing=e.label) if e.estimated else e.label
+    label = display_word(e.label)
+    return _("{billing} est.").format(billing=label) if e.estimated else label
 
 
 def _conversion_heading(conversions: Sequence[DisplayConversion], currency: str | None) -> tuple[str, list[str]]:
@@ -290,7 +291,7 @@ def _gpus_table(groups: list[tuple[str | None, list[tuple[GpuModel | None, Price
     unlisted = False
     for _group, rows in groups:
         for gpu, e in rows:
-            cells = [gpu.name if gpu else f"{e.gpu} *" if e else "?"]
+            cells = [gpu.name if gpu else f"{display_word(e.gpu)} *" if e else "?"]
             unlisted = unlisted or gpu is None
             if gpu:
                 cells += [f"{gpu.memory_gb:g}", f"{gpu.memory_bandwidth_gbs:,.0f}", f"{gpu.fp32_tflops:g}",
@@ -502,7 +503,7 @@ def _option_price(p: PriceEntry) -> str:
     """A card's price in the ``recommend`` table, as the current language writes money
     (:func:`costctl.i18n.format_amount`): ``¥1.98``, its billing mode and tier when not on-demand
     (``$0.69 spot community``), ``est.`` after an estimated one."""
-    shape = dict(price=format_amount(p.price_per_gpu_hour, p.currency), billing=p.label)
+    shape = dict(price=format_amount(p.price_per_gpu_hour, p.currency), billing=display_word(p.label))
     if p.label != "on-demand":
         said = _("{price} {billing} est.") if p.estimated else "{price} {billing}"
     else:

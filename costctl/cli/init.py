@@ -129,9 +129,14 @@ def _width(text: str) -> int:
 _CJK = "\u2018-\u201f\u2026\u2e80-\u9fff\u3000-\u303f\uff00-\uffef"
 _OPENING = "（「『《“‘"
 _CLOSING = "，。；：、）」』》！？”’…"
-#: The units a line is filled with: an opening mark, one CJK character and the closing marks after
-#: it; or a run of other non-space characters with the closing marks after it; each with its spaces.
-_UNIT = re.compile(rf"[{_OPENING}]*[^\s{_CJK}]+[{_CLOSING}]*\s*|[{_OPENING}]*[{_CJK}][{_CLOSING}]*\s*|\s+")
+#: The most characters of a parenthesis kept whole on one line (a range such as
+#: ``（1 到 1000000000000）`` or ``(1s to 8760h)``); a longer one is broken like any text.
+_KEPT_PARENTHESIS = 24
+#: The units a line is filled with: a short parenthesis whole (with the punctuation after it);
+#: an opening mark, one CJK character and the closing marks after it; or a run of other non-space
+#: characters with the closing marks after it; each with its spaces.
+_UNIT = re.compile(rf"[（(][^（）()\n]{{1,{_KEPT_PARENTHESIS}}}[）)][^\s{_CJK}(]*[{_CLOSING}]*\s*"
+                   rf"|[{_OPENING}]*[^\s{_CJK}]+[{_CLOSING}]*\s*|[{_OPENING}]*[{_CJK}][{_CLOSING}]*\s*|\s+")
 
 
 def wrap(text: str, width: int) -> list[str]:

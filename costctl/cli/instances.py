@@ -35,7 +35,7 @@ from rich.table import Table
 
 from ..clock import RealClock, ensure_utc
 from ..errors import CostctlError, ProviderError, UsageError
-from ..i18n import N_, _, format_amount
+from ..i18n import N_, _, display_word, format_amount
 from ..money import cost_of
 from ..report import money_text
 from .common import (ConfigOption, FormatOption, OutputFormat, err_console, out_console, print_json, print_table,
@@ -181,7 +181,7 @@ def _describe(inst: Instance, account: str | None = None) -> str:
 
     inst = checked_instance(inst, _say)
     shape = {"id": inst.id, "provider": inst.provider, "account": account, "count": inst.gpu_count,
-             "gpu": inst.gpu or "?", "status": inst.status.value,
+             "gpu": inst.gpu or "?", "status": display_word(inst.status),
              "price": fmt_money(inst.price_per_hour, inst.currency)}
     if inst.price_per_hour is not None:
         if account:
@@ -261,12 +261,14 @@ def instances(
                         (_("STATUS"), "left"), (_("BILLING"), "left"), (_("PRICE/H"), "right"),
                         (_("RUNNING"), "right"), (_("SPEND"), "right")))
         for r in rows:
-            status = _("{status} (preempted)").format(status=r["status"]) if r["preempted"] else r["status"]
+            shown = display_word(r["status"])
+            status = _("{status} (preempted)").format(status=shown) if r["preempted"] else shown
             price = Decimal(r["price_per_hour"]) if r["price_per_hour"] else None
             spend = Decimal(r["spend"]) if r["spend"] else None
             running = Decimal(r["running_s"]) if r["running_s"] else None
             table.add_row(
-                r["provider"], r["account"] or _("default"), r["id"], f"{r['gpu_count']}× {r['gpu'] or '?'}", status, r["billing"],
+                r["provider"], r["account"] or _("default"), r["id"], f"{r['gpu_count']}× {r['gpu'] or '?'}", status,
+                display_word(r["billing"]),
                 fmt_money(price, r["currency"]),
                 fmt_duration(running),
                 fmt_money(spend, r["currency"]),
@@ -304,7 +306,7 @@ def start(
             said = _("dry run: {instance} is released; it cannot be started")
         else:
             said = _("dry run: would start {instance}; nothing changed")
-        out_console.print(said.format(instance=described, status=before.status.value), soft_wrap=True)
+        out_console.print(said.format(instance=described, status=display_word(before.status)), soft_wrap=True)
         return
     inst = prov.start_instance(instance_id)
     log.info("start %s on %s: requested on the command line; now %s", instance_id, prov.name, inst.status.value)

@@ -28,7 +28,7 @@ from sqlalchemy import (
     text,
 )
 
-from .types import DecimalText, JSONText, UTCDateTime
+from .types import CanonicalText, DecimalText, JSONText, UTCDateTime
 
 #: Constraint names are fixed so that Alembic's batch mode on SQLite can find them.
 NAMING_CONVENTION = {
@@ -133,7 +133,7 @@ samples = Table(
     Column("power_w", Float),
     Column("status", String(16), nullable=False),
     Column("source", String(32), nullable=False),
-    Column("error", Text),
+    Column("error", CanonicalText),
     Index("ix_samples_run_id_time", "run_id", "time"),
     Index("ix_samples_time", "time"),
 )
@@ -171,7 +171,7 @@ sample_minutes = Table(
     Column("power_count", Integer, nullable=False),
     Column("status", String(16), nullable=False),
     Column("source", String(32), nullable=False),
-    Column("error", Text),
+    Column("error", CanonicalText),
     Index("ix_sample_minutes_run_id_minute", "run_id", "minute"),
 )
 
@@ -244,9 +244,9 @@ decisions = Table(
     Column("time", UTCDateTime(), nullable=False),
     Column("policy", String(32), nullable=False),
     Column("action", String(16), nullable=False),
-    Column("reason", Text, nullable=False),
+    Column("reason", CanonicalText, nullable=False),
     Column("evidence", JSONText(), nullable=False),
-    Column("outcome", Text),
+    Column("outcome", CanonicalText),
     Column("dry_run", Boolean, nullable=False, default=False),
     Column("key", String(128)),
     _origin_id(),
@@ -288,7 +288,7 @@ waste = Table(
     Column("rate_per_hour", DecimalText(), nullable=False),
     Column("currency", String(3), nullable=False),
     Column("reason", String(32), nullable=False),
-    Column("detail", Text),
+    Column("detail", CanonicalText),
     _origin_id(),
     Index("ix_waste_run_id", "run_id"),
     _origin_index("waste"),
@@ -305,7 +305,7 @@ stop_events = Table(
     Column("time", UTCDateTime(), nullable=False),
     Column("state", String(16), nullable=False),
     Column("attempt", Integer, nullable=False),
-    Column("detail", Text),
+    Column("detail", CanonicalText),
     _origin_id(),
     Index("ix_stop_events_run_id_time", "run_id", "time"),
     _origin_index("stop_events"),

@@ -22,7 +22,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
 from ..errors import LedgerError
-from ..i18n import _
+from ..i18n import _, canonical, canonical_data
 from ..money import MAX_AMOUNT, AmountError
 
 #: Characters a money column holds (``VARCHAR(64)`` on PostgreSQL).
@@ -120,10 +120,26 @@ class JSONText(TypeDecorator[Any]):
     def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
         if value is None:
             return None
-        return json.dumps(value, default=str, sort_keys=True, ensure_ascii=False)
+        return json.dumps(canonical_data(value), default=str, sort_keys=True, ensure_ascii=False)
 
     def process_result_value(self, value: str | None, dialect: Dialect) -> Any:
         return None if value is None else json.loads(value)
 
 
-__all__ = ["UTCDateTime", "DecimalText", "JSONText", "money_text", "DECIMAL_TEXT_CHARS"]
+class CanonicalText(TypeDecorator[str]):
+    """Text people read that the ledger keeps in English whatever language the writer shows:
+    a :class:`costctl.i18n.Text` is stored as its canonical (English) text, any other str as it
+    is. For reasons, details, outcomes and errors, so machine output (``bill --format json``,
+    CSV, the dashboard) does not depend on the language of the watch that wrote the row."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        return None if value is None else str(canonical(value))
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> str | None:
+        return value
+
+
+__all__ = ["CanonicalText", "UTCDateTime", "DecimalText", "JSONText", "money_text", "DECIMAL_TEXT_CHARS"]

@@ -41,7 +41,7 @@ from datetime import datetime, timedelta, timezone, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from ..decisions import RecordedDecision
-from ..i18n import N_, _, language
+from ..i18n import N_, _, format_time, language
 from ..records import Action
 from ..stopping import StopEvent, StopState
 from .events import Context, Event, Message, decision_message, job_end_message, stop_message
@@ -194,8 +194,7 @@ class Notifier:
             return
         deadline = None
         if process is not None and state == "unconfirmed":
-            local = process.deadline.astimezone(self.tz)
-            deadline = local.strftime("%H:%M:%S %Z")
+            deadline = format_time(process.deadline, self.tz)  # one time format in every message
         message = stop_message(state, detail=event.detail, attempts=event.attempt, when=event.time,
                                reason=self._stop_reason, deadline=deadline,
                                ctx=self._ctx(self._stop_policy or "?"))

@@ -26,10 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from collections.abc import Callable
 from typing import Any
 
 from ..decisions import RecordedDecision
-from ..i18n import N_, _
+from ..i18n import N_, _, ngettext
 from ..records import Action
 
 #: Key prefix of the decisions :class:`~costctl.notify.pending.StopWarnings` records.
@@ -62,7 +63,7 @@ LOUD: frozenset[Event] = frozenset({Event.STOP_DONE, Event.STOP_FAILED})
 #: The texts, whole sentences with named placeholders (``{instance}``, ``{provider}``...), marked
 #: for the catalogue (:func:`~costctl.i18n.N_`) and translated when a message is made
 #: (:func:`text`), in the language in force.
-TEMPLATES: dict[str, str] = {
+TEMPLATES: dict[str, str | Callable[[int], str]] = {
     "where": N_("Run {run} on {provider} instance {instance} (host {host})."),
     "pending.title": N_("{instance} will be stopped at {at}"),
     "snooze.title": N_("The autostop of {instance} was snoozed until {until}"),
@@ -71,7 +72,9 @@ TEMPLATES: dict[str, str] = {
     "snooze_still.title": N_("The idle autostop of {instance} was snoozed until {until}; the {policy} stop still "
                              "comes at {at}"),
     "stop_done.title": N_("{instance} is stopped"),
-    "stop_done.body": N_("{provider} confirmed that instance {instance} is stopped after {attempts} stop request(s)."),
+    "stop_done.body": lambda n: ngettext(
+        "{provider} confirmed that instance {instance} is stopped after {attempts} stop request.",
+        "{provider} confirmed that instance {instance} is stopped after {attempts} stop requests.", n),
     "stop_gone.title": N_("{instance} no longer exists"),
     "stop_gone.body": N_("{provider} no longer knows instance {instance}: it no longer bills. {detail}"),
     "self_stop.title": N_("{instance} is stopping itself"),
@@ -112,7 +115,14 @@ ADVICE_POLICIES = frozenset({"plateau", "overfitting", "not_learning", "unstable
 
 def text(name: str, **values: Any) -> str:
     """:data:`TEMPLATES` ``[name]`` in the current language with its named placeholders filled."""
-    return _(TEMPLATES[name]).format(**values)
+    return template_text(TEMPLATES[name], values)
+
+
+def template_text(template: str | Callable[[int], str], values: dict[str, Any]) -> str:
+    """A template (an N_-marked sentence, or a function of the count ``values["attempts"]`` that
+    picks a plural form with :func:`~costctl.i18n.ngettext`) in the current language, filled."""
+    said = template(int(values["attempts"])) if callable(template) else _(template)
+    return said.format(**values)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, tzinfo
 
-from ..i18n import N_, _
+from ..i18n import N_, _, format_time
 from ..policies.base import Pending, iso
 from ..policies.idle import fmt_span
 from ..records import Action, Decision
@@ -63,9 +63,7 @@ class StopWarnings:
         if warned is not None and pending.at - warned <= DRIFT:
             return None  # the same stop (a projection may drift by a tick): warned already
         self._warned[pending.policy] = pending.at
-        local = pending.at.astimezone(self.tz)
-        at = local.strftime("%H:%M:%S %Z") if local.date() == now.astimezone(self.tz).date() \
-            else local.strftime("%Y-%m-%d %H:%M:%S %Z")
+        at = format_time(pending.at, self.tz)  # the one format of times shown (costctl.i18n)
         reason = _(WARNING if snoozable else WARNING_NOT_SNOOZABLE).format(provider=provider, instance=instance, at=at, left=fmt_span(pending.at - now),
                                 policy=pending.policy, progress=pending.progress, host=host)
         return Decision(time=now, policy=pending.policy, action=Action.WARN, reason=reason,

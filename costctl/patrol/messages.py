@@ -17,13 +17,14 @@ Each message's key names its decision, so one decision is told once. Pure functi
 from __future__ import annotations
 
 from datetime import datetime
+from collections.abc import Callable
 from typing import Any
 
-from ..i18n import N_, _
-from ..notify.events import LEVELS, Event, Message
+from ..i18n import N_, _, ngettext
+from ..notify.events import LEVELS, Event, Message, template_text
 
 #: The texts (see the module docstring).
-TEMPLATES: dict[str, str] = {
+TEMPLATES: dict[str, str | Callable[[int], str]] = {
     "where": N_("Patrol on {host}: {provider} instance {instance} (account {account})."),
     "mark.stop.title": N_("{instance} will be stopped at {at} (patrol policy {policy})"),
     "mark.release_after_notice.title": N_("{instance} and its disk will be released {grace} after this notice "
@@ -34,10 +35,12 @@ TEMPLATES: dict[str, str] = {
     "warning.title": N_("{provider} will release {instance} and its data at {at}"),
     "done.stop.title": N_("{instance} was stopped by patrol policy {policy}"),
     "done.release.title": N_("{instance} was released by patrol policy {policy}"),
-    "done.stop.body": N_("{provider} confirmed it after {attempts} request(s): {detail}. It was stopped because: "
-                         "{reason}"),
-    "done.release.body": N_("{provider} confirmed it after {attempts} request(s): {detail}. It was released "
-                            "because: {reason}"),
+    "done.stop.body": lambda n: ngettext(
+        "{provider} confirmed it after {attempts} request: {detail}. It was stopped because: {reason}",
+        "{provider} confirmed it after {attempts} requests: {detail}. It was stopped because: {reason}", n),
+    "done.release.body": lambda n: ngettext(
+        "{provider} confirmed it after {attempts} request: {detail}. It was released because: {reason}",
+        "{provider} confirmed it after {attempts} requests: {detail}. It was released because: {reason}", n),
     "gone.title": N_("{instance} no longer exists (patrol policy {policy})"),
     "failed.stop.title": N_("PATROL STOP FAILED: {instance} may still be running and billing"),
     "failed.release.title": N_("PATROL RELEASE FAILED: {instance} and its disk may still be billing"),
@@ -50,7 +53,7 @@ TEMPLATES: dict[str, str] = {
 
 def text(name: str, **values: Any) -> str:
     """:data:`TEMPLATES` ``[name]`` in the current language with its placeholders filled."""
-    return _(TEMPLATES[name]).format(**values)
+    return template_text(TEMPLATES[name], values)
 
 
 def _where(provider: str, instance: str, account: str | None, host: str) -> str:

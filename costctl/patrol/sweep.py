@@ -34,7 +34,7 @@ from ..clock import Clock, RealClock, ensure_utc
 from ..errors import CostctlError
 from ..fleet.collect import collect
 from ..fleet.model import FleetReport, FleetRow
-from ..i18n import _, format_time
+from ..i18n import _, format_time, ngettext
 from ..ledger import patrol_store as store
 from ..notify.dispatch import KILL_SLACK_S, Notifier
 from ..policies.idle import fmt_duration
@@ -495,8 +495,10 @@ class Sweeper:
             self.ledger.set_decision_outcome(claimed.decision_id, outcome.done)
             return
         elif state == StopState.CONFIRMED.value:
-            outcome.done = (_("released: confirmed by {provider} ({count} request(s))") if release
-                            else _("stopped: confirmed by {provider} ({count} request(s))")).format(
+            outcome.done = (ngettext("released: confirmed by {provider} ({count} request)",
+                                     "released: confirmed by {provider} ({count} requests)", attempts) if release
+                            else ngettext("stopped: confirmed by {provider} ({count} request)",
+                                          "stopped: confirmed by {provider} ({count} requests)", attempts)).format(
                 provider=row.provider, count=attempts)
         elif state == StopState.GONE.value:
             outcome.done = _("gone: {detail}").format(detail=detail)

@@ -361,11 +361,14 @@ class IdlePolicy(Policy):
             "exit_window": window != self.config.time_window,
         }
         parts = []  # what each present signal showed: one whole clause each
+        # measured percentages shown to 1 decimal at most (2.85275 -> 2.9, 0.0 -> 0); the
+        # evidence keeps the exact values
         if max_gpu:
             parts.append(_("max GPU utilization {max:g} % (< {min:g} %)").format(
-                max=max(max_gpu.values()), min=self.config.min_gpu_utilization))
+                max=round(max(max_gpu.values()), 1), min=self.config.min_gpu_utilization))
         if max_cpu is not None:
-            parts.append(_("max CPU {max:g} % (< {min:g} %)").format(max=max_cpu, min=self.config.min_cpu_utilization))
+            parts.append(_("max CPU {max:g} % (< {min:g} %)").format(max=round(max_cpu, 1),
+                                                                       min=self.config.min_cpu_utilization))
         if max_ssh is not None:
             parts.append(_("no SSH session"))
         if "progress" in signals:

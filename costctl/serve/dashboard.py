@@ -27,7 +27,7 @@ from datetime import datetime, tzinfo
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from ..i18n import _, format_amount, language
+from ..i18n import _, display_word, format_amount, language
 from ..report import duration_cell, money_cell, price_cell
 from . import charts
 
@@ -81,8 +81,8 @@ def texts() -> dict[str, str]:
         "no_decisions": _("No decision recorded yet."),
         "instances": _("Instances"),
         "no_instances": _("No instance charged yet."),
-        "instances_note": _("The instances this ledger has charged. `costctl fleet` will list every instance of "
-                            "every configured provider account here."),
+        "instances_note": _("The instances this ledger has charged; `costctl fleet` lists every instance the "
+                            "configured provider accounts report."),
         "evidence": _("evidence"),
         "col_run": _("Run"),
         "col_instance": _("Instance"),
@@ -145,8 +145,8 @@ def status_line(run: LiveRun, now: datetime) -> str:
 
 def _status(row: Any) -> str:
     """A run's status with its exit code, and its watch mode (``failed (1), dry run``)."""
-    status = row.status if row.exit_code is None else _("{status} ({code})").format(status=row.status,
-                                                                                   code=row.exit_code)
+    shown = display_word(row.status)
+    status = shown if row.exit_code is None else _("{status} ({code})").format(status=shown, code=row.exit_code)
     if getattr(row, "dry_run", False):
         return _("{status}, dry run").format(status=status)
     if getattr(row, "advise_only", False):
@@ -217,12 +217,13 @@ def view(data: DashboardData | None, *, now: datetime, tz: tzinfo, redactor: Red
             shown=len({r.run_id for r in data.run_rows}), hidden=hidden)
     context["decisions"] = [{
         "time": _time(d.time, tz), "run": d.run_id[:8] if d.run_id else "-", "instance": f"{d.provider}:{d.instance_id}",
-        "policy": d.policy, "action": _("{action} (dry run)").format(action=d.action) if d.dry_run else d.action,
+        "policy": d.policy, "action": _("{action} (dry run)").format(action=display_word(d.action)) if d.dry_run
+        else display_word(d.action),
         "reason": redactor.text(d.reason), "outcome": _outcome(d, redactor), "evidence": _evidence(d.evidence, redactor),
     } for d in data.decisions]
     context["instances"] = [{
         "provider": i.provider, "instance": i.instance_id, "gpu": _gpu(i.gpu, getattr(i, "gpu_count", None)),
-        "billing": getattr(i, "billing", None) or "-",
+        "billing": display_word(getattr(i, "billing", None) or "-"),
         "rate": f"{price_cell(i.price_per_hour, i.currency)}/h" if i.price_per_hour is not None else "-",
         "runs": getattr(i, "runs", "-"), "last_charge": _time(getattr(i, "last_charge_at", None), tz),
         "spend": money_cell(i.spend, i.currency),

@@ -25,7 +25,7 @@ from typing import Any
 from ..clock import Clock
 from ..config import SnoozeConfig
 from ..decisions import DecisionRecorder
-from ..i18n import N_, _
+from ..i18n import N_, _, format_time
 from ..notify.events import SNOOZE_KEY_PREFIX
 from ..policies.base import Pending, iso
 from ..policies.engine import PolicyEngine, Snooze
@@ -100,7 +100,7 @@ class SnoozeControl:
         self.unsnoozable = unsnoozable
 
     def _local(self, when: datetime) -> str:
-        return when.astimezone(self.tz).strftime("%Y-%m-%d %H:%M:%S %Z")
+        return format_time(when, self.tz)
 
     def _pending_text(self, now: datetime, head: str, *, pending: str, nothing: str, **values: str) -> str:
         """One answer line: ``pending`` (a sentence with ``{countdown}``) with the nearest pending

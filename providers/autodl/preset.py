@@ -34,7 +34,7 @@ AUTODL_PRESET = ConfigPreset(
                   N_("AutoDL bills in yuan (its API reports prices in 1/1000 yuan); budget caps below are in yuan "
                     "too.")),
         PresetKey("instance", "billing", "on-demand",
-                  N_("Pay-as-you-go (按量计费), AutoDL's default; \"prepaid\" for a daily, weekly or monthly rental, "
+                  N_("Pay-as-you-go, AutoDL's default; \"prepaid\" for a daily, weekly or monthly rental, "
                     "which is paid whether the instance runs or not.")),
         PresetKey("instance", "self_stop", "shutdown",
                   N_("Inside the container, shutdown powers the instance off and stops GPU billing, with no token: "
