@@ -128,12 +128,17 @@ _LINE_END_RE = re.compile(r"\r\n|\r|\n")
 def parse_value(text: str) -> float | None:
     """Parse a loss value as printed: decimal, scientific, ``nan``/``inf``/``-inf`` (any case).
 
-    Returns None (never raises) for anything else, e.g. ``"abc"``.
+    Returns None (never raises) for anything else, e.g. ``"abc"``, and for a decimal literal
+    past the float range (``1e400``, 400 digits): a huge number is no number (issue 17), only a
+    literal ``inf``/``nan`` printed by the job is the divergence signal.
     """
     try:
-        return float(text)
+        value = float(text)
     except (TypeError, ValueError):
         return None
+    if math.isinf(value) and "inf" not in text.lower():
+        return None  # an overflowing literal, not the word inf
+    return value
 
 
 def clean_line(line: str) -> str:

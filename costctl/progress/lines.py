@@ -220,12 +220,17 @@ _LINE_END_RE = re.compile(r"\r\n|\r|\n")
 def parse_value(text: str) -> float | None:
     """Parse a loss value as printed: decimal, scientific, ``nan``/``inf``/``-inf`` (any case).
 
-    Returns None (never raises) for anything else, e.g. ``"abc"``.
+    Returns None (never raises) for anything else, e.g. ``"abc"``, and for a decimal literal
+    past the float range (``1e400``, 400 digits): a huge number is no number (issue 17), only a
+    literal ``inf``/``nan`` printed by the job is the divergence signal.
     """
     try:
-        return float(text)
+        value = float(text)
     except (TypeError, ValueError):
         return None
+    if math.isinf(value) and "inf" not in text.lower():
+        return None  # an overflowing literal, not the word inf
+    return value
 
 
 def clean_line(line: str) -> str:
@@ -552,14 +557,15 @@ def _parse_fast(line: str) -> list[_Raw] | None:
     if line.startswith("{'loss': "):
         m = _FAST_HF_RE.fullmatch(line)
         if m is not None:
-            epoch: float | None = float(m[2])
-            if not math.isfinite(epoch):  # type: ignore[arg-type]
-                epoch = None
-            return [("train", "loss", float(m[1]), None, epoch, None)]
+            value, epoch = float(m[1]), float(m[2])
+            if math.isinf(value) or math.isinf(epoch):
+                return None  # an overflowing literal is no number: the general parse decides
+            return [("train", "loss", value, None, epoch, None)]
     elif line.startswith("iter "):
         m = _FAST_ITER_RE.fullmatch(line)
         if m is not None:
-            return [("train", "loss", float(m[2]), _int(m[1]), None, None)]
+            value = float(m[2])
+            return None if math.isinf(value) else [("train", "loss", value, _int(m[1]), None, None)]
     return None
 
 
@@ -569,7 +575,10 @@ def _parse_fast(line: str) -> list[_Raw] | None:
 # MAX_LINE_CHARS); the last alternative, "other", is any other line holding a candidate literal
 # (oss/OSS/poch/POCH), handed to the per-line parser. Lines holding none of them match nothing:
 # the engine skips them. Lines end at "\n" or "\r" (tqdm redraws each a line).
-_B = r"-?\d{1,30}+(?:\.\d{1,30}+)?+(?:e[-+]?\d{1,4}+)?+"  # the fast paths' number, bounded
+# The fast paths' number, bounded so that it never overflows a float (at most 30 + 30 digits and
+# a two-digit exponent: below 1e130): an overflowing literal (1e400) is no number, which only
+# the general parse decides (parse_value), so such lines take the "other" alternative.
+_B = r"-?\d{1,30}+(?:\.\d{1,30}+)?+(?:e[-+]?\d{1,2}+)?+"
 # Each match starts at the line end before its line (the leading character set lets the
 # engine skip to line ends in its own loop): the block's first line is read on its own.
 _BLOCK_RE = re.compile(

@@ -1,0 +1,166 @@
+"""Issue 17, the second fresh tester's findings (trial 2b): each a named regression test.
+
+1. Malformed provider fields (a price of "abc"/null/[]/{}, a status "weird", a gpu_count of
+   "x"/2**64/-1/1.5, a null currency, a started_at of "garbage", a state file nested 100,000
+   deep) crashed ``watch`` and ``instances`` with an internal error: every field is now checked
+   at the boundary (providers._normalize's field helpers and ``Instance.__post_init__``) and a
+   bad one is one ProviderResponseError line naming the provider, the field and the value.
+2. Huge numbers in job output (a 400-digit loss, ``1e400``) read as ``+inf`` and tripped the
+   divergence policy: a numeric literal past the float range is now no number (skipped); the
+   words ``inf``/``nan`` stay the divergence signal.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from costctl.cli.main import main
+from costctl.numbers import as_float
+from costctl.progress import lines
+from costctl.progress.lines import LineParser, parse_value
+from providers._normalize import MAX_GPU_COUNT
+from providers.errors import ProviderResponseError
+
+T0 = 1_767_225_600.0
+
+
+def _sim_state(data_dir: Path) -> Path:
+    assert main(["instances"]) == 0  # creates the simulated local instance
+    path = data_dir / "sim" / "state.json"
+    assert path.is_file()
+    return path
+
+
+@pytest.fixture()
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("COSTCTL_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+BAD_SIM_FIELDS = [
+    ("price_per_hour", "abc"), ("price_per_hour", None), ("price_per_hour", []), ("price_per_hour", {}),
+    ("status", "weird"), ("status", None), ("status", 5),
+    ("gpu_count", "x"), ("gpu_count", None), ("gpu_count", 2**64), ("gpu_count", -1), ("gpu_count", 1.5),
+    ("currency", None), ("started_at", "garbage"),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), BAD_SIM_FIELDS, ids=[f"{f}={v!r}" for f, v in BAD_SIM_FIELDS])
+def test_malformed_sim_field_is_one_line_naming_provider_field_and_value(
+        field: str, value: object, data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _sim_state(data_dir)
+    state = json.loads(path.read_text())
+    state["instances"]["sim-local"][field] = value
+    path.write_text(json.dumps(state))
+    capsys.readouterr()
+    assert main(["instances"]) == 1
+    err = capsys.readouterr().err
+    assert "internal error" not in err and "Traceback" not in err
+    assert f"sim: the provider reported an unusable {field} " in err
+    line = next(x for x in err.splitlines() if "unusable" in x)
+    assert len(line) < 300
+
+
+def test_sim_state_file_nested_past_the_parser_limit_is_corrupt_not_a_crash(
+        data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _sim_state(data_dir)
+    path.write_text("[" * 100_000)
+    capsys.readouterr()
+    assert main(["instances"]) == 1
+    err = capsys.readouterr().err
+    assert "internal error" not in err and "is corrupt" in err
+
+
+def test_instance_record_refuses_a_gpu_count_no_integer_column_holds() -> None:
+    from providers.base import BillingMode, Instance, Status
+
+    with pytest.raises(ProviderResponseError, match=r"vastai: .*gpu_count 18446744073709551616; expected a whole number from 0 to 1024"):
+        Instance(provider="vastai", id="1", gpu=None, gpu_raw=None, gpu_count=2**64, billing=BillingMode.ON_DEMAND,
+                 price_per_hour=None, currency="USD", status=Status.RUNNING)
+    with pytest.raises(ProviderResponseError, match="currency"):
+        Instance(provider="runpod", id="1", gpu=None, gpu_raw=None, gpu_count=1, billing=BillingMode.ON_DEMAND,
+                 price_per_hour=None, currency=None, status=Status.RUNNING)  # type: ignore[arg-type]
+    ok = Instance(provider="sim", id="1", gpu=None, gpu_raw=None, gpu_count=MAX_GPU_COUNT,
+                  billing=BillingMode.ON_DEMAND, price_per_hour=None, currency="USD", status=Status.RUNNING)
+    assert ok.gpu_count == MAX_GPU_COUNT
+
+
+def test_vastai_http_answer_with_a_huge_gpu_count_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Through a real HTTP fake: Vast.ai reporting num_gpus 2**64 (which overflowed SQLite)."""
+    from tests.fakes.vastai import API_KEY, FakeVast
+
+    with FakeVast() as fake:
+        fake.add(312, num_gpus=2**64)
+        cfg = tmp_path / "costctl.toml"
+        cfg.write_text(f'[instance]\nprovider = "vastai"\n[providers.vastai]\nbase_url = "{fake.url}"\n')
+        monkeypatch.setenv("VAST_API_KEY", API_KEY)
+        assert main(["instances", "-c", str(cfg)]) == 1
+        err = capsys.readouterr().err
+        assert "internal error" not in err
+        assert "vastai: the provider reported an unusable gpu_count 18446744073709551616" in err
+
+
+# -- 2. huge numbers in job output are no numbers -----------------------------------------------
+
+HUGE = "9" * 400
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+@pytest.mark.parametrize("line", [
+    f"loss: {HUGE}", "loss: 1e400", f"step 2 loss: {'9' * 5000}",
+    f"{{'loss': {HUGE}, 'grad_norm': 1.5, 'learning_rate': 2e-05, 'epoch': 1.0}}",
+    "{'loss': 1e400, 'grad_norm': 1.5, 'learning_rate': 2e-05, 'epoch': 1.0}",
+    f"1/2 [=] - 1s - loss: {HUGE}", "iter 2: loss 1e400, time 5.0ms, mfu 1.00%",
+])
+def test_huge_loss_in_job_output_is_skipped_not_a_divergence(line: str, engine: str) -> None:
+    if engine == "native" and not (lines._scan is not None):
+        pytest.skip("the C scanner is not built")
+    parser = LineParser(engine=engine)
+    points = parser.feed(line + "\n", T0) + parser.flush(T0)
+    assert all(math.isfinite(p.value) for p in points), points
+    assert not [p for p in points if p.name.lower().endswith("loss") and p.value > 1e300]
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_literal_inf_and_nan_stay_the_divergence_signal(engine: str) -> None:
+    if engine == "native" and not (lines._scan is not None):
+        pytest.skip("the C scanner is not built")
+    parser = LineParser(engine=engine)
+    points = parser.feed("loss: inf\nloss: nan\nloss: -Infinity\n", T0) + parser.flush(T0)
+    values = [p.value for p in points]
+    assert len(values) == 3 and math.isinf(values[0]) and math.isnan(values[1]) and values[2] == -math.inf
+
+
+def test_parse_value_and_as_float_refuse_overflowing_literals_only() -> None:
+    assert parse_value(HUGE) is None and parse_value("1e400") is None and parse_value("-1E999") is None
+    assert parse_value("inf") == math.inf and math.isnan(parse_value("NaN"))  # type: ignore[arg-type]
+    assert as_float(HUGE) is None and as_float(int(HUGE)) is None and as_float("1e400") is None
+    assert as_float("Infinity") == math.inf and as_float("2.5") == 2.5 and as_float(10**300) == 1e300
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_metrics_file_with_huge_loss_and_grad_norm_is_no_divergence(tmp_path: Path, suffix: str) -> None:
+    from costctl.progress.metrics_file import read_metrics_file
+
+    path = tmp_path / f"metrics{suffix}"
+    if suffix == ".jsonl":
+        path.write_text("".join(json.dumps({"step": s, "loss": 2.0}) + "\n" for s in (1, 3))
+                        + f'{{"step": 2, "loss": {HUGE}, "grad_norm": {"9" * 5000}}}\n{{"step": 4, "loss": 1e400}}\n')
+    else:
+        path.write_text(f"step,loss\n1,2.0\n2,{HUGE}\n3,{'9' * 5000}\n4,1e400\n5,1.5\n")
+    points = read_metrics_file(path)
+    assert points and all(math.isfinite(p.value) for p in points), points
+    assert {p.value for p in points if p.name == "loss"} <= {2.0, 1.5}
+
+
+def test_literal_infinity_in_a_metrics_file_stays_a_reading(tmp_path: Path) -> None:
+    from costctl.progress.metrics_file import read_metrics_file
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "loss": Infinity}\n')
+    assert [p.value for p in read_metrics_file(path)] == [math.inf]
