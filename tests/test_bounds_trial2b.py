@@ -164,3 +164,43 @@ def test_literal_infinity_in_a_metrics_file_stays_a_reading(tmp_path: Path) -> N
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1, "loss": Infinity}\n')
     assert [p.value for p in read_metrics_file(path)] == [math.inf]
+
+
+# -- 3. readers: a 10 MB SkyPilot field, a 5,000-digit model config number -----------------------
+
+SKY_HEADER = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,SpotPrice,Region,GpuInfo\n"
+
+
+def test_skypilot_csv_with_a_10_mb_field_skips_that_row_counted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    vms = tmp_path / "vms.csv"
+    vms.write_text(SKY_HEADER + "p3.2xlarge,V100,1,8,61,3.06,0.92,us-east-1,\n"
+                   + "p4d,A100," + "1" * 10_000_000 + ",96,1152,32.77,,us-east-1,\n")
+    assert main(["gpus", "--offline", "--provider", "aws", "--import", str(vms)]) == 0
+    err = capsys.readouterr().err
+    assert "internal error" not in err and "field larger" not in err
+    assert "skipped 1 row(s) with a cell over 4096 characters" in " ".join(err.split())
+    assert "imported 2 price(s) for aws" in " ".join(err.split())
+
+
+def test_model_config_with_a_5000_digit_hidden_size_is_one_line_naming_key_and_range(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "config.json"
+    for hidden in ("9" * 5000, "76800000"):
+        cfg.write_text('{"num_hidden_layers": 12, "hidden_size": ' + hidden + ', "num_attention_heads": 12, "vocab_size": 50257}')
+        assert main(["recommend", "--offline", "--config-json", str(cfg)]) == 2
+        err = capsys.readouterr().err
+        assert "internal error" not in err and len(err.strip().splitlines()) == 1
+        assert "hidden_size" in err and "expected a whole number from 1 to 1048576" in err
+
+
+# -- 4. recommend's batch size: bounded options, divisors in O(sqrt(n)) ----------------------------
+
+def test_recommend_batch_size_is_bounded_and_a_huge_batch_is_answered(capsys: pytest.CaptureFixture[str]) -> None:
+    from costctl.catalog.recommend import _proper_divisors
+
+    assert _proper_divisors(12) == [1, 2, 3, 4, 6] and _proper_divisors(1) == []
+    assert len(_proper_divisors(2**31)) == 31  # 46,341 trial divisions, not 2**31 estimates
+    assert main(["recommend", "--offline", "-m", "gpt2", "-b", "2147483648"]) == 2
+    assert "16777216" in capsys.readouterr().err
+    assert main(["recommend", "--offline", "-m", "gpt2", "-b", "16777216", "--format", "json"]) == 0
+    assert "ranked" in capsys.readouterr().out
