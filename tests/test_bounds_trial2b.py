@@ -204,3 +204,33 @@ def test_recommend_batch_size_is_bounded_and_a_huge_batch_is_answered(capsys: py
     assert "16777216" in capsys.readouterr().err
     assert main(["recommend", "--offline", "-m", "gpt2", "-b", "16777216", "--format", "json"]) == 0
     assert "ranked" in capsys.readouterr().out
+
+
+# -- 5. nvidia-smi CSV: 300,000 rows at one timestamp --------------------------------------------
+
+SMI_ONE_TIME_ROW = "2024/01/01 00:00:00.000, 0 %, 1000 MiB\n"
+
+
+def test_rows_at_one_timestamp_make_samples_of_at_most_64_gpus() -> None:
+    from costctl.replay.gpu_smi_csv import MAX_GPUS_PER_SAMPLE, parse_smi_lines
+
+    samples, skipped = parse_smi_lines(["timestamp, utilization.gpu [%], memory.used [MiB]\n"] + [SMI_ONE_TIME_ROW] * 200)
+    sizes = [len(s.gpus) for s in samples]
+    assert skipped == 0
+    assert MAX_GPUS_PER_SAMPLE == 64 and sizes == [64, 64, 64, 8]
+
+
+def test_analyze_300k_rows_at_one_timestamp_finishes_with_bounded_output(tmp_path: Path) -> None:
+    """The tester's log ran past 180 s and 1.5 GB and printed 45,709 lines for 10,000 rows (one
+    sample of 300,000 GPUs). A generous timeout, no wall-clock assertion."""
+    import subprocess
+
+    from helpers import costctl_cmd, costctl_env
+
+    gpu = tmp_path / "big.csv"
+    gpu.write_text("timestamp, utilization.gpu [%], memory.used [MiB]\n" + SMI_ONE_TIME_ROW * 300_000)
+    proc = subprocess.run([*costctl_cmd(), "analyze", "--price", "2", "--gpu-log", str(gpu), "--compare"],
+                          env=costctl_env(tmp_path / "data"), capture_output=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert b"internal error" not in proc.stderr
+    assert len(proc.stdout.splitlines()) < 1000
