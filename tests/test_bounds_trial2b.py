@@ -166,6 +166,21 @@ def test_literal_infinity_in_a_metrics_file_stays_a_reading(tmp_path: Path) -> N
     assert [p.value for p in read_metrics_file(path)] == [math.inf]
 
 
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_an_epoch_past_a_million_is_no_epoch(engine: str, tmp_path: Path) -> None:
+    if engine == "native" and lines._scan is None:
+        pytest.skip("the C scanner is not built")
+    parser = LineParser(engine=engine)
+    text = f"Epoch {2**64}/20\nloss: 0.5\n{{'loss': 0.4, 'epoch': {2**64}}}\nEpoch 3/20\nloss: 0.3\n"
+    points = parser.feed(text, T0) + parser.flush(T0)
+    assert [(p.value, p.epoch) for p in points] == [(0.5, None), (0.4, None), (0.3, 3.0)]
+    from costctl.progress.metrics_file import read_metrics_file
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(f'{{"step": 1, "loss": 0.5, "epoch": {2**64}}}\n{{"step": 2, "loss": 0.4, "epoch": 2.5}}\n')
+    assert [(p.step, p.epoch) for p in read_metrics_file(path)] == [(1, None), (2, 2.5)]
+
+
 # -- 3. readers: a 10 MB SkyPilot field, a 5,000-digit model config number -----------------------
 
 SKY_HEADER = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,SpotPrice,Region,GpuInfo\n"

@@ -126,6 +126,21 @@ def _int(digits: str) -> int:
     return int(significant or "0") if len(significant) <= 19 else _PAST_I64
 
 
+#: The largest epoch kept: a run of a million passes over its data is far past any real job
+#: (long runs count tens to a few thousand epochs); a larger epoch (``Epoch 2**64``) is no epoch:
+#: the point keeps its value and step, its epoch is absent (issue 17).
+MAX_EPOCH = 1_000_000.0
+
+
+def _drop_huge_epochs(batch: PointBatch, start: int) -> None:
+    """Blank (NaN: no epoch) the epochs of ``batch`` from ``start`` on that exceed
+    :data:`MAX_EPOCH`; both engines' points pass through here."""
+    epochs = batch.epochs
+    for i in range(start, len(epochs)):
+        if epochs[i] > MAX_EPOCH:
+            epochs[i] = _NAN
+
+
 def _epoch_number(text: str) -> float | None:
     """An epoch as written (``\\d+(\\.\\d+)?``) as a float; None when it is not finite (a
     number past the float range is no epoch: the columns and the series never hold an
@@ -921,6 +936,7 @@ class LineParser:
         :data:`MAX_LINE_CHARS` are skipped; ``count`` adds the lines to :attr:`lines_seen`.
         The epoch context carries over from block to block.
         """
+        start = len(batch.epochs)
         t = _NAN if now is None else (now if isinstance(now, float) else now.timestamp())
         if self._hook is not None:
             text = self._hook.take(text, t, batch)
@@ -934,8 +950,10 @@ class LineParser:
             rest = self._parse_custom_block(text, t, batch)
             if rest:  # the user's pattern was turned off: the built-in shapes read the rest
                 self._parse_builtin(rest, t, batch, count=False)
+            _drop_huge_epochs(batch, start)
             return
         self._parse_builtin(text, t, batch, count=count)
+        _drop_huge_epochs(batch, start)
 
     def _parse_custom_block(self, text: str, t: float, batch: PointBatch) -> str:
         """The user's pattern over the complete lines ``text``; returns the lines after the one

@@ -37,6 +37,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from costctl.jsonio import loads, loads_skipping_deep
 from costctl.numbers import MAX_NUMBER_CHARS, as_count, as_float
 from costctl.progress.grad_norms import GRAD_NORM_KEYS, GradNormRecord
+from costctl.progress.lines import MAX_EPOCH
 from costctl.records import ProgressPoint
 
 __all__ = ["EVAL_KEYS", "TRAIN_KEYS", "MetricsFileFollower", "read_metrics_file"]
@@ -130,8 +131,8 @@ def _points_from_row(
         bad_steps[0] += 1
         return []
     epoch = next((v for k in EPOCH_KEYS if k in row and (v := number(row[k])) is not None), None)
-    if epoch is not None and not math.isfinite(epoch):
-        epoch = None
+    if epoch is not None and not (math.isfinite(epoch) and epoch <= MAX_EPOCH):
+        epoch = None  # an epoch past MAX_EPOCH (2**64) is no epoch
     points = []
     for key, kind in ((keys.loss_key, "train"), (keys.eval_key, "eval")):
         if key is None or key not in row:
