@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,29 @@ def test_malformed_sim_field_is_one_line_naming_provider_field_and_value(
     assert f"sim: the provider reported an unusable {field} " in err
     line = next(x for x in err.splitlines() if "unusable" in x)
     assert len(line) < 300
+
+
+@pytest.mark.parametrize(("field", "value"), [("price_per_hour", "abc"), ("gpu_count", 2**64), ("status", "weird")])
+def test_watch_with_a_malformed_sim_field_says_one_line_and_never_crashes(field: str, value: object, tmp_path: Path) -> None:
+    """The tester's rc=70 (internal error; gpu_count 2**64 overflowed SQLite): now the watch reads
+    the provider as unreadable (the same refusal as a corrupt state file) and stores nothing bad."""
+    import subprocess
+
+    from helpers import costctl_cmd, costctl_env
+
+    env = costctl_env(tmp_path / "data")
+    first = subprocess.run(costctl_cmd("watch", "--on-exit", "leave", "--", sys.executable, "-c", "pass"),
+                           env=env, capture_output=True, timeout=120)
+    assert first.returncode == 0, first.stderr[-1000:]
+    path = tmp_path / "data" / "sim" / "state.json"
+    state = json.loads(path.read_text())
+    state["instances"]["sim-local"][field] = value
+    path.write_text(json.dumps(state))
+    proc = subprocess.run(costctl_cmd("watch", "--on-exit", "leave", "--", sys.executable, "-c", "pass"),
+                          env=env, capture_output=True, timeout=120)
+    err = proc.stderr.decode()
+    assert proc.returncode not in (0, 70) and "internal error" not in err and "Traceback" not in err, err
+    assert f"unusable {field}" in " ".join(err.split())
 
 
 def test_sim_state_file_nested_past_the_parser_limit_is_corrupt_not_a_crash(
