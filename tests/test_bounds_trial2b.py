@@ -23,8 +23,8 @@ from costctl.cli.main import main
 from costctl.numbers import as_float
 from costctl.progress import lines
 from costctl.progress.lines import LineParser, parse_value
-from providers._normalize import MAX_GPU_COUNT
-from providers.errors import ProviderResponseError
+from costctl_providers._normalize import MAX_GPU_COUNT
+from costctl_providers.errors import ProviderResponseError
 
 T0 = 1_767_225_600.0
 
@@ -100,7 +100,7 @@ def test_sim_state_file_nested_past_the_parser_limit_is_corrupt_not_a_crash(
 
 
 def test_instance_record_refuses_a_gpu_count_no_integer_column_holds() -> None:
-    from providers.base import BillingMode, Instance, Status
+    from costctl_providers.base import BillingMode, Instance, Status
 
     with pytest.raises(ProviderResponseError, match=r"vastai: .*gpu_count 18446744073709551616; expected a whole number from 0 to 1024"):
         Instance(provider="vastai", id="1", gpu=None, gpu_raw=None, gpu_count=2**64, billing=BillingMode.ON_DEMAND,
@@ -126,7 +126,7 @@ def test_vastai_http_answer_with_a_huge_gpu_count_is_one_line(
         assert main(["instances", "-c", str(cfg)]) == 1
         err = capsys.readouterr().err
         assert "internal error" not in err
-        assert "vastai: the provider reported an unusable gpu_count 18446744073709551616" in err
+        assert "vastai: the provider reported an unusable num_gpus 18446744073709551616" in err
 
 
 # -- 2. huge numbers in job output are no numbers -----------------------------------------------
