@@ -5,21 +5,33 @@
 int-from-string limit, ``sys.int_info.default_max_str_digits``) and ``RecursionError`` for arrays
 or objects nested past the interpreter's recursion limit (about 1,000 levels). Here an integer
 literal of more than 19 digits (past any int64: no step, index or count) is read as ``float()``
-reads its text (``+/-inf`` past the float range, as :func:`costctl.numbers.as_float` reads a
-huge value), so it never raises, and too deep a nesting raises :class:`JsonTooDeep`, a
+reads its text, and a number literal past the float range (400 digits, ``1e400``) is a
+:class:`HugeNumber` (``inf``, but no reading to
+:func:`costctl.numbers.as_float`), so it never raises, and too deep a nesting raises :class:`JsonTooDeep`, a
 ``ValueError``: one ``except ValueError`` covers every way a record cannot be read.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from typing import Any
 
-__all__ = ["JsonTooDeep", "loads", "loads_skipping_deep"]
+__all__ = ["HugeNumber", "JsonTooDeep", "loads", "loads_skipping_deep"]
 
 _INT_DIGITS = 19  # len(str(2**63 - 1))
+
+
+class HugeNumber(float):
+    """A JSON number literal past the float range (``1e400``, 400 digits): ``+/-inf`` as a float,
+    so a step or count of it is out of range (skipped, counted), but marked ``overflowed`` so
+    that :func:`costctl.numbers.as_float` reads it as no number, never an ``inf`` that would trip
+    the divergence policy (issue 17). Only the words ``Infinity``/``NaN`` are non-finite
+    readings."""
+
+    overflowed = True
 
 
 class JsonTooDeep(ValueError):
@@ -29,27 +41,36 @@ class JsonTooDeep(ValueError):
 
 def _int(text: str) -> int | float:
     digits = len(text) - (text[0] == "-")
-    return int(text) if digits <= _INT_DIGITS else float(text)
+    return int(text) if digits <= _INT_DIGITS else _float(text)
+
+
+def _float(text: str) -> float:
+    """A JSON number literal as a float; a :class:`HugeNumber` (``inf``, but no
+    reading to :func:`costctl.numbers.as_float`) when it overflows the float range: a huge number
+    is no number, never an ``inf`` divergence (issue 17). The literals ``NaN``/``Infinity`` are
+    not numbers to the parser and stay plain floats."""
+    value = float(text)
+    return HugeNumber(value) if math.isinf(value) else value
 
 
 def loads(text: str | bytes) -> Any:
     """``json.loads(text)`` for untrusted logs (see the module docstring).
 
     Returns:
-        the parsed value; an integer literal past 19 digits becomes a float (``inf`` beyond
-        the float range); ``NaN``/``Infinity`` literals are floats, as ``json.loads`` reads them.
+        the parsed value; an integer literal past 19 digits becomes a float, a number literal
+        beyond the float range a :class:`HugeNumber`; ``NaN``/``Infinity`` literals are floats, as ``json.loads`` reads them.
 
     Raises:
         JsonTooDeep: nesting past the recursion limit.
         ValueError: anything else that is not JSON (``json.JSONDecodeError`` is one).
     """
     try:
-        return json.loads(text, parse_int=_int)
+        return json.loads(text, parse_int=_int, parse_float=_float)
     except RecursionError:
         raise JsonTooDeep(f"JSON nested deeper than {sys.getrecursionlimit()} levels") from None
 
 
-_DECODER = json.JSONDecoder(parse_int=_int)
+_DECODER = json.JSONDecoder(parse_int=_int, parse_float=_float)
 _WS = re.compile(r"[ \t\n\r]*")
 # What a skipped value's scan stops at: a quote, a bracket or brace (strings are stepped over).
 _STRUCTURE = re.compile(r'["\[\]{}]')

@@ -8,8 +8,9 @@ integer or 10 MB of digits. Python's own conversions raise on some of these — 
 INTEGER holds signed 64 bits). Every reader takes its numbers through these functions:
 
 * a **measured value** (a loss, a gradient norm, a learning rate) reads as ``float()`` reads its
-  text: a number past the float range is ``+inf``/``-inf`` (an fp16 overflow prints ``inf``;
-  ``loss: 1e400`` is read the same way), see :func:`as_float`;
+  text, except that a numeric literal past the float range (``1e400``, 400 digits) is no number
+  (None, skipped) while the words ``inf``/``nan`` (an fp16 overflow prints ``inf``) stay
+  readings, see :func:`as_float`;
 * a **count or index** (a step, a run's length, an epoch header, a GPU index, a PID, a byte
   count) is an integer within a documented range, by default ``0 .. 2**63 - 1``
   (:data:`INT64_MAX`, what an int64 column and the ledger's INTEGER columns hold); a count out
@@ -29,6 +30,7 @@ from decimal import Decimal
 from typing import Any
 
 __all__ = ["INT64_MAX", "MAX_NUMBER_CHARS", "as_count", "as_float", "finite", "parse_count"]
+
 
 #: The largest count a reader keeps (signed 64-bit, the ledger's INTEGER columns and the
 #: progress batches' ``array('q')`` columns): 9,223,372,036,854,775,807.
@@ -76,13 +78,19 @@ def parse_count(text: str | None, *, low: int = 0, high: int = INT64_MAX) -> int
 def as_float(value: Any) -> float | None:
     """A number as a float, read as ``float()`` reads it, for measured values (a loss).
 
+    * a float marked ``overflowed`` (:class:`costctl.jsonio.HugeNumber`, a JSON literal past
+      the float range): None, no reading (issue 17);
     * ``float``: itself (``nan`` and ``+/-inf`` kept: a divergence is a reading);
-    * ``int`` (not ``bool``) and ``Decimal``: its float, ``+/-inf`` past the float range (as
-      ``float("1e400")`` reads; ``float(int)`` would raise ``OverflowError``);
+    * ``int`` (not ``bool``): its float; None past the float range (a huge number is no number,
+      issue 17); ``Decimal``: its float;
     * ``str``: ``float(text)`` of the stripped text (``"0.5"``, ``"1e-3"``, ``"nan"``, ``"inf"``);
-      text longer than :data:`MAX_NUMBER_CHARS` characters, or that ``float()`` refuses, is None;
+      text longer than :data:`MAX_NUMBER_CHARS` characters, that ``float()`` refuses, or a
+      numeric literal past the float range (``"1e400"``: only the words inf/nan are
+      non-finite readings) is None;
     * anything else (None, bool, lists, dicts...): None.
     """
+    if getattr(value, "overflowed", False):  # costctl.jsonio.HugeNumber: a literal past the range
+        return None
     if isinstance(value, float):
         return value
     if isinstance(value, bool) or value is None:
@@ -93,7 +101,7 @@ def as_float(value: Any) -> float | None:
                 return float(value)
             except OverflowError:  # pragma: no cover - within the range a float holds it
                 pass
-        return math.inf if value > 0 else -math.inf
+        return None  # a huge integer is no number (issue 17), never an inf "divergence"
     if isinstance(value, Decimal):
         try:
             return float(value)  # Decimal's own conversion: +/-inf past the range, nan kept
@@ -104,9 +112,12 @@ def as_float(value: Any) -> float | None:
         if not text or len(text) > MAX_NUMBER_CHARS:
             return None
         try:
-            return float(text)
+            number = float(text)
         except ValueError:
             return None
+        if math.isinf(number) and "inf" not in text.lower():
+            return None  # an overflowing literal (1e400, 400 digits) is no number
+        return number
     return None
 
 

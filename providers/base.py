@@ -100,6 +100,13 @@ class Instance:
     stopped_price_per_hour: Decimal | None = None
     label: str | None = None
 
+    def __post_init__(self) -> None:
+        """Validate the record at the boundary (:func:`costctl_providers._normalize.check_instance`):
+        a malformed field raises ProviderResponseError naming the provider, field and value."""
+        from ._normalize import check_instance
+
+        check_instance(self)
+
     def running_seconds(self, now: datetime) -> Decimal | None:
         """Seconds the instance has run since the provider last started it, by the provider's
         own times: until ``now`` (aware) while its GPU is billed (starting, running, stopping),

@@ -125,15 +125,28 @@ _HF_STEP_KEYS = ("step", "global_step", "iteration", "iter")
 _LINE_END_RE = re.compile(r"\r\n|\r|\n")
 
 
+#: The largest epoch kept (costctl.progress.lines.MAX_EPOCH, issue 17): a larger one is no epoch.
+MAX_EPOCH = 1_000_000.0
+
+
+def _epoch_bounded(point: ProgressPoint) -> ProgressPoint:
+    return replace(point, epoch=None) if point.epoch is not None and point.epoch > MAX_EPOCH else point
+
+
 def parse_value(text: str) -> float | None:
     """Parse a loss value as printed: decimal, scientific, ``nan``/``inf``/``-inf`` (any case).
 
-    Returns None (never raises) for anything else, e.g. ``"abc"``.
+    Returns None (never raises) for anything else, e.g. ``"abc"``, and for a decimal literal
+    past the float range (``1e400``, 400 digits): a huge number is no number (issue 17), only a
+    literal ``inf``/``nan`` printed by the job is the divergence signal.
     """
     try:
-        return float(text)
+        value = float(text)
     except (TypeError, ValueError):
         return None
+    if math.isinf(value) and "inf" not in text.lower():
+        return None  # an overflowing literal, not the word inf
+    return value
 
 
 def clean_line(line: str) -> str:
@@ -405,7 +418,7 @@ class LineParser:
     def parse(self, line: str, now: datetime | None) -> list[ProgressPoint]:
         """Parse one complete line with this parser's state (epoch context, custom regex)."""
         if self._regex is not None:
-            return [replace(p, time=now) for p in _parse_custom(self._regex, line)]
+            return [_epoch_bounded(replace(p, time=now)) for p in _parse_custom(self._regex, line)]
         header = parse_epoch_header(line)
         if header is not None:
             self._epoch, self._epochs_total = header
@@ -420,5 +433,5 @@ class LineParser:
                 if total is None and point.step is None:
                     total = self._epochs_total
                 point = replace(point, epoch=float(self._epoch), total=total)
-            out.append(replace(point, time=now))
+            out.append(_epoch_bounded(replace(point, time=now)))
         return out

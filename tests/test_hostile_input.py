@@ -163,7 +163,7 @@ def test_a_job_printing_4300_digit_numbers_and_a_step_past_2_63_keeps_running_an
 
 def test_a_huge_integer_in_a_metrics_file_never_fails_a_tick_and_the_run_is_closed(tmp_path: Path) -> None:
     """2**64 and 5,000-digit steps, a 400-digit loss, a 400-digit epoch, a line nested 5,000
-    deep: no tick fails, the loss values are read (the 400-digit one as +inf: a divergence),
+    deep: no tick fails, the loss values are read (the 400-digit one is no number, skipped: issue 17),
     no step past int64 is stored, and the run closes with the job's exit status."""
     metrics = tmp_path / "metrics.jsonl"
     s = settings(tmp_path, WATCH)
@@ -176,10 +176,9 @@ def test_a_huge_integer_in_a_metrics_file_never_fails_a_tick_and_the_run_is_clos
     with _ledger(tmp_path) as db:
         rows = db.execute(select(Progress.value_finite, Progress.value_special, Progress.step, Progress.epoch)).all()
         run = db.scalars(select(Run)).one()
-    assert rows == [(0.5, None, None, None), (0.5, None, None, None), (None, "inf", 3, None), (0.4, None, 4, None),
-                    (0.3, None, 5, None)]
+    assert rows == [(0.5, None, None, None), (0.5, None, None, None), (0.4, None, 4, None), (0.3, None, 5, None)]
     assert run.ended_at is not None and run.exit_code == 0
-    assert any("divergence" in line for line in said)
+    assert not any("divergence" in line for line in said)  # a huge number is no number (issue 17)
 
 
 def test_a_metrics_cell_over_131072_characters_keeps_the_rest_of_the_read(tmp_path: Path) -> None:

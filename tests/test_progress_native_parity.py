@@ -9,6 +9,7 @@ extension is not built; with ``CI=true`` the build itself is asserted."""
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import random
 import threading
@@ -298,7 +299,8 @@ def test_native_numbers_convert_as_float(sign: str, whole: str, frac: str, exp: 
     native = _read([text.encode()], "native")[0]
     assert native == _legacy(text)[0]
     if len(whole) <= 30 and len(frac) <= 30:  # the strict shape's digit bounds
-        assert native[2] == [repr(float(number))]
+        # an overflowing literal (1e400) is no number (issue 17): no point, never an inf
+        assert native[2] == ([] if math.isinf(float(number)) else [repr(float(number))])
 
 
 def test_cli_reads_a_log_the_same_with_costctl_parser_python(tmp_path: Path) -> None:

@@ -8,13 +8,13 @@ Llama-2-7B 6,738,415,616) -- tests check it.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
 from ..errors import ConfigError, UsageError
+from ..jsonio import loads
 from ..i18n import _
 
 
@@ -305,6 +305,33 @@ def _first(cfg: dict[str, Any], *keys: str) -> Any:
     return None
 
 
+#: Ranges every integer of a model config.json must lie in (inclusive). The largest published
+#: models stay far inside them (e.g. 126 layers, hidden 16,384, 128 heads, vocab ~256k, context
+#: 1M tokens); the bounds keep each product in the estimator a plain machine-sized number.
+CONFIG_INT_BOUNDS: dict[str, tuple[int, int]] = {
+    "num_hidden_layers": (1, 10_000), "hidden_size": (1, 1 << 20), "num_attention_heads": (1, 1 << 16),
+    "vocab_size": (1, 100_000_000), "intermediate_size": (1, 1 << 24), "max_position_embeddings": (1, 1 << 24),
+    "type_vocab_size": (0, 1_000_000), "num_labels": (1, 1_000_000),
+}
+
+
+def _bounded(path: Path, key: str, value: Any, *, optional: bool = False) -> Any:
+    """``value`` when it is a whole number within :data:`CONFIG_INT_BOUNDS` ``[key]`` (or None
+    when ``optional``); else ConfigError naming the key, the value and the range."""
+    if value is None and optional:
+        return None
+    low, high = CONFIG_INT_BOUNDS[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        if getattr(value, "overflowed", False):  # jsonio.HugeNumber: hundreds of digits
+            shown = _("(a number past the float range)")
+        else:
+            shown = repr(value)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise ConfigError(_("{path}: {key} {value} is out of range; expected a whole number from {low} to {high}").format(
+            path=path, key=key, value=shown, low=low, high=high))
+    return value
+
+
 def shape_from_hf_config(path: Path) -> TransformerShape:
     """A :class:`TransformerShape` from a Hugging Face ``config.json``.
 
@@ -322,10 +349,10 @@ def shape_from_hf_config(path: Path) -> TransformerShape:
             dividing them).
     """
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
+        cfg = loads(path.read_text(encoding="utf-8"))  # jsonio: never past ValueError (huge ints, deep nesting)
     except OSError as exc:
         raise ConfigError(_("{path}: cannot read: {error}").format(path=path, error=exc.strerror or exc)) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError) as exc:
         raise ConfigError(_("{path}: not a JSON file: {error}").format(path=path, error=exc)) from None
     if not isinstance(cfg, dict):
         raise ConfigError(_("{path}: expected a JSON object (a Hugging Face config.json)").format(path=path))
@@ -337,9 +364,13 @@ def shape_from_hf_config(path: Path) -> TransformerShape:
     vocab = _first(cfg, "vocab_size")
     for key, value in (("num_hidden_layers", layers), ("hidden_size", hidden),
                        ("num_attention_heads", heads), ("vocab_size", vocab)):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            _bounded(path, key, value)  # a number out of range (or a fraction): named with its range
         if not isinstance(value, int) or value <= 0:
             raise ConfigError(_("{path}: needs a positive integer {key} (or its GPT-2 spelling); got {value!r}").format(
                 path=path, key=key, value=value))
+    intermediate = _bounded(path, "intermediate_size", _first(cfg, "intermediate_size", "n_inner", "ffn_dim"),
+                            optional=True)
     if hidden % heads:
         raise ConfigError(_("{path}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}").format(
             path=path, hidden=hidden, heads=heads))
@@ -350,12 +381,14 @@ def shape_from_hf_config(path: Path) -> TransformerShape:
     drop_keys = ("hidden_dropout_prob", "resid_pdrop", "attention_dropout", "attention_probs_dropout_prob",
                  "hidden_dropout", "dropout")
     dropout = any(isinstance(cfg.get(k), (int, float)) and cfg[k] > 0 for k in drop_keys)
-    max_pos = _first(cfg, "max_position_embeddings", "n_positions", "n_ctx") or 2048
+    max_pos = _bounded(path, "max_position_embeddings",
+                       _first(cfg, "max_position_embeddings", "n_positions", "n_ctx") or 2048)
     archs = [str(a) for a in (cfg.get("architectures") or [])]
     output_size = None
     if any(a.endswith("ForSequenceClassification") for a in archs):
         labels = cfg.get("id2label")
-        output_size = len(labels) if isinstance(labels, dict) and labels else int(cfg.get("num_labels") or 2)
+        output_size = len(labels) if isinstance(labels, dict) and labels else _bounded(
+            path, "num_labels", cfg.get("num_labels") or 2)
     bias = not gated and model_type not in {"t5", "mt5"}
     return TransformerShape(
         name=str(cfg.get("_name_or_path") or model_type or path.stem),
@@ -363,14 +396,14 @@ def shape_from_hf_config(path: Path) -> TransformerShape:
         hidden_size=hidden,
         n_heads=heads,
         vocab_size=vocab,
-        intermediate_size=_first(cfg, "intermediate_size", "n_inner", "ffn_dim"),
+        intermediate_size=intermediate,
         n_kv_heads=kv_heads,
         gated_mlp=gated,
         dropout=dropout,
         bias=bias,
         tied_embeddings=bool(cfg.get("tie_word_embeddings", True)),
         learned_positions=int(max_pos) if model_type in _LEARNED_POSITION_TYPES else 0,
-        token_types=int(cfg.get("type_vocab_size") or 0),
+        token_types=_bounded(path, "type_vocab_size", cfg.get("type_vocab_size") or 0),
         pooler=model_type == "bert" and output_size is not None,
         output_size=output_size,
         default_seq_len=min(int(max_pos), 2048),

@@ -28,6 +28,11 @@ from .prices import PriceEntry, make_entry
 REQUIRED_COLUMNS = ("AcceleratorName", "AcceleratorCount", "Price")
 
 
+#: Characters a SkyPilot catalog cell may hold (its longest real cells, GpuInfo dicts, are a few
+#: hundred); a row with a longer cell (a 10 MB field) is skipped and counted, never parsed.
+MAX_CELL_CHARS = 4096
+
+
 def _decimal(text: str | None) -> Decimal | None:
     text = (text or "").strip()
     if not text:
@@ -65,7 +70,8 @@ def parse_gpu_info(gpu_info: str | None) -> tuple[str | None, float | None]:
     return name, (float(size) if size < 1024 else float(size) / 1024)
 
 
-def parse_skypilot_csv(text: str, *, provider: str, seen: date, source: str, currency: str = "USD") -> list[PriceEntry]:
+def parse_skypilot_csv(text: str, *, provider: str, seen: date, source: str, currency: str = "USD",
+                       counts: dict[str, int] | None = None) -> list[PriceEntry]:
     """Parse a SkyPilot ``vms.csv`` into per-GPU-hour prices.
 
     Args:
@@ -74,6 +80,8 @@ def parse_skypilot_csv(text: str, *, provider: str, seen: date, source: str, cur
         seen: the date to record as "seen".
         source: recorded with each price (e.g. the file path).
         currency: SkyPilot catalogs are in USD.
+        counts: when given, ``counts["long_cells"]`` counts the rows skipped for a cell over
+            :data:`MAX_CELL_CHARS` characters.
 
     Returns:
         one entry per (GPU, billing) present: the cheapest per-GPU-hour price.
@@ -82,6 +90,8 @@ def parse_skypilot_csv(text: str, *, provider: str, seen: date, source: str, cur
         ConfigError: the header lacks AcceleratorName, AcceleratorCount or Price, or no row has
             both an accelerator and a price.
     """
+    if len(text) >= csv.field_size_limit():  # read any cell length; long cells are skipped below
+        csv.field_size_limit(len(text) + 1)
     reader = csv.DictReader(io.StringIO(text))
     header = [h.strip() for h in (reader.fieldnames or [])]
     reader.fieldnames = header
@@ -94,6 +104,11 @@ def parse_skypilot_csv(text: str, *, provider: str, seen: date, source: str, cur
         )
     best: dict[tuple[str, str], PriceEntry] = {}
     for row in reader:
+        if any(len(v) > MAX_CELL_CHARS for v in row.values() if isinstance(v, str)) or any(
+                len(v) > MAX_CELL_CHARS for vs in row.values() if isinstance(vs, list) for v in vs):
+            if counts is not None:
+                counts["long_cells"] = counts.get("long_cells", 0) + 1
+            continue
         name = (row.get("AcceleratorName") or "").strip()
         count = _decimal(row.get("AcceleratorCount"))
         if not name or count is None or count <= 0:
@@ -131,10 +146,12 @@ def provider_from_path(path: Path) -> str | None:
     return resolved.parent.name.strip().lower() or None
 
 
-def import_skypilot_csv(path: Path, *, provider: str | None = None, seen: date, currency: str = "USD") -> list[PriceEntry]:
+def import_skypilot_csv(path: Path, *, provider: str | None = None, seen: date, currency: str = "USD",
+                        counts: dict[str, int] | None = None) -> list[PriceEntry]:
     """Read and parse a SkyPilot catalog file (see :func:`parse_skypilot_csv`).
 
-    ``provider`` defaults to the cloud folder of SkyPilot's layout (see :func:`provider_from_path`).
+    ``provider`` defaults to the cloud folder of SkyPilot's layout (see :func:`provider_from_path`);
+    ``counts`` as in :func:`parse_skypilot_csv`.
 
     Raises:
         ConfigError: unreadable file, or see :func:`parse_skypilot_csv`.
@@ -149,7 +166,10 @@ def import_skypilot_csv(path: Path, *, provider: str | None = None, seen: date, 
     if not name:
         raise UsageError(_("{path}: cannot tell the provider from the file name (only SkyPilot's "
                            "catalogs/<version>/<cloud>/vms.csv); pass --provider").format(path=path))
-    return parse_skypilot_csv(text, provider=name, seen=seen, source=str(path), currency=currency)
+    try:
+        return parse_skypilot_csv(text, provider=name, seen=seen, source=str(path), currency=currency, counts=counts)
+    except csv.Error as exc:
+        raise ConfigError(_("{path}: not a readable CSV file: {error}").format(path=path, error=exc)) from None
 
 
 __all__ = ["parse_gpu_info", "import_skypilot_csv", "parse_skypilot_csv", "provider_from_path"]

@@ -48,7 +48,7 @@ from ..catalog.recommend import (
     recommend,
     work_from_steps,
 )
-from ..catalog.skypilot import import_skypilot_csv
+from ..catalog.skypilot import MAX_CELL_CHARS, import_skypilot_csv
 from ..errors import ConfigError, UsageError
 from ..i18n import N_, _, display_word, format_amount
 from ..money import Money
@@ -382,8 +382,12 @@ def gpus(
             when = date.fromisoformat(seen) if seen else date.today()
         except ValueError:
             raise UsageError(_("--seen {value!r} is not a date like 2026-07-01").format(value=seen)) from None
+        import_counts: dict[str, int] = {}
         if import_csv is not None:
-            entries = import_skypilot_csv(import_csv, provider=provider, seen=when)
+            entries = import_skypilot_csv(import_csv, provider=provider, seen=when, counts=import_counts)
+            if import_counts.get("long_cells"):
+                err_console.print(_("{path}: skipped {count} row(s) with a cell over {limit} characters").format(
+                    path=import_csv, count=import_counts["long_cells"], limit=MAX_CELL_CHARS))
         else:
             entries = _refresh(settings, str(refresh), when)
         path = save_imported_prices(entries, settings.data_dir)
@@ -578,24 +582,35 @@ def _recommend_tables(rec: Recommendation) -> None:
         print_line(_("note: {note}").format(note=note))
 
 
+# Bounds of recommend's numeric options (click shows them as the allowed range). Far past any
+# real job (the largest published runs use micro-batches in the thousands, contexts of ~1M
+# tokens, tens of thousands of GPUs, LoRA ranks in the hundreds, ~1e14 tokens) and small
+# enough that every product in the memory and time estimates stays an exact machine number.
+MAX_MICRO_BATCH = 1 << 24
+MAX_SEQ_LEN = 1 << 24
+MAX_GPUS = 1 << 20
+MAX_LORA_RANK = 1 << 16
+MAX_TOKENS = 1e18
+MAX_STEPS = 1 << 40
+
 def recommend_cmd(
     params: Annotated[float | None, typer.Option("--params", help=_("Parameter count, e.g. 7e9 (GPT-3-family shape for activations)."))] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", help=_("Preset: bert-base, bert-large, gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-2-7b, llama-2-13b, llama-3-8b, mistral-7b, vit-base, resnet50."))] = None,
     config_json: Annotated[Path | None, typer.Option("--config-json", help=_("A Hugging Face config.json."))] = None,
     torch_model: Annotated[str | None, typer.Option("--torch-model", help=_("FILE.py:FUNC returning (model, make_batch): measure activations on the CPU (needs torch)."))] = None,
-    batch: Annotated[int, typer.Option("--batch", "-b", help=_("Micro-batch per GPU."), min=1)] = 8,
-    seq_len: Annotated[int | None, typer.Option("--seq-len", "-s", help=_("Tokens per sample (default: the model's)."), min=1)] = None,
+    batch: Annotated[int, typer.Option("--batch", "-b", help=_("Micro-batch per GPU."), min=1, max=MAX_MICRO_BATCH)] = 8,
+    seq_len: Annotated[int | None, typer.Option("--seq-len", "-s", help=_("Tokens per sample (default: the model's)."), min=1, max=MAX_SEQ_LEN)] = None,
     precision: Annotated[PrecisionChoice, typer.Option("--precision", help=_("fp32, fp16 or bf16 (pure 16-bit: weights, grads, optimizer), or mixed (autocast with fp32 master weights)."))] = PrecisionChoice("mixed"),
     optimizer: Annotated[OptimizerChoice, typer.Option("--optimizer", help=_("none = inference (weights, KV cache)."))] = OptimizerChoice("adamw"),
-    gpus: Annotated[int, typer.Option("--gpus", help=_("Data-parallel GPUs."), min=1)] = 1,
+    gpus: Annotated[int, typer.Option("--gpus", help=_("Data-parallel GPUs."), min=1, max=MAX_GPUS)] = 1,
     zero: Annotated[int, typer.Option("--zero", help=_("ZeRO stage 0-3."), min=0, max=3)] = 0,
     offload: Annotated[bool, typer.Option("--offload", help=_("Optimizer state and fp32 master weights in CPU RAM."))] = False,
     grad_checkpointing: Annotated[bool, typer.Option("--grad-checkpointing", help=_("Full activation checkpointing."))] = False,
     flash_attention: Annotated[bool, typer.Option("--flash-attention", help=_("Flash attention (no s x s scores kept)."))] = False,
-    lora_rank: Annotated[int | None, typer.Option("--lora-rank", help=_("Train LoRA adapters of this rank (q,v)."), min=1)] = None,
+    lora_rank: Annotated[int | None, typer.Option("--lora-rank", help=_("Train LoRA adapters of this rank (q,v)."), min=1, max=MAX_LORA_RANK)] = None,
     qlora: Annotated[bool, typer.Option("--qlora", help=_("4-bit NF4 base (double quantization) under LoRA adapters; with --optimizer none, 4-bit inference."))] = False,
-    tokens: Annotated[float | None, typer.Option("--tokens", help=_("Tokens (samples for CNNs) the job processes, e.g. 2e9."), min=1)] = None,
-    steps: Annotated[int | None, typer.Option("--steps", help=_("Optimizer steps (batch x GPUs samples each)."), min=1)] = None,
+    tokens: Annotated[float | None, typer.Option("--tokens", help=_("Tokens (samples for CNNs) the job processes, e.g. 2e9."), min=1, max=MAX_TOKENS)] = None,
+    steps: Annotated[int | None, typer.Option("--steps", help=_("Optimizer steps (batch x GPUs samples each)."), min=1, max=MAX_STEPS)] = None,
     mfu: Annotated[float | None, typer.Option("--mfu", help=_("Fraction of each card's dense peak for the time estimate (default: what published runs of the model, or the median published run, achieved on the nearest card)."))] = DEFAULT_MFU,
     reference_gpu: Annotated[str | None, typer.Option("--reference-gpu", help=_("Card the job was timed on."))] = None,
     reference_hours: Annotated[float | None, typer.Option("--reference-hours", help=_("Hours the job took on --reference-gpu."))] = None,

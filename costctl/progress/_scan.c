@@ -160,6 +160,14 @@ static double to_double(const char *p, const char *q) {
     return strtod_l(tmp, NULL, c_locale);
 }
 
+/* Whether the number text [p, q) overflows a double (a 400-digit or 1e400 loss): such a
+ * literal is no number (lines.parse_value returns None), so the fast shapes decline the line
+ * and the general path hands it to Python. number() never takes nan/inf, so any non-finite
+ * result here is an overflow. */
+static int overflows(const char *p, const char *q) {
+    return !isfinite(to_double(p, q));
+}
+
 /* int() of 1..18 digits [p, q). */
 static int64_t to_int(const char *p, const char *q) {
     int64_t v = 0;
@@ -361,7 +369,10 @@ static double gen_double(const char *p, const char *q, int *ok) {
     }
     memcpy(tmp, p, n);
     tmp[n] = '\0';
-    return strtod_l(tmp, NULL, c_locale);
+    double v = strtod_l(tmp, NULL, c_locale);
+    if (isinf(v))
+        *ok = 0; /* an overflowing literal is no number: Python's parse_value decides (None) */
+    return v;
 }
 
 /* lines._VALUE at v: (?:tensor\(\s*)?(?P<value>_NUMBER). _NUMBER is atomic: its group takes the
@@ -816,8 +827,13 @@ static int gen_dict(const char *c, const char *low, size_t n, gpoint_t *pts, int
         const char *key = low + i + 1;
         size_t klen = j - i - 1;
         any = 1;
-        if (klen >= 13 && memcmp(key, "train", 5) == 0 && memcmp(key + klen - 8, "_runtime", 8) == 0)
+        if (klen >= 13 && memcmp(key, "train", 5) == 0 && memcmp(key + klen - 8, "_runtime", 8) == 0) {
+            int rt_ok;
+            (void)gen_number_value(c, low, vs, ve, &rt_ok);
+            if (!rt_ok)
+                return GEN_HAND; /* an overflowing runtime is no number: Python decides */
             return 0; /* the end-of-training summary: not progress */
+        }
         for (k = 0; k < K_COUNT; k++) {
             if (!seen[k] && dict_keys[k][0] == key[0] && strlen(dict_keys[k]) == klen && memcmp(dict_keys[k], key, klen) == 0) {
                 int ok;
@@ -1119,10 +1135,9 @@ static int try_hf(scan_t *s, const char *p, const char *e) {
     if (p != e)
         return 0;
     double value = to_double(v, ve), epoch = to_double(ep, epe);
-    if (!isfinite(epoch))
-        emit(s, 0, value, NO_INT, s->ctx, s->ctx_total);
-    else
-        emit(s, 0, value, NO_INT, epoch, NO_INT);
+    if (!isfinite(value) || !isfinite(epoch))
+        return 0; /* an overflowing literal is no number: the general path decides */
+    emit(s, 0, value, NO_INT, epoch, NO_INT);
     return 1;
 }
 
@@ -1144,6 +1159,8 @@ static int try_iter(scan_t *s, const char *p, const char *e) {
         p++;
     p = LIT(decimal(p, e, 18), e, "%");
     if (p != e)
+        return 0;
+    if (overflows(v, ve))
         return 0;
     emit(s, 0, to_double(v, ve), to_int(n, ne), s->ctx, NO_INT);
     return 1;
@@ -1198,6 +1215,8 @@ static int try_tqdm(scan_t *s, const char *p, const char *e) {
     p = LIT(ve, e, "]");
     if (p != e)
         return 0;
+    if (overflows(v, ve))
+        return 0;
     emit(s, 0, to_double(v, ve), to_int(n, ne), s->ctx, to_int(t, te));
     return 1;
 }
@@ -1249,6 +1268,10 @@ static int try_keras(scan_t *s, const char *p, const char *e) {
     }
     if (p != e)
         return 0;
+    if (overflows(v, ve))
+        return 0;
+    if (kve != NULL && overflows(kv, kve))
+        return 0;
     emit(s, 0, to_double(v, ve), NO_INT, s->ctx, s->ctx_total);
     if (kve != NULL)
         emit(s, 1, to_double(kv, kve), NO_INT, s->ctx, s->ctx_total);
@@ -1264,6 +1287,8 @@ static int try_eval(scan_t *s, const char *p, const char *e) {
     ve = number(v, e);
     if (ve != e)
         return 0;
+    if (overflows(v, ve))
+        return 0;
     emit(s, 2, to_double(v, ve), to_int(n, ne), s->ctx, NO_INT);
     return 1;
 }
@@ -1275,6 +1300,8 @@ static int try_step_loss(scan_t *s, const char *p, const char *e) {
     v = LIT(ne, e, " loss: ");
     ve = number(v, e);
     if (ve != e)
+        return 0;
+    if (overflows(v, ve))
         return 0;
     emit(s, 0, to_double(v, ve), to_int(n, ne), s->ctx, NO_INT);
     return 1;
@@ -1295,6 +1322,8 @@ static int try_bare(scan_t *s, const char *p, const char *e) {
         return 0;
     ve = number(v, e);
     if (ve != e)
+        return 0;
+    if (overflows(v, ve))
         return 0;
     emit(s, 0, to_double(v, ve), NO_INT, s->ctx, s->ctx_total);
     return 1;

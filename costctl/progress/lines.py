@@ -126,6 +126,21 @@ def _int(digits: str) -> int:
     return int(significant or "0") if len(significant) <= 19 else _PAST_I64
 
 
+#: The largest epoch kept: a run of a million passes over its data is far past any real job
+#: (long runs count tens to a few thousand epochs); a larger epoch (``Epoch 2**64``) is no epoch:
+#: the point keeps its value and step, its epoch is absent (issue 17).
+MAX_EPOCH = 1_000_000.0
+
+
+def _drop_huge_epochs(batch: PointBatch, start: int) -> None:
+    """Blank (NaN: no epoch) the epochs of ``batch`` from ``start`` on that exceed
+    :data:`MAX_EPOCH`; both engines' points pass through here."""
+    epochs = batch.epochs
+    for i in range(start, len(epochs)):
+        if epochs[i] > MAX_EPOCH:
+            epochs[i] = _NAN
+
+
 def _epoch_number(text: str) -> float | None:
     """An epoch as written (``\\d+(\\.\\d+)?``) as a float; None when it is not finite (a
     number past the float range is no epoch: the columns and the series never hold an
@@ -220,12 +235,17 @@ _LINE_END_RE = re.compile(r"\r\n|\r|\n")
 def parse_value(text: str) -> float | None:
     """Parse a loss value as printed: decimal, scientific, ``nan``/``inf``/``-inf`` (any case).
 
-    Returns None (never raises) for anything else, e.g. ``"abc"``.
+    Returns None (never raises) for anything else, e.g. ``"abc"``, and for a decimal literal
+    past the float range (``1e400``, 400 digits): a huge number is no number (issue 17), only a
+    literal ``inf``/``nan`` printed by the job is the divergence signal.
     """
     try:
-        return float(text)
+        value = float(text)
     except (TypeError, ValueError):
         return None
+    if math.isinf(value) and "inf" not in text.lower():
+        return None  # an overflowing literal, not the word inf
+    return value
 
 
 def clean_line(line: str) -> str:
@@ -552,14 +572,15 @@ def _parse_fast(line: str) -> list[_Raw] | None:
     if line.startswith("{'loss': "):
         m = _FAST_HF_RE.fullmatch(line)
         if m is not None:
-            epoch: float | None = float(m[2])
-            if not math.isfinite(epoch):  # type: ignore[arg-type]
-                epoch = None
-            return [("train", "loss", float(m[1]), None, epoch, None)]
+            value, epoch = float(m[1]), float(m[2])
+            if math.isinf(value) or math.isinf(epoch):
+                return None  # an overflowing literal is no number: the general parse decides
+            return [("train", "loss", value, None, epoch, None)]
     elif line.startswith("iter "):
         m = _FAST_ITER_RE.fullmatch(line)
         if m is not None:
-            return [("train", "loss", float(m[2]), _int(m[1]), None, None)]
+            value = float(m[2])
+            return None if math.isinf(value) else [("train", "loss", value, _int(m[1]), None, None)]
     return None
 
 
@@ -569,7 +590,10 @@ def _parse_fast(line: str) -> list[_Raw] | None:
 # MAX_LINE_CHARS); the last alternative, "other", is any other line holding a candidate literal
 # (oss/OSS/poch/POCH), handed to the per-line parser. Lines holding none of them match nothing:
 # the engine skips them. Lines end at "\n" or "\r" (tqdm redraws each a line).
-_B = r"-?\d{1,30}+(?:\.\d{1,30}+)?+(?:e[-+]?\d{1,4}+)?+"  # the fast paths' number, bounded
+# The fast paths' number, bounded so that it never overflows a float (at most 30 + 30 digits and
+# a two-digit exponent: below 1e130): an overflowing literal (1e400) is no number, which only
+# the general parse decides (parse_value), so such lines take the "other" alternative.
+_B = r"-?\d{1,30}+(?:\.\d{1,30}+)?+(?:e[-+]?\d{1,2}+)?+"
 # Each match starts at the line end before its line (the leading character set lets the
 # engine skip to line ends in its own loop): the block's first line is read on its own.
 _BLOCK_RE = re.compile(
@@ -912,6 +936,7 @@ class LineParser:
         :data:`MAX_LINE_CHARS` are skipped; ``count`` adds the lines to :attr:`lines_seen`.
         The epoch context carries over from block to block.
         """
+        start = len(batch.epochs)
         t = _NAN if now is None else (now if isinstance(now, float) else now.timestamp())
         if self._hook is not None:
             text = self._hook.take(text, t, batch)
@@ -925,8 +950,10 @@ class LineParser:
             rest = self._parse_custom_block(text, t, batch)
             if rest:  # the user's pattern was turned off: the built-in shapes read the rest
                 self._parse_builtin(rest, t, batch, count=False)
+            _drop_huge_epochs(batch, start)
             return
         self._parse_builtin(text, t, batch, count=count)
+        _drop_huge_epochs(batch, start)
 
     def _parse_custom_block(self, text: str, t: float, batch: PointBatch) -> str:
         """The user's pattern over the complete lines ``text``; returns the lines after the one

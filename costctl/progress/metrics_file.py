@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from costctl.jsonio import loads, loads_skipping_deep
-from costctl.numbers import as_count, as_float
+from costctl.numbers import MAX_NUMBER_CHARS, as_count, as_float
 from costctl.progress.grad_norms import GRAD_NORM_KEYS, GradNormRecord
+from costctl.progress.lines import MAX_EPOCH
 from costctl.records import ProgressPoint
 
 __all__ = ["EVAL_KEYS", "TRAIN_KEYS", "MetricsFileFollower", "read_metrics_file"]
@@ -61,10 +62,29 @@ _SUMMARY_KEYS = ("train_runtime",)
 
 def number(value: Any) -> float | None:
     """A metric cell or JSON value as a float: numbers as they are, numeric text (incl. ``nan``,
-    ``inf``) parsed as ``float()`` parses it; an integer or text past the float range is
-    ``+/-inf``, as on a console line (:func:`costctl.numbers.as_float`); None for booleans, empty
+    ``inf``) parsed as ``float()`` parses it; an integer or numeric text past the float range is
+    no number (None), as on a console line (:func:`costctl.numbers.as_float`); None for booleans, empty
     cells, missing values, text over 64 Ki characters and anything else. Never raises."""
     return as_float(value)
+
+
+def step_number(value: Any) -> float | None:
+    """A step cell or JSON value as a float, like :func:`number`, except that a number literal
+    past the float range (a 400-digit step, which :func:`number` reads as no number) is ``+/-inf``
+    here: a step that is no count, so its row is skipped and counted as a bad step rather than
+    read as a row without a step. Never raises."""
+    read = number(value)
+    if read is not None or isinstance(value, bool):
+        return read
+    if isinstance(value, (int, float)):
+        return math.inf if value > 0 else -math.inf  # a huge int, or a jsonio.HugeNumber
+    if isinstance(value, str) and len(value) <= MAX_NUMBER_CHARS:
+        try:
+            huge = float(value.strip())
+        except ValueError:
+            return None
+        return huge if math.isinf(huge) else None
+    return None
 
 
 @dataclass
@@ -104,15 +124,15 @@ def _points_from_row(
     skipped and counted there, instead of giving points without a step."""
     if any(k in row for k in _SUMMARY_KEYS):
         return []
-    step_value = next((v for k in STEP_KEYS if k in row and (v := number(row[k])) is not None), None)
+    step_value = next((v for k in STEP_KEYS if k in row and (v := step_number(row[k])) is not None), None)
     # a step is a count: 0 to 2**63 - 1 (what the ledger holds), else no step (the loss is kept)
     step = as_count(step_value) if step_value is not None else None
     if step is None and step_value is not None and bad_steps is not None:
         bad_steps[0] += 1
         return []
     epoch = next((v for k in EPOCH_KEYS if k in row and (v := number(row[k])) is not None), None)
-    if epoch is not None and not math.isfinite(epoch):
-        epoch = None
+    if epoch is not None and not (math.isfinite(epoch) and epoch <= MAX_EPOCH):
+        epoch = None  # an epoch past MAX_EPOCH (2**64) is no epoch
     points = []
     for key, kind in ((keys.loss_key, "train"), (keys.eval_key, "eval")):
         if key is None or key not in row:

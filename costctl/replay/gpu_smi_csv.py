@@ -8,7 +8,8 @@ Several GPUs interleaved (``0, 1, 0, 1`` rows at the same timestamp +/- 1 ms) ar
 one sample per snapshot: a new sample starts when a GPU already in the current group appears
 again. The GPU is identified by ``index``, else ``uuid``, else ``pci.bus_id``; a log with none
 of them is single-GPU, unless several rows share a timestamp (within :data:`SAME_SNAPSHOT_S`),
-which are then numbered 0, 1, ... in file order. Times are the recorder's local time without
+which are then numbered 0, 1, ... in file order. One sample holds at most
+:data:`MAX_GPUS_PER_SAMPLE` GPUs: past it a new sample starts. Times are the recorder's local time without
 a zone and are taken as UTC.
 
 Headerless logs (``--format=csv,noheader``) keep their units in the cells, which identifies
@@ -43,6 +44,12 @@ NOT_CSV = N_("not CSV (a quote left open past the csv module's field limit)")
 
 #: rows without a GPU identity whose timestamps are this close belong to one snapshot (seconds).
 SAME_SNAPSHOT_S = 0.05
+
+#: Most GPUs one sample (one machine's snapshot) holds. The largest single hosts carry 8-16 GPUs
+#: (HGX/DGX boards, 16-GPU servers); 64 leaves room for any of them. A snapshot that would grow
+#: past it (300,000 rows at one timestamp without a GPU column) is successive samples instead,
+#: so a sample, the per-GPU report lines and the analysis stay bounded.
+MAX_GPUS_PER_SAMPLE = 64
 
 _SMI_TIMESTAMP = re.compile(r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?$")
 _BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
@@ -129,6 +136,8 @@ class _Grouper:
 
     def add(self, when: datetime, identity: str | None, reading: GpuReading, *, has_index: bool) -> None:
         """Add one GPU's row read at ``when``; ``identity`` names the GPU (None: not in the log)."""
+        if len(self._readings) >= MAX_GPUS_PER_SAMPLE:
+            self.flush()  # no machine has more GPUs: the rows are successive samples
         if identity is None:
             close = self._time is not None and abs((when - self._time).total_seconds()) <= SAME_SNAPSHOT_S
             if not close:

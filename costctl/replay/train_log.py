@@ -49,7 +49,7 @@ from ..numbers import as_count
 from ..progress import LineParser, read_metrics_file
 from ..progress.lines import MAX_LINE_CHARS
 from ..progress.batch import PointBatch, native
-from ..progress.metrics_file import csv_rows, number
+from ..progress.metrics_file import csv_rows, number, step_number
 from ..records import ProgressPoint
 from ..progress.console import ConsoleSeries
 from ..progress.grad_norms import GRAD_NORM_KEYS, GradNormLog, GradNormRecord
@@ -244,7 +244,7 @@ def _cut(batch: PointBatch, kind: str, name: str | None = None) -> PointBatch:
 
 def _record_x(record: dict[str, Any]) -> float | None:
     for key in _STEP_KEYS:
-        value = number(record.get(key))
+        value = step_number(record.get(key))  # a 400-digit step: inf, a bad step (skipped, counted)
         if value is not None:
             return value
     return number(record.get("epoch"))

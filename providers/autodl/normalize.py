@@ -23,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any, Mapping
 
-from costctl_providers._normalize import decimal_from_json, strip_keys
+from costctl_providers._normalize import decimal_from_json, int_field, strip_keys
 from costctl_providers.base import BillingMode, Instance, Status
 
 PROVIDER = "autodl"
@@ -136,7 +136,8 @@ def instance_from_payload(item: Mapping[str, Any], snapshot: Mapping[str, Any] |
     status = map_status(status_raw)
     billing = billing_mode(merged.get("charge_type"))
     gpu_raw = merged.get("snapshot_gpu_alias_name") or merged.get("gpu_alias_name") or merged.get("gpu_spec_uuid")
-    gpu_count = _int(merged.get("req_gpu_amount"), default=1)
+    amount = merged.get("req_gpu_amount")
+    gpu_count = 1 if amount is None or amount == "" else int_field(PROVIDER, "req_gpu_amount", amount)
     price = yuan_from_milli(merged.get("payg_price")) if billing is BillingMode.ON_DEMAND else None
     if str(merged.get("start_mode") or "").lower() == "non_gpu" and status in (Status.RUNNING, Status.STARTING):
         gpu_count = 0

@@ -29,7 +29,7 @@ from decimal import Decimal
 from typing import Any, Mapping
 
 from costctl_providers._normalize import decimal_from_json as dollars
-from costctl_providers._normalize import percent_from_json
+from costctl_providers._normalize import int_field, percent_from_json
 from costctl_providers.base import BillingMode, Instance, Offer, Status
 
 PROVIDER = "runpod"
@@ -129,7 +129,7 @@ def instance_from_pod(pod: Mapping[str, Any], *, now: datetime | None = None) ->
     if now is not None and status is Status.RUNNING and isinstance(uptime, (int, float)) and uptime > 0:
         started_at = now - timedelta(seconds=float(uptime))
     raw = {k: v for k, v in pod.items() if k not in ("env", "dockerArgs")}
-    gpus = int(count) if isinstance(count, int) and not isinstance(count, bool) else 1
+    gpus = 1 if count is None else int_field(PROVIDER, "gpuCount", count)
     live = status is Status.RUNNING
     return Instance(
         provider=PROVIDER,

@@ -46,6 +46,7 @@ from costctl.errors import ConfigError, ProviderError
 from costctl.i18n import _
 from costctl.money import MAX_AMOUNT
 
+from .._normalize import datetime_field, decimal_field, enum_field, int_field, percent_from_json, text_field
 from .._adapter import clock_sleep
 from .._http import NotFoundError, wait_for_status
 from ..base import BillingMode, Capabilities, Instance, Offer, Provider, Status
@@ -200,9 +201,9 @@ class SimProvider(Provider):
     def _advance(self, rec: dict[str, Any], now: datetime) -> None:
         """Apply the transitions due by ``now``: a STARTING/STOPPING transition at its time, then
         a preemption at the notice's deadline."""
-        due = _dt(rec.get("transition_at"))
+        due = datetime_field(self.name, "transition_at", rec.get("transition_at"))
         notice = rec.get("notice")
-        deadline = _dt(notice["deadline"]) if notice else None
+        deadline = datetime_field(self.name, "notice.deadline", notice.get("deadline")) if isinstance(notice, dict) else None
         if due is not None and now >= due and (deadline is None or due <= deadline):
             if rec["status"] == Status.STARTING.value:
                 rec.update(status=Status.RUNNING.value, status_raw="running", started_at=_iso(due), transition_at=None)
@@ -213,27 +214,33 @@ class SimProvider(Provider):
                        preempted_at=_iso(deadline), transition_at=None, notice=None)
 
     def _to_instance(self, rec: dict[str, Any]) -> Instance:
+        """A state-file record as an Instance, every field checked at the boundary (the file is
+        hand-editable): a malformed one raises ProviderResponseError naming field and value."""
+        n = self.name
+        status = enum_field(n, "status", rec.get("status"), Status)
+        running = status is Status.RUNNING
         return Instance(
-            provider=self.name,
-            id=rec["id"],
-            gpu=rec["gpu"],
-            gpu_raw=rec["gpu"],
-            gpu_count=int(rec["gpu_count"]),
-            billing=BillingMode(rec["billing"]),
-            price_per_hour=Decimal(rec["price_per_hour"]),
-            currency=rec["currency"],
-            status=Status(rec["status"]),
-            status_raw=rec.get("status_raw"),
-            bid_per_hour=Decimal(rec["bid_per_hour"]) if rec.get("bid_per_hour") else None,
-            created_at=_dt(rec.get("created_at")),
-            started_at=_dt(rec.get("started_at")),
-            stopped_at=_dt(rec.get("stopped_at")),
-            region=rec.get("region"),
+            provider=n,
+            id=text_field(n, "id", rec.get("id"), optional=False),
+            gpu=text_field(n, "gpu", rec.get("gpu")),
+            gpu_raw=text_field(n, "gpu", rec.get("gpu")),
+            gpu_count=int_field(n, "gpu_count", rec.get("gpu_count")),
+            billing=enum_field(n, "billing", rec.get("billing"), BillingMode),
+            price_per_hour=decimal_field(n, "price_per_hour", rec.get("price_per_hour")),
+            currency=text_field(n, "currency", rec.get("currency"), optional=False, pattern=r"[A-Za-z]{3}",
+                                allowed=_("a three-letter ISO 4217 code, like USD")),
+            status=status,
+            status_raw=text_field(n, "status_raw", rec.get("status_raw")),
+            bid_per_hour=decimal_field(n, "bid_per_hour", rec.get("bid_per_hour") or None, optional=True),
+            created_at=datetime_field(n, "created_at", rec.get("created_at")),
+            started_at=datetime_field(n, "started_at", rec.get("started_at")),
+            stopped_at=datetime_field(n, "stopped_at", rec.get("stopped_at")),
+            region=text_field(n, "region", rec.get("region")),
             raw=dict(rec),
-            preempted=bool(rec.get("preempted_at")) and rec["status"] == Status.STOPPED.value,
-            gpu_utilization=rec.get("gpu_utilization") if rec["status"] == Status.RUNNING.value else None,
-            cpu_utilization=rec.get("cpu_utilization") if rec["status"] == Status.RUNNING.value else None,
-            label=rec.get("label"),
+            preempted=bool(rec.get("preempted_at")) and status is Status.STOPPED,
+            gpu_utilization=percent_from_json(rec.get("gpu_utilization")) if running else None,
+            cpu_utilization=percent_from_json(rec.get("cpu_utilization"), upper=None) if running else None,
+            label=text_field(n, "label", rec.get("label")),
         )
 
     def _get(self, state: dict[str, Any], instance_id: str, now: datetime) -> dict[str, Any]:

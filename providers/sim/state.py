@@ -51,7 +51,7 @@ class SimStateStore:
             raise ProviderError(_("sim: cannot read {path}: {reason}").format(path=self.path, reason=exc.strerror)) from None
         try:
             state = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past the parser's limit
             raise ProviderError(
                 _("sim: state file {path} is corrupt; delete it to reset the simulated cloud").format(path=self.path)
             ) from None

@@ -31,7 +31,7 @@ from decimal import Decimal
 from typing import Any, Mapping
 
 from costctl_providers._normalize import decimal_from_json as dollars
-from costctl_providers._normalize import percent_from_json, strip_keys
+from costctl_providers._normalize import int_field, percent_from_json, strip_keys
 from costctl_providers.base import BillingMode, Instance, Offer, Status
 
 PROVIDER = "vastai"
@@ -167,7 +167,7 @@ def instance_from_payload(item: Mapping[str, Any]) -> Instance:
         id=_id_text(item.get("id")),
         gpu=gpu_raw,
         gpu_raw=gpu_raw,
-        gpu_count=int(count) if isinstance(count, (int, float)) and not isinstance(count, bool) else 1,
+        gpu_count=1 if count is None else int_field(PROVIDER, "num_gpus", count),
         billing=BillingMode.SPOT if is_bid else BillingMode.ON_DEMAND,
         price_per_hour=price,
         currency=CURRENCY,
