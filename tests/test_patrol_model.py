@@ -309,3 +309,33 @@ def test_every_runs_at_once_then_on_its_interval_and_survives_a_failed_sweep():
     assert not thread.is_alive() and runs[:3] == [0, 1, 2] and [str(e) for e in errors] == ["provider down"]
     job_defaults = every.scheduler._job_defaults
     assert (job_defaults["coalesce"], job_defaults["max_instances"]) == (True, 1)
+
+
+@pytest.mark.parametrize("age, action, step", [
+    (timedelta(seconds=35), "stop", Step.HELD),       # just past the guard lag: maybe a network outage
+    (timedelta(minutes=14), "release", Step.HELD),
+    (timedelta(minutes=15), "stop", Step.MARK),       # STALE_HOLD reached: the watch is taken for dead
+    (timedelta(hours=3), "stop", Step.MARK),
+])
+def test_a_stale_heartbeat_holds_a_stop_or_release_until_it_is_stale_hold_old(age, action, step):
+    """Re-trial finding: a watch cut off from the team's central ledger for ~35 s read "stale" and a
+    2-second grace let a patrol stop its (alive) colleague's instance. A stale heartbeat younger
+    than STALE_HOLD holds without a mark; older, the instance is unguarded as before."""
+    from costctl.fleet.model import Guard as G
+    from costctl.patrol.model import STALE_HOLD
+
+    assert STALE_HOLD == timedelta(minutes=15)
+    status = Status.STOPPED if action == "release" else Status.RUNNING
+    s = seen(inst(status=status, stopped=T - timedelta(days=30) if action == "release" else None),
+             guard=GuardState.STALE)
+    row = s.row
+    row = type(row)(row.provider, row.account, row.instance, row.uptime_s, row.provider_spend, row.ledger_spend,
+                    G(GuardState.STALE, run_id="r-1", heartbeat_age=age), row.stopped_s, row.stopped_spend)
+    s = Seen(row=row, known=True, observations=(), gpu_readable=True, cpu_readable=True, release_after=None)
+    p = policy(action, guarded=False) if action == "stop" else policy("release", stopped_for="72h")
+    found = match(p, s, now=T, interval=FIVE)
+    assert found is not None
+    planned = plan(found, [], PatrolConfig(act_on="all"), now=T, in_flight_horizon=FIVE)
+    assert planned.step is step, planned.why
+    if step is Step.HELD:
+        assert "may be alive behind a network outage" in planned.why

@@ -247,6 +247,12 @@ def scope_problem(seen: Seen, patrol: PatrolConfig) -> str | None:
 #: Statuses a stop has nothing to do with: the instance is not running (already on its way down or down).
 NOT_STOPPABLE = frozenset({Status.STOPPING, Status.STOPPED, Status.TERMINATED})
 
+#: How long a stale heartbeat (a run not ended, not seen within the guard lag) holds a stop or a
+#: release: a watch cut off from a team's central ledger by a short network outage looks stale
+#: exactly like a dead one, so the patrol acts only once the heartbeat is this old (15 minutes:
+#: longer than the outbox's backoff reaches in an ordinary outage, short beside an instance-hour).
+STALE_HOLD = timedelta(minutes=15)
+
 
 class Step(StrEnum):
     """What the patrol does (or, in a dry run, would do) with a match now."""
@@ -334,7 +340,8 @@ def plan(found: Match, history: Sequence[PatrolDecision], patrol: PatrolConfig, 
 
     Rules, in order: a stop or release never touches an out-of-scope instance (not even a
     mark); nor one whose guard is unknown (the ledger could not be read: it is treated as
-    guarded, held without a mark); a stop never marks an instance that is not running (stopping,
+    guarded, held without a mark), nor one whose watch's heartbeat is stale but younger than
+    :data:`STALE_HOLD` (held without a mark); a stop never marks an instance that is not running (stopping,
     stopped, terminated: :data:`NOT_STOPPABLE`), a release never marks an instance something
     guards or watches (the same checks as at act time, so nothing is announced that would not be
     done); a notify policy marks once per episode (the mark is its notification); an instance
@@ -355,6 +362,11 @@ def plan(found: Match, history: Sequence[PatrolDecision], patrol: PatrolConfig, 
         if guard is GuardState.UNKNOWN:
             return Plan(Step.HELD, found, why=_("the ledger cannot be read, so whether a watch guards it is unknown: "
                                                 "treated as guarded, nothing is marked or done"))
+        age = found.seen.row.guard.heartbeat_age
+        if guard is GuardState.STALE and age is not None and age < STALE_HOLD:
+            return Plan(Step.HELD, found, why=_(
+                "a watch's heartbeat is {age} old: it may be alive behind a network outage, so nothing is marked "
+                "or done until it is {hold} old").format(age=fmt_duration(age), hold=fmt_duration(STALE_HOLD)))
         status = found.seen.row.instance.status
         if policy.action == "stop" and status in NOT_STOPPABLE:
             return Plan(Step.NOT_APPLICABLE, found, open_mark(history, policy.decision_policy),
