@@ -273,3 +273,25 @@ def test_costctl_snooze_from_another_process_postpones_the_pending_stop_ten_minu
                           "sim-local is stopped"], titles
     # the notifications after the snooze say so
     assert all("The autostop was snoozed by" in m["message"] for m in messages[2:4])
+
+
+def test_the_jobs_end_is_told_before_the_idle_warning_its_exit_starts(tmp_path):
+    """Re-trial finding: with an exit window shorter than warn_before, the job's exit posted the
+    idle warning in its last tick and the job_end message after it: the webhook read "will be
+    stopped" before "the job failed". The job's end comes first, then the warning, then the stop."""
+    with FakeWebhook() as hook:
+        clock = SimClock(T0)
+        toml = _toml(hook.json_url(TOKEN)).replace(
+            'events = ["stop_pending", "stop_done", "stop_failed"]',
+            'events = ["stop_pending", "stop_done", "stop_failed", "job_end"]').replace(
+            'time_window = "10m"\n', 'time_window = "10m"\nexit_window = "12s"\n')
+        fd = os.open(os.devnull, os.O_WRONLY)
+        w = Watcher(settings(tmp_path, toml), WatchOptions(command=[sys.executable, "-c", "raise SystemExit(3)"],
+                                                           quiet=True, status_line=False),
+                    clock=clock, sampler=IDLE_GPU, stdout_fd=fd, stderr_fd=fd)
+        code, why = drive(w, clock, step_s=5, max_real_s=120, on_step=_settled(w, hook))
+        assert (code, why) == (3, "stopped")
+        events = [d.message.event.value for d in w.notifier.deliveries]
+        hook.wait_for(len(events))
+    assert events == ["job_end", "stop_pending", "stop_done"], events
+    assert [m["title"] for m in hook.messages][0].startswith("The job on sim-local failed with exit status 3")

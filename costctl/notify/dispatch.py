@@ -148,6 +148,9 @@ class Notifier:
         #: note goes only with the warning or the end of such a stop, never a budget cap's.
         self.snoozable: Callable[[str], bool] = lambda policy: True
         self._stop_policy: str | None = None
+        #: Messages posted while the watch handles its job's exit (see :meth:`defer`), else None.
+        self._deferred: list[Message] | None = None
+        self._defer_lock = threading.Lock()
         #: Every message handed to a sender, in order (the summary, the tests).
         self.deliveries: list[Delivery] = []
         self._thread = threading.Thread(target=self._dispatch, name="costctl-notify", daemon=True)
@@ -202,14 +205,37 @@ class Notifier:
             self.post(message)
 
     def job_ended(self, status: int, when: datetime) -> None:
-        """The watched command exited for good with ``status``."""
-        self.post(job_end_message(status, on_exit=self.on_exit, when=when, ctx=self._ctx()))
+        """The watched command exited for good with ``status``: posted ahead of anything
+        :meth:`defer` holds (what the exit led to, e.g. the idle warning it starts, comes after)."""
+        self.post(job_end_message(status, on_exit=self.on_exit, when=when, ctx=self._ctx()), first=True)
+
+    def defer(self) -> None:
+        """Hold the messages posted from now until :meth:`release`: the watch calls it while it
+        handles its job's exit, whose last tick may already post a warning the exit caused,
+        before it knows whether the exit is for good (an OOM retry restarts the job) and so
+        before :meth:`job_ended`. Never delays a stop: only its messages wait, a moment."""
+        with self._defer_lock:
+            if self._deferred is None:
+                self._deferred = []
+
+    def release(self) -> None:
+        """Post what :meth:`defer` held, in the order it was posted."""
+        with self._defer_lock:
+            held, self._deferred = self._deferred or [], None
+        for message in held:
+            self.post(message)
 
     # ------------------------------------------------------------------ sending
-    def post(self, message: Message) -> bool:
+    def post(self, message: Message, *, first: bool = False) -> bool:
         """Queue ``message`` for the URLs that take its event; False when it is not sent: no
         such URL, already sent, held back by the rate limit, the notifier closed. Never blocks
-        (any thread may call it: the tick's, the stop's, the snooze socket's)."""
+        (any thread may call it: the tick's, the stop's, the snooze socket's). While
+        :meth:`defer` holds messages, it is held too (True), unless ``first``."""
+        if not first:
+            with self._defer_lock:
+                if self._deferred is not None:
+                    self._deferred.append(message)
+                    return True
         targets = [t.index for t in self.targets if message.event.value in t.events]
         if not targets:
             return False

@@ -1658,18 +1658,25 @@ class Watcher:
             with self._lock:
                 self.history.child_running = False
                 self.history.child_exited_at = self.clock.now()
-            self.tick()  # record the last output and spend up to the exit
-            if self._stopped_at is not None:
-                return None
-            with self._lock:
-                assert self.lifecycle is not None
-                if self.lifecycle.requester.pending is not None:
-                    self.lifecycle.poll()  # the job exited during a checkpoint request
+            notifier = self.notifier
+            if notifier is not None:
+                notifier.defer()  # the job's end is told before what it leads to (job_ended)
+            try:
+                self.tick()  # record the last output and spend up to the exit
                 if self._stopped_at is not None:
                     return None
-                if self.lifecycle.child_exited(status):
-                    return None  # restarted (OOM retry)
-            return self._after_exit(status)
+                with self._lock:
+                    assert self.lifecycle is not None
+                    if self.lifecycle.requester.pending is not None:
+                        self.lifecycle.poll()  # the job exited during a checkpoint request
+                    if self._stopped_at is not None:
+                        return None
+                    if self.lifecycle.child_exited(status):
+                        return None  # restarted (OOM retry)
+                return self._after_exit(status)
+            finally:
+                if notifier is not None:
+                    notifier.release()
         return None
 
     def _stop_step(self) -> tuple[int, str] | None:
