@@ -127,11 +127,11 @@ def test_watch_of_a_job_printing_catastrophic_lines_passes_the_output_through_an
     ends with the job's exit status."""
     job = tmp_path / "job.py"
     job.write_text(JOB_CATASTROPHIC)
-    # a sample interval of 5 s: the parser gets up to that after the job's exit to finish (the
+    # a sample interval of 20 s: the parser gets up to that after the job's exit to finish (the
     # ten timed-out lines take about half a second of it, more on a loaded machine)
     proc = subprocess.run(costctl_cmd("watch", "--on-exit", "leave", "--loss-regex", CATASTROPHIC, "--",
                                       sys.executable, str(job)),
-                          env=costctl_env(tmp_path / "data", COSTCTL_WATCH__SAMPLE_INTERVAL="5s"), cwd=tmp_path,
+                          env=costctl_env(tmp_path / "data", COSTCTL_WATCH__SAMPLE_INTERVAL="20s"), cwd=tmp_path,
                           capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
     out, err = proc.stdout.decode(), proc.stderr.decode()
     assert proc.returncode == 3, err

@@ -138,9 +138,9 @@ def test_gpus_for_autodl_shows_yuan_with_thousands_separators_in_chinese(tmp_pat
     args = ["gpus", "--provider", "autodl", "--offline"]
     out, _err = _cli(args, tmp_path, monkeypatch, capsys, "zh_CN")
     assert " CNY" not in out
-    assert "¥1.98" in _row(out, "RTX 4090", "on-demand")
+    assert "¥1.98" in _row(out, "RTX 4090", "按需")        # billing kinds in Chinese (display words)
     # a month's rental of an RTX 4090: 1052 yuan, with the separator, beside its price per hour
-    assert "¥1.44（¥1,052.00/月）" in _row(out, "RTX 4090", "prepaid")
+    assert "¥1.44（¥1,052.00/月）" in _row(out, "RTX 4090", "包月")
     out, _err = _cli(args, tmp_path, monkeypatch, capsys, "en")
     assert " CNY" not in out
     assert "CN¥1.98" in _row(out, "RTX 4090", "on-demand")
