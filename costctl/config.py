@@ -43,11 +43,14 @@ from pydantic import (
 )
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
 from pydantic_settings.exceptions import SettingsError
+
+from . import jsonio
 
 # The shared field types live in config_types (importable by the policies); re-exported here.
 from .config_types import (  # noqa: F401
@@ -81,7 +84,7 @@ from .policies.idle_fraction import IdleFractionConfig  # noqa: F401
 from .policies.plateau import PlateauConfig  # noqa: F401
 from .policies.registry import ENTRY_POINT_GROUP, discover_policies, known_policies, policies_model
 from .policies.stall import StallConfig  # noqa: F401
-from .validation import describe_value, one_line, toml_error_text
+from .validation import describe_value, one_line, require_regular_file, toml_error_text
 
 ENV_PREFIX = "COSTCTL_"
 
@@ -174,7 +177,7 @@ class WatchConfig(_Section):
     def _tz(cls, v: str) -> str:
         try:
             ZoneInfo(v)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name past 255 bytes (ENAMETOOLONG)
             raise ValueError(_("expected an IANA time zone name such as UTC or Asia/Shanghai")) from None
         return v
 
@@ -855,10 +858,37 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        sources: list[PydanticBaseSettingsSource] = [init_settings, _BoundedEnvSource(settings_cls)]
         if cls._toml_path is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=cls._toml_path))
         return tuple(sources)
+
+
+class _BoundedEnvSource(EnvSettingsSource):
+    """pydantic-settings' environment source, its JSON values (a table or a list in one
+    variable) read by :func:`costctl.jsonio.loads`: nesting past the parser's recursion limit is
+    a one-line :class:`ConfigError` naming the variable, never a ``RecursionError``."""
+
+    def decode_complex_value(self, field_name: str, field: Any, value: Any) -> Any:
+        """Raises:
+            ConfigError: ``value`` nests arrays/objects too deeply to read.
+        """
+        if isinstance(value, str):
+            try:
+                jsonio.loads(value)
+            except jsonio.JsonTooDeep:
+                raise ConfigError(_deep_variable(value)) from None
+            except ValueError:
+                pass  # no JSON at all: pydantic-settings says so in its own way
+        return super().decode_complex_value(field_name, field, value)
+
+
+def _deep_variable(value: str) -> str:
+    """The line for a ``COSTCTL_*`` variable whose JSON value nests too deeply."""
+    names = sorted(name for name, held in os.environ.items()
+                   if held == value and name.upper().startswith(ENV_PREFIX))
+    return _("environment variable {name}: JSON nested too deeply to read; expected a JSON object or list "
+             "a few levels deep").format(name=names[0] if names else ENV_PREFIX + "*")
 
 
 # Environment variables that belong to costctl but are not settings keys: the job-side protocol
@@ -961,7 +991,7 @@ def _json_holds(text: str, path: tuple[str, ...]) -> bool:
     the keys it names, down to a list or a plain value, which holds the rest of the path
     (``["json://x", 5]`` holds ``1.url``)."""
     try:
-        node: Any = json.loads(text)
+        node: Any = jsonio.loads(text)
     except ValueError:
         return False
     for part in path:
@@ -1026,7 +1056,7 @@ def _table_variable(message: str) -> str:
         if kind is None:
             continue
         try:
-            parsed = json.loads(value)
+            parsed = jsonio.loads(value)
         except ValueError:
             parsed = _NOT_JSON
         if kind == "table" and not isinstance(parsed, dict):
@@ -1129,6 +1159,7 @@ def load_settings(config: Path | None = None, overrides: dict[str, Any] | None =
     discover_policies()  # the costctl.policies entry points (once per process); ConfigError if broken
     settings_cls = settings_model()
     if path is not None:
+        require_regular_file(path)
         try:
             with path.open("rb") as fh:
                 tomllib.load(fh)

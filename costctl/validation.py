@@ -13,12 +13,15 @@ key reads the same everywhere::
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
 
+from .errors import UsageError
 from .i18n import _, language, ngettext
 
 #: Longest ``repr`` of a bad value quoted in a message, in characters (longer ones are cut with "...").
@@ -42,7 +45,15 @@ def escape_controls(text: str) -> str:
     """
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return "".join(c if c.isprintable() else _escape_char(c) for c in text)
+
+
+def _escape_char(c: str) -> str:
+    """One non-printable character as an escape; a ``surrogateescape``'d byte (U+DC80..U+DCFF,
+    a byte of a path or argument that is not UTF-8) as that byte, ``\\xff``."""
+    if "\udc80" <= c <= "\udcff":
+        return "\\x{:02x}".format(ord(c) - 0xDC00)
+    return repr(c)[1:-1]
 
 
 def describe_value(value: Any) -> str:
@@ -186,3 +197,50 @@ def toml_error_text(where: str, exc: Exception) -> str:
         said = (_("{where}: not valid TOML at the end of the file: {detail}") if english
                 else _("{where}: not valid TOML at the end of the file"))
     return said.format(**shape)
+
+
+def special_file_kind(path: "os.PathLike[str] | str", fd: int | None = None) -> str | None:
+    """What ``path`` (or the open ``fd``) is when it is neither a regular file nor a directory:
+    ``"fifo"``, ``"device"`` (character or block) or ``"socket"``; None for a regular file, a
+    directory, or a path that cannot be stat'ed (the caller's open reports that its own way).
+    Never opens the path (opening a FIFO blocks until a writer comes)."""
+    try:
+        mode = os.fstat(fd).st_mode if fd is not None else os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return None
+
+
+def shown_path(path: "os.PathLike[str] | str | bytes") -> str:
+    """A path (or command argument) as text that always encodes: bytes that are not UTF-8
+    (kept by Python as lone surrogates, ``surrogateescape``) are written as ``\\xff`` escapes."""
+    try:
+        raw = os.fsencode(path)
+    except (TypeError, UnicodeEncodeError):
+        return str(path).encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def require_regular_file(path: "os.PathLike[str] | str") -> None:
+    """Check, before opening it, that a file the user named is a regular file (or a directory,
+    which the caller's open reports): a FIFO would block the open forever, a device such as
+    ``/dev/zero`` never ends.
+
+    Raises:
+        UsageError: ``path`` is a FIFO, a device or a socket (one line naming it; exit 2).
+    """
+    kind = special_file_kind(path)
+    if kind is None:
+        return
+    shown = escape_controls(shown_path(path))
+    if kind == "fifo":
+        raise UsageError(_("{path} is a FIFO, expected a regular file").format(path=shown))
+    if kind == "device":
+        raise UsageError(_("{path} is a device, expected a regular file").format(path=shown))
+    raise UsageError(_("{path} is a socket, expected a regular file").format(path=shown))

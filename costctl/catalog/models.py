@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any, Union
 
 from ..errors import ConfigError, UsageError
-from ..jsonio import loads
+from .. import jsonio
 from ..i18n import _
+from ..validation import require_regular_file
 
 
 @dataclass(frozen=True)
@@ -348,11 +349,12 @@ def shape_from_hf_config(path: Path) -> TransformerShape:
             or inconsistent heads (hidden size not divisible by the heads, K/V heads not
             dividing them).
     """
+    require_regular_file(path)
     try:
-        cfg = loads(path.read_text(encoding="utf-8"))  # jsonio: never past ValueError (huge ints, deep nesting)
+        cfg = jsonio.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(_("{path}: cannot read: {error}").format(path=path, error=exc.strerror or exc)) from None
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError) as exc:  # jsonio.JsonTooDeep is a ValueError
         raise ConfigError(_("{path}: not a JSON file: {error}").format(path=path, error=exc)) from None
     if not isinstance(cfg, dict):
         raise ConfigError(_("{path}: expected a JSON object (a Hugging Face config.json)").format(path=path))

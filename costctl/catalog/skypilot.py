@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, UsageError
 from ..i18n import _
+from ..validation import require_regular_file
 from .gpus import normalize_gpu_name
 from .prices import PriceEntry, make_entry
 
@@ -156,6 +157,7 @@ def import_skypilot_csv(path: Path, *, provider: str | None = None, seen: date, 
     Raises:
         ConfigError: unreadable file, or see :func:`parse_skypilot_csv`.
     """
+    require_regular_file(path)
     try:
         text = path.read_text(encoding="utf-8-sig")
     except OSError as exc:

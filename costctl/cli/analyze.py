@@ -9,6 +9,7 @@ peers' rules (SkyPilot autostop, dstack utilization_policy).
 from __future__ import annotations
 
 import json
+import re
 import sys
 from datetime import datetime, timedelta, timezone
 from enum import Enum
@@ -21,6 +22,7 @@ import typer
 from ..errors import CostctlError, UsageError
 from ..i18n import N_, _
 from .common import ConfigOption, out_console, settings_from
+from .when import parse_when_option
 
 TIME_ALLOWED = N_("expected an ISO-8601 date-time such as 2026-02-02T01:07:37 (no offset = the logs' own clock, read "
                   "as UTC)")
@@ -45,13 +47,9 @@ def parse_start_time(text: str) -> datetime:
         UsageError: anything else.
     """
     value = text.strip()
-    for candidate in (value, value.replace("/", "-")):
-        try:
-            parsed = datetime.fromisoformat(candidate)
-        except ValueError:
-            continue
-        return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed.astimezone(timezone.utc)
-    raise UsageError(_("--start-time {value!r}: {allowed}").format(value=text, allowed=_(TIME_ALLOWED)))
+    if re.match(r"\d{4}/\d{2}/\d{2}", value):  # nvidia-smi's own timestamp shape
+        value = value.replace("/", "-", 2)
+    return parse_when_option(value, option="--start-time", tz=timezone.utc, allowed=_(TIME_ALLOWED))
 
 
 def _duration(text: str | None, option: str) -> timedelta | None:

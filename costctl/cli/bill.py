@@ -20,13 +20,14 @@ from zoneinfo import ZoneInfo
 
 import typer
 
-from ..clock import ensure_utc, utcnow
+from ..clock import utcnow
 from ..errors import CostctlError, UsageError
 from ..i18n import N_, _, ngettext
 from ..money import Money
 from ..report import EXPORT_MONEY_PLACES, NotShown, render_csv, render_json, render_table, row_totals
 from . import common
 from .common import ConfigOption, DbOption, FormatOption, OutputFormat, settings_from
+from .when import parse_when_option
 
 if TYPE_CHECKING:  # the ledger (SQLAlchemy Core, never the ORM) loads when a bill runs, not for --help
     from rich.console import Console
@@ -84,14 +85,7 @@ def parse_when(text: str, tz: ZoneInfo, option: str) -> datetime:
     Raises:
         UsageError: one line naming the option, the value and what is allowed.
     """
-    try:
-        value = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise UsageError(_("{option} {value!r}: {allowed}").format(option=option, value=text,
-                                                                    allowed=_(WHEN_ALLOWED))) from None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=tz)
-    return ensure_utc(value)
+    return parse_when_option(text, option=option, tz=tz, allowed=_(WHEN_ALLOWED))
 
 
 #: The most runs / chains ``--limit`` may ask for (a 32-bit SQL integer bound).

@@ -19,7 +19,7 @@ import typer
 
 from ..errors import CostctlError
 from ..i18n import _
-from ..validation import escape_controls
+from ..validation import escape_controls, shown_path
 from .translated import ClickException, CostctlTyper, show_usage_error
 
 COMMAND_MODULES = ("init", "watch", "bill", "db", "gpus", "instances", "fleet", "patrol", "analyze", "sim", "snooze",
@@ -100,19 +100,48 @@ def _discard_stdout() -> None:
 
 
 def _crash(exc: BaseException) -> int:
-    from ..paths import crash_log_dir
-
+    """Report a bug: the traceback goes to a crash log in the data dir, one line to stderr.
+    Never raises: when the crash log cannot be written (a data dir that cannot exist, a path
+    too long, no space), the line says the error alone, without a traceback on the terminal."""
+    detail = _detail(exc)
     try:
+        from ..paths import crash_log_dir
+
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         path = crash_log_dir() / f"crash-{stamp}.log"
-        path.write_text("".join(traceback.format_exception(exc)))
+        path.write_text("".join(traceback.format_exception(exc)), encoding="utf-8", errors="backslashreplace")
         line = _("costctl: internal error: {error}: {detail} (traceback in {path})").format(
-            error=type(exc).__name__, detail=exc, path=path)
-    except (OSError, CostctlError):
-        traceback.print_exception(exc)
-        line = _("costctl: internal error: {error}: {detail}").format(error=type(exc).__name__, detail=exc)
-    print(escape_controls(line), file=sys.stderr)
+            error=type(exc).__name__, detail=detail, path=shown_path(path))
+    except Exception:  # noqa: BLE001 - the crash reporter itself must never raise
+        line = _("costctl: internal error: {error}: {detail}").format(error=type(exc).__name__, detail=detail)
+    try:
+        print(escape_controls(shown_path(line)), file=sys.stderr)
+    except Exception:  # noqa: BLE001 - stderr gone: the exit status still says it
+        pass
     return 70
+
+
+def _detail(exc: BaseException) -> str:
+    """``str(exc)``, whatever ``__str__`` does (an exception's own text may fail to render)."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001
+        return repr(type(exc))
+
+
+#: errno values of a path the user gave that is wrong as given (exit 2, a usage error); any
+#: other error on a named path is a run-time I/O failure (exit 1).
+PATH_USAGE_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ELOOP,
+                               errno.EINVAL, errno.EILSEQ})
+
+
+def _path_error(exc: OSError) -> int:
+    """An OSError on a named path (one the user gave, or one below the data dir it gave): one
+    line naming the path, escaped, and the system's reason; exit 2 for a path that is wrong as
+    given (:data:`PATH_USAGE_ERRNOS`), 1 for other I/O failures."""
+    line = _("costctl: {path}: {reason}").format(path=shown_path(exc.filename), reason=exc.strerror or exc)
+    print(escape_controls(line), file=sys.stderr)
+    return 2 if exc.errno in PATH_USAGE_ERRNOS else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         return code if isinstance(code, int) else 1
     except OSError as exc:
-        if exc.errno not in OUTPUT_ERRNOS or exc.filename is not None:
+        if exc.filename is not None:
+            return _path_error(exc)
+        if exc.errno not in OUTPUT_ERRNOS:
             return _crash(exc)
         _discard_stdout()
         if exc.errno != errno.EPIPE:  # a reader that went away (`| head`) wants no message
@@ -147,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except CostctlError as exc:
         # one line, as typed: a control character in a path or value is shown escaped
-        print(escape_controls(_("costctl: {message}").format(message=exc.message)), file=sys.stderr)
+        print(escape_controls(shown_path(_("costctl: {message}").format(message=exc.message))), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(_("costctl: interrupted"), file=sys.stderr)

@@ -26,6 +26,7 @@ from sqlalchemy.engine import URL, Engine
 
 from ..errors import LedgerError
 from ..i18n import _
+from ..validation import shown_path
 
 if TYPE_CHECKING:  # the ORM loads only where ORM objects are used (never for ``costctl bill``)
     from sqlalchemy.orm import Session
@@ -131,6 +132,10 @@ def make_engine(url: str | URL, *, create: bool = True) -> Engine:
         LedgerError: invalid URL, unknown dialect, missing driver, or a SQLite file whose
             directory cannot be created — one line, password redacted.
     """
+    text = url if isinstance(url, str) else (url.database or "")
+    if not _encodes(text):  # a data dir, --db or HOME holding bytes that are not UTF-8
+        raise LedgerError(_("database {url}: the path is not valid UTF-8, which the database cannot open; "
+                            "use a data dir or --db path of UTF-8 text").format(url=shown_path(text)), exit_code=2)
     parsed = parse_url(url) if isinstance(url, str) else url
     shown = redact(parsed)
     path = sqlite_file(parsed)
@@ -171,7 +176,49 @@ def make_engine(url: str | URL, *, create: bool = True) -> Engine:
         ) from None
     if engine.dialect.name == "sqlite":
         _configure_sqlite(engine)
+    event.listen(engine, "before_cursor_execute", _escape_parameters, retval=True)
     return engine
+
+
+def _encodes(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (no lone surrogates: ``surrogateescape``'d bytes)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _escaped(value: Any) -> Any:
+    """A statement parameter the driver can encode: text holding a command argument or a path
+    whose bytes are not UTF-8 (lone surrogates) gets them as ``\\xff`` escapes
+    (:func:`costctl.validation.shown_path`); anything else as it is."""
+    if isinstance(value, str) and not _encodes(value):
+        return shown_path(value)
+    return value
+
+
+def _escape_parameters(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any,
+                       executemany: bool) -> tuple[str, Any]:
+    """The engine's ``before_cursor_execute`` hook: every text the ledger stores (argv, paths,
+    hosts, messages) goes through :func:`_escaped`, so no write fails on bytes that are not
+    UTF-8 — the one place for all tables."""
+    def one(params: Any) -> Any:
+        if isinstance(params, dict):
+            if all(_encodes(v) for v in params.values() if isinstance(v, str)):
+                return params
+            return {k: _escaped(v) for k, v in params.items()}
+        if isinstance(params, (list, tuple)):
+            if all(_encodes(v) for v in params if isinstance(v, str)):
+                return params
+            return type(params)(_escaped(v) for v in params)
+        return params
+
+    if executemany and isinstance(parameters, (list, tuple)):
+        return statement, type(parameters)(one(p) for p in parameters)
+    return statement, one(parameters)
 
 
 def _configure_sqlite(engine: Engine) -> None:

@@ -24,6 +24,7 @@ from sqlalchemy.types import TypeDecorator
 from ..errors import LedgerError
 from ..i18n import _, canonical, canonical_data
 from ..money import MAX_AMOUNT, AmountError
+from ..validation import shown_path
 
 #: Characters a money column holds (``VARCHAR(64)`` on PostgreSQL).
 DECIMAL_TEXT_CHARS = 64
@@ -111,6 +112,18 @@ def money_text(value: Decimal) -> str:
     return text
 
 
+def _utf8_tree(value: Any) -> Any:
+    """``value`` (parsed JSON) with every string holding lone surrogates (``surrogateescape``'d
+    bytes of a command argument or a path) written with ``\\xff`` escapes instead."""
+    if isinstance(value, str):
+        return shown_path(value)
+    if isinstance(value, list):
+        return [_utf8_tree(v) for v in value]
+    if isinstance(value, dict):
+        return {shown_path(k): _utf8_tree(v) for k, v in value.items()}
+    return value
+
+
 class JSONText(TypeDecorator[Any]):
     """Any JSON-serialisable value stored as text; Decimals and datetimes become strings."""
 
@@ -120,7 +133,12 @@ class JSONText(TypeDecorator[Any]):
     def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
         if value is None:
             return None
-        return json.dumps(canonical_data(value), default=str, sort_keys=True, ensure_ascii=False)
+        text = json.dumps(canonical_data(value), default=str, sort_keys=True, ensure_ascii=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # an argv or a path holding bytes that are not UTF-8
+            text = json.dumps(_utf8_tree(json.loads(text)), sort_keys=True, ensure_ascii=False)
+        return text
 
     def process_result_value(self, value: str | None, dialect: Dialect) -> Any:
         return None if value is None else json.loads(value)

@@ -39,6 +39,7 @@ from costctl.numbers import MAX_NUMBER_CHARS, as_count, as_float
 from costctl.progress.grad_norms import GRAD_NORM_KEYS, GradNormRecord
 from costctl.progress.lines import MAX_EPOCH
 from costctl.records import ProgressPoint
+from costctl.validation import special_file_kind
 
 __all__ = ["EVAL_KEYS", "TRAIN_KEYS", "MetricsFileFollower", "read_metrics_file"]
 
@@ -231,7 +232,12 @@ class MetricsFileFollower:
 
     def _read(self, now: datetime | None, *, final: bool) -> list[ProgressPoint]:
         try:
-            with self.path.open("rb") as fh:
+            # O_NONBLOCK: opening a FIFO in the metrics file's place must never block the watch
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+            if special_file_kind(self.path, fd) is not None:  # a FIFO or a device: nothing to read
+                os.close(fd)
+                return []
+            with os.fdopen(fd, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
                 if self._kind is None:
                     self._kind = _detect(fh.read(_DETECT_BYTES), final=final)

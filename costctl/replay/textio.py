@@ -18,6 +18,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..i18n import _
 from ..progress.encoding import detect_encoding
+from ..validation import require_regular_file
 
 __all__ = [
     "BLOCK_CHARS", "SNIFF_BYTES", "detect_encoding", "iter_lines", "open_text", "read_all", "read_head", "split_lines",
@@ -31,8 +32,10 @@ def open_text(path: Path) -> io.TextIOWrapper:
     """Open ``path`` for reading as text with its detected encoding and no newline translation.
 
     Raises:
-        UsageError: the file does not exist or cannot be read (one line naming it).
+        UsageError: the file does not exist or cannot be read, or is a FIFO or a device (one
+            line naming it).
     """
+    require_regular_file(path)
     try:
         with path.open("rb") as fh:
             head = fh.read(SNIFF_BYTES)
