@@ -241,3 +241,25 @@ def test_date_options_in_range_still_read(capsys, monkeypatch):
     monkeypatch.setenv("COSTCTL_WATCH__TIMEZONE", "Asia/Shanghai")
     for args in (["--since", "2026-01-31"], ["--since", "9999-12-31"], ["--until", "2026-01-31T08:00:00Z"]):
         assert main(["bill", *args]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("how", ["--config fifo", "COSTCTL_CONFIG fifo", "--config /dev/zero",
+                                 "COSTCTL_CONFIG /dev/zero", "init --force fifo"])
+def test_a_fifo_or_device_as_the_config_file_never_hangs_the_real_cli(tmp_path, fifo, how):
+    """Re-trial finding: the language is chosen from the config file before click runs (costctl.cli.
+    language), and that early read opened a FIFO (blocked) or /dev/zero (ate memory without limit);
+    `init --force FIFO` blocked writing. Each is one line, exit 2, in a real child process."""
+    target = str(fifo) if "fifo" in how else "/dev/zero"
+    env = costctl_env(tmp_path / "data")
+    if how.startswith("COSTCTL_CONFIG"):
+        env["COSTCTL_CONFIG"] = target
+        args = ["bill"]
+    elif how.startswith("init"):
+        args = ["init", "--force", target]
+    else:
+        args = ["bill", "--config", target]
+    proc = subprocess.run(costctl_cmd(*args), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert target in proc.stderr

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ..errors import UsageError
+from ..validation import require_regular_file
 from ..i18n import N_, _, format_amount, language, set_language
 from ..paths import CONFIG_FILE_NAME
 from .common import err_console
@@ -487,6 +488,7 @@ def init(
             path=path, example=path / CONFIG_FILE_NAME))
     if path.exists() and not force:
         raise UsageError(_("{path} already exists; use --force to overwrite it").format(path=path))
+    require_regular_file(path)  # --force over a FIFO would block, over a device write into it
     if provider is None and (gpu is not None or gpu_count != 1):
         raise UsageError(_("--gpu and --gpu-count describe the instance of a --provider; give --provider too"))
     text = example_config() if provider is None else provider_config(provider.strip().lower(), gpu=gpu,

@@ -14,6 +14,7 @@ language the rest would choose.
 from __future__ import annotations
 
 import os
+import stat
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -48,6 +49,16 @@ def config_path_from(argv: Sequence[str], environ: Mapping[str, str], cwd: Path)
     return cwd / CONFIG_FILE_NAME
 
 
+def _plain_file(path: Path) -> bool:
+    """``path`` is a regular file (stat only, never opened: a FIFO blocks an open, a device such
+    as /dev/zero never ends; costctl.validation.require_regular_file says so later, in one line).
+    Kept to the standard library: this runs before click loads."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
 def configured_language(argv: Sequence[str], environ: Mapping[str, str] | None = None,
                         cwd: Path | None = None) -> str | None:
     """The valid ``[ui] language`` a run with ``argv`` is configured with (``auto``, ``en``,
@@ -58,8 +69,10 @@ def configured_language(argv: Sequence[str], environ: Mapping[str, str] | None =
     if chosen is not None:
         return chosen
     path = config_path_from(argv, env, cwd or Path.cwd())
+    if path is None or not _plain_file(path):
+        return None  # a FIFO would block the open, a device never ends: load_settings says so in one line
     try:
-        with path.open("rb") as f:  # type: ignore[union-attr]
+        with path.open("rb") as f:
             data = tomllib.load(f)
     except (OSError, ValueError, RecursionError, AttributeError):  # none, unreadable, a directory, not TOML, too deep
         return None
