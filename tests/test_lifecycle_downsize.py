@@ -69,8 +69,8 @@ headroom = 0.2
     remaining = Decimal(first.evidence["rest_of_run"]["remaining_s"])
     assert Decimal(target["rest_saving"]) == (expected * remaining / 3600).quantize(SIX) > 0
     assert plan["peak_memory_source"] == "GPU telemetry" and plan["peak_memory_bytes"] == 6 * GiB
-    assert "downsize to RTX 4090 at 0.69 USD/h" in first.reason
-    assert f"saves {expected.quantize(Decimal('0.0001'))} USD/h" in first.reason
+    assert "downsize to RTX 4090 at $0.69/h" in first.reason
+    assert f"saves ${expected.quantize(Decimal('0.0001'))}/h" in first.reason
     assert "over the rest of the run" in first.reason
     assert {c["gpu"] for c in plan["candidates"]} >= {"RTX 3090", "L40S", "H100 80GB"}
     assert [d.action for d in steps] == ["stop", "resume"]
@@ -125,7 +125,7 @@ base_url = "{fake.url}"
     expected = _saving("0.38", "1.2", 0.35, 312, 165.2)  # the fake's cheapest on-demand RTX 4090 offer
     assert d.action == "downsize"
     assert d.evidence["downsize"]["target"]["gpu"] == "RTX 4090"
-    assert f"saves {expected.quantize(Decimal('0.0001'))} USD/h" in d.reason
+    assert f"saves ${expected.quantize(Decimal('0.0001'))}/h" in d.reason
     assert d.outcome.startswith("advised: rent a RTX 4090 instance (vastai, on-demand)")
     assert "costctl watch --resume -- " in d.outcome and "-c" in d.outcome
 
