@@ -27,7 +27,6 @@ character takes two columns) so that no line passes :data:`LINE_WIDTH` columns.
 from __future__ import annotations
 
 import json
-import os
 import re
 import tomllib
 import typing
@@ -447,24 +446,12 @@ def provider_config(name: str, *, gpu: str | None = None, gpu_count: int = 1) ->
 
 
 def _configured_language() -> str | None:
-    """``[ui] language`` as ``costctl init`` follows it: None (the locale variables decide)
-    when ``COSTCTL_UI__LANGUAGE`` is set (it wins over a file, and :func:`~costctl.i18n.choose_language`
-    reads it) or when the config file costctl would read (``$COSTCTL_CONFIG`` or ./costctl.toml)
-    is absent, unreadable or has no such key; a broken file is not init's business."""
-    if os.environ.get("COSTCTL_UI__LANGUAGE"):
-        return None
-    from ..config import find_config_file
-    from ..errors import ConfigError
+    """``[ui] language`` as ``costctl init`` follows it: the one rule of the command line
+    (:func:`costctl.cli.language.configured_language`: ``COSTCTL_UI__LANGUAGE``, else the config file
+    costctl would read, ``$COSTCTL_CONFIG`` or ./costctl.toml; None lets the locale decide)."""
+    from .language import configured_language
 
-    try:
-        path = find_config_file(None)
-        if path is None:
-            return None
-        with path.open("rb") as fh:
-            value = tomllib.load(fh).get("ui", {}).get("language")
-    except (ConfigError, OSError, ValueError, RecursionError, AttributeError):
-        return None
-    return value if isinstance(value, str) else None
+    return configured_language([])
 
 
 def init(
