@@ -50,7 +50,7 @@ from pydantic_settings import (
 )
 from pydantic_settings.exceptions import SettingsError
 
-from . import jsonio
+from . import jsonio, tomlfile
 
 # The shared field types live in config_types (importable by the policies); re-exported here.
 from .config_types import (  # noqa: F401
@@ -860,8 +860,16 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: list[PydanticBaseSettingsSource] = [init_settings, _BoundedEnvSource(settings_cls)]
         if cls._toml_path is not None:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=cls._toml_path))
+            sources.append(_TomlSource(settings_cls, toml_file=cls._toml_path))
         return tuple(sources)
+
+
+class _TomlSource(TomlConfigSettingsSource):
+    """pydantic-settings' TOML source, reading the file through :func:`costctl.tomlfile.load`
+    (one leading UTF-8 byte-order mark allowed, as Windows editors write it)."""
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        return tomlfile.load(Path(file_path))
 
 
 class _BoundedEnvSource(EnvSettingsSource):
@@ -928,8 +936,7 @@ def _written_float(path: Path, loc: tuple[Any, ...]) -> str | None:
     (``1e400`` or ``1e-400``, which the parser reads as ``inf`` and ``0.0``); None when the file
     no longer reads or holds no float there."""
     try:
-        with path.open("rb") as fh:
-            node: Any = tomllib.load(fh, parse_float=_WrittenFloat)
+        node: Any = tomlfile.load(path, parse_float=_WrittenFloat)
     except (OSError, ValueError, RecursionError):
         return None
     for part in loc:
@@ -1161,8 +1168,7 @@ def load_settings(config: Path | None = None, overrides: dict[str, Any] | None =
     if path is not None:
         require_regular_file(path)
         try:
-            with path.open("rb") as fh:
-                tomllib.load(fh)
+            tomlfile.load(path)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(toml_error_text(str(path), exc)) from None
         except UnicodeDecodeError as exc:  # TOML is UTF-8

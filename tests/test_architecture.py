@@ -32,7 +32,8 @@ def test_the_contract_counts_type_checking_imports_and_places_every_module() -> 
     assert adapters["type"] == "forbidden" and adapters["source_modules"] == ["costctl_providers"]
     bottom = {"costctl.errors", "costctl.money", "costctl.clock", "costctl.validation", "costctl.records",
               "costctl.paths", "costctl.job", "costctl.checkpoint_integrity", "costctl.config_types",
-                  "costctl.i18n", "costctl.numbers", "costctl.jsonio", "costctl.user_regex"}
+                  "costctl.i18n", "costctl.numbers", "costctl.jsonio", "costctl.user_regex",
+              "costctl.tomlfile"}
     placed = {f"costctl.{name.strip(' ()')}" for layer in layers["layers"]
               for name in layer.replace(":", "|").split("|")}
     assert set(adapters["forbidden_modules"]) == placed - bottom

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import os
 import stat
-import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .. import tomlfile
 from ..i18n import CHOICES, set_language
 from ..paths import CONFIG_FILE_NAME
 
@@ -72,8 +72,7 @@ def configured_language(argv: Sequence[str], environ: Mapping[str, str] | None =
     if path is None or not _plain_file(path):
         return None  # a FIFO would block the open, a device never ends: load_settings says so in one line
     try:
-        with path.open("rb") as f:
-            data = tomllib.load(f)
+        data = tomlfile.load(path)
     except (OSError, ValueError, RecursionError, AttributeError):  # none, unreadable, a directory, not TOML, too deep
         return None
     ui = data.get("ui")
