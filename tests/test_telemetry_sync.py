@@ -32,6 +32,7 @@ from costctl.ledger.sync import CentralSync
 from costctl.records import GpuReading, ProgressPoint, SignalStatus, TelemetrySample
 from outbox_support import local_ledger
 from pg_proxy import DroppingProxy
+from serve_support import request, serving
 
 T0 = datetime(2026, 6, 1, 8, 0, 0, tzinfo=UTC)
 RATE = Decimal("1.37")
@@ -233,6 +234,10 @@ def test_serve_on_the_central_ledger_shows_a_fleet_watchs_utilization(tmp_path, 
     assert [(r.gpu_index, r.utilization, r.time) for r in readings[run]] == [
         (0, 73.0, at(45)), (1, 72.0, at(45)), (None, 120.0, at(45))]
     assert run in losses
+    with serving(db_url, now=at(50)) as base:  # `costctl serve --db <central_url>`
+        metrics = request(base, "/metrics").body.decode()
+    util = [line for line in metrics.splitlines() if line.startswith("costctl_gpu_utilization_ratio{")]
+    assert any('instance="sim-1"' in line and 'gpu="0"' in line and line.endswith(" 0.73") for line in util), util
 
 
 @pytest.mark.postgres
