@@ -312,3 +312,26 @@ def test_db_sync_with_nothing_pending_still_reaches_the_central_ledger(tmp_path,
     err = captured.err.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1 and str(port) in err, err
     assert "sent 0 changes" not in captured.out
+
+
+def test_a_run_still_in_the_outbox_holds_its_telemetry_back_never_skips_it(tmp_path, db_url):
+    """A run that began after a pass read the outbox (or whose row waits out an outage) is not
+    in the central ledger yet when its samples are read: they wait for it, never skipped."""
+    with local_ledger(tmp_path / "a.db") as ledger:
+        first = one_run(ledger, "sim-1")
+        ledger.record_samples(first, ticks(0, 4))
+        sync = CentralSync(ledger, db_url, say=[].append, telemetry_batch_rows=50)
+        try:
+            sync.drain()
+            late = one_run(ledger, "sim-2", start=30)
+            ledger.record_samples(late, ticks(30, 5))
+            ledger.record_samples(first, ticks(60, 2))
+            # the race: the telemetry pass runs after the outbox was read, before `late` was sent
+            sync.send_telemetry()
+            central = sync._engine()
+            assert count(central, "samples") == 12  # the first run's 4 ticks; the rest waits behind `late`
+            sync.drain()  # the run, then its telemetry and what came after it
+            assert telemetry(central, "samples") == telemetry(ledger.engine, "samples")
+            assert count(central, "samples") == 33
+        finally:
+            sync.dispose()

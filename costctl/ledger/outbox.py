@@ -115,6 +115,16 @@ def pending(conn: sa.Connection, *, limit: int, skip: frozenset[tuple[str, str]]
     return out[:limit]
 
 
+def waiting(conn: sa.Connection, table: str, keys: Iterable[Any]) -> set[str]:
+    """Those of ``keys`` (rows of ``table``, as text) the outbox holds."""
+    wanted = sorted({str(k) for k in keys})
+    out: set[str] = set()
+    for i in range(0, len(wanted), 500):
+        out.update(conn.execute(sa.select(OUTBOX.c.row_key).where(
+            OUTBOX.c.table_name == table, OUTBOX.c.row_key.in_(wanted[i:i + 500]))).scalars())
+    return out
+
+
 def count(conn: sa.Connection) -> int:
     """How many rows wait in the outbox."""
     return int(conn.scalar(sa.select(sa.func.count()).select_from(OUTBOX)) or 0)
@@ -130,4 +140,4 @@ def acknowledge(conn: sa.Connection, entries: Iterable[Entry]) -> None:
                                              OUTBOX.c.version == sa.bindparam("p_version")), rows)
 
 
-__all__ = ["Entry", "SYNCED_TABLES", "acknowledge", "count", "mark", "mark_run", "pending"]
+__all__ = ["Entry", "SYNCED_TABLES", "acknowledge", "count", "mark", "mark_run", "pending", "waiting"]

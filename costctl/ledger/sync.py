@@ -280,6 +280,9 @@ class CentralSync:
                             telemetry_sync.set_cursor(conn, table, after)
                     break
                 known = self._known_runs({r.run_id for r in rows})
+                rows = self._up_to_a_waiting_run(rows, known)
+                if not rows:  # its run is still in the outbox: the next pass sends it, then these
+                    break
                 wanted = [r for r in rows if r.run_id in known]
                 engine = self._engine()
                 if wanted:
@@ -295,6 +298,23 @@ class CentralSync:
                 if len(rows) < self.telemetry_batch_rows:
                     break
         return sent
+
+    def _up_to_a_waiting_run(self, rows: Sequence[Any], known: Collection[str]) -> Sequence[Any]:
+        """``rows`` up to (not including) the first row of a run the central ledger lacks but
+        this machine's outbox still holds (a run that began after this pass read the outbox, or
+        waits out an outage): its telemetry is sent after the run, never skipped for good."""
+        unknown = {r.run_id for r in rows} - set(known)
+        if not unknown:
+            return rows
+        with self._cond:
+            refused = {key for table, key in self._failed if table == "runs"}
+        local = self.ledger.engine
+        with translate_errors(_("read the ledger"), local.url), local.connect() as conn:
+            waiting = outbox.waiting(conn, "runs", unknown - refused)
+        for i, row in enumerate(rows):
+            if row.run_id in waiting:
+                return rows[:i]
+        return rows
 
     def _known_runs(self, run_ids: Collection[str]) -> set[str]:
         """Those of ``run_ids`` the central ledger has (asked once per run until it has it)."""
