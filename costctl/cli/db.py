@@ -187,7 +187,7 @@ def compact(
     from ..clock import utcnow
     from ..config import format_duration
     from ..ledger import Ledger
-    from ..ledger.engine import MissingLedgerError, configured_url
+    from ..ledger.engine import MissingLedgerError, configured_url, parse_url
 
     settings = settings_from(config, db)
     retention = settings.ledger.sample_retention
@@ -195,8 +195,11 @@ def compact(
         _say(_("[ledger] sample_retention is off: raw telemetry is kept; nothing done"))
         return
     url = configured_url(settings.database_url, settings.data_dir)
+    central = settings.ledger.central_url
+    # A watch's own ledger in fleet mode: raw samples not sent to the central ledger are kept.
+    fleet = central is not None and parse_url(central).render_as_string() != parse_url(url).render_as_string()
     try:
-        ledger = Ledger.open(url, migrate=not dry_run, create=False)
+        ledger = Ledger.open(url, migrate=not dry_run, create=False, outbox=fleet)
     except MissingLedgerError as exc:
         if settings.database_url is not None:
             raise
@@ -275,6 +278,7 @@ def sync(
     with ledger:
         sender = CentralSync(ledger, target, say=lambda text: err_console.print(text, markup=False, highlight=False))
         try:
+            sender.check()  # reached and migrated even when nothing waits: an unreachable one is said
             sent = sender.drain()
             left = sender.pending()
         finally:

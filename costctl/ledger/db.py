@@ -386,7 +386,8 @@ class Ledger:
         delete them, in one short transaction (:func:`costctl.ledger.sample_rollup.compact_chunk`).
         Call again while the result is not ``done`` (a watch: one pass every few minutes from
         its writer thread; ``costctl db compact``: until done). ``dry_run`` only reads, and
-        goes on from ``start`` (the previous dry pass's ``resume_at``).
+        goes on from ``start`` (the previous dry pass's ``resume_at``). In fleet mode (the
+        outbox on) raw samples not sent to the central ledger yet are kept.
 
         Raises:
             ValueError: a naive ``now``, or a retention that is not positive.
@@ -396,9 +397,19 @@ class Ledger:
         if dry_run:
             with self.session() as s:
                 return sample_rollup.compact_chunk(s, now=now, retention=retention, max_rows=max_rows,
-                                                   dry_run=True, start=start)
+                                                   dry_run=True, start=start, max_id=self._sent_samples(s))
         with self._write(_("compact telemetry")) as s:
-            return sample_rollup.compact_chunk(s, now=now, retention=retention, max_rows=max_rows, start=start)
+            return sample_rollup.compact_chunk(s, now=now, retention=retention, max_rows=max_rows, start=start,
+                                               max_id=self._sent_samples(s))
+
+    def _sent_samples(self, s: Session) -> int | None:
+        """Fleet mode: the highest sample id the central ledger has (0 before a first send), so
+        compaction keeps the raw samples not sent yet; None (no bound) otherwise."""
+        if not self.outbox:
+            return None
+        from .telemetry_sync import cursor
+
+        return cursor(s.connection(), "samples") or 0
 
     def record_decision(
         self, run_id: str | None, decision: Decision, *, outcome: str | None = None, dry_run: bool = False,

@@ -117,7 +117,7 @@ def configured_url(database_url: str | None, data_dir: Path | None = None, *, cr
     return database_url or default_database_url(data_dir, create=create)
 
 
-def make_engine(url: str | URL, *, create: bool = True) -> Engine:
+def make_engine(url: str | URL, *, create: bool = True, pool_pre_ping: bool = False) -> Engine:
     """Create an engine for ``url`` (no connection is made yet).
 
     Args:
@@ -126,6 +126,9 @@ def make_engine(url: str | URL, *, create: bool = True) -> Engine:
             connect); False (read-only commands such as ``costctl bill``) refuses a file that
             does not exist, so a typo in a URL never leaves a new empty ledger behind. Other
             backends ignore it (their database must exist anyway).
+        pool_pre_ping: test a pooled connection before handing it out and replace it when the
+            server dropped it (SQLAlchemy's ``pool_pre_ping``): for long-lived engines whose
+            server may restart between two uses (the central ledger of fleet mode).
 
     Raises:
         MissingLedgerError: ``create=False`` and the SQLite file does not exist.
@@ -155,7 +158,7 @@ def make_engine(url: str | URL, *, create: bool = True) -> Engine:
                 _("cannot create the directory of database {path}: {error}").format(path=path,
                                                                                     error=err.strerror or err)
             ) from None
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"pool_pre_ping": True} if pool_pre_ping else {}
     if parsed.get_backend_name() == "sqlite":
         kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
     elif parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:

@@ -14,9 +14,9 @@ entry is taken out only at the version that was sent (:func:`acknowledge`), so a
 changed again meanwhile is sent again.
 
 Kept: ``runs``, ``charges``, ``decisions``, ``checkpoints``, ``waste``, ``stop_events``, and
-the instances of those runs. Telemetry (``samples``, ``progress`` and their rollups) stays on
-the machine: a run's GPU use reaches the central ledger as the summary its end writes on the
-run row.
+the instances of those runs. Telemetry (``samples``, ``progress``, ``progress_buckets``) is
+append-only and too large for an entry per row: it is sent by cursor
+(:mod:`costctl.ledger.telemetry_sync`).
 """
 
 from __future__ import annotations
@@ -77,11 +77,15 @@ def mark(conn: sa.Connection, table: str, keys: Iterable[Any]) -> None:
 def mark_run(conn: sa.Connection, run_id: str) -> None:
     """Put run ``run_id`` and every row of it that the outbox keeps in the outbox (a watch
     that takes over a run, ``costctl watch --attach``: its earlier rows may never have been
-    sent, e.g. its first watch had no central ledger)."""
+    sent, e.g. its first watch had no central ledger), and move the telemetry cursors back to
+    its first rows (:func:`costctl.ledger.telemetry_sync.rewind_for_run`)."""
     mark(conn, "runs", [run_id])
     for table in SYNCED_TABLES[1:]:
         t = tables.metadata.tables[table]
         mark(conn, table, conn.execute(sa.select(t.c.id).where(t.c.run_id == run_id)).scalars())
+    from .telemetry_sync import rewind_for_run
+
+    rewind_for_run(conn, run_id)  # its telemetry too, skipped while the central ledger lacked the run
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +115,16 @@ def pending(conn: sa.Connection, *, limit: int, skip: frozenset[tuple[str, str]]
     return out[:limit]
 
 
+def waiting(conn: sa.Connection, table: str, keys: Iterable[Any]) -> set[str]:
+    """Those of ``keys`` (rows of ``table``, as text) the outbox holds."""
+    wanted = sorted({str(k) for k in keys})
+    out: set[str] = set()
+    for i in range(0, len(wanted), 500):
+        out.update(conn.execute(sa.select(OUTBOX.c.row_key).where(
+            OUTBOX.c.table_name == table, OUTBOX.c.row_key.in_(wanted[i:i + 500]))).scalars())
+    return out
+
+
 def count(conn: sa.Connection) -> int:
     """How many rows wait in the outbox."""
     return int(conn.scalar(sa.select(sa.func.count()).select_from(OUTBOX)) or 0)
@@ -126,4 +140,4 @@ def acknowledge(conn: sa.Connection, entries: Iterable[Entry]) -> None:
                                              OUTBOX.c.version == sa.bindparam("p_version")), rows)
 
 
-__all__ = ["Entry", "SYNCED_TABLES", "acknowledge", "count", "mark", "mark_run", "pending"]
+__all__ = ["Entry", "SYNCED_TABLES", "acknowledge", "count", "mark", "mark_run", "pending", "waiting"]

@@ -22,10 +22,11 @@ from . import migrate as migrations
 from .engine import make_engine, parse_url, redact, translate_errors
 
 
-def open_engine(url: str, *, migrate: bool = True, create: bool = True, isolated_migration: bool = False) -> Engine:
+def open_engine(url: str, *, migrate: bool = True, create: bool = True, isolated_migration: bool = False,
+                pool_pre_ping: bool = False) -> Engine:
     """An engine for the ledger at ``url`` (any SQLAlchemy URL), checked to answer and migrated
     to the newest schema (see :meth:`costctl.ledger.db.Ledger.open` for ``create`` and
-    ``isolated_migration``). A ledger already at the newest revision is only read (no Alembic
+    ``isolated_migration``; ``pool_pre_ping``: check a pooled connection before each use). A ledger already at the newest revision is only read (no Alembic
     import, no write lock); a database with no tables at all is created at the newest revision
     in this process, also without Alembic (:func:`costctl.ledger.migrate.create_at_head`).
 
@@ -34,7 +35,7 @@ def open_engine(url: str, *, migrate: bool = True, create: bool = True, isolated
         LedgerError: one line for a bad URL, a missing driver, an unwritable path, an
             unreachable server or a failed migration (password redacted).
     """
-    engine = make_engine(parse_url(url), create=create)
+    engine = make_engine(parse_url(url), create=create, pool_pre_ping=pool_pre_ping)
     try:
         with translate_errors(_("open the database"), engine.url):
             with engine.connect() as conn:

@@ -22,6 +22,10 @@ PostgreSQL ledger) never count a sample twice. Compaction is idempotent: a secon
 nothing older than the cutoff; a sample written late into a minute already rolled up gets a
 second row for that minute at the next pass, and readers add the rows of a minute up (sums,
 counts and maxima compose).
+
+Fleet mode (``[ledger] central_url``): a pass handles only samples the central ledger has
+(``max_id``: the telemetry cursor, :mod:`costctl.ledger.telemetry_sync`); the rest stay raw
+until sent, however old.
 """
 
 from __future__ import annotations
@@ -120,7 +124,7 @@ def rollup_rows(rows: list[Any]) -> list[dict[str, Any]]:
 
 
 def compact_chunk(session: Session, *, now: datetime, retention: timedelta, max_rows: int = DEFAULT_MAX_ROWS,
-                  dry_run: bool = False, start: datetime | None = None) -> CompactResult:
+                  dry_run: bool = False, start: datetime | None = None, max_id: int | None = None) -> CompactResult:
     """Roll up one chunk of raw samples older than ``now - retention`` (see the module
     docstring) in ``session``'s transaction (the caller commits; a dry run only reads).
 
@@ -130,6 +134,8 @@ def compact_chunk(session: Session, *, now: datetime, retention: timedelta, max_
         max_rows: about how many raw rows this pass handles (whole minutes), >= 1.
         dry_run: count what would be done; read only.
         start: handle only samples at or after this time (a dry run's ``resume_at``).
+        max_id: handle only samples whose id is at most this (fleet mode: the telemetry
+            cursor, so raw samples not sent to the central ledger yet are kept).
     """
     if retention <= timedelta(0):
         raise ValueError(f"retention must be positive, not {retention}")
@@ -137,20 +143,21 @@ def compact_chunk(session: Session, *, now: datetime, retention: timedelta, max_
         raise ValueError(f"max_rows must be >= 1, not {max_rows}")
     cutoff = floor_minute(now - retention)
     t = Sample.__table__
-    first = select(func.min(t.c.time)).where(t.c.time < cutoff)
+    sent = (t.c.id <= max_id,) if max_id is not None else ()
+    first = select(func.min(t.c.time)).where(t.c.time < cutoff, *sent)
     if start is not None:
         first = first.where(t.c.time >= start)
     lo = session.scalar(first)
     if lo is None:
         return CompactResult(cutoff)
     lo_minute = floor_minute(lo)
-    beyond = session.scalar(select(t.c.time).where(t.c.time >= lo_minute, t.c.time < cutoff)
+    beyond = session.scalar(select(t.c.time).where(t.c.time >= lo_minute, t.c.time < cutoff, *sent)
                             .order_by(t.c.time).offset(max_rows).limit(1))
     if beyond is None:
         hi = cutoff
     else:
         hi = max(floor_minute(beyond), lo_minute + _MINUTE)
-    where = (t.c.time >= lo_minute, t.c.time < hi)
+    where = (t.c.time >= lo_minute, t.c.time < hi, *sent)
     cols = [t.c[name] for name in _COLUMNS]
     if dry_run:
         raw = session.execute(select(*cols).where(*where)).all()

@@ -36,7 +36,10 @@ Everything that costs or saves money leaves a row here:
 * ``outbox`` — fleet mode: the rows changed since they were last sent to the central ledger
   (:mod:`costctl.ledger.outbox`). In a central ledger, ``decisions``, ``checkpoints``,
   ``waste`` and ``stop_events`` rows carry ``origin_id``, their id in the writing watch's
-  ledger (unique with ``run_id``).
+  ledger (unique with ``run_id``); so do ``samples``, ``progress`` and ``progress_buckets``
+  (a partial unique index: only central rows have one).
+* ``sync_cursors`` — fleet mode: per telemetry table, the highest local id sent to the
+  central ledger (:mod:`costctl.ledger.telemetry_sync`).
 
 Money columns are :class:`~costctl.ledger.types.DecimalText`; times are
 :class:`~costctl.ledger.types.UTCDateTime` (aware UTC). The Alembic migrations in

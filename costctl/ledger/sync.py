@@ -13,14 +13,20 @@ outbox meanwhile (on disk, so a kill -9 or a reboot loses nothing committed loca
 watch on this machine, or ``costctl db sync``, sends them). A batch that fails for another
 reason is sent again one row at a time, so one row the central ledger refuses (said once)
 holds up nothing else. The central connections have TCP keepalives, so a partition that drops
-packets ends a stuck call within about a minute rather than never.
+packets ends a stuck call within about a minute rather than never, and are checked before use
+(``pool_pre_ping``): a connection the central server dropped meanwhile (it restarted) is
+replaced on the spot, not taken for an outage.
+
+After the outbox, each pass sends the telemetry (``samples``, ``progress``,
+``progress_buckets``) by cursor (:mod:`costctl.ledger.telemetry_sync`), so ``costctl serve``
+on the central ledger shows a fleet watch's GPU use and status line.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -29,7 +35,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_nev
 
 from ..errors import LedgerError, UsageError
 from ..i18n import _
-from . import central, outbox
+from . import central, outbox, telemetry_sync
 from .engine import make_engine, parse_url, redact, translate_errors
 from .writer import is_transient
 
@@ -77,13 +83,16 @@ def central_target(url: str | None, local_url: str) -> str | None:
 def open_central(url: str) -> Engine:
     """An engine on the central ledger, checked to answer and migrated to the newest schema (a
     migration runs in a child process; an empty database is created at the newest revision).
+    Its pooled connections are checked before each use (``pool_pre_ping``): one the server
+    dropped (a restart between two sends) is replaced, not reported as an outage.
 
     Raises:
         LedgerError: one line (unreachable, refused, a failed migration), password redacted.
     """
     from .reader import open_engine
 
-    return open_engine(central_url(url).render_as_string(hide_password=False), isolated_migration=True)
+    return open_engine(central_url(url).render_as_string(hide_password=False), isolated_migration=True,
+                       pool_pre_ping=True)
 
 
 class _Closing(Exception):
@@ -101,7 +110,8 @@ class CentralSync:
         retry_initial_s / retry_max_s: backoff between retries while the central ledger
             cannot be written, seconds (exponential from the first, capped at the second;
             default: ``interval_s``).
-        batch_rows: rows per central transaction.
+        batch_rows: outbox rows per central transaction.
+        telemetry_batch_rows: telemetry rows per central transaction.
         open_engine: ``(url) -> Engine`` for the central ledger (default :func:`open_central`).
 
     Raises:
@@ -110,6 +120,7 @@ class CentralSync:
 
     def __init__(self, ledger: Any, url: str, *, say: Callable[[str], None], interval_s: float = 30.0,
                  retry_initial_s: float = 1.0, retry_max_s: float | None = None, batch_rows: int = BATCH_ROWS,
+                 telemetry_batch_rows: int = telemetry_sync.TELEMETRY_BATCH_ROWS,
                  open_engine: Callable[[str], Engine] | None = None, name: str = "costctl-central-sync") -> None:
         if interval_s <= 0 or batch_rows < 1:
             raise ValueError("interval_s must be positive and batch_rows at least 1")
@@ -119,6 +130,9 @@ class CentralSync:
         self.say = say
         self.interval_s = interval_s
         self.batch_rows = batch_rows
+        self.telemetry_batch_rows = max(1, telemetry_batch_rows)
+        self._central_runs: set[str] = set()  # runs known to be in the central ledger
+        self.telemetry_sent = 0  # telemetry rows sent (or found there) over this object's life
         self._open_engine = open_engine or open_central
         self._central: Engine | None = None
         self._retry_initial_s = retry_initial_s
@@ -207,9 +221,18 @@ class CentralSync:
             return outbox.count(conn)
 
     # ------------------------------------------------------------------ sending
+    def check(self) -> None:
+        """Connect to the central ledger (and migrate it to the newest schema) now.
+
+        Raises:
+            LedgerError: one line: it cannot be reached, or refused the connection or migration.
+        """
+        self._engine()
+
     def drain(self) -> int:
-        """Send everything the outbox holds, batch by batch, in the calling thread; returns the
-        rows sent. A row the central ledger refuses is said once and left in the outbox.
+        """Send everything the outbox holds, batch by batch, in the calling thread, then the
+        telemetry past its cursors (:meth:`send_telemetry`); returns the outbox rows sent. A row
+        the central ledger refuses is said once and left in the outbox.
 
         Raises:
             LedgerError: the central (or the local) ledger cannot be reached or written; what
@@ -221,6 +244,7 @@ class CentralSync:
                 skip = frozenset(self._failed)
             entries = self._read_entries(skip)
             if not entries:
+                self.send_telemetry()
                 return sent
             self._engine()  # one that cannot be opened is no row's fault: raised as it is
             try:
@@ -229,6 +253,77 @@ class CentralSync:
                 if is_transient(error):
                     raise
                 sent += self._send_one_by_one(entries)
+
+    def send_telemetry(self) -> int:
+        """Send each telemetry table's rows past its cursor, batch by batch, in id order (see
+        :mod:`costctl.ledger.telemetry_sync`); returns the rows sent (rows of runs the central
+        ledger lacks are skipped, not counted).
+
+        Raises:
+            LedgerError: the central (or the local) ledger cannot be reached or written; the
+                batches sent before stay sent, their cursors moved.
+        """
+        sent = 0
+        local = self.ledger.engine
+        for table in telemetry_sync.TELEMETRY_TABLES:
+            while True:
+                with translate_errors(_("read the ledger"), local.url), local.connect() as conn:
+                    after = first = telemetry_sync.cursor(conn, table)
+                    if after is None:
+                        after = telemetry_sync.start_after(conn, table,
+                                                           self._known_runs(telemetry_sync.local_run_ids(conn)))
+                    rows = telemetry_sync.read_batch(conn, table, after, self.telemetry_batch_rows)
+                if not rows:
+                    if first is None:  # a first pass with nothing to send: where the next one starts
+                        with translate_errors(_("write to the ledger"), local.url), \
+                                local.execution_options(immediate=True).begin() as conn:
+                            telemetry_sync.set_cursor(conn, table, after)
+                    break
+                known = self._known_runs({r.run_id for r in rows})
+                rows = self._up_to_a_waiting_run(rows, known)
+                if not rows:  # its run is still in the outbox: the next pass sends it, then these
+                    break
+                wanted = [r for r in rows if r.run_id in known]
+                engine = self._engine()
+                if wanted:
+                    with translate_errors(_("write to the central ledger"), engine.url), engine.begin() as conn:
+                        telemetry_sync.apply(conn, table, wanted)
+                # Only now that the central ledger committed: a kill before this line sends the
+                # batch again, which inserts nothing there.
+                with translate_errors(_("write to the ledger"), local.url), \
+                        local.execution_options(immediate=True).begin() as conn:
+                    telemetry_sync.set_cursor(conn, table, int(rows[-1].id))
+                sent += len(wanted)
+                self.telemetry_sent += len(wanted)
+                if len(rows) < self.telemetry_batch_rows:
+                    break
+        return sent
+
+    def _up_to_a_waiting_run(self, rows: Sequence[Any], known: Collection[str]) -> Sequence[Any]:
+        """``rows`` up to (not including) the first row of a run the central ledger lacks but
+        this machine's outbox still holds (a run that began after this pass read the outbox, or
+        waits out an outage): its telemetry is sent after the run, never skipped for good."""
+        unknown = {r.run_id for r in rows} - set(known)
+        if not unknown:
+            return rows
+        with self._cond:
+            refused = {key for table, key in self._failed if table == "runs"}
+        local = self.ledger.engine
+        with translate_errors(_("read the ledger"), local.url), local.connect() as conn:
+            waiting = outbox.waiting(conn, "runs", unknown - refused)
+        for i, row in enumerate(rows):
+            if row.run_id in waiting:
+                return rows[:i]
+        return rows
+
+    def _known_runs(self, run_ids: Collection[str]) -> set[str]:
+        """Those of ``run_ids`` the central ledger has (asked once per run until it has it)."""
+        ask = set(run_ids) - self._central_runs
+        if ask:
+            engine = self._engine()
+            with translate_errors(_("read the central ledger"), engine.url), engine.connect() as conn:
+                self._central_runs |= telemetry_sync.runs_present(conn, ask)
+        return set(run_ids) & self._central_runs
 
     def _read_entries(self, skip: frozenset[tuple[str, str]]) -> list[outbox.Entry]:
         with translate_errors(_("read the ledger"), self.ledger.engine.url), self.ledger.engine.connect() as conn:

@@ -72,6 +72,19 @@ def _origin_index(table: str) -> Index:
     return Index(f"uq_{table}_run_id_origin_id", "run_id", "origin_id", unique=True)
 
 
+#: The partial index's condition on the telemetry tables (:func:`_telemetry_origin_index`).
+TELEMETRY_ORIGIN_WHERE = text("origin_id IS NOT NULL")
+
+
+def _telemetry_origin_index(table: str) -> Index:
+    """The unique ``(run_id, origin_id)`` index of a telemetry table (``samples``,
+    ``progress``, ``progress_buckets``), partial (``WHERE origin_id IS NOT NULL``): only a
+    central ledger's rows are in it, so a watch's own inserts (one sample per GPU per tick,
+    origin_id NULL) pay nothing for it."""
+    return Index(f"uq_{table}_run_id_origin_id", "run_id", "origin_id", unique=True,
+                 sqlite_where=TELEMETRY_ORIGIN_WHERE, postgresql_where=TELEMETRY_ORIGIN_WHERE)
+
+
 instances = Table(
     "instances", metadata,
     Column("id", Integer, primary_key=True),
@@ -135,7 +148,9 @@ samples = Table(
     Column("source", String(32), nullable=False),
     Column("error", CanonicalText),
     Index("ix_samples_run_id_time", "run_id", "time"),
+    _origin_id(),
     Index("ix_samples_time", "time"),
+    _telemetry_origin_index("samples"),
 )
 
 progress = Table(
@@ -150,7 +165,9 @@ progress = Table(
     Column("name", String(64), nullable=False),
     Column("value", Float),
     Column("value_special", String(8)),
+    _origin_id(),
     Index("ix_progress_run_id_time", "run_id", "time"),
+    _telemetry_origin_index("progress"),
     CheckConstraint("(value IS NULL) <> (value_special IS NULL)", name="one_value"),
 )
 
@@ -200,7 +217,9 @@ progress_buckets = Table(
     Column("last_time", UTCDateTime()),
     Column("last_epoch", Float),
     Column("last_total", BigInteger),
+    _origin_id(),
     Index("ix_progress_buckets_run_id_start_at", "run_id", "start_at"),
+    _telemetry_origin_index("progress_buckets"),
     CheckConstraint("(first_value IS NULL) <> (first_special IS NULL)", name="one_first"),
     CheckConstraint("(last_value IS NULL) <> (last_special IS NULL)", name="one_last"),
 )
@@ -331,6 +350,16 @@ outbox = Table(
 #: gives no stop time. Keyed by the provider's names (not ``instances``: an observation does not
 #: make an instance known to the ledger); rows older than ``[patrol] observation_retention``
 #: are deleted by the sweeps.
+#: Fleet mode's telemetry cursors (:mod:`costctl.ledger.telemetry_sync`): per append-only
+#: telemetry table (``samples``, ``progress``, ``progress_buckets``), the highest local id the
+#: central ledger has (rows up to it were sent or skipped, in id order). Advanced only after
+#: the central commit; no row until a first send.
+sync_cursors = Table(
+    "sync_cursors", metadata,
+    Column("table_name", String(32), primary_key=True),
+    Column("last_id", BigInteger, nullable=False),
+)
+
 patrol_observations = Table(
     "patrol_observations", metadata,
     Column("id", BigId, primary_key=True),
@@ -347,4 +376,4 @@ patrol_observations = Table(
 
 __all__ = ["ADVISE_ONLY", "DRY_RUN", "RUN_MODES", "BigId", "NAMING_CONVENTION", "metadata", "instances", "runs", "samples", "progress", "sample_minutes",
            "progress_buckets", "charges", "charge_rollups", "decisions", "checkpoints", "waste", "stop_events", "outbox",
-           "patrol_observations"]
+           "sync_cursors", "patrol_observations", "TELEMETRY_ORIGIN_WHERE"]
