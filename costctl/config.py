@@ -752,6 +752,11 @@ class PriceOverrideConfig(_Section):
     tier: str | None = None
 
 
+#: ``[serve] fleet_refresh`` and ``fleet_timeout`` bounds.
+SERVE_FLEET_REFRESH_MIN, SERVE_FLEET_REFRESH_MAX = timedelta(seconds=10), timedelta(hours=24)
+SERVE_FLEET_TIMEOUT_MIN, SERVE_FLEET_TIMEOUT_MAX = timedelta(seconds=1), timedelta(minutes=10)
+
+
 class ServeConfig(_Section):
     """``[serve]``: ``costctl serve``, the metrics endpoint and dashboard.
 
@@ -759,10 +764,22 @@ class ServeConfig(_Section):
     a browser's URL), at least 16 characters; required to bind an address that is not loopback
     unless ``--behind-proxy``. A secret: set it here or in ``COSTCTL_SERVE__TOKEN`` rather than
     on the command line (``--token``), where other users of the machine can read it.
+
+    ``fleet_refresh``: how often the dashboard's instances table reads the configured provider
+    accounts (``costctl fleet``'s read, in a background thread); ``fleet_timeout``: how long one
+    such read waits for an account before showing it as unreadable (the page never waits).
     """
 
     token: SecretStr | None = Field(default=None, description=N_("the token every request must carry (at least 16 "
                                                                    "characters); none: no check on a loopback bind"))
+    fleet_refresh: bounded_duration(SERVE_FLEET_REFRESH_MIN, SERVE_FLEET_REFRESH_MAX,  # type: ignore[valid-type]
+                                    noun=N_("an interval")) = Field(
+        default=timedelta(seconds=60),
+        description=N_("how often the dashboard's instances table reads the provider accounts (10s to 24h)"))
+    fleet_timeout: bounded_duration(SERVE_FLEET_TIMEOUT_MIN, SERVE_FLEET_TIMEOUT_MAX,  # type: ignore[valid-type]
+                                    noun=N_("a time limit")) = Field(
+        default=timedelta(seconds=20),
+        description=N_("an account that has not answered a fleet read by then is shown as unreadable (1s to 10m)"))
 
 
 class UiConfig(_Section):

@@ -45,6 +45,7 @@ def serve(
     from ..ledger.engine import configured_url
     from ..serve.app import ServeApp
     from ..serve.data import Thresholds
+    from ..serve.fleet_view import FleetCache, fleet_configured
     from ..serve.redaction import Redactor, known_secrets
     from ..serve.server import check_bind, make_server
     from ..serve.source import LedgerSource
@@ -54,9 +55,12 @@ def serve(
         token = settings.serve.token.get_secret_value()
     check_bind(host, token, behind_proxy)
     source = LedgerSource(configured_url(settings.database_url, settings.data_dir))
+    fleet = FleetCache.from_settings(settings) if fleet_configured(settings) else None
     app = ServeApp(source, token=token, tz=settings.watch.tz, thresholds=Thresholds.from_settings(settings),
-                   redactor=Redactor([*known_secrets(settings), *([token] if token else [])]))
+                   redactor=Redactor([*known_secrets(settings), *([token] if token else [])]), fleet=fleet)
     server = make_server(host, port, app)
+    if fleet is not None:
+        fleet.start()
 
     def _stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -73,6 +77,8 @@ def serve(
         signal.signal(signal.SIGTERM, previous)
         server.server_close()
         source.close()
+        if fleet is not None:
+            fleet.stop()
 
 
 def register(app: typer.Typer) -> None:

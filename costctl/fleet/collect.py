@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock, RealClock
@@ -113,10 +113,15 @@ def unique_instances(listed: Iterable[Instance]) -> tuple[tuple[Instance, ...], 
     return tuple(kept.values()), skipped, tuple(duplicates)
 
 
-def read_accounts(settings: Settings, *, clock: Clock | None = None,
-                  workers: int = MAX_WORKERS) -> list[AccountRead]:
+def read_accounts(settings: Settings, *, clock: Clock | None = None, workers: int = MAX_WORKERS,
+                  limit_s: float | None = None) -> list[AccountRead]:
     """Every account of :func:`fleet_accounts`, read concurrently (``workers`` at once), in
-    that order; default accounts left out (see :func:`read_account`) are not in the list."""
+    that order; default accounts left out (see :func:`read_account`) are not in the list.
+
+    ``limit_s`` (seconds; None: none): an account that has not answered by then is an
+    :class:`AccountRead` whose error says so, and the call returns without waiting for it (its
+    thread ends with the adapter's own timeout): ``costctl serve`` never waits on a provider
+    that hangs. With a limit every account has its own thread (``workers`` is not applied)."""
     clock = clock or RealClock()
     asked = fleet_accounts(settings)
     named = {provider for provider, account, _error in asked if account is not None}
@@ -129,9 +134,20 @@ def read_accounts(settings: Settings, *, clock: Clock | None = None,
 
     if not asked:
         return []
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(asked))), thread_name_prefix="fleet") as pool:
-        results = list(pool.map(one, asked))
-    return [r for r in results if r is not None]
+    if limit_s is None:
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(asked))), thread_name_prefix="fleet") as pool:
+            results = list(pool.map(one, asked))
+        return [r for r in results if r is not None]
+    pool = ThreadPoolExecutor(max_workers=len(asked), thread_name_prefix="fleet")
+    try:
+        futures = [pool.submit(one, item) for item in asked]
+        wait(futures, timeout=limit_s)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    late = _("no answer within {seconds:g} seconds (the limit of one fleet read)")
+    timed = [f.result() if f.done() else AccountRead(provider, account, error=late.format(seconds=limit_s))
+             for f, (provider, account, _error) in zip(futures, asked)]
+    return [r for r in timed if r is not None]
 
 
 def read_ledger(settings: Settings, keys: set[tuple[str, str]]) -> tuple[dict[tuple[str, str], InstanceRecord], str | None]:

@@ -40,6 +40,7 @@ from .metrics import LedgerCollector, exposition
 from .redaction import Redactor
 
 if TYPE_CHECKING:
+    from .fleet_view import FleetCache
     from .source import LedgerSource
 
 log = logging.getLogger("costctl.serve")
@@ -88,13 +89,15 @@ class ServeApp:
         tz: the zone times are shown in (``[watch] timezone``).
         thresholds: the idle thresholds (``[policies.idle]``).
         redactor: what masks secrets in decisions.
-        instances: the instances table's rows (the seam for ``costctl fleet``).
+        instances: the ledger's instances table's rows.
+        fleet: the cached fleet read (:class:`.fleet_view.FleetCache`) whose rows the instances
+            table shows; None: no provider is configured, the ledger's table.
         clock: the present (aware UTC); tests pass a simulated one.
     """
 
     def __init__(self, source: LedgerSource, *, token: str | None = None, tz: tzinfo, thresholds: Thresholds,
                  redactor: Redactor, instances: InstanceSource = ledger_instances,
-                 clock: Callable[[], datetime] = utcnow) -> None:
+                 clock: Callable[[], datetime] = utcnow, fleet: FleetCache | None = None) -> None:
         self.source = source
         self._token = token.encode("utf-8") if token else None
         self.tz = tz
@@ -102,6 +105,7 @@ class ServeApp:
         self.redactor = redactor
         self.instances = instances
         self.clock = clock
+        self.fleet = fleet
 
     # -------------------------------------------------------------------- checks
 
@@ -175,7 +179,9 @@ class ServeApp:
         if data is None:
             note = _("Nothing recorded yet: there is no ledger at {url} (`costctl watch` creates it).").format(
                 url=self.source.shown_url)
-        html = render(data, now=now, tz=self.tz, redactor=self.redactor, ledger=self.source.shown_url, note=note)
+        fleet = self.fleet.view() if self.fleet is not None else None
+        html = render(data, now=now, tz=self.tz, redactor=self.redactor, ledger=self.source.shown_url, note=note,
+                      fleet=fleet)
         return self._answer(start_response, 200, html.encode("utf-8"), "text/html; charset=utf-8", head=head,
                             extra=[("Content-Security-Policy", PAGE_CSP)])
 

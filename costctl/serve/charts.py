@@ -2,7 +2,9 @@
 
 One chart per currency (two currencies never share an axis): cumulative spend per series
 (:class:`costctl.ledger.timeline.SpendSeries`) against time, the y axis from 0 to a round
-amount above the largest, the x axis over the series' span with times in the shown time zone.
+amount above the largest, the x axis over the series' span with times in the shown time zone,
+as many x labels as fit without overlapping at the page's tick font on a wide screen and on a
+phone (two sets; the page's CSS shows one), shorter labels for shorter spans (:func:`time_ticks`).
 This module only computes coordinates and labels (:class:`Chart`); the template draws them
 (``templates/dashboard.html``), so every text is escaped by Jinja2. No script, no external
 resource: the page shows the same thing with JavaScript off and offline.
@@ -25,8 +27,17 @@ if TYPE_CHECKING:
 #: The chart's drawing size (SVG user units; the page scales it to its width) and margins.
 WIDTH, HEIGHT = 640.0, 260.0
 LEFT, RIGHT, TOP, BOTTOM = 64.0, 12.0, 12.0, 30.0
-#: Ticks on each axis, about.
-Y_TICKS, X_TICKS = 4, 4
+#: Ticks on the y axis, about; intervals between x ticks at most (fewer when the labels would
+#: not fit: :func:`time_ticks`).
+Y_TICKS, X_TICKS = 4, 6
+#: The x tick labels' font size (SVG user units) as the page's CSS sets it: on a wide screen, and
+#: on a narrow one (``max-width: 600px``; there the 640-unit chart is drawn about 360 px wide,
+#: so 18 units are about 10 px). Each chart carries a tick set for each (:attr:`Chart.x_ticks`,
+#: :attr:`Chart.x_ticks_narrow`); the CSS shows the one for the screen.
+TICK_FONT, TICK_FONT_NARROW = 12.0, 18.0
+#: A label's width per character (em; digits, ``-`` and ``:`` of a system sans-serif are about
+#: 0.55, so this errs wide) and the least gap kept between two labels (em).
+CHAR_EM, TICK_GAP_EM = 0.62, 0.8
 #: Series colours, in order (Tableau 10: distinct for the common colour-vision deficiencies).
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac")
@@ -60,6 +71,7 @@ class Chart:
     lines: list[Line]
     y_ticks: list[Tick]
     x_ticks: list[Tick]
+    x_ticks_narrow: list[Tick] = ()  # type: ignore[assignment]
     width: float = WIDTH
     height: float = HEIGHT
     left: float = LEFT
@@ -86,10 +98,49 @@ def _amount_label(value: Decimal, step: Decimal) -> str:
     return f"{value:.{places}f}"
 
 
-def _time_label(when: datetime, tz: tzinfo, span_s: float) -> str:
-    """A time tick in ``tz``: ``MM-DD HH:MM`` (``HH:MM`` when the chart spans under a day)."""
-    local = when.astimezone(tz)
-    return local.strftime("%H:%M") if span_s < 86400 else local.strftime("%m-%d %H:%M")
+def time_format(span_s: float) -> str:
+    """The x labels' ``strftime`` format for a chart spanning ``span_s`` seconds: ``HH:MM`` within
+    a day, ``MM-DD HH:MM`` within three, ``MM-DD`` beyond."""
+    if span_s < 86400:
+        return "%H:%M"
+    return "%m-%d %H:%M" if span_s < 3 * 86400 else "%m-%d"
+
+
+def label_box(tick: Tick, font: float, *, first: bool, last: bool) -> tuple[float, float]:
+    """The x extent (SVG units) a tick's label takes at ``font`` units, anchored as the template
+    anchors it: the first at its start, the last at its end, the others at their middle."""
+    width = len(tick.label) * CHAR_EM * font
+    if first:
+        return tick.at, tick.at + width
+    if last:
+        return tick.at - width, tick.at
+    return tick.at - width / 2, tick.at + width / 2
+
+
+def ticks_fit(ticks: Sequence[Tick], font: float) -> bool:
+    """Whether the labels of ``ticks`` (in order) stay inside the chart, differ from their
+    neighbours and keep :data:`TICK_GAP_EM` between their boxes at ``font`` units."""
+    boxes = [label_box(t, font, first=i == 0, last=i == len(ticks) - 1 and i > 0) for i, t in enumerate(ticks)]
+    if any(x0 < 0 or x1 > WIDTH for x0, x1 in boxes):
+        return False
+    gap = TICK_GAP_EM * font
+    return all(a[1] + gap <= b[0] and s.label != t.label
+               for a, b, s, t in zip(boxes, boxes[1:], ticks, ticks[1:]))
+
+
+def time_ticks(t0: datetime, t1: datetime, tz: tzinfo, font: float) -> list[Tick]:
+    """The x ticks of a chart from ``t0`` to ``t1``: evenly spaced, as many as fit without their
+    labels at ``font`` units overlapping (:func:`ticks_fit`; at most :data:`X_TICKS` intervals),
+    labelled in ``tz`` (:func:`time_format`); the first time alone when not even two fit."""
+    span = max((t1 - t0).total_seconds(), 1.0)
+    fmt = time_format(span)
+    plot_w = WIDTH - LEFT - RIGHT
+    for parts in range(X_TICKS, 0, -1):
+        ticks = [Tick(LEFT + plot_w * k / parts, (t0 + (t1 - t0) * k / parts).astimezone(tz).strftime(fmt))
+                 for k in range(parts + 1)]
+        if ticks_fit(ticks, font):
+            return ticks
+    return [Tick(LEFT, t0.astimezone(tz).strftime(fmt))]
 
 
 def build(series: Sequence[SpendSeries], currency: str, tz: tzinfo, dom_id: str) -> Chart:
@@ -97,7 +148,7 @@ def build(series: Sequence[SpendSeries], currency: str, tz: tzinfo, dom_id: str)
     currencies are left out. An empty chart (no such series) has no lines and no ticks."""
     mine = [s for s in series if s.currency == currency and s.times]
     if not mine:
-        return Chart(dom_id, currency, [], [], [])
+        return Chart(dom_id, currency, [], [], [], [])
     t0 = min(s.times[0] for s in mine)
     t1 = max(s.times[-1] for s in mine)
     span = max((t1 - t0).total_seconds(), 1.0)
@@ -120,9 +171,8 @@ def build(series: Sequence[SpendSeries], currency: str, tz: tzinfo, dom_id: str)
     while value <= y_max:
         y_ticks.append(Tick(y(value), _amount_label(value, step)))
         value += step
-    x_ticks = [Tick(LEFT + plot_w * k / X_TICKS,
-                    _time_label(t0 + (t1 - t0) * k / X_TICKS, tz, span)) for k in range(X_TICKS + 1)]
-    return Chart(dom_id, currency, lines, y_ticks, x_ticks)
+    return Chart(dom_id, currency, lines, y_ticks, time_ticks(t0, t1, tz, TICK_FONT),
+                 time_ticks(t0, t1, tz, TICK_FONT_NARROW))
 
 
 def charts(series: Sequence[SpendSeries], tz: tzinfo, prefix: str) -> list[Chart]:
@@ -131,4 +181,5 @@ def charts(series: Sequence[SpendSeries], tz: tzinfo, prefix: str) -> list[Chart
             for currency in sorted({s.currency for s in series})]
 
 
-__all__ = ["Chart", "Line", "PALETTE", "Tick", "build", "charts", "nice_step"]
+__all__ = ["Chart", "Line", "PALETTE", "TICK_FONT", "TICK_FONT_NARROW", "Tick", "build", "charts", "label_box", "nice_step",
+           "ticks_fit", "time_format", "time_ticks"]

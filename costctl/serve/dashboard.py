@@ -4,8 +4,10 @@
 currency; spend over time per instance and per run (one SVG chart per currency each, ids
 ``spend-by-instance-<CUR>`` / ``spend-by-run-<CUR>``, class ``spend-chart``); the open runs with
 their status line (table ``live-runs``); the newest runs (table ``runs``); the newest decisions
-with their evidence, redacted (table ``decisions``); and the instances (table ``instances``:
-the ledger's today, ``costctl fleet``'s later — :data:`costctl.serve.data.InstanceSource`).
+with their evidence, redacted (table ``decisions``); and the instances (table ``instances``):
+``costctl fleet``'s rows when the provider accounts are read (:mod:`.fleet_view`: every
+instance, guarded or not, with the time of the read and the accounts that could not be read,
+each with its error), else the instances the ledger has charged, the page saying why.
 
 The template (``templates/dashboard.html``, package data) holds markup only: every sentence is
 translated here, through :func:`costctl.i18n._`, in the language costctl shows ([ui] language,
@@ -34,7 +36,9 @@ from . import charts
 if TYPE_CHECKING:
     from jinja2 import Environment
 
+    from ..fleet.model import FleetRow, Guard
     from .data import DashboardData, LiveRun
+    from .fleet_view import FleetView
     from .redaction import Redactor
 
 #: Seconds between the page's own reloads (``<meta http-equiv="refresh">``): no script needed.
@@ -103,6 +107,14 @@ def texts() -> dict[str, str]:
         "col_runs": _("Runs"),
         "col_last_charge": _("Last charge"),
         "metrics_link": _("Prometheus metrics"),
+        "fleet_note": _("Every instance the configured provider accounts report (`costctl fleet`'s read); "
+                        "\"unguarded\": no watch of this ledger stops it."),
+        "no_fleet_instances": _("The provider accounts report no instance."),
+        "col_account": _("Account"),
+        "col_uptime": _("Uptime"),
+        "col_provider_spend": _("Spend (provider)"),
+        "col_ledger_spend": _("Spend (ledger)"),
+        "col_guard": _("Guard"),
     }
 
 
@@ -177,9 +189,75 @@ def _outcome(d: Any, redactor: Redactor) -> str:
     return outcome or "-"
 
 
+def guard_text(guard: Guard) -> str:
+    """A fleet row's guard as ``costctl fleet`` words it (the heartbeat's age as ``H:MM:SS``)."""
+    from ..fleet.model import GuardState
+
+    age = _age(guard.heartbeat_age.total_seconds()) if guard.heartbeat_age is not None else "-"
+    if guard.state is GuardState.GUARDED:
+        return _("guarded (heartbeat {age} ago)").format(age=age)
+    if guard.state is GuardState.NOT_STOPPING:
+        return _("watched, never stops ({mode}; heartbeat {age} ago)").format(mode=guard.mode, age=age)
+    if guard.state is GuardState.STALE:
+        return _("unguarded: heartbeat {age} ago").format(age=age)
+    if guard.state is GuardState.UNKNOWN:
+        return _("unknown (ledger unreadable)")
+    return _("unguarded")
+
+
+def _fleet_row(row: FleetRow) -> dict[str, Any]:
+    inst = row.instance
+    word = display_word(inst.status)
+    status = _("{status} (preempted)").format(status=word) if inst.preempted else word
+    return {
+        "provider": row.provider, "account": row.account if row.account is not None else _("default"),
+        "instance": inst.id, "gpu": _gpu(inst.gpu or inst.gpu_raw, inst.gpu_count), "status": status,
+        "rate": f"{price_cell(inst.price_per_hour, inst.currency)}/h" if inst.price_per_hour is not None else "-",
+        "uptime": duration_cell(float(row.uptime_s)) if row.uptime_s is not None else "-",
+        "provider_spend": money_cell(row.provider_spend.amount, inst.currency) if row.provider_spend else "-",
+        "ledger_spend": ", ".join(money_cell(a, c) for c, a in sorted(row.ledger_spend.items())) or "-",
+        "guard": guard_text(row.guard), "guarded": row.guard.guarded,
+    }
+
+
+def _unreadable(read: Any, redactor: Redactor) -> str:
+    """An account the fleet read could not read, with its error (redacted)."""
+    error = read.error or ""
+    for colon in (": ", "："):
+        if error.startswith(read.provider + colon):
+            error = error[len(read.provider) + len(colon):]
+    line = _("{provider}: cannot be read: {error}") if read.account is None else \
+        _("{provider} account {account}: cannot be read: {error}")
+    return redactor.text(line.format(provider=read.provider, account=read.account, error=error))
+
+
+def _fleet_context(fleet: FleetView, tz: tzinfo, redactor: Redactor) -> dict[str, Any]:
+    """The instances section's fleet part: its rows (None: the ledger's table is shown), the
+    line saying when they were read or why they are not shown, and the unreadable accounts."""
+    out: dict[str, Any] = {"fleet_rows": None, "fleet_status": None,
+                           "fleet_failed": [_unreadable(a, redactor) for a in fleet.failed]}
+    if fleet.rows is not None:
+        out["fleet_rows"] = [_fleet_row(r) for r in fleet.rows]
+        out["fleet_status"] = _("Provider accounts read at {time}.").format(time=_time(fleet.as_of, tz))
+        if fleet.failed:
+            out["fleet_status"] += " " + _("At {time} these could not be read (the table is the last good read):").format(
+                time=_time(fleet.failed_at, tz))
+    elif fleet.reading:
+        out["fleet_status"] = _("The provider accounts are being read; until then, the instances this ledger has "
+                                "charged.")
+    else:
+        out["fleet_status"] = _("The provider accounts could not be read yet; the instances this ledger has charged "
+                                "are shown instead.")
+        if fleet.error:
+            out["fleet_failed"].append(redactor.text(_("the fleet read failed: {error}").format(error=fleet.error)))
+    return out
+
+
 def view(data: DashboardData | None, *, now: datetime, tz: tzinfo, redactor: Redactor, ledger: str,
-         note: str | None = None) -> dict[str, Any]:
-    """The template's context for ``data`` (None: no ledger yet, ``note`` says why)."""
+         note: str | None = None, fleet: FleetView | None = None) -> dict[str, Any]:
+    """The template's context for ``data`` (None: no ledger yet, ``note`` says why); the
+    instances table from ``fleet`` when it has rows (None: no provider configured, the
+    ledger's table)."""
     zone = getattr(tz, "key", None) or str(tz)
     context: dict[str, Any] = {
         "lang": "zh-CN" if language() == "zh_CN" else "en",
@@ -189,8 +267,10 @@ def view(data: DashboardData | None, *, now: datetime, tz: tzinfo, redactor: Red
             ledger=ledger, time=_time(now, tz), zone=zone, seconds=REFRESH_S),
         "note": note,
         "totals": [], "instance_charts": [], "run_charts": [], "live": [], "runs": [], "runs_note": None,
-        "decisions": [], "instances": [],
+        "decisions": [], "instances": [], "fleet_rows": None, "fleet_status": None, "fleet_failed": [],
     }
+    if fleet is not None:
+        context.update(_fleet_context(fleet, tz, redactor))
     if data is None:
         return context
     context["totals"] = [money_cell(amount, currency) for currency, amount in sorted(data.totals.items())]
@@ -232,10 +312,10 @@ def view(data: DashboardData | None, *, now: datetime, tz: tzinfo, redactor: Red
 
 
 def render(data: DashboardData | None, *, now: datetime, tz: tzinfo, redactor: Redactor, ledger: str,
-           note: str | None = None) -> str:
+           note: str | None = None, fleet: FleetView | None = None) -> str:
     """The dashboard page as HTML text (see the module docstring and :func:`view`)."""
     return environment().get_template("dashboard.html").render(
-        **view(data, now=now, tz=tz, redactor=redactor, ledger=ledger, note=note))
+        **view(data, now=now, tz=tz, redactor=redactor, ledger=ledger, note=note, fleet=fleet))
 
 
-__all__ = ["EVIDENCE_CHARS", "REFRESH_S", "environment", "render", "status_line", "texts", "view"]
+__all__ = ["EVIDENCE_CHARS", "REFRESH_S", "environment", "guard_text", "render", "status_line", "texts", "view"]

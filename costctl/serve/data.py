@@ -7,9 +7,9 @@ from :func:`costctl.ledger.timeline.spend_series`, the open runs, their readings
 decisions from :mod:`costctl.ledger.live`. Money stays Decimal per currency here; it becomes a
 float only where Prometheus needs one (:mod:`.metrics`) and text only where it is shown.
 
-The instances table is the seam for ``costctl fleet``: :data:`InstanceSource` is what gives its
-rows; today :func:`ledger_instances` (the instances the ledger has charged), later the fleet's
-provider-backed listing, passed to :class:`~costctl.serve.app.ServeApp` in its place.
+The ledger's instances table (:data:`InstanceSource`, :func:`ledger_instances`: the instances
+the ledger has charged) is what the page shows when no provider is configured or before the
+first good fleet read; otherwise the table is the fleet's (:mod:`costctl.serve.fleet_view`).
 """
 
 from __future__ import annotations

@@ -13,11 +13,15 @@ header. Three layers, each cheap, all applied (:class:`Redactor`):
    end like one (``*_TOKEN``, ``*_API_KEY``, ``*_SECRET``, ``*_PASSWORD``; values of at least
    :data:`MIN_ENV_SECRET_CHARS`): masked wherever they occur (:func:`costctl.notify.redact.redact`).
 2. **Shapes** — ``Bearer ...``, ``Authorization: ...``, ``token=...`` / ``api_key=...`` /
-   ``secret=...`` / ``password=...`` parameters and the password of a ``scheme://user:PASSWORD@``
-   URL: the value is masked whatever it is.
-3. **Keys** — in evidence (JSON), the value of any key that names a secret (``token``,
-   ``api_key``, ``password``, ``secret``, ``authorization``, ``url`` of a notification...) is
-   masked whole (the values of ``key`` — a decision's episode key — are not).
+   ``secret=...`` / ``password=...`` parameters, environment assignments (``HF_TOKEN=hf_...``,
+   ``export OPENAI_API_KEY=...``), the password of a ``scheme://user:PASSWORD@`` URL, and the
+   path and query of a chat service's webhook URL (``https://hooks.slack.com/****``: each URL
+   Apprise reads as a service's own — Slack, Discord, WeCom, Telegram, Teams... — and Feishu /
+   Lark bots; DingTalk's ``access_token=`` is a parameter): the value is masked whatever it is.
+3. **Keys** — in evidence (JSON), the value of any key that names a secret by its words
+   (:func:`secret_key`: ``token``, ``HF_TOKEN``, ``api_key``, ``password``, ``authorization``,
+   ``webhook``, ``webhook_url``...) is masked whole; keys that only contain such a word
+   (``key`` — a decision's episode key —, ``max_tokens``, ``hook_ran``, ``webhook_status``) are not.
 
 Every mask is :data:`costctl.notify.redact.MASK`.
 """
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import lru_cache
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +39,37 @@ from ..notify.redact import MASK, MIN_SECRET_CHARS, redact, url_secrets
 if TYPE_CHECKING:
     from ..config import Settings
 
-#: A key (of evidence, a provider table, an environment variable) whose value is a secret.
-SECRET_KEY = re.compile(r"(?i)(token|api[_-]?key|secret|passw(or)?d|authorization|credential|cookie|webhook)")
+#: A key (of evidence, a provider table) whose value is a secret, by its words (:func:`secret_key`):
+#: its last word is one of these...
+SECRET_WORDS = frozenset({"token", "secret", "password", "passwd", "pwd", "authorization", "credential", "credentials",
+                          "cookie", "apikey", "accesskey", "privatekey", "passphrase"})
+#: ...or its last two words are one of these...
+SECRET_PAIRS = frozenset({("api", "key"), ("access", "key"), ("private", "key"), ("secret", "key"),
+                          ("signing", "key"), ("app", "secret"), ("client", "secret")})
+#: ...or it names a webhook (``webhook``, ``hook``) alone or as a URL (``webhook_url``): a
+#: webhook's URL carries its secret. ``hook_ran``, ``webhook_status`` or ``max_tokens`` are not.
+HOOK_WORDS, URL_WORDS = frozenset({"webhook", "hook"}), frozenset({"url", "uri", "endpoint"})
+
+
+def _key_words(key: str) -> list[str]:
+    """``"X-Api-Key"`` -> ``["x", "api", "key"]``; ``"webhookUrl"`` -> ``["webhook", "url"]``."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", key)
+    return [w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w]
+
+
+def secret_key(key: str) -> bool:
+    """Whether ``key`` names a secret (see :data:`SECRET_WORDS`): ``token``, ``HF_TOKEN``,
+    ``apiKey``, ``X-Api-Key``, ``Authorization``, ``webhook``, ``webhook_url``; not ``key``
+    (a decision's episode key), ``max_tokens``, ``token_count``, ``hook_ran``, ``webhook_status``."""
+    words = _key_words(key)
+    if not words:
+        return False
+    if words[-1] in SECRET_WORDS or tuple(words[-2:]) in SECRET_PAIRS:
+        return True
+    if any(w in HOOK_WORDS for w in words):
+        return words[-1] in HOOK_WORDS or words[-1] in URL_WORDS
+    return False
+
 
 #: An environment variable whose name ends like this holds a credential.
 SECRET_ENV = re.compile(r"(?i)_(token|api_?key|secret|password|passwd)$")
@@ -49,8 +83,44 @@ SHAPES = (
                r"(?P<value>[^\s\"',;]+)"),
     re.compile(r"(?i)\b(?:access[_-]?token|token|api[_-]?key|apikey|secret|passw(?:or)?d)"
                r"[\"']?\s*[:=]\s*[\"']?(?P<value>[^\s\"'&,;)}]+)"),
+    # an environment assignment (``HF_TOKEN=hf_...``, ``export OPENAI_API_KEY="sk-..."``): a name
+    # ending like a credential variable's (:data:`SECRET_ENV`), a value of 8 or more characters
+    # (``HF_HUB_DISABLE_TOKEN=1`` is a flag)
+    re.compile(r"(?i)\b[a-z][a-z0-9_]*_(?:token|api_?key|secret|secret_?key|access_?key|password|passwd)"
+               r"=[\"']?(?P<value>[^\s\"'&,;)}]{8,})"),
+    # ``?key=`` of a WeCom (qyapi.weixin.qq.com) webhook
+    re.compile(r"(?i)\bqyapi\.weixin\.qq\.com/[^\s?\"']*\?(?:[^\s\"']*&)?key=(?P<value>[^\s\"'&]+)"),
     re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@]*:(?P<value>[^\s@/]+)@"),
 )
+
+#: A URL in a text (its end: white space, a quote, a bracket, or a trailing punctuation mark).
+URL = re.compile(r"(?i)\bhttps?://(?P<host>[a-z0-9.-]+(?::\d+)?)(?P<rest>/[^\s\"'<>)\]}]*[^\s\"'<>)\]},.;:!?])")
+
+#: Webhook URLs whose secret is their path, that Apprise does not recognise as such itself:
+#: Feishu / Lark bots (``open.feishu.cn/open-apis/bot/v2/hook/<uuid>``).
+PATH_HOOKS = re.compile(r"(?i)^(?:open\.feishu\.cn|open\.larksuite\.com)$")
+
+
+@lru_cache(maxsize=512)
+def _apprise_service(url: str) -> bool:
+    """Whether Apprise reads ``url`` (``https://...``) as a notification service's own webhook
+    URL (Slack's ``hooks.slack.com/services/...``, Discord's ``/api/webhooks/...``, WeCom's,
+    Telegram's, Teams'...: each service's ``parse_native_url``): then its path and query are its
+    secret. False when Apprise cannot be loaded."""
+    try:
+        from apprise import Apprise
+
+        return Apprise.instantiate(url, suppress_exceptions=True) is not None
+    except Exception:  # noqa: BLE001 - no Apprise, or its bug: the other layers still mask
+        return False
+
+
+def _mask_webhook(match: re.Match[str]) -> str:
+    """A webhook URL with its path (and query) masked, its host kept: ``https://hooks.slack.com/****``."""
+    host = match.group("host")
+    if PATH_HOOKS.match(host.split(":")[0]) or _apprise_service(match.group(0)):
+        return match.group(0)[:match.start("rest") - match.start(0)] + "/" + MASK
+    return match.group(0)
 
 
 def _settings_secrets(value: Any, out: set[str]) -> None:
@@ -80,7 +150,7 @@ def _table_secrets(table: Any, environ: Mapping[str, str], out: set[str]) -> Non
             if key == "credential_env":
                 names = [value] if isinstance(value, str) else value if isinstance(value, list) else []
                 out.update(environ.get(str(n), "") for n in names)
-            elif isinstance(value, str) and SECRET_KEY.search(str(key)):
+            elif isinstance(value, str) and secret_key(str(key)):
                 out.add(value)
             else:
                 _table_secrets(value, environ, out)
@@ -141,6 +211,8 @@ class Redactor:
     def text(self, value: str) -> str:
         """``value`` with every known secret and every secret-shaped value masked."""
         value = redact(value, self.secrets)
+        if "://" in value:
+            value = URL.sub(_mask_webhook, value)
         for shape in SHAPES:
             value = shape.sub(lambda m: m.group(0)[:m.start("value") - m.start(0)] + MASK
                               + m.group(0)[m.end("value") - m.start(0):], value)
@@ -149,7 +221,7 @@ class Redactor:
     def value(self, value: Any, key: str | None = None) -> Any:
         """A JSON-like value (dicts, lists, strings, numbers) with its secrets masked: every
         string through :meth:`text`, and the whole value of a key that names a secret."""
-        if key is not None and SECRET_KEY.search(key) and value not in (None, "", True, False):
+        if key is not None and secret_key(key) and value not in (None, "", True, False):
             return MASK
         if isinstance(value, str):
             return self.text(value)
@@ -160,4 +232,4 @@ class Redactor:
         return value
 
 
-__all__ = ["Redactor", "SECRET_KEY", "SHAPES", "known_secrets"]
+__all__ = ["Redactor", "SHAPES", "known_secrets", "secret_key"]
