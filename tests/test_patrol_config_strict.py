@@ -14,7 +14,8 @@ from costctl.config import load_settings
 from costctl.errors import ConfigError
 from tests.test_patrol_cli import patrol, run, table  # noqa: F401 - the fixture
 
-HEAD = '[instance]\nprovider = "sim"\n\n[providers.vastai]\n\n[providers.vastai.accounts.team]\ncredential_env = "T"\n\n'
+HEAD = ('[instance]\nprovider = "sim"\n\n[providers.vastai]\n\n'
+        '[providers.vastai.accounts.team]\ncredential_env = "T"\n\n')
 
 
 def policy(filters: str, *, action: str = "stop", extra: str = "") -> str:

@@ -15,7 +15,8 @@ this run carried failed.
 JSON (``--format json``), one object per sweep: ``{"as_of", "mode", "instances",
 "observations", "accounts", "policies": [{"name", "action", "grace_s", "matches": [{"provider",
 "account", "id", "label", "status", "step", "done", "reason", "evidence", "mark", "due_at",
-"decision", "state"}], "cleared": [{"provider", "id", "mark", "why", "reason", "done"}]}], "warnings": [...], "notes": [...], "ledger_error"}``.
+"decision", "state"}], "cleared": [{"provider", "id", "mark", "why", "reason", "done"}]}], "warnings":
+[...], "notes": [...], "ledger_error"}``.
 """
 
 from __future__ import annotations

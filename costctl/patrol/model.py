@@ -528,6 +528,7 @@ def warned(history: Sequence[PatrolDecision], key: str) -> bool:
     return any(d.key == key for d in history)
 
 
-__all__ = ["DEFAULT_ACCOUNT_WORD", "GONE", "NOT_APPLICABLE", "NOT_STOPPABLE", "NO_LONGER_MATCHES", "Clear", "Match", "Plan", "ReleaseWarning", "Seen", "Step", "age_since", "due_at",
+__all__ = ["DEFAULT_ACCOUNT_WORD", "GONE", "NOT_APPLICABLE", "NOT_STOPPABLE", "NO_LONGER_MATCHES", "Clear",
+           "Match", "Plan", "ReleaseWarning", "Seen", "Step", "age_since", "due_at",
            "in_flight", "iso", "label_matches", "match", "open_mark", "plan", "release_warning", "scope_problem",
            "snoozed_until", "stopped_since", "to_clear", "not_applicable_clear", "gone_clear", "warned"]
