@@ -132,6 +132,11 @@ def test_a_mark_of_an_instance_gone_from_a_provider_read_is_cleared(patrol, caps
     [(_id, outcome, ev)] = marks(patrol)
     assert outcome == "cleared" and ev["cleared_why"] == "gone" and ev["cleared_seen"] == {
         "account": None, "listed": False}
+    from costctl.ledger import live  # the dashboard's decisions list: the mark reads cleared, not marked
+
+    with patrol.ledger() as ledger, ledger.engine.connect() as conn:
+        shown = [(d.instance_id, d.action, d.outcome) for d in live.recent_decisions(conn) if d.action == "mark"]
+    assert ("312", "mark", "cleared") in shown and ("312", "mark", "marked") not in shown
     code, report, _err = sweep(capsys, "--execute")                     # settled: said once
     assert idle_policy(report)["cleared"] == []
 
