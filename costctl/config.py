@@ -36,11 +36,13 @@ from pydantic import (
     Field,
     PrivateAttr,
     SecretStr,
+    StrictBool,
     ValidationError,
     create_model,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -84,6 +86,7 @@ from .policies.idle_fraction import IdleFractionConfig  # noqa: F401
 from .policies.plateau import PlateauConfig  # noqa: F401
 from .policies.registry import ENTRY_POINT_GROUP, discover_policies, known_policies, policies_model
 from .policies.stall import StallConfig  # noqa: F401
+from .money import is_known_currency
 from .validation import describe_value, one_line, require_regular_file, toml_error_text
 
 ENV_PREFIX = "COSTCTL_"
@@ -504,7 +507,7 @@ class PatrolFilters(_Section):
         default=None, description=N_("patterns of the instance's label or name at the provider"))
     status: Annotated[list[PatrolStatus] | None, BeforeValidator(_listed)] = None
     min_age: bounded_duration(PATROL_AGE_MIN, PATROL_AGE_MAX, noun=N_("an age"), note=N_("ten years")) | None = None  # type: ignore[valid-type]
-    guarded: bool | None = None
+    guarded: StrictBool | None = None
     idle: bounded_duration(PATROL_IDLE_MIN, PATROL_IDLE_MAX, noun=N_("a window")) | None = None  # type: ignore[valid-type]
     min_gpu_utilization: Percent = 5.0
     min_cpu_utilization: float = Field(default=10.0, ge=0, le=100_000)
@@ -512,6 +515,15 @@ class PatrolFilters(_Section):
     currency: Annotated[str | None, Field(pattern=r"^[A-Za-z]{3}$"),
                         BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v)] = None
     stopped_for: bounded_duration(PATROL_AGE_MIN, PATROL_AGE_MAX, noun=N_("a duration"), note=N_("ten years")) | None = None  # type: ignore[valid-type]
+
+    @field_validator("provider", "account", "label", "status", mode="after")
+    @classmethod
+    def _not_empty(cls, v: list[Any] | None) -> list[Any] | None:
+        """A list filter names at least one value: an empty one would match no instance."""
+        if v is not None and not v:
+            raise ValueError(_("expected at least one value (an empty list matches no instance); leave the filter "
+                               "out to match every instance"))
+        return v
 
     @field_validator("provider", mode="after")
     @classmethod
@@ -523,6 +535,8 @@ class PatrolFilters(_Section):
     def _with_amount(cls, v: str | None, info: Any) -> str | None:
         if v is not None and info.data.get("spend_over") is None:
             raise ValueError(_("currency is the currency of spend_over: set spend_over too"))
+        if v is not None and not is_known_currency(v):
+            raise ValueError(_("expected an ISO 4217 currency code costctl knows, like USD, CNY or EUR"))
         return v
 
 
@@ -537,7 +551,7 @@ class PatrolPolicyConfig(_Section):
     grace: bounded_duration(PATROL_GRACE_MIN, PATROL_GRACE_MAX, noun=N_("a grace period"), note=N_("30 days")) = Field(  # type: ignore[valid-type]
         default=timedelta(hours=1),
         description=N_("marked instances are acted on this long after the notification (1s to 720h)"))
-    allow_release: bool = Field(default=False, validate_default=True)
+    allow_release: StrictBool = Field(default=False, validate_default=True)
     filters: PatrolFilters = Field(default=None, validate_default=True)  # type: ignore[assignment]
 
     @field_validator("name", mode="after")
@@ -861,6 +875,18 @@ class Settings(BaseSettings):
             raise ValueError(_("expected text without NUL bytes"))
         return value
 
+    @model_validator(mode="after")
+    def _patrol_names_configured(self) -> "Settings":
+        """Each ``[[patrol.policies]]`` filter ``provider`` names a configured provider, and its
+        ``account`` an account of one (:func:`patrol_filter_problem`); else a ValidationError
+        located at the filter's value, so the line names the policy's index, the key and the value."""
+        found = patrol_filter_problem(self)
+        if found is not None:
+            loc, value, problem = found
+            raise ValidationError.from_exception_data(type(self).__name__, [InitErrorDetails(
+                type=PydanticCustomError("value_error", "{problem}", {"problem": problem}), loc=loc, input=value)])
+        return self
+
     @property
     def config_path(self) -> Path | None:
         """The TOML file these settings were read from (None: defaults and environment only)."""
@@ -887,6 +913,45 @@ class _TomlSource(TomlConfigSettingsSource):
 
     def _read_file(self, file_path: Any) -> dict[str, Any]:
         return tomlfile.load(Path(file_path))
+
+
+def _configured_accounts(settings: Settings) -> dict[str, list[str]]:
+    """Provider -> its named accounts (``[providers.<name>.accounts.*]``), for each configured
+    provider (``[instance] provider`` first, then each ``[providers.*]`` table, as
+    :func:`costctl.cloud.configured_providers`); a malformed ``accounts`` reads as none (the
+    provider's own check says what is wrong with it)."""
+    names = [settings.instance.provider, *(n for n in settings.providers if n != settings.instance.provider)]
+    accounts: dict[str, list[str]] = {}
+    for name in names:
+        raw = settings.providers.get(name, {}).get("accounts", {}) if isinstance(settings.providers.get(name), dict) \
+            else {}
+        accounts[name] = [str(a) for a in raw] if isinstance(raw, dict) else []
+    return accounts
+
+
+def patrol_filter_problem(settings: Settings) -> tuple[tuple[str | int, ...], str, str] | None:
+    """The first ``[[patrol.policies]]`` filter naming what is not configured, as ``(location,
+    value, problem)``: a ``provider`` no ``[providers.*]`` table (nor ``[instance] provider``)
+    configures, or an ``account`` that is neither ``"default"`` nor an account of one of the
+    policy's providers (every configured provider when the policy sets none); None when all hold."""
+    accounts = _configured_accounts(settings)
+    for index, policy in enumerate(settings.patrol.policies):
+        f = policy.filters
+        for i, name in enumerate(f.provider or ()):
+            if name not in accounts:
+                return (("patrol", "policies", index, "filters", "provider", i), name, _(
+                    "provider {name!r} is not configured (no [providers.{name}] table, and [instance] provider is "
+                    "{instance}); expected one of {known}").format(
+                    name=name, instance=settings.instance.provider, known=", ".join(accounts)))
+        scope = f.provider or list(accounts)
+        named = [f"{a} ({p})" for p in scope for a in accounts.get(p, ())]
+        for i, account in enumerate(f.account or ()):
+            if account != "default" and not any(account in accounts.get(p, ()) for p in scope):
+                return (("patrol", "policies", index, "filters", "account", i), account, _(
+                    "no account {account!r} is configured for {providers}; expected default (a provider's default "
+                    "account) or one of: {known}").format(account=account, providers=", ".join(scope),
+                                                          known=", ".join(named) or _("none")))
+    return None
 
 
 class _BoundedEnvSource(EnvSettingsSource):

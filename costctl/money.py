@@ -48,6 +48,23 @@ class AmountError(CostctlError):
         self.value = value
 
 
+#: ISO 4217 codes that name no money: no currency (``XXX``) and the testing code (``XTS``).
+NOT_MONEY = frozenset({"XXX", "XTS"})
+
+
+def known_currencies() -> frozenset[str]:
+    """The ISO 4217 currency codes costctl knows (upper case): the Unicode CLDR's list, as Babel
+    ships it (current and historical codes), less :data:`NOT_MONEY`."""
+    from babel.numbers import list_currencies
+
+    return frozenset(code.upper() for code in list_currencies()) - NOT_MONEY
+
+
+def is_known_currency(code: str) -> bool:
+    """Whether ``code`` (any case) is a currency code in :func:`known_currencies`."""
+    return code.upper() in known_currencies()
+
+
 def parse_decimal(value: object, *, what: str = "amount") -> Decimal:
     """Parse ``value`` (str, int, Decimal, or float via its shortest repr) into a finite Decimal.
 

@@ -7,28 +7,23 @@ from __future__ import annotations
 
 import json
 import re
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
 from costctl.cli import fleet as fleet_cli
-from costctl.cli.main import main
 from costctl.clock import SimClock
 from costctl.ledger import Ledger
 from costctl.paths import default_database_url
-from tests.fakes.autodl import PRO, TOKEN as AUTODL_TOKEN, FakeAutoDL
+from tests.fakes.autodl import PRO, TOKEN as AUTODL_TOKEN, FakeAutoDL  # noqa: F401 - other tests import it here
 from tests.fakes.http import Reply
-from tests.fakes.runpod import API_KEY as RUNPOD_KEY, FakeRunPod
-from tests.fakes.vastai import API_KEY as VAST_KEY, FakeVast
-
-NOW = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
-TEAM_KEY = "vast-team-key-fedcba9876543210"
-SECRETS = (VAST_KEY, TEAM_KEY, RUNPOD_KEY, AUTODL_TOKEN)
+from tests.fakes.runpod import API_KEY as RUNPOD_KEY, FakeRunPod  # noqa: F401 - other tests import it here
+from tests.fakes.vastai import API_KEY as VAST_KEY, FakeVast  # noqa: F401 - other tests import it here
+from tests.fleet_world import NOW, SECRETS, TEAM_KEY, fakes, isolate, providers_toml, run_cli
 
 
 @dataclass
@@ -47,13 +42,7 @@ class Fleet:
     def write_config(self, *, autodl_timeout: float = 2, **extra_tables: str) -> None:
         """costctl.toml: the sim, the three fakes (no retries), the Vast team account, and
         ``extra_tables`` (``{"fleet": 'guard_lag = "2m"'}``)."""
-        http = 'retries = 0\ntimeout = 2\nbackoff = 0.01\n'
-        text = (f'[instance]\nprovider = "sim"\n\n'
-                f'[providers.vastai]\nbase_url = "{self.vast.url}"\n{http}\n'
-                f'[providers.vastai.accounts.team]\ncredential_env = "VAST_TEAM_KEY"\n\n'
-                f'[providers.runpod]\nbase_url = "{self.runpod.url}"\n{http}\n'
-                f'[providers.autodl]\nbase_url = "{self.autodl.url}"\nretries = 0\nbackoff = 0.01\n'
-                f'timeout = {autodl_timeout}\n')
+        text = providers_toml(self.vast, self.runpod, self.autodl, autodl_timeout=autodl_timeout)
         for name, table in extra_tables.items():
             text += f"\n[{name}]\n{table}\n"
         self.config.write_text(text)
@@ -62,20 +51,9 @@ class Fleet:
 @pytest.fixture
 def fleet(tmp_path, monkeypatch) -> Iterator[Fleet]:
     """Three fake providers with instances of every kind, two Vast accounts, and the sim."""
-    data = tmp_path / "data"
-    monkeypatch.setenv("COSTCTL_DATA_DIR", str(data))
-    for key in list(os.environ):
-        if key.startswith("COSTCTL_") and key != "COSTCTL_DATA_DIR":
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("VAST_API_KEY", VAST_KEY)
-    monkeypatch.setenv("VAST_TEAM_KEY", TEAM_KEY)
-    monkeypatch.setenv("RUNPOD_API_KEY", RUNPOD_KEY)
-    monkeypatch.setenv("AUTODL_TOKEN", AUTODL_TOKEN)
+    data, work = isolate(tmp_path, monkeypatch)
     monkeypatch.setattr(fleet_cli, "clock", lambda: SimClock(NOW))
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
-    with FakeVast(api_keys=(VAST_KEY, TEAM_KEY)) as vast, FakeRunPod() as runpod, FakeAutoDL() as autodl:
+    with fakes() as (vast, runpod, autodl):
         vast.add(312, gpu_util=0.0, disk_hour=0.0021)                               # idle by Vast's reading
         vast.add(313, actual="stopped", intended="stopped", disk_hour=0.0035)       # paying for its disk
         vast.add(700, owner=TEAM_KEY, num_gpus=2, dph_total=0.9, gpu_util=87.0)     # the team account's
@@ -88,11 +66,7 @@ def fleet(tmp_path, monkeypatch) -> Iterator[Fleet]:
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    for secret in SECRETS:
-        assert secret not in out and secret not in err
-    return code, out, err
+    return run_cli(capsys, argv, SECRETS)
 
 
 def fleet_json(capsys) -> tuple[int, dict, str]:

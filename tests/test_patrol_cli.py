@@ -20,10 +20,9 @@ The fleet holds one instance for each policy to find and several it must not:
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -32,20 +31,18 @@ import sqlalchemy as sa
 
 from costctl.cli import patrol as patrol_cli
 from costctl.cli import snooze as snooze_cli
-from costctl.cli.main import main
 from costctl.clock import SimClock
 from costctl.ledger import Ledger
 from costctl.paths import default_database_url
 from costctl_providers.sim import SimProvider
-from tests.fakes.autodl import PRO, TOKEN as AUTODL_TOKEN, FakeAutoDL
-from tests.fakes.runpod import API_KEY as RUNPOD_KEY, FakeRunPod
-from tests.fakes.vastai import API_KEY as VAST_KEY, FakeVast
+from tests.fakes.autodl import PRO, FakeAutoDL
+from tests.fakes.runpod import FakeRunPod
+from tests.fakes.vastai import FakeVast
 from tests.fakes.webhook import FakeWebhook
+from tests.fleet_world import NOW, SECRETS as WORLD_SECRETS, TEAM_KEY, fakes, isolate, providers_toml, run_cli
 
-NOW = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
-TEAM_KEY = "vast-team-key-fedcba9876543210"
 HOOK_TOKEN = "hook-secret-5f1e"
-SECRETS = (VAST_KEY, TEAM_KEY, RUNPOD_KEY, AUTODL_TOKEN, HOOK_TOKEN)
+SECRETS = (*WORLD_SECRETS, HOOK_TOKEN)
 VAST_ROUTE = "/api/v0/instances/{id}/"
 
 POLICIES = '''
@@ -89,13 +86,8 @@ class Patrol:
         return SimProvider({}, data_dir=self.data, clock=SimClock(at or self.clock.now()))
 
     def write_config(self, *, policies: str = POLICIES, notify: bool = True, **extra_tables: str) -> None:
-        http = 'retries = 0\ntimeout = 2\nbackoff = 0.01\n'
-        text = (f'[instance]\nprovider = "sim"\n\n'
-                f'[patrol]\ninterval = "5m"\nlabels = ["team-*"]\n\n'
-                f'[providers.vastai]\nbase_url = "{self.vast.url}"\n{http}\n'
-                f'[providers.vastai.accounts.team]\ncredential_env = "VAST_TEAM_KEY"\n\n'
-                f'[providers.runpod]\nbase_url = "{self.runpod.url}"\n{http}\n'
-                f'[providers.autodl]\nbase_url = "{self.autodl.url}"\n{http}\n'
+        text = (providers_toml(self.vast, self.runpod, self.autodl)
+                + '[patrol]\ninterval = "5m"\nlabels = ["team-*"]\n\n'
                 '[stop]\npoll_interval = "5s"\nresend_interval = "30s"\ndeadline = "5m"\n\n')
         if notify:
             text += f'[notify]\nurls = ["{self.hook.json_url(HOOK_TOKEN)}"]\ntimeout = "20s"\n\n'
@@ -106,24 +98,12 @@ class Patrol:
 
 @pytest.fixture
 def patrol(tmp_path, monkeypatch) -> Iterator[Patrol]:
-    data = tmp_path / "data"
-    monkeypatch.setenv("COSTCTL_DATA_DIR", str(data))
-    for key in list(os.environ):
-        if key.startswith("COSTCTL_") and key != "COSTCTL_DATA_DIR":
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("VAST_API_KEY", VAST_KEY)
-    monkeypatch.setenv("VAST_TEAM_KEY", TEAM_KEY)
-    monkeypatch.setenv("RUNPOD_API_KEY", RUNPOD_KEY)
-    monkeypatch.setenv("AUTODL_TOKEN", AUTODL_TOKEN)
+    data, work = isolate(tmp_path, monkeypatch)
     clock = SimClock(NOW)
     monkeypatch.setattr(patrol_cli, "clock", lambda: clock)
     monkeypatch.setattr(snooze_cli, "clock", lambda: clock)
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
     shut = (NOW - timedelta(days=14)).isoformat()
-    with FakeVast(api_keys=(VAST_KEY, TEAM_KEY)) as vast, FakeRunPod() as runpod, FakeAutoDL() as autodl, \
-            FakeWebhook() as hook:
+    with fakes() as (vast, runpod, autodl), FakeWebhook() as hook:
         vast.add(312, gpu_util=0.0)                                                  # idle, known
         vast.add(313, actual="stopped", intended="stopped", disk_hour=0.0035)       # stopped: since when?
         vast.add(314, gpu_util=0.0, label="someone-else")                            # idle, out of scope
@@ -147,11 +127,7 @@ def patrol(tmp_path, monkeypatch) -> Iterator[Patrol]:
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    for secret in SECRETS:
-        assert secret not in out and secret not in err
-    return code, out, err
+    return run_cli(capsys, argv, SECRETS)
 
 
 def sweep(capsys, *flags: str) -> tuple[int, dict, str]:
@@ -315,10 +291,15 @@ def test_a_snoozed_instance_waits_and_a_mark_that_no_longer_matches_is_cleared(p
     patrol.clock.advance(300)
     code, report, _err = sweep(capsys, "--execute")
     [idle] = [p for p in report["policies"] if p["name"] == "idle-unguarded"]
-    assert [(c["id"], c["done"]) for c in idle["cleared"]] == [("312", f"mark {idle['cleared'][0]['mark']} "
-                                                                       "cleared: no longer matches")]
-    assert table(patrol, "SELECT outcome FROM decisions WHERE policy = 'patrol:idle-unguarded' AND action = 'mark'"
-                 ) == [("cleared",)]
+    assert [(c["id"], c["why"], c["done"]) for c in idle["cleared"]] == [(
+        "312", "no-longer-matches", f"mark {idle['cleared'][0]['mark']} cleared: no longer matches (status running, "
+                                    "guard unwatched)")]
+    [(outcome, evidence)] = table(patrol, "SELECT outcome, evidence FROM decisions WHERE policy = "
+                                          "'patrol:idle-unguarded' AND action = 'mark'")
+    assert outcome == "cleared"
+    ev = json.loads(evidence)
+    assert (ev["cleared_at"], ev["cleared_why"], ev["cleared_seen"]) == (
+        "2026-05-01T12:45:00Z", "no-longer-matches", {"status": "running", "guard": "unwatched"})
     assert patrol.vast.server.count("PUT", VAST_ROUTE) == 1 and patrol.vast.instances["700"]["intended_status"] \
         == "stopped"  # the team's instance was not snoozed: it was stopped at 12:40
 

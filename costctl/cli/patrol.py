@@ -15,7 +15,8 @@ this run carried failed.
 JSON (``--format json``), one object per sweep: ``{"as_of", "mode", "instances",
 "observations", "accounts", "policies": [{"name", "action", "grace_s", "matches": [{"provider",
 "account", "id", "label", "status", "step", "done", "reason", "evidence", "mark", "due_at",
-"decision", "state"}], "cleared": [...]}], "warnings": [...], "notes": [...], "ledger_error"}``.
+"decision", "state"}], "cleared": [{"provider", "id", "mark", "why", "reason", "done"}]}], "warnings":
+[...], "notes": [...], "ledger_error"}``.
 """
 
 from __future__ import annotations
@@ -80,8 +81,8 @@ def report_json(report: SweepReport) -> dict[str, Any]:
         "accounts": [account_json(a) for a in report.fleet.accounts],
         "policies": [{"name": r.policy.name, "action": r.policy.action, "grace_s": r.policy.grace.total_seconds(),
                       "matches": [outcome_json(o) for o in r.outcomes],
-                      "cleared": [{"provider": one.row.provider, "id": one.row.instance.id, "mark": mark_id,
-                                   "done": done} for one, mark_id, done in r.cleared]}
+                      "cleared": [{"provider": c.key[0], "id": c.key[1], "mark": c.mark.id, "why": c.why,
+                                   "reason": c.line, "done": done} for c, done in r.cleared]}
                      for r in report.policies],
         "warnings": [{"provider": w.warning.seen.row.provider, "id": w.warning.seen.row.instance.id,
                       "stopped_since": iso(w.warning.stopped_since), "source": w.warning.source,
@@ -117,9 +118,8 @@ def render(report: SweepReport) -> None:
                 table.add_row(row.provider, row.account or _("default"), row.instance.id, row.instance.status.value,
                               _("; ").join(outcome.plan.match.clauses), outcome.done)
             print_table(table)
-        for one, _mark, done in result.cleared:
-            print_line(_("  {provider} {instance}: {done}").format(provider=one.row.provider,
-                                                                  instance=one.row.instance.id, done=done))
+        for c, done in result.cleared:
+            print_line(_("  {provider} {instance}: {done}").format(provider=c.key[0], instance=c.key[1], done=done))
     for warning in report.warnings:
         print_line(_("warning: {reason} ({done})").format(reason=warning.warning.reason, done=warning.done))
     for read in report.fleet.failed:

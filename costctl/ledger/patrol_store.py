@@ -203,6 +203,17 @@ def patrol_decisions(conn: Any, keys: Collection[Key]) -> dict[Key, list[PatrolD
     return found
 
 
+def open_marks(conn: Any) -> list[tuple[Key, PatrolDecision]]:
+    """Every patrol mark still ``marked``, with its instance, oldest first (a sweep clears the
+    marks of instances gone from a provider it read: these are not among the instances it lists)."""
+    stmt = (select(DEC.c.id, DEC.c.time, DEC.c.policy, DEC.c.action, DEC.c.outcome, DEC.c.key, DEC.c.evidence,
+                   INST.c.provider, INST.c.provider_instance_id)
+            .join(INST, INST.c.id == DEC.c.instance_pk)
+            .where(DEC.c.run_id.is_(None), DEC.c.action == "mark", DEC.c.outcome == MARKED)
+            .order_by(DEC.c.time, DEC.c.id))
+    return [((row.provider, row.provider_instance_id), _decision(row)) for row in conn.execute(stmt)]
+
+
 def instance_pk(conn: Any, key: Key) -> int | None:
     """The ledger's key of the instance ``key``, None when the ledger has no row for it."""
     return conn.execute(select(INST.c.id).where(INST.c.provider == key[0],
@@ -341,7 +352,7 @@ def add_evidence(ledger: Ledger, decision_id: int, evidence: dict[str, Any]) -> 
                                                                                  **evidence}))
 
 
-__all__ = ["ACTED", "CHUNK", "CLEARED", "Check", "Claim", "InstanceFacts", "Key", "MARKED", "Observation",
+__all__ = ["ACTED", "CHUNK", "CLEARED", "Check", "Claim", "InstanceFacts", "Key", "MARKED", "Observation", "open_marks",
            "PATROL_POLICY", "PatrolDecision", "add_evidence", "claim", "instance_pk", "lock_key", "observations",
            "patrol_decisions", "prune_observations", "record_observations", "record_snooze", "settle_mark",
            "watched"]

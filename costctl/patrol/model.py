@@ -12,7 +12,8 @@ Terms:
 * **mark** — a match opens an episode: the instance is marked (a decision, and a notification
   now); the policy's action is due ``grace`` after the mark (a release: after the mark's
   notification was delivered, see :func:`plan`); the episode ends when the action is taken
-  (``acted``) or the instance no longer matches (``cleared``).
+  (``acted``) or the mark is obsolete (``cleared``: :func:`to_clear`, :func:`not_applicable_clear`,
+  :func:`gone_clear`; a provider account that could not be read clears nothing).
 * **snooze** — ``costctl snooze --instance PROVIDER:ID 2h`` holds every patrol action on the
   instance until then (a mark goes on, the action waits).
 """
@@ -396,9 +397,75 @@ def plan(found: Match, history: Sequence[PatrolDecision], patrol: PatrolConfig, 
     return Plan(Step.ACT, found, mark, due)
 
 
-def to_clear(policy: PatrolPolicyConfig, history: Sequence[PatrolDecision], matched: bool) -> PatrolDecision | None:
-    """The open mark of ``policy`` to clear because the instance no longer matches, else None."""
-    return None if matched else open_mark(history, policy.decision_policy)
+#: Why a mark is cleared (the machine words in its evidence, ``cleared_why``).
+NO_LONGER_MATCHES, NOT_APPLICABLE, GONE = "no-longer-matches", "not-applicable", "gone"
+
+
+@dataclass(frozen=True)
+class Clear:
+    """An open mark that is obsolete: the episode ends (the mark's outcome becomes ``cleared``);
+    the next match starts a new one (a new mark, a new notification, a new grace).
+
+    Attributes:
+        key: ``(provider, instance id)``.
+        mark: the open mark.
+        why: :data:`NO_LONGER_MATCHES`, :data:`NOT_APPLICABLE` or :data:`GONE`.
+        line: one line saying why (the current language).
+        evidence: what the sweep saw (JSON; added to the mark's evidence).
+    """
+
+    key: tuple[str, str]
+    mark: PatrolDecision
+    why: str
+    line: str
+    evidence: dict[str, Any]
+
+
+def to_clear(policy: PatrolPolicyConfig, seen: Seen, history: Sequence[PatrolDecision]) -> Clear | None:
+    """The open mark of ``policy`` on ``seen`` (an instance the sweep read, which ``policy`` no
+    longer matches) to clear, else None: none is open, or the instance's guard is unknown (the
+    ledger could not be read) and the policy filters on what the ledger says (``guarded``,
+    ``spend_over``): then whether it still matches is unknown and the mark stays."""
+    mark = open_mark(history, policy.decision_policy)
+    if mark is None:
+        return None
+    row = seen.row
+    if row.guard.state is GuardState.UNKNOWN and (policy.filters.guarded is not None
+                                                  or policy.filters.spend_over is not None):
+        return None
+    evidence = {"status": row.instance.status.value, "guard": row.guard.state.value}
+    return Clear(seen.key, mark, NO_LONGER_MATCHES, _("no longer matches (status {status}, guard {guard})").format(
+        status=row.instance.status.value, guard=row.guard.state.value), evidence)
+
+
+def not_applicable_clear(planned: Plan) -> Clear | None:
+    """The open mark of a :attr:`Step.NOT_APPLICABLE` plan to clear (its action can no longer
+    apply: the instance was stopped, or got guarded), else None."""
+    if planned.step is not Step.NOT_APPLICABLE or planned.mark is None:
+        return None
+    row = planned.match.seen.row
+    return Clear(planned.match.seen.key, planned.mark, NOT_APPLICABLE, planned.why or planned.step.value,
+                 {"status": row.instance.status.value, "guard": row.guard.state.value})
+
+
+def gone_clear(key: tuple[str, str], mark: PatrolDecision, reads: Sequence[Any], *, now: datetime,
+               tz: Any = None) -> Clear | None:
+    """The mark of an instance the sweep did not list, to clear when the account it was marked in
+    (``account`` of the mark's evidence) was read successfully (the provider no longer holds
+    it: released, terminated and removed, or moved away); None when that account could not be
+    read, or was not asked (its provider no longer configured): nothing is known, the mark stays.
+
+    Args:
+        reads: the sweep's :class:`~costctl.fleet.model.AccountRead` of every account asked.
+    """
+    account = mark.evidence.get("account")
+    if not any(r.ok and r.provider == key[0] and r.account == account for r in reads):
+        return None
+    return Clear(key, mark, GONE, _("{provider} no longer lists instance {instance} (account {account} read at "
+                                    "{time})").format(provider=key[0], instance=key[1],
+                                                      account=account or DEFAULT_ACCOUNT_WORD,
+                                                      time=format_time(now, tz)),
+                 {"account": account, "listed": False})
 
 
 # ----------------------------------------------------------------------------- a provider's own release
@@ -461,6 +528,7 @@ def warned(history: Sequence[PatrolDecision], key: str) -> bool:
     return any(d.key == key for d in history)
 
 
-__all__ = ["DEFAULT_ACCOUNT_WORD", "NOT_STOPPABLE", "Match", "Plan", "ReleaseWarning", "Seen", "Step", "age_since", "due_at",
+__all__ = ["DEFAULT_ACCOUNT_WORD", "GONE", "NOT_APPLICABLE", "NOT_STOPPABLE", "NO_LONGER_MATCHES", "Clear",
+           "Match", "Plan", "ReleaseWarning", "Seen", "Step", "age_since", "due_at",
            "in_flight", "iso", "label_matches", "match", "open_mark", "plan", "release_warning", "scope_problem",
-           "snoozed_until", "stopped_since", "to_clear", "warned"]
+           "snoozed_until", "stopped_since", "to_clear", "not_applicable_clear", "gone_clear", "warned"]

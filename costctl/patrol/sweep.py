@@ -42,8 +42,8 @@ from ..records import Action, Decision
 from ..stopping import StopState
 from . import messages
 from .act import carry_out, route_for
-from .model import (Match, Plan, ReleaseWarning, Seen, Step, iso, match, open_mark, plan, release_warning,
-                    snoozed_until, warned)
+from .model import (Clear, Match, Plan, ReleaseWarning, Seen, Step, gone_clear, iso, match, not_applicable_clear,
+                    open_mark, plan, release_warning, snoozed_until, to_clear, warned)
 
 if TYPE_CHECKING:
     from costctl_providers.base import Provider
@@ -76,11 +76,12 @@ class Outcome:
 
 @dataclass
 class PolicyResult:
-    """One policy's part of a sweep: its matches (in fleet order) and the marks it cleared."""
+    """One policy's part of a sweep: its matches (in fleet order) and its marks that are obsolete
+    (each with what was done: cleared, or would be)."""
 
     policy: PatrolPolicyConfig
     outcomes: list[Outcome] = field(default_factory=list)
-    cleared: list[tuple[Seen, int, str]] = field(default_factory=list)  # (instance, mark id, what was done)
+    cleared: list[tuple[Clear, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -177,7 +178,8 @@ class Sweeper:
                         say=self.say, tz=self.tz)
 
     # ------------------------------------------------------------------ reading
-    def _seen(self, fleet: FleetReport, now: datetime) -> tuple[list[Seen], dict[store.Key, list[store.PatrolDecision]]]:
+    def _seen(self, fleet: FleetReport, now: datetime) -> tuple[list[Seen], dict[store.Key, list[store.PatrolDecision]],
+                                                                 list[tuple[store.Key, store.PatrolDecision]]]:
         from costctl_providers.registry import provider_class
 
         keys = [(row.provider, row.instance.id) for row in fleet.rows]
@@ -187,6 +189,8 @@ class Sweeper:
             known = store.watched(conn, keys)
             observed = store.observations(conn, keys, since)
             history = store.patrol_decisions(conn, keys)
+            listed = set(keys)
+            unlisted = [(key, mark) for key, mark in store.open_marks(conn) if key not in listed]
         seen = []
         for row in fleet.rows:
             cls: Any = provider_class(row.provider)
@@ -195,7 +199,7 @@ class Sweeper:
             seen.append(Seen(row=row, known=key in known, observations=tuple(observed.get(key, ())),
                              gpu_readable=bool(caps.gpu_utilization), cpu_readable=bool(caps.cpu_utilization),
                              release_after=getattr(cls, "stopped_release_after", None)))
-        return seen, history
+        return seen, history, unlisted
 
     def _notes(self, fleet: FleetReport) -> list[str]:
         """What the patrol cannot see: each read account whose adapter says its listing leaves
@@ -228,7 +232,7 @@ class Sweeper:
         rows = [_observation(row, now) for row in fleet.rows]
         store.record_observations(self.ledger, rows)
         store.prune_observations(self.ledger, now - horizon(self.settings.patrol, self.interval))
-        seen, history = self._seen(fleet, now)
+        seen, history, unlisted = self._seen(fleet, now)
         patrol = self.settings.patrol
         flight = self.settings.stop.deadline + IN_FLIGHT_SLACK
         results: list[PolicyResult] = []
@@ -240,12 +244,16 @@ class Sweeper:
                 if found is not None:
                     planned = plan(found, past, patrol, now=now, in_flight_horizon=flight, tz=self.tz)
                     result.outcomes.append(Outcome(planned, ""))
-                    if planned.step is Step.NOT_APPLICABLE and planned.mark is not None:
-                        result.cleared.append((one, planned.mark.id, ""))
+                    obsolete = not_applicable_clear(planned)
                 else:
-                    mark = open_mark(past, policy.decision_policy)
-                    if mark is not None:
-                        result.cleared.append((one, mark.id, ""))
+                    obsolete = to_clear(policy, one, past)
+                if obsolete is not None:
+                    result.cleared.append((obsolete, ""))
+            for key, mark in unlisted:  # marked, and not listed now: gone if its account was read
+                if mark.policy == policy.decision_policy:
+                    gone = gone_clear(key, mark, fleet.accounts, now=now, tz=self.tz)
+                    if gone is not None:
+                        result.cleared.append((gone, ""))
             results.append(result)
         warnings = []
         for one in seen:
@@ -265,8 +273,8 @@ class Sweeper:
         for result in report.policies:
             for outcome in result.outcomes:
                 outcome.done = self._would(outcome.plan, report.now)
-            result.cleared = [(one, mark_id, _("would clear mark {mark}: no longer matches").format(mark=mark_id))
-                              for one, mark_id, _done in result.cleared]
+            result.cleared = [(c, _("would clear mark {mark}: {why}").format(mark=c.mark.id, why=c.line))
+                              for c, _done in result.cleared]
         for warning in report.warnings:
             warning.done = _("would warn")
 
@@ -296,7 +304,7 @@ class Sweeper:
         try:
             marks: list[tuple[int, str]] = []  # (mark id, message key) whose delivery is recorded
             for result in report.policies:
-                result.cleared = [(one, mark_id, self._clear(mark_id, report.now)) for one, mark_id, _d in result.cleared]
+                result.cleared = [(c, self._clear(c, report.now)) for c, _done in result.cleared]
                 for outcome in result.outcomes:
                     if outcome.plan.step is Step.MARK:
                         self._mark(outcome, report.now, notifier, marks)
@@ -325,11 +333,15 @@ class Sweeper:
     def _wait_s(self) -> float:
         return self.settings.notify.timeout.total_seconds() + KILL_SLACK_S
 
-    def _clear(self, mark_id: int, now: datetime) -> str:
-        if store.settle_mark(self.ledger, mark_id, store.CLEARED, {"cleared_at": iso(now),
-                                                                   "why": "no longer matches"}):
-            return _("mark {mark} cleared: no longer matches").format(mark=mark_id)
-        return _("mark {mark} was settled by another patrol").format(mark=mark_id)
+    def _clear(self, c: Clear, now: datetime) -> str:
+        """Settle ``c``'s mark as ``cleared``, its evidence saying when, why (``cleared_why``: a
+        machine word; ``cleared_reason``: the line) and what the sweep saw (``cleared_seen``)."""
+        if store.settle_mark(self.ledger, c.mark.id, store.CLEARED, {
+                "cleared_at": iso(now), "cleared_why": c.why, "cleared_reason": c.line, "cleared_seen": c.evidence}):
+            self.say(_("costctl patrol: {provider} instance {instance}: mark {mark} ({policy}) cleared: {why}").format(
+                provider=c.key[0], instance=c.key[1], mark=c.mark.id, policy=c.mark.policy, why=c.line))
+            return _("mark {mark} cleared: {why}").format(mark=c.mark.id, why=c.line)
+        return _("mark {mark} was settled by another patrol").format(mark=c.mark.id)
 
     def _mark(self, outcome: Outcome, now: datetime, notifier: Notifier, marks: list[tuple[int, str]]) -> None:
         found = outcome.plan.match
