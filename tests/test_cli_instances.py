@@ -205,3 +205,16 @@ def test_release_asks_on_a_terminal(env, capsys):
     code, out = _release_on_a_terminal(env, b"y\n")
     assert code == 0 and "released sim-local" in out
     assert instances_json(capsys)[0]["status"] == "terminated"
+
+
+def test_a_providers_error_names_the_provider_once(env, capsys, tmp_path, monkeypatch):
+    """An adapter's message starts with its provider's name; the listing's line names it once
+    (``costctl: sim: state file ...``, never ``sim: sim:``)."""
+    monkeypatch.delenv("VAST_API_KEY", raising=False)
+    state = tmp_path / "data" / "sim" / "state.json"
+    state.parent.mkdir(parents=True)
+    state.write_text("{not json", encoding="utf-8")
+    (env / "costctl.toml").write_text("[providers.vastai]\n")
+    code, out, err = run(capsys, "instances")
+    assert code == 1
+    assert "costctl: sim: state file" in err and "sim: sim:" not in err

@@ -89,6 +89,15 @@ def team_settings(config: Path | None, db: str | None = None) -> Settings:
     return settings
 
 
+def unprefixed(error: str, provider: str) -> str:
+    """``error`` without the ``"<provider>: "`` (or full-width ``"<provider>："``) its adapter
+    starts it with, for a line that names the provider already."""
+    for colon in (": ", "："):
+        if error.startswith(provider + colon):
+            return error[len(provider) + len(colon):]
+    return error
+
+
 def print_json(data: Any) -> None:
     """Write ``data`` as indented JSON to stdout (Decimals and datetimes as strings)."""
     sys.stdout.write(json.dumps(data, indent=2, default=str, ensure_ascii=False) + "\n")

@@ -31,7 +31,7 @@ import typer
 
 from ..i18n import _, canonical_data, display_word, format_amount, format_time
 from . import common
-from .common import ConfigOption, DbOption, print_json, print_line, print_table, team_settings
+from .common import ConfigOption, DbOption, print_json, print_line, print_table, team_settings, unprefixed
 
 if TYPE_CHECKING:  # the fleet stack (providers, config) loads in the command, not for --help
     from ..clock import Clock
@@ -178,15 +178,6 @@ def _percent(value: float | None) -> str:
 
 def _account(account: str | None) -> str:
     return account if account is not None else _("default")
-
-
-def unprefixed(error: str, provider: str) -> str:
-    """``error`` without the ``"<provider>: "`` (or full-width ``"<provider>："``) its adapter
-    starts it with, for a line that names the provider already."""
-    for colon in (": ", "："):
-        if error.startswith(provider + colon):
-            return error[len(provider) + len(colon):]
-    return error
 
 
 def render_table(report: FleetReport, *, tz: Any) -> None:

@@ -39,7 +39,7 @@ from ..i18n import N_, _, display_word, format_amount
 from ..money import cost_of
 from ..report import money_text
 from .common import (ConfigOption, FormatOption, OutputFormat, err_console, out_console, print_json, print_table,
-                     settings_from)
+                     settings_from, unprefixed)
 
 if TYPE_CHECKING:  # the providers (and config, through costctl.cloud) load in the commands, not for --help
     from costctl_providers.base import Instance, Offer, Provider, Status
@@ -229,7 +229,8 @@ def instances(
             accounts = []
             asked += 1
             failures.append(exc.message)
-            err_console.print(_("costctl: {provider}: {message}").format(provider=name, message=exc.message),
+            err_console.print(_("costctl: {provider}: {message}").format(provider=name,
+                                                                          message=unprefixed(exc.message, name)),
                               soft_wrap=True)
         for acct in accounts:
             try:
@@ -247,7 +248,8 @@ def instances(
                     failed = _("costctl: {provider} account {account}: {message}")
                 else:
                     failed = _("costctl: {provider}: {message}")
-                err_console.print(failed.format(provider=name, account=acct, message=exc.message), soft_wrap=True)
+                err_console.print(failed.format(provider=name, account=acct, message=unprefixed(exc.message, name)),
+                                  soft_wrap=True)
                 continue
             rows.extend(_instance_row(checked_instance(i, _say), now, acct or None) for i in found)
     if failures and not rows and len(failures) == asked:
@@ -480,7 +482,8 @@ def offers(
             if provider:
                 raise
             failures += 1
-            err_console.print(_("costctl: {provider}: {message}").format(provider=name, message=exc.message),
+            err_console.print(_("costctl: {provider}: {message}").format(provider=name,
+                                                                          message=unprefixed(exc.message, name)),
                               soft_wrap=True)
     if billing is not None:
         found = [o for o in found if o.billing.value == billing]

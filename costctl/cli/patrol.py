@@ -103,7 +103,7 @@ def render(report: SweepReport) -> None:
     from rich.table import Table
 
     from ..policies.idle import fmt_duration
-    from .fleet import unprefixed
+    from .common import unprefixed
 
     for result in report.policies:
         policy = result.policy
