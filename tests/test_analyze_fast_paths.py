@@ -126,14 +126,20 @@ def test_chunked_loss_stream_equals_the_point_by_point_loop(engine: str, seed: i
         assert stream.all_steps == all(p.step is not None for p in ref.points)
 
 
-def test_a_new_low_after_a_zero_minimum_raises_as_the_loop_does(engine: str) -> None:
-    """The relative improvement on a running minimum of 0.0 divides by zero (both paths)."""
+def test_a_loss_that_falls_below_zero_is_a_significant_improvement(engine: str) -> None:
+    """A new low after a running minimum of exactly 0.0 (a loss that goes negative: an ELBO, a
+    contrastive loss) is an improvement without bound, never a division by zero (both paths,
+    streamed and whole)."""
     stream = LossStream()
     b = PointBatch()
-    for v in (1.0, 0.0, -1.0):
-        b.append(v)
-    with pytest.raises(ZeroDivisionError):
-        stream.add_batch(b)
+    for v in (0.5, 0.0, -1.0, -1.001):
+        b.append(v, step=len(b))
+    stream.add_batch(b)
+    summary = stream.summary()
+    assert summary.min is not None and summary.min.value == -1.001
+    assert summary.last_improvement is not None and summary.last_improvement.value == -1.0
+    whole = summarize([ProgressPoint(time=p.time, value=p.value, step=p.step) for p in b.points()])
+    assert _facts(whole) == _facts(summary)
 
 
 # -- plateau: bulk runs against the value-by-value rule ------------------------------------------

@@ -374,3 +374,24 @@ def test_console_logs_keep_their_points_in_range(tmp_path_factory, parts) -> Non
     path = tmp_path_factory.mktemp("console") / "train.log"
     path.write_text("\n".join(["loss: 0.5", *parts]) + "\n", encoding="utf-8", errors="surrogatepass")
     _check_train_log(path)
+
+
+# -- what the fuzz found (named, so they hold whatever examples Hypothesis draws) ---------------
+def test_a_headerless_smi_row_with_a_huge_cell_is_one_short_line() -> None:
+    """A cell of 5,000 digits that no column kind fits is quoted cut short, not whole."""
+    row = "2024/11/23 12:23:30.000, 1." + "7" * 5000 + ".5, NVIDIA A6000, 5 %, 10 MiB, 5 MiB, 12 W\n"
+    with pytest.raises(CostctlError) as info:
+        list(iter_smi_lines([row]))
+    assert "\n" not in info.value.message and len(info.value.message) < 400
+    assert "column 2" in info.value.message and "..." in info.value.message
+
+
+def test_a_console_loss_that_falls_below_zero_reads(tmp_path: Path) -> None:
+    """Losses 0.5, 0.0, -1.0: the new low after a minimum of exactly 0 is an improvement, no
+    division by zero (the analyze reader, streamed and whole)."""
+    path = tmp_path / "train.log"
+    path.write_text("".join(f"Epoch {i} loss: {v}\n" for i, v in enumerate(["0.5", "0.0", "-1.0"])))
+    _check_train_log(path)
+    for streamed in (False, True):
+        points = list(read_train_log(path, streamed=streamed).iter_points())
+        assert [p.value for p in points] == [0.5, 0.0, -1.0]

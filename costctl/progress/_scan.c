@@ -1940,8 +1940,8 @@ PyDoc_STRVAR(new_lows_doc,
 "new_lows(values, start, stop, running, improvement) -> (running, i_last)\n\n"
 "The running minimum over ``values[start:stop]`` (finite values of an array('d')) from\n"
 "``running``, and the index of the last new low that improved on the previous one by more\n"
-"than ``improvement`` (relative; any low when ``running`` was inf), -1 when none. The same\n"
-"float operations as loss_stats' Python loop; ZeroDivisionError as it raises.");
+"than ``improvement`` (relative; any low when ``running`` was inf or 0), -1 when none. The\n"
+"same float operations as loss_stats' Python loop.");
 
 static PyObject *py_new_lows(PyObject *self, PyObject *args) {
     PyObject *obj;
@@ -1963,12 +1963,8 @@ static PyObject *py_new_lows(PyObject *self, PyObject *args) {
                 last = i;
             } else {
                 double a = fabs(running);
-                if (a == 0.0) {
-                    PyBuffer_Release(&view);
-                    PyErr_SetString(PyExc_ZeroDivisionError, "float division by zero");
-                    return NULL;
-                }
-                if ((running - x) / a > imp)
+                /* a fall from 0 (a loss that goes negative) is infinitely large relatively */
+                if (a == 0.0 || (running - x) / a > imp)
                     last = i;
             }
             running = x;

@@ -31,6 +31,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..i18n import N_, _
 from ..records import GpuReading, TelemetrySample
+from ..validation import describe_value
 from ..telemetry import smi_parse
 from ..telemetry.smi_parse import Column, SmiParseError, SmiRow
 from ..numbers import INT64_MAX, as_count, finite
@@ -108,9 +109,9 @@ def infer_columns(cells: Sequence[str]) -> tuple[Column, ...]:
             out.append(Column("name"))
         else:
             raise UsageError(
-                _("headerless nvidia-smi CSV: cannot tell what column {column} ({text!r}) is; "
+                _("headerless nvidia-smi CSV: cannot tell what column {column} ({text}) is; "
                   "pass --gpu-log-columns with the --query-gpu fields in order "
-                  "(e.g. timestamp,utilization.gpu,memory.used)").format(column=i + 1, text=text)
+                  "(e.g. timestamp,utilization.gpu,memory.used)").format(column=i + 1, text=describe_value(text))
             )
     if mib == 1:
         out = [Column("memory.used", "MiB") if c.field == "memory.col0" else c for c in out]

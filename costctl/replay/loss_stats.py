@@ -3,7 +3,8 @@
 Definitions (the corpus's SOURCES.md uses the same ones):
 
 * *last significant improvement*: the last point at which the running minimum of the finite
-  values fell by more than ``improvement`` (relative, default 2 %); after it the curve is flat.
+  values fell by more than ``improvement`` (relative, default 2 %; any fall from exactly 0, a loss
+  that goes negative, counts); after it the curve is flat.
   The running minimum follows every new low, however small.
 * *spike*: a value more than ``factor`` (2) times the median of the previous ``window`` (5) values.
 """
@@ -53,7 +54,7 @@ def summarize(points: list[ProgressPoint], *, improvement: float = 0.02) -> Loss
     last_imp: ProgressPoint | None = None
     for p in finite:
         if p.value < running:
-            if running == math.inf or (running - p.value) / abs(running) > improvement:
+            if running in (math.inf, 0.0) or (running - p.value) / abs(running) > improvement:
                 last_imp = p
             running = p.value
     return LossSummary(
@@ -128,7 +129,7 @@ def _new_lows(values, start: int, stop: int, running: float, improvement: float)
     for i in range(start, stop):
         v = values[i]
         if v < running:
-            if running == math.inf or (running - v) / abs(running) > improvement:
+            if running in (math.inf, 0.0) or (running - v) / abs(running) > improvement:
                 last = i
             running = v
     return running, last
