@@ -314,6 +314,23 @@ def test_db_sync_with_nothing_pending_still_reaches_the_central_ledger(tmp_path,
     assert "sent 0 changes" not in captured.out
 
 
+def test_db_sync_without_a_local_ledger_still_reaches_the_central_ledger(tmp_path, capsys, monkeypatch, db_url):
+    """No ledger on this machine yet: nothing to send, but an unreachable central ledger is
+    still said (one line, non-zero), and a reachable one answers "nothing to send", exit 0."""
+    monkeypatch.setenv("COSTCTL_DATA_DIR", str(tmp_path / "data"))
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    closed = f"postgresql+psycopg://costctl@127.0.0.1:{port}/costctl?connect_timeout=2"
+    code = main(["db", "sync", "--central", closed])
+    captured = capsys.readouterr()
+    assert code != 0 and "nothing to send" not in captured.out, captured
+    assert len(captured.err.strip().splitlines()) == 1 and str(port) in captured.err
+    assert main(["db", "sync", "--central", db_url]) == 0
+    assert "nothing to send" in capsys.readouterr().out
+    assert not (tmp_path / "data" / "costctl.db").exists()
+
+
 def test_a_run_still_in_the_outbox_holds_its_telemetry_back_never_skips_it(tmp_path, db_url):
     """A run that began after a pass read the outbox (or whose row waits out an outage) is not
     in the central ledger yet when its samples are read: they wait for it, never skipped."""

@@ -261,7 +261,7 @@ def sync(
     """Send what this machine's ledger holds for the team's central ledger, now (see the help)."""
     from ..ledger import Ledger
     from ..ledger.engine import MissingLedgerError, configured_url, redact
-    from ..ledger.sync import CentralSync, central_target
+    from ..ledger.sync import CentralSync, central_target, open_central
 
     settings = settings_from(config, db)
     url = configured_url(settings.database_url, settings.data_dir)
@@ -273,6 +273,7 @@ def sync(
     except MissingLedgerError as exc:
         if settings.database_url is not None:
             raise
+        open_central(target).dispose()  # reached and migrated all the same: an unreachable one is said
         _say(_("no ledger database at {path} yet; nothing to send").format(path=exc.path))
         return
     with ledger:
