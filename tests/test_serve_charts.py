@@ -19,11 +19,11 @@ TZ = ZoneInfo("Asia/Shanghai")
 
 
 def _boxes(ticks, font):
-    return [label_box(t, font, first=i == 0, last=i == len(ticks) - 1 and i > 0) for i, t in enumerate(ticks)]
+    return [label_box(t, font) for t in ticks]
 
 
-@pytest.mark.parametrize("span", [timedelta(minutes=2), timedelta(hours=1), timedelta(days=1),
-                                  timedelta(days=2), timedelta(days=30), timedelta(days=400)])
+@pytest.mark.parametrize("span", [timedelta(seconds=1), timedelta(seconds=30), timedelta(minutes=2), timedelta(minutes=7), timedelta(hours=1), timedelta(days=1),
+                                  timedelta(days=2), timedelta(days=30), timedelta(days=400), timedelta(days=3000), timedelta(days=36500)])
 @pytest.mark.parametrize("font", [TICK_FONT, TICK_FONT_NARROW])
 def test_x_tick_labels_never_intersect_and_stay_in_the_chart(span, font):
     ticks = time_ticks(T0, T0 + span, TZ, font)
@@ -39,9 +39,32 @@ def test_labels_are_short_within_a_day_and_the_phone_gets_fewer():
     assert hour[0].label == "14:30" and all(len(t.label) == 5 for t in hour)
     two_days_wide = time_ticks(T0, T0 + timedelta(days=2), TZ, TICK_FONT)
     two_days_phone = time_ticks(T0, T0 + timedelta(days=2), TZ, TICK_FONT_NARROW)
-    assert two_days_wide[0].label == "12-05 14:30"
+    assert two_days_wide[0].label == "12-06 00:00"
     assert 2 <= len(two_days_phone) < len(two_days_wide)
-    assert [t.label for t in time_ticks(T0, T0 + timedelta(days=30), TZ, TICK_FONT)][:2] == ["12-05", "12-10"]
+    assert [t.label for t in time_ticks(T0, T0 + timedelta(days=30), TZ, TICK_FONT)][:2] == ["12-07", "12-14"]
+
+
+@pytest.mark.parametrize("span, labels", [
+    (timedelta(hours=1), ["14:30", "14:40", "14:50", "15:00", "15:10", "15:20", "15:30"]),
+    (timedelta(days=1), ["12-05 18:00", "12-06 00:00", "12-06 06:00", "12-06 12:00"]),
+    (timedelta(days=30), ["12-07", "12-14", "12-21", "12-28", "01-04"]),   # Mondays
+    (timedelta(days=400), ["2027-01", "2027-04", "2027-07", "2027-10", "2028-01"]),
+    (timedelta(days=3000), ["2028", "2030", "2032", "2034"]),
+])
+def test_x_ticks_fall_on_round_local_times_evenly_apart(span, labels):
+    """Ticks at whole ten minutes, six hours, Mondays, quarters, even years in the shown time
+    zone (Shanghai: T0 is 14:30 there), placed where their times fall."""
+    ticks = time_ticks(T0, T0 + span, TZ, TICK_FONT)
+    assert [t.label for t in ticks] == labels
+    gaps = [round(b.at - a.at, 6) for a, b in zip(ticks, ticks[1:])]
+    if span <= timedelta(days=30):  # equal steps (months and years differ in length)
+        assert len(set(gaps)) == 1
+
+
+def test_a_span_too_short_for_round_times_shows_seconds():
+    ticks = time_ticks(T0, T0 + timedelta(seconds=30), TZ, TICK_FONT_NARROW)
+    assert [t.label for t in ticks] == ["14:30:00", "14:30:10", "14:30:20", "14:30:30"]
+    assert (ticks[0].anchor, ticks[-1].anchor) == ("start", "end")
 
 
 def test_a_chart_carries_both_tick_sets_and_the_page_draws_both(tmp_path):

@@ -15,9 +15,9 @@ as tick labels are Decimals (round steps of 1, 2 or 5 times a power of ten).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
+from datetime import date, datetime, time, timedelta, tzinfo
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
@@ -55,10 +55,12 @@ class Line:
 
 @dataclass(frozen=True, slots=True)
 class Tick:
-    """An axis tick: its position (SVG units along the axis) and its label."""
+    """An axis tick: its position (SVG units along the axis), its label, and how the label is
+    anchored at it (SVG ``text-anchor``: ``start``, ``middle`` or ``end``; x ticks only)."""
 
     at: float
     label: str
+    anchor: str = "middle"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,20 +101,25 @@ def _amount_label(value: Decimal, step: Decimal) -> str:
 
 
 def time_format(span_s: float) -> str:
-    """The x labels' ``strftime`` format for a chart spanning ``span_s`` seconds: ``HH:MM`` within
-    a day, ``MM-DD HH:MM`` within three, ``MM-DD`` beyond."""
+    """The x labels' ``strftime`` format for evenly spaced ticks over ``span_s`` seconds:
+    ``HH:MM:SS`` within ten minutes, ``HH:MM`` within a day, ``MM-DD HH:MM`` within three days,
+    ``MM-DD`` within a year, ``YYYY-MM-DD`` beyond."""
+    if span_s < 600:
+        return "%H:%M:%S"
     if span_s < 86400:
         return "%H:%M"
-    return "%m-%d %H:%M" if span_s < 3 * 86400 else "%m-%d"
+    if span_s < 3 * 86400:
+        return "%m-%d %H:%M"
+    return "%m-%d" if span_s < 365 * 86400 else "%Y-%m-%d"
 
 
-def label_box(tick: Tick, font: float, *, first: bool, last: bool) -> tuple[float, float]:
-    """The x extent (SVG units) a tick's label takes at ``font`` units, anchored as the template
-    anchors it: the first at its start, the last at its end, the others at their middle."""
+def label_box(tick: Tick, font: float) -> tuple[float, float]:
+    """The x extent (SVG units) a tick's label takes at ``font`` units, anchored at the tick as
+    :attr:`Tick.anchor` says (the template draws it so)."""
     width = len(tick.label) * CHAR_EM * font
-    if first:
+    if tick.anchor == "start":
         return tick.at, tick.at + width
-    if last:
+    if tick.anchor == "end":
         return tick.at - width, tick.at
     return tick.at - width / 2, tick.at + width / 2
 
@@ -120,7 +127,7 @@ def label_box(tick: Tick, font: float, *, first: bool, last: bool) -> tuple[floa
 def ticks_fit(ticks: Sequence[Tick], font: float) -> bool:
     """Whether the labels of ``ticks`` (in order) stay inside the chart, differ from their
     neighbours and keep :data:`TICK_GAP_EM` between their boxes at ``font`` units."""
-    boxes = [label_box(t, font, first=i == 0, last=i == len(ticks) - 1 and i > 0) for i, t in enumerate(ticks)]
+    boxes = [label_box(t, font) for t in ticks]
     if any(x0 < 0 or x1 > WIDTH for x0, x1 in boxes):
         return False
     gap = TICK_GAP_EM * font
@@ -128,19 +135,100 @@ def ticks_fit(ticks: Sequence[Tick], font: float) -> bool:
                for a, b, s, t in zip(boxes, boxes[1:], ticks, ticks[1:]))
 
 
-def time_ticks(t0: datetime, t1: datetime, tz: tzinfo, font: float) -> list[Tick]:
-    """The x ticks of a chart from ``t0`` to ``t1``: evenly spaced, as many as fit without their
-    labels at ``font`` units overlapping (:func:`ticks_fit`; at most :data:`X_TICKS` intervals),
-    labelled in ``tz`` (:func:`time_format`); the first time alone when not even two fit."""
-    span = max((t1 - t0).total_seconds(), 1.0)
-    fmt = time_format(span)
+#: Round steps between x ticks: within a day (seconds, from local midnight), in days (1, 2 and
+#: 14 by day number, 7 from Mondays) and in months (from January). The smallest whose labels fit
+#: is taken, so a chart gets as many round times as it can show.
+SUBDAY_STEPS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200)
+DAY_STEPS = (1, 2, 7, 14)
+MONTH_STEPS = (1, 2, 3, 6, 12, 24, 60, 120)
+
+
+def _inside(t0: datetime, t1: datetime, times: Iterator[datetime], limit: int) -> list[datetime] | None:
+    """The aware ``times`` (ascending) within ``[t0, t1]``; None when more than ``limit``."""
+    out: list[datetime] = []
+    for when in times:
+        if when > t1:
+            break
+        if when >= t0:
+            out.append(when)
+            if len(out) > limit:
+                return None
+    return out
+
+
+def _round_times(t0: datetime, t1: datetime, tz: tzinfo, unit: str, step: int) -> Iterator[datetime]:
+    """Round local times from the local day of ``t0`` on, every ``step`` of ``unit`` (``s``:
+    seconds from midnight, ``d``: days, ``m``: months), as aware datetimes, ascending."""
+    day = t0.astimezone(tz).date()
+    end = t1.astimezone(tz).date()
+    if unit == "s":
+        while day <= end:
+            midnight = datetime.combine(day, time(0))
+            for k in range(0, 86400, step):
+                yield (midnight + timedelta(seconds=k)).replace(tzinfo=tz)
+            day += timedelta(days=1)
+    elif unit == "d":
+        while day <= end:
+            if (day.weekday() == 0) if step == 7 else day.toordinal() % step == 0:
+                yield datetime.combine(day, time(0)).replace(tzinfo=tz)
+            day += timedelta(days=1)
+    else:
+        month = day.year * 12 + day.month - 1
+        while True:
+            first = date(month // 12, month % 12 + 1, 1)
+            if first > end:
+                return
+            if month % step == 0 and first >= day.replace(day=1):
+                yield datetime.combine(first, time(0)).replace(tzinfo=tz)
+            month += 1
+
+
+def _even_ticks(t0: datetime, t1: datetime, tz: tzinfo, font: float) -> list[Tick]:
+    """Evenly spaced ticks from ``t0`` to ``t1`` (the first label starts at the left end, the
+    last ends at the right one), as many as fit: for a span too short for round times."""
+    fmt = time_format(max((t1 - t0).total_seconds(), 1.0))
     plot_w = WIDTH - LEFT - RIGHT
     for parts in range(X_TICKS, 0, -1):
-        ticks = [Tick(LEFT + plot_w * k / parts, (t0 + (t1 - t0) * k / parts).astimezone(tz).strftime(fmt))
+        ticks = [Tick(LEFT + plot_w * k / parts, (t0 + (t1 - t0) * k / parts).astimezone(tz).strftime(fmt),
+                      "start" if k == 0 else "end" if k == parts else "middle")
                  for k in range(parts + 1)]
         if ticks_fit(ticks, font):
             return ticks
-    return [Tick(LEFT, t0.astimezone(tz).strftime(fmt))]
+    return [Tick(LEFT, t0.astimezone(tz).strftime(fmt), "start")]
+
+
+def time_ticks(t0: datetime, t1: datetime, tz: tzinfo, font: float) -> list[Tick]:
+    """The x ticks of a chart from ``t0`` to ``t1`` (aware): at round local times in ``tz``
+    (whole minutes, hours, days, Mondays, months: :data:`SUBDAY_STEPS`, :data:`DAY_STEPS`,
+    :data:`MONTH_STEPS`), the smallest step whose labels at ``font`` units fit without
+    overlapping (:func:`ticks_fit`), at least two and at most :data:`X_TICKS` + 1 of them;
+    labelled ``HH:MM`` within a day, ``MM-DD HH:MM`` for hours over longer spans, ``MM-DD`` for
+    days, ``YYYY-MM`` for months and ``YYYY`` for years. A label centred on its tick that would leave the chart is
+    anchored at its end (or start) instead. Too short a span for two round times: evenly spaced
+    ticks from ``t0`` to ``t1``."""
+    span = max((t1 - t0).total_seconds(), 1.0)
+    plot_w = WIDTH - LEFT - RIGHT
+    candidates = ([("s", step, "%H:%M" if span < 86400 else "%m-%d %H:%M") for step in SUBDAY_STEPS]
+                  + [("d", step, "%m-%d") for step in DAY_STEPS] + [("m", step, "%Y-%m" if step < 12 else "%Y") for step in MONTH_STEPS])
+    for unit, step, fmt in candidates:
+        seconds = step * (1 if unit == "s" else 86400 if unit == "d" else 28 * 86400)
+        if span / seconds > 4 * (X_TICKS + 1):  # far too many: not worth listing
+            continue
+        times = _inside(t0, t1, _round_times(t0, t1, tz, unit, step), X_TICKS + 1)
+        if not times or len(times) < 2:
+            continue
+        ticks = []
+        for when in times:
+            tick = Tick(LEFT + plot_w * (when - t0).total_seconds() / span, when.astimezone(tz).strftime(fmt))
+            x0, x1 = label_box(tick, font)
+            if x1 > WIDTH:
+                tick = Tick(tick.at, tick.label, "end")
+            elif x0 < 0:
+                tick = Tick(tick.at, tick.label, "start")
+            ticks.append(tick)
+        if ticks_fit(ticks, font):
+            return ticks
+    return _even_ticks(t0, t1, tz, font)
 
 
 def build(series: Sequence[SpendSeries], currency: str, tz: tzinfo, dom_id: str) -> Chart:
