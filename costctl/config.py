@@ -938,6 +938,21 @@ class Settings(BaseSettings):
                 type=PydanticCustomError("value_error", "{problem}", {"problem": problem}), loc=loc, input=value)])
         return self
 
+    @model_validator(mode="after")
+    def _guard_lag_covers_sync(self) -> "Settings":
+        """In fleet mode (``[ledger] central_url`` set) a ``[fleet] guard_lag`` set in the same
+        config is at least ``[ledger] sync_interval`` + :data:`SYNCED_HEARTBEAT_DELAY`: a watch's
+        heartbeat reaches the central ledger that late at worst, so a shorter lag reads every
+        guarded instance as unguarded (and a patrol may stop it). Else a ValidationError located at
+        ``fleet.guard_lag``."""
+        found = guard_lag_problem(self)
+        if found is not None:
+            written, problem = found
+            raise ValidationError.from_exception_data(type(self).__name__, [InitErrorDetails(
+                type=PydanticCustomError("value_error", "{problem}", {"problem": problem}), loc=("fleet", "guard_lag"),
+                input=written)])
+        return self
+
     @property
     def config_path(self) -> Path | None:
         """The TOML file these settings were read from (None: defaults and environment only)."""
@@ -978,6 +993,23 @@ def _configured_accounts(settings: Settings) -> dict[str, list[str]]:
             else {}
         accounts[name] = [str(a) for a in raw] if isinstance(raw, dict) else []
     return accounts
+
+
+def guard_lag_problem(settings: Settings) -> tuple[str, str] | None:
+    """``([fleet] guard_lag as written, the problem)`` when the config is in fleet mode
+    (``[ledger] central_url``) and sets a guard lag shorter than ``[ledger] sync_interval`` +
+    :data:`SYNCED_HEARTBEAT_DELAY` (the latest a fleet-mode watch's heartbeat reaches the central
+    ledger); None otherwise (no central ledger, guard_lag unset: its default allows for it)."""
+    lag, sync = settings.fleet.guard_lag, settings.ledger.sync_interval
+    if settings.ledger.central_url is None or lag is None or lag >= sync + SYNCED_HEARTBEAT_DELAY:
+        return None
+    least = sync + SYNCED_HEARTBEAT_DELAY
+    return format_duration(lag), _(
+        "shorter than [ledger] sync_interval ({sync}) + {delay}: in fleet mode a watch's heartbeat reaches the "
+        "central ledger only every sync_interval, so every guarded instance would read unguarded; expected at "
+        "least {least}, or leave guard_lag out").format(sync=format_duration(sync),
+                                                          delay=format_duration(SYNCED_HEARTBEAT_DELAY),
+                                                          least=format_duration(least))
 
 
 def patrol_filter_problem(settings: Settings) -> tuple[tuple[str | int, ...], str, str] | None:

@@ -282,3 +282,19 @@ def test_json_fields_stay_english_whatever_the_language_shown(fleet, capsys, mon
     said = json.dumps([report["accounts"], report["ledger_error"]], ensure_ascii=False)  # (regions are names)
     assert not re.search("[\u4e00-\u9fff]", said), said
     assert re.search("[\u4e00-\u9fff]", err), err  # people's line in Chinese
+
+
+def test_a_guard_lag_shorter_than_the_central_ledgers_sync_is_one_line_exit_2(fleet, capsys, tmp_path):
+    """Issue: guard_lag = "10s" with sync_interval = "5m" read every guarded instance unguarded."""
+    central = f'central_url = "sqlite:///{tmp_path / "central.db"}"\nsync_interval = "5m"'
+    fleet.write_config(ledger=central, fleet='guard_lag = "10s"')
+    code, out, err = run(capsys, "fleet")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "fleet.guard_lag = '10s': shorter than [ledger] sync_interval (5m) + 20s: in fleet mode a watch's " \
+           "heartbeat reaches the central ledger only every sync_interval, so every guarded instance would read " \
+           "unguarded; expected at least 320s, or leave guard_lag out" in err
+    assert not (tmp_path / "central.db").exists()
+    fleet.write_config(ledger=central, fleet='guard_lag = "320s"')
+    assert run(capsys, "fleet")[0] == 0
+    fleet.write_config(ledger='sync_interval = "5m"', fleet='guard_lag = "10s"')  # no central ledger: its own
+    assert run(capsys, "fleet")[0] == 0
