@@ -200,7 +200,11 @@ def checked_price(provider: str, price: object, currency: str, *, instance: str 
 
 def checked_instance(inst: Instance, say: Callable[[str], None]) -> Instance:
     """``inst`` as a listing shows it: a price (or spot bid) :func:`checked_price` refuses is
-    said (``say``, one line) and dropped (None: shown as unknown), never used."""
+    said (``say``, one line) and dropped (None: shown as unknown), never used; so is each value
+    the adapter dropped at its boundary (``inst.refused``: a price of ``"NaN"``, a utilization of
+    250)."""
+    for note in inst.refused:
+        say(f"costctl: {note}; refused, shown as unknown")
     changes: dict[str, Decimal | None] = {}
     for name in ("price_per_hour", "bid_per_hour"):
         try:

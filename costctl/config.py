@@ -513,7 +513,8 @@ class PatrolFilters(_Section):
     min_cpu_utilization: float = Field(default=10.0, ge=0, le=100_000)
     spend_over: MoneyAmount | None = None
     currency: Annotated[str | None, Field(pattern=r"^[A-Za-z]{3}$"),
-                        BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v)] = None
+                        BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v)] = Field(
+        default=None, validate_default=True)
     stopped_for: bounded_duration(PATROL_AGE_MIN, PATROL_AGE_MAX, noun=N_("a duration"), note=N_("ten years")) | None = None  # type: ignore[valid-type]
 
     @field_validator("provider", "account", "label", "status", mode="after")
@@ -530,13 +531,63 @@ class PatrolFilters(_Section):
     def _known_providers(cls, v: list[str] | None) -> list[str] | None:
         return _provider_names(v)
 
+    @field_validator("label", mode="after")
+    @classmethod
+    def _no_empty_pattern(cls, v: list[str] | None) -> list[str] | None:
+        """An empty (or blank) pattern matches no label: an instance without a label matches none."""
+        for pattern in v or ():
+            if not pattern.strip():
+                raise ValueError(_("a label pattern is empty and matches no instance; expected a pattern such as "
+                                   "\"team-*\""))
+        return v
+
+    @field_validator("idle", mode="after")
+    @classmethod
+    def _idle_needs_running(cls, v: timedelta | None, info: Any) -> timedelta | None:
+        """``idle`` reads utilization, which only a running instance reports."""
+        status = info.data.get("status")
+        if v is not None and status is not None and "running" not in status:
+            raise ValueError(_("idle reads utilization, which only a running instance reports, and filters.status "
+                               "{status} leaves running out: add \"running\" to status or leave it out").format(
+                status=", ".join(status)))
+        return v
+
+    @field_validator("min_gpu_utilization", "min_cpu_utilization", mode="after")
+    @classmethod
+    def _threshold_needs_idle(cls, v: float, info: Any) -> float:
+        """A utilization threshold is the ``idle`` filter's: without ``idle`` it has no effect."""
+        if info.data.get("idle") is None:
+            raise ValueError(_("{key} is the threshold of the idle filter and has no effect without it: set idle "
+                               "too, or leave {key} out").format(key=info.field_name))
+        return v
+
     @field_validator("currency", mode="after")
     @classmethod
     def _with_amount(cls, v: str | None, info: Any) -> str | None:
+        if v is None and info.data.get("spend_over") is not None:
+            raise ValueError(_("spend_over needs the currency it is in (no conversion): set currency too, like "
+                               "\"USD\" or \"CNY\""))
         if v is not None and info.data.get("spend_over") is None:
             raise ValueError(_("currency is the currency of spend_over: set spend_over too"))
         if v is not None and not is_known_currency(v):
             raise ValueError(_("expected an ISO 4217 currency code costctl knows, like USD, CNY or EUR"))
+        return v
+
+    @field_validator("stopped_for", mode="after")
+    @classmethod
+    def _stopped_for_needs_stopped(cls, v: timedelta | None, info: Any) -> timedelta | None:
+        """``stopped_for`` matches stopped instances only: a ``status`` without ``"stopped"``, or
+        ``idle`` (a running instance's readings), contradicts it."""
+        if v is None:
+            return v
+        status = info.data.get("status")
+        if status is not None and "stopped" not in status:
+            raise ValueError(_("stopped_for matches stopped instances only, and filters.status {status} leaves "
+                               "stopped out: add \"stopped\" to status or leave it out").format(
+                status=", ".join(status)))
+        if info.data.get("idle") is not None:
+            raise ValueError(_("stopped_for matches stopped instances only, and idle running ones: no instance "
+                               "matches both; split them into two policies"))
         return v
 
 
@@ -887,6 +938,21 @@ class Settings(BaseSettings):
                 type=PydanticCustomError("value_error", "{problem}", {"problem": problem}), loc=loc, input=value)])
         return self
 
+    @model_validator(mode="after")
+    def _guard_lag_covers_sync(self) -> "Settings":
+        """In fleet mode (``[ledger] central_url`` set) a ``[fleet] guard_lag`` set in the same
+        config is at least ``[ledger] sync_interval`` + :data:`SYNCED_HEARTBEAT_DELAY`: a watch's
+        heartbeat reaches the central ledger that late at worst, so a shorter lag reads every
+        guarded instance as unguarded (and a patrol may stop it). Else a ValidationError located at
+        ``fleet.guard_lag``."""
+        found = guard_lag_problem(self)
+        if found is not None:
+            written, problem = found
+            raise ValidationError.from_exception_data(type(self).__name__, [InitErrorDetails(
+                type=PydanticCustomError("value_error", "{problem}", {"problem": problem}), loc=("fleet", "guard_lag"),
+                input=written)])
+        return self
+
     @property
     def config_path(self) -> Path | None:
         """The TOML file these settings were read from (None: defaults and environment only)."""
@@ -927,6 +993,23 @@ def _configured_accounts(settings: Settings) -> dict[str, list[str]]:
             else {}
         accounts[name] = [str(a) for a in raw] if isinstance(raw, dict) else []
     return accounts
+
+
+def guard_lag_problem(settings: Settings) -> tuple[str, str] | None:
+    """``([fleet] guard_lag as written, the problem)`` when the config is in fleet mode
+    (``[ledger] central_url``) and sets a guard lag shorter than ``[ledger] sync_interval`` +
+    :data:`SYNCED_HEARTBEAT_DELAY` (the latest a fleet-mode watch's heartbeat reaches the central
+    ledger); None otherwise (no central ledger, guard_lag unset: its default allows for it)."""
+    lag, sync = settings.fleet.guard_lag, settings.ledger.sync_interval
+    if settings.ledger.central_url is None or lag is None or lag >= sync + SYNCED_HEARTBEAT_DELAY:
+        return None
+    least = sync + SYNCED_HEARTBEAT_DELAY
+    return format_duration(lag), _(
+        "shorter than [ledger] sync_interval ({sync}) + {delay}: in fleet mode a watch's heartbeat reaches the "
+        "central ledger only every sync_interval, so every guarded instance would read unguarded; expected at "
+        "least {least}, or leave guard_lag out").format(sync=format_duration(sync),
+                                                          delay=format_duration(SYNCED_HEARTBEAT_DELAY),
+                                                          least=format_duration(least))
 
 
 def patrol_filter_problem(settings: Settings) -> tuple[tuple[str | int, ...], str, str] | None:

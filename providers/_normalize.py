@@ -69,6 +69,34 @@ still fits every integer column (SQLite INTEGER is 64-bit)."""
 _VALUE_CHARS = 60
 
 
+def refused_amount(provider: str, instance: str, field_name: str, value: Any) -> str | None:
+    """The note for an amount :func:`decimal_from_json` drops though the provider gave one (not
+    null: ``"NaN"``, ``"Infinity"``, text, a boolean); None when it is read or absent."""
+    if value is None or decimal_from_json(value) is not None:
+        return None
+    return _("{provider} reported a {field} of {value} for instance {instance}; expected a finite amount of "
+             "money").format(provider=provider, field=field_name, value=shown_value(value), instance=instance)
+
+
+def refused_percent(provider: str, instance: str, field_name: str, value: Any, *,
+                    upper: float | None = 100.0) -> str | None:
+    """The note for a utilization :func:`percent_from_json` drops though the provider gave one:
+    not a number, not finite, or above ``upper``; None when it is read, absent (null) or the
+    providers' "not measured" marker (negative)."""
+    if value is None or percent_from_json(value, upper=upper) is not None:
+        return None
+    try:
+        number = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError, OverflowError):
+        number = math.nan
+    if number < 0:  # "not measured" (Vast's -1): unreported, not out of range
+        return None
+    allowed = (_("a utilization from 0 to {upper:g} percent (negative: not measured)").format(upper=upper)
+               if upper is not None else _("a utilization of 0 percent or more (negative: not measured)"))
+    return _("{provider} reported a {field} of {value} for instance {instance}; expected {allowed}").format(
+        provider=provider, field=field_name, value=shown_value(value), instance=instance, allowed=allowed)
+
+
 def shown_value(value: Any) -> str:
     """``value`` as it is shown in an error line: JSON-like repr, control characters escaped,
     cut to 60 characters with ``...``."""

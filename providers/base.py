@@ -76,6 +76,10 @@ class Instance:
         label: the name or label its owner gave it at the provider (Vast.ai ``label``, RunPod
             and AutoDL ``name``); None when it has none. A patrol may act on an instance its
             ledger never watched only when this matches one of ``[patrol] labels``.
+        refused: one line per value the provider gave that the adapter dropped at the boundary
+            as out of range (a price of ``"NaN"``, a utilization of 250), its field then None;
+            a listing says each (:func:`costctl.cloud.checked_instance`). A null, or a
+            provider's "not measured" marker, is no refusal.
     """
 
     provider: str
@@ -99,6 +103,7 @@ class Instance:
     cpu_utilization: float | None = None
     stopped_price_per_hour: Decimal | None = None
     label: str | None = None
+    refused: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         """Validate the record at the boundary (:func:`costctl_providers._normalize.check_instance`):

@@ -282,3 +282,37 @@ def test_json_fields_stay_english_whatever_the_language_shown(fleet, capsys, mon
     said = json.dumps([report["accounts"], report["ledger_error"]], ensure_ascii=False)  # (regions are names)
     assert not re.search("[\u4e00-\u9fff]", said), said
     assert re.search("[\u4e00-\u9fff]", err), err  # people's line in Chinese
+
+
+def test_a_guard_lag_shorter_than_the_central_ledgers_sync_is_one_line_exit_2(fleet, capsys, tmp_path):
+    """Issue: guard_lag = "10s" with sync_interval = "5m" read every guarded instance unguarded."""
+    central = f'central_url = "sqlite:///{tmp_path / "central.db"}"\nsync_interval = "5m"'
+    fleet.write_config(ledger=central, fleet='guard_lag = "10s"')
+    code, out, err = run(capsys, "fleet")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "fleet.guard_lag = '10s': shorter than [ledger] sync_interval (5m) + 20s: in fleet mode a watch's " \
+           "heartbeat reaches the central ledger only every sync_interval, so every guarded instance would read " \
+           "unguarded; expected at least 320s, or leave guard_lag out" in err
+    assert not (tmp_path / "central.db").exists()
+    fleet.write_config(ledger=central, fleet='guard_lag = "320s"')
+    assert run(capsys, "fleet")[0] == 0
+    fleet.write_config(ledger='sync_interval = "5m"', fleet='guard_lag = "10s"')  # no central ledger: its own
+    assert run(capsys, "fleet")[0] == 0
+
+
+def test_every_out_of_range_provider_value_is_said_like_a_negative_price(fleet, capsys):
+    """Issue: a Vast price of "NaN" and a gpu_util of 250 were dropped without a note, while a
+    negative price got one ("refused, shown as unknown")."""
+    fleet.vast.add(901, dph_total="NaN", gpu_util=250)
+    fleet.vast.add(902, dph_total=-0.5, gpu_util=-1)    # -1: Vast's "not measured", no note
+    code, out, err = run(capsys, "fleet")
+    assert code == 0, err
+    said = out + err
+    assert "costctl: vastai reported a dph_total of 'NaN' for instance 901; expected a finite amount of money; " \
+           "refused, shown as unknown" in said
+    assert "costctl: vastai reported a gpu_util of 250 for instance 901; expected a utilization from 0 to 100 " \
+           "percent (negative: not measured); refused, shown as unknown" in said
+    assert "costctl: vastai reported a price of -0.5 USD per hour for instance 902" in said
+    assert "instance 902; expected a utilization" not in said and "instance 312; expected" not in said
+    row = next(line for line in out.splitlines() if " 901 " in line)
+    assert "250" not in row and "NaN" not in row

@@ -124,3 +124,26 @@ def test_running_seconds_by_the_providers_times():
     assert _inst(Status.STOPPED, None).running_seconds(T) == 0         # never started
     assert _inst(Status.STOPPED, T).running_seconds(T) is None         # stopped, stop time unknown
     assert _inst(Status.RUNNING, T + timedelta(seconds=5)).running_seconds(T) == 0  # a start ahead of now
+
+
+# ----------------------------------------------------------------------------- values refused at the boundary
+
+
+def test_a_value_out_of_range_is_refused_with_a_note_and_read_as_unknown():
+    """A present value the adapter drops (NaN price, utilization over 100) leaves a note; a null
+    or the "not measured" marker (negative) leaves none."""
+    vast = instance_from_payload(vast_instance(312, dph_total="NaN", gpu_util=250))
+    assert vast.price_per_hour is None and vast.gpu_utilization is None
+    assert vast.refused == ("vastai reported a dph_total of 'NaN' for instance 312; expected a finite amount of money",
+                            "vastai reported a gpu_util of 250 for instance 312; expected a utilization from 0 to "
+                            "100 percent (negative: not measured)")
+    assert instance_from_payload(vast_instance(313, gpu_util=-1)).refused == ()
+    assert instance_from_payload(vast_instance(314, dph_total=None, gpu_util=None)).refused == ()
+    assert instance_from_payload(vast_instance(315, actual="stopped", gpu_util=250)).refused == ()  # not read
+    runpod = instance_from_pod({**pod("p1", gpus=2, gpu_util=[3, 101], cpu_percent="inf"), "costPerHr": "abc"},
+                               now=T)
+    assert runpod.price_per_hour is None and runpod.gpu_utilization is None and runpod.cpu_utilization is None
+    assert [note.split(" for ")[0] for note in runpod.refused] == [
+        "runpod reported a costPerHr of 'abc'", "runpod reported a gpuUtilPercent of 101",
+        "runpod reported a cpuPercent of 'inf'"]
+    assert instance_from_pod(pod("p2", gpus=2, gpu_util=[0, -1], cpu_percent=140), now=T).refused == ()

@@ -44,7 +44,38 @@ CASES = [
     ('provider = ["vastai", "runpod"]', "patrol.policies.1.filters.provider.1 = 'runpod': provider 'runpod' is not "
                                        "configured (no [providers.runpod] table, and [instance] provider is sim); "
                                        "expected one of sim, vastai"),
+    ('stopped_for = "168h", status = "running"',
+     "patrol.policies.1.filters.stopped_for = '168h': stopped_for matches stopped instances only, and filters.status "
+     "running leaves stopped out: add \"stopped\" to status or leave it out"),
+    ('stopped_for = "1h", status = ["error", "terminated"]',
+     "patrol.policies.1.filters.stopped_for = '1h': stopped_for matches stopped instances only, and filters.status "
+     "error, terminated leaves stopped out"),
+    ('stopped_for = "1h", idle = "1h"', "patrol.policies.1.filters.stopped_for = '1h': stopped_for matches stopped "
+                                        "instances only, and idle running ones: no instance matches both"),
+    ('idle = "1h", status = "stopped"', "patrol.policies.1.filters.idle = '1h': idle reads utilization, which only a "
+                                        "running instance reports, and filters.status stopped leaves running out"),
+    ('label = [""]', "patrol.policies.1.filters.label = ['']: a label pattern is empty and matches no instance; "
+                     "expected a pattern such as \"team-*\""),
+    ('label = ["team-*", " "]', "patrol.policies.1.filters.label = ['team-*', ' ']: a label pattern is empty"),
+    ('status = "running", min_gpu_utilization = 5',
+     "patrol.policies.1.filters.min_gpu_utilization = 5: min_gpu_utilization is the threshold of the idle filter "
+     "and has no effect without it: set idle too, or leave min_gpu_utilization out"),
+    ('status = "running", min_cpu_utilization = 20',
+     "patrol.policies.1.filters.min_cpu_utilization = 20: min_cpu_utilization is the threshold of the idle filter"),
+    ('spend_over = "5"', "patrol.policies.1.filters.currency = None: spend_over needs the currency it is in (no "
+                         "conversion): set currency too"),
 ]
+
+MATCHABLE = ['stopped_for = "1h", status = ["stopped", "running"]', 'stopped_for = "1h", status = "stopped"',
+             'idle = "1h", status = ["running", "stopped"]', 'idle = "1h", min_gpu_utilization = 3, '
+             'min_cpu_utilization = 20', 'label = "team-*"']
+
+
+@pytest.mark.parametrize("filters", MATCHABLE)
+def test_a_filter_that_can_match_loads(tmp_path: Path, filters):
+    path = tmp_path / "costctl.toml"
+    path.write_text(HEAD + policy(filters))
+    assert load_settings(path).patrol.policies[1].filters is not None
 
 
 @pytest.mark.parametrize("filters, says", CASES)
@@ -83,4 +114,20 @@ def test_the_cli_says_it_in_one_line_exits_2_and_acts_on_nothing(patrol, capsys)
     assert "one of: team (vastai)" in err
     assert table(patrol, "SELECT COUNT(*) FROM decisions") == [(0,)]
     assert table(patrol, "SELECT COUNT(*) FROM patrol_observations") == [(0,)]
+    assert patrol.hook.messages == [] and patrol.vast.server.count("PUT") == 0
+
+
+@pytest.mark.parametrize("before, after, says", [
+    ('status = "running", spend_over', 'status = "running", stopped_for = "168h", spend_over',
+     "patrol.policies.2.filters.stopped_for = '168h': stopped_for matches stopped instances only"),
+    ('idle = "30m"}', 'idle = "30m"}\n\n[[patrol.policies]]\nname = "t"\naction = "notify"\n'
+     'filters = {label = [""]}', "patrol.policies.1.filters.label = ['']: a label pattern is empty"),
+])
+def test_a_contradiction_is_one_line_exit_2_and_nothing_acted(patrol, capsys, before, after, says):
+    text = patrol.config.read_text()
+    assert before in text
+    patrol.config.write_text(text.replace(before, after, 1))
+    code, out, err = run(capsys, "patrol", "--execute")
+    assert code == 2 and out == "" and err.count("\n") == 1 and says in err
+    assert table(patrol, "SELECT COUNT(*) FROM decisions") == [(0,)]
     assert patrol.hook.messages == [] and patrol.vast.server.count("PUT") == 0

@@ -5,6 +5,8 @@ own release warning, the config's one-line errors, and the sweep schedule."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import threading
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -243,6 +245,37 @@ def test_the_providers_own_release_is_warned_ahead():
     assert release_warning(s, now=T, warning=timedelta(hours=12), interval=FIVE) is None
     assert release_warning(s, now=T, warning=None, interval=FIVE) is None
     assert release_warning(seen(stopped), now=T, warning=timedelta(hours=48), interval=FIVE) is None
+
+
+
+@pytest.mark.parametrize("language", ["en", "zh_CN"])
+def test_a_release_date_already_past_is_worded_as_overdue(language):
+    """Issue: an instance past AutoDL's release date was told "releases at <past date> ... before then"."""
+    from costctl.i18n import in_language
+    from costctl.patrol.messages import warning_message
+    stopped = inst("pro-1", provider="autodl", status=Status.STOPPED, stopped=T - timedelta(days=16), currency="CNY")
+    s = seen(stopped, release_after=timedelta(days=15))
+    ahead = release_warning(seen(dataclasses.replace(stopped, stopped_at=T - timedelta(days=14)),
+                                 release_after=timedelta(days=15)), now=T, warning=timedelta(hours=48), interval=FIVE)
+    w = release_warning(s, now=T, warning=timedelta(hours=48), interval=FIVE)
+    assert w is not None and w.past and w.release_at == T - timedelta(days=1) and ahead is not None and not ahead.past
+    observed = dataclasses.replace(w, source="observations")
+    with in_language(language):
+        reason, seen_reason, coming = w.reason, observed.reason, ahead.reason
+        title = warning_message(decision_id=1, reason=w.reason, provider="autodl", instance="pro-1", account=None,
+                                host="h", at="x", when=T, past=True).title
+    if language == "en":
+        assert reason.startswith("autodl was due to release instance pro-1 and its data at 2026-04-30 12:00:00+00:00 "
+                                 "(24h ago): it has been shut down since")
+        assert reason.endswith("it may be gone at any moment: start it or copy its data now")
+        assert "at the latest (24h ago)" in seen_reason and seen_reason.endswith("copy its data now")
+        assert "before then" not in reason + seen_reason and coming.endswith("start it or copy its data before then")
+        assert title == "autodl was due to release pro-1 and its data at x: it may be gone now"
+    else:
+        assert "原定于 2026-04-30 12:00:00+00:00（24h 前）释放" in reason and reason.endswith("请立即开机或拷出数据")
+        assert "最迟原定于" in seen_reason and seen_reason.endswith("请立即开机或拷出数据")
+        assert "在此之前" in coming and "在此之前" not in reason
+        assert "可能随时已被释放" in title
 
 
 # ----------------------------------------------------------------------------- config

@@ -33,6 +33,7 @@ TEMPLATES: dict[str, str | Callable[[int], str]] = {
     "mark.keep": N_("To keep it, run: costctl snooze --instance {provider}:{instance} 2h (or stop matching the "
                     "policy)."),
     "warning.title": N_("{provider} will release {instance} and its data at {at}"),
+    "warning.past.title": N_("{provider} was due to release {instance} and its data at {at}: it may be gone now"),
     "done.stop.title": N_("{instance} was stopped by patrol policy {policy}"),
     "done.release.title": N_("{instance} was released by patrol policy {policy}"),
     "done.stop.body": lambda n: ngettext(
@@ -85,9 +86,10 @@ def mark_message(*, decision_id: int, policy: str, action: str, reason: str, pro
 
 
 def warning_message(*, decision_id: int, reason: str, provider: str, instance: str, account: str | None,
-                    host: str, at: str, when: datetime) -> Message:
-    """The ``stop_pending`` message of a provider's own release coming (AutoDL's 15 days)."""
-    title = text("warning.title", provider=provider, instance=instance, at=at)
+                    host: str, at: str, when: datetime, past: bool = False) -> Message:
+    """The ``stop_pending`` message of a provider's own release coming (AutoDL's 15 days);
+    ``past``: the release date is reached already (the title says it may be gone)."""
+    title = text("warning.past.title" if past else "warning.title", provider=provider, instance=instance, at=at)
     return _message(Event.STOP_PENDING, f"patrol:warning:{decision_id}", title,
                     f"{reason}\n{_where(provider, instance, account, host)}", when, policy="patrol")
 

@@ -482,6 +482,8 @@ class ReleaseWarning:
         release_at: ``stopped_since`` + the provider's rule.
         key: the warning's decision key (once per stop).
         tz: the zone its times are shown in (None: UTC).
+        now: when the warning was made (None: taken as before ``release_at``); at or past
+            ``release_at`` the warning says the release is overdue, not coming.
     """
 
     seen: Seen
@@ -490,6 +492,12 @@ class ReleaseWarning:
     release_at: datetime
     key: str = field(default="")
     tz: Any = None
+    now: datetime | None = None
+
+    @property
+    def past(self) -> bool:
+        """Whether the release date is reached already (the instance may be gone any moment)."""
+        return self.now is not None and ensure_utc(self.now) >= self.release_at
 
     @property
     def reason(self) -> str:
@@ -497,6 +505,16 @@ class ReleaseWarning:
         shape = {"provider": self.seen.row.provider, "instance": self.seen.row.instance.id,
                  "at": format_time(self.release_at, self.tz), "since": format_time(self.stopped_since, self.tz),
                  "after": fmt_duration(self.release_at - self.stopped_since)}
+        if self.past:
+            assert self.now is not None
+            shape["ago"] = fmt_duration(ensure_utc(self.now) - self.release_at)
+            if self.source == "provider":
+                return _("{provider} was due to release instance {instance} and its data at {at} ({ago} ago): it has "
+                         "been shut down since {since} and {provider} releases an instance shut down for {after}; it "
+                         "may be gone at any moment: start it or copy its data now").format(**shape)
+            return _("{provider} was due to release instance {instance} and its data at {at} at the latest ({ago} "
+                     "ago): the patrol has seen it shut down since {since} and {provider} releases an instance shut "
+                     "down for {after}; it may be gone at any moment: start it or copy its data now").format(**shape)
         if self.source == "provider":
             return _("{provider} releases instance {instance} and its data at {at}: it has been shut down since "
                      "{since} and {provider} releases an instance shut down for {after}; start it or copy its data "
@@ -520,7 +538,8 @@ def release_warning(seen: Seen, *, now: datetime, warning: timedelta | None, int
     release_at = since + seen.release_after
     if ensure_utc(now) < release_at - warning:
         return None
-    return ReleaseWarning(seen, since, source, release_at, key=f"release-warning:{iso(since)}", tz=tz)
+    return ReleaseWarning(seen, since, source, release_at, key=f"release-warning:{iso(since)}", tz=tz,
+                          now=ensure_utc(now))
 
 
 def warned(history: Sequence[PatrolDecision], key: str) -> bool:

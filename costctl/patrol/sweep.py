@@ -416,7 +416,8 @@ class Sweeper:
         self.say(_("costctl patrol: {reason}").format(reason=w.reason))
         notifier.post(messages.warning_message(decision_id=claimed.decision_id, reason=w.reason,
                                                provider=row.provider, instance=row.instance.id, account=row.account,
-                                               host=self.host, at=format_time(w.release_at, self.tz), when=now))
+                                               host=self.host, at=format_time(w.release_at, self.tz), when=now,
+                                               past=w.past))
         warning.done = _("warned (decision {decision})").format(decision=claimed.decision_id)
 
     def _provider(self, row: FleetRow) -> Provider:

@@ -29,7 +29,7 @@ from decimal import Decimal
 from typing import Any, Mapping
 
 from costctl_providers._normalize import decimal_from_json as dollars
-from costctl_providers._normalize import int_field, percent_from_json
+from costctl_providers._normalize import int_field, percent_from_json, refused_amount, refused_percent
 from costctl_providers.base import BillingMode, Instance, Offer, Status
 
 PROVIDER = "runpod"
@@ -131,6 +131,14 @@ def instance_from_pod(pod: Mapping[str, Any], *, now: datetime | None = None) ->
     raw = {k: v for k, v in pod.items() if k not in ("env", "dockerArgs")}
     gpus = 1 if count is None else int_field(PROVIDER, "gpuCount", count)
     live = status is Status.RUNNING
+    notes = [refused_amount(PROVIDER, str(pod.get("id")), "costPerHr", pod.get("costPerHr"))]
+    if live and isinstance(runtime, Mapping):
+        notes += [refused_percent(PROVIDER, str(pod.get("id")), "gpuUtilPercent", g.get("gpuUtilPercent"))
+                  for g in runtime.get("gpus") or () if isinstance(g, Mapping)]
+        container = runtime.get("container")
+        if isinstance(container, Mapping):
+            notes.append(refused_percent(PROVIDER, str(pod.get("id")), "cpuPercent", container.get("cpuPercent"),
+                                         upper=None))
     return Instance(
         provider=PROVIDER,
         id=str(pod.get("id")),
@@ -149,6 +157,7 @@ def instance_from_pod(pod: Mapping[str, Any], *, now: datetime | None = None) ->
         cpu_utilization=cpu_utilization(runtime) if live else None,
         stopped_price_per_hour=stopped_price_per_hour(pod),
         label=pod.get("name").strip() or None if isinstance(pod.get("name"), str) else None,
+        refused=tuple(note for note in notes if note is not None),
     )
 
 

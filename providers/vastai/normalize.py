@@ -31,7 +31,7 @@ from decimal import Decimal
 from typing import Any, Mapping
 
 from costctl_providers._normalize import decimal_from_json as dollars
-from costctl_providers._normalize import int_field, percent_from_json, strip_keys
+from costctl_providers._normalize import int_field, percent_from_json, refused_amount, refused_percent, strip_keys
 from costctl_providers.base import BillingMode, Instance, Offer, Status
 
 PROVIDER = "vastai"
@@ -162,9 +162,12 @@ def instance_from_payload(item: Mapping[str, Any]) -> Instance:
     raw["preempted"] = preempted
     gpu_raw = item.get("gpu_name")
     count = item.get("num_gpus")
+    iid = _id_text(item.get("id"))
+    notes = (refused_amount(PROVIDER, iid, "dph_total", item.get("dph_total")),
+             refused_percent(PROVIDER, iid, "gpu_util", item.get("gpu_util")) if status is Status.RUNNING else None)
     return Instance(
         provider=PROVIDER,
-        id=_id_text(item.get("id")),
+        id=iid,
         gpu=gpu_raw,
         gpu_raw=gpu_raw,
         gpu_count=1 if count is None else int_field(PROVIDER, "num_gpus", count),
@@ -183,6 +186,7 @@ def instance_from_payload(item: Mapping[str, Any]) -> Instance:
         gpu_utilization=utilization_percent(item.get("gpu_util")) if status is Status.RUNNING else None,
         stopped_price_per_hour=disk_price_per_hour(item),
         label=_label(item.get("label")),
+        refused=tuple(note for note in notes if note is not None),
     )
 
 
