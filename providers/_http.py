@@ -423,10 +423,13 @@ class HttpClient:
             text = response.content.decode("utf-8", "replace")
         except Exception:  # noqa: BLE001
             text = ""
-        text = " ".join(text.split())
+        # masked (this client's secrets, and every one registered process-wide: another account's
+        # key a shared answer echoes) before it is cut: a secret the cut falls inside would
+        # otherwise show in part
+        text = GLOBAL_REDACTOR(self.redact(" ".join(text.split())))
         if len(text) > limit:
             text = text[: limit - 3] + "..."
-        return self.redact(text)
+        return text
 
     def _unavailable(
         self, where: str, exc: Exception, idempotent: bool, timeout: float | None,

@@ -99,12 +99,15 @@ def refused_percent(provider: str, instance: str, field_name: str, value: Any, *
 
 def shown_value(value: Any) -> str:
     """``value`` as it is shown in an error line: JSON-like repr, control characters escaped,
-    cut to 60 characters with ``...``."""
+    every registered secret masked (:data:`~costctl_providers._http.GLOBAL_REDACTOR`), then cut to 60
+    characters with ``...``."""
     try:
         text = repr(value)
     except (ValueError, RecursionError):  # an int too long for repr (Python's digit limit)
         text = "<{kind}>".format(kind=type(value).__name__)
-    text = escape_controls(text)
+    from ._http import GLOBAL_REDACTOR  # every client's secrets, masked before the cut
+
+    text = GLOBAL_REDACTOR(escape_controls(text))
     return text if len(text) <= _VALUE_CHARS else text[: _VALUE_CHARS - 3] + "..."
 
 

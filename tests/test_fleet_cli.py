@@ -316,3 +316,42 @@ def test_every_out_of_range_provider_value_is_said_like_a_negative_price(fleet, 
     assert "instance 902; expected a utilization" not in said and "instance 312; expected" not in said
     row = next(line for line in out.splitlines() if " 901 " in line)
     assert "250" not in row and "NaN" not in row
+
+
+LIST = "/api/v0/instances/"
+
+
+def _leaks(text: str) -> list[str]:
+    """The pieces of the Vast keys (8 characters or more of their secret tails) ``text`` shows."""
+    tails = (VAST_KEY.removeprefix("vast-key-"), TEAM_KEY.removeprefix("vast-team-key-"))
+    return [t[:n] for t in tails for n in range(8, len(t) + 1) if t[:n] in text]
+
+
+def test_a_key_the_cut_of_a_provider_s_answer_falls_inside_is_masked_before_the_cut(fleet, capsys):
+    # Vast answers both accounts 400 with a message that echoes the default account's key and
+    # the team's; the 120-character cut of the quoted answer falls inside the team key
+    before = f"default key {VAST_KEY} refused; "
+    body = json.dumps({"success": False, "msg": before + "team key " + TEAM_KEY + " refused too"})
+    pad = "x" * (90 - body.index(TEAM_KEY))
+    msg = before + pad + "team key " + TEAM_KEY + " refused too"
+    start = json.dumps({"success": False, "msg": msg}).index(TEAM_KEY)
+    assert start < 117 < start + len(TEAM_KEY)  # the cut: 117 characters and "..."
+    for argv in (("fleet",), ("fleet", "--format", "json")):
+        fleet.vast.server.inject("GET", LIST, *[Reply.json({"success": False, "msg": msg}, status=400)] * 2)
+        code, out, err = run(capsys, *argv)
+        assert code == 0 and "answered 400" in out + err
+        assert _leaks(out + err) == [], argv
+
+
+def test_an_account_s_error_never_shows_another_account_s_key(fleet, capsys):
+    # a 200 that says it failed: its message is the error as Vast wrote it, uncut; it echoes the
+    # default account's key to the team account (and the other way round)
+    msg = f"keys {VAST_KEY} and {TEAM_KEY} are not members of the same team"
+    fleet.vast.server.inject("GET", LIST, *[Reply.json({"success": False, "msg": msg})] * 2)
+    code, report, err = fleet_json(capsys)
+    errors = {a["account"]: a["error"] for a in report["accounts"] if a["provider"] == "vastai"}
+    assert set(errors) == {None, "team"} and all("are not members of the same team" in e for e in errors.values())
+    assert _leaks(json.dumps(report) + err) == []
+    fleet.vast.server.inject("GET", LIST, *[Reply.json({"success": False, "msg": msg})] * 2)
+    code, out, err = run(capsys, "fleet")
+    assert "vastai account team: cannot be read" in out + err and _leaks(out + err) == []

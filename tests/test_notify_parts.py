@@ -48,6 +48,28 @@ def test_a_url_is_named_without_its_secrets_and_each_secret_is_masked(url, shown
     assert MASK in masked
 
 
+@pytest.mark.parametrize(("url", "words", "secrets"), [
+    ("json://127.0.0.1:18998/hook", ["hook"], []),
+    ("ntfy://ntfy.sh/train", ["train"], []),
+    ("ntfys://ntfy.sh/alerts?priority=high&format=markdown", ["alerts", "high", "markdown", "priority"], []),
+    ("json://127.0.0.1:8080/hook/TOKEN123?secret=abcd", ["hook"], ["TOKEN123", "abcd"]),
+    ("json://bob:pw42@hooks.example.com/services", ["services", "hooks"], ["pw42"]),
+])
+def test_only_the_parts_of_a_url_that_can_be_secrets_are_masked(url, words, secrets):
+    found = url_secrets(url)
+    for word in words:
+        assert word not in found
+    for secret in secrets:
+        assert secret in found
+    assert redact("train loss plateaued; webhook_status=ok hook_ran=true; https://hooks.slack.com/x", found) == \
+        "train loss plateaued; webhook_status=ok hook_ran=true; https://hooks.slack.com/x"
+
+
+def test_a_short_known_secret_is_masked_only_as_a_whole_token_a_long_one_anywhere():
+    assert redact("pw42 pw420 xpw42 (pw42)", ["pw42"]) == "**** pw420 xpw42 (****)"
+    assert redact("Bearer%20LONGTOKEN0123456789", ["LONGTOKEN0123456789"]) == "Bearer%20****"
+
+
 # ------------------------------------------------------------------ settings
 def test_notify_settings_take_plain_urls_and_per_url_events(tmp_path):
     cfg = tmp_path / "costctl.toml"

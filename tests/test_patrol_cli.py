@@ -37,7 +37,8 @@ from costctl.paths import default_database_url
 from costctl_providers.sim import SimProvider
 from tests.fakes.autodl import PRO, FakeAutoDL
 from tests.fakes.runpod import FakeRunPod
-from tests.fakes.vastai import FakeVast
+from tests.fakes.http import Reply
+from tests.fakes.vastai import API_KEY as VAST_KEY, FakeVast
 from tests.fakes.webhook import FakeWebhook
 from tests.fleet_world import NOW, SECRETS as WORLD_SECRETS, TEAM_KEY, fakes, isolate, providers_toml, run_cli
 
@@ -371,3 +372,14 @@ filters = {provider = "runpod", status = "running"}
     code, report, _err = sweep(capsys, "--execute")
     assert matches(report) == {"busy-pods": {"pod000000001": "notified", "pod000000003": "notified"}}
     assert len(patrol.hook.messages) == 3 and changes(patrol) == NOTHING  # told once; the warning once too
+
+
+def test_an_unreadable_account_s_error_never_shows_any_account_s_key(patrol, capsys):
+    # a 200 that says it failed, echoing both Vast accounts' keys: each account's line shows neither
+    from tests.test_fleet_cli import LIST, _leaks
+
+    msg = f"keys {VAST_KEY} and {TEAM_KEY} are not members of the same team"
+    for flags in (("--format", "json"), ()):
+        patrol.vast.server.inject("GET", LIST, *[Reply.json({"success": False, "msg": msg})] * 2)
+        code, out, err = run(capsys, "patrol", *flags)
+        assert "are not members of the same team" in out + err and _leaks(out + err) == [], flags

@@ -252,6 +252,19 @@ def test_other_4xx_echoing_the_secret_is_redacted(srv):
     assert err.value.status == 422
 
 
+def test_a_secret_the_cut_of_an_echoed_answer_falls_inside_is_masked_before_the_cut(srv):
+    # the quoted answer is cut to 120 characters: the key straddles the cut, and only a mask
+    # applied before the cut hides its first half
+    secret = "sk-live-0123456789abcdefFEDCBA"
+    body = '{"msg": "' + "x" * 100 + " " + secret + ' was refused"}'
+    assert body.index(secret) < 117 < body.index(secret) + len(secret)
+    srv.route("GET", "/api/v0/i", Reply(status=400, body=body.encode(), headers={"Content-Type": "application/json"}))
+    c, _ = client(srv, secrets=[secret])
+    with pytest.raises(ProviderResponseError) as err:
+        c.json("GET", "/i", idempotent=True)
+    assert "400" in err.value.message and "sk-live-0123" not in err.value.message and "***" in err.value.message
+
+
 def test_envelope_error_helper_redacts(srv):
     c, _ = client(srv, secrets=["console-jwt-abcdef"])
     err = c.response_error("token console-jwt-abcdef refused (code AuthFailed)")

@@ -11,6 +11,7 @@ credential; nothing is written to a provider.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from html import unescape
 
@@ -164,3 +165,18 @@ def test_serve_fleet_settings_are_bounded(tmp_path):
     path.write_text("")
     serve = load_settings(path).serve
     assert serve.fleet_refresh == timedelta(seconds=60) and serve.fleet_timeout == timedelta(seconds=20)
+
+
+def test_an_unreadable_account_never_shows_a_key_cut_short(fleet):  # noqa: F811
+    # Vast's 400 echoes the team key where the 120-character cut of the quoted answer falls
+    from tests.test_fleet_cli import LIST, TEAM_KEY, _leaks
+
+    msg = "x" * 81 + " key " + TEAM_KEY + " was refused"
+    assert json.dumps({"msg": msg}).index(TEAM_KEY) < 117 < json.dumps({"msg": msg}).index(TEAM_KEY) + len(TEAM_KEY)
+    fleet.vast.server.inject("GET", LIST, *[Reply.json({"msg": msg}, status=400)] * 2)
+    cache = _cache(fleet)
+    cache.refresh()
+    section = _instances_section(_page(fleet, cache))
+    lines = [li for li in section.split("<li>")[1:] if li.startswith("vastai")]
+    assert len(lines) == 2 and all("answered 400" in li for li in lines)
+    assert _leaks(section) == []

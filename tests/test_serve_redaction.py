@@ -61,3 +61,47 @@ def test_evidence_keys_that_only_contain_a_secret_word_are_kept():
 ])
 def test_secret_key_reads_the_key_s_words(key, secret):
     assert secret_key(key) is secret
+
+
+@pytest.mark.parametrize(("text", "secret", "kept"), [
+    ("POST https://api.telegram.org/bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/sendMessage failed",
+     "AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw", "POST https://api.telegram.org/bot****/sendMessage failed"),
+    ("apprise: tgram://123456:SECRET/chat unreachable", "SECRET", "apprise: tgram://****/chat unreachable"),
+    ("config WANDB_API_KEY: SECRET3x loaded", "SECRET3x", "config WANDB_API_KEY: **** loaded"),
+    ("python train.py --api-key SECRET11 --hf-token SECRET22 --password=x --epochs 3",
+     "SECRET11", "python train.py --api-key **** --hf-token **** --password=**** --epochs 3"),
+    (f"login with {HF} failed", HF, "login with hf_**** failed"),
+    ("openai: sk-proj-AbCdEf0123456789_ghIJkl-mnOP rejected, sk-0123456789abcdefABCDEF too",
+     "AbCdEf0123456789_ghIJkl-mnOP", "openai: sk-proj-**** rejected, sk-**** too"),
+])
+def test_telegram_flags_colon_assignments_and_bare_tokens_are_masked(text, secret, kept):
+    masked = Redactor().text(text)
+    assert secret not in masked
+    assert masked == kept
+
+
+@pytest.mark.parametrize("text", [
+    "python train.py --tokens 512 --max-tokens 4096 --token-count 3 --tokenizer gpt2",
+    "max_tokens=4096 token_count=12 tokens: 512 hf_hub ok; task-sk-1 done; skip-connections",
+])
+def test_flags_and_words_that_only_contain_a_secret_word_are_kept(text):
+    assert Redactor().text(text) == text
+
+
+def test_an_evidence_pair_whose_first_item_names_a_secret_has_its_second_masked():
+    evidence = {"headers": [["X-Api-Key", "SECRET23"], ["Accept", "application/json"]], "argv": ["--epochs", "3"]}
+    assert Redactor().value(evidence) == {"headers": [["X-Api-Key", "****"], ["Accept", "application/json"]],
+                                          "argv": ["--epochs", "3"]}
+
+
+def test_notify_url_words_mask_nothing_and_never_break_another_shape():
+    from costctl.notify.redact import url_secrets
+
+    r = Redactor([*url_secrets("json://127.0.0.1:18998/hook"), *url_secrets("ntfy://ntfy.sh/train")])
+    assert r.text("POST https://hooks.slack.com/services/T000/B000/SECRET4 failed") == \
+        "POST https://hooks.slack.com/**** failed"
+    assert r.text("webhook_status=ok hook_ran=true; train loss plateaued") == \
+        "webhook_status=ok hook_ran=true; train loss plateaued"
+    # a token-like part is still a secret, masked where it stands as a whole token
+    r = Redactor(url_secrets("json://127.0.0.1:18998/hook/TOKEN123?format=markdown"))
+    assert r.text("sent to /hook/TOKEN123 as markdown; xTOKEN1234 kept") == "sent to /hook/**** as markdown; xTOKEN1234 kept"

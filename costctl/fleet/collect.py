@@ -20,6 +20,7 @@ every guard is then unknown.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..clock import Clock, RealClock
 from ..errors import CostctlError
 from ..i18n import _
+from ..redaction import Redactor, share_with_adapters
 from .model import AccountRead, FleetReport, build_report
 
 if TYPE_CHECKING:
@@ -173,19 +175,34 @@ def read_ledger(settings: Settings, keys: set[tuple[str, str]]) -> tuple[dict[tu
         return {}, exc.message
 
 
+def masked(read: AccountRead, redactor: Redactor) -> AccountRead:
+    """``read`` with its error and notes passed through ``redactor``: a provider's error may echo a
+    credential, its own account's or another's (a shared proxy, a copied key), whole or cut."""
+    if read.error is None and not read.notes:
+        return read
+    return replace(read, error=redactor.optional(read.error), notes=tuple(redactor.text(n) for n in read.notes))
+
+
 def collect(settings: Settings, *, clock: Clock | None = None,
             accounts: Callable[..., list[AccountRead]] = read_accounts, **kwargs: Any) -> FleetReport:
     """The :class:`~costctl.fleet.model.FleetReport` of the configured fleet now: the accounts
     (:func:`read_accounts`), the ledger (:func:`read_ledger`), the time from ``clock`` (default
     real time) once both are read, and the guard lag of ``[fleet] guard_lag`` (default from
-    ``[watch] sample_interval`` and ``[ledger] sync_interval``: :meth:`costctl.config.FleetConfig.lag`)."""
+    ``[watch] sample_interval`` and ``[ledger] sync_interval``: :meth:`costctl.config.FleetConfig.lag`).
+    Every error and note in it is masked (:func:`masked`) with every secret the settings and the
+    environment know (:func:`costctl.redaction.known_secrets`: each account of each provider) and
+    the secret shapes of :mod:`costctl.redaction`: what ``costctl fleet``, ``costctl patrol`` and
+    ``costctl serve`` print of it never shows a credential."""
     clock = clock or RealClock()
-    reads = accounts(settings, clock=clock, **kwargs)
+    redactor = Redactor.of(settings)
+    share_with_adapters(redactor.secrets)  # masked before an adapter cuts a provider's answer short
+    reads = [masked(read, redactor) for read in accounts(settings, clock=clock, **kwargs)]
     keys = {(read.provider, inst.id) for read in reads for inst in read.instances}
     records, ledger_error = read_ledger(settings, keys) if keys else ({}, None)
+    ledger_error = redactor.optional(ledger_error)
     lag = settings.fleet.lag(settings.watch.sample_interval, settings.ledger.sync_interval)
     return build_report(reads, records, now=clock.now(), guard_lag=lag, ledger_error=ledger_error)
 
 
-__all__ = ["MAX_WORKERS", "collect", "fleet_accounts", "read_account", "read_accounts", "read_ledger",
+__all__ = ["MAX_WORKERS", "collect", "fleet_accounts", "masked", "read_account", "read_accounts", "read_ledger",
            "unique_instances"]

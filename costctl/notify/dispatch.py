@@ -45,6 +45,7 @@ from ..i18n import N_, _, format_time, language
 from ..records import Action
 from ..stopping import StopEvent, StopState
 from .events import Context, Event, Message, decision_message, job_end_message, stop_message
+from ..redaction import clip
 from .redact import all_secrets, describe_url, redact
 
 if TYPE_CHECKING:
@@ -366,7 +367,7 @@ class Notifier:
         except (ValueError, IndexError, KeyError, TypeError):
             tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [
                 _("exit status {status}").format(status=code)]
-            self.say(_(SAY_NO_ANSWER).format(title=title, detail=redact(tail[0][:300], self._secrets)))
+            self.say(_(SAY_NO_ANSWER).format(title=title, detail=clip(tail[0], 300, self._secrets)))
             return
         delivery.results = results
         by_index = {t.index: t for t in self.targets}
