@@ -51,8 +51,10 @@ when first needed.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
@@ -265,6 +267,20 @@ URL = re.compile(r"(?i)\bhttps?://(?P<host>[a-z0-9.-]+(?::\d+)?)(?P<rest>/[^\s\"
 PATH_HOOKS = re.compile(r"(?i)^(?:open\.feishu\.cn|open\.larksuite\.com)$")
 
 
+class _Probing(logging.Filter):
+    """Drops the ``apprise`` logger's records while this thread only asks Apprise whether it
+    reads a URL (:func:`_apprise_service`): "Unparseable URL ..." is no error of anyone's
+    there. Other threads' records (a notification being sent) pass."""
+
+    local = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(self.local, "active", False)
+
+
+_PROBING = _Probing()
+
+
 @lru_cache(maxsize=512)
 def _apprise_service(url: str) -> bool:
     """Whether Apprise reads ``url`` (``https://...``) as a notification service's own webhook
@@ -274,7 +290,14 @@ def _apprise_service(url: str) -> bool:
     try:
         from apprise import Apprise
 
-        return Apprise.instantiate(url, suppress_exceptions=True) is not None
+        logger = logging.getLogger("apprise")
+        if _PROBING not in logger.filters:
+            logger.addFilter(_PROBING)
+        _Probing.local.active = True
+        try:
+            return Apprise.instantiate(url, suppress_exceptions=True) is not None
+        finally:
+            _Probing.local.active = False
     except Exception:  # noqa: BLE001 - no Apprise, or its bug: the other layers still mask
         return False
 

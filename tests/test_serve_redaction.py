@@ -105,3 +105,18 @@ def test_notify_url_words_mask_nothing_and_never_break_another_shape():
     # a token-like part is still a secret, masked where it stands as a whole token
     r = Redactor(url_secrets("json://127.0.0.1:18998/hook/TOKEN123?format=markdown"))
     assert r.text("sent to /hook/TOKEN123 as markdown; xTOKEN1234 kept") == "sent to /hook/**** as markdown; xTOKEN1234 kept"
+
+
+def test_asking_apprise_about_a_url_logs_nothing(caplog):
+    """Whether Apprise reads a URL is a question, not an error: its "Unparseable URL" line
+    (with the URL partly shown) never reaches the logs; its other records still do."""
+    import logging
+
+    from costctl.redaction import Redactor
+
+    with caplog.at_level(logging.DEBUG, logger="apprise"):
+        shown = Redactor([]).text("POST https://api.telegram.org/bot555000111:ZZHdqTcvCH1vGWJxfSeofSAs0K5PALDxyz/"
+                                  "sendMessage failed")
+        logging.getLogger("apprise").error("a notification failed")
+    assert "ZZHdq" not in shown
+    assert [r.getMessage() for r in caplog.records if r.name == "apprise"] == ["a notification failed"]
