@@ -158,18 +158,9 @@ def _money(amount: Decimal | None, currency: str) -> str:
 
 def guard_text(guard: Guard) -> str:
     """The GUARD cell: the state, with the heartbeat's age and the watch's mode when they say more."""
-    from ..fleet.model import GuardState
+    from ..fleet.model import guard_words
 
-    age = span(guard.heartbeat_age)
-    if guard.state is GuardState.GUARDED:
-        return _("guarded (heartbeat {age} ago)").format(age=age)
-    if guard.state is GuardState.NOT_STOPPING:
-        return _("watched, never stops ({mode}; heartbeat {age} ago)").format(mode=guard.mode, age=age)
-    if guard.state is GuardState.STALE:
-        return _("unguarded: heartbeat {age} ago").format(age=age)
-    if guard.state is GuardState.UNKNOWN:
-        return _("unknown (ledger unreadable)")
-    return _("unguarded")
+    return guard_words(guard, span(guard.heartbeat_age))
 
 
 def _percent(value: float | None) -> str:

@@ -33,6 +33,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from ..clock import ensure_utc
+from ..i18n import _
 from ..money import Money, cost_of
 
 from costctl_providers.base import Status
@@ -81,6 +82,21 @@ class Guard:
     def guarded(self) -> bool:
         """True only for :attr:`GuardState.GUARDED`."""
         return self.state is GuardState.GUARDED
+
+
+def guard_words(guard: Guard, age: str) -> str:
+    """``guard`` in the words every view of the fleet uses (``costctl fleet``'s GUARD cell, the
+    dashboard's fleet table), in the current language; ``age`` is the heartbeat's age as that
+    view writes durations (``0:00:36``, ``36s``)."""
+    if guard.state is GuardState.GUARDED:
+        return _("guarded (heartbeat {age} ago)").format(age=age)
+    if guard.state is GuardState.NOT_STOPPING:
+        return _("watched, never stops ({mode}; heartbeat {age} ago)").format(mode=guard.mode, age=age)
+    if guard.state is GuardState.STALE:
+        return _("unguarded: heartbeat {age} ago").format(age=age)
+    if guard.state is GuardState.UNKNOWN:
+        return _("unknown (ledger unreadable)")
+    return _("unguarded")
 
 
 def guard_of(record: InstanceRecord | None, *, now: datetime, lag: timedelta) -> Guard:
@@ -284,4 +300,4 @@ def build_report(reads: Iterable[AccountRead], records: Mapping[tuple[str, str],
     return FleetReport(ensure_utc(now), guard_lag, accounts, rows, ledger_error)
 
 
-__all__ = ["AccountRead", "FleetReport", "FleetRow", "Guard", "GuardState", "build_report", "guard_of", "row_of"]
+__all__ = ["AccountRead", "FleetReport", "FleetRow", "Guard", "GuardState", "build_report", "guard_of", "guard_words", "row_of"]

@@ -191,18 +191,9 @@ def _outcome(d: Any, redactor: Redactor) -> str:
 
 def guard_text(guard: Guard) -> str:
     """A fleet row's guard as ``costctl fleet`` words it (the heartbeat's age as ``H:MM:SS``)."""
-    from ..fleet.model import GuardState
+    from ..fleet.model import guard_words
 
-    age = _age(guard.heartbeat_age.total_seconds()) if guard.heartbeat_age is not None else "-"
-    if guard.state is GuardState.GUARDED:
-        return _("guarded (heartbeat {age} ago)").format(age=age)
-    if guard.state is GuardState.NOT_STOPPING:
-        return _("watched, never stops ({mode}; heartbeat {age} ago)").format(mode=guard.mode, age=age)
-    if guard.state is GuardState.STALE:
-        return _("unguarded: heartbeat {age} ago").format(age=age)
-    if guard.state is GuardState.UNKNOWN:
-        return _("unknown (ledger unreadable)")
-    return _("unguarded")
+    return guard_words(guard, _age(guard.heartbeat_age.total_seconds()) if guard.heartbeat_age is not None else "-")
 
 
 def _fleet_row(row: FleetRow) -> dict[str, Any]:
