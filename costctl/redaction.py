@@ -55,7 +55,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -452,5 +452,31 @@ class Redactor:
         return value
 
 
-__all__ = ["ANYWHERE_CHARS", "MASK", "MIN_SECRET_CHARS", "Redactor", "SHAPES", "all_secrets", "clip",
+
+def _secret_flag(arg: str) -> bool:
+    """Whether ``arg`` is a command-line option naming a secret whose value is the next
+    argument (``--hf-token``, ``--api-key``, ``-password``; not ``--max-tokens``, not
+    ``--token=X``: that one carries its value)."""
+    return arg.startswith("-") and "=" not in arg and len(arg) > 2 and secret_key(arg.lstrip("-"))
+
+
+def redact_argv(argv: Sequence[str] | None, redactor: Redactor | None = None) -> list[str] | None:
+    """A command line (``["python", "train.py", "--hf-token", "hf_..."]``) with its secrets
+    masked, one argument for one: each argument through :meth:`Redactor.text` (``--api-key=K``,
+    ``HF_TOKEN=K``, bare ``hf_``/``sk-`` tokens, URLs' passwords and webhooks), and the argument
+    after an option that names a secret (``--hf-token K``). For the copies of a run that leave
+    its machine (the team's central ledger): the machine's own ledger keeps the command as
+    typed, which a resume or ``--attach`` needs. None stays None."""
+    if argv is None:
+        return None
+    redactor = redactor or Redactor()
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        if i and _secret_flag(argv[i - 1]) and arg and not arg.startswith("-"):
+            out.append(MASK)
+        else:
+            out.append(redactor.text(str(arg)))
+    return out
+
+__all__ = ["ANYWHERE_CHARS", "MASK", "MIN_SECRET_CHARS", "Redactor", "SHAPES", "all_secrets", "clip", "redact_argv",
            "known_secrets", "redact", "secret_key", "share_with_adapters", "shown_host", "split_url", "token_like", "url_secrets"]

@@ -9,7 +9,10 @@ before it took the entries out of its outbox) changes nothing the second time:
 * **instances** are upserted on their natural key ``(provider, provider_instance_id)``; the
   central primary key is looked up, never copied (each ledger numbers its own).
 * **runs** are upserted on their id (a uuid4: unique across machines); ``last_seen_at`` (the
-  heartbeat) and ``charged_until`` keep the later of the two values.
+  heartbeat) and ``charged_until`` keep the later of the two values. The command goes with
+  its secrets masked (:func:`costctl.redaction.redact_argv`: ``--hf-token ****``,
+  ``HF_TOKEN=****``, ``hf_****``): the team ledger is read by the whole team, while the
+  machine's own ledger keeps the command as typed (a resume or ``--attach`` runs it).
 * **decisions, checkpoints, waste, stop events** are upserted on ``(run_id, origin_id)``:
   the run's uuid plus the row's id in the writing ledger (a stop event's decision id is
   translated the same way).
@@ -41,6 +44,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..clock import ensure_utc
+from ..redaction import redact_argv
 from . import tables
 from .accrual import add_to_rollup
 from .outbox import Entry
@@ -182,7 +186,8 @@ def apply(conn: sa.Connection, rows: Rows) -> None:
             INSTANCES.c.provider == inst.provider, INSTANCES.c.provider_instance_id == inst.provider_instance_id))
     runs = sorted(rows.runs.values(), key=lambda r: (ensure_utc(r.started_at), r.id))
     if runs:
-        conn.execute(q["run"], [_copy(r, RUNS, id=r.id, instance_pk=central_pk[r.instance_pk]) for r in runs])
+        conn.execute(q["run"], [_copy(r, RUNS, id=r.id, instance_pk=central_pk[r.instance_pk],
+                                      command=redact_argv(r.command)) for r in runs])
     run_instance = {r.id: central_pk[r.instance_pk] for r in runs}
     if rows.charges and conn.dialect.name == "postgresql":
         for pk in sorted({run_instance[c.run_id] for c in rows.charges}):
