@@ -43,8 +43,8 @@ from ..stopping import StopEvent, StopProcess, StopState
 from . import messages
 from .act import begin_stop, route_for
 from .drive import drive
-from .model import (Clear, Match, Plan, ReleaseWarning, Seen, Step, gone_clear, iso, match, not_applicable_clear,
-                    open_mark, plan, release_warning, snoozed_until, to_clear, warned)
+from .model import (Clear, Match, Plan, ReleaseWarning, Seen, Step, gone_clear, iso, match, new_session_clear,
+                    not_applicable_clear, open_mark, plan, release_warning, snoozed_until, to_clear, warned)
 
 if TYPE_CHECKING:
     from costctl_providers.base import Provider
@@ -262,6 +262,10 @@ class Sweeper:
             for one in seen:
                 found = match(policy, one, now=now, interval=self.interval)
                 past = history.get(one.key, [])
+                fresh = new_session_clear(policy, one, past, tz=self.tz)
+                if fresh is not None:  # restarted since the mark: that mark's episode is over
+                    result.cleared.append((fresh, ""))
+                    past = [d for d in past if d.id != fresh.mark.id]
                 if found is not None:
                     planned = plan(found, past, patrol, now=now, in_flight_horizon=flight, tz=self.tz)
                     result.outcomes.append(Outcome(planned, ""))
