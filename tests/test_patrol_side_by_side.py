@@ -25,8 +25,8 @@ POD = "pod000000009"
 
 def _stop_events(p) -> list[tuple[str, str, datetime]]:
     """``(instance, state, time)`` of every patrol stop event, in the order stored."""
-    rows = table(p, "SELECT i.provider_instance_id, e.state, e.time FROM stop_events e JOIN decisions d ON d.id = e.decision_id "
-                    "JOIN instances i ON i.id = d.instance_pk ORDER BY e.id")
+    rows = table(p, "SELECT i.provider_instance_id, e.state, e.time FROM stop_events e "
+                    "JOIN decisions d ON d.id = e.decision_id JOIN instances i ON i.id = d.instance_pk ORDER BY e.id")
     return [(iid, state, ensure_utc(datetime.fromisoformat(str(t)))) for iid, state, t in rows]
 
 

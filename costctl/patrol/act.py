@@ -245,5 +245,5 @@ def carry_out(*, ledger: Ledger, decision_id: int, decision: Decision, provider:
                       on_event=on_event).run_stop()
 
 
-__all__ = ["ClaimedLog", "Recorded", "NoJob", "PatrolStopLog", "Release", "Target", "begin_stop", "carry_out", "release_line",
-           "route_for"]
+__all__ = ["ClaimedLog", "Recorded", "NoJob", "PatrolStopLog", "Release", "Target", "begin_stop", "carry_out",
+           "release_line", "route_for"]
