@@ -87,7 +87,7 @@ from .policies.plateau import PlateauConfig  # noqa: F401
 from .policies.registry import ENTRY_POINT_GROUP, discover_policies, known_policies, policies_model
 from .policies.stall import StallConfig  # noqa: F401
 from .money import is_known_currency
-from .validation import describe_value, one_line, require_regular_file, toml_error_text
+from .validation import describe_value, one_line, ordered_problems, require_regular_file, toml_error_text
 
 ENV_PREFIX = "COSTCTL_"
 
@@ -627,7 +627,12 @@ class PatrolPolicyConfig(_Section):
         and a release's ``stopped_for`` (``status``, if set, only ``"stopped"``)."""
         if isinstance(v, PatrolFilters):
             v = v.model_dump(exclude_unset=True)
-        if v is None or (isinstance(v, dict) and not set(v) - {"min_gpu_utilization", "min_cpu_utilization"}):
+        thresholds = ("min_gpu_utilization", "min_cpu_utilization")
+        if isinstance(v, dict) and v and not set(v) - set(thresholds):  # the more specific problem: no idle
+            key = next(k for k in thresholds if k in v)
+            raise ValueError(_("{key} is the threshold of the idle filter and has no effect without it: set idle "
+                               "too, or leave {key} out").format(key=key))
+        if v is None or (isinstance(v, dict) and not v):
             raise ValueError(_("set at least one filter (a policy without one would match every instance)"))
         if info.data.get("action") == "release" and isinstance(v, dict):
             if v.get("stopped_for") is None:
@@ -1081,7 +1086,7 @@ SECRET_KEYS = ("notify.urls", "serve.token")
 def _one_line(err: ValidationError, path: Path | None = None) -> str:
     """``err``'s first problem as one line; ``path``: the config file the value came from (a
     float is then quoted as the file writes it, :func:`_written_float`)."""
-    first = err.errors()[0]
+    first = ordered_problems(err)[0]
     loc = first["loc"]
     if first["type"] == "extra_forbidden" and len(loc) == 2 and loc[0] == "policies":
         return _("unknown policy [policies.{name}]; known: {known} (a third-party policy registers through the "
@@ -1200,7 +1205,7 @@ def _where(err: ValidationError, path: Path | None, overrides: dict[str, Any] | 
     """``err``'s first problem as one line, naming where the bad value came from: an environment
     variable by its name, a value of the config file after the file's path, a command-line
     option (or a default) alone."""
-    first = err.errors()[0]
+    first = ordered_problems(err)[0]
     loc = tuple(str(p).lower() for p in first["loc"])
     key = ".".join(str(p) for p in first["loc"])
     variable = env_variable_for(loc, overrides) if loc else None

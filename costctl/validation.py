@@ -109,6 +109,14 @@ def pydantic_problem(error: Any) -> str:
     return str(error.get("msg", "")).removeprefix("Value error, ")
 
 
+def ordered_problems(err: ValidationError) -> list[Any]:
+    """``err``'s problems, the one to show first first: an unknown key (``extra_forbidden``: a
+    misspelled key is most often the cause of the others, e.g. ``filter`` for ``filters`` makes
+    ``filters`` missing) ahead of every other, else pydantic's order."""
+    problems = list(err.errors())
+    return sorted(problems, key=lambda problem: problem["type"] != "extra_forbidden")
+
+
 def one_line(
     err: ValidationError,
     *,
@@ -120,7 +128,8 @@ def one_line(
     shown_key: str | None = None,
     written: str | None = None,
 ) -> str:
-    """The first problem of ``err`` as one line naming the key, the value and what is allowed.
+    """The first problem of ``err`` (:func:`ordered_problems`: an unknown key first) as one line
+    naming the key, the value and what is allowed.
 
     Args:
         err: pydantic's error (models with ``extra="forbid"`` report unknown keys as
@@ -145,7 +154,7 @@ def one_line(
         (pydantic's message without its ``Value error,`` prefix; a ``Literal`` field's
         ``Input should be 'a' or 'b'`` reads ``expected 'a' or 'b'``).
     """
-    problems = err.errors()
+    problems = ordered_problems(err)
     first = problems[0]
     prefix = f"[{table}] " if table else ""
     key = ".".join(str(p) for p in first["loc"]) or ("(table)" if table else "")

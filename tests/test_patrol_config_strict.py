@@ -131,3 +131,27 @@ def test_a_contradiction_is_one_line_exit_2_and_nothing_acted(patrol, capsys, be
     assert code == 2 and out == "" and err.count("\n") == 1 and says in err
     assert table(patrol, "SELECT COUNT(*) FROM decisions") == [(0,)]
     assert patrol.hook.messages == [] and patrol.vast.server.count("PUT") == 0
+
+
+def test_a_misspelled_filters_key_is_the_line_shown(tmp_path: Path):
+    """``filter = {...}`` (for ``filters``): the unknown key is the cause, so it leads; the missing
+    filters it causes is not the line, nor does it hide the unknown key in "(and 1 more problem)"."""
+    path = tmp_path / "costctl.toml"
+    path.write_text(HEAD + '[[patrol.policies]]\nname = "bad"\naction = "stop"\nfilter = {status = "running"}\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert info.value.message == (f"{path}: unknown key 'patrol.policies.0.filter' (check the spelling; "
+                                  "`costctl init` writes every key)")
+
+
+@pytest.mark.parametrize("filters, key", [("min_gpu_utilization = 10", "min_gpu_utilization"),
+                                          ("min_cpu_utilization = 20", "min_cpu_utilization")])
+def test_a_threshold_alone_says_it_needs_idle(tmp_path: Path, filters, key):
+    path = tmp_path / "costctl.toml"
+    path.write_text(HEAD + f'[[patrol.policies]]\nname = "bad"\naction = "stop"\nfilters = {{{filters}}}\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert info.value.message.startswith(f"{path}: patrol.policies.0.filters = ")
+    assert info.value.message.endswith(f": {key} is the threshold of the idle filter and has no effect without it: "
+                                       f"set idle too, or leave {key} out")
+    assert "set at least one filter" not in info.value.message

@@ -171,3 +171,31 @@ def test_a_mark_stays_while_the_ledger_cannot_say_whether_the_instance_is_guarde
     assert cleared is not None and (cleared.why, cleared.mark.id, cleared.evidence) == (
         "no-longer-matches", 7, {"status": "running", "guard": "guarded"})
     assert to_clear(policy(status="stopped"), seen(inst(), guard=GuardState.UNKNOWN), [mark]) is not None
+
+
+def test_an_instance_restarted_during_the_grace_gets_a_new_mark_and_notice_not_the_old_stop(patrol, capsys):
+    """A mark belongs to one running session: 312 is marked at 12:30 (stop due 12:40); at 12:35
+    Vast says it was started 5 s ago (the user restarted it). That sweep clears the mark
+    (``new-session``, with the session's start and the mark's time) and, as it still matches,
+    marks it anew with a new notice (due 12:45): at 12:40 nothing is stopped."""
+    first = marked(patrol, capsys)
+    patrol.clock.advance(300)                                           # 12:35
+    patrol.vast.instances["312"]["start_date"] = (patrol.clock.now() - timedelta(seconds=5)).timestamp()
+    code, report, err = sweep(capsys, "--execute")
+    assert code == 0, err
+    [(old_id, old_outcome, old_ev), (new_id, new_outcome, _ev)] = marks(patrol)
+    assert (old_id, old_outcome, new_outcome) == (first, "cleared", "marked") and new_id > first
+    assert old_ev["cleared_why"] == "new-session"
+    assert old_ev["cleared_seen"] == {"status": "running", "session_started_at": "2026-05-01T12:34:55Z",
+                                      "marked_at": "2026-05-01T12:30:00Z"}
+    assert "a new session" in old_ev["cleared_reason"]
+    titles = [t for t in patrol.hook.titles() if t.startswith("312 will be stopped")]
+    assert titles == ["312 will be stopped at 2026-05-01 12:40:00+00:00 (patrol policy idle-unguarded)",
+                      "312 will be stopped at 2026-05-01 12:45:00+00:00 (patrol policy idle-unguarded)"]
+
+    patrol.clock.advance(300)                                           # 12:40: the old mark's due time
+    code, report, err = sweep(capsys, "--execute")
+    assert code == 0, err
+    assert stops_of_312(patrol) == []
+    assert idle_policy(report)["matches"][0]["step"] == "wait"
+    assert [outcome for _i, outcome, _ev in marks(patrol)] == ["cleared", "marked"]

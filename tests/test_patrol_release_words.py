@@ -53,8 +53,9 @@ def test_an_instance_already_down_when_acted_on_counts_no_request(patrol, capsys
 
     from costctl.patrol import sweep as sweep_module
 
-    monkeypatch.setattr(sweep_module, "carry_out", lambda **kw: SimpleNamespace(
-        state="confirmed", attempts=0, detail="vastai reports instance 312 stopped"))
+    monkeypatch.setattr(sweep_module, "begin_stop", lambda **kw: SimpleNamespace(
+        stopping=None, stop=SimpleNamespace(state="confirmed", attempts=0,
+                                            detail="vastai reports instance 312 stopped")))
     observe(patrol, capsys, 30)
     sweep(capsys, "--execute")                                # mark
     patrol.clock.advance(600)

@@ -207,13 +207,14 @@ def release_line(event: StopEvent, *, provider: str, instance: str) -> str | Non
     return None
 
 
-def carry_out(*, ledger: Ledger, decision_id: int, decision: Decision, provider: Provider, inst: Instance,
-              route: StopRoute, release: bool, clock: Clock, stop_config: StopConfig, say: Callable[[str], None],
-              on_event: Callable[[StopEvent, StopProcess | None], None] | None = None) -> StopResult | None:
-    """Carry a claimed stop (or release) decision through the executor's verified stop, here and
-    now (:meth:`~costctl.executor.Executor.run_stop`: on a simulated clock nothing waits; on the
-    real clock it waits between the provider's reads). Returns the stop's result (its ``state``:
-    ``confirmed``, ``gone`` or ``failed``)."""
+def begin_stop(*, ledger: Ledger, decision_id: int, decision: Decision, provider: Provider, inst: Instance,
+               route: StopRoute, release: bool, clock: Clock, stop_config: StopConfig, say: Callable[[str], None],
+               on_event: Callable[[StopEvent, StopProcess | None], None] | None = None) -> Executor:
+    """Start a claimed stop (or release) decision through the executor's verified stop: returns
+    the executor, whose ``stopping`` (a :class:`~costctl.stopping.StopProcess`) is to be stepped
+    until it ends (:func:`costctl.patrol.drive.drive` steps a sweep's stops side by side) and
+    whose ``stop`` is then the result. ``on_event`` hears each step of the stop, after it is
+    stored (the patrol's notifications)."""
     control: Any = Release(provider) if release else provider
     # the executor's own lines speak of a stop: a release says its own (:func:`release_line`)
     executor = Executor(log=ClaimedLog(ledger, decision_id), clock=clock, hooks=HooksConfig(), job=NoJob(),
@@ -229,8 +230,20 @@ def carry_out(*, ledger: Ledger, decision_id: int, decision: Decision, provider:
     if on_event is not None:
         executor.on_stop_event(on_event)
     executor.handle(dataclasses.replace(decision, action=Action.STOP))
-    return executor.run_stop()
+    return executor
 
 
-__all__ = ["ClaimedLog", "Recorded", "NoJob", "PatrolStopLog", "Release", "Target", "carry_out", "release_line",
-           "route_for"]
+def carry_out(*, ledger: Ledger, decision_id: int, decision: Decision, provider: Provider, inst: Instance,
+              route: StopRoute, release: bool, clock: Clock, stop_config: StopConfig, say: Callable[[str], None],
+              on_event: Callable[[StopEvent, StopProcess | None], None] | None = None) -> StopResult | None:
+    """Carry a claimed stop (or release) decision through the executor's verified stop, here and
+    now (:func:`begin_stop`, then :meth:`~costctl.executor.Executor.run_stop`: on a simulated
+    clock nothing waits; on the real clock it waits between the provider's reads). Returns the
+    stop's result (its ``state``: ``confirmed``, ``gone`` or ``failed``)."""
+    return begin_stop(ledger=ledger, decision_id=decision_id, decision=decision, provider=provider, inst=inst,
+                      route=route, release=release, clock=clock, stop_config=stop_config, say=say,
+                      on_event=on_event).run_stop()
+
+
+__all__ = ["ClaimedLog", "Recorded", "NoJob", "PatrolStopLog", "Release", "Target", "begin_stop", "carry_out",
+           "release_line", "route_for"]

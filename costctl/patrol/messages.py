@@ -8,7 +8,8 @@ the watch's notifier (:class:`costctl.notify.dispatch.Notifier`: the sender chil
                  unless snoozed), and a provider's own release coming (AutoDL's 15 days)
 ``advice``       a mark of a notify policy
 ``stop_done``    a patrol's stop or release the provider confirmed (or the instance is gone)
-``stop_failed``  a patrol's stop or release that failed
+``stop_failed``  a patrol's stop or release that failed, and one not confirmed yet (once, as a
+                 watch's stop: a request re-sent after a failure, or ``[stop] unconfirmed_after``)
 ================ ==========================================================================
 
 Each message's key names its decision, so one decision is told once. Pure functions.
@@ -43,6 +44,19 @@ TEMPLATES: dict[str, str | Callable[[int], str]] = {
         "{provider} confirmed it after {attempts} request: {detail}. It was released because: {reason}",
         "{provider} confirmed it after {attempts} requests: {detail}. It was released because: {reason}", n),
     "gone.title": N_("{instance} no longer exists (patrol policy {policy})"),
+    "unconfirmed.stop.title": N_("The patrol's stop of {instance} is not confirmed yet (patrol policy {policy})"),
+    "unconfirmed.release.title": N_("The patrol's release of {instance} is not confirmed yet (patrol policy "
+                                    "{policy})"),
+    "unconfirmed.stop.body": lambda n: ngettext(
+        "{provider} does not confirm the stop of instance {instance} yet ({attempts} request sent): {detail}. "
+        "costctl patrol keeps at it until {deadline}, then tells you whether it was stopped.",
+        "{provider} does not confirm the stop of instance {instance} yet ({attempts} requests sent): {detail}. "
+        "costctl patrol keeps at it until {deadline}, then tells you whether it was stopped.", n),
+    "unconfirmed.release.body": lambda n: ngettext(
+        "{provider} does not confirm the release of instance {instance} yet ({attempts} request sent): {detail}. "
+        "costctl patrol keeps at it until {deadline}, then tells you whether it was released.",
+        "{provider} does not confirm the release of instance {instance} yet ({attempts} requests sent): {detail}. "
+        "costctl patrol keeps at it until {deadline}, then tells you whether it was released.", n),
     "failed.stop.title": N_("PATROL STOP FAILED: {instance} may still be running and billing"),
     "failed.release.title": N_("PATROL RELEASE FAILED: {instance} and its disk may still be billing"),
     "failed.stop.body": N_("costctl patrol could not stop {provider} instance {instance}: {detail}. Stop it "
@@ -94,6 +108,25 @@ def warning_message(*, decision_id: int, reason: str, provider: str, instance: s
                     f"{reason}\n{_where(provider, instance, account, host)}", when, policy="patrol")
 
 
+def unconfirmed_message(*, decision_id: int, policy: str, action: str, detail: str, attempts: int, provider: str,
+                        instance: str, account: str | None, host: str, deadline: str, when: datetime) -> Message:
+    """The ``stop_failed`` message of a patrol action not confirmed yet (a request re-sent after
+    a failure, or ``[stop] unconfirmed_after`` passed), told once per decision, as a watch's
+    "not confirmed yet" is.
+
+    Args:
+        action: ``stop`` or ``release``.
+        attempts: requests sent so far.
+        deadline: when the action is given up on, as shown.
+    """
+    kind = "stop" if action == "stop" else "release"
+    values = {"policy": policy, "provider": provider, "instance": instance, "attempts": attempts,
+              "detail": detail.rstrip("."), "deadline": deadline}
+    return _message(Event.STOP_FAILED, f"patrol:unconfirmed:{decision_id}", text(f"unconfirmed.{kind}.title", **values),
+                    f"{text(f'unconfirmed.{kind}.body', **values)}\n{_where(provider, instance, account, host)}", when,
+                    policy=policy)
+
+
 def result_message(*, decision_id: int, state: str, policy: str, action: str, reason: str, detail: str,
                    attempts: int, provider: str, instance: str, account: str | None, host: str,
                    when: datetime) -> Message | None:
@@ -120,4 +153,4 @@ def result_message(*, decision_id: int, state: str, policy: str, action: str, re
     return None
 
 
-__all__ = ["TEMPLATES", "mark_message", "result_message", "text", "warning_message"]
+__all__ = ["TEMPLATES", "mark_message", "result_message", "text", "unconfirmed_message", "warning_message"]

@@ -399,6 +399,10 @@ def plan(found: Match, history: Sequence[PatrolDecision], patrol: PatrolConfig, 
 
 #: Why a mark is cleared (the machine words in its evidence, ``cleared_why``).
 NO_LONGER_MATCHES, NOT_APPLICABLE, GONE = "no-longer-matches", "not-applicable", "gone"
+#: Why a mark is cleared: the instance runs a session its provider started after the mark.
+NEW_SESSION = "new-session"
+#: The statuses whose ``started_at`` is the start of the session now running.
+IN_SESSION = frozenset({Status.STARTING, Status.RUNNING, Status.STOPPING})
 
 
 @dataclass(frozen=True)
@@ -409,7 +413,7 @@ class Clear:
     Attributes:
         key: ``(provider, instance id)``.
         mark: the open mark.
-        why: :data:`NO_LONGER_MATCHES`, :data:`NOT_APPLICABLE` or :data:`GONE`.
+        why: :data:`NO_LONGER_MATCHES`, :data:`NOT_APPLICABLE`, :data:`GONE` or :data:`NEW_SESSION`.
         line: one line saying why (the current language).
         evidence: what the sweep saw (JSON; added to the mark's evidence).
     """
@@ -436,6 +440,28 @@ def to_clear(policy: PatrolPolicyConfig, seen: Seen, history: Sequence[PatrolDec
     evidence = {"status": row.instance.status.value, "guard": row.guard.state.value}
     return Clear(seen.key, mark, NO_LONGER_MATCHES, _("no longer matches (status {status}, guard {guard})").format(
         status=row.instance.status.value, guard=row.guard.state.value), evidence)
+
+
+def new_session_clear(policy: PatrolPolicyConfig, seen: Seen, history: Sequence[PatrolDecision], *,
+                      tz: Any = None) -> Clear | None:
+    """The open mark of ``policy`` on ``seen`` to clear because it belongs to an earlier session:
+    the instance is in a session (starting, running, stopping) its provider says began
+    (``started_at``: Vast's start date, RunPod's now minus uptime, AutoDL's and the simulator's
+    start time) after the mark was made — it was restarted during the grace, so what the mark
+    announced is not about this session. None when no mark is open, the start is unknown, or it
+    is not after the mark. The next match is a new episode: a new mark, a new notice, a new
+    grace. Times in the line are shown in ``tz`` (None: UTC)."""
+    mark = open_mark(history, policy.decision_policy)
+    inst = seen.row.instance
+    if mark is None or inst.started_at is None or inst.status not in IN_SESSION:
+        return None
+    started, marked = ensure_utc(inst.started_at), ensure_utc(mark.time)
+    if started <= marked:
+        return None
+    return Clear(seen.key, mark, NEW_SESSION, _("a new session: {provider} started the instance at {started}, after "
+                                                "the mark was made at {marked}").format(
+        provider=seen.key[0], started=format_time(started, tz), marked=format_time(marked, tz)),
+        {"status": inst.status.value, "session_started_at": iso(started), "marked_at": iso(marked)})
 
 
 def not_applicable_clear(planned: Plan) -> Clear | None:
@@ -547,7 +573,8 @@ def warned(history: Sequence[PatrolDecision], key: str) -> bool:
     return any(d.key == key for d in history)
 
 
-__all__ = ["DEFAULT_ACCOUNT_WORD", "GONE", "NOT_APPLICABLE", "NOT_STOPPABLE", "NO_LONGER_MATCHES", "Clear",
-           "Match", "Plan", "ReleaseWarning", "Seen", "Step", "age_since", "due_at",
+__all__ = ["DEFAULT_ACCOUNT_WORD", "GONE", "IN_SESSION", "NEW_SESSION", "NOT_APPLICABLE", "NOT_STOPPABLE",
+           "NO_LONGER_MATCHES", "Clear", "Match", "Plan", "ReleaseWarning", "Seen", "Step", "age_since", "due_at",
            "in_flight", "iso", "label_matches", "match", "open_mark", "plan", "release_warning", "scope_problem",
-           "snoozed_until", "stopped_since", "to_clear", "not_applicable_clear", "gone_clear", "warned"]
+           "snoozed_until", "stopped_since", "to_clear", "not_applicable_clear", "gone_clear", "new_session_clear",
+           "warned"]

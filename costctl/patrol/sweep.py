@@ -39,16 +39,18 @@ from ..ledger import patrol_store as store
 from ..notify.dispatch import KILL_SLACK_S, Notifier
 from ..policies.idle import fmt_duration
 from ..records import Action, Decision
-from ..stopping import StopState
+from ..stopping import StopEvent, StopProcess, StopState
 from . import messages
-from .act import carry_out, route_for
-from .model import (Clear, Match, Plan, ReleaseWarning, Seen, Step, gone_clear, iso, match, not_applicable_clear,
-                    open_mark, plan, release_warning, snoozed_until, to_clear, warned)
+from .act import begin_stop, route_for
+from .drive import drive
+from .model import (Clear, Match, Plan, ReleaseWarning, Seen, Step, gone_clear, iso, match, new_session_clear,
+                    not_applicable_clear, open_mark, plan, release_warning, snoozed_until, to_clear, warned)
 
 if TYPE_CHECKING:
     from costctl_providers.base import Provider
 
-    from ..config import PatrolConfig, PatrolPolicyConfig, Settings
+    from ..config import PatrolConfig, PatrolPolicyConfig, Settings, StopConfig
+    from ..executor import Executor
     from ..ledger.db import Ledger
 
 #: How long past ``[stop] deadline`` a patrol stop still "stopping" keeps a new mark off the instance.
@@ -116,6 +118,25 @@ class SweepReport:
     notes: list[str]
     observations: int
     failed: int = 0
+
+
+@dataclass
+class _Stop:
+    """An action started: its outcome, the executor carrying its verified stop, a release or not."""
+
+    outcome: Outcome
+    executor: Executor
+    release: bool
+
+
+@dataclass
+class _Told:
+    """What one action's notifications said so far (the "not confirmed yet" goes out once)."""
+
+    outcome: Outcome
+    release: bool
+    stop: StopConfig
+    unconfirmed: bool = False
 
 
 def horizon(patrol: PatrolConfig, interval: timedelta) -> timedelta:
@@ -241,6 +262,10 @@ class Sweeper:
             for one in seen:
                 found = match(policy, one, now=now, interval=self.interval)
                 past = history.get(one.key, [])
+                fresh = new_session_clear(policy, one, past, tz=self.tz)
+                if fresh is not None:  # restarted since the mark: that mark's episode is over
+                    result.cleared.append((fresh, ""))
+                    past = [d for d in past if d.id != fresh.mark.id]
                 if found is not None:
                     planned = plan(found, past, patrol, now=now, in_flight_horizon=flight, tz=self.tz)
                     result.outcomes.append(Outcome(planned, ""))
@@ -320,12 +345,16 @@ class Sweeper:
                 self._warn(warning, report.now, notifier)
             if marks:
                 self._delivered(notifier, marks)
-            for result in report.policies:
-                for outcome in result.outcomes:
-                    if outcome.plan.step is Step.ACT:
-                        self._carry(outcome, notifier)
-                        if outcome.state == StopState.FAILED.value:
-                            report.failed += 1
+            started = [begun for result in report.policies for outcome in result.outcomes
+                       if outcome.plan.step is Step.ACT and (begun := self._begin(outcome, notifier)) is not None]
+
+            def ended(one: _Stop) -> None:
+                self._finish(one, notifier)
+
+            # side by side: one provider that never confirms delays no other instance's stop
+            drive(started, lambda one: one.executor.stopping, clock=self.clock, ended=ended, say=self.say)
+            report.failed = sum(1 for result in report.policies for outcome in result.outcomes
+                                if outcome.plan.step is Step.ACT and outcome.state == StopState.FAILED.value)
         finally:
             notifier.flush(self._wait_s())
             notifier.close(wait_s=1.0)
@@ -433,8 +462,9 @@ class Sweeper:
                                                  account=account or DEFAULT_ACCOUNT)
         return self._providers[key]
 
-    def _carry(self, outcome: Outcome, notifier: Notifier) -> None:
-        """The action of a due mark: preflight, claim, the verified stop, its notification."""
+    def _begin(self, outcome: Outcome, notifier: Notifier) -> _Stop | None:
+        """The action of a due mark: preflight, claim, and the verified stop started (None: it
+        ended here, refused or failed at the preflight; :meth:`_finish` ends a started one)."""
         p = outcome.plan
         assert p.mark is not None
         found = p.match
@@ -445,7 +475,7 @@ class Sweeper:
             provider = self._provider(row)
         except CostctlError as exc:
             outcome.done = _("not acted on: {error}").format(error=exc.message)
-            return
+            return None
         route, problem = route_for(provider, row.instance, release=release)
         evidence = {**found.evidence, "mark": p.mark.id, "marked_at": iso(p.mark.time), "due_at": iso(p.due)}
         if p.mark.evidence.get("notified_at"):
@@ -473,7 +503,7 @@ class Sweeper:
                               settle=(p.mark.id, store.ACTED, {"acted_at": iso(now)}))
         if claimed.decision_id is None:
             outcome.done = _("not acted on: {why}").format(why=claimed.refused)
-            return
+            return None
         outcome.decision_id = claimed.decision_id
         shape = {"provider": row.provider, "instance": row.instance.id, "decision": claimed.decision_id,
                  "reason": found.reason}
@@ -481,13 +511,25 @@ class Sweeper:
             outcome.state = StopState.FAILED.value
             outcome.done = first
             self._post_result(notifier, outcome, StopState.FAILED.value, problem or "", 0)
-            return
+            return None
         self.say((_("costctl patrol: releasing {provider} instance {instance} (decision {decision}): {reason}")
                   if release else _("costctl patrol: stopping {provider} instance {instance} (decision {decision}): "
                                     "{reason}")).format(**shape))
-        result = carry_out(ledger=self.ledger, decision_id=claimed.decision_id, decision=decision, provider=provider,
-                           inst=row.instance, route=route, release=release, clock=self.clock,
-                           stop_config=self.settings.stop, say=self.say)
+        told = _Told(outcome, release, self.settings.stop)
+        executor = begin_stop(ledger=self.ledger, decision_id=claimed.decision_id, decision=decision,
+                              provider=provider, inst=row.instance, route=route, release=release, clock=self.clock,
+                              stop_config=self.settings.stop, say=self.say,
+                              on_event=lambda event, proc: self._on_stop_event(notifier, told, event, proc))
+        return _Stop(outcome, executor, release)
+
+    def _finish(self, one: _Stop, notifier: Notifier) -> None:
+        """A started action ended: its outcome (the decision's, where the sweep words it) and
+        its notification."""
+        outcome, release = one.outcome, one.release
+        row = outcome.plan.match.seen.row
+        assert outcome.decision_id is not None
+        claimed_id = outcome.decision_id
+        result = one.executor.stop
         state = result.state if result is not None else StopState.FAILED.value
         outcome.state = state
         detail = result.detail if result is not None else ""
@@ -498,14 +540,14 @@ class Sweeper:
                              "release request(s)").format(provider=row.provider, instance=row.instance.id,
                                                           count=attempts)
             state = outcome.state = StopState.CONFIRMED.value
-            self.ledger.set_decision_outcome(claimed.decision_id, outcome.done)
+            self.ledger.set_decision_outcome(claimed_id, outcome.done)
             self.say(_("costctl patrol: {done}").format(done=outcome.done))
         elif state == StopState.CONFIRMED.value and not attempts:
             # it was down by the time the executor read it: no request was sent, none is counted
             outcome.done = _("not acted on: {provider} reads instance {instance} {status} already; no request was "
                              "sent").format(provider=row.provider, instance=row.instance.id,
                                             status=_("released") if release else _("stopped"))
-            self.ledger.set_decision_outcome(claimed.decision_id, outcome.done)
+            self.ledger.set_decision_outcome(claimed_id, outcome.done)
             return
         elif state == StopState.CONFIRMED.value:
             outcome.done = (ngettext("released: confirmed by {provider} ({count} request)",
@@ -518,6 +560,26 @@ class Sweeper:
         else:
             outcome.done = _("FAILED: {detail}").format(detail=detail)
         self._post_result(notifier, outcome, state, detail, attempts)
+
+    def _on_stop_event(self, notifier: Notifier, told: _Told, event: StopEvent, proc: StopProcess | None) -> None:
+        """A step of a patrol's stop (the stop's thread), told as a watch's stop is told
+        (:meth:`costctl.notify.dispatch.Notifier.on_stop_event`): once, the first sign that it is
+        not going through — a request re-sent after a failure, or no confirmation ``[stop]
+        unconfirmed_after`` after the first request — as ``stop_failed``, "not confirmed yet",
+        with when it is given up on. Its end (confirmed, gone, failed) is told by
+        :meth:`_finish`."""
+        if not (event.state is StopState.REQUESTED or event.unconfirmed) or event.attempt < 1 or told.unconfirmed:
+            return
+        told.unconfirmed = True
+        outcome = told.outcome
+        found = outcome.plan.match
+        row = found.seen.row
+        assert outcome.decision_id is not None
+        deadline = proc.deadline if proc is not None else event.time + told.stop.deadline
+        notifier.post(messages.unconfirmed_message(
+            decision_id=outcome.decision_id, policy=found.policy.name, action=found.policy.action,
+            detail=event.detail, attempts=event.attempt, provider=row.provider, instance=row.instance.id,
+            account=row.account, host=self.host, deadline=format_time(deadline, self.tz), when=event.time))
 
     def _post_result(self, notifier: Notifier, outcome: Outcome, state: str, detail: str, attempts: int) -> None:
         found = outcome.plan.match
