@@ -272,6 +272,8 @@ class Step(StrEnum):
     OUT_OF_SCOPE = "out-of-scope"
     #: a notify policy's mark is open: it was notified already
     NOTIFIED = "notified"
+    #: a stop or release of this policy still under way whose patrol is gone: taken over
+    RESUME = "resume"
     #: the action cannot apply to the instance as it is now (a stop of an instance not running, a
     #: release of a guarded or watched one): nothing is marked, and an open mark is cleared
     NOT_APPLICABLE = "not-applicable"
@@ -286,7 +288,9 @@ class Plan:
         match: the match.
         mark: the open mark of this policy on the instance (None before it is marked).
         due: when the action is (or was) due (None when there is no mark or no action).
-        why: one line saying why it waits, is held or is out of scope (None otherwise).
+        why: one line saying why it waits, is held or is out of scope (None otherwise); for
+            :attr:`Step.RESUME`, why the stop's owner is deemed gone.
+        resumes: for :attr:`Step.RESUME`, the stop or release decision taken over.
     """
 
     step: Step
@@ -294,6 +298,7 @@ class Plan:
     mark: PatrolDecision | None = None
     due: datetime | None = None
     why: str | None = None
+    resumes: PatrolDecision | None = None
 
 
 def open_mark(history: Sequence[PatrolDecision], policy: str) -> PatrolDecision | None:
@@ -321,6 +326,13 @@ def in_flight(history: Sequence[PatrolDecision], now: datetime, horizon: timedel
                 and d.time >= ensure_utc(now) - horizon):
             return d
     return None
+
+
+def under_way(history: Sequence[PatrolDecision], policy: str) -> PatrolDecision | None:
+    """The newest stop or release of ``policy`` on the instance whose outcome is still ``stop
+    requested`` (of any age: a patrol that died driving it leaves it so), else None."""
+    return next((d for d in history if d.policy == policy and d.action in (Action.STOP.value, Action.RELEASE.value)
+                 and d.outcome == "stop requested"), None)
 
 
 def due_at(policy: PatrolPolicyConfig, mark: PatrolDecision) -> datetime | None:
@@ -403,6 +415,10 @@ NO_LONGER_MATCHES, NOT_APPLICABLE, GONE = "no-longer-matches", "not-applicable",
 NEW_SESSION = "new-session"
 #: The statuses whose ``started_at`` is the start of the session now running.
 IN_SESSION = frozenset({Status.STARTING, Status.RUNNING, Status.STOPPING})
+#: :data:`IN_SESSION` as the words stored in observations.
+IN_SESSION_WORDS = frozenset(status.value for status in IN_SESSION)
+#: The evidence key of a mark made right after a new-session clear: the cleared mark's id.
+FOLLOWS_NEW_SESSION = "follows_new_session_of"
 
 
 @dataclass(frozen=True)
@@ -449,7 +465,10 @@ def new_session_clear(policy: PatrolPolicyConfig, seen: Seen, history: Sequence[
     (``started_at``: Vast's start date, RunPod's now minus uptime, AutoDL's and the simulator's
     start time) after the mark was made — it was restarted during the grace, so what the mark
     announced is not about this session. None when no mark is open, the start is unknown, or it
-    is not after the mark. The next match is a new episode: a new mark, a new notice, a new
+    is not after the mark, or the mark itself follows a new-session clear
+    (:data:`FOLLOWS_NEW_SESSION` in its evidence) and no sweep since it saw the instance out of a
+    session (a container that restarts over and over — RunPod's start is now minus its uptime —
+    is cleared once, not at every restart). The next match is a new episode: a new mark, a new notice, a new
     grace. Times in the line are shown in ``tz`` (None: UTC)."""
     mark = open_mark(history, policy.decision_policy)
     inst = seen.row.instance
@@ -458,6 +477,9 @@ def new_session_clear(policy: PatrolPolicyConfig, seen: Seen, history: Sequence[
     started, marked = ensure_utc(inst.started_at), ensure_utc(mark.time)
     if started <= marked:
         return None
+    if mark.evidence.get(FOLLOWS_NEW_SESSION) is not None and not any(
+            o.status not in IN_SESSION_WORDS for o in seen.observations if ensure_utc(o.time) >= marked):
+        return None  # restarted again with no sweep seeing it down: a crash loop, still billing
     return Clear(seen.key, mark, NEW_SESSION, _("a new session: {provider} started the instance at {started}, after "
                                                 "the mark was made at {marked}").format(
         provider=seen.key[0], started=format_time(started, tz), marked=format_time(marked, tz)),
@@ -575,6 +597,6 @@ def warned(history: Sequence[PatrolDecision], key: str) -> bool:
 
 __all__ = ["DEFAULT_ACCOUNT_WORD", "GONE", "IN_SESSION", "NEW_SESSION", "NOT_APPLICABLE", "NOT_STOPPABLE",
            "NO_LONGER_MATCHES", "Clear", "Match", "Plan", "ReleaseWarning", "Seen", "Step", "age_since", "due_at",
-           "in_flight", "iso", "label_matches", "match", "open_mark", "plan", "release_warning", "scope_problem",
+           "in_flight", "under_way", "iso", "label_matches", "match", "open_mark", "plan", "release_warning", "scope_problem",
            "snoozed_until", "stopped_since", "to_clear", "not_applicable_clear", "gone_clear", "new_session_clear",
            "warned"]
