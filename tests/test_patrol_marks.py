@@ -189,9 +189,9 @@ def test_an_instance_restarted_during_the_grace_gets_a_new_mark_and_notice_not_t
     assert old_ev["cleared_seen"] == {"status": "running", "session_started_at": "2026-05-01T12:34:55Z",
                                       "marked_at": "2026-05-01T12:30:00Z"}
     assert "a new session" in old_ev["cleared_reason"]
+    assert "policy idle-unguarded: stopped at 2026-05-01 12:40:00+00:00" in patrol.hook.messages[0]["message"]
     titles = [t for t in patrol.hook.titles() if t.startswith("312 will be stopped")]
-    assert titles == ["312 will be stopped at 2026-05-01 12:40:00+00:00 (patrol policy idle-unguarded)",
-                      "312 will be stopped at 2026-05-01 12:45:00+00:00 (patrol policy idle-unguarded)"]
+    assert titles == ["312 will be stopped at 2026-05-01 12:45:00+00:00 (patrol policy idle-unguarded)"]
 
     patrol.clock.advance(300)                                           # 12:40: the old mark's due time
     code, report, err = sweep(capsys, "--execute")

@@ -335,10 +335,11 @@ def under_way(history: Sequence[PatrolDecision], policy: str) -> PatrolDecision 
                  and d.outcome == "stop requested"), None)
 
 
-def due_at(policy: PatrolPolicyConfig, mark: PatrolDecision) -> datetime | None:
-    """When ``mark``'s action is due: ``grace`` after the mark; for a release, ``grace`` after
-    the mark's notification was delivered (None until it was)."""
-    if policy.action == "release":
+def due_at(policy: PatrolPolicyConfig, mark: PatrolDecision, *, needs_delivery: bool = False) -> datetime | None:
+    """When ``mark``'s action is due: ``grace`` after the mark; for a release, and for a stop
+    when a notification channel takes its notice (``needs_delivery``), ``grace`` after the
+    mark's notification was delivered (None until it was)."""
+    if policy.action == "release" or (needs_delivery and policy.action == "stop"):
         notified = mark.evidence.get("notified_at")
         if not isinstance(notified, str):
             return None
@@ -347,7 +348,7 @@ def due_at(policy: PatrolPolicyConfig, mark: PatrolDecision) -> datetime | None:
 
 
 def plan(found: Match, history: Sequence[PatrolDecision], patrol: PatrolConfig, *, now: datetime,
-         in_flight_horizon: timedelta, tz: Any = None) -> Plan:
+         in_flight_horizon: timedelta, tz: Any = None, needs_delivery: bool = False) -> Plan:
     """What to do now with ``found``, given the instance's patrol decisions (newest first);
     times in the lines are shown in ``tz`` (None: UTC).
 
@@ -359,7 +360,8 @@ def plan(found: Match, history: Sequence[PatrolDecision], patrol: PatrolConfig, 
     guards or watches (the same checks as at act time, so nothing is announced that would not be
     done); a notify policy marks once per episode (the mark is its notification); an instance
     with a patrol stop or release in flight is not marked again; a mark waits until its action
-    is due (:func:`due_at`), then is held while the instance is snoozed, while it is guarded or
+    is due (:func:`due_at`; ``needs_delivery``: a notification channel takes a stop's notice, so
+    a stop too waits for its notice to be delivered), then is held while the instance is snoozed, while it is guarded or
     watched (a release), or acted on.
     """
     now = ensure_utc(now)
@@ -397,7 +399,11 @@ def plan(found: Match, history: Sequence[PatrolDecision], patrol: PatrolConfig, 
         return Plan(Step.MARK, found)
     if policy.action == "notify":
         return Plan(Step.NOTIFIED, found, mark)
-    due = due_at(policy, mark)
+    due = due_at(policy, mark, needs_delivery=needs_delivery)
+    if due is None and policy.action == "stop":
+        return Plan(Step.HELD, found, mark, why=_("a stop needs its mark's notification delivered first (a "
+                                                  "notification channel is configured); none was yet (it is sent "
+                                                  "again, and the grace counts from its delivery)"))
     if due is None:
         return Plan(Step.HELD, found, mark, why=_("a release needs its mark's notification delivered first; none "
                                                   "was yet (it is sent again)"))

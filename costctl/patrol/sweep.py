@@ -280,7 +280,8 @@ class Sweeper:
                     result.cleared.append((fresh, ""))
                     past = [d for d in past if d.id != fresh.mark.id]
                 if found is not None:
-                    planned = plan(found, past, patrol, now=now, in_flight_horizon=flight, tz=self.tz)
+                    planned = plan(found, past, patrol, now=now, in_flight_horizon=flight, tz=self.tz,
+                                   needs_delivery=self._needs_delivery())
                     result.outcomes.append(Outcome(planned, "", follows=fresh.mark.id if fresh is not None else None))
                     obsolete = not_applicable_clear(planned)
                 else:
@@ -322,6 +323,13 @@ class Sweeper:
                 action=flying.action, decision=flying.id),))
         return Plan(Step.RESUME, found, why=gone, resumes=flying)
 
+    def _needs_delivery(self) -> bool:
+        """Whether a ``[notify]`` URL takes the ``stop_pending`` event: then a stop acts only on
+        a mark whose notice was delivered (with none, it acts after the grace: nobody can be told)."""
+        config = self.settings.notify
+        return any("stop_pending" in {str(getattr(e, "value", e)) for e in
+                                      (t.events if t.events is not None else config.events)} for t in config.urls)
+
     # ------------------------------------------------------------------ a dry run
     def _dry(self, report: SweepReport) -> None:
         for result in report.policies:
@@ -360,18 +368,19 @@ class Sweeper:
         notifier = self._make_notifier()
         try:
             marks: list[tuple[int, str]] = []  # (mark id, message key) whose delivery is recorded
+            notices: list[tuple[Match, int]] = []  # the marks to tell of, in one digest per event
             for result in report.policies:
                 result.cleared = [(c, self._clear(c, report.now)) for c, _done in result.cleared]
                 for outcome in result.outcomes:
                     if outcome.plan.step is Step.MARK:
-                        self._mark(outcome, report.now, notifier, marks)
+                        self._mark(outcome, report.now, notices)
                     elif outcome.plan.step is Step.HELD and outcome.plan.mark is not None \
-                            and outcome.plan.due is None:  # a release whose notice was not delivered: again
-                        key = self._post_mark(notifier, outcome.plan.match, outcome.plan.mark.id, report.now)
-                        marks.append((outcome.plan.mark.id, key))
+                            and outcome.plan.due is None:  # a notice not delivered: again
+                        notices.append((outcome.plan.match, outcome.plan.mark.id))
                         outcome.done = outcome.plan.why or ""
                     else:
                         outcome.done = "" if outcome.plan.step in ACTING else self._would(outcome.plan, report.now)
+            marks.extend(self._post_marks(notifier, notices, report.now))
             for warning in report.warnings:
                 self._warn(warning, report.now, notifier)
             if marks:
@@ -405,7 +414,7 @@ class Sweeper:
             return _("mark {mark} cleared: {why}").format(mark=c.mark.id, why=c.line)
         return _("mark {mark} was settled by another patrol").format(mark=c.mark.id)
 
-    def _mark(self, outcome: Outcome, now: datetime, notifier: Notifier, marks: list[tuple[int, str]]) -> None:
+    def _mark(self, outcome: Outcome, now: datetime, notices: list[tuple[Match, int]]) -> None:
         found = outcome.plan.match
         policy = found.policy
         evidence = {**found.evidence, "action": policy.action, "grace_s": policy.grace.total_seconds()}
@@ -430,11 +439,10 @@ class Sweeper:
         outcome.decision_id = claimed.decision_id
         self.say(_("costctl patrol: {reason}; marked (decision {mark})").format(reason=found.reason,
                                                                                 mark=claimed.decision_id))
-        key = self._post_mark(notifier, found, claimed.decision_id, now)
+        notices.append((found, claimed.decision_id))
         if policy.action == "notify":
             outcome.done = _("notified (decision {mark})").format(mark=claimed.decision_id)
         else:
-            marks.append((claimed.decision_id, key))
             if policy.action == "stop":
                 outcome.done = _("marked (decision {mark}); stops at {at} unless snoozed").format(
                     mark=claimed.decision_id, at=format_time(now + policy.grace, self.tz))
@@ -442,15 +450,35 @@ class Sweeper:
                 outcome.done = _("marked (decision {mark}); releases {grace} after the notification is "
                                  "delivered").format(mark=claimed.decision_id, grace=fmt_duration(policy.grace))
 
-    def _post_mark(self, notifier: Notifier, found: Match, mark_id: int, now: datetime) -> str:
-        policy = found.policy
-        row = found.seen.row
-        message = messages.mark_message(
-            decision_id=mark_id, policy=policy.name, action=policy.action, reason=found.reason,
-            provider=row.provider, instance=row.instance.id, account=row.account, host=self.host,
-            at=format_time(now + policy.grace, self.tz), grace=fmt_duration(policy.grace), when=now)
-        notifier.post(message)
-        return message.key
+    def _post_marks(self, notifier: Notifier, notices: list[tuple[Match, int]], now: datetime) -> list[tuple[int, str]]:
+        """Tell of this sweep's marks: one message per event (``stop_pending``, ``advice``) — the
+        mark's own message when it is alone, else one digest listing them
+        (:func:`costctl.patrol.messages.digest_message`), so a big sweep never meets ``[notify]
+        max_per_hour``. Returns ``(mark id, message key)`` of the stop and release marks, whose
+        delivery is recorded."""
+        groups: dict[bool, list[tuple[Match, int]]] = {}
+        for found, mark_id in notices:
+            groups.setdefault(found.policy.action == "notify", []).append((found, mark_id))
+        keys: list[tuple[int, str]] = []
+        for advice, group in groups.items():
+            if len(group) == 1:
+                [(found, mark_id)] = group
+                policy, row = found.policy, found.seen.row
+                message = messages.mark_message(
+                    decision_id=mark_id, policy=policy.name, action=policy.action, reason=found.reason,
+                    provider=row.provider, instance=row.instance.id, account=row.account, host=self.host,
+                    at=format_time(now + policy.grace, self.tz), grace=fmt_duration(policy.grace), when=now)
+            else:
+                message = messages.digest_message(
+                    [messages.DigestLine(mark_id, found.policy.name, found.policy.action, found.seen.row.provider,
+                                         found.seen.row.instance.id, found.seen.row.account,
+                                         format_time(now + found.policy.grace, self.tz),
+                                         fmt_duration(found.policy.grace)) for found, mark_id in group],
+                    advice=advice, host=self.host, when=now)
+            notifier.post(message)
+            if not advice:
+                keys.extend((mark_id, message.key) for _found, mark_id in group)
+        return keys
 
     def _delivered(self, notifier: Notifier, marks: list[tuple[int, str]]) -> None:
         """Wait for the marks' notifications, and record in each mark whether it was delivered
