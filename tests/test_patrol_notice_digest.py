@@ -65,6 +65,8 @@ def test_a_stop_waits_for_its_notice_to_be_delivered_and_the_grace_counts_from_t
     code, _report, err = sweep(capsys, "--execute")                    # 12:00: marked; the notice fails
     assert code == 0, err
     assert all(m["notified"] is False and "notified_at" not in m for m in team_marks(patrol))
+    assert "20 marks' notices were not delivered: their stops and releases wait until they are" in \
+        " ".join(_report["notes"])
     for _ in range(2):                                                  # 12:01, 12:02: past the grace
         patrol.clock.advance(60)
         code, report, err = sweep(capsys, "--execute")

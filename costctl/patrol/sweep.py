@@ -13,8 +13,10 @@ In order:
    (:func:`costctl.patrol.model.plan`); marks of instances that no longer match; the provider's
    own releases coming (AutoDL's 15 days);
 4. with ``execute``: marks no longer matching are cleared; new matches are marked (a decision,
-   and a notification now); warnings are recorded and sent; the notifications are given time to
-   be delivered (a mark's delivery is recorded in its evidence: a release waits for it); then
+   and told: one digest of the sweep's marks when there are several); warnings are recorded and
+   sent; the notifications are given time to be delivered (a mark's delivery is recorded in its
+   evidence: a release waits for it, and a stop too when a channel takes its notice); stops and
+   releases whose patrol died mid-stop are taken over (:mod:`costctl.patrol.owner`); then
    each action due goes through its **claim** (:func:`costctl.ledger.patrol_store.claim`: the
    transaction that re-reads and records it, under the instance's lock) and the verified stop
    (:func:`costctl.patrol.act.carry_out`), and its end is notified.
@@ -383,8 +385,14 @@ class Sweeper:
             marks.extend(self._post_marks(notifier, notices, report.now))
             for warning in report.warnings:
                 self._warn(warning, report.now, notifier)
-            if marks:
-                self._delivered(notifier, marks)
+            undelivered = self._delivered(notifier, marks) if marks else 0
+            if undelivered:
+                report.notes.append(ngettext(
+                    "{count} mark's notice was not delivered: its stop or release waits until one is (it is sent "
+                    "again at the next sweep, and the grace counts from its delivery)",
+                    "{count} marks' notices were not delivered: their stops and releases wait until they are (they "
+                    "are sent again at the next sweep, and the grace counts from their delivery)",
+                    undelivered).format(count=undelivered))
             started = [begun for result in report.policies for outcome in result.outcomes
                        if outcome.plan.step in ACTING and (begun := (self._resume(outcome, notifier) if
                                                                       outcome.plan.step is Step.RESUME else
@@ -480,9 +488,11 @@ class Sweeper:
                 keys.extend((mark_id, message.key) for _found, mark_id in group)
         return keys
 
-    def _delivered(self, notifier: Notifier, marks: list[tuple[int, str]]) -> None:
+    def _delivered(self, notifier: Notifier, marks: list[tuple[int, str]]) -> int:
         """Wait for the marks' notifications, and record in each mark whether it was delivered
-        (``notified_at``: when this patrol saw it delivered; a release counts its grace from it)."""
+        (``notified_at``: when this patrol saw it delivered; a release, and a stop when a channel
+        takes its notice, counts its grace from it). Returns how many were not delivered."""
+        missed = 0
         notifier.flush(self._wait_s())
         when = iso(self.clock.now())
         for mark_id, key in marks:
@@ -490,7 +500,10 @@ class Sweeper:
             evidence: dict[str, Any] = {"notified": bool(ok)}
             if ok:
                 evidence["notified_at"] = when
+            else:
+                missed += 1
             store.add_evidence(self.ledger, mark_id, evidence)
+        return missed
 
     def _warn(self, warning: WarningOutcome, now: datetime, notifier: Notifier) -> None:
         w = warning.warning
