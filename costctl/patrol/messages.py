@@ -203,4 +203,5 @@ def result_message(*, decision_id: int, state: str, policy: str, action: str, re
     return None
 
 
-__all__ = ["DIGEST_LINES", "DigestLine", "TEMPLATES", "digest_message", "mark_message", "result_message", "text", "unconfirmed_message", "warning_message"]
+__all__ = ["DIGEST_LINES", "DigestLine", "TEMPLATES", "digest_message", "mark_message", "result_message", "text",
+           "unconfirmed_message", "warning_message"]

@@ -602,7 +602,8 @@ def warned(history: Sequence[PatrolDecision], key: str) -> bool:
 
 
 __all__ = ["DEFAULT_ACCOUNT_WORD", "GONE", "IN_SESSION", "NEW_SESSION", "NOT_APPLICABLE", "NOT_STOPPABLE",
-           "NO_LONGER_MATCHES", "Clear", "Match", "Plan", "ReleaseWarning", "Seen", "Step", "age_since", "due_at",
-           "in_flight", "under_way", "iso", "label_matches", "match", "open_mark", "plan", "release_warning", "scope_problem",
-           "snoozed_until", "stopped_since", "to_clear", "not_applicable_clear", "gone_clear", "new_session_clear",
+           "NO_LONGER_MATCHES", "FOLLOWS_NEW_SESSION", "IN_SESSION_WORDS", "Clear", "Match", "Plan", "ReleaseWarning", "Seen", "Step", "age_since", "due_at",
+           "in_flight", "iso", "label_matches", "match", "open_mark", "plan", "release_warning", "scope_problem",
+           "snoozed_until", "stopped_since", "to_clear", "under_way",
+           "not_applicable_clear", "gone_clear", "new_session_clear",
            "warned"]

@@ -89,4 +89,5 @@ def owner_gone(owner: Any, *, host: str, now: datetime, tz: Any = None) -> str |
     return None
 
 
-__all__ = ["HEARTBEAT_EVERY", "HEARTBEAT_STALE", "parse_iso", "START_SLACK_S", "beat", "owner_gone", "process_start", "this_owner"]
+__all__ = ["HEARTBEAT_EVERY", "HEARTBEAT_STALE", "START_SLACK_S", "beat", "owner_gone", "parse_iso", "process_start",
+           "this_owner"]

@@ -45,9 +45,9 @@ from ..stopping import StopEvent, StopProcess, StopState
 from . import messages
 from .act import begin_stop, route_for
 from .drive import drive
-from .model import (FOLLOWS_NEW_SESSION, Clear, Match, Plan, ReleaseWarning, Seen, Step, gone_clear, iso, match, new_session_clear,
-                    not_applicable_clear, open_mark, plan, release_warning, snoozed_until, to_clear, under_way,
-                    warned)
+from .model import (FOLLOWS_NEW_SESSION, Clear, Match, Plan, ReleaseWarning, Seen, Step, gone_clear, iso, match,
+                    new_session_clear, not_applicable_clear, open_mark, plan, release_warning, snoozed_until,
+                    to_clear, under_way, warned)
 from .owner import HEARTBEAT_EVERY, beat, owner_gone, parse_iso, this_owner
 
 from costctl_providers.base import Status
