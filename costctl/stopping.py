@@ -472,14 +472,14 @@ class StopProcess:
                 self._emit(StopState.GONE, _("the provider no longer knows the instance: {error}").format(**shape))
             elif _is_transient(exc):
                 self._send_failures += 1
-                backoff = self._backoff()
+                backoff = min(self._backoff(), max(self.deadline - self.clock.now(), timedelta(0)))
                 if tries:
                     failed = _("stop request {attempt} failed ({tries} HTTP attempts): {error}; sending it again "
                                "in {backoff:.0f}s")
                 else:
                     failed = _("stop request {attempt} failed: {error}; sending it again in {backoff:.0f}s")
                 self._emit(StopState.REQUESTED, failed.format(backoff=backoff.total_seconds(), **shape))
-                self.next_at = self.clock.now() + backoff
+                self._next_at(self.clock.now() + backoff)
             elif tries:
                 self._escalate(_("stop request {attempt} refused ({tries} HTTP attempts): {error}").format(**shape))
             else:
@@ -497,7 +497,7 @@ class StopProcess:
                 self._emit(StopState.GONE, _("the provider no longer knows the instance: {error}").format(
                     error=exc.message))
             elif _is_transient(exc):
-                self.next_at = self.clock.now() + self.config.poll_interval  # keep reading until the deadline
+                self._next_at(self.clock.now() + self.config.poll_interval)  # keep reading until the deadline
             elif tries:
                 self._escalate(_("reading the instance failed ({tries} HTTP attempts): {error}").format(
                     tries=tries, error=exc.message))
@@ -536,7 +536,12 @@ class StopProcess:
             self._emit_unconfirmed(now, _("not confirmed {seconds:.0f}s after the first stop request ({count} stop "
                                           "request(s) sent, status {status})").format(
                 seconds=(now - self._requests_from).total_seconds(), **shape))
-        self.next_at = now + self.config.poll_interval
+        self._next_at(now + self.config.poll_interval)
+
+    def _next_at(self, when: datetime) -> None:
+        """The next step of the API route at ``when``, never past :attr:`deadline` (a wait or a
+        re-send scheduled after it would declare the failure late)."""
+        self.next_at = min(when, self.deadline)
 
     def _emit_unconfirmed(self, now: datetime, detail: str) -> None:
         """Say once that the stop is still not confirmed (``[stop] unconfirmed_after``): an event

@@ -215,12 +215,15 @@ def test_execute_notifies_first_acts_after_the_grace_and_its_stops_are_confirmed
                                "old-disks": {"sim-scratch": "mark"}, "spend-cap": {"700": "mark"}}
     assert changes(patrol) == NOTHING
     titles = patrol.hook.titles()
-    assert sorted(titles) == sorted([
-        "312 will be stopped at 2026-05-01 12:40:00+00:00 (patrol policy idle-unguarded)",
-        "sim-scratch and its disk will be released 10m after this notice (patrol policy old-disks)",
-        "700 will be stopped at 2026-05-01 12:40:00+00:00 (patrol policy spend-cap)",
+    assert sorted(titles) == sorted([  # the three marks in one digest, a line each
+        "3 instances marked by the patrol: they will be stopped or released unless snoozed",
         "autodl will release pro-76419909953e and its data at 2026-05-02 12:00:00+00:00",
     ])
+    [digest] = [m["message"] for m in patrol.hook.messages if m["title"].startswith("3 instances marked")]
+    assert digest.splitlines()[:3] == [
+        "- vastai instance 312 (account default): policy idle-unguarded: stopped at 2026-05-01 12:40:00+00:00",
+        "- sim instance sim-scratch (account default): policy old-disks: released 10m after this notice",
+        "- vastai instance 700 (account team): policy spend-cap: stopped at 2026-05-01 12:40:00+00:00"]
     marks = table(patrol, "SELECT policy, action, outcome FROM decisions WHERE run_id IS NULL ORDER BY id")
     assert marks == [("patrol:idle-unguarded", "mark", "marked"), ("patrol:old-disks", "mark", "marked"),
                      ("patrol:spend-cap", "mark", "marked"), ("patrol", "warn", "warned")]
@@ -230,7 +233,7 @@ def test_execute_notifies_first_acts_after_the_grace_and_its_stops_are_confirmed
     patrol.clock.advance(300)                                # 12:35: within the grace
     code, report, _err = sweep(capsys, "--execute")
     assert {m["step"] for p in report["policies"] for m in p["matches"]} == {"wait", "out-of-scope"}
-    assert changes(patrol) == NOTHING and len(patrol.hook.messages) == 4
+    assert changes(patrol) == NOTHING and len(patrol.hook.messages) == 2
 
     patrol.clock.advance(300)                                # 12:40: the grace is over: act
     code, report, err = sweep(capsys, "--execute")
@@ -263,7 +266,7 @@ def test_execute_notifies_first_acts_after_the_grace_and_its_stops_are_confirmed
     with patrol.ledger() as ledger, ledger.engine.connect() as conn:
         shown = [(d.run_id, d.instance_id, d.action, d.stop_state) for d in live.recent_decisions(conn)]
     assert (None, "312", "stop", "confirmed") in shown and (None, "sim-scratch", "release", "confirmed") in shown
-    titles = patrol.hook.titles()[4:]
+    titles = patrol.hook.titles()[2:]
     assert sorted(titles) == sorted(["312 was stopped by patrol policy idle-unguarded",
                                      "sim-scratch was released by patrol policy old-disks",
                                      "700 was stopped by patrol policy spend-cap"])
@@ -271,7 +274,7 @@ def test_execute_notifies_first_acts_after_the_grace_and_its_stops_are_confirmed
     patrol.clock.advance(300)                                # 12:45: nothing matches any more
     code, report, _err = sweep(capsys, "--execute")
     assert matches(report) == {"idle-unguarded": {"314": "out-of-scope"}, "old-disks": {}, "spend-cap": {}}
-    assert len(patrol.hook.messages) == 7
+    assert len(patrol.hook.messages) == 5
 
 
 def test_a_snoozed_instance_waits_and_a_mark_that_no_longer_matches_is_cleared(patrol, capsys):
@@ -365,13 +368,13 @@ filters = {provider = "runpod", status = "running"}
     code, report, err = sweep(capsys, "--execute")
     assert code == 0, err
     assert matches(report) == {"busy-pods": {"pod000000001": "mark", "pod000000003": "mark"}}
-    assert sorted(patrol.hook.titles()) == ["autodl will release pro-76419909953e and its data at 2026-05-02 "
-                                           "12:00:00+00:00", "pod000000001 matches patrol policy busy-pods",
-                                           "pod000000003 matches patrol policy busy-pods"]
+    assert sorted(patrol.hook.titles()) == ["2 instances match a patrol policy",
+                                           "autodl will release pro-76419909953e and its data at 2026-05-02 "
+                                           "12:00:00+00:00"]
     patrol.clock.advance(300)
     code, report, _err = sweep(capsys, "--execute")
     assert matches(report) == {"busy-pods": {"pod000000001": "notified", "pod000000003": "notified"}}
-    assert len(patrol.hook.messages) == 3 and changes(patrol) == NOTHING  # told once; the warning once too
+    assert len(patrol.hook.messages) == 2 and changes(patrol) == NOTHING  # told once; the warning once too
 
 
 def test_an_unreadable_account_s_error_never_shows_any_account_s_key(patrol, capsys):

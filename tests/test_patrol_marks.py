@@ -189,9 +189,9 @@ def test_an_instance_restarted_during_the_grace_gets_a_new_mark_and_notice_not_t
     assert old_ev["cleared_seen"] == {"status": "running", "session_started_at": "2026-05-01T12:34:55Z",
                                       "marked_at": "2026-05-01T12:30:00Z"}
     assert "a new session" in old_ev["cleared_reason"]
+    assert "policy idle-unguarded: stopped at 2026-05-01 12:40:00+00:00" in patrol.hook.messages[0]["message"]
     titles = [t for t in patrol.hook.titles() if t.startswith("312 will be stopped")]
-    assert titles == ["312 will be stopped at 2026-05-01 12:40:00+00:00 (patrol policy idle-unguarded)",
-                      "312 will be stopped at 2026-05-01 12:45:00+00:00 (patrol policy idle-unguarded)"]
+    assert titles == ["312 will be stopped at 2026-05-01 12:45:00+00:00 (patrol policy idle-unguarded)"]
 
     patrol.clock.advance(300)                                           # 12:40: the old mark's due time
     code, report, err = sweep(capsys, "--execute")
@@ -199,3 +199,42 @@ def test_an_instance_restarted_during_the_grace_gets_a_new_mark_and_notice_not_t
     assert stops_of_312(patrol) == []
     assert idle_policy(report)["matches"][0]["step"] == "wait"
     assert [outcome for _i, outcome, _ev in marks(patrol)] == ["cleared", "marked"]
+
+
+def test_a_crash_looping_instance_is_cleared_as_a_new_session_once_and_then_stopped(patrol, capsys):
+    """312 restarts at every sweep (a container in a crash loop: its start moves on, it never
+    reads stopped): the first restart clears the mark as ``new-session`` and the new mark says
+    so (``follows_new_session_of``); the next restarts clear nothing, and it is stopped when the
+    new mark's grace is over (12:45)."""
+    first = marked(patrol, capsys)                                      # 12:30, due 12:40
+    for _ in range(3):                                                  # 12:35, 12:40, 12:45
+        patrol.clock.advance(300)
+        patrol.vast.instances["312"]["start_date"] = (patrol.clock.now() - timedelta(seconds=5)).timestamp()
+        code, report, err = sweep(capsys, "--execute")
+        assert code == 0, err
+    [(old_id, old_outcome, _old), (new_id, new_outcome, ev)] = marks(patrol)
+    assert (old_id, old_outcome, new_outcome) == (first, "cleared", "acted")
+    assert ev["follows_new_session_of"] == first and ev["due_at"] == "2026-05-01T12:45:00Z"
+    by = {m["id"]: m for m in idle_policy(report)["matches"]}
+    assert (by["312"]["step"], by["312"]["state"], by["312"]["mark"]) == ("act", "confirmed", new_id)
+    assert len(stops_of_312(patrol)) == 1
+
+
+def test_a_mark_that_followed_a_new_session_is_cleared_again_only_after_a_sweep_saw_it_down():
+    from tests.test_patrol_model import T, inst, policy, readings, seen
+
+    from costctl.ledger.patrol_store import MARKED, PatrolDecision
+    from costctl.patrol.model import new_session_clear
+
+    follows = PatrolDecision(id=8, time=T, policy="patrol:p", action="mark", outcome=MARKED, key="",
+                             evidence={"follows_new_session_of": 7})
+    plain = PatrolDecision(id=9, time=T, policy="patrol:p", action="mark", outcome=MARKED, key="", evidence={})
+    restarted = inst(started=T + timedelta(minutes=6))
+    running = readings(3, end=T + timedelta(minutes=10))                # 12:00, 12:05, 12:10: running
+    down = [*readings(1, end=T + timedelta(minutes=5), status="stopped"),
+            *readings(1, end=T + timedelta(minutes=10))]
+    stop = policy(status="running")
+    assert new_session_clear(stop, seen(restarted, observations=running), [follows]) is None      # crash loop
+    assert new_session_clear(stop, seen(restarted, observations=running), [plain]) is not None    # first restart
+    again = new_session_clear(stop, seen(restarted, observations=down), [follows])                 # seen down
+    assert again is not None and again.why == "new-session"

@@ -322,3 +322,27 @@ def test_the_status_line_counts_attempts_from_one_and_says_none_before_the_first
     assert proc.attempts == 0 and proc.describe() == "stopping i-1: requested"  # nothing sent yet: no "(attempt 0)"
     proc.step()
     assert proc.attempts == 1 and "(attempt 1)" in proc.describe()
+
+
+def test_no_wait_or_re_send_runs_past_the_deadline_the_failure_is_declared_at_it():
+    """``[stop] deadline = 2m``, every stop request fails transiently: the backoff grows to
+    ``resend_interval`` (60 s, ±10 %), and the re-send it would schedule past 2m is clamped to
+    the deadline: the failure is declared at 2m exactly, not a minute later."""
+    clock = SimClock(T0)
+    prov = Scripted([ProviderUnavailableError("fake: stop failed: 503")] * 50)
+    events: list = []
+    proc = StopProcess(instances=prov, instance_id="i-1", route=API, clock=clock,
+                       config=StopConfig(poll_interval="5s", resend_interval="60s", deadline="2m"),
+                       on_event=events.append)
+    _run(proc, clock)
+    assert proc.state is StopState.FAILED
+    assert proc.ended_at == T0 + timedelta(minutes=2)
+    assert all(e.time <= T0 + timedelta(minutes=2) for e in events)
+    # a read that keeps failing transiently is clamped too
+    clock = SimClock(T0)
+    prov = Scripted([Status.STOPPING], reads=[ProviderUnavailableError("fake: read failed: 503")] * 100)
+    proc = StopProcess(instances=prov, instance_id="i-1", route=API, clock=clock,
+                       config=StopConfig(poll_interval="7s", resend_interval="60s", deadline="2m"),
+                       on_event=lambda event: None)
+    _run(proc, clock)
+    assert proc.state is StopState.FAILED and proc.ended_at == T0 + timedelta(minutes=2)

@@ -303,6 +303,37 @@ def claim(ledger: Ledger, key: Key, facts: InstanceFacts, decision: Decision, *,
         return Claim(decision_id, pk)
 
 
+def take_over(ledger: Ledger, key: Key, decision_id: int, *, expected_owner: Any, owner: dict[str, Any],
+              evidence: dict[str, Any]) -> str | None:
+    """Take over a stop or release still under way whose owner is gone, in one transaction under
+    the instance's lock (as :func:`claim`): re-read the decision, and only when its outcome is
+    still ``stop requested`` and its ``owner`` evidence is still ``expected_owner`` (no heartbeat
+    since), set its owner to ``owner`` and append ``evidence`` to its ``resumed`` list. Returns
+    None when taken over, else why not (one line).
+
+    Raises:
+        LedgerError: the database cannot be read or written (nothing is changed).
+    """
+    provider, instance_id = key
+    with ledger.batch(_("record the patrol's decision")) as s:
+        conn = s.connection()
+        if conn.dialect.name == "postgresql":
+            got = conn.execute(select(func.pg_try_advisory_xact_lock(lock_key(provider, instance_id)))).scalar()
+            if not got:
+                return _("another patrol is deciding on this instance now")
+        row = conn.execute(select(DEC.c.outcome, DEC.c.evidence).where(DEC.c.id == decision_id)).first()
+        if row is None or row.outcome != "stop requested":
+            return _("decision {decision} ended meanwhile ({outcome})").format(
+                decision=decision_id, outcome=row.outcome if row is not None else "-")
+        stored = dict(row.evidence or {})
+        if stored.get("owner") != expected_owner:
+            return _("decision {decision} is driven by a live patrol").format(decision=decision_id)
+        resumed = [*list(stored.get("resumed") or []), evidence]
+        conn.execute(update(DEC).where(DEC.c.id == decision_id).values(
+            evidence={**stored, "owner": owner, "resumed": resumed}))
+        return None
+
+
 def record_snooze(ledger: Ledger, key: Key, decision: Decision) -> int | None:
     """Record a patrol snooze (``decision``: action ``snooze``, policy :data:`PATROL_POLICY`,
     evidence ``until``) for the instance ``key``; None when the ledger has no row for it (the
@@ -355,4 +386,4 @@ def add_evidence(ledger: Ledger, decision_id: int, evidence: dict[str, Any]) -> 
 __all__ = ["ACTED", "CHUNK", "CLEARED", "Check", "Claim", "InstanceFacts", "Key", "MARKED", "Observation", "open_marks",
            "PATROL_POLICY", "PatrolDecision", "add_evidence", "claim", "instance_pk", "lock_key", "observations",
            "patrol_decisions", "prune_observations", "record_observations", "record_snooze", "settle_mark",
-           "watched"]
+           "take_over", "watched"]

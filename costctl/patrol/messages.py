@@ -17,6 +17,7 @@ Each message's key names its decision, so one decision is told once. Pure functi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +34,18 @@ TEMPLATES: dict[str, str | Callable[[int], str]] = {
     "mark.notify.title": N_("{instance} matches patrol policy {policy}"),
     "mark.keep": N_("To keep it, run: costctl snooze --instance {provider}:{instance} 2h (or stop matching the "
                     "policy)."),
+    "digest.stop_pending.title": lambda n: ngettext(
+        "{count} instance marked by the patrol: it will be stopped or released unless snoozed",
+        "{count} instances marked by the patrol: they will be stopped or released unless snoozed", n),
+    "digest.advice.title": lambda n: ngettext("{count} instance matches a patrol policy",
+                                              "{count} instances match a patrol policy", n),
+    "digest.stop": N_("{provider} instance {instance} (account {account}): policy {policy}: stopped at {at}"),
+    "digest.release": N_("{provider} instance {instance} (account {account}): policy {policy}: released {grace} "
+                         "after this notice"),
+    "digest.notify": N_("{provider} instance {instance} (account {account}): policy {policy}"),
+    "digest.more": lambda n: ngettext("and {count} more", "and {count} more", n),
+    "digest.keep": N_("To keep one, run: costctl snooze --instance PROVIDER:ID 2h (or stop matching the policy)."),
+    "digest.host": N_("Patrol on {host}; decisions {first} to {last} in the ledger."),
     "warning.title": N_("{provider} will release {instance} and its data at {at}"),
     "warning.past.title": N_("{provider} was due to release {instance} and its data at {at}: it may be gone now"),
     "done.stop.title": N_("{instance} was stopped by patrol policy {policy}"),
@@ -99,6 +112,43 @@ def mark_message(*, decision_id: int, policy: str, action: str, reason: str, pro
     return _message(Event.STOP_PENDING, f"patrol:mark:{decision_id}", title, body, when, policy=policy)
 
 
+#: How many instances a digest lists by name (the rest are counted).
+DIGEST_LINES = 15
+
+
+@dataclass(frozen=True, slots=True)
+class DigestLine:
+    """One mark in a digest: its decision, policy, action (``stop``, ``release``, ``notify``),
+    instance, and when its action comes (``at``: a stop's time; ``grace``: a release's), as shown."""
+
+    decision_id: int
+    policy: str
+    action: str
+    provider: str
+    instance: str
+    account: str | None
+    at: str
+    grace: str
+
+
+def digest_message(lines: list[DigestLine], *, advice: bool, host: str, when: datetime) -> Message:
+    """One message telling of a sweep's marks (``stop_pending``; ``advice`` for notify policies'):
+    a line per instance (its policy, the action and when), the first :data:`DIGEST_LINES`, then
+    "and N more". Its key names the decisions, so it is told once."""
+    count = len(lines)
+    shown = ["- " + text(f"digest.{line.action}", policy=line.policy, provider=line.provider,
+                         instance=line.instance, account=line.account or _("default"), at=line.at, grace=line.grace)
+             for line in lines[:DIGEST_LINES]]
+    if count > DIGEST_LINES:
+        shown.append(text("digest.more", count=count - DIGEST_LINES, attempts=count - DIGEST_LINES))
+    ids = sorted(line.decision_id for line in lines)
+    tail = [] if advice else [text("digest.keep")]
+    body = "\n".join([*shown, *tail, text("digest.host", host=host, first=ids[0], last=ids[-1])])
+    event = Event.ADVICE if advice else Event.STOP_PENDING
+    return _message(event, f"patrol:marks:{ids[0]}-{ids[-1]}:{count}",
+                    text(f"digest.{event.value}.title", count=count, attempts=count), body, when, policy="patrol")
+
+
 def warning_message(*, decision_id: int, reason: str, provider: str, instance: str, account: str | None,
                     host: str, at: str, when: datetime, past: bool = False) -> Message:
     """The ``stop_pending`` message of a provider's own release coming (AutoDL's 15 days);
@@ -153,4 +203,5 @@ def result_message(*, decision_id: int, state: str, policy: str, action: str, re
     return None
 
 
-__all__ = ["TEMPLATES", "mark_message", "result_message", "text", "unconfirmed_message", "warning_message"]
+__all__ = ["DIGEST_LINES", "DigestLine", "TEMPLATES", "digest_message", "mark_message", "result_message", "text",
+           "unconfirmed_message", "warning_message"]

@@ -272,6 +272,8 @@ class Step(StrEnum):
     OUT_OF_SCOPE = "out-of-scope"
     #: a notify policy's mark is open: it was notified already
     NOTIFIED = "notified"
+    #: a stop or release of this policy still under way whose patrol is gone: taken over
+    RESUME = "resume"
     #: the action cannot apply to the instance as it is now (a stop of an instance not running, a
     #: release of a guarded or watched one): nothing is marked, and an open mark is cleared
     NOT_APPLICABLE = "not-applicable"
@@ -286,7 +288,9 @@ class Plan:
         match: the match.
         mark: the open mark of this policy on the instance (None before it is marked).
         due: when the action is (or was) due (None when there is no mark or no action).
-        why: one line saying why it waits, is held or is out of scope (None otherwise).
+        why: one line saying why it waits, is held or is out of scope (None otherwise); for
+            :attr:`Step.RESUME`, why the stop's owner is deemed gone.
+        resumes: for :attr:`Step.RESUME`, the stop or release decision taken over.
     """
 
     step: Step
@@ -294,6 +298,7 @@ class Plan:
     mark: PatrolDecision | None = None
     due: datetime | None = None
     why: str | None = None
+    resumes: PatrolDecision | None = None
 
 
 def open_mark(history: Sequence[PatrolDecision], policy: str) -> PatrolDecision | None:
@@ -323,10 +328,18 @@ def in_flight(history: Sequence[PatrolDecision], now: datetime, horizon: timedel
     return None
 
 
-def due_at(policy: PatrolPolicyConfig, mark: PatrolDecision) -> datetime | None:
-    """When ``mark``'s action is due: ``grace`` after the mark; for a release, ``grace`` after
-    the mark's notification was delivered (None until it was)."""
-    if policy.action == "release":
+def under_way(history: Sequence[PatrolDecision], policy: str) -> PatrolDecision | None:
+    """The newest stop or release of ``policy`` on the instance whose outcome is still ``stop
+    requested`` (of any age: a patrol that died driving it leaves it so), else None."""
+    return next((d for d in history if d.policy == policy and d.action in (Action.STOP.value, Action.RELEASE.value)
+                 and d.outcome == "stop requested"), None)
+
+
+def due_at(policy: PatrolPolicyConfig, mark: PatrolDecision, *, needs_delivery: bool = False) -> datetime | None:
+    """When ``mark``'s action is due: ``grace`` after the mark; for a release, and for a stop
+    when a notification channel takes its notice (``needs_delivery``), ``grace`` after the
+    mark's notification was delivered (None until it was)."""
+    if policy.action == "release" or (needs_delivery and policy.action == "stop"):
         notified = mark.evidence.get("notified_at")
         if not isinstance(notified, str):
             return None
@@ -335,7 +348,7 @@ def due_at(policy: PatrolPolicyConfig, mark: PatrolDecision) -> datetime | None:
 
 
 def plan(found: Match, history: Sequence[PatrolDecision], patrol: PatrolConfig, *, now: datetime,
-         in_flight_horizon: timedelta, tz: Any = None) -> Plan:
+         in_flight_horizon: timedelta, tz: Any = None, needs_delivery: bool = False) -> Plan:
     """What to do now with ``found``, given the instance's patrol decisions (newest first);
     times in the lines are shown in ``tz`` (None: UTC).
 
@@ -347,7 +360,8 @@ def plan(found: Match, history: Sequence[PatrolDecision], patrol: PatrolConfig, 
     guards or watches (the same checks as at act time, so nothing is announced that would not be
     done); a notify policy marks once per episode (the mark is its notification); an instance
     with a patrol stop or release in flight is not marked again; a mark waits until its action
-    is due (:func:`due_at`), then is held while the instance is snoozed, while it is guarded or
+    is due (:func:`due_at`; ``needs_delivery``: a notification channel takes a stop's notice, so
+    a stop too waits for its notice to be delivered), then is held while the instance is snoozed, while it is guarded or
     watched (a release), or acted on.
     """
     now = ensure_utc(now)
@@ -385,7 +399,11 @@ def plan(found: Match, history: Sequence[PatrolDecision], patrol: PatrolConfig, 
         return Plan(Step.MARK, found)
     if policy.action == "notify":
         return Plan(Step.NOTIFIED, found, mark)
-    due = due_at(policy, mark)
+    due = due_at(policy, mark, needs_delivery=needs_delivery)
+    if due is None and policy.action == "stop":
+        return Plan(Step.HELD, found, mark, why=_("a stop needs its mark's notification delivered first (a "
+                                                  "notification channel is configured); none was yet (it is sent "
+                                                  "again, and the grace counts from its delivery)"))
     if due is None:
         return Plan(Step.HELD, found, mark, why=_("a release needs its mark's notification delivered first; none "
                                                   "was yet (it is sent again)"))
@@ -403,6 +421,10 @@ NO_LONGER_MATCHES, NOT_APPLICABLE, GONE = "no-longer-matches", "not-applicable",
 NEW_SESSION = "new-session"
 #: The statuses whose ``started_at`` is the start of the session now running.
 IN_SESSION = frozenset({Status.STARTING, Status.RUNNING, Status.STOPPING})
+#: :data:`IN_SESSION` as the words stored in observations.
+IN_SESSION_WORDS = frozenset(status.value for status in IN_SESSION)
+#: The evidence key of a mark made right after a new-session clear: the cleared mark's id.
+FOLLOWS_NEW_SESSION = "follows_new_session_of"
 
 
 @dataclass(frozen=True)
@@ -449,7 +471,10 @@ def new_session_clear(policy: PatrolPolicyConfig, seen: Seen, history: Sequence[
     (``started_at``: Vast's start date, RunPod's now minus uptime, AutoDL's and the simulator's
     start time) after the mark was made — it was restarted during the grace, so what the mark
     announced is not about this session. None when no mark is open, the start is unknown, or it
-    is not after the mark. The next match is a new episode: a new mark, a new notice, a new
+    is not after the mark, or the mark itself follows a new-session clear
+    (:data:`FOLLOWS_NEW_SESSION` in its evidence) and no sweep since it saw the instance out of a
+    session (a container that restarts over and over — RunPod's start is now minus its uptime —
+    is cleared once, not at every restart). The next match is a new episode: a new mark, a new notice, a new
     grace. Times in the line are shown in ``tz`` (None: UTC)."""
     mark = open_mark(history, policy.decision_policy)
     inst = seen.row.instance
@@ -458,6 +483,9 @@ def new_session_clear(policy: PatrolPolicyConfig, seen: Seen, history: Sequence[
     started, marked = ensure_utc(inst.started_at), ensure_utc(mark.time)
     if started <= marked:
         return None
+    if mark.evidence.get(FOLLOWS_NEW_SESSION) is not None and not any(
+            o.status not in IN_SESSION_WORDS for o in seen.observations if ensure_utc(o.time) >= marked):
+        return None  # restarted again with no sweep seeing it down: a crash loop, still billing
     return Clear(seen.key, mark, NEW_SESSION, _("a new session: {provider} started the instance at {started}, after "
                                                 "the mark was made at {marked}").format(
         provider=seen.key[0], started=format_time(started, tz), marked=format_time(marked, tz)),
@@ -574,7 +602,8 @@ def warned(history: Sequence[PatrolDecision], key: str) -> bool:
 
 
 __all__ = ["DEFAULT_ACCOUNT_WORD", "GONE", "IN_SESSION", "NEW_SESSION", "NOT_APPLICABLE", "NOT_STOPPABLE",
-           "NO_LONGER_MATCHES", "Clear", "Match", "Plan", "ReleaseWarning", "Seen", "Step", "age_since", "due_at",
+           "NO_LONGER_MATCHES", "FOLLOWS_NEW_SESSION", "IN_SESSION_WORDS", "Clear", "Match", "Plan", "ReleaseWarning", "Seen", "Step", "age_since", "due_at",
            "in_flight", "iso", "label_matches", "match", "open_mark", "plan", "release_warning", "scope_problem",
-           "snoozed_until", "stopped_since", "to_clear", "not_applicable_clear", "gone_clear", "new_session_clear",
+           "snoozed_until", "stopped_since", "to_clear", "under_way",
+           "not_applicable_clear", "gone_clear", "new_session_clear",
            "warned"]

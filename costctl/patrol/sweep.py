@@ -13,8 +13,10 @@ In order:
    (:func:`costctl.patrol.model.plan`); marks of instances that no longer match; the provider's
    own releases coming (AutoDL's 15 days);
 4. with ``execute``: marks no longer matching are cleared; new matches are marked (a decision,
-   and a notification now); warnings are recorded and sent; the notifications are given time to
-   be delivered (a mark's delivery is recorded in its evidence: a release waits for it); then
+   and told: one digest of the sweep's marks when there are several); warnings are recorded and
+   sent; the notifications are given time to be delivered (a mark's delivery is recorded in its
+   evidence: a release waits for it, and a stop too when a channel takes its notice); stops and
+   releases whose patrol died mid-stop are taken over (:mod:`costctl.patrol.owner`); then
    each action due goes through its **claim** (:func:`costctl.ledger.patrol_store.claim`: the
    transaction that re-reads and records it, under the instance's lock) and the verified stop
    (:func:`costctl.patrol.act.carry_out`), and its end is notified.
@@ -43,8 +45,12 @@ from ..stopping import StopEvent, StopProcess, StopState
 from . import messages
 from .act import begin_stop, route_for
 from .drive import drive
-from .model import (Clear, Match, Plan, ReleaseWarning, Seen, Step, gone_clear, iso, match, new_session_clear,
-                    not_applicable_clear, open_mark, plan, release_warning, snoozed_until, to_clear, warned)
+from .model import (FOLLOWS_NEW_SESSION, Clear, Match, Plan, ReleaseWarning, Seen, Step, gone_clear, iso, match,
+                    new_session_clear, not_applicable_clear, open_mark, plan, release_warning, snoozed_until,
+                    to_clear, under_way, warned)
+from .owner import HEARTBEAT_EVERY, beat, owner_gone, parse_iso, this_owner
+
+from costctl_providers.base import Status
 
 if TYPE_CHECKING:
     from costctl_providers.base import Provider
@@ -53,6 +59,8 @@ if TYPE_CHECKING:
     from ..executor import Executor
     from ..ledger.db import Ledger
 
+#: The steps that carry out a stop or release.
+ACTING = frozenset({Step.ACT, Step.RESUME})
 #: How long past ``[stop] deadline`` a patrol stop still "stopping" keeps a new mark off the instance.
 IN_FLIGHT_SLACK = timedelta(minutes=10)
 
@@ -68,12 +76,15 @@ class Outcome:
         decision_id: the decision recorded for it (None: none).
         state: for an action carried out, the stop state reached (``confirmed``, ``gone``,
             ``failed``), else None.
+        follows: the mark this sweep cleared as ``new-session`` just before (a new mark records it
+            as ``follows_new_session_of``), else None.
     """
 
     plan: Plan
     done: str
     decision_id: int | None = None
     state: str | None = None
+    follows: int | None = None
 
 
 @dataclass
@@ -262,13 +273,18 @@ class Sweeper:
             for one in seen:
                 found = match(policy, one, now=now, interval=self.interval)
                 past = history.get(one.key, [])
+                resume = self._resumable(policy, one, found, past, now)
+                if resume is not None:  # its patrol died driving it: this sweep takes it over
+                    result.outcomes.append(Outcome(resume, ""))
+                    continue
                 fresh = new_session_clear(policy, one, past, tz=self.tz)
                 if fresh is not None:  # restarted since the mark: that mark's episode is over
                     result.cleared.append((fresh, ""))
                     past = [d for d in past if d.id != fresh.mark.id]
                 if found is not None:
-                    planned = plan(found, past, patrol, now=now, in_flight_horizon=flight, tz=self.tz)
-                    result.outcomes.append(Outcome(planned, ""))
+                    planned = plan(found, past, patrol, now=now, in_flight_horizon=flight, tz=self.tz,
+                                   needs_delivery=self._needs_delivery())
+                    result.outcomes.append(Outcome(planned, "", follows=fresh.mark.id if fresh is not None else None))
                     obsolete = not_applicable_clear(planned)
                 else:
                     obsolete = to_clear(policy, one, past)
@@ -292,6 +308,29 @@ class Sweeper:
         else:
             self._dry(report)
         return report
+
+    def _resumable(self, policy: PatrolPolicyConfig, one: Seen, found: Match | None,
+                   past: list[store.PatrolDecision], now: datetime) -> Plan | None:
+        """A :attr:`Step.RESUME` plan when ``policy``'s stop or release of ``one`` is still
+        under way and the patrol that owns it is provably gone
+        (:func:`costctl.patrol.owner.owner_gone`), else None."""
+        flying = under_way(past, policy.decision_policy)
+        if flying is None:
+            return None
+        gone = owner_gone(flying.evidence.get("owner"), host=self.host, now=now, tz=self.tz)
+        if gone is None:
+            return None
+        if found is None:  # it no longer matches (stopped meanwhile?): the stop is still confirmed
+            found = Match(policy, one, {}, (_("its patrol {action} (decision {decision}) is still under way").format(
+                action=flying.action, decision=flying.id),))
+        return Plan(Step.RESUME, found, why=gone, resumes=flying)
+
+    def _needs_delivery(self) -> bool:
+        """Whether a ``[notify]`` URL takes the ``stop_pending`` event: then a stop acts only on
+        a mark whose notice was delivered (with none, it acts after the grace: nobody can be told)."""
+        config = self.settings.notify
+        return any("stop_pending" in {str(getattr(e, "value", e)) for e in
+                                      (t.events if t.events is not None else config.events)} for t in config.urls)
 
     # ------------------------------------------------------------------ a dry run
     def _dry(self, report: SweepReport) -> None:
@@ -318,6 +357,9 @@ class Sweeper:
             return _("marked (decision {mark}); acts at {at}").format(mark=p.mark.id, at=format_time(p.due, self.tz))
         if p.step is Step.ACT:
             return _("would stop now") if action == "stop" else _("would release now")
+        if p.step is Step.RESUME:
+            assert p.resumes is not None
+            return _("would take over decision {decision}: {why}").format(decision=p.resumes.id, why=p.why)
         if p.step is Step.NOTIFIED:
             assert p.mark is not None
             return _("notified (decision {mark})").format(mark=p.mark.id)
@@ -328,25 +370,33 @@ class Sweeper:
         notifier = self._make_notifier()
         try:
             marks: list[tuple[int, str]] = []  # (mark id, message key) whose delivery is recorded
+            notices: list[tuple[Match, int]] = []  # the marks to tell of, in one digest per event
             for result in report.policies:
                 result.cleared = [(c, self._clear(c, report.now)) for c, _done in result.cleared]
                 for outcome in result.outcomes:
                     if outcome.plan.step is Step.MARK:
-                        self._mark(outcome, report.now, notifier, marks)
+                        self._mark(outcome, report.now, notices)
                     elif outcome.plan.step is Step.HELD and outcome.plan.mark is not None \
-                            and outcome.plan.due is None:  # a release whose notice was not delivered: again
-                        key = self._post_mark(notifier, outcome.plan.match, outcome.plan.mark.id, report.now)
-                        marks.append((outcome.plan.mark.id, key))
+                            and outcome.plan.due is None:  # a notice not delivered: again
+                        notices.append((outcome.plan.match, outcome.plan.mark.id))
                         outcome.done = outcome.plan.why or ""
                     else:
-                        outcome.done = self._would(outcome.plan, report.now) if outcome.plan.step is not Step.ACT \
-                            else ""
+                        outcome.done = "" if outcome.plan.step in ACTING else self._would(outcome.plan, report.now)
+            marks.extend(self._post_marks(notifier, notices, report.now))
             for warning in report.warnings:
                 self._warn(warning, report.now, notifier)
-            if marks:
-                self._delivered(notifier, marks)
+            undelivered = self._delivered(notifier, marks) if marks else 0
+            if undelivered:
+                report.notes.append(ngettext(
+                    "{count} mark's notice was not delivered: its stop or release waits until one is (it is sent "
+                    "again at the next sweep, and the grace counts from its delivery)",
+                    "{count} marks' notices were not delivered: their stops and releases wait until they are (they "
+                    "are sent again at the next sweep, and the grace counts from their delivery)",
+                    undelivered).format(count=undelivered))
             started = [begun for result in report.policies for outcome in result.outcomes
-                       if outcome.plan.step is Step.ACT and (begun := self._begin(outcome, notifier)) is not None]
+                       if outcome.plan.step in ACTING and (begun := (self._resume(outcome, notifier) if
+                                                                      outcome.plan.step is Step.RESUME else
+                                                                      self._begin(outcome, notifier))) is not None]
 
             def ended(one: _Stop) -> None:
                 self._finish(one, notifier)
@@ -354,7 +404,7 @@ class Sweeper:
             # side by side: one provider that never confirms delays no other instance's stop
             drive(started, lambda one: one.executor.stopping, clock=self.clock, ended=ended, say=self.say)
             report.failed = sum(1 for result in report.policies for outcome in result.outcomes
-                                if outcome.plan.step is Step.ACT and outcome.state == StopState.FAILED.value)
+                                if outcome.plan.step in ACTING and outcome.state == StopState.FAILED.value)
         finally:
             notifier.flush(self._wait_s())
             notifier.close(wait_s=1.0)
@@ -372,12 +422,14 @@ class Sweeper:
             return _("mark {mark} cleared: {why}").format(mark=c.mark.id, why=c.line)
         return _("mark {mark} was settled by another patrol").format(mark=c.mark.id)
 
-    def _mark(self, outcome: Outcome, now: datetime, notifier: Notifier, marks: list[tuple[int, str]]) -> None:
+    def _mark(self, outcome: Outcome, now: datetime, notices: list[tuple[Match, int]]) -> None:
         found = outcome.plan.match
         policy = found.policy
         evidence = {**found.evidence, "action": policy.action, "grace_s": policy.grace.total_seconds()}
         if policy.action == "stop":
             evidence["due_at"] = iso(now + policy.grace)
+        if outcome.follows is not None:
+            evidence[FOLLOWS_NEW_SESSION] = outcome.follows
         decision = Decision(time=now, policy=policy.decision_policy, action=Action.MARK, reason=found.reason,
                             evidence=evidence)
 
@@ -395,11 +447,10 @@ class Sweeper:
         outcome.decision_id = claimed.decision_id
         self.say(_("costctl patrol: {reason}; marked (decision {mark})").format(reason=found.reason,
                                                                                 mark=claimed.decision_id))
-        key = self._post_mark(notifier, found, claimed.decision_id, now)
+        notices.append((found, claimed.decision_id))
         if policy.action == "notify":
             outcome.done = _("notified (decision {mark})").format(mark=claimed.decision_id)
         else:
-            marks.append((claimed.decision_id, key))
             if policy.action == "stop":
                 outcome.done = _("marked (decision {mark}); stops at {at} unless snoozed").format(
                     mark=claimed.decision_id, at=format_time(now + policy.grace, self.tz))
@@ -407,19 +458,41 @@ class Sweeper:
                 outcome.done = _("marked (decision {mark}); releases {grace} after the notification is "
                                  "delivered").format(mark=claimed.decision_id, grace=fmt_duration(policy.grace))
 
-    def _post_mark(self, notifier: Notifier, found: Match, mark_id: int, now: datetime) -> str:
-        policy = found.policy
-        row = found.seen.row
-        message = messages.mark_message(
-            decision_id=mark_id, policy=policy.name, action=policy.action, reason=found.reason,
-            provider=row.provider, instance=row.instance.id, account=row.account, host=self.host,
-            at=format_time(now + policy.grace, self.tz), grace=fmt_duration(policy.grace), when=now)
-        notifier.post(message)
-        return message.key
+    def _post_marks(self, notifier: Notifier, notices: list[tuple[Match, int]], now: datetime) -> list[tuple[int, str]]:
+        """Tell of this sweep's marks: one message per event (``stop_pending``, ``advice``) — the
+        mark's own message when it is alone, else one digest listing them
+        (:func:`costctl.patrol.messages.digest_message`), so a big sweep never meets ``[notify]
+        max_per_hour``. Returns ``(mark id, message key)`` of the stop and release marks, whose
+        delivery is recorded."""
+        groups: dict[bool, list[tuple[Match, int]]] = {}
+        for found, mark_id in notices:
+            groups.setdefault(found.policy.action == "notify", []).append((found, mark_id))
+        keys: list[tuple[int, str]] = []
+        for advice, group in groups.items():
+            if len(group) == 1:
+                [(found, mark_id)] = group
+                policy, row = found.policy, found.seen.row
+                message = messages.mark_message(
+                    decision_id=mark_id, policy=policy.name, action=policy.action, reason=found.reason,
+                    provider=row.provider, instance=row.instance.id, account=row.account, host=self.host,
+                    at=format_time(now + policy.grace, self.tz), grace=fmt_duration(policy.grace), when=now)
+            else:
+                message = messages.digest_message(
+                    [messages.DigestLine(mark_id, found.policy.name, found.policy.action, found.seen.row.provider,
+                                         found.seen.row.instance.id, found.seen.row.account,
+                                         format_time(now + found.policy.grace, self.tz),
+                                         fmt_duration(found.policy.grace)) for found, mark_id in group],
+                    advice=advice, host=self.host, when=now)
+            notifier.post(message)
+            if not advice:
+                keys.extend((mark_id, message.key) for _found, mark_id in group)
+        return keys
 
-    def _delivered(self, notifier: Notifier, marks: list[tuple[int, str]]) -> None:
+    def _delivered(self, notifier: Notifier, marks: list[tuple[int, str]]) -> int:
         """Wait for the marks' notifications, and record in each mark whether it was delivered
-        (``notified_at``: when this patrol saw it delivered; a release counts its grace from it)."""
+        (``notified_at``: when this patrol saw it delivered; a release, and a stop when a channel
+        takes its notice, counts its grace from it). Returns how many were not delivered."""
+        missed = 0
         notifier.flush(self._wait_s())
         when = iso(self.clock.now())
         for mark_id, key in marks:
@@ -427,7 +500,10 @@ class Sweeper:
             evidence: dict[str, Any] = {"notified": bool(ok)}
             if ok:
                 evidence["notified_at"] = when
+            else:
+                missed += 1
             store.add_evidence(self.ledger, mark_id, evidence)
+        return missed
 
     def _warn(self, warning: WarningOutcome, now: datetime, notifier: Notifier) -> None:
         w = warning.warning
@@ -477,7 +553,9 @@ class Sweeper:
             outcome.done = _("not acted on: {error}").format(error=exc.message)
             return None
         route, problem = route_for(provider, row.instance, release=release)
-        evidence = {**found.evidence, "mark": p.mark.id, "marked_at": iso(p.mark.time), "due_at": iso(p.due)}
+        owner = this_owner(self.host, now)
+        evidence = {**found.evidence, "mark": p.mark.id, "marked_at": iso(p.mark.time), "due_at": iso(p.due),
+                    "owner": owner}
         if p.mark.evidence.get("notified_at"):
             evidence["notified_at"] = p.mark.evidence["notified_at"]
         if problem is not None:
@@ -515,12 +593,78 @@ class Sweeper:
         self.say((_("costctl patrol: releasing {provider} instance {instance} (decision {decision}): {reason}")
                   if release else _("costctl patrol: stopping {provider} instance {instance} (decision {decision}): "
                                     "{reason}")).format(**shape))
+        return self._start(outcome, claimed.decision_id, decision, provider, route, release, owner, notifier)
+
+    def _start(self, outcome: Outcome, decision_id: int, decision: Decision, provider: Provider, route: Any,
+               release: bool, owner: dict[str, Any], notifier: Notifier) -> _Stop:
+        """Start the verified stop of the claimed ``decision_id``; its steps refresh the owner's
+        heartbeat (:mod:`costctl.patrol.owner`; at most every :data:`HEARTBEAT_EVERY`) and are
+        told (:meth:`_on_stop_event`)."""
         told = _Told(outcome, release, self.settings.stop)
-        executor = begin_stop(ledger=self.ledger, decision_id=claimed.decision_id, decision=decision,
-                              provider=provider, inst=row.instance, route=route, release=release, clock=self.clock,
-                              stop_config=self.settings.stop, say=self.say,
-                              on_event=lambda event, proc: self._on_stop_event(notifier, told, event, proc))
+        last = [owner]
+
+        def on_event(event: StopEvent, proc: StopProcess | None) -> None:
+            if not event.state.terminal and event.time - parse_iso(last[0]["heartbeat"]) >= HEARTBEAT_EVERY:
+                last[0] = beat(owner, event.time)
+                try:
+                    store.add_evidence(self.ledger, decision_id, {"owner": last[0]})
+                except CostctlError as exc:  # said; the stop goes on
+                    self.say(_("costctl patrol: decision {decision}: heartbeat not recorded: {error}").format(
+                        decision=decision_id, error=exc.message))
+            self._on_stop_event(notifier, told, event, proc)
+
+        executor = begin_stop(ledger=self.ledger, decision_id=decision_id, decision=decision, provider=provider,
+                              inst=outcome.plan.match.seen.row.instance, route=route, release=release,
+                              clock=self.clock, stop_config=self.settings.stop, say=self.say, on_event=on_event)
         return _Stop(outcome, executor, release)
+
+    def _resume(self, outcome: Outcome, notifier: Notifier) -> _Stop | None:
+        """Take over a stop or release whose patrol is gone (:attr:`Step.RESUME`): the same
+        decision, its owner now this patrol, its evidence's ``resumed`` saying from whom and why
+        (:func:`costctl.ledger.patrol_store.take_over`, under the instance's lock), then the
+        same verified stop; None when it ended here (refused, or failed at the preflight)."""
+        p = outcome.plan
+        flying = p.resumes
+        assert flying is not None
+        found = p.match
+        row = found.seen.row
+        release = flying.action == Action.RELEASE.value
+        now = ensure_utc(self.clock.now())
+        try:
+            provider = self._provider(row)
+        except CostctlError as exc:
+            outcome.done = _("not taken over: {error}").format(error=exc.message)
+            return None
+        owner = this_owner(self.host, now)
+        before = flying.evidence.get("owner")
+        refused = store.take_over(self.ledger, found.seen.key, flying.id, expected_owner=before, owner=owner,
+                                  evidence={"at": iso(now), "from": before, "why": p.why})
+        if refused is not None:
+            outcome.done = _("not taken over: {why}").format(why=refused)
+            return None
+        outcome.decision_id = flying.id
+        self.say(_("costctl patrol: {provider} instance {instance}: resuming decision {decision} ({action}): its "
+                   "patrol is gone: {why}").format(provider=row.provider, instance=row.instance.id,
+                                                   decision=flying.id, action=flying.action, why=p.why))
+        if row.instance.status in ((Status.TERMINATED,) if release else (Status.STOPPED, Status.TERMINATED)):
+            # the patrol that died may have sent its requests: the provider's status confirms them
+            outcome.state = StopState.CONFIRMED.value
+            outcome.done = _("confirmed: {provider} reads instance {instance} {status}; decision {decision} was "
+                             "resumed and needed no further request").format(
+                provider=row.provider, instance=row.instance.id, decision=flying.id, status=row.instance.status.value)
+            self.ledger.set_decision_outcome(flying.id, outcome.done)
+            self._post_result(notifier, outcome, outcome.state, outcome.done, 0)
+            return None
+        route, problem = route_for(provider, row.instance, release=release)
+        if route is None:
+            outcome.state = StopState.FAILED.value
+            outcome.done = _("failed: preflight: {problem}").format(problem=problem)
+            self.ledger.set_decision_outcome(flying.id, outcome.done)
+            self._post_result(notifier, outcome, StopState.FAILED.value, problem or "", 0)
+            return None
+        decision = Decision(time=now, policy=flying.policy, action=Action.RELEASE if release else Action.STOP,
+                            reason=found.reason, evidence=dict(flying.evidence))
+        return self._start(outcome, flying.id, decision, provider, route, release, owner, notifier)
 
     def _finish(self, one: _Stop, notifier: Notifier) -> None:
         """A started action ended: its outcome (the decision's, where the sweep words it) and
