@@ -277,10 +277,8 @@ def claim(ledger: Ledger, key: Key, facts: InstanceFacts, decision: Decision, *,
     provider, instance_id = key
     with ledger.batch(_("record the patrol's decision")) as s:
         conn = s.connection()
-        if conn.dialect.name == "postgresql":
-            got = conn.execute(select(func.pg_try_advisory_xact_lock(lock_key(provider, instance_id)))).scalar()
-            if not got:
-                return Claim(None, None, _("another patrol is deciding on this instance now"), busy=True)
+        if not _locked(conn, key):
+            return Claim(None, None, _("another patrol is deciding on this instance now"), busy=True)
         pk = instance_pk(conn, key)
         history = patrol_decisions(conn, [key]).get(key, []) if pk is not None else []
         why_not = check(history)
@@ -303,6 +301,16 @@ def claim(ledger: Ledger, key: Key, facts: InstanceFacts, decision: Decision, *,
         return Claim(decision_id, pk)
 
 
+def _locked(conn: Any, key: Key) -> bool:
+    """Take the instance's patrol lock for the rest of the transaction on ``conn``: True when
+    held. PostgreSQL: ``pg_try_advisory_xact_lock(lock_key(provider, id))`` (False when another
+    transaction holds it); elsewhere the transaction's own write lock holds it (SQLite's
+    ``BEGIN IMMEDIATE``): True."""
+    if conn.dialect.name != "postgresql":
+        return True
+    return bool(conn.execute(select(func.pg_try_advisory_xact_lock(lock_key(*key)))).scalar())
+
+
 def take_over(ledger: Ledger, key: Key, decision_id: int, *, expected_owner: Any, owner: dict[str, Any],
               evidence: dict[str, Any]) -> str | None:
     """Take over a stop or release still under way whose owner is gone, in one transaction under
@@ -314,13 +322,10 @@ def take_over(ledger: Ledger, key: Key, decision_id: int, *, expected_owner: Any
     Raises:
         LedgerError: the database cannot be read or written (nothing is changed).
     """
-    provider, instance_id = key
     with ledger.batch(_("record the patrol's decision")) as s:
         conn = s.connection()
-        if conn.dialect.name == "postgresql":
-            got = conn.execute(select(func.pg_try_advisory_xact_lock(lock_key(provider, instance_id)))).scalar()
-            if not got:
-                return _("another patrol is deciding on this instance now")
+        if not _locked(conn, key):
+            return _("another patrol is deciding on this instance now")
         row = conn.execute(select(DEC.c.outcome, DEC.c.evidence).where(DEC.c.id == decision_id)).first()
         if row is None or row.outcome != "stop requested":
             return _("decision {decision} ended meanwhile ({outcome})").format(
