@@ -21,7 +21,7 @@ from costctl.patrol.model import iso
 from costctl.patrol.owner import process_start, this_owner
 from costctl.records import Action, Decision
 from tests.test_patrol_marks import idle_policy, marked, stops_of_312
-from tests.test_patrol_cli import patrol, sweep, table  # noqa: F401 - the fixture
+from tests.test_patrol_cli import patrol, run, sweep, table  # noqa: F401 - the fixture
 
 
 def dead_pid() -> int:
@@ -128,3 +128,44 @@ def test_the_driving_patrol_refreshes_its_heartbeat_while_it_drives_the_stop(pat
     owner = json.loads(evidence)["owner"]
     assert owner["pid"] == os.getpid() and owner["host"] == socket.gethostname()
     assert "2026-05-01T12:44:00Z" <= owner["heartbeat"] < "2026-05-01T12:45:01Z"
+
+
+def test_a_patrol_that_slept_through_a_take_over_drives_the_stop_no_further(patrol, capsys, monkeypatch):
+    """A patrol frozen (SIGSTOP, a hung host) while another took its stop over: when it wakes it
+    sends no further stop request, never writes itself back as the owner, records no end and
+    tells nobody; the new owner's stop is the only one (a trial found two drivers, two
+    "confirmed" ends and two "stopped" notices)."""
+    marked(patrol, capsys)
+    patrol.vast.ignore_stops = True
+    patrol.clock.advance(600)                                           # 12:40: acts
+    other = {"host": "other-box", "pid": 4711, "started": 1.0, "heartbeat": iso(patrol.clock.now())}
+    moved = patrol.clock.set
+
+    def set_and_take_over(when):                                        # at 12:41 another patrol takes over
+        moved(when)
+        if when >= patrol.clock.now().replace(hour=12, minute=41) and not taken:
+            with patrol.ledger() as ledger, ledger.engine.begin() as conn:
+                import sqlalchemy as sa
+                (stop_id, evidence), = conn.execute(sa.text(
+                    "SELECT d.id, d.evidence FROM decisions d JOIN instances i ON i.id = d.instance_pk "
+                    "WHERE d.action = 'stop' AND i.provider_instance_id = '312'")).all()
+                ev = json.loads(evidence) if isinstance(evidence, str) else dict(evidence)
+                conn.execute(sa.text("UPDATE decisions SET evidence = :ev WHERE id = :id"),
+                             {"ev": json.dumps({**ev, "owner": other}), "id": stop_id})
+            taken.append(len(stops_of_312(patrol)))
+
+    taken: list[int] = []
+    monkeypatch.setattr(patrol.clock, "set", set_and_take_over)
+    told = len(patrol.hook.messages)
+    code, out, err = run(capsys, "patrol", "--format", "json", "--execute")
+    assert out, err
+    report = json.loads(out)
+    assert taken, "the take-over never happened in the test"
+    assert len(stops_of_312(patrol)) == taken[0]                        # not one request after it
+    [(outcome, evidence)] = table(patrol, "SELECT d.outcome, d.evidence FROM decisions d JOIN instances i ON "
+                                          "i.id = d.instance_pk WHERE d.action = 'stop' AND i.provider_instance_id = '312'")
+    assert outcome == "stop requested"                                  # the new owner records the end
+    assert json.loads(evidence)["owner"] == other                       # never written back
+    assert "taken over by another patrol" in err + json.dumps(report)
+    titles = [str(m.get("title", "")) for m in patrol.hook.messages[told:] if "312" in str(m.get("title", ""))]
+    assert not [t for t in titles if "FAILED" in t or "was stopped" in t], titles  # only "not confirmed yet" (12:40:30)

@@ -371,6 +371,39 @@ def settle_mark(ledger: Ledger, mark_id: int, outcome: str, evidence: dict[str, 
         return True
 
 
+def beat_if_owner(ledger: Ledger, decision_id: int, owner: dict[str, Any],
+                  same: Callable[[Any, Any], bool]) -> bool:
+    """Record ``owner``'s new heartbeat on the stop ``decision_id`` only while ``same(stored
+    owner, owner)`` holds and the stop is still under way, in one transaction: True when
+    recorded; False when another patrol took the stop over (or it ended), and then nothing is
+    written (a patrol that slept through a take-over never writes itself back as the owner).
+
+    Raises:
+        LedgerError: the database cannot be read or written.
+    """
+    with ledger.batch(_("record the patrol's decision")) as s:
+        conn = s.connection()
+        row = conn.execute(select(DEC.c.outcome, DEC.c.evidence).where(DEC.c.id == decision_id)).first()
+        if row is None or row.outcome != "stop requested":
+            return False
+        stored = dict(row.evidence or {})
+        if not same(stored.get("owner"), owner):
+            return False
+        conn.execute(update(DEC).where(DEC.c.id == decision_id).values(evidence={**stored, "owner": owner}))
+        return True
+
+
+def still_owner(ledger: Ledger, decision_id: int, owner: dict[str, Any], same: Callable[[Any, Any], bool]) -> bool:
+    """Whether the stop ``decision_id`` is still under way and driven by ``owner`` (one read).
+
+    Raises:
+        LedgerError: the database cannot be read.
+    """
+    with ledger.session() as s:
+        row = s.execute(select(DEC.c.outcome, DEC.c.evidence).where(DEC.c.id == decision_id)).first()
+    return row is not None and row.outcome == "stop requested" and same(dict(row.evidence or {}).get("owner"), owner)
+
+
 def add_evidence(ledger: Ledger, decision_id: int, evidence: dict[str, Any]) -> None:
     """Add ``evidence`` keys to a stored decision, its outcome unchanged.
 
@@ -389,6 +422,6 @@ def add_evidence(ledger: Ledger, decision_id: int, evidence: dict[str, Any]) -> 
 
 
 __all__ = ["ACTED", "CHUNK", "CLEARED", "Check", "Claim", "InstanceFacts", "Key", "MARKED", "Observation", "open_marks",
-           "PATROL_POLICY", "PatrolDecision", "add_evidence", "claim", "instance_pk", "lock_key", "observations",
+           "PATROL_POLICY", "PatrolDecision", "add_evidence", "beat_if_owner", "claim", "instance_pk", "lock_key", "observations",
            "patrol_decisions", "prune_observations", "record_observations", "record_snooze", "settle_mark",
-           "take_over", "watched"]
+           "still_owner", "take_over", "watched"]

@@ -13,7 +13,10 @@ once, so a provider that never confirms delays no other instance's stop:
 * a step that raises ends its own stop as failed (:meth:`~costctl.stopping.StopProcess.cancel`)
   and the others go on;
 * ``ended`` is called, in this thread, for each stop as soon as it ends (its notification
-  goes out then, not after the slowest stop).
+  goes out then, not after the slowest stop);
+* before each step, ``proceed`` (when given) is asked whether the stop is still this sweep's to
+  drive: a stop another patrol took over (this one slept through the take-over) takes no
+  further step and is handed to ``ended`` as it is.
 
 It returns when every stop ended: confirmed, gone, failed, or past its deadline.
 """
@@ -39,7 +42,8 @@ T = TypeVar("T")
 
 
 def drive(items: Sequence[T], process: Callable[[T], StopProcess | None], *, clock: Clock,
-          ended: Callable[[T], None], say: Callable[[str], None], max_at_once: int = MAX_AT_ONCE) -> None:
+          ended: Callable[[T], None], say: Callable[[str], None], max_at_once: int = MAX_AT_ONCE,
+          proceed: Callable[[T], bool] | None = None) -> None:
     """Step every item's stop until each ended (see the module docstring).
 
     Args:
@@ -49,6 +53,8 @@ def drive(items: Sequence[T], process: Callable[[T], StopProcess | None], *, clo
             raises is said and the others go on.
         say: prints one of the patrol's lines (a step or ``ended`` that raised).
         max_at_once: the pool's size (>= 1).
+        proceed: asked before each step of an item; False: the item takes no more steps and is
+            ended as it is (what it raises counts as True: the stop goes on).
     """
     pending: list[T] = []
     for item in items:
@@ -77,6 +83,10 @@ def drive(items: Sequence[T], process: Callable[[T], StopProcess | None], *, clo
                     pending.remove(item)
                     _end(item, ended, say)
                 elif proc.due(now):
+                    if proceed is not None and not _asks(proceed, item):
+                        pending.remove(item)
+                        _end(item, ended, say)
+                        continue
                     steps[id(item)] += 1
                     running[pool.submit(_step, proc, say)] = item
             if not pending and not running:
@@ -110,6 +120,13 @@ def _step(proc: StopProcess, say: Callable[[str], None]) -> None:
             proc.cancel(_("the stop raised {error}").format(error=type(exc).__name__))
         except Exception as again:  # noqa: BLE001 - said, and the others go on
             say(_("costctl patrol: a stop could not be ended: {error}").format(error=type(again).__name__))
+
+
+def _asks(proceed: Callable[[T], bool], item: T) -> bool:
+    try:
+        return bool(proceed(item))
+    except Exception:  # noqa: BLE001 - a question that cannot be answered never halts a stop
+        return True
 
 
 def _end(item: T, ended: Callable[[T], None], say: Callable[[str], None]) -> None:

@@ -64,6 +64,13 @@ def beat(owner: dict[str, Any], now: datetime) -> dict[str, Any]:
     return {**owner, "heartbeat": _iso(now)}
 
 
+def same_owner(a: Any, b: Any) -> bool:
+    """Whether two ``owner`` records name one patrol process (host, pid and its start time;
+    the heartbeat aside)."""
+    keys = ("host", "pid", "started")
+    return isinstance(a, dict) and isinstance(b, dict) and all(a.get(k) == b.get(k) for k in keys)
+
+
 def owner_gone(owner: Any, *, host: str, now: datetime, tz: Any = None) -> str | None:
     """Why the patrol that owns a stop is provably gone (one line), None when it may be alive
     or the stop has no owner (see the module docstring). ``host``: this machine's name; ``now``:
@@ -90,4 +97,4 @@ def owner_gone(owner: Any, *, host: str, now: datetime, tz: Any = None) -> str |
 
 
 __all__ = ["HEARTBEAT_EVERY", "HEARTBEAT_STALE", "START_SLACK_S", "beat", "owner_gone", "parse_iso", "process_start",
-           "this_owner"]
+           "this_owner", "same_owner"]

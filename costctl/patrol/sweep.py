@@ -48,7 +48,7 @@ from .drive import drive
 from .model import (FOLLOWS_NEW_SESSION, Clear, Match, Plan, ReleaseWarning, Seen, Step, gone_clear, iso, match,
                     new_session_clear, not_applicable_clear, open_mark, plan, release_warning, snoozed_until,
                     to_clear, under_way, warned)
-from .owner import HEARTBEAT_EVERY, beat, owner_gone, parse_iso, this_owner
+from .owner import HEARTBEAT_EVERY, beat, owner_gone, parse_iso, same_owner, this_owner
 
 from costctl_providers.base import Status
 
@@ -138,6 +138,8 @@ class _Stop:
     outcome: Outcome
     executor: Executor
     release: bool
+    owner: dict[str, Any] = field(default_factory=dict)
+    lost: bool = False  # another patrol took it over: this sweep drives it no further
 
 
 @dataclass
@@ -402,7 +404,8 @@ class Sweeper:
                 self._finish(one, notifier)
 
             # side by side: one provider that never confirms delays no other instance's stop
-            drive(started, lambda one: one.executor.stopping, clock=self.clock, ended=ended, say=self.say)
+            drive(started, lambda one: one.executor.stopping, clock=self.clock, ended=ended, say=self.say,
+                  proceed=self._still_ours)
             report.failed = sum(1 for result in report.policies for outcome in result.outcomes
                                 if outcome.plan.step in ACTING and outcome.state == StopState.FAILED.value)
         finally:
@@ -602,12 +605,17 @@ class Sweeper:
         told (:meth:`_on_stop_event`)."""
         told = _Told(outcome, release, self.settings.stop)
         last = [owner]
+        holder: list[_Stop] = []
 
         def on_event(event: StopEvent, proc: StopProcess | None) -> None:
+            if holder and holder[0].lost:
+                return  # taken over: the other patrol tells
             if not event.state.terminal and event.time - parse_iso(last[0]["heartbeat"]) >= HEARTBEAT_EVERY:
                 last[0] = beat(owner, event.time)
                 try:
-                    store.add_evidence(self.ledger, decision_id, {"owner": last[0]})
+                    if not store.beat_if_owner(self.ledger, decision_id, last[0], same_owner) and holder:
+                        holder[0].lost = True
+                        return
                 except CostctlError as exc:  # said; the stop goes on
                     self.say(_("costctl patrol: decision {decision}: heartbeat not recorded: {error}").format(
                         decision=decision_id, error=exc.message))
@@ -616,7 +624,15 @@ class Sweeper:
         executor = begin_stop(ledger=self.ledger, decision_id=decision_id, decision=decision, provider=provider,
                               inst=outcome.plan.match.seen.row.instance, route=route, release=release,
                               clock=self.clock, stop_config=self.settings.stop, say=self.say, on_event=on_event)
-        return _Stop(outcome, executor, release)
+        holder.append(_Stop(outcome, executor, release, owner))
+        return holder[0]
+
+    def _still_ours(self, one: _Stop) -> bool:
+        """Whether ``one`` is still this sweep's to drive (asked before each of its steps): not
+        when another patrol took it over while this one slept (a SIGSTOP, a hung host)."""
+        if not one.lost and one.owner and one.outcome.decision_id is not None:
+            one.lost = not store.still_owner(self.ledger, one.outcome.decision_id, one.owner, same_owner)
+        return not one.lost
 
     def _resume(self, outcome: Outcome, notifier: Notifier) -> _Stop | None:
         """Take over a stop or release whose patrol is gone (:attr:`Step.RESUME`): the same
@@ -673,6 +689,12 @@ class Sweeper:
         row = outcome.plan.match.seen.row
         assert outcome.decision_id is not None
         claimed_id = outcome.decision_id
+        if one.lost:  # another patrol drives it now, records its end and tells it
+            outcome.done = _("taken over by another patrol (decision {decision}): this patrol stopped driving "
+                             "it").format(decision=claimed_id)
+            self.say(_("costctl patrol: {provider} instance {instance}: {done}").format(
+                provider=row.provider, instance=row.instance.id, done=outcome.done))
+            return
         result = one.executor.stop
         state = result.state if result is not None else StopState.FAILED.value
         outcome.state = state
