@@ -107,7 +107,9 @@ def test_own_saves_outside_the_path_count_for_waste_young_daly_and_resume(tmp_pa
     # the waste runs from the newest reported save, not from the start of the run
     run_s = (waste.end_at - run.started_at).total_seconds()
     lost_s = (waste.end_at - waste.start_at).total_seconds()
-    assert run_s > 30 and 0 <= lost_s <= s.watch.sample_interval.total_seconds(), (lost_s, run_s, waste.detail)
+    # (how long the run lasted before the third save depends on the machine's load: not asserted)
+    assert waste.start_at > run.started_at and run_s > lost_s, (lost_s, run_s, waste.detail)
+    assert 0 <= lost_s <= s.watch.sample_interval.total_seconds(), (lost_s, run_s, waste.detail)
     # Young/Daly took the save's own duration; the save outside the path was said once
     assert any("save 2s" in line for line in said), said
     assert sum("outside [checkpoint] path" in line for line in said) == 1, said
